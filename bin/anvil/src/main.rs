@@ -1,0 +1,118 @@
+//! anvil(8): connection count and rate limiting server.
+//!
+//! Answers the anvil protocol (`ipc::anvil`) for smtpd: each connection and
+//! disconnection of a client, and lookups. Logs the peaks every
+//! `anvil_status_update_time`, in Postfix's words, and when it exits.
+#![forbid(unsafe_code)]
+
+mod table;
+
+use std::time::Instant;
+
+use daemon::ipcserver::{Handler, IpcServer};
+use daemon::msg_info;
+use ipc::anvil::{Anvil, Request, Response};
+use sys::creds::PeerCred;
+
+struct AnvilHandler {
+    table: table::Table,
+    report_every: std::time::Duration,
+    next_report: Instant,
+    next_expire: Instant,
+}
+
+impl AnvilHandler {
+    fn report(&mut self, now: Instant) {
+        let unit = self.table.unit().as_secs();
+        if self.table.max_count.value > 0 {
+            msg_info!(
+                "statistics: max connection count {} for ({}) at {}",
+                self.table.max_count.value,
+                self.table.max_count.who,
+                stamp()
+            );
+        }
+        if self.table.max_rate.value > 0 {
+            msg_info!(
+                "statistics: max connection rate {}/{unit}s for ({}) at {}",
+                self.table.max_rate.value,
+                self.table.max_rate.who,
+                stamp()
+            );
+        }
+        if self.table.max_cache > 0 {
+            msg_info!(
+                "statistics: max cache size {} at {}",
+                self.table.max_cache,
+                stamp()
+            );
+        }
+        self.table.reset_peaks();
+        self.next_report = now + self.report_every;
+    }
+}
+
+fn stamp() -> String {
+    sys::time::syslog_stamp(std::time::SystemTime::now())
+}
+
+impl Handler<Anvil> for AnvilHandler {
+    fn handle(&mut self, _peer: &PeerCred, req: Request, now: Instant) -> Response {
+        let (count, rate) = match req {
+            Request::Connect { service, client } => self.table.connect(&service, &client, now),
+            Request::Disconnect { service, client } => {
+                self.table.disconnect(&service, &client, now)
+            }
+            Request::Lookup { service, client } => self.table.lookup(&service, &client, now),
+        };
+        Response::Counts { count, rate }
+    }
+
+    fn allow(&self, peer: &PeerCred) -> bool {
+        // Only the mail system's own processes: root, or our own uid
+        // (mail_owner, or the invoking user when unprivileged).
+        peer.uid == 0 || peer.uid == sys::current_ids().0
+    }
+
+    fn timeout(&mut self, now: Instant) {
+        self.table.expire(now);
+        self.next_expire = now + self.table.unit();
+        if now >= self.next_report {
+            self.report(now);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        Some(self.next_report.min(self.next_expire))
+    }
+
+    fn reload(&mut self, config: &config::Config) {
+        self.report_every = config.time("anvil_status_update_time");
+    }
+
+    fn shutdown(&mut self) {
+        self.report(Instant::now());
+    }
+}
+
+fn main() {
+    // anvil holds state that smtpd relies on: it must not exit when idle.
+    let opts = daemon::Options {
+        honour_max_idle: false,
+        honour_max_use: false,
+        max_clients: usize::MAX,
+    };
+    daemon::run(
+        opts,
+        |_ctx| Ok(()),
+        |ctx, ()| {
+            let report_every = ctx.config.time("anvil_status_update_time");
+            Ok(IpcServer::new(AnvilHandler {
+                table: table::Table::new(ctx.config.time("anvil_rate_time_unit")),
+                report_every,
+                next_report: Instant::now() + report_every,
+                next_expire: Instant::now() + ctx.config.time("anvil_rate_time_unit"),
+            }))
+        },
+    )
+}

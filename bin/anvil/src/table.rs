@@ -1,0 +1,173 @@
+//! anvil's counters: simultaneous connections and connection rate per
+//! (service, client), as Postfix's anvil(8) keeps them.
+//!
+//! The rate is counted in fixed windows of `anvil_rate_time_unit` that start
+//! at a client's first connection; an entry is forgotten once the client has
+//! no connection left and its window is over, so memory follows the number of
+//! active clients. The maxima since the last report are kept for the
+//! periodic `statistics:` log lines.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+struct Entry {
+    count: u32,
+    rate: u32,
+    window_start: Instant,
+}
+
+/// The largest figure seen since the last report, and whose it was.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Peak {
+    /// The figure.
+    pub value: u32,
+    /// `service:client`.
+    pub who: String,
+}
+
+/// All clients' counters.
+#[derive(Debug)]
+pub struct Table {
+    unit: Duration,
+    entries: BTreeMap<(String, String), Entry>,
+    /// Highest simultaneous count since the last report.
+    pub max_count: Peak,
+    /// Highest rate since the last report.
+    pub max_rate: Peak,
+    /// Most clients tracked at once since the last report.
+    pub max_cache: usize,
+}
+
+impl Table {
+    /// An empty table counting rates per `unit`.
+    pub fn new(unit: Duration) -> Self {
+        Table {
+            unit: unit.max(Duration::from_secs(1)),
+            entries: BTreeMap::new(),
+            max_count: Peak::default(),
+            max_rate: Peak::default(),
+            max_cache: 0,
+        }
+    }
+
+    /// The rate window length.
+    pub fn unit(&self) -> Duration {
+        self.unit
+    }
+
+    fn entry(&mut self, service: &str, client: &str, now: Instant) -> &mut Entry {
+        let unit = self.unit;
+        let e = self
+            .entries
+            .entry((service.to_string(), client.to_string()))
+            .or_insert(Entry {
+                count: 0,
+                rate: 0,
+                window_start: now,
+            });
+        if now.duration_since(e.window_start) >= unit {
+            e.window_start = now;
+            e.rate = 0;
+        }
+        e
+    }
+
+    /// Records a connection; returns (count, rate) after it.
+    pub fn connect(&mut self, service: &str, client: &str, now: Instant) -> (u32, u32) {
+        let e = self.entry(service, client, now);
+        e.count = e.count.saturating_add(1);
+        e.rate = e.rate.saturating_add(1);
+        let (count, rate) = (e.count, e.rate);
+        let who = format!("{service}:{client}");
+        if count > self.max_count.value {
+            self.max_count = Peak {
+                value: count,
+                who: who.clone(),
+            };
+        }
+        if rate > self.max_rate.value {
+            self.max_rate = Peak { value: rate, who };
+        }
+        self.max_cache = self.max_cache.max(self.entries.len());
+        (count, rate)
+    }
+
+    /// Records a disconnection; returns (count, rate) after it.
+    pub fn disconnect(&mut self, service: &str, client: &str, now: Instant) -> (u32, u32) {
+        let e = self.entry(service, client, now);
+        e.count = e.count.saturating_sub(1);
+        (e.count, e.rate)
+    }
+
+    /// The figures without changing them.
+    pub fn lookup(&mut self, service: &str, client: &str, now: Instant) -> (u32, u32) {
+        let key = (service.to_string(), client.to_string());
+        match self.entries.get(&key) {
+            Some(e) if now.duration_since(e.window_start) < self.unit => (e.count, e.rate),
+            Some(e) => (e.count, 0),
+            None => (0, 0),
+        }
+    }
+
+    /// Forgets clients with no connection whose window has ended.
+    pub fn expire(&mut self, now: Instant) {
+        let unit = self.unit;
+        self.entries
+            .retain(|_, e| e.count > 0 || now.duration_since(e.window_start) < unit);
+    }
+
+    /// Clients tracked now.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Resets the maxima after a report.
+    pub fn reset_peaks(&mut self) {
+        self.max_count = Peak::default();
+        self.max_rate = Peak::default();
+        self.max_cache = self.entries.len();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_rates_and_expires() {
+        let t0 = Instant::now();
+        let mut t = Table::new(Duration::from_secs(60));
+        assert_eq!(t.connect("smtp", "192.0.2.1", t0), (1, 1));
+        assert_eq!(t.connect("smtp", "192.0.2.1", t0), (2, 2));
+        assert_eq!(t.connect("smtp", "192.0.2.2", t0), (1, 1));
+        assert_eq!(t.disconnect("smtp", "192.0.2.1", t0), (1, 2));
+        assert_eq!(t.lookup("smtp", "192.0.2.1", t0), (1, 2));
+        // Another service counts separately.
+        assert_eq!(t.connect("submission", "192.0.2.1", t0), (1, 1));
+        // The rate window restarts after the unit; the count stays.
+        let t1 = t0 + Duration::from_secs(61);
+        assert_eq!(t.connect("smtp", "192.0.2.1", t1), (2, 1));
+        assert_eq!(
+            t.max_count,
+            Peak {
+                value: 2,
+                who: "smtp:192.0.2.1".into()
+            }
+        );
+        assert_eq!(t.max_rate.value, 2);
+        t.disconnect("smtp", "192.0.2.2", t1);
+        t.disconnect("submission", "192.0.2.1", t1);
+        t.expire(t1);
+        assert_eq!(t.len(), 1, "only the client with open connections is kept");
+        assert_eq!(t.lookup("smtp", "192.0.2.2", t1), (0, 0));
+    }
+
+    #[test]
+    fn disconnect_without_connect_does_not_underflow() {
+        let t0 = Instant::now();
+        let mut t = Table::new(Duration::from_secs(60));
+        assert_eq!(t.disconnect("smtp", "x", t0), (0, 0));
+    }
+}

@@ -1,0 +1,784 @@
+//! master's event loop: spawning, reaping, reloading and stopping.
+//!
+//! Logs (Postfix's wording where Postfix has one): `daemon started`,
+//! `reload -- version V, configuration DIR`, `terminating on signal N`,
+//! `warning: process CMD pid N exit status S` / `killed by signal N`,
+//! `warning: CMD: bad command startup -- throttling for Ns`,
+//! `warning: service NAME: process limit M reached`.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use config::{Config, ServiceDef, ServiceKind};
+use daemon::{msg_info, msg_warn, DaemonArgs};
+use evloop::signals::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+use evloop::{Signals, Timers};
+use ipc::control::{self, MasterStatus, ProcessStatus, ServiceStatus};
+use ipc::status::{self, StatusRecord, RECORD_LEN};
+use ipc::{Endpoint, Tagged};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+
+use crate::listen::{self, Bind};
+use crate::service::{Proc, ProcState, Service};
+
+const SIGNALS: Token = Token(0);
+const STATUS: Token = Token(1);
+const CONTROL: Token = Token(2);
+const FIRST_CONTROL_CLIENT: usize = 16;
+const FIRST_LISTEN: usize = 1 << 20;
+const SOCKS_PER_SERVICE: usize = 64;
+
+/// What a timer is for.
+#[derive(Debug)]
+enum Timer {
+    /// Send a wakeup to the service with this id.
+    Wakeup(usize),
+    /// A throttle of this service ends.
+    Unthrottle(usize),
+    /// Children had their chance to exit after SIGTERM.
+    StopDeadline,
+}
+
+/// Everything master loaded from the configuration directory.
+pub struct Loaded {
+    /// main.cf.
+    pub config: Config,
+    /// master.cf.
+    pub services: Vec<ServiceDef>,
+    /// main.cf's text, to tell whether a reload changed it.
+    pub main_text: String,
+}
+
+/// Loads main.cf and master.cf, logging main.cf's warnings.
+pub fn load(config_dir: &std::path::Path) -> Result<Loaded, String> {
+    let services =
+        config::load_master_cf(&config_dir.join("master.cf")).map_err(|e| e.to_string())?;
+    let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
+    let loaded = Config::load(config_dir, &names).map_err(|e| e.to_string())?;
+    for w in &loaded.warnings {
+        msg_warn!("{w}");
+    }
+    let main_text = std::fs::read_to_string(config_dir.join("main.cf")).unwrap_or_default();
+    Ok(Loaded {
+        config: loaded.config,
+        services,
+        main_text,
+    })
+}
+
+/// master's state.
+pub struct Supervisor {
+    config_dir: PathBuf,
+    loaded: Loaded,
+    foreground: bool,
+    services: BTreeMap<usize, Service>,
+    /// Processes of services that were removed or redefined, by pid → command.
+    retired: BTreeMap<i32, String>,
+    next_service_id: usize,
+    poll: Poll,
+    signals: Signals,
+    status_read: std::fs::File,
+    status_write: OwnedFd,
+    status_buf: Vec<u8>,
+    life_read: OwnedFd,
+    _life_write: OwnedFd,
+    control: std::os::unix::net::UnixListener,
+    control_path: PathBuf,
+    control_clients: BTreeMap<Token, Endpoint>,
+    next_control_token: usize,
+    timers: Timers<Timer>,
+    stopping: bool,
+    started: SystemTime,
+    owner: Option<sys::privilege::Identity>,
+}
+
+fn now_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Supervisor {
+    /// Sets up the loop around already-opened sockets.
+    pub fn new(
+        config_dir: PathBuf,
+        loaded: Loaded,
+        foreground: bool,
+        control: std::os::unix::net::UnixListener,
+        control_path: PathBuf,
+        owner: Option<sys::privilege::Identity>,
+    ) -> Result<Supervisor, String> {
+        let poll = Poll::new().map_err(|e| format!("epoll: {e}"))?;
+        let signals = Signals::new(
+            poll.registry(),
+            SIGNALS,
+            &[SIGCHLD, SIGHUP, SIGTERM, SIGINT],
+        )
+        .map_err(|e| format!("signals: {e}"))?;
+        let (sr, sw) = sys::process::pipe().map_err(|e| e.to_string())?;
+        let (lr, lw) = sys::process::pipe().map_err(|e| e.to_string())?;
+        let status_read = std::fs::File::from(sr);
+        set_nonblocking(&status_read)?;
+        poll.registry()
+            .register(
+                &mut SourceFd(&std::os::fd::AsRawFd::as_raw_fd(&status_read)),
+                STATUS,
+                Interest::READABLE,
+            )
+            .map_err(|e| format!("register status pipe: {e}"))?;
+        poll.registry()
+            .register(
+                &mut SourceFd(&std::os::fd::AsRawFd::as_raw_fd(&control)),
+                CONTROL,
+                Interest::READABLE,
+            )
+            .map_err(|e| format!("register control socket: {e}"))?;
+        Ok(Supervisor {
+            config_dir,
+            loaded,
+            foreground,
+            services: BTreeMap::new(),
+            retired: BTreeMap::new(),
+            next_service_id: 0,
+            poll,
+            signals,
+            status_read,
+            status_write: sw,
+            status_buf: Vec::new(),
+            life_read: lr,
+            _life_write: lw,
+            control,
+            control_path,
+            control_clients: BTreeMap::new(),
+            next_control_token: FIRST_CONTROL_CLIENT,
+            timers: Timers::new(),
+            stopping: false,
+            started: SystemTime::now(),
+            owner,
+        })
+    }
+
+    fn default_limit(&self) -> u32 {
+        self.loaded
+            .config
+            .int("default_process_limit")
+            .clamp(0, u32::MAX as i64) as u32
+    }
+
+    fn socket_owner(&self) -> Option<(u32, u32)> {
+        self.owner.as_ref().map(|o| (o.uid, o.gid))
+    }
+
+    /// Opens the sockets of every service in master.cf.
+    pub fn start_services(&mut self) -> Result<(), String> {
+        let defs = self.loaded.services.clone();
+        for def in defs {
+            self.add_service(def, None)?;
+        }
+        Ok(())
+    }
+
+    fn add_service(
+        &mut self,
+        def: ServiceDef,
+        socks: Option<(Bind, Vec<ListenSock>)>,
+    ) -> Result<(), String> {
+        let (bind, socks) = match socks {
+            Some(s) => s,
+            None => {
+                let bind = listen::endpoint_of(&def, &self.loaded.config)
+                    .map_err(|e| format!("service {}: {e}", def.name))?;
+                let socks = listen::open(&bind, self.socket_owner())
+                    .map_err(|e| format!("service {}: {e}", def.name))?;
+                (bind, socks)
+            }
+        };
+        if socks.len() > SOCKS_PER_SERVICE {
+            return Err(format!(
+                "service {}: more than {SOCKS_PER_SERVICE} addresses",
+                def.name
+            ));
+        }
+        let id = self.next_service_id;
+        self.next_service_id += 1;
+        if def.wakeup > 0 {
+            self.timers.set(Instant::now(), Timer::Wakeup(id));
+        }
+        self.services.insert(
+            id,
+            Service {
+                def,
+                bind,
+                socks,
+                procs: BTreeMap::new(),
+                watching: false,
+                bad_starts: 0,
+                throttled_until: None,
+                id,
+            },
+        );
+        Ok(())
+    }
+
+    /// Runs until stopped; returns the exit code.
+    pub fn run(&mut self) -> i32 {
+        let mut events = Events::with_capacity(256);
+        loop {
+            self.update_watches();
+            if self.stopping
+                && self.services.values().all(|s| s.procs.is_empty())
+                && self.retired.is_empty()
+            {
+                msg_info!("stopped");
+                return 0;
+            }
+            let now = Instant::now();
+            let timeout = evloop::poll_timeout(self.timers.next_deadline(), now);
+            if let Err(e) = evloop::poll(&mut self.poll, &mut events, timeout) {
+                msg_warn!("poll: {e}");
+                return 1;
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    SIGNALS => {
+                        for sig in self.signals.drain() {
+                            match sig {
+                                SIGCHLD => self.reap(),
+                                SIGHUP => self.reload(),
+                                _ => self.begin_stop(Some(sig)),
+                            }
+                        }
+                    }
+                    STATUS => self.read_status(),
+                    CONTROL => self.accept_control(),
+                    Token(t) if t >= FIRST_LISTEN => {
+                        let id = (t - FIRST_LISTEN) / SOCKS_PER_SERVICE;
+                        self.client_waiting(id);
+                    }
+                    t => self.serve_control(t),
+                }
+            }
+            // SIGCHLD can coalesce; reaping on every pass costs one syscall.
+            self.reap();
+            let now = Instant::now();
+            while let Some(t) = self.timers.pop_expired(now) {
+                match t {
+                    Timer::Wakeup(id) => self.wakeup(id),
+                    Timer::Unthrottle(id) => {
+                        if let Some(s) = self.services.get_mut(&id) {
+                            s.throttled_until = None;
+                            if s.def.wakeup > 0 && s.procs.is_empty() {
+                                self.timers.set(now, Timer::Wakeup(id));
+                            }
+                        }
+                    }
+                    Timer::StopDeadline => self.kill_remaining(),
+                }
+            }
+        }
+    }
+
+    fn update_watches(&mut self) {
+        let now = Instant::now();
+        let limit = self.default_limit();
+        let registry = self.poll.registry();
+        for s in self.services.values_mut() {
+            let want = !self.stopping && s.wants_watch(now, limit);
+            if want == s.watching {
+                continue;
+            }
+            for (i, sock) in s.socks.iter().enumerate() {
+                let raw = sock.raw();
+                let token = Token(FIRST_LISTEN + s.id * SOCKS_PER_SERVICE + i);
+                let r = if want {
+                    registry.register(&mut SourceFd(&raw), token, Interest::READABLE)
+                } else {
+                    registry.deregister(&mut SourceFd(&raw))
+                };
+                if let Err(e) = r {
+                    msg_warn!("service {}: {e}", s.def.name);
+                }
+            }
+            s.watching = want;
+        }
+    }
+
+    fn client_waiting(&mut self, id: usize) {
+        let limit = self.default_limit();
+        let Some(s) = self.services.get(&id) else {
+            return;
+        };
+        if self.stopping || s.available() > 0 {
+            return;
+        }
+        if !s.may_spawn(Instant::now(), limit) {
+            if s.throttled_until.is_none() {
+                msg_warn!(
+                    "service {}: process limit {} reached: clients wait; consider raising maxproc in master.cf",
+                    s.def.name,
+                    s.limit(limit)
+                );
+            }
+            return;
+        }
+        self.spawn(id);
+    }
+
+    fn spawn(&mut self, id: usize) {
+        let daemon_dir = PathBuf::from(self.loaded.config.str("daemon_directory"));
+        let Some(s) = self.services.get_mut(&id) else {
+            return;
+        };
+        let path = daemon_dir.join(&s.def.command);
+        let args = DaemonArgs {
+            service: s.def.name.clone(),
+            kind: match s.def.kind {
+                ServiceKind::Inet => "inet".into(),
+                ServiceKind::Unix => "unix".into(),
+            },
+            unpriv: s.def.unpriv,
+            chroot: s.def.chroot,
+            verbose: false,
+            overrides: s.def.overrides.clone(),
+            rest: s.def.args.clone(),
+        };
+        let mut cmd = Command::new(&path);
+        cmd.args(args.to_args())
+            .env(status::CONFIG_DIR_ENV, &self.config_dir)
+            .env(status::LISTEN_FDS_ENV, s.socks.len().to_string())
+            .stdin(Stdio::null());
+        if self.foreground {
+            cmd.env(status::FOREGROUND_ENV, "1");
+        } else {
+            cmd.env_remove(status::FOREGROUND_ENV);
+        }
+        let mut fds = vec![self.status_write.as_fd(), self.life_read.as_fd()];
+        fds.extend(s.socks.iter().map(|l| l.fd()));
+        match sys::process::spawn_with_fds(&mut cmd, &fds) {
+            Ok(child) => {
+                let pid = child.id() as i32;
+                // We reap with waitpid(-1) ourselves; the handle is not needed.
+                drop(child);
+                s.procs.insert(
+                    pid,
+                    Proc {
+                        state: ProcState::Starting,
+                        uses: 0,
+                        started: SystemTime::now(),
+                    },
+                );
+            }
+            Err(e) => {
+                let max = self.loaded.config.time("service_throttle_time");
+                s.bad_starts = s.bad_starts.saturating_add(1);
+                let wait = crate::service::backoff(s.bad_starts, max);
+                s.throttled_until = Some(Instant::now() + wait);
+                msg_warn!(
+                    "spawn command {}: {e} -- throttling for {}s",
+                    path.display(),
+                    wait.as_secs()
+                );
+                self.timers
+                    .set(Instant::now() + wait, Timer::Unthrottle(id));
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        loop {
+            let (pid, how) = match sys::process::reap_any() {
+                Ok(Some(x)) => x,
+                Ok(None) => return,
+                Err(e) => {
+                    msg_warn!("{e}");
+                    return;
+                }
+            };
+            if let Some(cmd) = self.retired.remove(&pid) {
+                if !how.is_success() && !self.stopping {
+                    log_exit(&cmd, pid, how);
+                }
+                continue;
+            }
+            let max = self.loaded.config.time("service_throttle_time");
+            let daemon_dir = self.loaded.config.str("daemon_directory");
+            let now = Instant::now();
+            let stopping = self.stopping;
+            let Some((id, s)) = self
+                .services
+                .iter_mut()
+                .find(|(_, s)| s.procs.contains_key(&pid))
+            else {
+                continue;
+            };
+            let id = *id;
+            let proc = s.procs.remove(&pid).expect("checked above");
+            if stopping || how.is_success() {
+                continue;
+            }
+            let cmd = format!("{daemon_dir}/{}", s.def.command);
+            log_exit(&cmd, pid, how);
+            if let Some(wait) = s.died_badly(&proc, now, max) {
+                msg_warn!(
+                    "{cmd}: bad command startup -- throttling for {}s",
+                    wait.as_secs().max(1)
+                );
+                self.timers.set(now + wait, Timer::Unthrottle(id));
+            } else if s.def.wakeup > 0 {
+                // A service that is meant to run gets its process back now.
+                self.timers.set(now, Timer::Wakeup(id));
+            }
+        }
+    }
+
+    fn read_status(&mut self) {
+        let mut buf = [0u8; RECORD_LEN * 64];
+        loop {
+            match self.status_read.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => self.status_buf.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        let whole = self.status_buf.len() / RECORD_LEN * RECORD_LEN;
+        let records: Vec<u8> = self.status_buf.drain(..whole).collect();
+        for chunk in records.chunks_exact(RECORD_LEN) {
+            let arr: &[u8; RECORD_LEN] = chunk.try_into().expect("chunks_exact");
+            let Some(rec) = StatusRecord::from_bytes(arr) else {
+                msg_warn!("garbled status record from a child");
+                continue;
+            };
+            for s in self.services.values_mut() {
+                if s.report(rec.pid, rec.state, rec.uses) {
+                    break;
+                }
+            }
+        }
+    }
+
+    fn wakeup(&mut self, id: usize) {
+        if self.stopping {
+            return;
+        }
+        let Some(s) = self.services.get(&id) else {
+            return;
+        };
+        let interval = Duration::from_secs(u64::from(s.def.wakeup));
+        // A wakeup is a client that connects and leaves: the service's
+        // process starts on demand if none runs, as in Postfix.
+        if s.throttled_until.is_none_or(|t| t <= Instant::now()) {
+            for sock in &s.socks {
+                let r = match sock {
+                    ListenSock::Tcp(_, a) => {
+                        std::net::TcpStream::connect_timeout(a, Duration::from_secs(1)).map(drop)
+                    }
+                    ListenSock::Unix(_, p) => std::os::unix::net::UnixStream::connect(p).map(drop),
+                };
+                if let Err(e) = r {
+                    msg_warn!("service {}: wakeup {}: {e}", s.def.name, sock.describe());
+                }
+            }
+        }
+        if s.def.wakeup > 0 {
+            self.timers
+                .set(Instant::now() + interval, Timer::Wakeup(id));
+        }
+    }
+
+    fn reload(&mut self) {
+        if self.stopping {
+            return;
+        }
+        let new = match load(&self.config_dir) {
+            Ok(l) => l,
+            Err(e) => {
+                msg_warn!("reload: {e}; keeping the running configuration");
+                return;
+            }
+        };
+        msg_info!(
+            "reload -- version {}, configuration {}",
+            env!("CARGO_PKG_VERSION"),
+            self.config_dir.display()
+        );
+        let main_changed = new.main_text != self.loaded.main_text;
+        let old_config = std::mem::replace(&mut self.loaded, new);
+        let mut keep = Vec::new();
+        let ids: Vec<usize> = self.services.keys().copied().collect();
+        for id in ids {
+            let s = &self.services[&id];
+            let new_def = self
+                .loaded
+                .services
+                .iter()
+                .find(|d| d.name == s.def.name && d.kind == s.def.kind)
+                .cloned();
+            let new_bind = new_def
+                .as_ref()
+                .and_then(|d| listen::endpoint_of(d, &self.loaded.config).ok());
+            let same_def = new_def.as_ref().is_some_and(|d| same_service(d, &s.def));
+            let same_bind = new_bind.as_ref() == Some(&s.bind);
+            if same_def && same_bind {
+                if main_changed {
+                    for pid in s.procs.keys() {
+                        let _ = sys::process::signal(*pid, SIGHUP);
+                    }
+                }
+                keep.push(s.def.name.clone());
+                continue;
+            }
+            let mut s = self.services.remove(&id).expect("id from keys");
+            self.unwatch(&mut s);
+            let cmd = format!(
+                "{}/{}",
+                old_config.config.str("daemon_directory"),
+                s.def.command
+            );
+            for pid in s.procs.keys() {
+                let _ = sys::process::signal(*pid, SIGTERM);
+                self.retired.insert(*pid, cmd.clone());
+            }
+            match new_def {
+                Some(def) => {
+                    msg_info!("service {}: definition changed, restarting", def.name);
+                    let socks = if same_bind {
+                        Some((s.bind, s.socks))
+                    } else {
+                        None
+                    };
+                    if let Err(e) = self.add_service(def.clone(), socks) {
+                        msg_warn!("reload: {e}");
+                    }
+                    keep.push(def.name.clone());
+                }
+                None => msg_info!("service {}: removed", s.def.name),
+            }
+        }
+        let defs = self.loaded.services.clone();
+        for def in defs {
+            if !keep.contains(&def.name) {
+                msg_info!("service {}: added", def.name);
+                if let Err(e) = self.add_service(def, None) {
+                    msg_warn!("reload: {e}");
+                }
+            }
+        }
+    }
+
+    fn unwatch(&mut self, s: &mut Service) {
+        if s.watching {
+            for sock in &s.socks {
+                let _ = self.poll.registry().deregister(&mut SourceFd(&sock.raw()));
+            }
+            s.watching = false;
+        }
+    }
+
+    /// Starts the graceful stop: SIGTERM to every child, SIGKILL after
+    /// `master_stop_timeout`.
+    pub fn begin_stop(&mut self, sig: Option<i32>) {
+        if self.stopping {
+            return;
+        }
+        match sig {
+            Some(sig) => msg_info!("terminating on signal {sig}"),
+            None => msg_info!("terminating on request"),
+        }
+        self.stopping = true;
+        for pid in self.all_pids() {
+            let _ = sys::process::signal(pid, SIGTERM);
+        }
+        let wait = self.loaded.config.time("master_stop_timeout");
+        self.timers.set(Instant::now() + wait, Timer::StopDeadline);
+    }
+
+    fn all_pids(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = self
+            .services
+            .values()
+            .flat_map(|s| s.procs.keys().copied())
+            .collect();
+        v.extend(self.retired.keys().copied());
+        v
+    }
+
+    fn kill_remaining(&mut self) {
+        let pids = self.all_pids();
+        for pid in &pids {
+            msg_warn!("process {pid} did not stop: sending SIGKILL");
+            let _ = sys::process::signal(*pid, 9);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && !self.all_pids().is_empty() {
+            self.reap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for s in self.services.values_mut() {
+            s.procs.clear();
+        }
+        self.retired.clear();
+    }
+
+    fn accept_control(&mut self) {
+        loop {
+            let stream = match self.control.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    msg_warn!("control socket: {e}");
+                    return;
+                }
+            };
+            let Ok(cred) = sys::creds::peer_cred(&stream) else {
+                continue;
+            };
+            let me = sys::current_ids().0;
+            let owner = self.owner.as_ref().map(|o| o.uid);
+            if cred.uid != 0 && cred.uid != me && Some(cred.uid) != owner {
+                msg_warn!(
+                    "control socket: refusing uid {} (pid {})",
+                    cred.uid,
+                    cred.pid
+                );
+                continue;
+            }
+            if stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            let mut ep = Endpoint::new(mio::net::UnixStream::from_std(stream));
+            let token = Token(self.next_control_token);
+            self.next_control_token += 1;
+            if FIRST_CONTROL_CLIENT + self.next_control_token >= FIRST_LISTEN {
+                self.next_control_token = FIRST_CONTROL_CLIENT;
+            }
+            if self
+                .poll
+                .registry()
+                .register(ep.stream(), token, Interest::READABLE)
+                .is_err()
+            {
+                continue;
+            }
+            self.control_clients.insert(token, ep);
+            self.serve_control(token);
+        }
+    }
+
+    fn serve_control(&mut self, token: Token) {
+        let Some(mut ep) = self.control_clients.remove(&token) else {
+            return;
+        };
+        let result = (|| -> Result<bool, ipc::IpcError> {
+            let open = ep.read_ready()?;
+            if !ep.accept_hello::<control::Control>()? {
+                return Ok(open);
+            }
+            while let Some(req) = ep.recv::<Tagged<control::Request>>()? {
+                let resp = match req.body {
+                    control::Request::Status => control::Response::Status(self.status()),
+                    control::Request::Reload => {
+                        self.reload();
+                        control::Response::Done
+                    }
+                    control::Request::Stop => {
+                        self.begin_stop(None);
+                        control::Response::Done
+                    }
+                };
+                ep.reply(req.id, &resp)?;
+            }
+            Ok(open)
+        })();
+        match result {
+            Ok(true) => {
+                self.control_clients.insert(token, ep);
+            }
+            Ok(false) => {
+                let _ = self.poll.registry().deregister(ep.stream());
+            }
+            Err(e) => {
+                msg_warn!("control client: {e}");
+                let _ = self.poll.registry().deregister(ep.stream());
+            }
+        }
+    }
+
+    fn status(&self) -> MasterStatus {
+        let now = Instant::now();
+        let limit = self.default_limit();
+        MasterStatus {
+            pid: std::process::id() as i32,
+            started: now_secs(self.started),
+            config_directory: self.config_dir.display().to_string(),
+            queue_directory: self.loaded.config.str("queue_directory"),
+            unprivileged: !sys::is_root(),
+            services: self
+                .services
+                .values()
+                .map(|s| ServiceStatus {
+                    name: s.def.name.clone(),
+                    kind: match s.def.kind {
+                        ServiceKind::Inet => "inet".into(),
+                        ServiceKind::Unix => "unix".into(),
+                    },
+                    command: s.def.command.clone(),
+                    listen: s.socks.iter().map(|l| l.describe()).collect(),
+                    maxproc: s.limit(limit),
+                    throttled_for: s
+                        .throttled_until
+                        .map(|t| t.saturating_duration_since(now).as_secs())
+                        .unwrap_or(0),
+                    processes: s
+                        .procs
+                        .iter()
+                        .map(|(pid, p)| ProcessStatus {
+                            pid: *pid,
+                            state: match p.state {
+                                ProcState::Starting => "starting".into(),
+                                ProcState::Available => "available".into(),
+                                ProcState::Busy => "busy".into(),
+                            },
+                            uses: p.uses,
+                            started: now_secs(p.started),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Removes the control socket; called on the way out.
+    pub fn cleanup(&self) {
+        let _ = std::fs::remove_file(&self.control_path);
+    }
+}
+
+use crate::listen::ListenSock;
+
+/// Whether two definitions run the same thing (line numbers aside).
+fn same_service(a: &ServiceDef, b: &ServiceDef) -> bool {
+    let mut a = a.clone();
+    a.line = b.line;
+    &a == b
+}
+
+fn log_exit(cmd: &str, pid: i32, how: sys::process::ExitKind) {
+    match how {
+        sys::process::ExitKind::Exited(code) => {
+            msg_warn!("process {cmd} pid {pid} exit status {code}")
+        }
+        sys::process::ExitKind::Signaled(sig) => {
+            msg_warn!("process {cmd} pid {pid} killed by signal {sig}")
+        }
+    }
+}
+
+fn set_nonblocking(f: &std::fs::File) -> Result<(), String> {
+    sys::process::set_nonblocking(f.as_fd()).map_err(|e| e.to_string())
+}

@@ -1,0 +1,260 @@
+//! `sluice check`: every problem with the configuration and the file
+//! system that would stop or weaken the mail system, found in one run.
+//!
+//! Like `postfix check`, it does not stop at the first problem: it reports
+//! each one on its own line (`sluice: error: …` or `sluice: warning: …`) and
+//! exits 1 if any was an error, 0 otherwise.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use config::{Config, ServiceDef, ServiceKind};
+
+#[derive(Default)]
+struct Report {
+    errors: usize,
+    warnings: usize,
+}
+
+impl Report {
+    fn error(&mut self, msg: impl std::fmt::Display) {
+        eprintln!("sluice: error: {msg}");
+        self.errors += 1;
+    }
+    fn warn(&mut self, msg: impl std::fmt::Display) {
+        eprintln!("sluice: warning: {msg}");
+        self.warnings += 1;
+    }
+}
+
+/// Runs every check; returns the exit code.
+pub fn check(dir: &Path) -> i32 {
+    let mut r = Report::default();
+    let services = match config::load_master_cf(&dir.join("master.cf")) {
+        Ok(s) => s,
+        Err(e) => {
+            r.error(e);
+            Vec::new()
+        }
+    };
+    let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
+    let cfg = match Config::load(dir, &names) {
+        Ok(l) => {
+            for w in &l.warnings {
+                r.warn(w);
+            }
+            Some(l.config)
+        }
+        Err(e) => {
+            r.error(e);
+            None
+        }
+    };
+    check_config_files(dir, &mut r);
+    if let Some(cfg) = &cfg {
+        let owner = check_owner(cfg, &mut r);
+        check_services(cfg, &services, &mut r);
+        check_queue(cfg, owner, &mut r);
+        check_log(cfg, &mut r);
+    }
+    if r.errors == 0 {
+        println!("sluice: check: no errors, {} warning(s)", r.warnings);
+        0
+    } else {
+        println!(
+            "sluice: check: {} error(s), {} warning(s)",
+            r.errors, r.warnings
+        );
+        1
+    }
+}
+
+fn check_config_files(dir: &Path, r: &mut Report) {
+    for f in ["main.cf", "master.cf"] {
+        let p = dir.join(f);
+        match std::fs::metadata(&p) {
+            Ok(m) => {
+                if m.permissions().mode() & 0o022 != 0 {
+                    r.error(format!("{}: writable by group or others (mode {:o}): anyone could reconfigure the mail system",
+                        p.display(), m.permissions().mode() & 0o7777));
+                }
+                if sys::is_root() && m.uid() != 0 {
+                    r.warn(format!(
+                        "{}: owned by uid {}, not root",
+                        p.display(),
+                        m.uid()
+                    ));
+                }
+            }
+            Err(e) => r.error(format!("{}: {e}", p.display())),
+        }
+    }
+}
+
+fn check_owner(cfg: &Config, r: &mut Report) -> Option<sys::privilege::Identity> {
+    let name = cfg.str("mail_owner");
+    match sys::privilege::lookup_user(&name) {
+        Ok(Some(u)) if u.uid == 0 => {
+            r.error(format!(
+                "mail_owner {name} has uid 0: it must be a dedicated unprivileged user"
+            ));
+            None
+        }
+        Ok(Some(u)) => Some(u),
+        Ok(None) if sys::is_root() => {
+            r.error(format!("mail_owner {name}: no such user (create it, e.g. `adduser --system --group {name}`)"));
+            None
+        }
+        Ok(None) => {
+            r.warn(format!(
+                "mail_owner {name}: no such user (needed only when started as root)"
+            ));
+            None
+        }
+        Err(e) => {
+            r.error(format!("mail_owner {name}: {e}"));
+            None
+        }
+    }
+}
+
+fn check_services(cfg: &Config, services: &[ServiceDef], r: &mut Report) {
+    let daemon_dir = Path::new(&cfg.str("daemon_directory")).to_path_buf();
+    if !daemon_dir.is_dir() {
+        r.error(format!(
+            "daemon_directory {}: not a directory",
+            daemon_dir.display()
+        ));
+    }
+    let master = daemon_dir.join("master");
+    if !is_executable(&master) {
+        r.error(format!("{}: missing or not executable", master.display()));
+    }
+    let mut seen = std::collections::BTreeMap::new();
+    for s in services {
+        let cmd = daemon_dir.join(&s.command);
+        if !is_executable(&cmd) {
+            r.error(format!(
+                "master.cf, line {}: service {}: command {} is missing or not executable",
+                s.line,
+                s.name,
+                cmd.display()
+            ));
+        }
+        if s.kind == ServiceKind::Inet {
+            match config::inet_addresses(s, cfg) {
+                Ok(addrs) => {
+                    for a in addrs {
+                        if let Some(other) = seen.insert(a, s.name.clone()) {
+                            r.error(format!("master.cf, line {}: service {} listens on {a}, as service {other} does",
+                                s.line, s.name));
+                        }
+                    }
+                }
+                Err(e) => r.error(e),
+            }
+        }
+        for (k, v) in &s.overrides {
+            let mut c = cfg.clone();
+            if let Err(e) = c.set_override(k, v) {
+                r.error(format!(
+                    "master.cf, line {}: service {}: -o {k}={v}: {e}",
+                    s.line, s.name
+                ));
+            }
+        }
+    }
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+fn check_queue(cfg: &Config, owner: Option<sys::privilege::Identity>, r: &mut Report) {
+    let queue = Path::new(&cfg.str("queue_directory")).to_path_buf();
+    let meta = match std::fs::symlink_metadata(&queue) {
+        Ok(m) => m,
+        Err(_) => {
+            r.warn(format!(
+                "queue_directory {}: does not exist yet; master creates it at start",
+                queue.display()
+            ));
+            return;
+        }
+    };
+    if !meta.is_dir() {
+        r.error(format!(
+            "queue_directory {}: not a directory",
+            queue.display()
+        ));
+        return;
+    }
+    if meta.permissions().mode() & 0o002 != 0 {
+        r.error(format!(
+            "queue_directory {}: world-writable",
+            queue.display()
+        ));
+    }
+    let root = sys::is_root();
+    if root && meta.uid() != 0 {
+        r.warn(format!(
+            "queue_directory {}: owned by uid {}, not root",
+            queue.display(),
+            meta.uid()
+        ));
+    }
+    for (sub, mode) in [("private", 0o700), ("public", 0o755), ("pid", 0o755)] {
+        let p = queue.join(sub);
+        let Ok(m) = std::fs::symlink_metadata(&p) else {
+            r.warn(format!(
+                "{}: missing; master creates it at start",
+                p.display()
+            ));
+            continue;
+        };
+        if !m.is_dir() {
+            r.error(format!("{}: not a directory", p.display()));
+            continue;
+        }
+        let actual = m.permissions().mode() & 0o7777;
+        if actual & 0o002 != 0 {
+            r.error(format!("{}: world-writable (mode {actual:o})", p.display()));
+        } else if sub == "private" && actual & 0o077 != 0 {
+            r.error(format!("{}: mode {actual:o}, should be {mode:o}: other users could reach internal services",
+                p.display()));
+        }
+        if root && sub != "pid" {
+            if let Some(o) = &owner {
+                if m.uid() != o.uid {
+                    r.error(format!(
+                        "{}: owned by uid {}, should be mail_owner {} (uid {})",
+                        p.display(),
+                        m.uid(),
+                        o.name,
+                        o.uid
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn check_log(cfg: &Config, r: &mut Report) {
+    let file = cfg.str("maillog_file");
+    if file.is_empty() {
+        return;
+    }
+    let p = Path::new(&file);
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => r.error(format!(
+            "maillog_file {file}: directory {} does not exist",
+            d.display()
+        )),
+        _ => {}
+    }
+    if !p.is_absolute() {
+        r.warn(format!("maillog_file {file}: not an absolute path; it is opened relative to each daemon's directory"));
+    }
+}

@@ -1,0 +1,156 @@
+//! sluice(1): the postmaster's command.
+//!
+//! `start`, `stop`, `reload`, `status`, `check` and `config`, in the manner
+//! of Postfix's `postfix` and `postconf` commands. Exit codes a script can
+//! rely on: 0 success, 1 failure (with a message on stderr), 2 bad usage,
+//! 3 from `status` when the mail system is not running.
+#![forbid(unsafe_code)]
+
+mod check;
+mod lifecycle;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// The Sluice mail system's control command.
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version, about = "Control the Sluice mail system")]
+struct Cli {
+    /// The configuration directory (default: $SLUICE_CONFIG_DIR, else /etc/sluice).
+    #[arg(short = 'c', long = "config-dir", global = true)]
+    config_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Start the mail system (master and its services).
+    Start {
+        /// Stay in the foreground, logging to stderr as well.
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// Stop the mail system gracefully.
+    Stop,
+    /// Re-read main.cf and master.cf; restart only services whose definition changed.
+    Reload,
+    /// Show master, its services and their processes.
+    Status,
+    /// Validate the configuration, directories, ownership and permissions.
+    Check,
+    /// Print or edit main.cf parameters, like postconf.
+    Config {
+        /// Only parameters set in main.cf.
+        #[arg(short = 'n', conflicts_with = "defaults")]
+        non_default: bool,
+        /// Default values.
+        #[arg(short = 'd')]
+        defaults: bool,
+        /// Parameter names to print, or name=value pairs to set in main.cf.
+        args: Vec<String>,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let dir = cli
+        .config_dir
+        .or_else(|| std::env::var_os(ipc::status::CONFIG_DIR_ENV).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/etc/sluice"));
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    let code = match cli.cmd {
+        Cmd::Start { foreground } => lifecycle::start(&dir, foreground),
+        Cmd::Stop => lifecycle::stop(&dir),
+        Cmd::Reload => lifecycle::reload(&dir),
+        Cmd::Status => lifecycle::status(&dir),
+        Cmd::Check => check::check(&dir),
+        Cmd::Config {
+            non_default,
+            defaults,
+            args,
+        } => config_cmd(&dir, non_default, defaults, &args),
+    };
+    std::process::exit(code)
+}
+
+/// Reports an error the way every subcommand does.
+pub fn fail(msg: impl std::fmt::Display) -> i32 {
+    eprintln!("sluice: fatal: {msg}");
+    1
+}
+
+/// Loads main.cf with master.cf's service names, printing warnings.
+pub fn load_config(
+    dir: &std::path::Path,
+    quiet: bool,
+) -> Result<(config::Config, Vec<config::ServiceDef>), String> {
+    let services = config::load_master_cf(&dir.join("master.cf")).map_err(|e| e.to_string())?;
+    let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
+    let loaded = config::Config::load(dir, &names).map_err(|e| e.to_string())?;
+    if !quiet {
+        for w in &loaded.warnings {
+            eprintln!("sluice: warning: {w}");
+        }
+    }
+    Ok((loaded.config, services))
+}
+
+fn config_cmd(dir: &std::path::Path, non_default: bool, defaults: bool, args: &[String]) -> i32 {
+    let names: Vec<String> = config::load_master_cf(&dir.join("master.cf"))
+        .map(|v| v.into_iter().map(|s| s.name).collect())
+        .unwrap_or_default();
+    let assignments: Vec<(String, String)> = args
+        .iter()
+        .filter_map(|a| {
+            a.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect();
+    if !assignments.is_empty() {
+        if assignments.len() != args.len() {
+            return fail("mix of name=value edits and names to print");
+        }
+        return match config::edit_file(&dir.join("main.cf"), &assignments, &names) {
+            Ok(warnings) => {
+                for w in warnings {
+                    eprintln!("sluice: warning: {w}");
+                }
+                0
+            }
+            Err(e) => fail(e),
+        };
+    }
+    let cfg = match config::Config::load(dir, &names) {
+        Ok(l) => {
+            for w in &l.warnings {
+                eprintln!("sluice: warning: {w}");
+            }
+            l.config
+        }
+        Err(e) => return fail(e),
+    };
+    let mode = if defaults {
+        config::RenderMode::Defaults
+    } else if non_default {
+        config::RenderMode::NonDefault
+    } else {
+        config::RenderMode::All
+    };
+    if args.is_empty() {
+        print!("{}", config::render(&cfg, mode));
+        return 0;
+    }
+    let mut code = 0;
+    for name in args {
+        match config::render_one(&cfg, name, mode) {
+            Ok(s) => print!("{s}"),
+            Err(e) => {
+                eprintln!("sluice: warning: {e}");
+                code = 1;
+            }
+        }
+    }
+    code
+}

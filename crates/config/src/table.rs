@@ -1,0 +1,426 @@
+//! The parameter table: every main.cf parameter Sluice knows, in one place.
+//!
+//! Each entry gives the name, the type (which decides validation), the
+//! default as Postfix writes it (it may contain `$name`), a one-line
+//! description, and whether a transport may override it with
+//! `<transport>_<name>` (a leading `default_` is dropped first, Postfix's
+//! rule). `sluice config -d`, load-time validation and sluice.conf(5) are all
+//! generated from this table, so adding a parameter here is all it takes.
+//! Defaults follow Postfix where the meaning is the same. Two defaults are
+//! computed from the system rather than written down: `myhostname` and
+//! `mydomain` (see `DefaultValue`).
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use crate::value::{ParamType, TimeUnit};
+
+/// Where a parameter's default comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DefaultValue {
+    /// Literal text as in main.cf (may contain `$name`).
+    Text(&'static str),
+    /// The system host name; `.localdomain` (or `.$mydomain` when set) is
+    /// appended when it has no dot, as Postfix does.
+    Hostname,
+    /// `$myhostname` without its first label, or `localdomain`.
+    Domain,
+    /// The version of this build (kept out of the man page so that it does
+    /// not change with every release).
+    Version,
+}
+
+/// One row of the parameter table.
+#[derive(Clone, Copy, Debug)]
+pub struct ParamSpec {
+    /// The parameter name.
+    pub name: &'static str,
+    /// Its type.
+    pub ty: ParamType,
+    /// Its default.
+    pub default: DefaultValue,
+    /// One-line description.
+    pub doc: &'static str,
+    /// Whether `<transport>_<name>` overrides it per transport.
+    pub per_transport: bool,
+    /// Whether `$name` is expanded at lookup; false for values that the
+    /// program expands later with its own variables (e.g. `forward_path`).
+    pub expand: bool,
+}
+
+impl ParamSpec {
+    /// The name of the override of this parameter for `transport`.
+    pub fn transport_name(&self, transport: &str) -> String {
+        format!("{transport}_{}", self.short_name())
+    }
+
+    /// The name without a leading `default_`.
+    pub fn short_name(&self) -> &'static str {
+        self.name.strip_prefix("default_").unwrap_or(self.name)
+    }
+
+    /// The default as text for documentation: computed defaults are described.
+    pub fn default_doc(&self) -> &'static str {
+        match self.default {
+            DefaultValue::Text(t) => t,
+            DefaultValue::Hostname => "(the system host name)",
+            DefaultValue::Domain => "(myhostname without its first label)",
+            DefaultValue::Version => "(the Sluice version)",
+        }
+    }
+}
+
+const fn p(
+    name: &'static str,
+    ty: ParamType,
+    default: &'static str,
+    doc: &'static str,
+) -> ParamSpec {
+    ParamSpec {
+        name,
+        ty,
+        default: DefaultValue::Text(default),
+        doc,
+        per_transport: false,
+        expand: true,
+    }
+}
+
+/// Per-transport parameter.
+const fn t(
+    name: &'static str,
+    ty: ParamType,
+    default: &'static str,
+    doc: &'static str,
+) -> ParamSpec {
+    ParamSpec {
+        per_transport: true,
+        ..p(name, ty, default, doc)
+    }
+}
+
+/// Parameter whose value is not `$`-expanded by the configuration.
+const fn raw(name: &'static str, default: &'static str, doc: &'static str) -> ParamSpec {
+    ParamSpec {
+        expand: false,
+        ..p(name, ParamType::String, default, doc)
+    }
+}
+
+use ParamType as T;
+const S: ParamType = T::String;
+const I: ParamType = T::Int;
+const B: ParamType = T::Bool;
+const SEC: ParamType = T::Time(TimeUnit::Seconds);
+const DAY: ParamType = T::Time(TimeUnit::Days);
+const HOUR: ParamType = T::Time(TimeUnit::Hours);
+const Z: ParamType = T::Size;
+const L: ParamType = T::List;
+const M: ParamType = T::MapRef;
+const N: ParamType = T::CidrList;
+const F: ParamType = T::Feedback;
+
+static PARAMS: &[ParamSpec] = &[
+    // Installation and identity.
+    p("config_directory", S, "/etc/sluice", "Directory with main.cf and master.cf; set from the -c option, not from main.cf."),
+    p("queue_directory", S, "/var/spool/sluice", "Root of the queue: message files, journal, service sockets, pid files."),
+    p("daemon_directory", S, "/usr/lib/sluice", "Directory where master finds the service programs."),
+    p("command_directory", S, "/usr/sbin", "Directory of the administrative commands (sluice, sendmail)."),
+    p("data_directory", S, "/var/lib/sluice", "Directory for caches and other data that survive a reboot."),
+    p("process_id_directory", S, "pid", "Directory for pid and lock files, relative to queue_directory."),
+    p("mail_owner", S, "sluice", "Unprivileged user that owns the queue and runs the unpriv services."),
+    p("setgid_group", S, "sluicedrop", "Group used by local submission to reach the public sockets."),
+    p("default_privs", S, "nobody", "User that local delivery runs as for external files and commands when nobody else fits."),
+    p("mail_name", S, "Sluice", "Name of the mail system, used in the SMTP greeting and in bounces."),
+    ParamSpec { default: DefaultValue::Version, ..p("mail_version", S, "", "Version of the mail system (informational).") },
+    ParamSpec { default: DefaultValue::Hostname, ..p("myhostname", S, "", "Fully qualified host name of this system.") },
+    ParamSpec { default: DefaultValue::Domain, ..p("mydomain", S, "", "Internet domain of this system.") },
+    p("myorigin", S, "$myhostname", "Domain appended to unqualified sender addresses of local mail."),
+    p("mydestination", L, "$myhostname, localhost.$mydomain, localhost", "Domains delivered locally by local_transport."),
+    p("mynetworks", N, "127.0.0.0/8 [::1]/128", "Trusted client networks (permit_mynetworks); addresses, CIDRs and type:table entries."),
+    p("inet_interfaces", L, "all", "Addresses to listen on for inet services without a host: all, loopback-only or addresses."),
+    p("inet_protocols", T::Enum(&["ipv4", "ipv6", "all"]), "all", "IP protocols to use for listening and for connections."),
+    p("metrics_listen", S, "", "host:port of the Prometheus metrics endpoint; empty turns it off."),
+    // Logging.
+    p("maillog_file", S, "", "Log to this file instead of syslog when set."),
+    p("syslog_name", S, "sluice", "Prefix of the syslog ident (sluice/<service>)."),
+    p("syslog_facility", S, "mail", "Syslog facility."),
+    p("delay_logging_resolution_limit", I, "2", "Digits after the decimal point in delay= and delays= log fields."),
+    p("debug_peer_list", N, "", "Clients and servers whose sessions are logged in detail."),
+    p("debug_peer_level", I, "2", "Extra verbosity for sessions with debug_peer_list peers."),
+    // Master and the daemon skeleton.
+    p("max_use", I, "100", "Requests a daemon process serves before it exits."),
+    p("max_idle", SEC, "100s", "Time an idle daemon process waits for a request before it exits."),
+    p("default_process_limit", I, "100", "Process limit of a master.cf service whose maxproc is -."),
+    p("service_throttle_time", SEC, "60s", "Time master waits before restarting a service whose process failed at once."),
+    p("ipc_timeout", SEC, "3600s", "Time limit for an internal request or reply."),
+    p("ipc_idle", SEC, "5s", "Time an idle client keeps an internal connection open."),
+    p("daemon_timeout", SEC, "18000s", "Time limit for a daemon process to handle one request."),
+    p("master_stop_timeout", SEC, "10s", "Time master waits after SIGTERM to its children before SIGKILL."),
+    p("cleanup_service_name", S, "cleanup", "Name of the cleanup service."),
+    p("queue_service_name", S, "qmgr", "Name of the queue manager service."),
+    p("router_service_name", S, "router", "Name of the address resolution service."),
+    // Queue storage.
+    p("journal_segment_size", Z, "64m", "Size at which qmgr starts a new journal segment."),
+    p("queue_minfree", Z, "0", "Free space the queue file system must keep before mail is accepted (0: only message_size_limit applies)."),
+    p("message_size_limit", Z, "10240000", "Largest message accepted, in bytes (0: no limit)."),
+    p("header_size_limit", Z, "102400", "Largest message header accepted, in bytes."),
+    p("hopcount_limit", I, "50", "Most Received: headers a message may have before it bounces as a loop."),
+    p("line_length_limit", I, "2048", "Longest line kept in one piece by SMTP receivers; longer ones are split."),
+    p("always_add_missing_headers", B, "no", "Add missing From:, To:, Date:, Message-ID: headers to remote mail too."),
+    p("header_checks", M, "", "Tables of header patterns and actions applied by cleanup."),
+    p("body_checks", M, "", "Tables of body line patterns and actions applied by cleanup."),
+    p("enable_original_recipient", B, "yes", "Keep the original recipient address for DSN and logging."),
+    // Queue manager and scheduler.
+    p("qmgr_message_active_limit", I, "20000", "Most messages in qmgr's memory."),
+    p("qmgr_message_recipient_limit", I, "20000", "Most recipients in qmgr's memory."),
+    p("qmgr_message_recipient_minimum", I, "10", "Fewest recipient slots a message gets when memory is short."),
+    p("default_recipient_refill_limit", I, "100", "Recipients read into memory at a time for a message with many."),
+    p("default_recipient_refill_delay", SEC, "5s", "Delay after which more recipients are read even if not all slots are free."),
+    p("qmgr_clog_warn_time", SEC, "300s", "Minimal interval between warnings that the active queue is congested."),
+    p("queue_run_delay", SEC, "300s", "How often the deferred queue is checked for mail that is due."),
+    p("minimal_backoff_time", SEC, "300s", "Least time between delivery attempts of deferred mail."),
+    p("maximal_backoff_time", SEC, "4000s", "Longest time between delivery attempts of deferred mail."),
+    p("maximal_queue_lifetime", DAY, "5d", "Time after which undeliverable mail bounces."),
+    p("bounce_queue_lifetime", DAY, "5d", "Time after which an undeliverable bounce is dropped."),
+    p("delay_warning_time", HOUR, "0h", "Time after which the sender is told that mail is delayed (0: never)."),
+    p("defer_transports", L, "", "Transports whose mail is queued and delivered only when flushed."),
+    p("soft_bounce", B, "no", "Turn permanent delivery failures into temporary ones (for testing)."),
+    t("initial_destination_concurrency", I, "5", "Starting concurrency of a destination."),
+    t("default_destination_concurrency_limit", I, "20", "Most parallel deliveries to one destination."),
+    t("default_destination_recipient_limit", I, "50", "Most recipients per delivery request."),
+    t("default_destination_concurrency_positive_feedback", F, "1/concurrency", "Concurrency increase after a delivery without connection or handshake failure."),
+    t("default_destination_concurrency_negative_feedback", F, "1/concurrency", "Concurrency decrease after a connection or handshake failure."),
+    t("default_destination_concurrency_failed_cohort_limit", I, "1", "Failed pseudo-cohorts after which a destination at concurrency 1 is declared dead."),
+    t("default_destination_rate_delay", SEC, "0s", "Pause between deliveries to one destination (0: none)."),
+    t("default_transport_rate_delay", SEC, "0s", "Pause between deliveries through one transport (0: none)."),
+    t("transport_retry_time", SEC, "60s", "Time between attempts to use a transport whose agents failed."),
+    t("default_recipient_limit", I, "20000", "Most recipients of one transport in qmgr's memory."),
+    t("default_extra_recipient_limit", I, "1000", "Extra recipient slots a transport may borrow."),
+    t("default_delivery_slot_cost", I, "5", "nqmgr preemption: delivery slots a message must earn before it may be preempted (simulator policy)."),
+    t("default_delivery_slot_loan", I, "3", "nqmgr preemption: slots lent ahead of time (simulator policy)."),
+    t("default_delivery_slot_discount", I, "50", "nqmgr preemption: percentage of slots taken back on loan (simulator policy)."),
+    t("default_minimum_delivery_slots", I, "3", "nqmgr preemption: fewest slots before a message may preempt (simulator policy)."),
+    p("destination_concurrency_feedback_debug", B, "no", "Log every concurrency window change."),
+    p("local_destination_concurrency_limit", I, "2", "Most parallel deliveries to one local recipient."),
+    p("local_destination_recipient_limit", I, "1", "Recipients per local delivery request."),
+    t("sender_class_thresholds", T::IntList, "10, 1000", "Entries of one class key in memory at which mail moves to the medium and large class."),
+    t("scheduler_class_key", T::Enum(&["sender", "sender_domain", "tenant", "size"]), "sender", "What the three-class scheduler counts entries by."),
+    t("max_message_concurrency", I, "20", "Workers one message may hold when the transport is busy."),
+    t("scale_max_concurrency", I, "10", "Factor on free workers up to which one message may grow when the system is idle."),
+    t("connection_backlog_limit", I, "5", "Transactions queued on one connection before another is opened."),
+    t("connection_cache_time_limit", SEC, "2s", "Time an idle connection is kept open for reuse."),
+    t("connection_reuse_count_limit", I, "0", "Transactions after which a connection is closed (0: no limit)."),
+    t("connection_reuse_time_limit", SEC, "300s", "Age after which a connection gets no new transactions."),
+    // Bounces and notices.
+    p("2bounce_notice_recipient", S, "postmaster", "Recipient of undeliverable bounces."),
+    p("bounce_notice_recipient", S, "postmaster", "Recipient of postmaster copies of bounces."),
+    p("delay_notice_recipient", S, "postmaster", "Recipient of postmaster copies of delay warnings."),
+    p("error_notice_recipient", S, "postmaster", "Recipient of reports about mail system problems."),
+    p("notify_classes", L, "resource, software", "Problem classes reported to the postmaster."),
+    p("bounce_size_limit", Z, "50000", "Most of the original message returned in a bounce."),
+    p("double_bounce_sender", S, "double-bounce", "Sender of bounces whose own bounces are discarded."),
+    // Address resolution.
+    p("relayhost", S, "", "Next hop for remote mail when no transport_maps entry applies."),
+    p("relay_domains", L, "", "Domains this system relays mail to (besides mydestination)."),
+    p("relay_transport", S, "relay", "Transport for relay_domains."),
+    p("local_transport", S, "local:$myhostname", "Transport for mydestination."),
+    p("virtual_transport", S, "virtual", "Transport for virtual mailbox domains."),
+    p("default_transport", S, "smtp", "Transport for all other remote mail."),
+    p("transport_maps", M, "", "Tables mapping recipients and domains to transport:nexthop."),
+    p("virtual_alias_maps", M, "", "Tables of address aliases for any domain."),
+    p("virtual_alias_domains", L, "$virtual_alias_maps", "Domains whose every address is aliased through virtual_alias_maps."),
+    p("virtual_alias_recursion_limit", I, "1000", "Deepest nesting of virtual alias expansion."),
+    p("virtual_alias_expansion_limit", I, "1000", "Most addresses one virtual alias expands to."),
+    p("canonical_maps", M, "", "Tables rewriting sender and recipient addresses."),
+    p("sender_canonical_maps", M, "", "Tables rewriting sender addresses."),
+    p("recipient_canonical_maps", M, "", "Tables rewriting recipient addresses."),
+    p("recipient_delimiter", S, "", "Characters that separate a user name from an address extension (user+ext)."),
+    p("propagate_unmatched_extensions", L, "canonical, virtual", "Rewrites that keep the address extension."),
+    p("swap_bangpath", B, "yes", "Rewrite site!user into user@site."),
+    p("allow_percent_hack", B, "yes", "Rewrite user%domain into user@domain."),
+    p("append_at_myorigin", B, "yes", "Append @$myorigin to unqualified local addresses."),
+    p("append_dot_mydomain", B, "no", "Append .$mydomain to host names without a dot."),
+    p("resolve_dequoted_address", B, "yes", "Resolve user@domain from the unquoted form of a quoted local part."),
+    p("resolve_null_domain", B, "no", "Resolve user@ (empty domain) as if it were local."),
+    p("resolve_numeric_domain", B, "no", "Resolve user@ipaddress as local when the address is ours."),
+    p("empty_address_recipient", S, "MAILER-DAEMON", "Recipient of mail addressed to the null address."),
+    p("local_recipient_maps", M, "unix:passwd.byname $alias_maps", "Tables of valid local recipients (empty: accept any)."),
+    // DNS.
+    p("dns_servers", L, "", "Name servers to query instead of those in /etc/resolv.conf (address or address:port)."),
+    p("dns_timeout", SEC, "5s", "Time to wait for one DNS reply before retrying."),
+    p("dns_attempts", I, "2", "Times each name server is tried for one query."),
+    p("dns_cache_size", I, "10000", "Most DNS answers kept in the router's cache."),
+    // SMTP server.
+    p("smtpd_banner", S, "$myhostname ESMTP $mail_name", "Text after 220 in the SMTP greeting."),
+    p("smtpd_client_restrictions", L, "", "Access restrictions applied at connect time."),
+    p("smtpd_helo_restrictions", L, "", "Access restrictions applied to HELO/EHLO."),
+    p("smtpd_sender_restrictions", L, "", "Access restrictions applied to MAIL FROM."),
+    p("smtpd_relay_restrictions", L, "permit_mynetworks, reject_unauth_destination", "Relay control applied to RCPT TO before smtpd_recipient_restrictions."),
+    p("smtpd_recipient_restrictions", L, "", "Access restrictions applied to RCPT TO."),
+    p("smtpd_data_restrictions", L, "", "Access restrictions applied to DATA."),
+    p("smtpd_restriction_classes", L, "", "Names of user-defined parameters that hold restriction lists."),
+    p("smtpd_helo_required", B, "no", "Require HELO or EHLO before MAIL."),
+    p("smtpd_delay_reject", B, "yes", "Apply client, HELO and sender restrictions at RCPT TO."),
+    p("smtpd_reject_unlisted_recipient", B, "yes", "Reject local recipients that local_recipient_maps does not list."),
+    p("smtpd_reject_unlisted_sender", B, "no", "Reject local senders that local_recipient_maps does not list."),
+    p("disable_vrfy_command", B, "no", "Answer VRFY with 502 instead of 252."),
+    p("smtpd_forbid_bare_newline", T::Enum(&["reject", "normalize", "no"]), "reject", "What to do with a bare LF or CR in SMTP commands and message data."),
+    p("smtpd_timeout", SEC, "300s", "Time limit for each read or write of the SMTP server."),
+    p("smtpd_recipient_limit", I, "1000", "Most recipients accepted per message."),
+    p("smtpd_hard_error_limit", I, "20", "Errors after which the SMTP server disconnects."),
+    p("smtpd_soft_error_limit", I, "10", "Errors after which the SMTP server slows down."),
+    p("smtpd_error_sleep_time", SEC, "1s", "Delay before each error reply once smtpd_soft_error_limit is reached."),
+    p("smtpd_junk_command_limit", I, "100", "NOOP, RSET, VRFY and similar commands allowed per session."),
+    p("smtpd_client_connection_count_limit", I, "50", "Most simultaneous connections from one client (0: no limit)."),
+    p("smtpd_client_connection_rate_limit", I, "0", "Most connections from one client per anvil_rate_time_unit (0: no limit)."),
+    p("smtpd_client_message_rate_limit", I, "0", "Most messages from one client per anvil_rate_time_unit (0: no limit)."),
+    p("smtpd_client_recipient_rate_limit", I, "0", "Most recipients from one client per anvil_rate_time_unit (0: no limit)."),
+    p("smtpd_client_event_limit_exceptions", N, "$mynetworks", "Clients exempt from connection count and rate limits."),
+    p("anvil_rate_time_unit", SEC, "60s", "Time unit of the client rate limits."),
+    p("anvil_status_update_time", SEC, "600s", "How often the peak client rates are logged."),
+    p("smtpd_tls_security_level", T::Enum(&["none", "may", "encrypt"]), "none", "STARTTLS policy of the SMTP server."),
+    p("smtpd_tls_cert_file", S, "", "PEM file with the server certificate chain."),
+    p("smtpd_tls_key_file", S, "$smtpd_tls_cert_file", "PEM file with the server private key."),
+    p("smtpd_tls_wrappermode", B, "no", "Start TLS at connect time (port 465 style) instead of with STARTTLS."),
+    p("smtpd_tls_loglevel", I, "0", "TLS logging detail of the SMTP server."),
+    p("smtpd_tls_received_header", B, "no", "Record the TLS protocol and cipher in the Received: header."),
+    p("access_map_reject_code", I, "554", "SMTP reply code for REJECT access actions."),
+    p("access_map_defer_code", I, "450", "SMTP reply code for DEFER access actions."),
+    p("relay_domains_reject_code", I, "554", "SMTP reply code for reject_unauth_destination."),
+    p("unknown_local_recipient_reject_code", I, "550", "SMTP reply code for unknown local recipients."),
+    // SMTP client.
+    p("smtp_bind_address", S, "", "IPv4 source address of outgoing SMTP connections."),
+    p("smtp_bind_address6", S, "", "IPv6 source address of outgoing SMTP connections."),
+    p("smtp_helo_name", S, "$myhostname", "Name the SMTP client sends in EHLO/HELO."),
+    p("smtp_host_lookup", L, "dns", "How the SMTP client finds server addresses."),
+    p("smtp_address_preference", T::Enum(&["ipv4", "ipv6", "any"]), "any", "Address family tried first when a host has both."),
+    p("smtp_mx_address_limit", I, "5", "Most server addresses tried per delivery (0: no limit)."),
+    p("smtp_mx_session_limit", I, "2", "Most SMTP sessions tried per delivery (0: no limit)."),
+    p("smtp_connect_timeout", SEC, "30s", "Time limit for a TCP connection to complete."),
+    p("smtp_helo_timeout", SEC, "300s", "Time limit for the greeting and the EHLO/HELO reply."),
+    p("smtp_starttls_timeout", SEC, "300s", "Time limit for the STARTTLS reply and handshake."),
+    p("smtp_mail_timeout", SEC, "300s", "Time limit for the MAIL FROM reply."),
+    p("smtp_rcpt_timeout", SEC, "300s", "Time limit for each RCPT TO reply."),
+    p("smtp_data_init_timeout", SEC, "120s", "Time limit for the DATA reply."),
+    p("smtp_data_xfer_timeout", SEC, "180s", "Time limit for each write of message content."),
+    p("smtp_data_done_timeout", SEC, "600s", "Time limit for the reply to the end of data."),
+    p("smtp_rset_timeout", SEC, "20s", "Time limit for the RSET reply."),
+    p("smtp_quit_timeout", SEC, "300s", "Time limit for the QUIT reply."),
+    p("smtp_skip_5xx_greeting", B, "yes", "Try the next server when one greets with 5xx."),
+    p("smtp_line_length_limit", I, "998", "Longest line sent; longer ones are folded."),
+    p("smtp_tls_security_level", T::Enum(&["none", "may", "encrypt", "verify", "secure"]), "none", "STARTTLS policy of the SMTP client."),
+    p("smtp_tls_CAfile", S, "", "PEM file of trusted roots for verify and secure (empty: the system roots)."),
+    p("smtp_tls_loglevel", I, "0", "TLS logging detail of the SMTP client."),
+    // Local delivery.
+    p("alias_maps", M, "hash:/etc/aliases", "Alias tables used by local delivery."),
+    p("alias_database", M, "hash:/etc/aliases", "Alias tables that sluice newaliases compiles."),
+    p("home_mailbox", S, "", "Mailbox file relative to the home directory; a trailing / means Maildir (empty: mail_spool_directory)."),
+    p("mail_spool_directory", S, "/var/mail", "Directory of mbox mailboxes."),
+    p("mailbox_size_limit", Z, "51200000", "Largest mailbox or mailbox file local delivery appends to (0: no limit)."),
+    p("mailbox_delivery_lock", L, "fcntl, dotlock", "Locks taken on an mbox before appending."),
+    raw("mailbox_command", "", "Command that delivers to the mailbox instead of local (expanded at delivery time)."),
+    raw("forward_path", "$home/.forward${recipient_delimiter}${extension}, $home/.forward", "Files searched for forwarding (expanded at delivery time)."),
+    raw("luser_relay", "", "Destination of mail for unknown local users (expanded at delivery time)."),
+    raw("command_execution_directory", "", "Working directory of pipe deliveries (expanded at delivery time)."),
+    p("allow_mail_to_commands", L, "alias, forward", "Where | command destinations are allowed: alias, forward, include."),
+    p("allow_mail_to_files", L, "alias, forward", "Where /file destinations are allowed: alias, forward, include."),
+    p("command_time_limit", SEC, "1000s", "Time limit for a pipe delivery."),
+    p("local_command_shell", S, "", "Shell for pipe deliveries (empty: /bin/sh with a simple-command shortcut)."),
+    p("export_environment", L, "TZ LANG", "Environment variables passed to pipe deliveries."),
+    p("prepend_delivered_header", L, "command, file, forward", "Deliveries that get a Delivered-To: header."),
+    p("require_home_directory", B, "no", "Defer delivery when the recipient's home directory is missing."),
+    p("strict_mailbox_ownership", B, "yes", "Defer delivery to an mbox not owned by its recipient."),
+    p("owner_request_special", B, "yes", "Treat owner-name and name-request addresses specially."),
+    p("expand_owner_alias", B, "no", "Expand owner-name aliases when they are used as sender."),
+    p("allow_root_delivery", B, "no", "Deliver to root's mailbox as root (Postfix refuses: alias root instead)."),
+];
+
+/// All parameters in table order.
+pub fn params() -> impl Iterator<Item = &'static ParamSpec> {
+    PARAMS.iter()
+}
+
+/// The row for `name`, if it is in the table.
+pub fn spec(name: &str) -> Option<&'static ParamSpec> {
+    static INDEX: OnceLock<HashMap<&'static str, usize>> = OnceLock::new();
+    let index = INDEX.get_or_init(|| {
+        PARAMS
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name, i))
+            .collect()
+    });
+    index.get(name).map(|&i| &PARAMS[i])
+}
+
+/// Splits a per-transport override name such as
+/// `relay_destination_concurrency_limit` into its transport and the table row
+/// it overrides. The longest matching suffix wins; table names never match.
+pub fn split_transport_param(name: &str) -> Option<(&str, &'static ParamSpec)> {
+    if spec(name).is_some() {
+        return None;
+    }
+    PARAMS
+        .iter()
+        .filter(|s| s.per_transport)
+        .filter_map(|s| {
+            let short = s.short_name();
+            let prefix = name.strip_suffix(short)?.strip_suffix('_')?;
+            (!prefix.is_empty()).then_some((prefix, s))
+        })
+        .max_by_key(|(_, s)| s.short_name().len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        let mut seen = std::collections::HashSet::new();
+        for s in params() {
+            assert!(seen.insert(s.name), "duplicate {}", s.name);
+            assert!(!s.doc.is_empty() && !s.doc.contains('\n'), "{}", s.name);
+            if let DefaultValue::Text(d) = s.default {
+                if s.expand && !d.contains('$') {
+                    assert_eq!(s.ty.check(d), Ok(()), "default of {}", s.name);
+                }
+            }
+            assert!(
+                s.name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+                "{}",
+                s.name
+            );
+        }
+    }
+
+    #[test]
+    fn transport_names() {
+        let s = spec("default_destination_concurrency_limit").unwrap();
+        assert_eq!(
+            s.transport_name("relay"),
+            "relay_destination_concurrency_limit"
+        );
+        let s = spec("initial_destination_concurrency").unwrap();
+        assert_eq!(
+            s.transport_name("relay"),
+            "relay_initial_destination_concurrency"
+        );
+        let (tr, s) = split_transport_param("relay_destination_concurrency_limit").unwrap();
+        assert_eq!(
+            (tr, s.name),
+            ("relay", "default_destination_concurrency_limit")
+        );
+        let (tr, s) = split_transport_param("my-smtp_initial_destination_concurrency").unwrap();
+        assert_eq!((tr, s.name), ("my-smtp", "initial_destination_concurrency"));
+        assert!(split_transport_param("default_destination_concurrency_limit").is_none());
+        assert!(split_transport_param("_destination_concurrency_limit").is_none());
+        assert!(split_transport_param("destination_concurrency_limit").is_none());
+        assert!(split_transport_param("relay_bogus").is_none());
+        // local_destination_concurrency_limit is a table row of its own.
+        assert!(split_transport_param("local_destination_concurrency_limit").is_none());
+    }
+}

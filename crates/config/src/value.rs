@@ -1,0 +1,674 @@
+//! Typed parameter values: the parameter types and the parsers for each.
+//!
+//! A parameter's text is expanded first (see `expand`) and then parsed by its
+//! type here. The loader runs every parser once at load time, so the typed
+//! getters of `Config` cannot fail afterwards. Lists are split on commas and
+//! white space, except inside `{ ... }`, so that `inline:{ a = b, c = d }`
+//! stays one item (Postfix's `mystrtokq`). Limits: sizes take binary `k`, `m`,
+//! `g` suffixes (1024-based), a Sluice extension; times take one number and
+//! one unit letter, as Postfix does. Nothing here panics.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use crate::error::ValueProblem;
+
+/// The unit a time value has when written without one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeUnit {
+    /// Seconds (`s`).
+    Seconds,
+    /// Minutes (`m`).
+    Minutes,
+    /// Hours (`h`).
+    Hours,
+    /// Days (`d`).
+    Days,
+    /// Weeks (`w`).
+    Weeks,
+}
+
+impl TimeUnit {
+    /// The unit's letter as written in main.cf.
+    pub fn letter(self) -> char {
+        match self {
+            TimeUnit::Seconds => 's',
+            TimeUnit::Minutes => 'm',
+            TimeUnit::Hours => 'h',
+            TimeUnit::Days => 'd',
+            TimeUnit::Weeks => 'w',
+        }
+    }
+
+    fn from_letter(c: char) -> Option<TimeUnit> {
+        Some(match c.to_ascii_lowercase() {
+            's' => TimeUnit::Seconds,
+            'm' => TimeUnit::Minutes,
+            'h' => TimeUnit::Hours,
+            'd' => TimeUnit::Days,
+            'w' => TimeUnit::Weeks,
+            _ => return None,
+        })
+    }
+
+    fn seconds(self) -> u64 {
+        match self {
+            TimeUnit::Seconds => 1,
+            TimeUnit::Minutes => 60,
+            TimeUnit::Hours => 3600,
+            TimeUnit::Days => 86_400,
+            TimeUnit::Weeks => 604_800,
+        }
+    }
+}
+
+/// The type of a parameter, which decides how its value is validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamType {
+    /// Free text.
+    String,
+    /// A signed decimal integer.
+    Int,
+    /// `yes` or `no` (any case).
+    Bool,
+    /// A duration: a number with an optional unit; the default unit is given.
+    Time(TimeUnit),
+    /// A byte count, with an optional `k`, `m` or `g` suffix.
+    Size,
+    /// Items separated by commas and/or white space.
+    List,
+    /// A list of integers, e.g. `10, 1000`.
+    IntList,
+    /// Addresses and networks, plus `type:table` references.
+    CidrList,
+    /// A list of `type:name` table references.
+    MapRef,
+    /// One word of a fixed set (compared without case).
+    Enum(&'static [&'static str]),
+    /// Concurrency feedback: `1/concurrency`, `1/sqrt_concurrency` or a number.
+    Feedback,
+}
+
+impl ParamType {
+    /// A short name of the type for documentation.
+    pub fn describe(&self) -> String {
+        match self {
+            ParamType::String => "string".into(),
+            ParamType::Int => "integer".into(),
+            ParamType::Bool => "boolean (yes or no)".into(),
+            ParamType::Time(u) => format!("time (default unit {})", u.letter()),
+            ParamType::Size => "size in bytes".into(),
+            ParamType::List => "list".into(),
+            ParamType::IntList => "list of integers".into(),
+            ParamType::CidrList => "list of networks and tables".into(),
+            ParamType::MapRef => "list of type:name tables".into(),
+            ParamType::Enum(c) => format!("one of {}", c.join(", ")),
+            ParamType::Feedback => {
+                "feedback (1/concurrency, 1/sqrt_concurrency or a number)".into()
+            }
+        }
+    }
+
+    /// Checks that `text` (already expanded) is a valid value of this type.
+    pub fn check(&self, text: &str) -> Result<(), ValueProblem> {
+        match self {
+            ParamType::String => Ok(()),
+            ParamType::Int => parse_int(text).map(drop),
+            ParamType::Bool => parse_bool(text).map(drop),
+            ParamType::Time(u) => parse_time(text, *u).map(drop),
+            ParamType::Size => parse_size(text).map(drop),
+            ParamType::List => split_list(text).map(drop),
+            ParamType::IntList => parse_int_list(text).map(drop),
+            ParamType::CidrList => parse_net_list(text).map(drop),
+            ParamType::MapRef => parse_maps(text).map(drop),
+            ParamType::Enum(c) => parse_enum(text, c).map(drop),
+            ParamType::Feedback => parse_feedback(text).map(drop),
+        }
+    }
+}
+
+/// Parses a decimal integer (optional sign), surrounding blanks ignored.
+pub fn parse_int(text: &str) -> Result<i64, ValueProblem> {
+    let t = text.trim();
+    let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ValueProblem::Integer);
+    }
+    t.parse().map_err(|_| ValueProblem::Integer)
+}
+
+/// Parses `yes` or `no`, in any case.
+pub fn parse_bool(text: &str) -> Result<bool, ValueProblem> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("yes") {
+        Ok(true)
+    } else if t.eq_ignore_ascii_case("no") {
+        Ok(false)
+    } else {
+        Err(ValueProblem::Bool)
+    }
+}
+
+/// Parses a time such as `300s`, `5d` or `60` (in the default unit).
+pub fn parse_time(text: &str, default_unit: TimeUnit) -> Result<Duration, ValueProblem> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    if digits.is_empty() {
+        return Err(ValueProblem::Time);
+    }
+    let unit = match unit.chars().collect::<Vec<_>>()[..] {
+        [] => default_unit,
+        [c] => TimeUnit::from_letter(c).ok_or(ValueProblem::Time)?,
+        _ => return Err(ValueProblem::Time),
+    };
+    let n: u64 = digits.parse().map_err(|_| ValueProblem::Time)?;
+    n.checked_mul(unit.seconds())
+        .map(Duration::from_secs)
+        .ok_or(ValueProblem::Time)
+}
+
+/// Parses a byte count: digits with an optional `k`, `m` or `g` (1024-based).
+pub fn parse_size(text: &str) -> Result<u64, ValueProblem> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, suffix) = t.split_at(split);
+    if digits.is_empty() {
+        return Err(ValueProblem::Size);
+    }
+    let mult: u64 = match suffix {
+        "" => 1,
+        "k" | "K" => 1 << 10,
+        "m" | "M" => 1 << 20,
+        "g" | "G" => 1 << 30,
+        _ => return Err(ValueProblem::Size),
+    };
+    let n: u64 = digits.parse().map_err(|_| ValueProblem::Size)?;
+    n.checked_mul(mult).ok_or(ValueProblem::Size)
+}
+
+/// Splits a list on commas and white space, keeping `{ ... }` groups whole.
+pub fn split_list(text: &str) -> Result<Vec<String>, ValueProblem> {
+    let mut items = Vec::new();
+    let mut cur = String::new();
+    let mut depth = 0usize;
+    for c in text.chars() {
+        match c {
+            '{' => {
+                depth += 1;
+                cur.push(c);
+            }
+            '}' => {
+                depth = depth.checked_sub(1).ok_or(ValueProblem::Braces)?;
+                cur.push(c);
+            }
+            c if depth == 0 && (c == ',' || c.is_whitespace()) => {
+                if !cur.is_empty() {
+                    items.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if depth != 0 {
+        return Err(ValueProblem::Braces);
+    }
+    if !cur.is_empty() {
+        items.push(cur);
+    }
+    Ok(items)
+}
+
+/// Parses a list of integers such as `10, 1000`.
+pub fn parse_int_list(text: &str) -> Result<Vec<i64>, ValueProblem> {
+    split_list(text)?.iter().map(|s| parse_int(s)).collect()
+}
+
+/// Matches one word of `choices` without case; returns the table's spelling.
+pub fn parse_enum(
+    text: &str,
+    choices: &'static [&'static str],
+) -> Result<&'static str, ValueProblem> {
+    let t = text.trim();
+    choices
+        .iter()
+        .copied()
+        .find(|c| c.eq_ignore_ascii_case(t))
+        .ok_or(ValueProblem::Enum(choices))
+}
+
+/// Concurrency feedback as in Postfix 2.5's scheduler.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Feedback {
+    /// `1/concurrency`.
+    InverseConcurrency,
+    /// `1/sqrt_concurrency`.
+    InverseSqrtConcurrency,
+    /// A constant amount per event.
+    Constant(f64),
+}
+
+/// Parses a feedback value.
+pub fn parse_feedback(text: &str) -> Result<Feedback, ValueProblem> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("1/concurrency") {
+        return Ok(Feedback::InverseConcurrency);
+    }
+    if t.eq_ignore_ascii_case("1/sqrt_concurrency") {
+        return Ok(Feedback::InverseSqrtConcurrency);
+    }
+    // Only plain decimals: f64's parser would also take "inf" and "NaN".
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(ValueProblem::Feedback);
+    }
+    match t.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(Feedback::Constant(v)),
+        _ => Err(ValueProblem::Feedback),
+    }
+}
+
+/// A lookup table reference `type:name`, e.g. `hash:/etc/aliases`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MapRef {
+    /// The table type, e.g. `hash`, `inline`, `static`.
+    pub kind: String,
+    /// Everything after the first colon, e.g. `/etc/aliases` or `{ a = b }`.
+    pub name: String,
+}
+
+impl fmt::Display for MapRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.kind, self.name)
+    }
+}
+
+/// Parses one `type:name` item.
+pub fn parse_map_ref(item: &str) -> Result<MapRef, ValueProblem> {
+    let Some((kind, name)) = item.split_once(':') else {
+        return Err(ValueProblem::MapRef("expected type:name".into()));
+    };
+    let kind_ok = !kind.is_empty()
+        && kind
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !kind_ok {
+        return Err(ValueProblem::MapRef(format!(
+            "bad table type \"{}\"",
+            crate::error::escape(kind)
+        )));
+    }
+    if name.is_empty() {
+        return Err(ValueProblem::MapRef("empty table name".into()));
+    }
+    Ok(MapRef {
+        kind: kind.to_string(),
+        name: name.to_string(),
+    })
+}
+
+/// Parses a list of table references.
+pub fn parse_maps(text: &str) -> Result<Vec<MapRef>, ValueProblem> {
+    split_list(text)?.iter().map(|s| parse_map_ref(s)).collect()
+}
+
+/// An IPv4 or IPv6 network: an address and a prefix length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Builds a network; `None` if the prefix is too long or host bits are set.
+    pub fn new(addr: IpAddr, prefix: u8) -> Option<Cidr> {
+        let c = Cidr { addr, prefix };
+        (prefix <= c.max_prefix() && c.mask(addr) == Some(addr)).then_some(c)
+    }
+
+    /// The network address.
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length in bits.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    fn max_prefix(&self) -> u8 {
+        match self.addr {
+            IpAddr::V4(_) => 32,
+            IpAddr::V6(_) => 128,
+        }
+    }
+
+    /// `ip` with the bits past the prefix cleared, if it is of the same family.
+    fn mask(&self, ip: IpAddr) -> Option<IpAddr> {
+        match (self.addr, ip) {
+            (IpAddr::V4(_), IpAddr::V4(a)) => {
+                let bits = u32::from(a);
+                let m = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                Some(IpAddr::V4(Ipv4Addr::from(bits & m)))
+            }
+            (IpAddr::V6(_), IpAddr::V6(a)) => {
+                let bits = u128::from(a);
+                let m = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                Some(IpAddr::V6(Ipv6Addr::from(bits & m)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `ip` is inside this network. IPv4-mapped IPv6 addresses
+    /// (`::ffff:a.b.c.d`) match IPv4 networks, as a dual-stack socket reports
+    /// IPv4 clients that way.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) if self.addr.is_ipv4() => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => return false,
+            },
+            other => other,
+        };
+        self.mask(ip) == Some(self.addr)
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.addr {
+            IpAddr::V4(a) => write!(f, "{a}/{}", self.prefix),
+            IpAddr::V6(a) => write!(f, "[{a}]/{}", self.prefix),
+        }
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = ValueProblem;
+
+    /// Parses `10.0.0.0/8`, `::1`, `[::1]/128` and the like (not tables).
+    fn from_str(s: &str) -> Result<Cidr, ValueProblem> {
+        match parse_net(s.trim())? {
+            NetEntry::Net(c) => Ok(c),
+            NetEntry::Table(_) => Err(ValueProblem::Cidr("a table, not an address".into())),
+        }
+    }
+}
+
+impl std::str::FromStr for MapRef {
+    type Err = ValueProblem;
+
+    /// Parses `type:name`.
+    fn from_str(s: &str) -> Result<MapRef, ValueProblem> {
+        parse_map_ref(s.trim())
+    }
+}
+
+/// One entry of a CIDR list: a network, or a table to look client addresses up in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetEntry {
+    /// An address or network.
+    Net(Cidr),
+    /// A `type:name` table, for the caller to consult.
+    Table(MapRef),
+}
+
+/// Parses one CIDR list entry: `1.2.3.4`, `10.0.0.0/8`, `::1`, `[::1]/128`,
+/// `[2001:db8::]/32` or `type:name`. `!pattern` and `/file/name` entries
+/// are refused: Sluice does not implement them.
+pub fn parse_net(item: &str) -> Result<NetEntry, ValueProblem> {
+    if item.starts_with('!') {
+        return Err(ValueProblem::Cidr(
+            "!pattern negation is not supported".into(),
+        ));
+    }
+    if item.starts_with('/') {
+        return Err(ValueProblem::Cidr(
+            "/file/name patterns are not supported; use a type:table".into(),
+        ));
+    }
+    let (addr_text, prefix_text) = match item.strip_prefix('[') {
+        Some(rest) => {
+            let Some((inside, after)) = rest.split_once(']') else {
+                return Err(ValueProblem::Cidr("missing ]".into()));
+            };
+            match after {
+                "" => (inside, None),
+                _ => match after.strip_prefix('/') {
+                    Some(p) => (inside, Some(p)),
+                    None => return Err(ValueProblem::Cidr("text after ]".into())),
+                },
+            }
+        }
+        None => match item.rsplit_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (item, None),
+        },
+    };
+    let addr: IpAddr = match addr_text.parse() {
+        Ok(a) => a,
+        // Not an address: a table reference if it looks like one.
+        Err(_) if !item.starts_with('[') && item.contains(':') => {
+            return parse_map_ref(item).map(NetEntry::Table).map_err(|_| {
+                ValueProblem::Cidr(format!(
+                    "not an address: \"{}\"",
+                    crate::error::escape(item)
+                ))
+            });
+        }
+        Err(_) => {
+            return Err(ValueProblem::Cidr(format!(
+                "not an address: \"{}\"",
+                crate::error::escape(addr_text)
+            )))
+        }
+    };
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    let prefix = match prefix_text {
+        None => max,
+        Some(p) if !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()) => {
+            p.parse::<u8>().unwrap_or(u8::MAX)
+        }
+        Some(p) => {
+            return Err(ValueProblem::Cidr(format!(
+                "bad prefix length \"{}\"",
+                crate::error::escape(p)
+            )))
+        }
+    };
+    if prefix > max {
+        return Err(ValueProblem::Cidr(format!(
+            "prefix length {prefix} is too long"
+        )));
+    }
+    let probe = Cidr { addr, prefix };
+    let net = probe.mask(addr).unwrap_or(addr);
+    if net != addr {
+        let suggestion = Cidr { addr: net, prefix };
+        return Err(ValueProblem::Cidr(format!(
+            "non-null host address bits in \"{}\", perhaps you should use \"{suggestion}\" instead",
+            crate::error::escape(item)
+        )));
+    }
+    Ok(NetEntry::Net(probe))
+}
+
+/// Parses a whole CIDR list.
+pub fn parse_net_list(text: &str) -> Result<Vec<NetEntry>, ValueProblem> {
+    split_list(text)?.iter().map(|s| parse_net(s)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers() {
+        for (text, want) in [
+            ("0", Some(0)),
+            ("10240000", Some(10_240_000)),
+            (" 5 ", Some(5)),
+            ("-1", Some(-1)),
+            ("+3", Some(3)),
+            ("10M0", None),
+            ("abc", None),
+            ("", None),
+            ("-", None),
+            ("99999999999999999999", None),
+            ("1.5", None),
+            ("1\0", None),
+        ] {
+            assert_eq!(parse_int(text).ok(), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn times() {
+        let d = |s| Some(Duration::from_secs(s));
+        for (text, unit, want) in [
+            ("300s", TimeUnit::Seconds, d(300)),
+            ("300", TimeUnit::Seconds, d(300)),
+            ("5d", TimeUnit::Seconds, d(432_000)),
+            ("5", TimeUnit::Days, d(432_000)),
+            ("2w", TimeUnit::Days, d(1_209_600)),
+            ("1H", TimeUnit::Days, d(3600)),
+            ("0h", TimeUnit::Hours, d(0)),
+            ("10x", TimeUnit::Seconds, None),
+            ("10ss", TimeUnit::Seconds, None),
+            ("s", TimeUnit::Seconds, None),
+            ("", TimeUnit::Seconds, None),
+            ("-5s", TimeUnit::Seconds, None),
+            ("99999999999999999999w", TimeUnit::Seconds, None),
+            ("18446744073709551615w", TimeUnit::Seconds, None),
+        ] {
+            assert_eq!(parse_time(text, unit).ok(), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        for (text, want) in [
+            ("10240000", Some(10_240_000)),
+            ("10k", Some(10_240)),
+            ("1M", Some(1 << 20)),
+            ("2g", Some(2 << 30)),
+            ("10M0", None),
+            ("1t", None),
+            ("k", None),
+            ("18446744073709551615g", None),
+        ] {
+            assert_eq!(parse_size(text).ok(), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn lists_keep_braces() {
+        let l = split_list("hash:/a, inline:{ a = b, c = d }  static:x,,").unwrap();
+        assert_eq!(l, ["hash:/a", "inline:{ a = b, c = d }", "static:x"]);
+        assert_eq!(split_list("").unwrap(), Vec::<String>::new());
+        assert_eq!(split_list("a {b"), Err(ValueProblem::Braces));
+        assert_eq!(split_list("a }b"), Err(ValueProblem::Braces));
+        assert_eq!(split_list("{{a}}").unwrap(), ["{{a}}"]);
+    }
+
+    #[test]
+    fn map_refs() {
+        let m = parse_maps("hash:/etc/aliases proxy:unix:passwd.byname").unwrap();
+        assert_eq!(m[0].kind, "hash");
+        assert_eq!(m[1].name, "unix:passwd.byname");
+        assert_eq!(m[1].to_string(), "proxy:unix:passwd.byname");
+        assert!(parse_maps("/etc/aliases").is_err());
+        assert!(parse_maps("hash:").is_err());
+        assert!(parse_maps(":x").is_err());
+        assert!(parse_maps("ha sh:x").is_err(), "'ha' alone is no table");
+    }
+
+    #[test]
+    fn cidrs() {
+        let net = |s: &str| match parse_net(s) {
+            Ok(NetEntry::Net(c)) => Some(c.to_string()),
+            _ => None,
+        };
+        for (text, want) in [
+            ("127.0.0.0/8", Some("127.0.0.0/8")),
+            ("10.1.2.3", Some("10.1.2.3/32")),
+            ("[::1]/128", Some("[::1]/128")),
+            ("[::1]", Some("[::1]/128")),
+            ("::1", Some("[::1]/128")),
+            ("2001:db8::/32", Some("[2001:db8::]/32")),
+            ("[2001:db8::]/32", Some("[2001:db8::]/32")),
+            ("0.0.0.0/0", Some("0.0.0.0/0")),
+            ("127.0.0.1/8", None),
+            ("10.0.0.0/33", None),
+            ("10.0.0.0/", None),
+            ("10.0.0.0/-1", None),
+            ("[::1", None),
+            ("[::1]x", None),
+            ("[10.0.0.1]/32", Some("10.0.0.1/32")),
+            ("999.0.0.1", None),
+            ("!10.0.0.0/8", None),
+            ("/etc/networks", None),
+            ("example.com", None),
+        ] {
+            assert_eq!(net(text).as_deref(), want, "{text:?}");
+        }
+        assert_eq!(
+            parse_net("hash:/etc/sluice/nets"),
+            Ok(NetEntry::Table(MapRef {
+                kind: "hash".into(),
+                name: "/etc/sluice/nets".into()
+            }))
+        );
+        let msg = parse_net("127.0.0.1/8").unwrap_err().to_string();
+        assert!(msg.contains("127.0.0.0/8"), "{msg}");
+    }
+
+    #[test]
+    fn contains() {
+        let c = |s: &str| match parse_net(s).unwrap() {
+            NetEntry::Net(c) => c,
+            NetEntry::Table(_) => unreachable!(),
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(c("127.0.0.0/8").contains(ip("127.1.2.3")));
+        assert!(!c("127.0.0.0/8").contains(ip("128.0.0.1")));
+        assert!(c("127.0.0.0/8").contains(ip("::ffff:127.0.0.9")));
+        assert!(!c("127.0.0.0/8").contains(ip("::1")));
+        assert!(c("[::1]/128").contains(ip("::1")));
+        assert!(!c("[::1]/128").contains(ip("127.0.0.1")));
+        assert!(c("0.0.0.0/0").contains(ip("1.2.3.4")));
+        assert!(c("::/0").contains(ip("2001:db8::1")));
+        assert!(Cidr::new(ip("10.0.0.1"), 8).is_none());
+        assert_eq!("10.0.0.0/8".parse::<Cidr>().map(|c| c.prefix()), Ok(8));
+        assert!("hash:/x".parse::<Cidr>().is_err());
+        assert_eq!(
+            "static:OK".parse::<MapRef>().map(|m| m.name),
+            Ok("OK".to_string())
+        );
+        assert!(Cidr::new(ip("10.0.0.0"), 8).is_some());
+    }
+
+    #[test]
+    fn enums_and_feedback() {
+        const C: &[&str] = &["reject", "normalize", "no"];
+        assert_eq!(parse_enum("Reject", C), Ok("reject"));
+        assert!(parse_enum("maybe", C).is_err());
+        assert_eq!(
+            parse_feedback("1/concurrency"),
+            Ok(Feedback::InverseConcurrency)
+        );
+        assert_eq!(
+            parse_feedback("1/sqrt_concurrency"),
+            Ok(Feedback::InverseSqrtConcurrency)
+        );
+        assert_eq!(parse_feedback("0.5"), Ok(Feedback::Constant(0.5)));
+        assert!(parse_feedback("inf").is_err());
+        assert!(parse_feedback("1/x").is_err());
+        assert!(parse_feedback("1..2").is_err());
+    }
+}

@@ -1,0 +1,449 @@
+//! The daemon life cycle and event loop (see the crate documentation).
+//!
+//! Exits: 0 on SIGTERM, on master's death (the life pipe closes), after
+//! `max_use` clients or `max_idle` idle time; 1 with a `fatal:` log line on a
+//! bad environment (not started by master, bad configuration, missing
+//! mail_owner, failed privilege drop).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use config::Config;
+use evloop::signals::{SIGHUP, SIGINT, SIGTERM};
+use evloop::{Clock, Signals, SystemClock};
+use ipc::status::{self, ChildState, StatusRecord};
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Registry, Token};
+
+use crate::args::DaemonArgs;
+use crate::{msg_fatal, msg_info, msg_warn};
+
+const SIGNALS: Token = Token(0);
+const LIFE: Token = Token(1);
+const FIRST_LISTENER: usize = 2;
+/// Tokens below this are the skeleton's; daemons get theirs from [`Cx::token`].
+const FIRST_DAEMON_TOKEN: usize = 1 << 16;
+
+/// What the daemon knows about itself once configured.
+#[derive(Debug)]
+pub struct Context {
+    /// The command line master gave it.
+    pub args: DaemonArgs,
+    /// main.cf with this service's overrides applied.
+    pub config: Config,
+    /// The configuration directory.
+    pub config_dir: PathBuf,
+    /// Whether it runs in the foreground (logs to stderr too).
+    pub foreground: bool,
+}
+
+/// A newly accepted client.
+#[derive(Debug)]
+pub enum Conn {
+    /// From an inet service.
+    Tcp(mio::net::TcpStream, SocketAddr),
+    /// From a unix service.
+    Unix(mio::net::UnixStream),
+}
+
+/// What a daemon may use while handling an event.
+pub struct Cx<'a> {
+    /// Where to register the daemon's own sockets.
+    pub registry: &'a Registry,
+    /// The time of this loop iteration.
+    pub now: Instant,
+    next_token: &'a mut usize,
+}
+
+impl Cx<'_> {
+    /// A fresh token for a socket the daemon registers.
+    pub fn token(&mut self) -> Token {
+        let t = Token(*self.next_token);
+        *self.next_token += 1;
+        t
+    }
+}
+
+/// A daemon's callbacks.
+pub trait Server {
+    /// A client was accepted on one of the listening sockets.
+    fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn);
+    /// A socket the daemon registered is ready.
+    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, writable: bool);
+    /// The deadline returned by `next_deadline` has passed.
+    fn timeout(&mut self, _cx: &mut Cx<'_>) {}
+    /// The next time `timeout` should be called.
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
+    /// Clients being served now.
+    fn clients(&self) -> usize;
+    /// main.cf was changed and master asked us to reload.
+    fn reload(&mut self, _cx: &mut Cx<'_>, _config: &Config) {}
+    /// The process is about to exit.
+    fn shutdown(&mut self) {}
+}
+
+/// How the skeleton treats this daemon.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Exit after `max_idle` with no clients (not for qmgr-like daemons).
+    pub honour_max_idle: bool,
+    /// Exit after serving `max_use` clients.
+    pub honour_max_use: bool,
+    /// Clients one process serves at once before it reports itself busy.
+    pub max_clients: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            honour_max_idle: true,
+            honour_max_use: true,
+            max_clients: usize::MAX,
+        }
+    }
+}
+
+/// Starts a daemon: configures, initialises with and without privileges,
+/// and runs the event loop until it is time to exit. Never returns.
+pub fn run<P, S, F, G>(opts: Options, privileged_init: F, init: G) -> !
+where
+    S: Server,
+    F: FnOnce(&Context) -> Result<P, String>,
+    G: FnOnce(&Context, P) -> Result<S, String>,
+{
+    let args = match DaemonArgs::parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{}: {e}", program_name());
+            std::process::exit(2)
+        }
+    };
+    let foreground = std::env::var_os(status::FOREGROUND_ENV).is_some();
+    let config_dir = std::env::var_os(status::CONFIG_DIR_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/etc/sluice"));
+    let config = load_config(&config_dir, &args);
+    crate::log::init(&crate::log::LogSetup {
+        service: program_name(),
+        syslog_name: config.str("syslog_name"),
+        maillog_file: config.str("maillog_file"),
+        foreground,
+    })
+    .unwrap_or_else(|e| eprintln!("{}: warning: {e}", program_name()));
+
+    let status_fd = sys::process::take_passed_fd(status::STATUS_FD).unwrap_or_else(|| {
+        msg_fatal!("no status descriptor: this program is started by the Sluice master")
+    });
+    let life_fd = sys::process::take_passed_fd(status::LIFE_FD).unwrap_or_else(|| {
+        msg_fatal!("no life descriptor: this program is started by the Sluice master")
+    });
+    let nlisten: i32 = std::env::var(status::LISTEN_FDS_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let listen_fds: Vec<OwnedFd> = (0..nlisten)
+        .map(|i| {
+            sys::process::take_passed_fd(status::FIRST_LISTEN_FD + i).unwrap_or_else(|| {
+                msg_fatal!(
+                    "listening descriptor {} is not open",
+                    status::FIRST_LISTEN_FD + i
+                )
+            })
+        })
+        .collect();
+
+    let ctx = Context {
+        args,
+        config,
+        config_dir,
+        foreground,
+    };
+    let state = privileged_init(&ctx).unwrap_or_else(|e| msg_fatal!("{e}"));
+    drop_privileges(&ctx);
+    let server = init(&ctx, state).unwrap_or_else(|e| msg_fatal!("{e}"));
+    let code = event_loop(
+        ctx,
+        opts,
+        server,
+        File::from(status_fd),
+        life_fd,
+        listen_fds,
+    );
+    std::process::exit(code)
+}
+
+fn program_name() -> String {
+    std::env::args()
+        .next()
+        .as_deref()
+        .map(Path::new)
+        .and_then(|p| p.file_name())
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "daemon".into())
+}
+
+fn load_config(config_dir: &Path, args: &DaemonArgs) -> Config {
+    let names: Vec<String> = config::load_master_cf(&config_dir.join("master.cf"))
+        .map(|defs| defs.into_iter().map(|d| d.name).collect())
+        .unwrap_or_default();
+    let mut cfg = match Config::load(config_dir, &names) {
+        Ok(l) => l.config,
+        Err(e) => {
+            eprintln!("{}: fatal: {e}", program_name());
+            std::process::exit(1)
+        }
+    };
+    for (k, v) in &args.overrides {
+        if let Err(e) = cfg.set_override(k, v) {
+            eprintln!("{}: fatal: service {}: {e}", program_name(), args.service);
+            std::process::exit(1)
+        }
+    }
+    cfg
+}
+
+fn drop_privileges(ctx: &Context) {
+    if !sys::is_root() || !ctx.args.unpriv {
+        return;
+    }
+    let owner = ctx.config.str("mail_owner");
+    let who = match sys::privilege::lookup_user(&owner) {
+        Ok(Some(u)) => u,
+        Ok(None) => msg_fatal!("mail_owner {owner}: no such user"),
+        Err(e) => msg_fatal!("mail_owner {owner}: {e}"),
+    };
+    if who.uid == 0 {
+        msg_fatal!("mail_owner {owner} has uid 0: refusing to run a daemon as root");
+    }
+    let queue = PathBuf::from(ctx.config.str("queue_directory"));
+    let chroot = ctx.args.chroot.then_some(queue.as_path());
+    if let Err(e) = sys::privilege::drop_privileges(&who, chroot) {
+        msg_fatal!("dropping privileges to {owner}: {e}");
+    }
+}
+
+struct Listener {
+    kind: ListenerKind,
+}
+
+enum ListenerKind {
+    Tcp(mio::net::TcpListener),
+    Unix(mio::net::UnixListener),
+}
+
+fn make_listeners(fds: Vec<OwnedFd>, kind: &str) -> Vec<Listener> {
+    fds.into_iter()
+        .map(|fd| {
+            let kind = if kind == "inet" {
+                let l = std::net::TcpListener::from(fd);
+                let _ = l.set_nonblocking(true);
+                ListenerKind::Tcp(mio::net::TcpListener::from_std(l))
+            } else {
+                let l = std::os::unix::net::UnixListener::from(fd);
+                let _ = l.set_nonblocking(true);
+                ListenerKind::Unix(mio::net::UnixListener::from_std(l))
+            };
+            Listener { kind }
+        })
+        .collect()
+}
+
+fn event_loop<S: Server>(
+    ctx: Context,
+    opts: Options,
+    mut server: S,
+    mut status_pipe: File,
+    life_fd: OwnedFd,
+    listen_fds: Vec<OwnedFd>,
+) -> i32 {
+    let clock = SystemClock;
+    let mut poll = Poll::new().unwrap_or_else(|e| msg_fatal!("epoll: {e}"));
+    let mut events = Events::with_capacity(256);
+    let mut signals = Signals::new(poll.registry(), SIGNALS, &[SIGHUP, SIGTERM, SIGINT])
+        .unwrap_or_else(|e| msg_fatal!("signals: {e}"));
+    let life_raw = life_fd.as_raw_fd();
+    let mut life = File::from(life_fd);
+    poll.registry()
+        .register(&mut SourceFd(&life_raw), LIFE, Interest::READABLE)
+        .unwrap_or_else(|e| msg_fatal!("register life pipe: {e}"));
+    let mut listeners = make_listeners(listen_fds, &ctx.args.kind);
+    let mut listening = true;
+    set_listening(poll.registry(), &mut listeners, true);
+
+    let max_use = if opts.honour_max_use {
+        ctx.config.int("max_use").max(0) as u64
+    } else {
+        0
+    };
+    let max_idle = if opts.honour_max_idle {
+        ctx.config.time("max_idle")
+    } else {
+        Duration::ZERO
+    };
+    let mut uses: u64 = 0;
+    let mut next_token = FIRST_DAEMON_TOKEN;
+    let mut last_state = None;
+    let mut idle_since = clock.now();
+
+    loop {
+        let clients = server.clients();
+        let exhausted = max_use > 0 && uses >= max_use;
+        let state = if exhausted || clients >= opts.max_clients {
+            ChildState::Busy
+        } else {
+            ChildState::Available
+        };
+        // Report changes of state, and of the use count (master shows it,
+        // and a process that has served is no longer a failed start).
+        if last_state != Some((state, uses)) {
+            let rec = StatusRecord {
+                pid: std::process::id() as i32,
+                state,
+                uses: uses as u32,
+            };
+            if status_pipe.write_all(&rec.to_bytes()).is_err() {
+                // master is gone; so are we.
+                break;
+            }
+            last_state = Some((state, uses));
+        }
+        let want_listen = !exhausted && clients < opts.max_clients;
+        if want_listen != listening {
+            set_listening(poll.registry(), &mut listeners, want_listen);
+            listening = want_listen;
+        }
+        let now = clock.now();
+        if clients > 0 {
+            idle_since = now;
+        } else if exhausted {
+            break;
+        }
+        let mut deadline = server.next_deadline();
+        if !max_idle.is_zero() && clients == 0 {
+            let idle_end = idle_since + max_idle;
+            if idle_end <= now {
+                break;
+            }
+            deadline = Some(deadline.map_or(idle_end, |d| d.min(idle_end)));
+        }
+        if let Err(e) = evloop::poll(&mut poll, &mut events, evloop::poll_timeout(deadline, now)) {
+            msg_fatal!("poll: {e}");
+        }
+        let now = clock.now();
+        let mut cx = Cx {
+            registry: poll.registry(),
+            now,
+            next_token: &mut next_token,
+        };
+        for ev in events.iter() {
+            match ev.token() {
+                SIGNALS => {
+                    for sig in signals.drain() {
+                        if sig == SIGHUP {
+                            match Config::load(&ctx.config_dir, &[]) {
+                                Ok(l) => {
+                                    let mut c = l.config;
+                                    for (k, v) in &ctx.args.overrides {
+                                        let _ = c.set_override(k, v);
+                                    }
+                                    server.reload(&mut cx, &c);
+                                    msg_info!("reloaded configuration");
+                                }
+                                Err(e) => {
+                                    msg_warn!("reload: {e}; keeping the running configuration")
+                                }
+                            }
+                        } else {
+                            server.shutdown();
+                            return 0;
+                        }
+                    }
+                }
+                LIFE => {
+                    // Readable on a pipe nobody writes to means end-of-file:
+                    // master is gone, and a daemon without master must not linger.
+                    let mut b = [0u8; 1];
+                    if matches!(life.read(&mut b), Ok(0) | Err(_)) {
+                        server.shutdown();
+                        return 0;
+                    }
+                }
+                Token(t) if (FIRST_LISTENER..FIRST_LISTENER + listeners.len()).contains(&t) => {
+                    uses += accept_all(
+                        &mut listeners[t - FIRST_LISTENER],
+                        &mut server,
+                        &mut cx,
+                        max_use,
+                        uses,
+                    );
+                }
+                t => server.ready(
+                    &mut cx,
+                    t,
+                    ev.is_readable() || ev.is_read_closed(),
+                    ev.is_writable(),
+                ),
+            }
+        }
+        if server.next_deadline().is_some_and(|d| d <= now) {
+            server.timeout(&mut cx);
+        }
+    }
+    server.shutdown();
+    0
+}
+
+fn set_listening(registry: &Registry, listeners: &mut [Listener], on: bool) {
+    for (i, l) in listeners.iter_mut().enumerate() {
+        let token = Token(FIRST_LISTENER + i);
+        let r = match (&mut l.kind, on) {
+            (ListenerKind::Tcp(s), true) => registry.register(s, token, Interest::READABLE),
+            (ListenerKind::Unix(s), true) => registry.register(s, token, Interest::READABLE),
+            (ListenerKind::Tcp(s), false) => registry.deregister(s),
+            (ListenerKind::Unix(s), false) => registry.deregister(s),
+        };
+        if let Err(e) = r {
+            msg_warn!("listening socket: {e}");
+        }
+    }
+}
+
+fn accept_all<S: Server>(
+    l: &mut Listener,
+    server: &mut S,
+    cx: &mut Cx<'_>,
+    max_use: u64,
+    used: u64,
+) -> u64 {
+    let mut n = 0;
+    loop {
+        if max_use > 0 && used + n >= max_use {
+            return n;
+        }
+        let conn = match &mut l.kind {
+            ListenerKind::Tcp(s) => s.accept().map(|(c, a)| Conn::Tcp(c, a)),
+            ListenerKind::Unix(s) => s.accept().map(|(c, _)| Conn::Unix(c)),
+        };
+        match conn {
+            Ok(c) => {
+                n += 1;
+                server.accept(cx, c);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // Another process sharing the socket took the client, or the
+            // client left before we got to it: nothing to do.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => continue,
+            Err(e) => {
+                msg_warn!("accept: {e}");
+                return n;
+            }
+        }
+    }
+}

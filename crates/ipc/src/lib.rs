@@ -1,0 +1,208 @@
+//! Sluice's internal protocols and the framing they travel in.
+//!
+//! Every service speaks frames `[len u32 big-endian][bincode payload]` over a
+//! Unix stream socket. The first frame of a connection is a [`Hello`] naming
+//! the protocol and its version; a server answers with a [`HelloReply`] and
+//! closes on a mismatch, so two builds can never misread each other. After
+//! that each request carries an id and its response carries the same id, so a
+//! client may pipeline and a server may answer out of order.
+//!
+//! One module per protocol holds its message types, one enum per direction,
+//! variant = verb (OpenSMTPD's imsg types, with named fields instead of
+//! positional encoding). Bump a protocol's `VERSION` on every change to it.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod anvil;
+pub mod client;
+pub mod control;
+pub mod endpoint;
+pub mod frame;
+pub mod status;
+
+pub use client::Client;
+pub use endpoint::Endpoint;
+pub use frame::{FrameBuf, MAX_FRAME};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// A protocol: its name, version and the message types of each direction.
+pub trait Protocol {
+    /// The name sent in the handshake.
+    const NAME: &'static str;
+    /// Bumped on every change to the message types.
+    const VERSION: u32;
+    /// What clients send.
+    type Request: Serialize + DeserializeOwned + std::fmt::Debug;
+    /// What servers answer.
+    type Response: Serialize + DeserializeOwned + std::fmt::Debug;
+}
+
+/// The first frame a client sends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The protocol's name.
+    pub protocol: String,
+    /// The protocol's version as the client was built with it.
+    pub version: u32,
+}
+
+/// The server's answer to a [`Hello`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HelloReply {
+    /// Same protocol and version: go ahead.
+    Accepted,
+    /// Not served here: the server's protocol name and version.
+    Refused {
+        /// What this server speaks.
+        protocol: String,
+        /// Its version.
+        version: u32,
+    },
+}
+
+impl Hello {
+    /// The hello for protocol `P`.
+    pub fn of<P: Protocol>() -> Hello {
+        Hello {
+            protocol: P::NAME.to_string(),
+            version: P::VERSION,
+        }
+    }
+
+    /// The reply a server for protocol `P` gives to this hello.
+    pub fn answer<P: Protocol>(&self) -> HelloReply {
+        if self.protocol == P::NAME && self.version == P::VERSION {
+            HelloReply::Accepted
+        } else {
+            HelloReply::Refused {
+                protocol: P::NAME.to_string(),
+                version: P::VERSION,
+            }
+        }
+    }
+}
+
+/// A request or response with the id that pairs them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tagged<T> {
+    /// Chosen by the client, echoed by the server.
+    pub id: u64,
+    /// The message.
+    pub body: T,
+}
+
+/// Why an IPC operation failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum IpcError {
+    /// The socket failed.
+    Io(std::io::Error),
+    /// A frame was larger than [`MAX_FRAME`] or its length was zero.
+    BadFrame(u32),
+    /// A payload did not decode as the expected type.
+    Decode(String),
+    /// The peer speaks another protocol or version.
+    Refused {
+        /// What we asked for.
+        wanted: String,
+        /// What the peer said it speaks.
+        got: String,
+    },
+    /// The peer closed the connection.
+    Closed,
+    /// The peer did not answer in time.
+    Timeout,
+    /// Our own outgoing buffer is over its bound: the peer is not reading.
+    Backlog,
+}
+
+impl std::fmt::Display for IpcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IpcError::Io(e) => write!(f, "{e}"),
+            IpcError::BadFrame(n) => write!(f, "bad frame length {n}"),
+            IpcError::Decode(e) => write!(f, "undecodable message: {e}"),
+            IpcError::Refused { wanted, got } => {
+                write!(f, "protocol mismatch: wanted {wanted}, peer speaks {got}")
+            }
+            IpcError::Closed => write!(f, "connection closed by peer"),
+            IpcError::Timeout => write!(f, "timed out"),
+            IpcError::Backlog => write!(f, "peer is not reading its messages"),
+        }
+    }
+}
+
+impl std::error::Error for IpcError {}
+
+impl From<std::io::Error> for IpcError {
+    fn from(e: std::io::Error) -> Self {
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => IpcError::Timeout,
+            std::io::ErrorKind::UnexpectedEof => IpcError::Closed,
+            _ => IpcError::Io(e),
+        }
+    }
+}
+
+/// Serializes a message into a whole frame, length prefix included.
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    let payload = bincode::serde::encode_to_vec(msg, bincode::config::standard())
+        .expect("ipc: in-memory serialization of our own types cannot fail");
+    frame::frame(&payload)
+}
+
+/// Deserializes one frame's payload.
+pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, IpcError> {
+    let cfg = bincode::config::standard().with_limit::<{ MAX_FRAME as usize }>();
+    match bincode::serde::decode_from_slice(payload, cfg) {
+        Ok((v, used)) if used == payload.len() => Ok(v),
+        Ok((_, used)) => Err(IpcError::Decode(format!(
+            "{} trailing bytes after the message",
+            payload.len() - used
+        ))),
+        Err(e) => Err(IpcError::Decode(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_answers() {
+        let h = Hello::of::<anvil::Anvil>();
+        assert_eq!(h.answer::<anvil::Anvil>(), HelloReply::Accepted);
+        assert!(matches!(
+            h.answer::<control::Control>(),
+            HelloReply::Refused { .. }
+        ));
+    }
+
+    #[test]
+    fn decode_rejects_trailing_and_garbage() {
+        let f = encode(&Tagged {
+            id: 7,
+            body: anvil::Request::Lookup {
+                service: "smtp".into(),
+                client: "1.2.3.4".into(),
+            },
+        });
+        let payload = &f[4..];
+        let back: Tagged<anvil::Request> = decode(payload).unwrap();
+        assert_eq!(back.id, 7);
+        let mut longer = payload.to_vec();
+        longer.push(0);
+        assert!(decode::<Tagged<anvil::Request>>(&longer).is_err());
+        assert!(decode::<Tagged<anvil::Request>>(&[0xff; 9]).is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = decode::<Tagged<control::Response>>(&bytes);
+            let _ = decode::<Tagged<anvil::Request>>(&bytes);
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! TLS for Sluice's SMTP server and client, on rustls with the ring provider.
+//!
+//! [`Stream`] wraps a non-blocking TCP socket that starts in plaintext and
+//! may switch to TLS (STARTTLS) or start in TLS (implicit TLS, port 465).
+//! Reads append decrypted bytes to the caller's buffer up to a bound the
+//! caller gives, so memory stays bounded whatever the peer sends; writes
+//! are queued and flushed as the socket allows — the shape of rustls's
+//! `tlsserver-mio` example, without its unbounded buffers.
+//!
+//! [`load_server_config`] reads the certificate chain and key named in
+//! main.cf and says which file is wrong when one is.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod config;
+mod stream;
+
+pub use config::{insecure_client_config, load_server_config, server_name, TlsError};
+pub use stream::{ReadStatus, Stream};
+
+/// What a finished handshake agreed, for Received: headers and log lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsInfo {
+    /// e.g. `TLSv1.3`.
+    pub version: String,
+    /// e.g. `TLS13_AES_256_GCM_SHA384`.
+    pub cipher: String,
+}

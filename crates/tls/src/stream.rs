@@ -1,0 +1,223 @@
+//! A non-blocking TCP stream that is plaintext until it is switched to TLS.
+
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+use mio::net::TcpStream;
+use rustls::{ClientConnection, Connection, ServerConnection};
+
+use crate::TlsInfo;
+
+/// What a read found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadStatus {
+    /// Plaintext bytes appended to the caller's buffer.
+    pub bytes: usize,
+    /// The peer closed the connection (or its TLS session).
+    pub eof: bool,
+}
+
+/// A TCP connection, plaintext or TLS.
+#[derive(Debug)]
+pub struct Stream {
+    sock: TcpStream,
+    tls: Option<Connection>,
+    out: Vec<u8>,
+    out_pos: usize,
+}
+
+impl Stream {
+    /// Wraps a connected socket in plaintext mode.
+    pub fn plain(sock: TcpStream) -> Self {
+        Stream {
+            sock,
+            tls: None,
+            out: Vec::new(),
+            out_pos: 0,
+        }
+    }
+
+    /// The socket, to register with mio.
+    pub fn socket(&mut self) -> &mut TcpStream {
+        &mut self.sock
+    }
+
+    /// Starts the server side of a TLS handshake (STARTTLS or implicit TLS).
+    ///
+    /// Plaintext output still queued is written first by the caller's
+    /// flush; anything received in plaintext after this point is the
+    /// caller's to discard (it must not be read as part of the TLS session).
+    pub fn start_server_tls(
+        &mut self,
+        cfg: Arc<rustls::ServerConfig>,
+    ) -> Result<(), rustls::Error> {
+        self.tls = Some(Connection::Server(ServerConnection::new(cfg)?));
+        Ok(())
+    }
+
+    /// Starts the client side of a TLS handshake.
+    pub fn start_client_tls(
+        &mut self,
+        cfg: Arc<rustls::ClientConfig>,
+        name: rustls::pki_types::ServerName<'static>,
+    ) -> Result<(), rustls::Error> {
+        self.tls = Some(Connection::Client(ClientConnection::new(cfg, name)?));
+        Ok(())
+    }
+
+    /// Whether TLS is on (handshake possibly still running).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Whether a TLS handshake is still in progress.
+    pub fn is_handshaking(&self) -> bool {
+        self.tls.as_ref().is_some_and(|c| c.is_handshaking())
+    }
+
+    /// The negotiated version and cipher, once the handshake is done.
+    pub fn tls_info(&self) -> Option<TlsInfo> {
+        let c = self.tls.as_ref()?;
+        if c.is_handshaking() {
+            return None;
+        }
+        Some(TlsInfo {
+            version: c
+                .protocol_version()
+                .and_then(|v| v.as_str())
+                .unwrap_or("TLS")
+                .replace("TLSv1_", "TLSv1."),
+            cipher: c
+                .negotiated_cipher_suite()
+                .map(|s| s.suite().as_str().unwrap_or("unknown").to_string())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Reads what is available, appending plaintext to `buf` while it is
+    /// shorter than `limit`. Stops early at the limit: the caller consumes
+    /// and calls again (mio is edge-triggered, so the caller must keep
+    /// reading until `bytes == 0` or it has room again).
+    pub fn read(&mut self, buf: &mut Vec<u8>, limit: usize) -> io::Result<ReadStatus> {
+        let start = buf.len();
+        let mut eof = false;
+        match &mut self.tls {
+            None => {
+                let mut chunk = [0u8; 16 * 1024];
+                while buf.len() < limit {
+                    let want = chunk.len().min(limit - buf.len());
+                    match self.sock.read(&mut chunk[..want]) {
+                        Ok(0) => {
+                            eof = true;
+                            break;
+                        }
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            Some(conn) => {
+                loop {
+                    // Drain decrypted plaintext first, within the limit.
+                    let mut chunk = [0u8; 16 * 1024];
+                    while buf.len() < limit {
+                        let want = chunk.len().min(limit - buf.len());
+                        match conn.reader().read(&mut chunk[..want]) {
+                            Ok(0) => {
+                                eof = true;
+                                break;
+                            }
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                            Err(e) => return Err(e),
+                        }
+                    }
+                    if eof || buf.len() >= limit || !conn.wants_read() {
+                        break;
+                    }
+                    match conn.read_tls(&mut self.sock) {
+                        Ok(0) => {
+                            eof = true;
+                            break;
+                        }
+                        Ok(_) => {
+                            if let Err(e) = conn.process_new_packets() {
+                                // Send the alert before giving up.
+                                let _ = conn.write_tls(&mut self.sock);
+                                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                // Handshake messages may need sending.
+                self.flush()?;
+            }
+        }
+        Ok(ReadStatus {
+            bytes: buf.len() - start,
+            eof,
+        })
+    }
+
+    /// Queues bytes to send; call [`Stream::flush`] to push them out.
+    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        match &mut self.tls {
+            None => self.out.extend_from_slice(data),
+            Some(conn) => conn.writer().write_all(data)?,
+        }
+        Ok(())
+    }
+
+    /// Writes as much queued output as the socket takes. `Ok(true)` when
+    /// everything is out.
+    pub fn flush(&mut self) -> io::Result<bool> {
+        while self.out_pos < self.out.len() {
+            match self.sock.write(&self.out[self.out_pos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        self.out.clear();
+        self.out_pos = 0;
+        if let Some(conn) = &mut self.tls {
+            while conn.wants_write() {
+                match conn.write_tls(&mut self.sock) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Bytes queued and not yet on the wire (plaintext mode only; TLS
+    /// output is counted by rustls).
+    pub fn pending_output(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+
+    /// Whether output is waiting for the socket to become writable.
+    pub fn wants_write(&self) -> bool {
+        self.out_pos < self.out.len() || self.tls.as_ref().is_some_and(|c| c.wants_write())
+    }
+
+    /// Sends a TLS close_notify (if TLS is on) and flushes what it can.
+    pub fn close(&mut self) {
+        if let Some(conn) = &mut self.tls {
+            conn.send_close_notify();
+        }
+        let _ = self.flush();
+        let _ = self.sock.shutdown(std::net::Shutdown::Write);
+    }
+}

@@ -1,0 +1,170 @@
+//! The `sluice` command's configuration tools against files on disk:
+//! `config` (print, -n, -d, edit in place) and `check`.
+
+use sluice_suite::Instance;
+
+fn text(out: &std::process::Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn config_prints_effective_nondefault_and_default_values() {
+    let inst = Instance::new(
+        "anvil unix - - n - 1 anvil\n",
+        "myhostname = mx.example.org\nmydomain = example.org\n",
+    );
+    let (all, _) = text(&inst.sluice(&["config"]));
+    assert!(
+        all.lines().any(|l| l == "myhostname = mx.example.org"),
+        "{all}"
+    );
+    // $myhostname in myorigin's default is expanded in the effective view.
+    assert!(
+        all.lines().any(|l| l == "myorigin = mx.example.org"),
+        "{all}"
+    );
+    assert!(
+        all.lines()
+            .any(|l| l == "initial_destination_concurrency = 5"),
+        "{all}"
+    );
+    let (n, _) = text(&inst.sluice(&["config", "-n"]));
+    assert!(n.lines().any(|l| l == "mydomain = example.org"));
+    assert!(
+        !n.contains("initial_destination_concurrency"),
+        "-n shows only main.cf settings:\n{n}"
+    );
+    let (d, _) = text(&inst.sluice(&[
+        "config",
+        "-d",
+        "maximal_queue_lifetime",
+        "message_size_limit",
+    ]));
+    assert_eq!(
+        d,
+        "maximal_queue_lifetime = 5d\nmessage_size_limit = 10240000\n"
+    );
+    let out = inst.sluice(&["config", "no_such_parameter"]);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn config_edits_main_cf_in_place_keeping_comments_and_order() {
+    let inst = Instance::new(
+        "relay unix - - n - - anvil\n",
+        "# keep me\nrelay_destination_concurrency_limit = 2\n  # and me\n",
+    );
+    let before = std::fs::read_to_string(inst.etc().join("main.cf")).unwrap();
+    let out = inst.sluice(&[
+        "config",
+        "relay_destination_concurrency_limit=7",
+        "smtpd_timeout=60s",
+    ]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let after = std::fs::read_to_string(inst.etc().join("main.cf")).unwrap();
+    assert!(
+        after.contains("# keep me\nrelay_destination_concurrency_limit = 7\n"),
+        "{after}"
+    );
+    assert!(after.ends_with("smtpd_timeout = 60s\n"), "{after}");
+    assert_eq!(before.lines().count() + 1, after.lines().count());
+    let (v, _) = text(&inst.sluice(&["config", "relay_destination_concurrency_limit"]));
+    assert_eq!(v, "relay_destination_concurrency_limit = 7\n");
+    // A bad value is refused, naming the parameter, and the file is untouched.
+    let out = inst.sluice(&["config", "message_size_limit=ten"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).1.contains("message_size_limit"),
+        "{}",
+        text(&out).1
+    );
+    assert_eq!(
+        std::fs::read_to_string(inst.etc().join("main.cf")).unwrap(),
+        after
+    );
+}
+
+#[test]
+fn check_reports_every_problem_with_file_line_and_parameter() {
+    let inst = Instance::new(
+        "anvil unix - - n - 1 anvil\nghost unix - - n - 1 no-such-daemon\n",
+        "message_size_limit = 10M0\n",
+    );
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let main_cf = inst.etc().join("main.cf").display().to_string();
+    assert!(
+        err.lines().any(|l| l.contains(&main_cf)
+            && l.contains("line 7")
+            && l.contains("message_size_limit")),
+        "{err}"
+    );
+    // Fix main.cf: the master.cf problem is still reported on its own.
+    std::fs::write(
+        inst.etc().join("main.cf"),
+        std::fs::read_to_string(inst.etc().join("main.cf"))
+            .unwrap()
+            .replace("10M0", "10240000"),
+    )
+    .unwrap();
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains("line 2") && err.contains("no-such-daemon"),
+        "{err}"
+    );
+    assert!(!err.contains("message_size_limit"), "{err}");
+}
+
+#[test]
+fn check_passes_a_sound_configuration_and_start_refuses_a_bad_one() {
+    let mut inst = Instance::new("anvil unix - - n - 1 anvil\n", "unknown_thing = 1\n");
+    let out = inst.sluice(&["check"]);
+    let (stdout, err) = text(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("unknown_thing"),
+        "unknown parameters are warned about: {err}"
+    );
+    assert!(stdout.contains("no errors"));
+    inst.start();
+    inst.stop();
+    let main = inst.etc().join("main.cf");
+    std::fs::write(
+        &main,
+        std::fs::read_to_string(&main).unwrap() + "default_process_limit = many\n",
+    )
+    .unwrap();
+    let out = inst.sluice(&["start"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).1.contains("default_process_limit"),
+        "{}",
+        text(&out).1
+    );
+}
+
+#[test]
+fn check_finds_unsafe_permissions() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut inst = Instance::new("anvil unix - - n - 1 anvil\n", "");
+    inst.start();
+    inst.stop();
+    let private = inst.root().join("spool/private");
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let main = inst.etc().join("main.cf");
+    std::fs::set_permissions(&main, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains(&format!("{}: world-writable", private.display())),
+        "{err}"
+    );
+    assert!(err.contains("writable by group or others"), "{err}");
+}

@@ -1,0 +1,225 @@
+//! Support for the workspace integration tests: a real Sluice instance in
+//! a temporary directory, driven through the `sluice` command as a
+//! postmaster would, and waits with deadlines instead of fixed sleeps.
+//!
+//! When the tests run as root (as in CI), the instance is started as an
+//! unprivileged user (`SLUICE_TEST_USER`, default `nobody`) unless a test asks
+//! for root, so that "unprivileged mode" is what is tested by default.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use ipc::control::{Control, MasterStatus, Request, Response};
+use ipc::Client;
+
+/// Where the built programs are: `$SLUICE_BIN_DIR`, else next to the test binary.
+pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SLUICE_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    // target/debug/deps/<test> → target/debug
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .to_path_buf();
+    assert!(
+        dir.join("master").is_file(),
+        "{}/master not built: run `cargo build` for the bin/ packages first (scripts/test does)",
+        dir.display()
+    );
+    dir
+}
+
+/// Polls `f` until it returns `Some` or `secs` pass; panics with `what` on timeout.
+pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs}s waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// A Sluice instance in a temporary directory.
+pub struct Instance {
+    /// The temporary root (config in `etc/`, spool in `spool/`, log in `maillog`).
+    pub dir: tempfile::TempDir,
+    /// Run the `sluice` command (and so master) as this user; `None` = as we are.
+    pub run_as: Option<(u32, u32)>,
+    started: bool,
+}
+
+impl Instance {
+    /// Writes main.cf (defaults for a test plus `main_extra`) and `master_cf`.
+    pub fn new(master_cf: &str, main_extra: &str) -> Instance {
+        Self::with_identity(master_cf, main_extra, false)
+    }
+
+    /// Like `new`; `as_root` keeps root's identity when the tests run as root.
+    pub fn with_identity(master_cf: &str, main_extra: &str, as_root: bool) -> Instance {
+        let dir = tempfile::Builder::new()
+            .prefix("sluice-test")
+            .tempdir()
+            .expect("tempdir");
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        let run_as = if sys::is_root() && !as_root {
+            let name = std::env::var("SLUICE_TEST_USER").unwrap_or_else(|_| "nobody".into());
+            let u = sys::privilege::lookup_user(&name)
+                .ok()
+                .flatten()
+                .expect("test user exists");
+            Some((u.uid, u.gid))
+        } else {
+            None
+        };
+        let main = format!(
+            "queue_directory = {root}/spool\n\
+             daemon_directory = {bin}\n\
+             data_directory = {root}/data\n\
+             maillog_file = {root}/maillog\n\
+             mail_owner = nobody\n\
+             master_stop_timeout = 5s\n\
+             {main_extra}\n",
+            root = root.display(),
+            bin = bin_dir().display()
+        );
+        std::fs::write(root.join("etc/main.cf"), main).unwrap();
+        std::fs::write(root.join("etc/master.cf"), master_cf).unwrap();
+        if let Some((uid, gid)) = run_as {
+            // The temporary directory is root's 0700; the instance's user
+            // must be able to reach and write it.
+            for p in [root.to_path_buf(), root.join("etc")] {
+                std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+            }
+        }
+        Instance {
+            dir,
+            run_as,
+            started: false,
+        }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The configuration directory.
+    pub fn etc(&self) -> PathBuf {
+        self.root().join("etc")
+    }
+
+    /// Runs `sluice -c etc ARGS...` and returns its output.
+    pub fn sluice(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(bin_dir().join("sluice"));
+        cmd.arg("-c").arg(self.etc()).args(args);
+        if let Some((uid, gid)) = self.run_as {
+            cmd.uid(uid).gid(gid);
+        }
+        cmd.output().expect("run sluice")
+    }
+
+    /// `sluice start`, asserting success.
+    pub fn start(&mut self) {
+        let out = self.sluice(&["start"]);
+        assert!(
+            out.status.success(),
+            "sluice start failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.started = true;
+    }
+
+    /// The mail log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.root().join("maillog")).unwrap_or_default()
+    }
+
+    /// Waits until a log line contains `needle`; returns that line.
+    pub fn wait_log(&self, secs: u64, needle: &str) -> String {
+        wait_for(secs, &format!("log line containing {needle:?}"), || {
+            self.log()
+                .lines()
+                .find(|l| l.contains(needle))
+                .map(str::to_string)
+        })
+    }
+
+    /// Asks master for its status over the control socket.
+    pub fn status(&self) -> MasterStatus {
+        let sock = self.root().join("spool/pid/master.sock");
+        let mut c = Client::<Control>::connect(&sock, Duration::from_secs(5))
+            .expect("connect control socket");
+        match c.call(&Request::Status).expect("status call") {
+            Response::Status(s) => s,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    /// The pids of a service's processes.
+    pub fn pids(&self, service: &str) -> Vec<i32> {
+        self.status()
+            .services
+            .iter()
+            .find(|s| s.name == service)
+            .map(|s| s.processes.iter().map(|p| p.pid).collect())
+            .unwrap_or_default()
+    }
+
+    /// Waits until a service has a process whose pid is not in `not`.
+    pub fn wait_pid(&self, service: &str, not: &[i32]) -> i32 {
+        wait_for(20, &format!("a new {service} process"), || {
+            self.pids(service).into_iter().find(|p| !not.contains(p))
+        })
+    }
+
+    /// master's pid from the pid file.
+    pub fn master_pid(&self) -> i32 {
+        sys::lock::read_pid(&self.root().join("spool/pid/master.pid")).expect("master.pid")
+    }
+
+    /// `sluice stop`, asserting success.
+    pub fn stop(&mut self) {
+        let out = self.sluice(&["stop"]);
+        assert!(
+            out.status.success(),
+            "sluice stop failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.started = false;
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if self.started {
+            let pid = sys::lock::read_pid(&self.root().join("spool/pid/master.pid"));
+            let _ = self.sluice(&["stop"]);
+            if let Some(pid) = pid {
+                let _ = sys::process::signal(pid, 9);
+            }
+        }
+    }
+}
+
+/// Whether a process is alive and not a zombie.
+pub fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
