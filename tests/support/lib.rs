@@ -223,3 +223,102 @@ pub fn running(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().unwrap().port()
+}
+
+/// master.cf for a receiving instance: smtpd on 127.0.0.1:`port`, cleanup,
+/// qmgr, anvil and the sendmail submission socket.
+pub fn receive_master_cf(port: u16, smtpd_args: &str) -> String {
+    format!(
+        "127.0.0.1:{port} inet n - n - - smtpd {smtpd_args}\n\
+         anvil unix - - n - 1 anvil\n\
+         cleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\n\
+         submit unix n - n - - cleanup\n"
+    )
+}
+
+/// main.cf lines every receiving test uses.
+pub const RECEIVE_MAIN_CF: &str = "myhostname = mx.test.example\nmydomain = test.example\n";
+
+impl Instance {
+    /// Waits until something accepts TCP connections on 127.0.0.1:`port`.
+    pub fn wait_port(&self, port: u16) {
+        wait_for(20, &format!("port {port}"), || {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .ok()
+                .map(drop)
+        });
+    }
+
+    /// The queue as `sluice queue list --json` prints it, one line per message.
+    pub fn queue_json(&self) -> Vec<String> {
+        let out = self.sluice(&["queue", "list", "--json"]);
+        assert!(
+            out.status.success(),
+            "queue list: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Runs a script in tests/scripts with python3 and returns its output.
+    pub fn python(&self, script: &str, args: &[&str]) -> Output {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/scripts")
+            .join(script);
+        Command::new("python3")
+            .arg(path)
+            .args(args)
+            .output()
+            .expect("python3")
+    }
+}
+
+/// Runs swaks with `args`, returning (exit status, transcript).
+pub fn swaks(args: &[&str]) -> (i32, String) {
+    let out = Command::new("swaks")
+        .args(args)
+        .output()
+        .expect("swaks is installed by scripts/test");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// Makes a self-signed certificate and key (PEM) in `dir` with openssl(1).
+pub fn make_cert(dir: &Path) -> (PathBuf, PathBuf) {
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    let st = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=mx.test.example",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl(1) is installed by scripts/test");
+    assert!(st.success());
+    (cert, key)
+}

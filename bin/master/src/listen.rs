@@ -74,7 +74,7 @@ pub fn open(ep: &Bind, owner: Option<(u32, u32)>) -> Result<Vec<ListenSock>, Str
         Bind::Inet(addrs) => addrs
             .iter()
             .map(|a| {
-                let l = std::net::TcpListener::bind(a).map_err(|e| format!("bind {a}: {e}"))?;
+                let l = sys::net::tcp_listener(*a, 1024).map_err(|e| format!("bind {a}: {e}"))?;
                 l.set_nonblocking(true).map_err(|e| format!("{a}: {e}"))?;
                 Ok(ListenSock::Tcp(l, *a))
             })

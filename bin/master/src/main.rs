@@ -162,8 +162,12 @@ fn make_queue_dirs(queue: &Path, owner: Option<&sys::privilege::Identity>) -> Re
     mk(&queue.join("pid"), 0o755)?;
     mk(&queue.join("private"), 0o700)?;
     mk(&queue.join("public"), 0o755)?;
+    // The spool proper: only mail_owner's daemons read and write it.
+    for d in ["msg", "journal", "pool"] {
+        mk(&queue.join(d), 0o700)?;
+    }
     if let Some(o) = owner {
-        for d in ["private", "public"] {
+        for d in ["private", "public", "msg", "journal", "pool"] {
             let p = queue.join(d);
             std::os::unix::fs::chown(&p, Some(o.uid), Some(o.gid))
                 .map_err(|e| format!("chown {}: {e}", p.display()))?;

@@ -58,8 +58,7 @@ pub struct Loaded {
 pub fn load(config_dir: &std::path::Path) -> Result<Loaded, String> {
     let services =
         config::load_master_cf(&config_dir.join("master.cf")).map_err(|e| e.to_string())?;
-    let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
-    let loaded = Config::load(config_dir, &names).map_err(|e| e.to_string())?;
+    let loaded = Config::load_with_master(config_dir, &services).map_err(|e| e.to_string())?;
     for w in &loaded.warnings {
         msg_warn!("{w}");
     }
@@ -761,11 +760,9 @@ impl Supervisor {
 
 use crate::listen::ListenSock;
 
-/// Whether two definitions run the same thing (line numbers aside).
+/// Whether two definitions run the same thing (equality ignores line numbers).
 fn same_service(a: &ServiceDef, b: &ServiceDef) -> bool {
-    let mut a = a.clone();
-    a.line = b.line;
-    &a == b
+    a == b
 }
 
 fn log_exit(cmd: &str, pid: i32, how: sys::process::ExitKind) {

@@ -38,7 +38,12 @@ pub fn check(dir: &Path) -> i32 {
         }
     };
     let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
-    let cfg = match Config::load(dir, &names) {
+    // Every problem in main.cf, not only the first one a load stops at.
+    let (errors, _) = Config::check_file(&dir.join("main.cf"), &names);
+    for e in &errors {
+        r.error(e);
+    }
+    let cfg = match Config::load_with_master(dir, &services) {
         Ok(l) => {
             for w in &l.warnings {
                 r.warn(w);
@@ -46,7 +51,9 @@ pub fn check(dir: &Path) -> i32 {
             Some(l.config)
         }
         Err(e) => {
-            r.error(e);
+            if errors.is_empty() {
+                r.error(e);
+            }
             None
         }
     };

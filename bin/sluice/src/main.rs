@@ -8,6 +8,7 @@
 
 mod check;
 mod lifecycle;
+mod queue;
 
 use std::path::PathBuf;
 
@@ -40,6 +41,11 @@ enum Cmd {
     Status,
     /// Validate the configuration, directories, ownership and permissions.
     Check,
+    /// Inspect and steer the mail queue.
+    Queue {
+        #[command(subcommand)]
+        cmd: QueueCmd,
+    },
     /// Print or edit main.cf parameters, like postconf.
     Config {
         /// Only parameters set in main.cf.
@@ -51,6 +57,18 @@ enum Cmd {
         /// Parameter names to print, or name=value pairs to set in main.cf.
         args: Vec<String>,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum QueueCmd {
+    /// List queued messages, in mailq(1) format.
+    List {
+        /// One JSON object per message per line (like postqueue -j).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make every deferred message due now.
+    Flush,
 }
 
 fn main() {
@@ -66,6 +84,12 @@ fn main() {
         Cmd::Reload => lifecycle::reload(&dir),
         Cmd::Status => lifecycle::status(&dir),
         Cmd::Check => check::check(&dir),
+        Cmd::Queue {
+            cmd: QueueCmd::List { json },
+        } => queue::list(&dir, json),
+        Cmd::Queue {
+            cmd: QueueCmd::Flush,
+        } => queue::flush(&dir),
         Cmd::Config {
             non_default,
             defaults,
@@ -87,8 +111,7 @@ pub fn load_config(
     quiet: bool,
 ) -> Result<(config::Config, Vec<config::ServiceDef>), String> {
     let services = config::load_master_cf(&dir.join("master.cf")).map_err(|e| e.to_string())?;
-    let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
-    let loaded = config::Config::load(dir, &names).map_err(|e| e.to_string())?;
+    let loaded = config::Config::load_with_master(dir, &services).map_err(|e| e.to_string())?;
     if !quiet {
         for w in &loaded.warnings {
             eprintln!("sluice: warning: {w}");
@@ -98,9 +121,8 @@ pub fn load_config(
 }
 
 fn config_cmd(dir: &std::path::Path, non_default: bool, defaults: bool, args: &[String]) -> i32 {
-    let names: Vec<String> = config::load_master_cf(&dir.join("master.cf"))
-        .map(|v| v.into_iter().map(|s| s.name).collect())
-        .unwrap_or_default();
+    let services = config::load_master_cf(&dir.join("master.cf")).unwrap_or_default();
+    let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
     let assignments: Vec<(String, String)> = args
         .iter()
         .filter_map(|a| {
@@ -122,7 +144,7 @@ fn config_cmd(dir: &std::path::Path, non_default: bool, defaults: bool, args: &[
             Err(e) => fail(e),
         };
     }
-    let cfg = match config::Config::load(dir, &names) {
+    let cfg = match config::Config::load_with_master(dir, &services) {
         Ok(l) => {
             for w in &l.warnings {
                 eprintln!("sluice: warning: {w}");

@@ -163,6 +163,65 @@ impl Config {
         service_names: &[String],
         extra_refs: &[String],
     ) -> Result<Loaded, ConfigError> {
+        let (errors, mut warnings) = self.read_text(text, origin, false);
+        if let Some(e) = errors.into_iter().next() {
+            return Err(e);
+        }
+        warnings.extend(self.unknown_warnings(service_names, extra_refs));
+        if let Some(e) = self.check(false).into_iter().next() {
+            return Err(e);
+        }
+        Ok(Loaded {
+            config: self,
+            warnings,
+        })
+    }
+
+    /// Every problem in main.cf text, for `sluice check`: all syntax errors
+    /// and all bad values rather than only the first, then the warnings.
+    /// Lines with syntax errors are left out and values are checked one by
+    /// one, so one mistake does not hide the next.
+    pub fn check_text(
+        text: &str,
+        origin: &Path,
+        service_names: &[String],
+    ) -> (Vec<ConfigError>, Vec<Diagnostic>) {
+        let mut config = Config::defaults();
+        let (mut errors, mut warnings) = config.read_text(text, origin, true);
+        warnings.extend(config.unknown_warnings(service_names, &[]));
+        errors.extend(config.check(true));
+        (errors, warnings)
+    }
+
+    /// `check_text` on a file; unreadable or non-UTF-8 files are one error.
+    pub fn check_file(
+        path: &Path,
+        service_names: &[String],
+    ) -> (Vec<ConfigError>, Vec<Diagnostic>) {
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) => return (vec![ConfigError::io(path, e)], Vec::new()),
+        };
+        if let Some(line) = maincf::first_bad_utf8_line(&bytes) {
+            let e = ConfigError::Syntax {
+                file: path.to_path_buf(),
+                line,
+                problem: SyntaxProblem::NotUtf8,
+            };
+            return (vec![e], Vec::new());
+        }
+        Config::check_text(&String::from_utf8_lossy(&bytes), path, service_names)
+    }
+
+    /// Reads definitions into the settings; returns the syntax errors (only
+    /// the first unless `all`) and the orphan-line warnings.
+    fn read_text(
+        &mut self,
+        text: &str,
+        origin: &Path,
+        all: bool,
+    ) -> (Vec<ConfigError>, Vec<Diagnostic>) {
+        let mut errors = Vec::new();
         let mut warnings = Vec::new();
         // Editors on some systems start files with a byte order mark.
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
@@ -180,26 +239,30 @@ impl Config {
                 }
                 Scanned::Line(l) => l,
             };
-            let def = maincf::definition(&logical.text).map_err(|problem| ConfigError::Syntax {
-                file: origin.to_path_buf(),
-                line: logical.line,
-                problem,
-            })?;
-            self.settings.insert(
-                def.name,
-                Setting {
-                    value: def.value,
-                    file: origin.to_path_buf(),
-                    line: logical.line,
-                },
-            );
+            match maincf::definition(&logical.text) {
+                Ok(def) => {
+                    self.settings.insert(
+                        def.name,
+                        Setting {
+                            value: def.value,
+                            file: origin.to_path_buf(),
+                            line: logical.line,
+                        },
+                    );
+                }
+                Err(problem) => {
+                    errors.push(ConfigError::Syntax {
+                        file: origin.to_path_buf(),
+                        line: logical.line,
+                        problem,
+                    });
+                    if !all {
+                        break;
+                    }
+                }
+            }
         }
-        warnings.extend(self.unknown_warnings(service_names, extra_refs));
-        self.validate()?;
-        Ok(Loaded {
-            config: self,
-            warnings,
-        })
+        (errors, warnings)
     }
 
     /// Warnings for set names that are neither in the table, nor overrides for
@@ -243,8 +306,10 @@ impl Config {
         out
     }
 
-    /// Expands and type-checks every value that a getter may later return.
-    fn validate(&self) -> Result<(), ConfigError> {
+    /// Expands and type-checks every value that a getter may later return;
+    /// stops at the first error unless `all`.
+    fn check(&self, all: bool) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
         let mut set: Vec<(&String, &Setting)> =
             self.overrides.iter().chain(self.settings.iter()).collect();
         // Report the earliest line first, as a reader goes through the file.
@@ -253,12 +318,23 @@ impl Config {
             let ty = table::spec(name)
                 .or_else(|| table::split_transport_param(name).map(|(_, spec)| spec))
                 .map(|spec| spec.ty);
-            self.check_one(name, ty, &s.file, s.line)?;
+            if let Err(e) = self.check_one(name, ty, &s.file, s.line) {
+                errors.push(e);
+                if !all {
+                    return errors;
+                }
+            }
         }
-        for spec in table::params() {
-            self.check_one(spec.name, Some(spec.ty), Path::new(DEFAULT_ORIGIN), 0)?;
+        // Defaults can still fail through what they refer to.
+        for spec in table::params().filter(|s| self.setting(s.name).is_none()) {
+            if let Err(e) = self.check_one(spec.name, Some(spec.ty), Path::new(DEFAULT_ORIGIN), 0) {
+                errors.push(e);
+                if !all {
+                    return errors;
+                }
+            }
         }
-        Ok(())
+        errors
     }
 
     fn check_one(
@@ -320,7 +396,7 @@ impl Config {
             line,
         };
         let old = self.overrides.insert(name.to_string(), new);
-        if let Err(e) = self.validate() {
+        if let Some(e) = self.check(false).into_iter().next() {
             match old {
                 Some(o) => self.overrides.insert(name.to_string(), o),
                 None => self.overrides.remove(name),

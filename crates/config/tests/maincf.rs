@@ -662,3 +662,25 @@ fn int_reads_sizes_too() {
     assert_eq!(c.int("message_size_limit"), 1024);
     assert_eq!(c.size("smtpd_recipient_limit"), 1000);
 }
+
+#[test]
+fn check_reports_every_problem() {
+    let text = "myorigin\nmessage_size_limit = 10M0\nbogus = 1\nsoft_bounce = maybe\n= x\na = $a\n";
+    let (errors, warnings) = Config::check_text(text, Path::new(MAIN_CF), &[]);
+    let lines: Vec<usize> = errors
+        .iter()
+        .map(|e| match e {
+            ConfigError::Syntax { line, .. }
+            | ConfigError::BadValue { line, .. }
+            | ConfigError::Expand { line, .. } => *line,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(lines, [1, 5, 2, 4, 6]);
+    assert_eq!(warnings.len(), 1);
+    assert_eq!(warnings[0].param, "bogus");
+    let (errors, warnings) = Config::check_text("myorigin = x\n", Path::new(MAIN_CF), &[]);
+    assert!(errors.is_empty() && warnings.is_empty());
+    let (errors, _) = Config::check_file(Path::new("/nonexistent/sluice/main.cf"), &[]);
+    assert!(matches!(errors[..], [ConfigError::Io { .. }]));
+}

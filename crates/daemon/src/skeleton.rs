@@ -70,6 +70,9 @@ impl Cx<'_> {
 
 /// A daemon's callbacks.
 pub trait Server {
+    /// Called once before the first event, to register the daemon's own
+    /// event sources (e.g. a waker for a helper thread).
+    fn start(&mut self, _cx: &mut Cx<'_>) {}
     /// A client was accepted on one of the listening sockets.
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn);
     /// A socket the daemon registered is ready.
@@ -189,10 +192,8 @@ fn program_name() -> String {
 }
 
 fn load_config(config_dir: &Path, args: &DaemonArgs) -> Config {
-    let names: Vec<String> = config::load_master_cf(&config_dir.join("master.cf"))
-        .map(|defs| defs.into_iter().map(|d| d.name).collect())
-        .unwrap_or_default();
-    let mut cfg = match Config::load(config_dir, &names) {
+    let services = config::load_master_cf(&config_dir.join("master.cf")).unwrap_or_default();
+    let mut cfg = match Config::load_with_master(config_dir, &services) {
         Ok(l) => l.config,
         Err(e) => {
             eprintln!("{}: fatal: {e}", program_name());
@@ -290,6 +291,14 @@ fn event_loop<S: Server>(
     let mut next_token = FIRST_DAEMON_TOKEN;
     let mut last_state = None;
     let mut idle_since = clock.now();
+    {
+        let mut cx = Cx {
+            registry: poll.registry(),
+            now: clock.now(),
+            next_token: &mut next_token,
+        };
+        server.start(&mut cx);
+    }
 
     loop {
         let clients = server.clients();
@@ -346,7 +355,10 @@ fn event_loop<S: Server>(
                 SIGNALS => {
                     for sig in signals.drain() {
                         if sig == SIGHUP {
-                            match Config::load(&ctx.config_dir, &[]) {
+                            let services =
+                                config::load_master_cf(&ctx.config_dir.join("master.cf"))
+                                    .unwrap_or_default();
+                            match Config::load_with_master(&ctx.config_dir, &services) {
                                 Ok(l) => {
                                     let mut c = l.config;
                                     for (k, v) in &ctx.args.overrides {

@@ -143,6 +143,11 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Bytes queued and not yet written.
+    pub fn pending_output(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+
     /// Whether output is waiting for the socket to become writable.
     pub fn wants_write(&self) -> bool {
         self.out_pos < self.out.len()

@@ -14,10 +14,14 @@
 #![warn(missing_docs)]
 
 pub mod anvil;
+pub mod cleanup;
 pub mod client;
 pub mod control;
 pub mod endpoint;
 pub mod frame;
+pub mod qmgr;
+pub mod queuectl;
+pub mod router;
 pub mod status;
 
 pub use client::Client;

@@ -10,6 +10,7 @@
 
 pub mod creds;
 pub mod lock;
+pub mod net;
 pub mod privilege;
 pub mod process;
 pub mod time;

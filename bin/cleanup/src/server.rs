@@ -1,0 +1,615 @@
+//! cleanup's clients, their messages in progress, and the link to qmgr.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use daemon::{msg_info, msg_warn, Conn, Context, Cx, Server};
+use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
+use ipc::qmgr::{self, Qmgr};
+use ipc::{Endpoint, Hello, HelloReply, Tagged};
+use mail::{Envelope, QueueId, QueueIdGen, Timestamp};
+use mio::{Interest, Token};
+use queue::{Draft, FileMode, MessageHead, Spool, SpoolConfig};
+use sys::creds::PeerCred;
+
+use crate::headers::{self, Fed, HeaderBuffer};
+
+struct Msg {
+    id: QueueId,
+    envelope: Envelope,
+    origin: Origin,
+    hold: bool,
+    headers: HeaderBuffer,
+    draft: Option<Draft>,
+    /// The first failure; reported at End.
+    error: Option<(u16, &'static str, String)>,
+    arrival: SystemTime,
+}
+
+struct Client {
+    ep: Endpoint,
+    peer: PeerCred,
+    msg: Option<Msg>,
+}
+
+/// A message waiting for qmgr's commit.
+struct Pending {
+    client: Token,
+    request: u64,
+    id: QueueId,
+}
+
+struct QmgrLink {
+    ep: Endpoint,
+    token: Token,
+    greeted: bool,
+    next_id: u64,
+    pending: BTreeMap<u64, Pending>,
+}
+
+/// The cleanup service.
+pub struct CleanupServer {
+    spool: Spool,
+    ids: QueueIdGen,
+    clients: BTreeMap<Token, Client>,
+    qmgr: Option<QmgrLink>,
+    qmgr_path: PathBuf,
+    hostname: String,
+    origin_domain: String,
+    always_add: bool,
+    size_limit: u64,
+    me: u32,
+}
+
+fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+impl CleanupServer {
+    /// Opens the spool under the queue directory.
+    pub fn new(ctx: &Context) -> Result<Self, String> {
+        let chrooted = ctx.args.chroot && sys::is_root();
+        let root = if chrooted {
+            PathBuf::from("/")
+        } else {
+            PathBuf::from(ctx.config.str("queue_directory"))
+        };
+        // Pool slots are handed out per process, so several cleanup
+        // processes cannot share them yet: large messages get their own
+        // file; small ones (most mail) go inline in qmgr's journal.
+        let cfg = SpoolConfig {
+            file_mode: FileMode::Simple,
+            ..SpoolConfig::default()
+        };
+        let spool =
+            Spool::open(&root, cfg).map_err(|e| format!("spool {}: {e}", root.display()))?;
+        Ok(CleanupServer {
+            spool,
+            ids: QueueIdGen::new(std::process::id()),
+            clients: BTreeMap::new(),
+            qmgr: None,
+            qmgr_path: root.join("private/qmgr"),
+            hostname: ctx.config.str("myhostname"),
+            origin_domain: ctx.config.str("myorigin"),
+            always_add: ctx.config.bool("always_add_missing_headers"),
+            size_limit: ctx.config.size("message_size_limit"),
+            me: sys::current_ids().0,
+        })
+    }
+
+    fn trusted(&self, peer: &PeerCred) -> bool {
+        peer.uid == 0 || peer.uid == self.me
+    }
+
+    fn handle(&mut self, cx: &mut Cx<'_>, token: Token, req: Tagged<Request>) -> Option<Response> {
+        let trusted = self
+            .clients
+            .get(&token)
+            .map(|c| self.trusted(&c.peer))
+            .unwrap_or(false);
+        let peer = self.clients.get(&token).map(|c| c.peer)?;
+        match req.body {
+            Request::Begin {
+                envelope,
+                origin,
+                hold,
+            } => {
+                let origin = match origin {
+                    Origin::Smtp { .. } if !trusted => {
+                        msg_warn!(
+                            "uid {} (pid {}) claimed to be an SMTP server: refused",
+                            peer.uid,
+                            peer.pid
+                        );
+                        return Some(failed(
+                            550,
+                            "5.7.1",
+                            "Only the mail system may submit SMTP mail here",
+                        ));
+                    }
+                    // Never trust the user name a client claims.
+                    Origin::Local { full_name, .. } => Origin::Local {
+                        user: user_name(peer.uid),
+                        full_name,
+                    },
+                    o => o,
+                };
+                let id = self.ids.next(now_micros());
+                if matches!(origin, Origin::Local { .. }) {
+                    msg_info!("{id}: uid={} from=<{}>", peer.uid, envelope.sender);
+                }
+                let draft = self.spool.draft(id);
+                let c = self.clients.get_mut(&token)?;
+                if let Some(old) = c.msg.take() {
+                    if let Some(d) = old.draft {
+                        let _ = d.abort(&self.spool);
+                    }
+                }
+                c.msg = Some(Msg {
+                    id,
+                    envelope: *envelope,
+                    origin,
+                    hold,
+                    headers: HeaderBuffer::default(),
+                    draft: Some(draft),
+                    error: None,
+                    arrival: SystemTime::now(),
+                });
+                Some(Response::Started {
+                    queue_id: id.to_string(),
+                })
+            }
+            Request::Data { bytes } => {
+                if bytes.len() > MAX_CHUNK {
+                    return Some(failed(451, "4.3.0", "Error: oversized data frame"));
+                }
+                let hostname = self.hostname.clone();
+                let origin_domain = self.origin_domain.clone();
+                let always_add = self.always_add;
+                let size_limit = self.size_limit;
+                let c = self.clients.get_mut(&token)?;
+                let m = c.msg.as_mut()?;
+                let out = match m.headers.feed(&bytes) {
+                    Fed::Holding => return None,
+                    Fed::Through(b) => b,
+                    Fed::Complete { headers, rest } => {
+                        let mut out =
+                            header_block(m, &headers, &hostname, &origin_domain, always_add);
+                        out.extend_from_slice(&rest);
+                        out
+                    }
+                };
+                write(&self.spool, m, &out, size_limit);
+                None
+            }
+            Request::End => {
+                let hostname = self.hostname.clone();
+                let origin_domain = self.origin_domain.clone();
+                let always_add = self.always_add;
+                let size_limit = self.size_limit;
+                let c = self.clients.get_mut(&token)?;
+                let Some(mut m) = c.msg.take() else {
+                    return Some(failed(503, "5.5.1", "Error: no message in progress"));
+                };
+                // Content that ended inside the headers: a header section
+                // with no body, which RFC 5322 allows.
+                if let Some(headers) = m.headers.finish() {
+                    let out = header_block(&mut m, &headers, &hostname, &origin_domain, always_add);
+                    write(&self.spool, &mut m, &out, size_limit);
+                }
+                if let Some((code, enhanced, text)) = m.error.take() {
+                    if let Some(d) = m.draft.take() {
+                        let _ = d.abort(&self.spool);
+                    }
+                    msg_info!("{}: reject: {code} {enhanced} {text}", m.id);
+                    return Some(failed(code, enhanced, &text));
+                }
+                let draft = m.draft.take()?;
+                m.envelope.size = draft.len();
+                m.envelope.arrival = Timestamp::from_micros(
+                    m.arrival
+                        .duration_since(UNIX_EPOCH)
+                        .map(|d| d.as_micros() as u64)
+                        .unwrap_or(0),
+                );
+                let data = match draft.commit(&self.spool, &m.envelope) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        msg_warn!("{}: {e}", m.id);
+                        return Some(if e.is_disk_full() {
+                            failed(452, "4.3.1", "Insufficient system storage")
+                        } else {
+                            failed(451, "4.3.0", "Error: queue file write error")
+                        });
+                    }
+                };
+                let head = MessageHead {
+                    id: m.id,
+                    envelope: m.envelope,
+                    data,
+                };
+                self.send_to_qmgr(cx, token, req.id, head, m.hold)
+            }
+            Request::Abort => {
+                let c = self.clients.get_mut(&token)?;
+                if let Some(m) = c.msg.take() {
+                    if let Some(d) = m.draft {
+                        let _ = d.abort(&self.spool);
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn send_to_qmgr(
+        &mut self,
+        cx: &mut Cx<'_>,
+        client: Token,
+        request: u64,
+        head: MessageHead,
+        hold: bool,
+    ) -> Option<Response> {
+        if self.qmgr.is_none() {
+            match open_qmgr(cx, &self.qmgr_path) {
+                Ok(l) => self.qmgr = Some(l),
+                Err(e) => {
+                    msg_warn!("connect to qmgr: {e}");
+                    remove_data(&self.spool, &head);
+                    return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
+                }
+            }
+        }
+        let link = self.qmgr.as_mut().expect("opened above");
+        let id = link.next_id;
+        link.next_id += 1;
+        let qid = head.id;
+        if let Err(e) = link.ep.send(&Tagged {
+            id,
+            body: qmgr::Request::Arrived { head, hold },
+        }) {
+            msg_warn!("qmgr link: {e}");
+            self.break_qmgr(cx);
+            return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
+        }
+        link.pending.insert(
+            id,
+            Pending {
+                client,
+                request,
+                id: qid,
+            },
+        );
+        None
+    }
+
+    fn break_qmgr(&mut self, cx: &mut Cx<'_>) {
+        let Some(mut link) = self.qmgr.take() else {
+            return;
+        };
+        let _ = cx.registry.deregister(link.ep.stream());
+        for (_, p) in std::mem::take(&mut link.pending) {
+            // The data may be durable, but without its Arrived record the
+            // message is not queued as far as the client knows. If qmgr
+            // wrote the record before dying, recovery keeps the message and
+            // the client's retry makes a duplicate: at-least-once, never lost.
+            self.answer(
+                p.client,
+                p.request,
+                failed(451, "4.3.0", "Error: queue manager unavailable"),
+            );
+        }
+    }
+
+    fn answer(&mut self, token: Token, request: u64, resp: Response) {
+        if let Some(c) = self.clients.get_mut(&token) {
+            if let Err(e) = c.ep.reply(request, &resp) {
+                msg_warn!("client pid {}: {e}", c.peer.pid);
+            }
+        }
+    }
+
+    fn qmgr_ready(&mut self, cx: &mut Cx<'_>) {
+        let result = (|| -> Result<Vec<(u64, qmgr::Response)>, ipc::IpcError> {
+            let Some(link) = self.qmgr.as_mut() else {
+                return Ok(vec![]);
+            };
+            let open = link.ep.read_ready()?;
+            link.ep.write_ready()?;
+            if !link.greeted {
+                match link.ep.recv::<HelloReply>()? {
+                    Some(HelloReply::Accepted) => link.greeted = true,
+                    Some(HelloReply::Refused { protocol, version }) => {
+                        return Err(ipc::IpcError::Refused {
+                            wanted: "sluice-qmgr".into(),
+                            got: format!("{protocol} {version}"),
+                        })
+                    }
+                    None => return Ok(vec![]),
+                }
+            }
+            let mut out = Vec::new();
+            while let Some(r) = link.ep.recv::<Tagged<qmgr::Response>>()? {
+                out.push((r.id, r.body));
+            }
+            if !open {
+                return Err(ipc::IpcError::Closed);
+            }
+            Ok(out)
+        })();
+        match result {
+            Ok(answers) => {
+                for (id, resp) in answers {
+                    let Some(p) = self.qmgr.as_mut().and_then(|l| l.pending.remove(&id)) else {
+                        continue;
+                    };
+                    let r = match resp {
+                        qmgr::Response::Committed => Response::Queued {
+                            queue_id: p.id.to_string(),
+                        },
+                        qmgr::Response::Failed { reason, disk_full } => {
+                            msg_warn!("{}: qmgr: {reason}", p.id);
+                            if disk_full {
+                                failed(452, "4.3.1", "Insufficient system storage")
+                            } else {
+                                failed(451, "4.3.0", "Error: queue file write error")
+                            }
+                        }
+                    };
+                    self.answer(p.client, p.request, r);
+                }
+            }
+            Err(e) => {
+                msg_warn!("qmgr link: {e}");
+                self.break_qmgr(cx);
+            }
+        }
+    }
+
+    fn serve(&mut self, cx: &mut Cx<'_>, token: Token) -> Result<bool, ipc::IpcError> {
+        let Some(c) = self.clients.get_mut(&token) else {
+            return Ok(false);
+        };
+        let open = c.ep.read_ready()?;
+        if !c.ep.accept_hello::<Cleanup>()? {
+            return Ok(open);
+        }
+        loop {
+            let Some(c) = self.clients.get_mut(&token) else {
+                return Ok(false);
+            };
+            let Some(req) = c.ep.recv::<Tagged<Request>>()? else {
+                break;
+            };
+            let id = req.id;
+            if let Some(resp) = self.handle(cx, token, req) {
+                self.answer(token, id, resp);
+            }
+        }
+        let Some(c) = self.clients.get_mut(&token) else {
+            return Ok(false);
+        };
+        c.ep.write_ready()?;
+        Ok(open || c.ep.wants_write())
+    }
+
+    fn drop_client(&mut self, cx: &mut Cx<'_>, token: Token) {
+        if let Some(mut c) = self.clients.remove(&token) {
+            let _ = cx.registry.deregister(c.ep.stream());
+            if let Some(m) = c.msg.take() {
+                if let Some(d) = m.draft {
+                    let _ = d.abort(&self.spool);
+                }
+            }
+        }
+    }
+}
+
+fn remove_data(spool: &Spool, head: &MessageHead) {
+    let _ = spool.remove_data(head.id, head.data.storage());
+}
+
+fn failed(code: u16, enhanced: &str, text: &str) -> Response {
+    Response::Failed {
+        code,
+        enhanced: enhanced.into(),
+        text: text.into(),
+    }
+}
+
+fn user_name(uid: u32) -> String {
+    sys::privilege::lookup_uid(uid)
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| format!("uid{uid}"))
+}
+
+/// Appends content to the draft, remembering the first failure.
+fn write(spool: &Spool, m: &mut Msg, bytes: &[u8], size_limit: u64) {
+    if m.error.is_some() {
+        return;
+    }
+    let Some(d) = m.draft.as_mut() else { return };
+    if size_limit > 0 && d.len() + bytes.len() as u64 > size_limit + 64 * 1024 {
+        // smtpd enforces the limit on what the client sends; this catches
+        // local submissions, with room for the headers cleanup adds.
+        m.error = Some((552, "5.3.4", "Message size exceeds fixed limit".into()));
+        return;
+    }
+    if let Err(e) = d.append(spool, bytes) {
+        msg_warn!("{}: {e}", m.id);
+        m.error = Some(if e.is_disk_full() {
+            (452, "4.3.1", "Insufficient system storage".into())
+        } else {
+            (451, "4.3.0", "Error: queue file write error".into())
+        });
+    }
+}
+
+/// Received: plus the client's headers plus what is missing.
+fn header_block(
+    m: &mut Msg,
+    headers: &[u8],
+    hostname: &str,
+    origin_domain: &str,
+    always_add: bool,
+) -> Vec<u8> {
+    let seen = headers::inspect(headers);
+    let date = sys::time::rfc5322_date(m.arrival);
+    let mut out = Vec::with_capacity(headers.len() + 512);
+    let env = &m.envelope;
+    let for_rcpt = match env.recipients.as_slice() {
+        [one] => format!("\r\n\tfor <{}>", one.address),
+        _ => String::new(),
+    };
+    match &m.origin {
+        Origin::Smtp { protocol } => {
+            let helo = env.helo.as_deref().unwrap_or("unknown");
+            let name = env.client_name.as_deref().unwrap_or("unknown");
+            let addr = env.client_addr.as_deref().unwrap_or("unknown");
+            let tls = env
+                .tls
+                .as_deref()
+                .map(|t| format!("\r\n\t(using {t})"))
+                .unwrap_or_default();
+            out.extend_from_slice(
+                format!(
+                    "Received: from {helo} ({name} [{addr}])\r\n\tby {hostname} (Sluice) with {protocol} id {}{tls}{for_rcpt};\r\n\t{date}\r\n",
+                    m.id
+                )
+                .as_bytes(),
+            );
+        }
+        Origin::Local { user, .. } => {
+            let uid = sys::privilege::lookup_user(user)
+                .ok()
+                .flatten()
+                .map(|u| u.uid.to_string())
+                .unwrap_or_default();
+            out.extend_from_slice(
+                format!("Received: by {hostname} (Sluice, from userid {uid})\r\n\tid {}{for_rcpt}; {date}\r\n", m.id)
+                    .as_bytes(),
+            );
+        }
+    }
+    out.extend_from_slice(headers);
+    let local = matches!(m.origin, Origin::Local { .. });
+    if local || always_add {
+        if seen.message_id.is_none() {
+            let mid = format!("<{}.{}@{hostname}>", compact_time(m.arrival), m.id);
+            out.extend_from_slice(format!("Message-Id: {mid}\r\n").as_bytes());
+            msg_info!("{}: message-id={mid}", m.id);
+        }
+        if !seen.date {
+            out.extend_from_slice(format!("Date: {date}\r\n").as_bytes());
+        }
+        if !seen.from {
+            let from = match (&m.origin, env.sender.is_empty()) {
+                (
+                    Origin::Local {
+                        user,
+                        full_name: Some(n),
+                    },
+                    _,
+                ) => format!("{n} <{user}@{origin_domain}>"),
+                (
+                    Origin::Local {
+                        user,
+                        full_name: None,
+                    },
+                    _,
+                ) => format!("{user}@{origin_domain}"),
+                (_, true) => format!("MAILER-DAEMON@{origin_domain}"),
+                (_, false) => env.sender.clone(),
+            };
+            out.extend_from_slice(format!("From: {from}\r\n").as_bytes());
+        }
+    }
+    if let Some(mid) = &seen.message_id {
+        msg_info!("{}: message-id={mid}", m.id);
+    } else if !(local || always_add) {
+        msg_info!("{}: message-id=<>", m.id);
+    }
+    out
+}
+
+fn compact_time(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("{secs}")
+}
+
+fn open_qmgr(cx: &mut Cx<'_>, path: &std::path::Path) -> Result<QmgrLink, String> {
+    let std = std::os::unix::net::UnixStream::connect(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    std.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut ep = Endpoint::new(mio::net::UnixStream::from_std(std));
+    let token = cx.token();
+    cx.registry
+        .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
+        .map_err(|e| e.to_string())?;
+    ep.send(&Hello::of::<Qmgr>()).map_err(|e| e.to_string())?;
+    Ok(QmgrLink {
+        ep,
+        token,
+        greeted: false,
+        next_id: 1,
+        pending: BTreeMap::new(),
+    })
+}
+
+impl Server for CleanupServer {
+    fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
+        let Conn::Unix(stream) = conn else { return };
+        let mut ep = Endpoint::new(stream);
+        let Ok(peer) = ep.peer() else { return };
+        let token = cx.token();
+        if cx
+            .registry
+            .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
+            .is_err()
+        {
+            return;
+        }
+        self.clients.insert(
+            token,
+            Client {
+                ep,
+                peer,
+                msg: None,
+            },
+        );
+        self.ready(cx, token, true, true);
+    }
+
+    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, _readable: bool, _writable: bool) {
+        if self.qmgr.as_ref().is_some_and(|l| l.token == token) {
+            self.qmgr_ready(cx);
+            return;
+        }
+        match self.serve(cx, token) {
+            Ok(true) => {}
+            Ok(false) => self.drop_client(cx, token),
+            Err(e) => {
+                let pid = self.clients.get(&token).map_or(0, |c| c.peer.pid);
+                msg_warn!("client pid {pid}: {e}");
+                self.drop_client(cx, token);
+            }
+        }
+    }
+
+    fn clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
+}

@@ -1,0 +1,24 @@
+//! qmgr(8): the queue manager, sole writer of the journal.
+//!
+//! At start it recovers the spool (replays the journal, cuts torn tails,
+//! removes partial files, adopts committed files nobody announced) and logs
+//! what it found. Then it accepts `Arrived` announcements from cleanup,
+//! appends them to the journal and answers each only after the group commit
+//! (one fdatasync on a helper thread for everything appended meanwhile)
+//! that made it durable. `sluice queue list` asks it for the queue.
+//!
+//! Scheduling and delivery are not part of this program yet: accepted mail
+//! stays queued (`(queue active)` in the log) until the scheduler lands.
+#![forbid(unsafe_code)]
+
+mod server;
+
+fn main() {
+    // qmgr owns state the whole system relies on: it never exits on idle or use count.
+    let opts = daemon::Options {
+        honour_max_idle: false,
+        honour_max_use: false,
+        max_clients: usize::MAX,
+    };
+    daemon::run(opts, |_ctx| Ok(()), |ctx, ()| server::QmgrServer::new(ctx))
+}

@@ -1,0 +1,440 @@
+//! qmgr's clients (cleanup, and `sluice queue`), the journal and group commit.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use daemon::{msg_info, msg_warn, Conn, Context, Cx, Server};
+use ipc::qmgr::{self, Qmgr};
+use ipc::queuectl::{self, QueueCtl, QueuedMessage, QueuedRecipient};
+use ipc::{Endpoint, Hello, HelloReply, Protocol, Tagged};
+use mail::QueueId;
+use mio::{Interest, Token};
+use queue::{Journal, LiveMessage, Lsn, Record, Replay, Spool, SpoolConfig, Syncer};
+use sys::creds::PeerCred;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Unknown,
+    Arrival,
+    Control,
+}
+
+struct Client {
+    ep: Endpoint,
+    peer: PeerCred,
+    kind: Kind,
+}
+
+/// An `Arrived` waiting for its group commit.
+struct Ack {
+    end: Lsn,
+    client: Token,
+    request: u64,
+    id: QueueId,
+    summary: String,
+}
+
+/// The queue manager.
+pub struct QmgrServer {
+    spool: Spool,
+    journal: Journal,
+    syncer: Option<Syncer>,
+    waker: Option<Arc<mio::Waker>>,
+    waker_token: Token,
+    /// Live messages and their done recipients, as replay left them and
+    /// as arrivals and results keep them.
+    state: Replay,
+    clients: BTreeMap<Token, Client>,
+    acks: Vec<Ack>,
+    me: u32,
+}
+
+impl QmgrServer {
+    /// Recovers the spool and opens the journal.
+    pub fn new(ctx: &Context) -> Result<Self, String> {
+        let chrooted = ctx.args.chroot && sys::is_root();
+        let root = if chrooted {
+            PathBuf::from("/")
+        } else {
+            PathBuf::from(ctx.config.str("queue_directory"))
+        };
+        let started = std::time::Instant::now();
+        let rec = queue::recover(&root, SpoolConfig::default())
+            .map_err(|e| format!("recovery of {}: {e}", root.display()))?;
+        let r = &rec.report;
+        for t in &rec.state.torn {
+            msg_warn!(
+                "journal segment {}: cut {} bytes of torn or corrupt tail at offset {} ({:?})",
+                t.segment,
+                t.dropped,
+                t.offset,
+                t.cause
+            );
+        }
+        for p in &r.partial {
+            msg_info!("removed partial message file {}", p.display());
+        }
+        for (p, why) in &r.corrupt {
+            msg_warn!("removed corrupt message file {}: {why}", p.display());
+        }
+        for id in &r.adopted {
+            msg_info!("{id}: adopted a committed message file that was never announced");
+        }
+        for id in &r.missing {
+            msg_warn!("{id}: message file is missing");
+        }
+        msg_info!(
+            "recovered {} messages ({} deferred) from {} journal records in {} ms",
+            rec.state.messages.len(),
+            rec.state.deferred.len(),
+            rec.state.records,
+            started.elapsed().as_millis()
+        );
+        Ok(QmgrServer {
+            spool: rec.spool,
+            journal: rec.journal,
+            syncer: None,
+            waker: None,
+            waker_token: Token(0),
+            state: rec.state,
+            clients: BTreeMap::new(),
+            acks: Vec::new(),
+            me: sys::current_ids().0,
+        })
+    }
+
+    fn serve(&mut self, token: Token) -> Result<bool, ipc::IpcError> {
+        let Some(c) = self.clients.get_mut(&token) else {
+            return Ok(false);
+        };
+        let open = c.ep.read_ready()?;
+        if c.kind == Kind::Unknown {
+            let Some(hello) = c.ep.recv::<Hello>()? else {
+                return Ok(open);
+            };
+            let (kind, answer) = if hello.protocol == Qmgr::NAME {
+                (Kind::Arrival, hello.answer::<Qmgr>())
+            } else {
+                (Kind::Control, hello.answer::<QueueCtl>())
+            };
+            c.ep.send(&answer)?;
+            if answer != HelloReply::Accepted {
+                return Err(ipc::IpcError::Refused {
+                    wanted: "sluice-qmgr or sluice-queuectl".into(),
+                    got: format!("{} {}", hello.protocol, hello.version),
+                });
+            }
+            // Only the mail system announces mail.
+            if kind == Kind::Arrival && c.peer.uid != 0 && c.peer.uid != self.me {
+                return Err(ipc::IpcError::Refused {
+                    wanted: "the mail system's uid".into(),
+                    got: format!("uid {}", c.peer.uid),
+                });
+            }
+            c.kind = kind;
+        }
+        loop {
+            let Some(c) = self.clients.get_mut(&token) else {
+                return Ok(false);
+            };
+            match c.kind {
+                Kind::Arrival => {
+                    let Some(req) = c.ep.recv::<Tagged<qmgr::Request>>()? else {
+                        break;
+                    };
+                    self.arrived(token, req.id, req.body);
+                }
+                Kind::Control => {
+                    let Some(req) = c.ep.recv::<Tagged<queuectl::Request>>()? else {
+                        break;
+                    };
+                    let resp = self.control(req.body);
+                    if let Some(c) = self.clients.get_mut(&token) {
+                        c.ep.reply(req.id, &resp)?;
+                    }
+                }
+                Kind::Unknown => break,
+            }
+        }
+        let Some(c) = self.clients.get_mut(&token) else {
+            return Ok(false);
+        };
+        c.ep.write_ready()?;
+        Ok(open || c.ep.wants_write())
+    }
+
+    fn arrived(&mut self, token: Token, request: u64, req: qmgr::Request) {
+        let qmgr::Request::Arrived { head, hold } = req;
+        let id = head.id;
+        if self.state.messages.contains_key(&id) {
+            // Recovery adopted it first; it is queued already.
+            self.reply(token, request, qmgr::Response::Committed);
+            return;
+        }
+        let summary = format!(
+            "{id}: from=<{}>, size={}, nrcpt={} (queue {})",
+            head.envelope.sender,
+            head.envelope.size,
+            head.envelope.recipients.len(),
+            if hold { "hold" } else { "active" }
+        );
+        let storage = head.data.storage();
+        let result = self.journal.append(&Record::Arrived(head)).and_then(|lsn| {
+            if hold {
+                self.journal.append(&Record::Held { id })?;
+            }
+            Ok(lsn)
+        });
+        match result {
+            Ok(lsn) => {
+                self.state.messages.insert(
+                    id,
+                    LiveMessage {
+                        head: lsn,
+                        storage,
+                        next_attempt: 0,
+                        held: hold,
+                    },
+                );
+                self.acks.push(Ack {
+                    end: self.journal.end(),
+                    client: token,
+                    request,
+                    id,
+                    summary,
+                });
+            }
+            Err(e) => {
+                msg_warn!("{id}: journal: {e}");
+                let _ = self.spool.remove_data(id, storage);
+                self.reply(
+                    token,
+                    request,
+                    qmgr::Response::Failed {
+                        reason: e.to_string(),
+                        disk_full: e.is_disk_full(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn control(&mut self, req: queuectl::Request) -> queuectl::Response {
+        match req {
+            queuectl::Request::List => {
+                let mut out: Vec<QueuedMessage> = Vec::new();
+                for (id, m) in &self.state.messages {
+                    let head = match self.journal.read_at(m.head) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            msg_warn!("{id}: reading its journal record: {e}");
+                            continue;
+                        }
+                    };
+                    let pending = self.state.pending(*id, &head);
+                    let h = match &head {
+                        Record::Arrived(h) | Record::Rewritten { head: h, .. } => h,
+                        _ => continue,
+                    };
+                    out.push(QueuedMessage {
+                        id: id.to_string(),
+                        size: h.envelope.size,
+                        arrival: h.envelope.arrival.secs,
+                        sender: h.envelope.sender.clone(),
+                        state: if m.held {
+                            "hold"
+                        } else if m.next_attempt > 0 {
+                            "deferred"
+                        } else {
+                            "active"
+                        }
+                        .into(),
+                        recipients: pending
+                            .iter()
+                            .filter_map(|i| h.envelope.recipients.get(*i as usize))
+                            .map(|r| QueuedRecipient {
+                                address: r.address.clone(),
+                                reason: None,
+                            })
+                            .collect(),
+                    });
+                }
+                out.sort_by(|a, b| (a.arrival, &a.id).cmp(&(b.arrival, &b.id)));
+                queuectl::Response::List(out)
+            }
+            queuectl::Request::Flush => {
+                // Due now, in memory: like Postfix's flush, a restart
+                // returns deferred mail to its journaled schedule.
+                let mut n = 0;
+                for m in self
+                    .state
+                    .messages
+                    .values_mut()
+                    .filter(|m| m.next_attempt > 0 && !m.held)
+                {
+                    m.next_attempt = 0;
+                    n += 1;
+                }
+                msg_info!("flush: {n} deferred messages made due");
+                queuectl::Response::Flushed(n)
+            }
+        }
+    }
+
+    fn reply(&mut self, token: Token, request: u64, resp: qmgr::Response) {
+        if let Some(c) = self.clients.get_mut(&token) {
+            if let Err(e) = c.ep.reply(request, &resp) {
+                msg_warn!("cleanup pid {}: {e}", c.peer.pid);
+            }
+        }
+    }
+
+    /// Starts a group commit if records are waiting and none is running.
+    fn kick(&mut self) {
+        let Some(s) = self.syncer.as_mut() else {
+            // No sync thread (it failed to start): commit inline.
+            match self.journal.commit() {
+                Ok(end) => self.durable(end),
+                Err(e) => self.journal_failed(e),
+            }
+            return;
+        };
+        if let Err(e) = s.kick(&mut self.journal) {
+            self.journal_failed(e);
+        }
+    }
+
+    fn synced(&mut self) {
+        let Some(s) = self.syncer.as_mut() else {
+            return;
+        };
+        match s.poll(&mut self.journal) {
+            Ok(Some(end)) => self.durable(end),
+            Ok(None) => {}
+            Err(e) => self.journal_failed(e),
+        }
+    }
+
+    fn durable(&mut self, end: Lsn) {
+        let (done, waiting): (Vec<Ack>, Vec<Ack>) = std::mem::take(&mut self.acks)
+            .into_iter()
+            .partition(|a| a.end <= end);
+        self.acks = waiting;
+        for a in done {
+            msg_info!("{}", a.summary);
+            self.reply(a.client, a.request, qmgr::Response::Committed);
+        }
+    }
+
+    fn journal_failed(&mut self, e: queue::Error) {
+        // A failed fsync leaves the records' fate unknown: refuse them all
+        // (the clients retry; at worst a message is queued twice) and stop,
+        // so that master restarts qmgr and recovery decides from the disk.
+        msg_warn!("journal commit failed: {e}");
+        let disk_full = e.is_disk_full();
+        for a in std::mem::take(&mut self.acks) {
+            self.state.messages.remove(&a.id);
+            self.reply(
+                a.client,
+                a.request,
+                qmgr::Response::Failed {
+                    reason: e.to_string(),
+                    disk_full,
+                },
+            );
+        }
+        for c in self.clients.values_mut() {
+            let _ = c.ep.write_ready();
+        }
+        daemon::msg_fatal!("journal: {e}");
+    }
+}
+
+impl Server for QmgrServer {
+    fn start(&mut self, cx: &mut Cx<'_>) {
+        let token = cx.token();
+        match mio::Waker::new(cx.registry, token) {
+            Ok(w) => {
+                let w = Arc::new(w);
+                let notify = w.clone();
+                match Syncer::spawn(move || {
+                    let _ = notify.wake();
+                }) {
+                    Ok(s) => self.syncer = Some(s),
+                    Err(e) => msg_warn!("journal sync thread: {e}; committing inline"),
+                }
+                self.waker = Some(w);
+                self.waker_token = token;
+            }
+            Err(e) => msg_warn!("waker: {e}; committing inline"),
+        }
+    }
+
+    fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
+        let Conn::Unix(stream) = conn else { return };
+        let mut ep = Endpoint::new(stream);
+        let Ok(peer) = ep.peer() else { return };
+        let token = cx.token();
+        if cx
+            .registry
+            .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
+            .is_err()
+        {
+            return;
+        }
+        self.clients.insert(
+            token,
+            Client {
+                ep,
+                peer,
+                kind: Kind::Unknown,
+            },
+        );
+        self.ready(cx, token, true, true);
+    }
+
+    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, _readable: bool, _writable: bool) {
+        if token == self.waker_token && self.waker.is_some() {
+            self.synced();
+        } else {
+            match self.serve(token) {
+                Ok(true) => {}
+                Ok(false) => {
+                    if let Some(mut c) = self.clients.remove(&token) {
+                        let _ = cx.registry.deregister(c.ep.stream());
+                    }
+                }
+                Err(e) => {
+                    if let Some(mut c) = self.clients.remove(&token) {
+                        msg_warn!("client pid {}: {e}", c.peer.pid);
+                        let _ = cx.registry.deregister(c.ep.stream());
+                    }
+                }
+            }
+        }
+        // Everything read in this pass goes into one commit.
+        if self.journal.has_pending() {
+            self.kick();
+        }
+        for c in self.clients.values_mut() {
+            let _ = c.ep.write_ready();
+        }
+    }
+
+    fn clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(s) = self.syncer.as_mut() {
+            match s.wait_all(&mut self.journal) {
+                Ok(end) => self.durable(end),
+                Err(e) => msg_warn!("journal: {e}"),
+            }
+        }
+        for c in self.clients.values_mut() {
+            let _ = c.ep.write_ready();
+        }
+    }
+}

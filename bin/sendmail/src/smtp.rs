@@ -1,0 +1,117 @@
+//! `sendmail -bs`: an SMTP session on stdin/stdout for a local user.
+//!
+//! The same protocol engine as smtpd; every recipient is accepted (the user
+//! is local, as with Postfix's `sendmail -bs`), and each message goes to
+//! cleanup exactly as a `sendmail` submission does.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+
+use config::Config;
+use mail::{Envelope, Recipient};
+use smtp_proto::server::{Action, ServerConfig, Session};
+use smtp_proto::{EnhancedCode, Path, Reply};
+
+use crate::submit::Submission;
+
+/// Runs the session until QUIT or end of input.
+pub fn run(cfg: &Config) -> i32 {
+    let proto = ServerConfig {
+        hostname: cfg.str("myhostname"),
+        banner: "ESMTP Sluice (sendmail -bs)".into(),
+        max_message_size: cfg.size("message_size_limit"),
+        ..ServerConfig::default()
+    };
+    let mut session = Session::new(Arc::new(proto), false);
+    let mut stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    let mut input = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut sender = String::new();
+    let mut rcpts: Vec<Recipient> = Vec::new();
+    let mut sub: Option<Submission> = None;
+    loop {
+        let used = session.feed(&input);
+        input.drain(..used);
+        while let Some(a) = session.poll_action() {
+            match a {
+                Action::CheckSender { from, .. } => {
+                    sender = match from {
+                        Path::Null => String::new(),
+                        Path::Mailbox(m) => m.to_string(),
+                    };
+                    rcpts.clear();
+                    let _ = session.decide(Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"));
+                }
+                Action::CheckRecipient { to, .. } => {
+                    rcpts.push(Recipient::new(to.to_string()));
+                    let _ = session.decide(Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"));
+                }
+                Action::CheckData { .. } => {
+                    let env = Envelope {
+                        sender: sender.clone(),
+                        recipients: rcpts.clone(),
+                        ..Envelope::default()
+                    };
+                    match Submission::begin(cfg, env, None) {
+                        Ok(s) => {
+                            sub = Some(s);
+                            let _ = session.decide(Reply::new(
+                                354,
+                                None,
+                                "End data with <CR><LF>.<CR><LF>",
+                            ));
+                        }
+                        Err((_, msg)) => {
+                            eprintln!("sendmail: {msg}");
+                            let _ = session.decide(Reply::enhanced(
+                                451,
+                                EnhancedCode::TEMP_SYSTEM,
+                                "Error: queue file write error",
+                            ));
+                        }
+                    }
+                }
+                Action::Data(bytes) => {
+                    if let Some(s) = sub.as_mut() {
+                        if s.data(&bytes).is_err() {
+                            sub = None;
+                        }
+                    }
+                }
+                Action::MessageEnd(_) => {
+                    let reply = match sub.take().map(|s| s.end()) {
+                        Some(Ok(id)) => {
+                            Reply::enhanced(250, EnhancedCode::OK, format!("Ok: queued as {id}"))
+                        }
+                        Some(Err((code, text))) if code >= 500 => Reply::new(code, None, text),
+                        _ => Reply::enhanced(
+                            451,
+                            EnhancedCode::TEMP_SYSTEM,
+                            "Error: queue file write error",
+                        ),
+                    };
+                    let _ = session.decide(reply);
+                }
+                Action::TransactionAborted(_) => sub = None,
+                Action::StartTls | Action::Event(_) => {}
+                Action::Close => {
+                    let _ = stdout.write_all(&session.take_output());
+                    let _ = stdout.flush();
+                    return 0;
+                }
+            }
+        }
+        if session.has_output() {
+            let _ = stdout.write_all(&session.take_output());
+            let _ = stdout.flush();
+        }
+        if session.is_closed() {
+            return 0;
+        }
+        match stdin.read(&mut buf) {
+            Ok(0) | Err(_) => return 0,
+            Ok(n) => input.extend_from_slice(&buf[..n]),
+        }
+    }
+}

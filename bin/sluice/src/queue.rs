@@ -1,0 +1,52 @@
+//! `sluice queue`: the queue as qmgr sees it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use ipc::queuectl::{self, QueueCtl, Request, Response};
+
+use crate::{fail, load_config};
+
+/// Asks qmgr over its socket.
+fn ask(dir: &Path, req: Request) -> Result<Response, String> {
+    let (cfg, _) = load_config(dir, true)?;
+    let sock = Path::new(&cfg.str("queue_directory")).join("private/qmgr");
+    let mut c = ipc::Client::<QueueCtl>::connect(&sock, Duration::from_secs(30)).map_err(|e| {
+        format!(
+            "cannot reach the queue manager at {}: {e} (is the mail system running?)",
+            sock.display()
+        )
+    })?;
+    c.call(&req).map_err(|e| format!("queue manager: {e}"))
+}
+
+/// `sluice queue list [--json]`.
+pub fn list(dir: &Path, json: bool) -> i32 {
+    match ask(dir, Request::List) {
+        Ok(Response::List(l)) => {
+            print!(
+                "{}",
+                if json {
+                    queuectl::json_lines(&l)
+                } else {
+                    queuectl::mailq(&l)
+                }
+            );
+            0
+        }
+        Ok(other) => fail(format!("unexpected answer {other:?}")),
+        Err(e) => fail(e),
+    }
+}
+
+/// `sluice queue flush`.
+pub fn flush(dir: &Path) -> i32 {
+    match ask(dir, Request::Flush) {
+        Ok(Response::Flushed(n)) => {
+            eprintln!("sluice: {n} deferred message(s) scheduled for delivery now");
+            0
+        }
+        Ok(other) => fail(format!("unexpected answer {other:?}")),
+        Err(e) => fail(e),
+    }
+}

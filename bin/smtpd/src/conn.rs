@@ -1,0 +1,718 @@
+//! One SMTP session: the socket, the protocol engine, the transaction and
+//! the link to cleanup.
+//!
+//! Bytes from the client go into `inbuf` (bounded) and are fed to the
+//! session; the session's questions are answered from the policy or, for
+//! DATA and end of message, by cleanup over a non-blocking IPC link, so a
+//! slow cleanup delays only its own client. While the link has more than
+//! `LINK_BACKLOG` bytes unsent, no more input is fed: memory stays bounded
+//! and TCP pushes back on the client.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use daemon::{msg_info, msg_warn, Cx};
+use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
+use ipc::{Endpoint, Hello, HelloReply, Tagged};
+use mail::{BodyType, Envelope, Notify, Recipient, Ret};
+use mio::{Interest, Registry, Token};
+use smtp_proto::command::Body;
+use smtp_proto::server::{AbortReason, Action, Session};
+use smtp_proto::{EnhancedCode, Path, Reply};
+
+use crate::settings::Settings;
+
+/// What every session shares.
+pub struct Shared {
+    /// main.cf-derived settings.
+    pub settings: Settings,
+    /// The TLS server configuration, if TLS is on.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+const INBUF_LIMIT: usize = 64 * 1024;
+const LINK_BACKLOG: usize = 1 << 20;
+
+/// The connection to cleanup for this session's messages.
+struct Link {
+    ep: Endpoint,
+    token: Token,
+    greeted: bool,
+    next_id: u64,
+    /// The request whose answer the session waits for.
+    waiting: Option<(u64, Waiting)>,
+    broken: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Waiting {
+    Started,
+    Queued,
+}
+
+/// The current mail transaction.
+#[derive(Default)]
+struct Txn {
+    sender: String,
+    ret: Option<Ret>,
+    envid: Option<String>,
+    body: BodyType,
+    smtputf8: bool,
+    recipients: Vec<Recipient>,
+    hold: bool,
+    discard: bool,
+    queue_id: Option<String>,
+}
+
+/// One client session.
+pub struct Conn {
+    stream: tls::Stream,
+    session: Session,
+    /// The client's address.
+    pub peer: SocketAddr,
+    inbuf: Vec<u8>,
+    link: Option<Link>,
+    txn: Txn,
+    deadline: Instant,
+    timeout: std::time::Duration,
+    handshaking: bool,
+    closing: bool,
+    eof: bool,
+    failed: bool,
+    last_verb: &'static str,
+}
+
+impl Conn {
+    /// A new session; `refuse` makes it a 421 greeting (client over its limits).
+    pub fn new(
+        sock: mio::net::TcpStream,
+        peer: SocketAddr,
+        shared: &Shared,
+        refuse: Option<String>,
+        now: Instant,
+    ) -> Conn {
+        let s = &shared.settings;
+        let mut stream = tls::Stream::plain(sock);
+        let wrapper = s.wrapper && shared.tls.is_some();
+        let session = match refuse {
+            Some(text) => {
+                let mut sess = Session::new(s.proto.clone(), wrapper);
+                sess.close(Some(Reply::enhanced(
+                    421,
+                    EnhancedCode::TEMP_SECURITY,
+                    text,
+                )));
+                sess
+            }
+            None => Session::new(s.proto.clone(), wrapper),
+        };
+        let mut handshaking = false;
+        if wrapper {
+            if let Some(cfg) = &shared.tls {
+                if stream.start_server_tls(cfg.clone()).is_ok() {
+                    handshaking = true;
+                }
+            }
+        }
+        Conn {
+            stream,
+            session,
+            peer,
+            inbuf: Vec::new(),
+            link: None,
+            txn: Txn::default(),
+            deadline: now + s.timeout,
+            timeout: s.timeout,
+            handshaking,
+            closing: false,
+            eof: false,
+            failed: false,
+            last_verb: "CONNECT",
+        }
+    }
+
+    /// The socket, to register.
+    pub fn socket(&mut self) -> &mut mio::net::TcpStream {
+        self.stream.socket()
+    }
+
+    /// `unknown[addr]`, as Postfix names clients in logs.
+    pub fn client_label(&self) -> String {
+        format!("unknown[{}]", self.peer.ip())
+    }
+
+    /// The command counts for the disconnect line.
+    pub fn stats(&self) -> String {
+        self.session.stats().summary()
+    }
+
+    /// When this session times out.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// The token of the cleanup link, if open.
+    pub fn link_token(&self) -> Option<Token> {
+        self.link.as_ref().map(|l| l.token)
+    }
+
+    /// Whether the session is over and can be dropped.
+    pub fn is_done(&self) -> bool {
+        self.failed || ((self.closing || self.eof) && !self.stream.wants_write())
+    }
+
+    /// The client socket is ready.
+    pub fn socket_ready(&mut self, cx: &mut Cx<'_>, readable: bool, _writable: bool) {
+        if readable {
+            self.read(cx);
+        }
+    }
+
+    fn read(&mut self, cx: &mut Cx<'_>) {
+        if self.inbuf.len() >= INBUF_LIMIT {
+            return;
+        }
+        match self.stream.read(&mut self.inbuf, INBUF_LIMIT) {
+            Ok(st) => {
+                if st.bytes > 0 {
+                    self.deadline = cx.now + self.timeout;
+                }
+                if st.eof {
+                    self.eof = true;
+                }
+            }
+            Err(e) => {
+                if self.handshaking {
+                    msg_warn!("TLS handshake failed with {}: {e}", self.client_label());
+                } else {
+                    msg_info!(
+                        "lost connection after {} from {}: {e}",
+                        self.last_verb,
+                        self.client_label()
+                    );
+                }
+                self.failed = true;
+            }
+        }
+        if self.handshaking && !self.stream.is_handshaking() {
+            self.handshaking = false;
+            if let Some(info) = self.stream.tls_info() {
+                msg_info!(
+                    "Anonymous TLS connection established from {}: {} with cipher {}",
+                    self.client_label(),
+                    info.version,
+                    info.cipher
+                );
+            }
+            self.session.tls_established();
+        }
+    }
+
+    /// The cleanup link is ready.
+    pub fn link_ready(&mut self, cx: &mut Cx<'_>) {
+        let Some(link) = self.link.as_mut() else {
+            return;
+        };
+        let result = (|| -> Result<(), ipc::IpcError> {
+            link.ep.read_ready()?;
+            link.ep.write_ready()?;
+            if !link.greeted {
+                match link.ep.recv::<HelloReply>()? {
+                    Some(HelloReply::Accepted) => link.greeted = true,
+                    Some(HelloReply::Refused { protocol, version }) => {
+                        return Err(ipc::IpcError::Refused {
+                            wanted: "sluice-cleanup".into(),
+                            got: format!("{protocol} {version}"),
+                        })
+                    }
+                    None => return Ok(()),
+                }
+            }
+            while let Some(resp) = link.ep.recv::<Tagged<Response>>()? {
+                let Some((id, what)) = link.waiting else {
+                    continue;
+                };
+                if resp.id != id {
+                    continue;
+                }
+                link.waiting = None;
+                match (what, resp.body) {
+                    (Waiting::Started, Response::Started { queue_id }) => {
+                        msg_info!(
+                            "{queue_id}: client={}",
+                            format_args!("unknown[{}]", self.peer.ip())
+                        );
+                        self.txn.queue_id = Some(queue_id);
+                        let _ = self.session.decide(Reply::new(
+                            354,
+                            None,
+                            "End data with <CR><LF>.<CR><LF>",
+                        ));
+                    }
+                    (Waiting::Queued, Response::Queued { queue_id }) => {
+                        let text = if self.txn.discard {
+                            msg_info!(
+                                "{queue_id}: discard: END-OF-MESSAGE from {}",
+                                format_args!("unknown[{}]", self.peer.ip())
+                            );
+                            format!("Ok: queued as {queue_id}")
+                        } else {
+                            format!("Ok: queued as {queue_id}")
+                        };
+                        let _ = self
+                            .session
+                            .decide(Reply::enhanced(250, EnhancedCode::OK, text));
+                        self.txn = Txn::default();
+                    }
+                    (
+                        _,
+                        Response::Failed {
+                            code,
+                            enhanced,
+                            text,
+                        },
+                    ) => {
+                        let enh =
+                            EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::TEMP_SYSTEM);
+                        if let Some(q) = &self.txn.queue_id {
+                            msg_info!("{q}: reject: END-OF-MESSAGE from unknown[{}]: {code} {enhanced} {text}", self.peer.ip());
+                        }
+                        let _ = self.session.decide(Reply::enhanced(code, enh, text));
+                        self.txn = Txn::default();
+                    }
+                    (_, other) => {
+                        return Err(ipc::IpcError::Decode(format!(
+                            "unexpected cleanup answer {other:?}"
+                        )));
+                    }
+                }
+            }
+            if link.ep.is_eof() {
+                return Err(ipc::IpcError::Closed);
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            msg_warn!("cleanup link: {e}");
+            self.break_link(cx.registry);
+        }
+    }
+
+    fn break_link(&mut self, registry: &Registry) {
+        let Some(mut link) = self.link.take() else {
+            return;
+        };
+        let _ = registry.deregister(link.ep.stream());
+        if link.waiting.is_some() {
+            // The session is waiting on cleanup: answer for it. Nothing was
+            // acknowledged, so the client keeps the message and retries.
+            let _ = self.session.decide(Reply::enhanced(
+                451,
+                EnhancedCode::TEMP_SYSTEM,
+                "Error: queue file write error",
+            ));
+            self.txn = Txn::default();
+        }
+        link.broken = true;
+    }
+
+    /// The client was silent for smtpd_timeout.
+    pub fn timed_out(&mut self, cx: &mut Cx<'_>) {
+        msg_info!(
+            "timeout after {} from {}",
+            self.last_verb,
+            self.client_label()
+        );
+        self.session.close(Some(Reply::enhanced(
+            421,
+            EnhancedCode::BAD_CONNECTION,
+            "Error: timeout exceeded",
+        )));
+        self.closing = true;
+        self.deadline = cx.now + std::time::Duration::from_secs(10);
+        self.abort_link_txn();
+        self.flush_output();
+    }
+
+    /// Tells the client we are going away (on shutdown).
+    pub fn say_goodbye(&mut self) {
+        self.session.close(Some(Reply::enhanced(
+            421,
+            EnhancedCode::NOT_ACCEPTING,
+            "Service shutting down, closing transmission channel",
+        )));
+        self.flush_output();
+    }
+
+    /// Releases the sockets.
+    pub fn shutdown(&mut self, registry: &Registry) {
+        self.abort_link_txn();
+        if let Some(mut l) = self.link.take() {
+            let _ = registry.deregister(l.ep.stream());
+        }
+        let _ = registry.deregister(self.stream.socket());
+        self.stream.close();
+    }
+
+    fn abort_link_txn(&mut self) {
+        if self.txn.queue_id.is_some() {
+            if let Some(l) = self.link.as_mut() {
+                let id = l.next_id;
+                l.next_id += 1;
+                let _ = l.ep.send(&Tagged {
+                    id,
+                    body: Request::Abort,
+                });
+            }
+        }
+        self.txn = Txn::default();
+    }
+
+    fn link_backlogged(&self) -> bool {
+        self.link
+            .as_ref()
+            .is_some_and(|l| l.ep.pending_output() > LINK_BACKLOG)
+    }
+
+    /// Runs the session on what has arrived and answers what it can.
+    pub fn drive(&mut self, cx: &mut Cx<'_>, shared: &Shared) {
+        loop {
+            let mut used = 0;
+            if !self.handshaking && !self.inbuf.is_empty() && !self.link_backlogged() {
+                used = self.session.feed(&self.inbuf);
+                self.inbuf.drain(..used);
+            }
+            let mut acted = false;
+            while let Some(a) = self.session.poll_action() {
+                acted = true;
+                self.act(cx, shared, a);
+            }
+            if used == 0 && !acted {
+                break;
+            }
+        }
+        if self.session.should_flush() || self.inbuf.is_empty() || self.session.is_closed() {
+            self.flush_output();
+        } else if let Err(e) = self.stream.flush() {
+            self.lost(e);
+        }
+        // Reading stopped at the buffer limit; the socket may hold more and
+        // mio will not say so again (edge-triggered).
+        if !self.failed && !self.eof && self.inbuf.len() < INBUF_LIMIT / 2 && !self.handshaking {
+            let before = self.inbuf.len();
+            self.read(cx);
+            if self.inbuf.len() > before {
+                self.drive(cx, shared);
+            }
+        }
+        if self.eof && !self.closing {
+            if self.txn.queue_id.is_some() || self.session.is_waiting() {
+                msg_info!(
+                    "lost connection after {} from {}",
+                    self.last_verb,
+                    self.client_label()
+                );
+            }
+            self.abort_link_txn();
+            self.closing = true;
+        }
+    }
+
+    fn flush_output(&mut self) {
+        if self.session.has_output() {
+            let out = self.session.take_output();
+            if let Err(e) = self.stream.write(&out) {
+                self.lost(e);
+                return;
+            }
+        }
+        if let Err(e) = self.stream.flush() {
+            self.lost(e);
+        }
+    }
+
+    fn lost(&mut self, e: std::io::Error) {
+        if !self.closing {
+            msg_info!(
+                "lost connection after {} from {}: {e}",
+                self.last_verb,
+                self.client_label()
+            );
+        }
+        self.failed = true;
+    }
+
+    fn act(&mut self, cx: &mut Cx<'_>, shared: &Shared, a: Action) {
+        match a {
+            Action::CheckSender { from, params } => {
+                self.last_verb = "MAIL";
+                if let Some(size) = params.size {
+                    if shared.settings.size_limit > 0 && size > shared.settings.size_limit {
+                        let _ = self.session.decide(Reply::enhanced(
+                            552,
+                            EnhancedCode::MESSAGE_TOO_BIG,
+                            "Message size exceeds fixed limit",
+                        ));
+                        return;
+                    }
+                }
+                self.txn = Txn {
+                    sender: match &from {
+                        Path::Null => String::new(),
+                        Path::Mailbox(m) => m.to_string(),
+                    },
+                    ret: params.ret.map(|r| match r {
+                        smtp_proto::command::Ret::Full => Ret::Full,
+                        smtp_proto::command::Ret::Headers => Ret::Hdrs,
+                    }),
+                    envid: params.envid.clone(),
+                    body: match params.body {
+                        Some(Body::EightBitMime) => BodyType::EightBitMime,
+                        Some(Body::BinaryMime) => BodyType::BinaryMime,
+                        _ => BodyType::SevenBit,
+                    },
+                    smtputf8: params.smtputf8,
+                    ..Txn::default()
+                };
+                let _ = self
+                    .session
+                    .decide(Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"));
+            }
+            Action::CheckRecipient { to, params } => {
+                self.last_verb = "RCPT";
+                let sender = self.session.sender().and_then(|p| p.mailbox()).cloned();
+                let q = policy::Query {
+                    client_addr: self.peer.ip(),
+                    client_name: "unknown",
+                    helo: self.session.helo_name(),
+                    sender: sender.as_ref(),
+                    recipient: &to,
+                };
+                match shared.settings.policy.check(&q, &policy::StaticOnly) {
+                    policy::Verdict::Accept { hold, discard } => {
+                        self.txn.hold |= hold;
+                        self.txn.discard |= discard;
+                        self.txn.recipients.push(Recipient {
+                            address: to.to_string(),
+                            notify: match params.notify {
+                                None => Notify::Default,
+                                Some(n) if n.is_never() => Notify::Never,
+                                Some(n) => Notify::On {
+                                    success: n.success,
+                                    failure: n.failure,
+                                    delay: n.delay,
+                                },
+                            },
+                            orcpt: params
+                                .orcpt
+                                .as_ref()
+                                .map(|o| format!("{};{}", o.addr_type, o.addr)),
+                        });
+                        let _ = self.session.decide(Reply::enhanced(
+                            250,
+                            EnhancedCode::RECIPIENT_OK,
+                            "Ok",
+                        ));
+                    }
+                    policy::Verdict::Refuse {
+                        code,
+                        enhanced,
+                        text,
+                        by: _,
+                    } => {
+                        msg_info!(
+                            "NOQUEUE: reject: RCPT from {}: {code} {enhanced} {text}; from=<{}> to=<{}> proto={} helo=<{}>",
+                            self.client_label(),
+                            self.txn.sender,
+                            to,
+                            if self.session.is_esmtp() { "ESMTP" } else { "SMTP" },
+                            self.session.helo_name().unwrap_or("")
+                        );
+                        let enh =
+                            EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::NOT_AUTHORIZED);
+                        let _ = self.session.decide(Reply::enhanced(code, enh, text));
+                    }
+                }
+            }
+            Action::CheckData { bdat } => {
+                self.last_verb = if bdat { "BDAT" } else { "DATA" };
+                self.begin_message(cx, shared);
+            }
+            Action::Data(bytes) => self.send_link(Request::Data { bytes }, None),
+            Action::MessageEnd(_summary) => {
+                self.last_verb = "END-OF-MESSAGE";
+                if self.link.is_none() {
+                    let _ = self.session.decide(Reply::enhanced(
+                        451,
+                        EnhancedCode::TEMP_SYSTEM,
+                        "Error: queue file write error",
+                    ));
+                    return;
+                }
+                self.send_link(Request::End, Some(Waiting::Queued));
+            }
+            Action::TransactionAborted(reason) => {
+                if let AbortReason::Refused(refusal, _) = reason {
+                    let r = refusal.reply();
+                    let enh = r.enhanced.map(|e| format!(" {e}")).unwrap_or_default();
+                    msg_info!(
+                        "{}: reject: END-OF-MESSAGE from {}: {}{enh} {}; from=<{}> proto={} helo=<{}>",
+                        self.txn.queue_id.as_deref().unwrap_or("NOQUEUE"),
+                        self.client_label(),
+                        r.code,
+                        r.text(),
+                        self.txn.sender,
+                        if self.session.is_esmtp() { "ESMTP" } else { "SMTP" },
+                        self.session.helo_name().unwrap_or("")
+                    );
+                }
+                self.abort_link_txn();
+            }
+            Action::StartTls => {
+                self.last_verb = "STARTTLS";
+                self.flush_output();
+                // CVE-2011-0411: whatever the client pipelined after
+                // STARTTLS was sent in plaintext and must not be executed.
+                self.inbuf.clear();
+                match &shared.tls {
+                    Some(cfg) if self.stream.start_server_tls(cfg.clone()).is_ok() => {
+                        self.handshaking = true
+                    }
+                    _ => {
+                        msg_warn!(
+                            "STARTTLS from {} without a TLS configuration",
+                            self.client_label()
+                        );
+                        self.failed = true;
+                    }
+                }
+            }
+            Action::Close => {
+                self.last_verb = "QUIT";
+                self.closing = true;
+            }
+            Action::Event(ev) => {
+                msg_info!("{:?} from {}", ev, self.client_label());
+            }
+        }
+    }
+
+    fn begin_message(&mut self, cx: &mut Cx<'_>, shared: &Shared) {
+        if self.link.as_ref().is_some_and(|l| l.broken) {
+            self.link = None;
+        }
+        if self.link.is_none() {
+            match open_link(cx, &shared.settings) {
+                Ok(l) => self.link = Some(l),
+                Err(e) => {
+                    msg_warn!("connect to cleanup service: {e}");
+                    let _ = self.session.decide(Reply::enhanced(
+                        451,
+                        EnhancedCode::TEMP_SYSTEM,
+                        "Error: queue file write error",
+                    ));
+                    return;
+                }
+            }
+        }
+        let tls = self
+            .stream
+            .tls_info()
+            .map(|i| format!("{} with cipher {}", i.version, i.cipher));
+        let protocol = match (self.session.is_esmtp(), tls.is_some()) {
+            (true, true) => "ESMTPS",
+            (true, false) => "ESMTP",
+            (false, _) => "SMTP",
+        };
+        let envelope = Envelope {
+            sender: self.txn.sender.clone(),
+            recipients: self.txn.recipients.clone(),
+            ret: self.txn.ret,
+            envid: self.txn.envid.clone(),
+            client_addr: Some(self.peer.ip().to_string()),
+            client_name: Some("unknown".into()),
+            helo: self.session.helo_name().map(str::to_string),
+            tls,
+            auth: None,
+            body_type: self.txn.body,
+            smtputf8: self.txn.smtputf8,
+            ..Envelope::default()
+        };
+        let begin = Request::Begin {
+            envelope: Box::new(envelope),
+            origin: Origin::Smtp {
+                protocol: protocol.into(),
+            },
+            hold: self.txn.hold,
+        };
+        self.send_link(begin, Some(Waiting::Started));
+    }
+
+    fn send_link(&mut self, req: Request, wait: Option<Waiting>) {
+        let Some(link) = self.link.as_mut() else {
+            return;
+        };
+        let result = match req {
+            Request::Data { bytes } if bytes.len() > MAX_CHUNK => {
+                let mut r = Ok(());
+                for chunk in bytes.chunks(MAX_CHUNK) {
+                    let id = link.next_id;
+                    link.next_id += 1;
+                    r = link.ep.send(&Tagged {
+                        id,
+                        body: Request::Data {
+                            bytes: chunk.to_vec(),
+                        },
+                    });
+                    if r.is_err() {
+                        break;
+                    }
+                }
+                r
+            }
+            req => {
+                let id = link.next_id;
+                link.next_id += 1;
+                if let Some(w) = wait {
+                    link.waiting = Some((id, w));
+                }
+                link.ep.send(&Tagged { id, body: req })
+            }
+        };
+        if let Err(e) = result {
+            msg_warn!("cleanup link: {e}");
+            link.broken = true;
+            if link.waiting.take().is_some() {
+                let _ = self.session.decide(Reply::enhanced(
+                    451,
+                    EnhancedCode::TEMP_SYSTEM,
+                    "Error: queue file write error",
+                ));
+                self.txn = Txn::default();
+            }
+        }
+    }
+}
+
+fn open_link(cx: &mut Cx<'_>, s: &Settings) -> Result<Link, String> {
+    let path = s.queue_root.join("private/cleanup");
+    let std = std::os::unix::net::UnixStream::connect(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    std.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let mut ep = Endpoint::new(mio::net::UnixStream::from_std(std));
+    let token = cx.token();
+    cx.registry
+        .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
+        .map_err(|e| e.to_string())?;
+    ep.send(&Hello::of::<Cleanup>())
+        .map_err(|e| e.to_string())?;
+    Ok(Link {
+        ep,
+        token,
+        greeted: false,
+        next_id: 1,
+        waiting: None,
+        broken: false,
+    })
+}

@@ -1,0 +1,211 @@
+//! The smtpd event loop's state: sessions by token, anvil, deadlines.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use daemon::{msg_info, msg_warn, Conn as Accepted, Context, Cx, Server};
+use ipc::anvil::{Anvil, Request as AnvilReq, Response as AnvilResp};
+use mio::{Interest, Token};
+
+use crate::conn::{Conn, Shared};
+use crate::settings;
+
+/// All sessions of this process.
+pub struct SmtpServer {
+    shared: Shared,
+    conns: BTreeMap<Token, Conn>,
+    /// cleanup link token → session token.
+    links: BTreeMap<Token, Token>,
+    anvil: Option<ipc::Client<Anvil>>,
+    anvil_warned: bool,
+    service: String,
+    chrooted: bool,
+}
+
+impl SmtpServer {
+    /// Builds the server from the daemon context and the TLS configuration.
+    pub fn new(ctx: &Context, tls: Option<Arc<rustls::ServerConfig>>) -> Result<Self, String> {
+        let chrooted = ctx.args.chroot && sys::is_root();
+        let s = settings::build(&ctx.config, tls.is_some(), chrooted)?;
+        Ok(SmtpServer {
+            shared: Shared { settings: s, tls },
+            conns: BTreeMap::new(),
+            links: BTreeMap::new(),
+            anvil: None,
+            anvil_warned: false,
+            service: ctx.args.service.clone(),
+            chrooted,
+        })
+    }
+
+    fn anvil_call(&mut self, req: AnvilReq) -> Option<(u32, u32)> {
+        if self.anvil.is_none() {
+            let path = self.shared.settings.queue_root.join("private/anvil");
+            match ipc::Client::<Anvil>::connect(&path, Duration::from_secs(5)) {
+                Ok(c) => self.anvil = Some(c),
+                Err(e) => {
+                    if !self.anvil_warned {
+                        msg_warn!(
+                            "connect to anvil service {}: {e}: client limits not enforced",
+                            path.display()
+                        );
+                        self.anvil_warned = true;
+                    }
+                    return None;
+                }
+            }
+        }
+        match self.anvil.as_mut().map(|c| c.call(&req)) {
+            Some(Ok(AnvilResp::Counts { count, rate })) => Some((count, rate)),
+            Some(Err(e)) => {
+                msg_warn!("anvil: {e}");
+                self.anvil = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Refusal for a client over its connection limits, if it is.
+    fn over_limits(&mut self, addr: SocketAddr) -> Option<String> {
+        let s = &self.shared.settings;
+        if s.conn_count_limit == 0 && s.conn_rate_limit == 0 {
+            return None;
+        }
+        let ip = addr.ip();
+        let exempt = s.limit_exceptions.iter().any(|c| c.contains(ip));
+        let (count_limit, rate_limit, unit) =
+            (s.conn_count_limit, s.conn_rate_limit, s.rate_unit.as_secs());
+        let (count, rate) = self.anvil_call(AnvilReq::Connect {
+            service: self.service.clone(),
+            client: ip.to_string(),
+        })?;
+        if exempt {
+            return None;
+        }
+        if count_limit > 0 && count > count_limit {
+            msg_warn!(
+                "Connection concurrency limit exceeded: {count} from unknown[{ip}] for service {}",
+                self.service
+            );
+            return Some(format!("Error: too many connections from {ip}"));
+        }
+        if rate_limit > 0 && rate > rate_limit {
+            msg_warn!("Connection rate limit exceeded: {rate} from unknown[{ip}] for service {} per {unit}s", self.service);
+            return Some(format!("Error: too many connections from {ip}"));
+        }
+        None
+    }
+
+    fn finish(&mut self, cx: &mut Cx<'_>, token: Token) {
+        let Some(mut c) = self.conns.remove(&token) else {
+            return;
+        };
+        if let Some(lt) = c.link_token() {
+            self.links.remove(&lt);
+        }
+        c.shutdown(cx.registry);
+        msg_info!("disconnect from {} {}", c.client_label(), c.stats());
+        let _ = self.anvil_call(AnvilReq::Disconnect {
+            service: self.service.clone(),
+            client: c.peer.ip().to_string(),
+        });
+    }
+
+    fn after_io(&mut self, cx: &mut Cx<'_>, token: Token) {
+        let done = match self.conns.get_mut(&token) {
+            Some(c) => {
+                c.drive(cx, &self.shared);
+                if let Some(lt) = c.link_token() {
+                    self.links.insert(lt, token);
+                }
+                c.is_done()
+            }
+            None => false,
+        };
+        if done {
+            self.finish(cx, token);
+        }
+    }
+}
+
+impl Server for SmtpServer {
+    fn accept(&mut self, cx: &mut Cx<'_>, conn: Accepted) {
+        let Accepted::Tcp(stream, peer) = conn else {
+            msg_warn!("smtpd: ignoring a Unix-domain client");
+            return;
+        };
+        let _ = stream.set_nodelay(true);
+        msg_info!("connect from unknown[{}]", peer.ip());
+        let refuse = self.over_limits(peer);
+        let token = cx.token();
+        let mut c = Conn::new(stream, peer, &self.shared, refuse, cx.now);
+        if let Err(e) =
+            cx.registry
+                .register(c.socket(), token, Interest::READABLE | Interest::WRITABLE)
+        {
+            msg_warn!("register client: {e}");
+            return;
+        }
+        c.drive(cx, &self.shared);
+        self.conns.insert(token, c);
+        if self.conns.get(&token).is_some_and(|c| c.is_done()) {
+            self.finish(cx, token);
+        }
+    }
+
+    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, writable: bool) {
+        if let Some(&owner) = self.links.get(&token) {
+            if let Some(c) = self.conns.get_mut(&owner) {
+                c.link_ready(cx);
+            }
+            self.after_io(cx, owner);
+            return;
+        }
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.socket_ready(cx, readable, writable);
+        }
+        self.after_io(cx, token);
+    }
+
+    fn timeout(&mut self, cx: &mut Cx<'_>) {
+        let expired: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline() <= cx.now)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in expired {
+            if let Some(c) = self.conns.get_mut(&t) {
+                c.timed_out(cx);
+            }
+            self.after_io(cx, t);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.conns.values().map(|c| c.deadline()).min()
+    }
+
+    fn clients(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) {
+        match settings::build(config, self.shared.tls.is_some(), self.chrooted) {
+            // Sessions in progress keep their protocol settings; new ones get these.
+            Ok(s) => self.shared.settings = s,
+            Err(e) => msg_warn!("reload: {e}; keeping the running settings"),
+        }
+    }
+
+    fn shutdown(&mut self) {
+        // Clients in the middle of a transaction get a 421; nothing they
+        // sent was acknowledged, so nothing is lost.
+        for c in self.conns.values_mut() {
+            c.say_goodbye();
+        }
+    }
+}

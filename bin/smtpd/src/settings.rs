@@ -1,0 +1,123 @@
+//! smtpd's settings, read from main.cf once at start and on reload.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use config::Config;
+use smtp_proto::receiver::BareNewline;
+use smtp_proto::server::{ServerConfig, TlsPolicy, VrfyMode};
+
+/// Everything a session needs that comes from main.cf.
+pub struct Settings {
+    /// The protocol engine's settings.
+    pub proto: Arc<ServerConfig>,
+    /// The access policy.
+    pub policy: policy::Policy,
+    /// `smtpd_timeout`.
+    pub timeout: Duration,
+    /// `smtpd_client_connection_count_limit` (0 = none).
+    pub conn_count_limit: u32,
+    /// `smtpd_client_connection_rate_limit` (0 = none).
+    pub conn_rate_limit: u32,
+    /// `smtpd_client_event_limit_exceptions`.
+    pub limit_exceptions: Vec<config::Cidr>,
+    /// `message_size_limit`.
+    pub size_limit: u64,
+    /// Implicit TLS (`smtpd_tls_wrappermode`).
+    pub wrapper: bool,
+    /// Where the queue's sockets are, as seen by this process (inside a chroot: `/`).
+    pub queue_root: PathBuf,
+    /// `anvil_rate_time_unit`, for log lines.
+    pub rate_unit: Duration,
+}
+
+/// Reads the certificate and key named in main.cf (needs privileges).
+pub fn load_tls(cfg: &Config) -> Result<Option<Arc<rustls::ServerConfig>>, String> {
+    let level = cfg.choice("smtpd_tls_security_level");
+    let wrapper = cfg.bool("smtpd_tls_wrappermode");
+    if level == "none" && !wrapper {
+        return Ok(None);
+    }
+    let cert = cfg.str("smtpd_tls_cert_file");
+    let key = cfg.str("smtpd_tls_key_file");
+    if cert.is_empty() {
+        return Err(format!(
+            "smtpd_tls_security_level = {level}{} needs smtpd_tls_cert_file",
+            if wrapper {
+                " (or smtpd_tls_wrappermode = yes)"
+            } else {
+                ""
+            }
+        ));
+    }
+    tls::load_server_config(cert.as_ref(), key.as_ref())
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// Builds the settings; `chrooted` says whether paths are inside the queue directory.
+pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, String> {
+    let hostname = cfg.str("myhostname");
+    let banner = cfg.str("smtpd_banner");
+    let banner = banner
+        .strip_prefix(&hostname)
+        .map(|b| b.trim_start().to_string())
+        .unwrap_or(banner);
+    let tls = match cfg.choice("smtpd_tls_security_level") {
+        "may" if tls_on => TlsPolicy::May,
+        "encrypt" if tls_on => TlsPolicy::Encrypt,
+        _ => TlsPolicy::None,
+    };
+    let bare_newline = match cfg.choice("smtpd_forbid_bare_newline") {
+        "normalize" => BareNewline::Normalize,
+        "no" => BareNewline::Allow,
+        _ => BareNewline::Reject,
+    };
+    let size_limit = cfg.size("message_size_limit");
+    let proto = ServerConfig {
+        hostname: hostname.clone(),
+        banner,
+        max_command_line: cfg.int("line_length_limit").clamp(512, 1 << 20) as usize,
+        max_recipients: cfg
+            .int("smtpd_recipient_limit")
+            .clamp(1, i64::from(u32::MAX)) as usize,
+        max_message_size: size_limit,
+        hard_error_limit: cfg
+            .int("smtpd_hard_error_limit")
+            .clamp(1, i64::from(u32::MAX)) as u32,
+        junk_command_limit: cfg
+            .int("smtpd_junk_command_limit")
+            .clamp(1, i64::from(u32::MAX)) as u32,
+        tls,
+        vrfy: if cfg.bool("disable_vrfy_command") {
+            VrfyMode::Disabled502
+        } else {
+            VrfyMode::Ambiguous252
+        },
+        bare_newline,
+        ..ServerConfig::default()
+    };
+    let policy = policy::Policy::from_config(cfg).map_err(|e| e.to_string())?;
+    let queue_root = if chrooted {
+        PathBuf::from("/")
+    } else {
+        PathBuf::from(cfg.str("queue_directory"))
+    };
+    Ok(Settings {
+        proto: Arc::new(proto),
+        policy,
+        timeout: cfg.time("smtpd_timeout"),
+        conn_count_limit: cfg
+            .int("smtpd_client_connection_count_limit")
+            .clamp(0, i64::from(u32::MAX)) as u32,
+        conn_rate_limit: cfg
+            .int("smtpd_client_connection_rate_limit")
+            .clamp(0, i64::from(u32::MAX)) as u32,
+        limit_exceptions: cfg.cidrs("smtpd_client_event_limit_exceptions"),
+        size_limit,
+        wrapper: cfg.bool("smtpd_tls_wrappermode"),
+        queue_root,
+        rate_unit: cfg.time("anvil_rate_time_unit"),
+    })
+}

@@ -1,0 +1,127 @@
+//! The router protocol: where does a recipient go, which hosts serve it.
+//!
+//! qmgr asks [`Request::Resolve`] for each recipient of a new message and
+//! [`Request::Hosts`] when it needs the servers of a next hop; smtpd asks
+//! `Resolve` for each RCPT TO (the `unknown` flag drives
+//! `reject_unlisted_recipient`, the class drives relay checks). Requests
+//! are pipelined: a client may send many before reading, and answers come
+//! back in any order, matched by the [`crate::Tagged`] id. Table answers
+//! come at once; DNS answers when the name servers reply, never holding
+//! up other requests.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// Marker type for the router protocol.
+#[derive(Debug)]
+pub enum Router {}
+
+impl crate::Protocol for Router {
+    const NAME: &'static str = "sluice-router";
+    const VERSION: u32 = 1;
+    type Request = Request;
+    type Response = Response;
+}
+
+/// What a client asks the router.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Resolve one recipient as it arrived (RCPT TO argument, or an
+    /// envelope recipient), to the routes of the addresses it becomes.
+    Resolve {
+        /// The address, external form, with or without angle brackets.
+        address: String,
+        /// The client may use UTF-8 (SMTPUTF8); otherwise non-ASCII is an error.
+        smtputf8: bool,
+    },
+    /// The ordered hosts and addresses of a next hop (`domain`,
+    /// `domain:port`, `[host]`, `[host]:port`; brackets skip MX lookup).
+    Hosts {
+        /// The next hop as a [`Route`] gives it.
+        nexthop: String,
+    },
+    /// Reload the tables now (as SIGHUP does), answered once done.
+    Reload,
+}
+
+/// The router's answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// The routes of every address the recipient became, in order.
+    Resolved {
+        /// At least one route.
+        routes: Vec<Route>,
+    },
+    /// The hosts of the next hop, best first.
+    Hosts(HostList),
+    /// The request failed.
+    Failed {
+        /// A retry later may succeed (DNS timeout, SERVFAIL, broken table).
+        temporary: bool,
+        /// An enhanced status code and text, e.g. `5.1.3 malformed domain`.
+        text: String,
+    },
+    /// The reload is done.
+    Reloaded,
+}
+
+/// How an address was classed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Class {
+    /// mydestination.
+    Local,
+    /// virtual_alias_domains.
+    Virtual,
+    /// relay_domains.
+    Relay,
+    /// Anything else.
+    Default,
+}
+
+/// Where one address goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Route {
+    /// The rewritten address, external form.
+    pub address: String,
+    /// The master.cf transport; `error` means bounce with `nexthop` as text.
+    pub transport: String,
+    /// Next hop (domain, `[host]:port`), or the error text.
+    pub nexthop: String,
+    /// The address class.
+    pub class: Class,
+    /// Not a known recipient (local_recipient_maps / virtual alias domain).
+    pub unknown: bool,
+    /// Set by transport_maps.
+    pub by_table: bool,
+}
+
+/// The servers of a next hop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostList {
+    /// The next hop asked about.
+    pub nexthop: String,
+    /// The hosts came from MX records (false: implicit MX or a literal host).
+    pub from_mx: bool,
+    /// Hosts, best preference first; random order among equals.
+    pub hosts: Vec<Host>,
+    /// Seconds the answer may be kept.
+    pub ttl: u32,
+    /// Every answer had the AD bit (for DANE later).
+    pub authentic: bool,
+}
+
+/// One server of a next hop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Host {
+    /// Its name (the MX exchange), or the literal as given.
+    pub name: String,
+    /// MX preference (0 for implicit MX and literals).
+    pub preference: u16,
+    /// TCP port; 0 means the transport's default.
+    pub port: u16,
+    /// Its addresses, in the order to try.
+    pub addrs: Vec<IpAddr>,
+    /// Why it has no addresses, when it has none; `temporary` as in [`Response::Failed`].
+    pub error: Option<(bool, String)>,
+}

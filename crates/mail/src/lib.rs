@@ -1,0 +1,19 @@
+//! Sluice's shared mail types: what spool, cleanup, qmgr and smtpd agree on.
+//!
+//! `QueueId` names a message for its whole life (sortable by arrival time,
+//! printable like a Postfix long queue id); `Envelope` is the static
+//! envelope written once with the message; `Recipient`, `Notify`, `Ret`,
+//! `BodyType` carry the ESMTP/DSN options; `StatusCode` is an RFC 3463
+//! enhanced status code. Every type is serde-serializable: postcard on disk,
+//! bincode over IPC. Nothing here reads a clock or panics on any input.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod dsn;
+mod envelope;
+mod queue_id;
+
+pub use dsn::{DsnAction, Notify, ParseStatusError, Ret, StatusCode};
+pub use envelope::{BodyType, Envelope, Recipient, Timestamp};
+pub use queue_id::{ParseQueueIdError, QueueId, QueueIdGen};

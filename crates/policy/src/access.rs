@@ -1,0 +1,75 @@
+//! access(5) actions: what a check_*_access table may answer.
+
+/// A parsed access table value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessAction {
+    /// `OK`, `PERMIT`, or an all-digit value (Postfix treats it as OK).
+    Ok,
+    /// `DUNNO`: as if not found, stop looking up further keys.
+    Dunno,
+    /// `REJECT [text]`.
+    Reject(Option<String>),
+    /// `DEFER [text]`.
+    Defer(Option<String>),
+    /// `HOLD [text]`.
+    Hold,
+    /// `DISCARD [text]`.
+    Discard,
+    /// `4NN text` or `5NN text`, optionally with an enhanced code.
+    Code {
+        /// The reply code.
+        code: u16,
+        /// The enhanced status code (derived from the code's class if absent).
+        enhanced: String,
+        /// The text.
+        text: String,
+    },
+    /// Anything else: a configuration error.
+    Bad(String),
+}
+
+/// Parses an access table value.
+pub fn parse_action(value: &str) -> AccessAction {
+    let v = value.trim();
+    let (word, rest) = match v.split_once(char::is_whitespace) {
+        Some((w, r)) => (w, Some(r.trim().to_string()).filter(|r| !r.is_empty())),
+        None => (v, None),
+    };
+    match word.to_ascii_uppercase().as_str() {
+        "OK" | "PERMIT" => AccessAction::Ok,
+        "DUNNO" => AccessAction::Dunno,
+        "REJECT" => AccessAction::Reject(rest),
+        "DEFER" | "DEFER_IF_PERMIT" | "DEFER_IF_REJECT" => AccessAction::Defer(rest),
+        "HOLD" => AccessAction::Hold,
+        "DISCARD" => AccessAction::Discard,
+        w if !w.is_empty()
+            && w.bytes().all(|b| b.is_ascii_digit())
+            && w.len() == 3
+            && (w.starts_with('4') || w.starts_with('5')) =>
+        {
+            let code: u16 = w.parse().unwrap_or(554);
+            let rest = rest.unwrap_or_default();
+            let (enhanced, text) = match rest.split_once(' ') {
+                Some((e, t)) if is_enhanced(e, w) => (e.to_string(), t.to_string()),
+                _ if is_enhanced(&rest, w) => (rest.clone(), String::new()),
+                _ => (format!("{}.7.1", &w[..1]), rest),
+            };
+            AccessAction::Code {
+                code,
+                enhanced,
+                text,
+            }
+        }
+        w if !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) => AccessAction::Ok,
+        _ => AccessAction::Bad(v.to_string()),
+    }
+}
+
+fn is_enhanced(s: &str, code: &str) -> bool {
+    let parts: Vec<&str> = s.split('.').collect();
+    parts.len() == 3
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
+        && parts[0] == &code[..1]
+}

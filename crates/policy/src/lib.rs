@@ -1,0 +1,434 @@
+//! smtpd's access policy, sans-IO: Postfix restriction lists evaluated for
+//! one client, sender and recipient.
+//!
+//! Supported restrictions: `permit`, `reject`, `defer`, `permit_mynetworks`,
+//! `reject_unauth_destination`, `defer_unauth_destination`,
+//! `reject_non_fqdn_sender`, `reject_non_fqdn_recipient`,
+//! `check_client_access`, `check_sender_access`, `check_recipient_access`
+//! (any lookup table the [`Lookup`] given can read), with the access(5)
+//! actions OK, REJECT, DEFER, HOLD, DISCARD, DUNNO and `4NN`/`5NN text`.
+//!
+//! With `smtpd_delay_reject = yes` (the default, as in Postfix) the client
+//! and sender lists are evaluated at RCPT time, then `smtpd_relay_restrictions`
+//! and `smtpd_recipient_restrictions`; the first list that rejects decides.
+//! A list ends with the first OK or REJECT it reaches; DUNNO and the end of a
+//! list pass on to the next. No open relay: with the defaults a client
+//! outside `mynetworks` may send only to `mydestination` and `relay_domains`,
+//! and an address whose local part hides a route (`%`, `!`, a quoted `@`)
+//! never counts as local — the classic relay tricks.
+//!
+//! Unknown restriction names are refused when the policy is built, naming
+//! the parameter, so a typo never opens the relay.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod access;
+mod restriction;
+
+pub use access::{parse_action, AccessAction};
+pub use restriction::{Restriction, RestrictionError};
+
+use std::net::IpAddr;
+
+use config::{Cidr, Config, MapRef};
+use smtp_proto::{Domain, Mailbox};
+
+/// Reads lookup tables for check_*_access.
+pub trait Lookup {
+    /// The value for `key` in `table`, `Ok(None)` when absent; `Err` when
+    /// the table cannot be read (the caller answers 451, as Postfix does).
+    fn lookup(&self, table: &MapRef, key: &str) -> Result<Option<String>, String>;
+}
+
+/// Answers `static:` tables only: for configurations without other tables,
+/// and for tests.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StaticOnly;
+
+impl Lookup for StaticOnly {
+    fn lookup(&self, table: &MapRef, _key: &str) -> Result<Option<String>, String> {
+        if table.kind == "static" {
+            // Postfix 3's `static:{text with spaces}` form.
+            let v = table
+                .name
+                .strip_prefix('{')
+                .and_then(|v| v.strip_suffix('}'))
+                .unwrap_or(&table.name);
+            Ok(Some(v.trim().to_string()))
+        } else {
+            Err(format!("table type {} is not available", table.kind))
+        }
+    }
+}
+
+/// What the policy decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Accept the recipient.
+    Accept {
+        /// Place the message on hold (access HOLD).
+        hold: bool,
+        /// Accept and discard the message (access DISCARD).
+        discard: bool,
+    },
+    /// Refuse with this reply code, enhanced code and text.
+    Refuse {
+        /// 4xx or 5xx.
+        code: u16,
+        /// e.g. `5.7.1`.
+        enhanced: String,
+        /// The reply text.
+        text: String,
+        /// Which restriction refused (for the log's `reject:` line).
+        by: String,
+    },
+}
+
+/// The client, sender and recipient under evaluation.
+#[derive(Debug, Clone)]
+pub struct Query<'a> {
+    /// The client address.
+    pub client_addr: IpAddr,
+    /// The client's host name, or `unknown`.
+    pub client_name: &'a str,
+    /// The HELO name, if given.
+    pub helo: Option<&'a str>,
+    /// The sender; `None` for the null sender.
+    pub sender: Option<&'a Mailbox>,
+    /// The recipient.
+    pub recipient: &'a Mailbox,
+}
+
+/// A built policy.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    mynetworks: Vec<Cidr>,
+    mydestination: Vec<String>,
+    relay_domains: Vec<String>,
+    lists: Vec<(&'static str, Vec<Restriction>)>,
+    relay_reject_code: u16,
+}
+
+/// The restriction list parameters, in evaluation order.
+pub const LISTS: [&str; 5] = [
+    "smtpd_client_restrictions",
+    "smtpd_helo_restrictions",
+    "smtpd_sender_restrictions",
+    "smtpd_relay_restrictions",
+    "smtpd_recipient_restrictions",
+];
+
+impl Policy {
+    /// Builds the policy from main.cf; an unknown restriction is an error.
+    pub fn from_config(cfg: &Config) -> Result<Policy, RestrictionError> {
+        let mut lists = Vec::new();
+        for name in LISTS {
+            let items = restriction::parse_list(&cfg.str(name)).map_err(|e| e.in_param(name))?;
+            lists.push((name, items));
+        }
+        Ok(Policy {
+            mynetworks: cfg.cidrs("mynetworks"),
+            mydestination: cfg
+                .list("mydestination")
+                .into_iter()
+                .map(|d| d.to_ascii_lowercase())
+                .collect(),
+            relay_domains: cfg
+                .list("relay_domains")
+                .into_iter()
+                .map(|d| d.to_ascii_lowercase())
+                .collect(),
+            lists,
+            relay_reject_code: cfg.int("relay_domains_reject_code").clamp(400, 599) as u16,
+        })
+    }
+
+    /// Whether the client is in `mynetworks`.
+    pub fn in_mynetworks(&self, addr: IpAddr) -> bool {
+        let addr = unmap(addr);
+        self.mynetworks.iter().any(|c| c.contains(addr))
+    }
+
+    /// Whether a domain is this host's (`mydestination`).
+    pub fn is_local_domain(&self, domain: &str) -> bool {
+        let d = domain.trim_end_matches('.').to_ascii_lowercase();
+        self.mydestination.contains(&d)
+    }
+
+    /// Whether a domain is one we relay to (`relay_domains`; as with Postfix's
+    /// parent_domain_matches_subdomains, `example.com` also covers its subdomains).
+    pub fn is_relay_domain(&self, domain: &str) -> bool {
+        let d = domain.trim_end_matches('.').to_ascii_lowercase();
+        self.relay_domains
+            .iter()
+            .any(|r| match r.strip_prefix('.') {
+                Some(parent) => d.ends_with(&format!(".{parent}")),
+                None => d == *r || d.ends_with(&format!(".{r}")),
+            })
+    }
+
+    /// Whether mail to this recipient may be accepted from anyone: its
+    /// domain is ours or one we relay to, and its local part hides no route.
+    pub fn authorized_destination(&self, rcpt: &Mailbox) -> bool {
+        if rcpt.has_routing_chars() {
+            return false;
+        }
+        match &rcpt.domain {
+            Domain::Name(d) => self.is_local_domain(d) || self.is_relay_domain(d),
+            _ => false,
+        }
+    }
+
+    /// Evaluates every list for one recipient.
+    pub fn check(&self, q: &Query<'_>, lookup: &dyn Lookup) -> Verdict {
+        let mut hold = false;
+        let mut discard = false;
+        for (list_name, items) in &self.lists {
+            match self.eval_list(list_name, items, q, lookup, &mut hold, &mut discard) {
+                ListResult::Refuse(v) => return v,
+                ListResult::Permit | ListResult::Continue => {}
+            }
+        }
+        Verdict::Accept { hold, discard }
+    }
+
+    fn eval_list(
+        &self,
+        list_name: &str,
+        items: &[Restriction],
+        q: &Query<'_>,
+        lookup: &dyn Lookup,
+        hold: &mut bool,
+        discard: &mut bool,
+    ) -> ListResult {
+        let rcpt = q.recipient.to_string();
+        for r in items {
+            let step = match r {
+                Restriction::Permit => Step::Permit,
+                Restriction::Reject => {
+                    Step::Refuse(554, "5.7.1", format!("<{rcpt}>: Access denied"))
+                }
+                Restriction::Defer => {
+                    Step::Refuse(450, "4.7.1", format!("<{rcpt}>: Try again later"))
+                }
+                Restriction::PermitMynetworks => {
+                    if self.in_mynetworks(q.client_addr) {
+                        Step::Permit
+                    } else {
+                        Step::Dunno
+                    }
+                }
+                Restriction::RejectUnauthDestination | Restriction::DeferUnauthDestination => {
+                    if self.authorized_destination(q.recipient) {
+                        Step::Dunno
+                    } else if *r == Restriction::DeferUnauthDestination {
+                        Step::Refuse(450, "4.7.1", format!("<{rcpt}>: Relay access denied"))
+                    } else {
+                        Step::Refuse(
+                            self.relay_reject_code,
+                            "5.7.1",
+                            format!("<{rcpt}>: Relay access denied"),
+                        )
+                    }
+                }
+                Restriction::RejectNonFqdnRecipient => non_fqdn(q.recipient, "Recipient", 504),
+                Restriction::RejectNonFqdnSender => match q.sender {
+                    Some(s) => non_fqdn(s, "Sender", 504),
+                    None => Step::Dunno,
+                },
+                Restriction::CheckClientAccess(map) => access_step(
+                    lookup,
+                    map,
+                    &client_keys(q.client_addr, q.client_name),
+                    &q.client_addr.to_string(),
+                    "Client host rejected",
+                ),
+                Restriction::CheckSenderAccess(map) => match q.sender {
+                    Some(s) => access_step(
+                        lookup,
+                        map,
+                        &address_keys(s),
+                        &format!("<{s}>"),
+                        "Sender address rejected",
+                    ),
+                    // Postfix looks the null sender up as the empty
+                    // string's stand-in, `smtpd_null_access_lookup_key`.
+                    None => access_step(
+                        lookup,
+                        map,
+                        &["<>".to_string()],
+                        "<>",
+                        "Sender address rejected",
+                    ),
+                },
+                Restriction::CheckRecipientAccess(map) => access_step(
+                    lookup,
+                    map,
+                    &address_keys(q.recipient),
+                    &format!("<{rcpt}>"),
+                    "Recipient address rejected",
+                ),
+            };
+            match step {
+                Step::Permit => return ListResult::Permit,
+                Step::Dunno => {}
+                Step::Hold => *hold = true,
+                Step::Discard => *discard = true,
+                Step::Refuse(code, enhanced, text) => {
+                    return ListResult::Refuse(Verdict::Refuse {
+                        code,
+                        enhanced: enhanced.to_string(),
+                        text,
+                        by: format!("{list_name}: {}", r.name()),
+                    })
+                }
+                Step::RefuseOwn(code, enhanced, text) => {
+                    return ListResult::Refuse(Verdict::Refuse {
+                        code,
+                        enhanced,
+                        text,
+                        by: format!("{list_name}: {}", r.name()),
+                    })
+                }
+            }
+        }
+        ListResult::Continue
+    }
+}
+
+enum ListResult {
+    Permit,
+    Continue,
+    Refuse(Verdict),
+}
+
+enum Step {
+    Permit,
+    Dunno,
+    Hold,
+    Discard,
+    Refuse(u16, &'static str, String),
+    RefuseOwn(u16, String, String),
+}
+
+fn unmap(addr: IpAddr) -> IpAddr {
+    match addr {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(addr),
+        v4 => v4,
+    }
+}
+
+fn non_fqdn(m: &Mailbox, role: &str, code: u16) -> Step {
+    match &m.domain {
+        Domain::Name(d) if !d.trim_end_matches('.').contains('.') => Step::Refuse(
+            code,
+            "5.5.2",
+            format!("<{m}>: {role} address rejected: need fully-qualified address"),
+        ),
+        _ => Step::Dunno,
+    }
+}
+
+/// Postfix's client lookup order: the address, its shorter networks
+/// (1.2.3, 1.2, 1 for IPv4), then the host name and its parent domains.
+fn client_keys(addr: IpAddr, name: &str) -> Vec<String> {
+    let addr = unmap(addr);
+    let mut keys = vec![addr.to_string()];
+    if let IpAddr::V4(v4) = addr {
+        let o = v4.octets();
+        keys.push(format!("{}.{}.{}", o[0], o[1], o[2]));
+        keys.push(format!("{}.{}", o[0], o[1]));
+        keys.push(format!("{}", o[0]));
+    }
+    if name != "unknown" && !name.is_empty() {
+        keys.extend(domain_keys(name));
+    }
+    keys
+}
+
+/// A domain and its parent domains, most specific first (`a.b.c`, `b.c`,
+/// `c`), as Postfix looks them up with parent_domain_matches_subdomains.
+fn domain_keys(domain: &str) -> Vec<String> {
+    let d = domain.trim_end_matches('.').to_ascii_lowercase();
+    let mut keys = vec![d.clone()];
+    let mut rest = d.as_str();
+    while let Some((_, parent)) = rest.split_once('.') {
+        keys.push(parent.to_string());
+        rest = parent;
+    }
+    keys
+}
+
+/// Postfix's address lookup order: `user@domain`, the domain and its
+/// parents, then `user@`.
+fn address_keys(m: &Mailbox) -> Vec<String> {
+    let local = m.local_unquoted();
+    let mut keys = Vec::new();
+    match &m.domain {
+        Domain::Name(d) => {
+            keys.push(format!("{local}@{}", d.to_ascii_lowercase()));
+            keys.extend(domain_keys(d));
+        }
+        other => {
+            keys.push(format!("{local}@{other}"));
+            keys.push(other.to_string());
+        }
+    }
+    keys.push(format!("{local}@"));
+    keys
+}
+
+fn access_step(
+    lookup: &dyn Lookup,
+    map: &MapRef,
+    keys: &[String],
+    what: &str,
+    default_text: &str,
+) -> Step {
+    for key in keys {
+        let value = match lookup.lookup(map, key) {
+            Ok(Some(v)) => v,
+            Ok(None) => continue,
+            Err(e) => {
+                return Step::RefuseOwn(
+                    451,
+                    "4.3.0".into(),
+                    format!("{what}: Temporary lookup failure ({e})"),
+                )
+            }
+        };
+        return match parse_action(&value) {
+            AccessAction::Ok => Step::Permit,
+            AccessAction::Dunno => Step::Dunno,
+            AccessAction::Hold => Step::Hold,
+            AccessAction::Discard => Step::Discard,
+            AccessAction::Reject(text) => Step::RefuseOwn(
+                554,
+                "5.7.1".into(),
+                format!("{what}: {}", text.unwrap_or_else(|| "Access denied".into())),
+            ),
+            AccessAction::Defer(text) => Step::RefuseOwn(
+                450,
+                "4.7.1".into(),
+                format!(
+                    "{what}: {}",
+                    text.unwrap_or_else(|| default_text.replace("rejected", "deferred"))
+                ),
+            ),
+            AccessAction::Code {
+                code,
+                enhanced,
+                text,
+            } => Step::RefuseOwn(code, enhanced, format!("{what}: {text}")),
+            AccessAction::Bad(v) => Step::RefuseOwn(
+                451,
+                "4.3.5".into(),
+                format!("{what}: Server configuration error (bad access action \"{v}\" in {map})"),
+            ),
+        };
+    }
+    Step::Dunno
+}
+
+#[cfg(test)]
+mod tests;

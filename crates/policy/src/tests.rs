@@ -1,0 +1,224 @@
+//! Table-driven policy tests, with the relay tricks an open-relay tester tries.
+
+use super::*;
+use std::path::Path;
+
+fn policy(main_cf: &str) -> Policy {
+    let base =
+        "myhostname = mx.example.org\nmydomain = example.org\nrelay_domains = relay.example\n";
+    let cfg = Config::parse(&format!("{base}{main_cf}"), Path::new("main.cf"), &[])
+        .unwrap()
+        .config;
+    Policy::from_config(&cfg).unwrap()
+}
+
+fn mbox(s: &str) -> Mailbox {
+    let text = format!("<{s}>");
+    let (path, rest) = smtp_proto::address::parse_path(&text, true).unwrap();
+    assert!(rest.is_empty(), "{s}");
+    path.mailbox().unwrap().clone()
+}
+
+fn check(p: &Policy, client: &str, sender: Option<&str>, rcpt: &str) -> Verdict {
+    let s = sender.map(mbox);
+    let r = mbox(rcpt);
+    p.check(
+        &Query {
+            client_addr: client.parse().unwrap(),
+            client_name: "unknown",
+            helo: None,
+            sender: s.as_ref(),
+            recipient: &r,
+        },
+        &StaticOnly,
+    )
+}
+
+fn accepted(v: &Verdict) -> bool {
+    matches!(v, Verdict::Accept { .. })
+}
+
+#[test]
+fn default_policy_is_not_an_open_relay() {
+    let p = policy("");
+    let outside = "192.0.2.10";
+    let cases: &[(&str, &str, bool)] = &[
+        // (client, recipient, accepted?)
+        (outside, "user@mx.example.org", true),
+        (outside, "user@localhost", true),
+        (outside, "USER@MX.EXAMPLE.ORG", true),
+        (outside, "user@relay.example", true),
+        (outside, "user@sub.relay.example", true),
+        (outside, "victim@elsewhere.example", false),
+        // Routing in the local part must not pass as local mail.
+        (outside, "victim%elsewhere.example@mx.example.org", false),
+        (outside, "elsewhere.example!victim@mx.example.org", false),
+        (
+            outside,
+            "\"victim@elsewhere.example\"@mx.example.org",
+            false,
+        ),
+        (outside, "victim%elsewhere.example@relay.example", false),
+        // A source route is stripped; what remains is judged.
+        (outside, "@mx.example.org:victim@elsewhere.example", false),
+        // Address literals are not our domains.
+        (outside, "victim@[192.0.2.1]", false),
+        // Look-alike domains.
+        (outside, "victim@mx.example.org.evil.example", false),
+        (outside, "victim@notrelay.example", false),
+        // mynetworks may relay anywhere; IPv4-mapped IPv6 counts as IPv4.
+        ("127.0.0.1", "victim@elsewhere.example", true),
+        ("::ffff:127.0.0.1", "victim@elsewhere.example", true),
+        ("::1", "victim@elsewhere.example", true),
+        ("::2", "victim@elsewhere.example", false),
+    ];
+    for (client, rcpt, ok) in cases {
+        let v = check(&p, client, Some("sender@example.com"), rcpt);
+        assert_eq!(accepted(&v), *ok, "{client} → {rcpt}: {v:?}");
+        if !ok {
+            let Verdict::Refuse {
+                code,
+                enhanced,
+                text,
+                by,
+            } = v
+            else {
+                unreachable!()
+            };
+            assert_eq!((code, enhanced.as_str()), (554, "5.7.1"));
+            assert!(text.contains("Relay access denied"), "{text}");
+            assert!(by.contains("reject_unauth_destination"), "{by}");
+        }
+    }
+}
+
+#[test]
+fn access_actions_from_static_tables() {
+    let cases: &[(&str, Option<(u16, &str)>)] = &[
+        ("OK", None),
+        ("REJECT", Some((554, "5.7.1"))),
+        ("REJECT go away", Some((554, "5.7.1"))),
+        ("DEFER", Some((450, "4.7.1"))),
+        ("550 5.7.9 no thanks", Some((550, "5.7.9"))),
+        ("421 bye", Some((421, "4.7.1"))),
+        ("DUNNO", None),
+        ("HOLD", None),
+        ("DISCARD", None),
+        ("NONSENSE", Some((451, "4.3.5"))),
+    ];
+    for (action, want) in cases {
+        let p = policy(&format!(
+            "smtpd_recipient_restrictions = check_sender_access static:{{{action}}}\n"
+        ));
+        // From mynetworks the relay list permits; the recipient list still runs.
+        let v = check(&p, "127.0.0.1", Some("s@example.com"), "u@mx.example.org");
+        match (want, &v) {
+            (None, Verdict::Accept { hold, discard }) => {
+                assert_eq!(*hold, *action == "HOLD", "{action}");
+                assert_eq!(*discard, *action == "DISCARD", "{action}");
+            }
+            (
+                Some((code, enh)),
+                Verdict::Refuse {
+                    code: c, enhanced, ..
+                },
+            ) => {
+                assert_eq!((*c, enhanced.as_str()), (*code, *enh), "{action}");
+            }
+            _ => panic!("{action}: {v:?}"),
+        }
+    }
+}
+
+#[test]
+fn first_decision_in_a_list_wins_and_lists_run_in_order() {
+    let p = policy("smtpd_client_restrictions = permit_mynetworks, reject\n");
+    assert!(accepted(&check(&p, "127.0.0.1", None, "u@mx.example.org")));
+    let v = check(&p, "192.0.2.1", None, "u@mx.example.org");
+    assert!(
+        matches!(v, Verdict::Refuse { code: 554, ref by, .. } if by.starts_with("smtpd_client_restrictions")),
+        "{v:?}"
+    );
+    // A permit in the relay list does not skip the recipient list.
+    let p = policy("smtpd_relay_restrictions = permit\nsmtpd_recipient_restrictions = reject_non_fqdn_recipient\n");
+    assert!(!accepted(&check(&p, "192.0.2.1", None, "u@host")));
+    assert!(accepted(&check(
+        &p,
+        "192.0.2.1",
+        None,
+        "u@elsewhere.example"
+    )));
+}
+
+#[test]
+fn unknown_restrictions_and_bad_arguments_are_refused() {
+    let text = "myhostname = a.b\nsmtpd_relay_restrictions = permit_mynetwork, reject_unauth_destination\n";
+    let cfg = Config::parse(text, Path::new("main.cf"), &[])
+        .unwrap()
+        .config;
+    let e = Policy::from_config(&cfg).unwrap_err().to_string();
+    assert!(
+        e.contains("smtpd_relay_restrictions") && e.contains("permit_mynetwork"),
+        "{e}"
+    );
+    let cfg = Config::parse(
+        "smtpd_recipient_restrictions = check_client_access\n",
+        Path::new("main.cf"),
+        &[],
+    )
+    .unwrap()
+    .config;
+    assert!(Policy::from_config(&cfg).is_err());
+}
+
+#[test]
+fn unreadable_tables_defer_instead_of_permitting() {
+    let p = policy("smtpd_recipient_restrictions = check_recipient_access hash:/nonexistent\n");
+    let v = check(&p, "127.0.0.1", None, "u@mx.example.org");
+    assert!(matches!(v, Verdict::Refuse { code: 451, .. }), "{v:?}");
+}
+
+#[test]
+fn access_lookup_keys_follow_postfix_order() {
+    assert_eq!(
+        client_keys("192.0.2.7".parse().unwrap(), "mail.example.com"),
+        [
+            "192.0.2.7",
+            "192.0.2",
+            "192.0",
+            "192",
+            "mail.example.com",
+            "example.com",
+            "com"
+        ]
+    );
+    assert_eq!(
+        address_keys(&mbox("Joe@Sub.Example.COM")),
+        [
+            "Joe@sub.example.com",
+            "sub.example.com",
+            "example.com",
+            "com",
+            "Joe@"
+        ]
+    );
+}
+
+#[test]
+fn parse_action_edge_cases() {
+    assert_eq!(parse_action("  ok "), AccessAction::Ok);
+    assert_eq!(parse_action("12345"), AccessAction::Ok);
+    assert_eq!(
+        parse_action("reject   spam source"),
+        AccessAction::Reject(Some("spam source".into()))
+    );
+    assert_eq!(parse_action(""), AccessAction::Bad(String::new()));
+    assert!(matches!(
+        parse_action("550"),
+        AccessAction::Code { code: 550, .. }
+    ));
+    assert!(matches!(
+        parse_action("250 fine"),
+        AccessAction::Ok | AccessAction::Bad(_)
+    ));
+}

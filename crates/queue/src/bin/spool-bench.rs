@@ -1,0 +1,346 @@
+//! spool-bench: commits/s, fsyncs and CPU per message of the three storage
+//! paths at group-commit batch sizes, and replay of a large deferred queue.
+//!
+//! `spool-bench [accept] [--messages N] [--size BYTES] [--batches 1,20,100]
+//! [--modes simple,pool,pool-steady,inline] [--dir PATH]`: for each mode and batch size B,
+//! B writer threads (standing in for concurrent SMTP sessions) each store one
+//! message (data durable), then one journal commit acknowledges all B
+//! `Arrived` records, then the next round starts: the 250-after-durable rule.
+//! `spool-bench replay [--messages N] [--dir PATH]` writes a journal of N
+//! deferred messages, then times `queue::replay` in a fresh process and
+//! reports its peak memory. Figures go to docs/benchmarks.md. Exits non-zero
+//! with a message on bad arguments or I/O errors; panics on nothing else.
+
+use mail::{Envelope, QueueId, QueueIdGen, Recipient, StatusCode, Timestamp};
+use queue::{recover, DataRef, FileMode, Journal, JournalConfig, MessageHead, Record, SpoolConfig};
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Barrier};
+use std::time::Instant;
+
+struct Args {
+    cmd: String,
+    messages: u64,
+    size: usize,
+    batches: Vec<usize>,
+    modes: Vec<String>,
+    dir: PathBuf,
+    child: bool,
+    repeat: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        cmd: "accept".into(),
+        messages: 0,
+        size: 2048,
+        batches: vec![1, 20, 100],
+        modes: ["simple", "pool", "pool-steady", "inline"]
+            .map(String::from)
+            .to_vec(),
+        dir: PathBuf::from("spool-bench.tmp"),
+        child: false,
+        repeat: 3,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut val = || it.next().ok_or(format!("{arg} needs a value"));
+        match arg.as_str() {
+            "accept" | "replay" => a.cmd = arg.clone(),
+            "--messages" => a.messages = val()?.parse().map_err(|e| format!("--messages: {e}"))?,
+            "--size" => a.size = val()?.parse().map_err(|e| format!("--size: {e}"))?,
+            "--batches" => {
+                a.batches = val()?
+                    .split(',')
+                    .map(|s| s.parse().map_err(|e| format!("--batches: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--modes" => a.modes = val()?.split(',').map(str::to_string).collect(),
+            "--dir" => a.dir = PathBuf::from(val()?),
+            "--child" => a.child = true,
+            "--repeat" => a.repeat = val()?.parse().map_err(|e| format!("--repeat: {e}"))?,
+            "-h" | "--help" => {
+                return Err("usage: spool-bench [accept|replay] [--messages N] [--size BYTES] \
+                            [--batches 1,20,100] [--repeat 3] [--modes simple,pool,pool-steady,inline] [--dir PATH]"
+                    .into())
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    if a.messages == 0 {
+        a.messages = if a.cmd == "replay" { 1_000_000 } else { 4000 };
+    }
+    Ok(a)
+}
+
+/// Process CPU time (user + system, all threads) in milliseconds.
+fn cpu_ms() -> f64 {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Ok(u) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return 0.0;
+    };
+    let ms = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1e3 + t.tv_usec() as f64 / 1e3;
+    ms(u.user_time()) + ms(u.system_time())
+}
+
+fn status_kb(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+fn envelope(n: u64, size: u64) -> Envelope {
+    Envelope {
+        sender: format!("sender{n}@example.org"),
+        recipients: vec![Recipient::new(format!("rcpt{n}@example.net"))],
+        client_addr: Some("192.0.2.10".into()),
+        client_name: Some("client.example.org".into()),
+        helo: Some("client.example.org".into()),
+        arrival: Timestamp::from_micros(1_700_000_000_000_000 + n),
+        size,
+        ..Envelope::default()
+    }
+}
+
+fn message(size: usize) -> Vec<u8> {
+    let mut v = b"Received: from client.example.org\r\nSubject: bench\r\n\r\n".to_vec();
+    while v.len() < size {
+        v.extend_from_slice(b"Lorem ipsum dolor sit amet, consectetur adipiscing elit sed do.\r\n");
+    }
+    v.truncate(size.saturating_sub(5));
+    v.extend_from_slice(b"\r\n.\r\n");
+    v
+}
+
+struct Row {
+    mode: String,
+    batch: usize,
+    rate: f64,
+    fsyncs: f64,
+    cpu_us: f64,
+}
+
+fn run_accept(a: &Args, mode: &str, batch: usize) -> Result<Row, String> {
+    let dir = a.dir.join(format!("{mode}-{batch}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cfg = SpoolConfig::default();
+    match mode {
+        "simple" => (cfg.file_mode, cfg.inline_max) = (FileMode::Simple, 0),
+        "pool" | "pool-steady" => (cfg.file_mode, cfg.inline_max) = (FileMode::Pool, 0),
+        "inline" => (cfg.file_mode, cfg.inline_max) = (FileMode::Pool, 64 << 10),
+        other => return Err(format!("unknown mode {other}")),
+    }
+    let mut r = recover(&dir, cfg).map_err(|e| e.to_string())?;
+    let rounds = (a.messages as usize).div_ceil(batch);
+    let steady = mode == "pool-steady";
+    if mode.starts_with("pool") {
+        // Grown ahead of load (idle time, or at start), as a running system's pool is:
+        // enough for every held message, or for two rounds when delivered ones are removed.
+        let slots = if steady {
+            2 * batch + 8
+        } else {
+            rounds * batch + 8
+        } as u32;
+        let t = Instant::now();
+        r.spool.grow_pool(slots).map_err(|e| e.to_string())?;
+        eprintln!(
+            "  ({mode}, batch {batch}: pool grown by {slots} slots of {} KiB in {:.2} s, not timed)",
+            cfg.pool.prealloc >> 10,
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let data = message(a.size);
+    let (tx, rx) = mpsc::channel::<Result<(QueueId, DataRef), String>>();
+    let barrier = Barrier::new(batch + 1);
+    let (f0, c0, t0) = (queue::fsync_count(), cpu_ms(), Instant::now());
+    let spool = &r.spool;
+    let journal = &mut r.journal;
+    let result = std::thread::scope(|s| -> Result<(), String> {
+        for w in 0..batch {
+            let (tx, barrier, data) = (tx.clone(), &barrier, &data);
+            s.spawn(move || {
+                let mut ids = QueueIdGen::new(w as u32);
+                for round in 0..rounds {
+                    let id = ids.next(1_700_000_000_000_000 + round as u64);
+                    let mut d = spool.draft(id);
+                    let res = d
+                        .append(spool, data)
+                        .and_then(|()| d.commit(spool, &envelope(round as u64, data.len() as u64)))
+                        .map(|dr| (id, dr))
+                        .map_err(|e| e.to_string());
+                    if tx.send(res).is_err() {
+                        return;
+                    }
+                    barrier.wait();
+                }
+            });
+        }
+        // pool-steady: messages of the previous round are delivered and removed,
+        // their Removed records riding in this round's commit.
+        let mut removing: Vec<(QueueId, DataRef)> = Vec::new();
+        for round in 0..rounds {
+            let mut arrived = Vec::with_capacity(batch);
+            for _ in 0..batch {
+                let (id, data_ref) = rx.recv().map_err(|e| e.to_string())??;
+                let head = MessageHead {
+                    id,
+                    envelope: envelope(round as u64, a.size as u64),
+                    data: data_ref.clone(),
+                };
+                journal
+                    .append(&Record::Arrived(head))
+                    .map_err(|e| e.to_string())?;
+                arrived.push((id, data_ref));
+            }
+            for (id, _) in &removing {
+                journal
+                    .append(&Record::Removed { id: *id })
+                    .map_err(|e| e.to_string())?;
+            }
+            journal.commit().map_err(|e| e.to_string())?;
+            for (id, d) in removing.drain(..) {
+                spool
+                    .remove_data(id, d.storage())
+                    .map_err(|e| e.to_string())?;
+            }
+            if steady {
+                removing = arrived;
+            }
+            barrier.wait();
+        }
+        Ok(())
+    });
+    result?;
+    let (secs, n) = (t0.elapsed().as_secs_f64(), (rounds * batch) as f64);
+    let row = Row {
+        mode: mode.into(),
+        batch,
+        rate: n / secs,
+        fsyncs: (queue::fsync_count() - f0) as f64 / n,
+        cpu_us: (cpu_ms() - c0) * 1000.0 / n,
+    };
+    drop(r);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(row)
+}
+
+fn accept(a: &Args) -> Result<(), String> {
+    std::fs::create_dir_all(&a.dir).map_err(|e| format!("{}: {e}", a.dir.display()))?;
+    println!(
+        "spool-bench accept: {} messages of {} bytes per run, median of {} runs, dir {}",
+        a.messages,
+        a.size,
+        a.repeat.max(1),
+        a.dir.display()
+    );
+    println!("| path | batch | commits/s | fsyncs/msg | CPU µs/msg |");
+    println!("|---|---:|---:|---:|---:|");
+    for mode in &a.modes {
+        for &b in &a.batches {
+            let mut runs = (0..a.repeat.max(1))
+                .map(|_| run_accept(a, mode, b.max(1)))
+                .collect::<Result<Vec<_>, _>>()?;
+            runs.sort_by(|x, y| x.rate.total_cmp(&y.rate));
+            let r = &runs[runs.len() / 2];
+            println!(
+                "| {} | {} | {:.0} | {:.2} | {:.0} |",
+                r.mode, r.batch, r.rate, r.fsyncs, r.cpu_us
+            );
+        }
+    }
+    Ok(())
+}
+
+fn generate(dir: &Path, n: u64) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(dir);
+    let mut j = Journal::open(dir, JournalConfig::default()).map_err(|e| e.to_string())?;
+    let mut ids = QueueIdGen::new(1);
+    let status: StatusCode = "4.4.1".parse().map_err(|e| format!("{e}"))?;
+    for i in 0..n {
+        let id = ids.next(1_700_000_000_000_000 + i * 10);
+        let head = MessageHead {
+            id,
+            envelope: envelope(i, 2048),
+            data: DataRef::Pool(i as u32),
+        };
+        j.append(&Record::Arrived(head))
+            .map_err(|e| e.to_string())?;
+        let rec = Record::Deferred {
+            id,
+            rcpts: vec![0],
+            status,
+            reason: "connect to mx.example.net[192.0.2.25]:25: Connection timed out".into(),
+            next_attempt: 1_700_000_000 + (i * 7919) % 86_400,
+        };
+        j.append(&rec).map_err(|e| e.to_string())?;
+        if i % 10_000 == 9_999 {
+            j.commit().map_err(|e| e.to_string())?;
+        }
+    }
+    j.commit().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn replay_bench(a: &Args) -> Result<(), String> {
+    let dir = a.dir.join("replay");
+    if a.child {
+        let rss0 = status_kb("VmRSS:");
+        let t0 = Instant::now();
+        let st =
+            queue::replay(&dir, JournalConfig::default().max_record).map_err(|e| e.to_string())?;
+        let secs = t0.elapsed().as_secs_f64();
+        println!(
+            "replay: {} records, {} live, {} deferred in {:.2} s; RSS +{} MB (peak {} MB)",
+            st.records,
+            st.messages.len(),
+            st.deferred.len(),
+            secs,
+            (status_kb("VmRSS:") - rss0) / 1024,
+            status_kb("VmHWM:") / 1024
+        );
+        return Ok(());
+    }
+    let t0 = Instant::now();
+    generate(&dir, a.messages)?;
+    let bytes: u64 = std::fs::read_dir(&dir)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .map(|m| m.len())
+        .sum();
+    println!(
+        "generated {} deferred messages ({} MB of journal) in {:.1} s",
+        a.messages,
+        bytes >> 20,
+        t0.elapsed().as_secs_f64()
+    );
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let status = std::process::Command::new(exe)
+        .args(["replay", "--child", "--dir"])
+        .arg(&a.dir)
+        .status()
+        .map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&dir);
+    if status.success() {
+        Ok(())
+    } else {
+        Err("replay child failed".into())
+    }
+}
+
+fn main() {
+    let res = parse_args().and_then(|a| {
+        if a.cmd == "replay" {
+            replay_bench(&a)
+        } else {
+            accept(&a)
+        }
+    });
+    if let Err(e) = res {
+        eprintln!("spool-bench: {e}");
+        std::process::exit(1);
+    }
+}

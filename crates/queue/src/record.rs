@@ -1,0 +1,288 @@
+//! Journal records, their framing, and journal positions.
+//!
+//! A record on disk is `[len u32 LE][crc32 u32 LE][postcard payload]`, the
+//! crc covering the payload. `Lsn` is a journal position: segment number in
+//! the high 32 bits, byte offset within the segment in the low 32, so
+//! positions order like the journal. Recipients are named by their index in
+//! the original `Envelope::recipients`, which never changes. Decoding never
+//! panics: a short, oversized or corrupt frame is a `FrameError`.
+
+use mail::{Envelope, QueueId, StatusCode};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Bytes of frame header before each payload.
+pub const FRAME_HEADER: usize = 8;
+
+/// A journal position: (segment, offset), ordered.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+pub struct Lsn(pub u64);
+
+impl Lsn {
+    /// The position `offset` bytes into segment `seg`.
+    pub fn new(seg: u32, offset: u32) -> Self {
+        Self(((seg as u64) << 32) | offset as u64)
+    }
+
+    /// The segment number.
+    pub fn segment(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// The byte offset within the segment.
+    pub fn offset(self) -> u32 {
+        self.0 as u32
+    }
+}
+
+impl fmt::Display for Lsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.segment(), self.offset())
+    }
+}
+
+impl fmt::Debug for Lsn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Lsn({self})")
+    }
+}
+
+/// Where a message's data lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DataRef {
+    /// Its own file `msg/XX/<queue-id>`.
+    File,
+    /// Slot `n` of the preallocated pool, `pool/<n>`.
+    Pool(u32),
+    /// The wire-form bytes, inline in this record.
+    Inline(Vec<u8>),
+}
+
+impl DataRef {
+    /// The location without the inline bytes.
+    pub fn storage(&self) -> Storage {
+        match self {
+            Self::File => Storage::File,
+            Self::Pool(n) => Storage::Pool(*n),
+            Self::Inline(_) => Storage::Inline,
+        }
+    }
+}
+
+/// Where a message's data lives, without the bytes (kept in memory per message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Storage {
+    /// Its own file.
+    File,
+    /// A pool slot.
+    Pool(u32),
+    /// Inline in its head journal record.
+    Inline,
+}
+
+/// Everything needed to route, schedule and deliver a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageHead {
+    /// The queue id.
+    pub id: QueueId,
+    /// The static envelope, all original recipients included.
+    pub envelope: Envelope,
+    /// Where the data is.
+    pub data: DataRef,
+}
+
+/// One journal record. Only qmgr writes them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Record {
+    /// A message was accepted; its data is durable where `data` says.
+    Arrived(MessageHead),
+    /// These recipients were delivered.
+    Delivered {
+        /// The message.
+        id: QueueId,
+        /// Recipient indices.
+        rcpts: Vec<u32>,
+    },
+    /// These recipients failed temporarily; retry at `next_attempt`.
+    Deferred {
+        /// The message.
+        id: QueueId,
+        /// Recipient indices.
+        rcpts: Vec<u32>,
+        /// Enhanced status of the failure.
+        status: StatusCode,
+        /// The reason as logged (remote reply or local cause).
+        reason: String,
+        /// Next attempt, seconds since the epoch.
+        next_attempt: u64,
+    },
+    /// These recipients failed permanently (a bounce is owed unless NOTIFY says not).
+    Bounced {
+        /// The message.
+        id: QueueId,
+        /// Recipient indices.
+        rcpts: Vec<u32>,
+        /// Enhanced status of the failure.
+        status: StatusCode,
+        /// The reason as logged.
+        reason: String,
+    },
+    /// A retried message restated at the head: older records of it are garbage.
+    Rewritten {
+        /// Envelope and data location (inline bytes copied along).
+        head: MessageHead,
+        /// Recipient indices still to deliver.
+        remaining: Vec<u32>,
+        /// Next attempt, seconds since the epoch (0 = now).
+        next_attempt: u64,
+        /// Whether the message is on hold.
+        held: bool,
+    },
+    /// The message is put on hold (not scheduled).
+    Held {
+        /// The message.
+        id: QueueId,
+    },
+    /// The message is released from hold.
+    Released {
+        /// The message.
+        id: QueueId,
+    },
+    /// The message is gone; its data may be deleted once this is durable.
+    Removed {
+        /// The message.
+        id: QueueId,
+    },
+}
+
+impl Record {
+    /// The queue id the record is about.
+    pub fn id(&self) -> QueueId {
+        match self {
+            Self::Arrived(h) | Self::Rewritten { head: h, .. } => h.id,
+            Self::Delivered { id, .. }
+            | Self::Deferred { id, .. }
+            | Self::Bounced { id, .. }
+            | Self::Held { id }
+            | Self::Released { id }
+            | Self::Removed { id } => *id,
+        }
+    }
+}
+
+/// Why bytes are not a valid frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameError {
+    /// Fewer bytes than the frame header or its length says (a torn tail).
+    Short,
+    /// The length is over the limit (zero-filled or corrupt length).
+    Length(u32),
+    /// The crc does not match.
+    Checksum,
+    /// The payload does not decode.
+    Decode,
+}
+
+/// Appends the frame of `rec` to `out`; `Error::TooLarge` over `max` payload bytes.
+pub fn encode_frame(rec: &Record, max: u32, out: &mut Vec<u8>) -> crate::Result<usize> {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; FRAME_HEADER]);
+    let res = postcard::to_extend(rec, std::mem::take(out));
+    *out = match res {
+        Ok(v) => v,
+        Err(e) => return Err(crate::Error::Encode(e)),
+    };
+    let len = out.len() - start - FRAME_HEADER;
+    if len > max as usize || len == 0 {
+        out.truncate(start);
+        return Err(crate::Error::TooLarge {
+            size: len as u64,
+            limit: max as u64,
+        });
+    }
+    let crc = crc32fast::hash(&out[start + FRAME_HEADER..]);
+    out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    Ok(out.len() - start)
+}
+
+/// Checks the frame at the start of `buf`; gives the payload and the frame's total length.
+pub fn check_frame(buf: &[u8], max: u32) -> Result<(&[u8], usize), FrameError> {
+    if buf.len() < FRAME_HEADER {
+        return Err(FrameError::Short);
+    }
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    if len == 0 || len > max {
+        return Err(FrameError::Length(len));
+    }
+    let crc = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    let end = FRAME_HEADER + len as usize;
+    let Some(payload) = buf.get(FRAME_HEADER..end) else {
+        return Err(FrameError::Short);
+    };
+    if crc32fast::hash(payload) != crc {
+        return Err(FrameError::Checksum);
+    }
+    Ok((payload, end))
+}
+
+/// Decodes the frame at the start of `buf`; gives the record and the frame's length.
+pub fn decode_frame(buf: &[u8], max: u32) -> Result<(Record, usize), FrameError> {
+    let (payload, n) = check_frame(buf, max)?;
+    let rec = postcard::from_bytes(payload).map_err(|_| FrameError::Decode)?;
+    Ok((rec, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: u32) -> QueueId {
+        QueueId::from_parts(1_700_000_000_000_000, 1, n).unwrap()
+    }
+
+    #[test]
+    fn frame_round_trip_and_every_truncation() {
+        let rec = Record::Deferred {
+            id: id(3),
+            rcpts: vec![0, 2],
+            status: "4.4.1".parse().unwrap(),
+            reason: "connection refused".into(),
+            next_attempt: 1_700_000_600,
+        };
+        let mut buf = Vec::new();
+        let n = encode_frame(&rec, 1 << 20, &mut buf).unwrap();
+        assert_eq!(n, buf.len());
+        assert_eq!(decode_frame(&buf, 1 << 20).unwrap(), (rec, n));
+        for cut in 0..n {
+            assert!(decode_frame(&buf[..cut], 1 << 20).is_err(), "cut {cut}");
+        }
+        for bit in 0..n * 8 {
+            let mut b = buf.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode_frame(&b, 1 << 20).is_err(), "bit {bit}");
+        }
+    }
+
+    #[test]
+    fn too_large_is_refused_and_buffer_untouched() {
+        let rec = Record::Arrived(MessageHead {
+            id: id(1),
+            envelope: Envelope::default(),
+            data: DataRef::Inline(vec![b'x'; 1000]),
+        });
+        let mut buf = vec![1, 2, 3];
+        assert!(matches!(
+            encode_frame(&rec, 100, &mut buf),
+            Err(crate::Error::TooLarge { .. })
+        ));
+        assert_eq!(buf, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn lsn_parts() {
+        let l = Lsn::new(7, 4096);
+        assert_eq!((l.segment(), l.offset()), (7, 4096));
+        assert!(Lsn::new(7, u32::MAX) < Lsn::new(8, 0));
+    }
+}

@@ -1,0 +1,340 @@
+//! Journal replay: rebuilds live messages and their recipients' state.
+//!
+//! Segments are read in order; within each, records are trusted up to the
+//! first frame that is short, oversized, fails its crc or does not decode.
+//! That tail is truncated (and synced) and reported as a `TornTail`, and
+//! replay goes on with the next segment: a crash can only tear the end of a
+//! segment because appends never continue an old one. A segment too short
+//! for its header (a crash during rotation) is deleted and reported; one
+//! with a foreign header is reported and skipped. Per live message replay
+//! keeps only its head position, storage and schedule (about 50 bytes; the
+//! finished recipients sit in a side map for the few messages that have
+//! some), and segments are streamed, so a million messages replay in bounded memory; the
+//! full head record is read back with `Journal::read_at` when needed.
+//! Nothing here panics on disk contents.
+
+use crate::error::{IoContext, Result};
+use crate::index::{DeferredIndex, SegmentRefs};
+use crate::journal::{list_segments, segment_header, segment_path, SEG_HEADER};
+use crate::record::{decode_frame, FrameError, Lsn, Record, Storage, FRAME_HEADER};
+use crate::stats;
+use mail::QueueId;
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufReader, Read};
+use std::path::Path;
+
+/// One live message as replay leaves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveMessage {
+    /// Position of its `Arrived` or latest `Rewritten` record.
+    pub head: Lsn,
+    /// Where its data is.
+    pub storage: Storage,
+    /// Next attempt (seconds since the epoch); 0 = never tried, due now.
+    pub next_attempt: u64,
+    /// On hold.
+    pub held: bool,
+}
+
+/// Why the end of a segment was not trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailCause {
+    /// A frame failed to check or decode.
+    Frame(FrameError),
+    /// The segment is shorter than its header (deleted).
+    ShortHeader,
+    /// The segment header is not ours (skipped, left in place).
+    ForeignHeader,
+}
+
+/// A torn or corrupt tail found (and truncated) by replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TornTail {
+    /// The segment.
+    pub segment: u32,
+    /// Where trust ended.
+    pub offset: u32,
+    /// Bytes dropped.
+    pub dropped: u64,
+    /// Why.
+    pub cause: TailCause,
+}
+
+/// The state replay rebuilds.
+#[derive(Debug, Default)]
+pub struct Replay {
+    /// Live messages by queue id.
+    pub messages: HashMap<QueueId, LiveMessage>,
+    /// Recipient indices delivered or bounced since each message's head record
+    /// (only messages that have some: most have none, so this stays small).
+    pub done: HashMap<QueueId, Vec<u32>>,
+    /// Ids with a `Removed` record still in the journal (their files may
+    /// linger); filled by replay only, for recovery.
+    pub removed: HashSet<QueueId>,
+    /// Deferred messages by next attempt (not held, `next_attempt` > 0).
+    pub deferred: DeferredIndex,
+    /// Live messages never tried (or rewritten as due now), oldest first.
+    pub incoming: Vec<QueueId>,
+    /// Live head records per segment.
+    pub refs: SegmentRefs,
+    /// Segments replayed, ascending.
+    pub segments: Vec<u32>,
+    /// Segments with nothing live: delete them after `Spool::checkpoint`.
+    pub dead_segments: Vec<u32>,
+    /// Torn or corrupt tails that were cut.
+    pub torn: Vec<TornTail>,
+    /// Records applied.
+    pub records: u64,
+    /// Records naming a message replay does not know (its head was deleted).
+    pub strays: u64,
+    replaying: bool,
+}
+
+impl Replay {
+    /// Recipients of `id` delivered or bounced since its head record.
+    pub fn done(&self, id: QueueId) -> &[u32] {
+        self.done.get(&id).map_or(&[], Vec::as_slice)
+    }
+
+    /// The recipients of `id` still to deliver, given its head record read back from the journal.
+    pub fn pending(&self, id: QueueId, head: &Record) -> Vec<u32> {
+        let all: Vec<u32> = match head {
+            Record::Arrived(h) => (0..h.envelope.recipients.len() as u32).collect(),
+            Record::Rewritten { remaining, .. } => remaining.clone(),
+            _ => Vec::new(),
+        };
+        let done = self.done(id);
+        all.into_iter().filter(|r| !done.contains(r)).collect()
+    }
+
+    /// Applies one record found at `lsn` (replay), or just appended (qmgr at run time).
+    ///
+    /// Keeps `messages`, `done`, `deferred` and `refs` current, so the same
+    /// state serves replay and the running queue manager.
+    pub fn apply(&mut self, lsn: Lsn, rec: &Record) {
+        self.records += 1;
+        match rec {
+            Record::Arrived(h) => {
+                let m = LiveMessage {
+                    head: lsn,
+                    storage: h.data.storage(),
+                    next_attempt: 0,
+                    held: false,
+                };
+                self.set_head(h.id, m);
+            }
+            Record::Rewritten {
+                head,
+                next_attempt,
+                held,
+                ..
+            } => {
+                let m = LiveMessage {
+                    head: lsn,
+                    storage: head.data.storage(),
+                    next_attempt: *next_attempt,
+                    held: *held,
+                };
+                self.set_head(head.id, m);
+            }
+            Record::Delivered { id, rcpts } | Record::Bounced { id, rcpts, .. } => {
+                if self.messages.contains_key(id) {
+                    self.done.entry(*id).or_default().extend_from_slice(rcpts);
+                } else {
+                    self.strays += 1;
+                }
+            }
+            Record::Deferred {
+                id, next_attempt, ..
+            } => match self.messages.get_mut(id) {
+                Some(m) => {
+                    unschedule(&mut self.deferred, *id, m);
+                    m.next_attempt = *next_attempt;
+                    schedule(&mut self.deferred, *id, m);
+                }
+                None => self.strays += 1,
+            },
+            Record::Held { id } | Record::Released { id } => match self.messages.get_mut(id) {
+                Some(m) => {
+                    unschedule(&mut self.deferred, *id, m);
+                    m.held = matches!(rec, Record::Held { .. });
+                    schedule(&mut self.deferred, *id, m);
+                }
+                None => self.strays += 1,
+            },
+            Record::Removed { id } => {
+                if let Some(old) = self.messages.remove(id) {
+                    unschedule(&mut self.deferred, *id, &old);
+                    self.refs.unpin(old.head);
+                }
+                self.done.remove(id);
+                if self.replaying {
+                    self.removed.insert(*id);
+                }
+            }
+        }
+    }
+
+    fn set_head(&mut self, id: QueueId, m: LiveMessage) {
+        self.removed.remove(&id);
+        self.done.remove(&id);
+        self.refs.pin(m.head);
+        schedule(&mut self.deferred, id, &m);
+        if let Some(old) = self.messages.insert(id, m) {
+            unschedule(&mut self.deferred, id, &old);
+            self.refs.unpin(old.head);
+        }
+    }
+
+    /// The `Rewritten` record that restates `id` at the journal head (fanf's
+    /// rewrite at each retry), given its current head record; `None` if not live.
+    pub fn rewritten(&self, id: QueueId, head: &Record, next_attempt: u64) -> Option<Record> {
+        let m = self.messages.get(&id)?;
+        let h = match head {
+            Record::Arrived(h) | Record::Rewritten { head: h, .. } if h.id == id => h.clone(),
+            _ => return None,
+        };
+        let remaining = self.pending(id, head);
+        Some(Record::Rewritten {
+            head: h,
+            remaining,
+            next_attempt,
+            held: m.held,
+        })
+    }
+
+    /// Lists the messages due now and the dead segments, once every record is applied.
+    ///
+    /// Ends replay proper: `removed` stops growing (a running qmgr does not need it).
+    pub fn finish(&mut self, current: u32) {
+        self.replaying = false;
+        self.incoming = self
+            .messages
+            .iter()
+            .filter(|(_, m)| !m.held && m.next_attempt == 0)
+            .map(|(&id, _)| id)
+            .collect();
+        self.incoming.sort_unstable();
+        let below = self.refs.delete_below(current);
+        self.dead_segments = self
+            .segments
+            .iter()
+            .copied()
+            .filter(|&s| s < below)
+            .collect();
+    }
+}
+
+fn schedule(ix: &mut DeferredIndex, id: QueueId, m: &LiveMessage) {
+    if !m.held && m.next_attempt > 0 {
+        ix.insert(m.next_attempt, id, m.head);
+    }
+}
+
+fn unschedule(ix: &mut DeferredIndex, id: QueueId, m: &LiveMessage) {
+    if !m.held && m.next_attempt > 0 {
+        ix.remove(m.next_attempt, id);
+    }
+}
+
+/// Replays every segment in `dir`, truncating torn tails.
+///
+/// `current` is the segment appends will go to next (for dead-segment
+/// accounting); pass `u32::MAX` when unknown.
+pub fn replay(dir: &Path, max_record: u32) -> Result<Replay> {
+    let mut st = Replay {
+        replaying: true,
+        ..Replay::default()
+    };
+    fs::create_dir_all(dir).ctx("mkdir", dir)?;
+    let segs = list_segments(dir)?;
+    for &seq in &segs {
+        replay_segment(dir, seq, max_record, &mut st)?;
+    }
+    let next = segs.last().map_or(1, |s| s.saturating_add(1));
+    st.finish(next);
+    Ok(st)
+}
+
+fn replay_segment(dir: &Path, seq: u32, max_record: u32, st: &mut Replay) -> Result<()> {
+    let path = segment_path(dir, seq);
+    let file = File::open(&path).ctx("open", &path)?;
+    let len = file.metadata().ctx("fstat", &path)?.len();
+    // Streamed, one frame in memory at a time: replay memory is the live state only.
+    let mut rd = BufReader::with_capacity(256 << 10, file);
+    let mut hdr = [0u8; SEG_HEADER as usize];
+    if len < SEG_HEADER as u64 || rd.read_exact(&mut hdr).is_err() {
+        st.torn.push(TornTail {
+            segment: seq,
+            offset: 0,
+            dropped: len,
+            cause: TailCause::ShortHeader,
+        });
+        fs::remove_file(&path).ctx("unlink", &path)?;
+        return Ok(());
+    }
+    if hdr != segment_header(seq) {
+        st.torn.push(TornTail {
+            segment: seq,
+            offset: 0,
+            dropped: len,
+            cause: TailCause::ForeignHeader,
+        });
+        return Ok(());
+    }
+    st.segments.push(seq);
+    let mut off = SEG_HEADER as u64;
+    let mut frame = Vec::new();
+    while off < len {
+        let res = read_frame(&mut rd, len - off, max_record, &mut frame)
+            .and_then(|()| decode_frame(&frame, max_record));
+        match res {
+            Ok((rec, n)) => {
+                st.apply(Lsn::new(seq, off as u32), &rec);
+                off += n as u64;
+            }
+            Err(e) => {
+                st.torn.push(TornTail {
+                    segment: seq,
+                    offset: off as u32,
+                    dropped: len - off,
+                    cause: TailCause::Frame(e),
+                });
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .ctx("open", &path)?;
+                f.set_len(off).ctx("truncate", &path)?;
+                stats::count_fsync();
+                f.sync_all().ctx("fsync", &path)?;
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads one whole frame (header and payload) into `buf`, given `left` bytes remain in the file.
+fn read_frame(
+    rd: &mut impl Read,
+    left: u64,
+    max: u32,
+    buf: &mut Vec<u8>,
+) -> std::result::Result<(), FrameError> {
+    if left < FRAME_HEADER as u64 {
+        return Err(FrameError::Short);
+    }
+    buf.resize(FRAME_HEADER, 0);
+    rd.read_exact(buf).map_err(|_| FrameError::Short)?;
+    let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    if len == 0 || len > max {
+        return Err(FrameError::Length(len));
+    }
+    if left < (FRAME_HEADER as u64) + len as u64 {
+        return Err(FrameError::Short);
+    }
+    buf.resize(FRAME_HEADER + len as usize, 0);
+    rd.read_exact(&mut buf[FRAME_HEADER..])
+        .map_err(|_| FrameError::Short)
+}

@@ -1,0 +1,570 @@
+//! The SMTP client session: a sans-IO state machine for the smtp delivery agent.
+//!
+//! Driven like the server session: [`ClientSession::feed`] with the server's
+//! bytes, [`ClientSession::poll_action`] for what happened, and
+//! [`ClientSession::take_output`] for the bytes to write. It handles the
+//! greeting, EHLO with fallback to HELO when EHLO is refused with 5xx,
+//! STARTTLS (opportunistic or required), many transactions per connection,
+//! PIPELINING (MAIL, every RCPT and DATA go out as one group, RFC 2920), RSET
+//! before a transaction when the previous one did not finish, and QUIT.
+//!
+//! Message content comes from the spool in wire format (CRLF, dot-stuffed), so
+//! [`ClientSession::send_content`] copies it as is and
+//! [`ClientSession::end_content`] adds the final `.CRLF`. ESMTP parameters the
+//! server did not announce are dropped (SIZE, BODY, DSN's RET/ENVID/NOTIFY/
+//! ORCPT); a message that needs SMTPUTF8 from a server without it fails
+//! locally with 553 5.6.7, as Postfix does.
+//! Limits: replies are read with a bounded [`ReplyParser`]. After STARTTLS's 220
+//! the session uses no input until [`ClientSession::tls_established`]; the shell
+//! must drop plaintext that arrived after the 220 (a server-side injection).
+//! BDAT and AUTH are not used by this client yet. Nothing here logs or panics.
+
+use std::collections::VecDeque;
+
+use crate::address::{Mailbox, Path};
+use crate::client::{write_command, Capabilities};
+use crate::command::{Body, Command, MailParams, RcptParams};
+use crate::reply::{EnhancedCode, Reply, ReplyError, ReplyParser};
+
+/// STARTTLS use (Postfix `smtp_tls_security_level`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClientTls {
+    /// Never STARTTLS.
+    Disabled,
+    /// STARTTLS when offered (`may`).
+    #[default]
+    Opportunistic,
+    /// STARTTLS or give up (`encrypt`).
+    Required,
+}
+
+/// Client settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// Our EHLO/HELO name.
+    pub helo_name: String,
+    /// STARTTLS policy.
+    pub tls: ClientTls,
+    /// Longest reply line accepted.
+    pub max_reply_line: usize,
+    /// Most lines in one reply.
+    pub max_reply_lines: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            helo_name: "localhost".into(),
+            tls: ClientTls::Opportunistic,
+            max_reply_line: 2048,
+            max_reply_lines: 100,
+        }
+    }
+}
+
+/// One message's envelope; the content is streamed separately.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    /// Sender.
+    pub from: Path,
+    /// MAIL parameters wanted (unsupported ones are dropped).
+    pub params: MailParams,
+    /// Recipients with their parameters.
+    pub recipients: Vec<(Mailbox, RcptParams)>,
+}
+
+/// Why the connection is unusable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The greeting was not 2xx.
+    Greeting(Reply),
+    /// EHLO and HELO were both refused.
+    Helo(Reply),
+    /// TLS is required and the server did not offer or refused STARTTLS.
+    TlsUnavailable(Option<Reply>),
+    /// The server closed the session (421) or answered out of protocol.
+    ServerClosing(Reply),
+    /// A reply could not be parsed.
+    BadReply(ReplyError),
+    /// The server sent a reply nobody was waiting for.
+    Unexpected(Reply),
+}
+
+/// What the session reports to the delivery agent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientAction {
+    /// Ready for [`ClientSession::send_message`] (or [`ClientSession::quit`]).
+    Ready,
+    /// Flush the output (STARTTLS), drop buffered input, handshake, then call
+    /// [`ClientSession::tls_established`].
+    StartTls,
+    /// MAIL was refused: the reply applies to every recipient of the message.
+    SenderRefused(Reply),
+    /// The reply to one RCPT (index into the envelope's recipients).
+    Recipient {
+        /// Index of the recipient.
+        index: usize,
+        /// The server's reply.
+        reply: Reply,
+    },
+    /// Write the content with [`ClientSession::send_content`], then [`ClientSession::end_content`].
+    SendContent,
+    /// The final reply for every recipient that was accepted (to DATA or to the content).
+    MessageDone(Reply),
+    /// The connection failed; everything in flight must be retried elsewhere.
+    Failed(ClientError),
+    /// Close the connection (after flushing the output).
+    Close,
+}
+
+/// A reply the session is waiting for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expect {
+    Greeting,
+    Ehlo,
+    Helo,
+    StartTls,
+    Rset,
+    Mail,
+    Rcpt(usize),
+    Data,
+    DataEnd,
+    /// The end of an empty message sent only because the server said 354 with no recipient accepted.
+    DiscardEnd,
+    Quit,
+}
+
+/// Connection phases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for replies in `expect`.
+    Talking,
+    /// STARTTLS accepted; waiting for the handshake.
+    Handshake,
+    /// Nothing outstanding; the agent may send a message.
+    Idle,
+    /// 354 received; the agent is writing content.
+    Content,
+    /// Done.
+    Closed,
+}
+
+/// Per-transaction bookkeeping.
+#[derive(Debug, Default)]
+struct Tx {
+    mail_failed: bool,
+    mail_reply: Option<Reply>,
+    accepted: usize,
+    last_two: [u8; 2],
+}
+
+/// One SMTP client connection.
+#[derive(Debug)]
+pub struct ClientSession {
+    config: ClientConfig,
+    parser: ReplyParser,
+    phase: Phase,
+    expect: VecDeque<Expect>,
+    caps: Option<Capabilities>,
+    tls_active: bool,
+    needs_rset: bool,
+    tx: Option<Tx>,
+    /// Commands of the transaction not yet written (servers without PIPELINING).
+    pending: VecDeque<(Command, Expect)>,
+    output: Vec<u8>,
+    actions: VecDeque<Action>,
+}
+
+type Action = ClientAction;
+
+impl ClientSession {
+    /// A session waiting for the server's greeting; `tls_active` for implicit TLS.
+    pub fn new(config: ClientConfig, tls_active: bool) -> Self {
+        let parser = ReplyParser::new(config.max_reply_line, config.max_reply_lines);
+        Self {
+            config,
+            parser,
+            phase: Phase::Talking,
+            expect: VecDeque::from([Expect::Greeting]),
+            caps: None,
+            tls_active,
+            needs_rset: false,
+            tx: None,
+            pending: VecDeque::new(),
+            output: Vec::new(),
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// The server's EHLO capabilities (`None` after HELO fallback or before EHLO).
+    pub fn capabilities(&self) -> Option<&Capabilities> {
+        self.caps.as_ref()
+    }
+
+    /// True when TLS is active.
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
+    }
+
+    /// True when the session can take a message.
+    pub fn is_ready(&self) -> bool {
+        self.phase == Phase::Idle
+    }
+
+    /// True once closed.
+    pub fn is_closed(&self) -> bool {
+        self.phase == Phase::Closed
+    }
+
+    /// Bytes to write.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.output)
+    }
+
+    /// The next action.
+    pub fn poll_action(&mut self) -> Option<ClientAction> {
+        self.actions.pop_front()
+    }
+
+    fn send(&mut self, cmd: &Command, expect: Expect) {
+        write_command(cmd, &mut self.output);
+        self.expect.push_back(expect);
+    }
+
+    fn fail(&mut self, e: ClientError) {
+        if self.phase == Phase::Closed {
+            return;
+        }
+        self.actions.push_back(Action::Failed(e));
+        self.quit_now();
+    }
+
+    fn quit_now(&mut self) {
+        self.expect.clear();
+        self.pending.clear();
+        self.send(&Command::Quit, Expect::Quit);
+        self.phase = Phase::Talking;
+    }
+
+    /// Ends the connection politely (QUIT), once idle.
+    pub fn quit(&mut self) {
+        if self.phase == Phase::Idle {
+            self.quit_now();
+        }
+    }
+
+    /// The TLS handshake is done: EHLO again (RFC 3207 §4.2).
+    pub fn tls_established(&mut self) {
+        if self.phase == Phase::Handshake {
+            self.tls_active = true;
+            self.caps = None;
+            self.phase = Phase::Talking;
+            let ehlo = Command::Ehlo(self.config.helo_name.clone());
+            self.send(&ehlo, Expect::Ehlo);
+        }
+    }
+
+    /// Feeds server bytes; returns how many were used.
+    pub fn feed(&mut self, input: &[u8]) -> usize {
+        let mut used = 0;
+        while used < input.len()
+            && matches!(self.phase, Phase::Talking | Phase::Idle | Phase::Content)
+        {
+            let (n, reply) = self.parser.parse(&input[used..]);
+            used += n;
+            match reply {
+                None => break,
+                Some(Err(e)) => {
+                    self.fail(ClientError::BadReply(e));
+                    self.phase = Phase::Closed;
+                    self.actions.push_back(Action::Close);
+                }
+                Some(Ok(r)) => self.on_reply(r),
+            }
+        }
+        used
+    }
+
+    fn on_reply(&mut self, r: Reply) {
+        let Some(expect) = self.expect.pop_front() else {
+            if r.code == 421 {
+                self.fail(ClientError::ServerClosing(r));
+            } else {
+                self.fail(ClientError::Unexpected(r));
+            }
+            return;
+        };
+        if r.code == 421 && expect != Expect::Quit {
+            // The server is going away; whatever is in flight is deferred.
+            self.actions
+                .push_back(Action::Failed(ClientError::ServerClosing(r)));
+            self.phase = Phase::Closed;
+            self.actions.push_back(Action::Close);
+            return;
+        }
+        match expect {
+            Expect::Greeting => {
+                if r.class() == 2 {
+                    let ehlo = Command::Ehlo(self.config.helo_name.clone());
+                    self.send(&ehlo, Expect::Ehlo);
+                } else {
+                    self.fail(ClientError::Greeting(r));
+                }
+            }
+            Expect::Ehlo => {
+                if r.class() == 2 {
+                    let caps = Capabilities::from_ehlo(&r);
+                    let want_tls = self.config.tls != ClientTls::Disabled && !self.tls_active;
+                    if want_tls && caps.starttls {
+                        self.send(&Command::StartTls, Expect::StartTls);
+                    } else if self.config.tls == ClientTls::Required && !self.tls_active {
+                        self.fail(ClientError::TlsUnavailable(None));
+                        return;
+                    } else {
+                        self.idle();
+                    }
+                    self.caps = Some(caps);
+                } else if r.class() == 5 {
+                    let helo = Command::Helo(self.config.helo_name.clone());
+                    self.send(&helo, Expect::Helo);
+                } else {
+                    self.fail(ClientError::Helo(r));
+                }
+            }
+            Expect::Helo => {
+                if r.class() != 2 {
+                    self.fail(ClientError::Helo(r));
+                } else if self.config.tls == ClientTls::Required && !self.tls_active {
+                    self.fail(ClientError::TlsUnavailable(None));
+                } else {
+                    self.caps = None;
+                    self.idle();
+                }
+            }
+            Expect::StartTls => {
+                if r.code == 220 {
+                    self.phase = Phase::Handshake;
+                    self.actions.push_back(Action::StartTls);
+                } else if self.config.tls == ClientTls::Required {
+                    self.fail(ClientError::TlsUnavailable(Some(r)));
+                } else {
+                    self.idle();
+                }
+            }
+            Expect::Rset => {
+                if r.class() == 2 {
+                    self.needs_rset = false;
+                    self.maybe_idle();
+                } else {
+                    self.fail(ClientError::Unexpected(r));
+                }
+            }
+            Expect::Mail => {
+                if r.class() != 2 {
+                    if let Some(tx) = &mut self.tx {
+                        tx.mail_failed = true;
+                        tx.mail_reply = Some(r.clone());
+                    }
+                    self.actions.push_back(Action::SenderRefused(r));
+                } else {
+                    // From here the server holds a transaction until it ends.
+                    self.needs_rset = true;
+                }
+                self.maybe_idle();
+            }
+            Expect::Rcpt(index) => {
+                let mail_failed = self.tx.as_ref().filter(|t| !t.mail_failed).is_none();
+                if !mail_failed {
+                    if r.class() == 2 {
+                        if let Some(tx) = &mut self.tx {
+                            tx.accepted += 1;
+                        }
+                    }
+                    self.actions
+                        .push_back(Action::Recipient { index, reply: r });
+                }
+                self.maybe_idle();
+            }
+            Expect::Data => {
+                let accepted =
+                    self.tx
+                        .as_ref()
+                        .map_or(0, |t| if t.mail_failed { 0 } else { t.accepted });
+                if r.code == 354 && accepted > 0 {
+                    self.phase = Phase::Content;
+                    self.actions.push_back(Action::SendContent);
+                } else if r.code == 354 {
+                    // RFC 2920 §3.1: a 354 with no valid recipient is answered
+                    // with an empty message, whose reply is ignored.
+                    self.output.extend_from_slice(b".\r\n");
+                    self.expect.push_back(Expect::DiscardEnd);
+                } else {
+                    if accepted > 0 {
+                        self.finish_tx(Some(r));
+                    } else {
+                        self.finish_tx(None);
+                    }
+                    self.maybe_idle();
+                }
+            }
+            Expect::DiscardEnd => {
+                self.finish_tx(None);
+                self.maybe_idle();
+            }
+            Expect::DataEnd => {
+                self.needs_rset = false;
+                self.finish_tx(Some(r));
+                self.maybe_idle();
+            }
+            Expect::Quit => {
+                self.phase = Phase::Closed;
+                self.actions.push_back(Action::Close);
+            }
+        }
+    }
+
+    fn idle(&mut self) {
+        self.phase = Phase::Idle;
+        self.actions.push_back(Action::Ready);
+    }
+
+    /// Reports the end of the transaction once: `reply` applies to the accepted
+    /// recipients; without one, the MAIL refusal or a local "no recipient" reply.
+    fn finish_tx(&mut self, reply: Option<Reply>) {
+        let Some(tx) = self.tx.take() else { return };
+        self.pending.clear();
+        let reply = reply.or(tx.mail_reply).unwrap_or_else(|| {
+            Reply::enhanced(554, EnhancedCode::PROTOCOL, "no recipient was accepted")
+        });
+        self.actions.push_back(Action::MessageDone(reply));
+    }
+
+    /// Writes the next command of a non-pipelined transaction, or goes idle
+    /// once every reply is in.
+    fn maybe_idle(&mut self) {
+        if !self.expect.is_empty() || self.phase != Phase::Talking {
+            return;
+        }
+        let (mail_failed, accepted) = self
+            .tx
+            .as_ref()
+            .map_or((true, 0), |t| (t.mail_failed, t.accepted));
+        if let Some((cmd, expect)) = self.pending.pop_front() {
+            // Without PIPELINING we can stop early: no RCPT after a refused
+            // MAIL, no DATA without an accepted recipient.
+            let skip = mail_failed || (expect == Expect::Data && accepted == 0);
+            if !skip {
+                self.send(&cmd, expect);
+                return;
+            }
+        }
+        self.finish_tx(None);
+        self.idle();
+    }
+
+    /// Starts a transaction; `false` when the session is not ready.
+    ///
+    /// With PIPELINING, MAIL, the RCPTs and DATA are written at once; without,
+    /// one at a time as replies come.
+    pub fn send_message(&mut self, env: &Envelope) -> bool {
+        if self.phase != Phase::Idle || env.recipients.is_empty() {
+            return false;
+        }
+        let caps = self.caps.clone().unwrap_or_default();
+        if env.params.smtputf8 && !caps.smtputf8 {
+            let reply = Reply::enhanced(
+                553,
+                EnhancedCode::UTF8_REQUIRED,
+                "SMTPUTF8 is required, but was not offered by the host",
+            );
+            self.actions.push_back(Action::SenderRefused(reply.clone()));
+            self.tx = Some(Tx {
+                mail_failed: true,
+                mail_reply: Some(reply),
+                ..Tx::default()
+            });
+            self.finish_tx(None);
+            self.actions.push_back(Action::Ready);
+            return true;
+        }
+        let mut params = env.params.clone();
+        if caps.size.is_none() {
+            params.size = None;
+        }
+        match params.body {
+            Some(Body::EightBitMime) if !caps.eight_bit_mime => params.body = None,
+            Some(Body::BinaryMime) => params.body = None,
+            _ => {}
+        }
+        if !caps.dsn {
+            params.ret = None;
+            params.envid = None;
+        }
+        self.phase = Phase::Talking;
+        self.tx = Some(Tx::default());
+        if self.needs_rset {
+            self.pending.push_back((Command::Rset, Expect::Rset));
+        }
+        let mail = Command::Mail {
+            from: env.from.clone(),
+            params,
+        };
+        self.pending.push_back((mail, Expect::Mail));
+        for (i, (to, rp)) in env.recipients.iter().enumerate() {
+            let mut rp = rp.clone();
+            if !caps.dsn {
+                rp = RcptParams::default();
+            }
+            let cmd = Command::Rcpt {
+                to: to.clone(),
+                params: rp,
+            };
+            self.pending.push_back((cmd, Expect::Rcpt(i)));
+        }
+        self.pending.push_back((Command::Data, Expect::Data));
+        if caps.pipelining {
+            // RFC 2920: RSET, MAIL, RCPT… and DATA form one group.
+            while let Some((cmd, expect)) = self.pending.pop_front() {
+                self.send(&cmd, expect);
+            }
+        } else if let Some((cmd, expect)) = self.pending.pop_front() {
+            self.send(&cmd, expect);
+        }
+        true
+    }
+
+    /// Writes message content (wire format from the spool) after [`ClientAction::SendContent`].
+    pub fn send_content(&mut self, chunk: &[u8]) {
+        if self.phase != Phase::Content || chunk.is_empty() {
+            return;
+        }
+        self.output.extend_from_slice(chunk);
+        if let Some(tx) = &mut self.tx {
+            let mut two = [tx.last_two[1], chunk[chunk.len() - 1]];
+            if chunk.len() >= 2 {
+                two[0] = chunk[chunk.len() - 2];
+            }
+            tx.last_two = two;
+        }
+    }
+
+    /// Ends the content with `.CRLF` (adding a CRLF first if the content lacked one).
+    pub fn end_content(&mut self) {
+        if self.phase != Phase::Content {
+            return;
+        }
+        let ends_crlf = self.tx.as_ref().is_some_and(|t| t.last_two == *b"\r\n");
+        let empty = self.tx.as_ref().is_some_and(|t| t.last_two == [0, 0]);
+        if !ends_crlf && !empty {
+            self.output.extend_from_slice(b"\r\n");
+        }
+        self.output.extend_from_slice(b".\r\n");
+        self.expect.push_back(Expect::DataEnd);
+        self.phase = Phase::Talking;
+    }
+}
+
+#[cfg(test)]
+#[path = "client_session_tests.rs"]
+mod tests;

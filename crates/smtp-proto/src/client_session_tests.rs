@@ -1,0 +1,410 @@
+//! Tests of the client session: against this crate's server session in memory,
+//! and against scripted servers for the refusals a real server can give.
+
+use super::*;
+use crate::address::parse_mailbox;
+use crate::command::Notify;
+use crate::server::{Action as ServerAction, ServerConfig, Session, TlsPolicy};
+use std::sync::Arc;
+
+fn mbox(s: &str) -> Mailbox {
+    parse_mailbox(s, false).unwrap()
+}
+
+fn env(from: &str, to: &[&str]) -> Envelope {
+    Envelope {
+        from: Path::Mailbox(mbox(from)),
+        params: MailParams {
+            size: Some(100),
+            body: Some(Body::EightBitMime),
+            ..MailParams::default()
+        },
+        recipients: to
+            .iter()
+            .map(|t| {
+                let p = RcptParams {
+                    notify: Some(Notify {
+                        failure: true,
+                        ..Notify::default()
+                    }),
+                    orcpt: None,
+                };
+                (mbox(t), p)
+            })
+            .collect(),
+    }
+}
+
+/// A client and a server session wired together in memory.
+struct Pair {
+    c: ClientSession,
+    s: Session,
+    /// Messages the server received (wire format).
+    received: Vec<Vec<u8>>,
+    current: Vec<u8>,
+    /// Client actions, in order.
+    log: Vec<ClientAction>,
+    /// Content the client sends when asked.
+    content: Vec<u8>,
+    /// Bytes the client wrote, all of them.
+    client_wrote: Vec<u8>,
+}
+
+impl Pair {
+    fn new(scfg: ServerConfig, ccfg: ClientConfig) -> Self {
+        Pair {
+            c: ClientSession::new(ccfg, false),
+            s: Session::new(Arc::new(scfg), false),
+            received: Vec::new(),
+            current: Vec::new(),
+            log: Vec::new(),
+            content: b"Subject: t\r\n\r\n.dot\r\nbody\r\n".to_vec(),
+            client_wrote: Vec::new(),
+        }
+    }
+
+    /// Moves bytes both ways until nothing happens.
+    fn run(&mut self) {
+        for _ in 0..1000 {
+            let mut progress = false;
+            let sout = self.s.take_output();
+            if !sout.is_empty() {
+                progress = true;
+                let n = self.c.feed(&sout);
+                assert!(n == sout.len() || self.c.is_closed() || !self.c.tls_active());
+            }
+            while let Some(a) = self.c.poll_action() {
+                progress = true;
+                match &a {
+                    ClientAction::SendContent => {
+                        let content = self.content.clone();
+                        for piece in content.chunks(5) {
+                            self.c.send_content(piece);
+                        }
+                        self.c.end_content();
+                    }
+                    ClientAction::StartTls => {
+                        self.c.tls_established();
+                    }
+                    _ => {}
+                }
+                self.log.push(a);
+            }
+            let cout = self.c.take_output();
+            if !cout.is_empty() {
+                progress = true;
+                self.client_wrote.extend_from_slice(&cout);
+                let mut at = 0;
+                loop {
+                    at += self.s.feed(&cout[at..]);
+                    let mut acted = false;
+                    while let Some(a) = self.s.poll_action() {
+                        acted = true;
+                        self.server_action(a);
+                    }
+                    if at >= cout.len() || !acted {
+                        break;
+                    }
+                }
+            }
+            if !progress {
+                return;
+            }
+        }
+        panic!("no quiescence");
+    }
+
+    fn server_action(&mut self, a: ServerAction) {
+        let reply = match a {
+            ServerAction::CheckSender { from, .. } => {
+                if from.to_string().contains("reject") {
+                    Reply::enhanced(550, EnhancedCode::NOT_AUTHORIZED, "no")
+                } else {
+                    Reply::ok()
+                }
+            }
+            ServerAction::CheckRecipient { to, .. } => {
+                if to.local.starts_with("reject") {
+                    Reply::enhanced(550, EnhancedCode::USER_UNKNOWN, "unknown")
+                } else {
+                    Reply::ok()
+                }
+            }
+            ServerAction::CheckData { .. } => {
+                if self
+                    .s
+                    .sender()
+                    .is_some_and(|p| p.to_string().contains("nodata"))
+                {
+                    Reply::enhanced(554, EnhancedCode::NOT_AUTHORIZED, "no data")
+                } else {
+                    Reply::new(354, None, "go")
+                }
+            }
+            ServerAction::Data(d) => {
+                self.current.extend_from_slice(&d);
+                return;
+            }
+            ServerAction::MessageEnd(_) => {
+                self.received.push(std::mem::take(&mut self.current));
+                Reply::enhanced(250, EnhancedCode::OK, "queued")
+            }
+            ServerAction::StartTls => {
+                self.s.tls_established();
+                return;
+            }
+            _ => return,
+        };
+        self.s.decide(reply).unwrap();
+    }
+
+    fn done_codes(&self) -> Vec<u16> {
+        self.log
+            .iter()
+            .filter_map(|a| match a {
+                ClientAction::MessageDone(r) => Some(r.code),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn pipelined_messages_over_one_connection() {
+    let mut p = Pair::new(ServerConfig::default(), ClientConfig::default());
+    p.run();
+    assert!(p.c.is_ready());
+    assert!(p.c.capabilities().unwrap().pipelining);
+    assert!(p
+        .c
+        .send_message(&env("a@x.com", &["b@y.com", "reject@y.com"])));
+    // One group: MAIL, both RCPTs and DATA before any reply.
+    let group = String::from_utf8(p.c.output.clone()).unwrap();
+    assert_eq!(group.matches("\r\n").count(), 4, "{group}");
+    assert!(group.starts_with(
+        "MAIL FROM:<a@x.com> SIZE=100 BODY=8BITMIME\r\nRCPT TO:<b@y.com> NOTIFY=FAILURE\r\n"
+    ));
+    p.run();
+    assert!(p.c.send_message(&env("c@x.com", &["d@y.com"])));
+    p.run();
+    p.c.quit();
+    p.run();
+    assert!(p.c.is_closed() && p.s.is_closed());
+    assert_eq!(
+        p.received,
+        [p.content.clone(), p.content.clone()],
+        "wire format round trip"
+    );
+    assert_eq!(p.done_codes(), [250, 250]);
+    let rcpt: Vec<u16> = p
+        .log
+        .iter()
+        .filter_map(|a| match a {
+            ClientAction::Recipient { reply, .. } => Some(reply.code),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rcpt, [250, 550, 250]);
+    assert_eq!(
+        p.s.stats().summary(),
+        "ehlo=1 mail=2 rcpt=2/3 data=2 quit=1 commands=8/9"
+    );
+}
+
+#[test]
+fn without_pipelining_one_command_at_a_time() {
+    let scfg = ServerConfig {
+        pipelining: false,
+        dsn: false,
+        ..ServerConfig::default()
+    };
+    let mut p = Pair::new(scfg, ClientConfig::default());
+    p.run();
+    p.c.send_message(&env("a@x.com", &["reject@y.com", "reject2@y.com"]));
+    assert_eq!(
+        p.c.output,
+        b"MAIL FROM:<a@x.com> SIZE=100 BODY=8BITMIME\r\n"
+    );
+    p.run();
+    // No DATA was sent: every recipient was refused.
+    assert!(!String::from_utf8_lossy(&p.client_wrote).contains("DATA"));
+    assert_eq!(p.done_codes(), [554]);
+    assert!(p.c.is_ready());
+    // NOTIFY dropped: the server has no DSN.
+    assert!(!String::from_utf8_lossy(&p.client_wrote).contains("NOTIFY"));
+    p.c.send_message(&env("a@x.com", &["b@y.com"]));
+    p.run();
+    assert_eq!(p.received.len(), 1);
+    // MAIL was accepted in the first transaction and never finished: RSET first.
+    assert!(String::from_utf8_lossy(&p.client_wrote).contains("RSET\r\nMAIL"));
+}
+
+#[test]
+fn refusals_and_rset() {
+    let mut p = Pair::new(ServerConfig::default(), ClientConfig::default());
+    p.run();
+    p.c.send_message(&env("reject@x.com", &["b@y.com"]));
+    p.run();
+    assert!(p
+        .log
+        .iter()
+        .any(|a| matches!(a, ClientAction::SenderRefused(_))));
+    assert_eq!(p.done_codes(), [550]);
+    p.c.send_message(&env("nodata@x.com", &["b@y.com"]));
+    p.run();
+    assert_eq!(p.done_codes(), [550, 554]);
+    p.c.send_message(&env("a@x.com", &["b@y.com"]));
+    p.run();
+    assert_eq!(p.done_codes(), [550, 554, 250]);
+    let wrote = String::from_utf8_lossy(&p.client_wrote).to_string();
+    assert_eq!(wrote.matches("RSET").count(), 1, "{wrote}");
+}
+
+#[test]
+fn starttls_with_server() {
+    let scfg = ServerConfig {
+        tls: TlsPolicy::Encrypt,
+        ..ServerConfig::default()
+    };
+    let ccfg = ClientConfig {
+        tls: ClientTls::Required,
+        ..ClientConfig::default()
+    };
+    let mut p = Pair::new(scfg, ccfg);
+    p.run();
+    assert!(p.c.tls_active() && p.s.tls_active());
+    assert!(p.c.is_ready());
+    assert!(!p.c.capabilities().unwrap().starttls);
+    p.c.send_message(&env("a@x.com", &["b@y.com"]));
+    p.run();
+    assert_eq!(p.done_codes(), [250]);
+}
+
+#[test]
+fn tls_required_but_not_offered() {
+    let ccfg = ClientConfig {
+        tls: ClientTls::Required,
+        ..ClientConfig::default()
+    };
+    let mut p = Pair::new(ServerConfig::default(), ccfg);
+    p.run();
+    assert!(p
+        .log
+        .contains(&ClientAction::Failed(ClientError::TlsUnavailable(None))));
+    assert!(p.c.is_closed());
+}
+
+/// Feeds scripted server replies; returns what the client wrote after each.
+fn script(c: &mut ClientSession, replies: &[&str]) -> Vec<String> {
+    replies
+        .iter()
+        .map(|r| {
+            let bytes = r.replace('\n', "\r\n");
+            c.feed(bytes.as_bytes());
+            String::from_utf8(c.take_output()).unwrap()
+        })
+        .collect()
+}
+
+fn actions(c: &mut ClientSession) -> Vec<ClientAction> {
+    std::iter::from_fn(|| c.poll_action()).collect()
+}
+
+#[test]
+fn helo_fallback() {
+    let mut c = ClientSession::new(ClientConfig::default(), false);
+    let wrote = script(&mut c, &["220 old\n", "502 what\n", "250 old\n"]);
+    assert_eq!(wrote, ["EHLO localhost\r\n", "HELO localhost\r\n", ""]);
+    assert!(c.is_ready() && c.capabilities().is_none());
+    c.send_message(&env("a@x.com", &["b@y.com"]));
+    // No ESMTP: no parameters, no pipelining.
+    assert_eq!(c.take_output(), b"MAIL FROM:<a@x.com>\r\n");
+}
+
+#[test]
+fn scripted_failures() {
+    let mut c = ClientSession::new(ClientConfig::default(), false);
+    script(&mut c, &["554 go away\n"]);
+    assert!(matches!(
+        actions(&mut c)[0],
+        ClientAction::Failed(ClientError::Greeting(_))
+    ));
+    assert_eq!(c.take_output(), b"");
+
+    // 421 in the middle of a pipelined transaction.
+    let mut c = ClientSession::new(ClientConfig::default(), false);
+    script(&mut c, &["220 x\n", "250-x\n250 PIPELINING\n"]);
+    actions(&mut c);
+    c.send_message(&env("a@x.com", &["b@y.com"]));
+    script(&mut c, &["250 ok\n421 4.3.2 shutting down\n"]);
+    let a = actions(&mut c);
+    assert!(
+        matches!(a[0], ClientAction::Failed(ClientError::ServerClosing(_))),
+        "{a:?}"
+    );
+    assert!(c.is_closed());
+
+    // An endless multi-line reply is an error, not unbounded memory.
+    let cfg = ClientConfig {
+        max_reply_lines: 10,
+        ..ClientConfig::default()
+    };
+    let mut c = ClientSession::new(cfg, false);
+    c.feed("220-x\r\n".repeat(50).as_bytes());
+    assert!(
+        actions(&mut c).contains(&ClientAction::Failed(ClientError::BadReply(
+            ReplyError::TooManyLines
+        )))
+    );
+
+    // 354 with no recipient accepted: an empty message, its reply ignored.
+    let mut c = ClientSession::new(ClientConfig::default(), false);
+    script(&mut c, &["220 x\n", "250-x\n250 PIPELINING\n"]);
+    actions(&mut c);
+    c.send_message(&env("a@x.com", &["b@y.com"]));
+    c.take_output();
+    let wrote = script(
+        &mut c,
+        &["250 ok\n550 no\n354 go\n", "554 no valid recipients\n"],
+    );
+    assert_eq!(wrote, [".\r\n", ""]);
+    let a = actions(&mut c);
+    assert!(matches!(a.last(), Some(ClientAction::Ready)), "{a:?}");
+
+    // SMTPUTF8 needed, not offered: fails locally.
+    let mut c = ClientSession::new(ClientConfig::default(), false);
+    script(&mut c, &["220 x\n", "250 x\n"]);
+    actions(&mut c);
+    let mut e = env("a@x.com", &["b@y.com"]);
+    e.params.smtputf8 = true;
+    c.send_message(&e);
+    assert_eq!(c.take_output(), b"");
+    let a = actions(&mut c);
+    assert!(
+        matches!(&a[1], ClientAction::MessageDone(r) if r.code == 553),
+        "{a:?}"
+    );
+    // A reply nobody asked for.
+    script(&mut c, &["250 surprise\n"]);
+    assert!(matches!(
+        actions(&mut c)[0],
+        ClientAction::Failed(ClientError::Unexpected(_))
+    ));
+}
+
+#[test]
+fn content_without_final_crlf_is_terminated() {
+    let mut c = ClientSession::new(ClientConfig::default(), false);
+    script(&mut c, &["220 x\n", "250-x\n250 PIPELINING\n"]);
+    c.send_message(&env("a@x.com", &["b@y.com"]));
+    c.take_output();
+    script(&mut c, &["250 a\n250 b\n354 go\n"]);
+    assert!(actions(&mut c).contains(&ClientAction::SendContent));
+    c.send_content(b"abc");
+    c.end_content();
+    assert_eq!(c.take_output(), b"abc\r\n.\r\n");
+    script(&mut c, &["250 queued\n"]);
+    assert!(actions(&mut c)
+        .iter()
+        .any(|a| matches!(a, ClientAction::MessageDone(r) if r.code == 250)));
+}

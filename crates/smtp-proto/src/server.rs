@@ -1,0 +1,1124 @@
+//! The SMTP server session: a sans-IO state machine from greeting to QUIT.
+//!
+//! The shell (smtpd) drives a [`Session`] quinn-proto style:
+//! 1. [`Session::feed`] with received bytes; it returns how many it used;
+//! 2. [`Session::poll_action`] until `None`, acting on each [`Action`]; the
+//!    `Check*` and [`Action::MessageEnd`] actions are questions, answered later
+//!    (maybe asynchronously) with [`Session::decide`]; until then `feed` uses
+//!    no input;
+//! 3. [`Session::take_output`] and write it: at once when
+//!    [`Session::should_flush`] says so (a reply that ends a pipelining group,
+//!    RFC 2920), and in any case once the shell has no more input to feed.
+//!
+//! What it enforces: command order (503 5.5.1; MAIL before HELO only with
+//! `helo_required`, as Postfix), TLS-required mode (530 5.7.0),
+//! ESMTP parameters against the configured extensions (555 5.5.4), command line
+//! length (500 5.5.2), bare LF in commands per [`BareNewline`], recipients per
+//! message (452 4.5.3), message size (552 5.3.4 for SIZE= and for the content),
+//! junk commands, a total command limit and the hard error limit (421 4.7.0 and
+//! close), RFC 5321 §3.1's 554-greeting mode (only QUIT, everything else 503).
+//! STARTTLS: after `220`, the session emits [`Action::StartTls`] and uses no
+//! more input until [`Session::tls_established`]; everything the client sent
+//! after the STARTTLS line in plaintext must be dropped by the shell (the
+//! CVE-2011-0411 class), and the session forgets HELO/EHLO (RFC 3207 §4.2).
+//! Policy is not here: the session asks through actions.
+//! Memory: a command line is at most `max_command_line` bytes; message content
+//! is streamed out as [`Action::Data`] chunks no larger than the input fed;
+//! reply bytes grow only with input fed, so the shell applies backpressure by
+//! not feeding while [`Session::output_len`] is large (the error and junk
+//! limits end a garbage flood). Not done here: detection of improper
+//! pipelining and of talking before the greeting (timing, so the shell's job),
+//! AUTH (answered 503), EXPN (502), ETRN/XCLIENT (unrecognized).
+//! It never panics on peer input and does not log: [`Event`]s are for the log.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::address::{Mailbox, Path};
+use crate::command::{
+    parse_command, Body, Command, MailParams, ParseOptions, RcptParams, Verb, COMMANDS,
+};
+use crate::receiver::{
+    BareNewline, BdatReceiver, DataReceiver, DataSummary, ReceiverLimits, Refusal,
+};
+use crate::reply::{EnhancedCode, Reply};
+
+/// How VRFY is answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VrfyMode {
+    /// `252 2.0.0 <arg>`: neither confirm nor deny (Postfix `disable_vrfy_command = no` without a lookup).
+    #[default]
+    Ambiguous252,
+    /// `502 5.5.1 VRFY command is disabled`.
+    Disabled502,
+}
+
+/// STARTTLS policy (Postfix `smtpd_tls_security_level`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TlsPolicy {
+    /// No STARTTLS.
+    #[default]
+    None,
+    /// STARTTLS offered.
+    May,
+    /// STARTTLS offered and required before MAIL (530 5.7.0 otherwise).
+    Encrypt,
+}
+
+/// Server settings shared by all sessions of an smtpd process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Our host name, in the greeting and the EHLO reply.
+    pub hostname: String,
+    /// Greeting text after the host name (`smtpd_banner` minus `$myhostname`).
+    pub banner: String,
+    /// Longest command line accepted, CRLF excluded.
+    pub max_command_line: usize,
+    /// Recipients per message (`smtpd_recipient_limit`).
+    pub max_recipients: usize,
+    /// Message size limit in octets, 0 for none (`message_size_limit`).
+    pub max_message_size: u64,
+    /// Longest content line, `None` to accept any (Postfix behaviour).
+    pub max_data_line: Option<usize>,
+    /// Errors before `421` and disconnect (`smtpd_hard_error_limit`).
+    pub hard_error_limit: u32,
+    /// Junk commands (NOOP, RSET, VRFY, …) before each counts as an error (`smtpd_junk_command_limit`).
+    pub junk_command_limit: u32,
+    /// Commands per session before `421`, 0 for no limit.
+    pub max_commands: u32,
+    /// Advertise and accept PIPELINING.
+    pub pipelining: bool,
+    /// Advertise and accept 8BITMIME.
+    pub eight_bit_mime: bool,
+    /// Advertise and accept SMTPUTF8.
+    pub smtputf8: bool,
+    /// Advertise ENHANCEDSTATUSCODES and put enhanced codes in replies.
+    pub enhanced_status_codes: bool,
+    /// Advertise and accept CHUNKING (BDAT).
+    pub chunking: bool,
+    /// Advertise and accept BINARYMIME (needs `chunking`).
+    pub binarymime: bool,
+    /// Advertise and accept DSN parameters.
+    pub dsn: bool,
+    /// STARTTLS policy.
+    pub tls: TlsPolicy,
+    /// VRFY behaviour.
+    pub vrfy: VrfyMode,
+    /// Bare LF / CR policy for commands and content.
+    pub bare_newline: BareNewline,
+    /// Refuse MAIL before HELO/EHLO (Postfix `smtpd_helo_required`, default no).
+    pub helo_required: bool,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            hostname: "localhost".into(),
+            banner: "ESMTP Sluice".into(),
+            max_command_line: 2048,
+            max_recipients: 1000,
+            max_message_size: 10_240_000,
+            max_data_line: None,
+            hard_error_limit: 20,
+            junk_command_limit: 100,
+            max_commands: 0,
+            pipelining: true,
+            eight_bit_mime: true,
+            smtputf8: true,
+            enhanced_status_codes: true,
+            chunking: true,
+            binarymime: false,
+            dsn: true,
+            tls: TlsPolicy::None,
+            vrfy: VrfyMode::Ambiguous252,
+            bare_newline: BareNewline::Reject,
+            helo_required: false,
+        }
+    }
+}
+
+/// Why a transaction ended without a final reply from the shell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AbortReason {
+    /// RSET.
+    Rset,
+    /// A new EHLO/HELO.
+    Helo,
+    /// QUIT or the session closing.
+    Closed,
+    /// The receiver refused the content (size, bare newline, long line).
+    Refused(Refusal, DataSummary),
+    /// The shell refused DATA or the first BDAT.
+    DataRefused,
+}
+
+/// Things worth a log line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A command line ended with a bare LF (refused under `BareNewline::Reject`).
+    BareNewlineInCommand,
+    /// A command line longer than `max_command_line`.
+    CommandTooLong,
+    /// The hard error limit was reached; the session closes.
+    TooManyErrors,
+    /// The command limit was reached; the session closes.
+    TooManyCommands,
+}
+
+/// What the session asks of the shell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Question: is this sender accepted? Answer with [`Session::decide`].
+    CheckSender {
+        /// The reverse path.
+        from: Path,
+        /// MAIL parameters.
+        params: MailParams,
+    },
+    /// Question: is this recipient accepted? Answer with [`Session::decide`].
+    CheckRecipient {
+        /// The recipient.
+        to: Mailbox,
+        /// RCPT parameters.
+        params: RcptParams,
+    },
+    /// Question: may the content start (DATA, or the first BDAT)? A positive
+    /// answer makes the session send its own 354 (DATA) or read the chunk (BDAT);
+    /// a negative one is sent as is.
+    CheckData {
+        /// True for BDAT.
+        bdat: bool,
+    },
+    /// Message content, wire format (CRLF, dot-stuffed), in order.
+    Data(Vec<u8>),
+    /// Question: the content is complete; answer with the final reply (250 only
+    /// once the message is durable).
+    MessageEnd(DataSummary),
+    /// The current transaction ended without a final answer: drop its content.
+    TransactionAborted(AbortReason),
+    /// Flush the output (it ends with the 220), drop every unconsumed plaintext
+    /// byte, start the TLS handshake, then call [`Session::tls_established`].
+    StartTls,
+    /// Flush the output, then close the connection.
+    Close,
+    /// Something to log.
+    Event(Event),
+}
+
+/// [`Session::decide`] was called with no question pending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotWaiting;
+
+impl std::fmt::Display for NotWaiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("no decision pending")
+    }
+}
+
+impl std::error::Error for NotWaiting {}
+
+/// The question the session is waiting on.
+#[derive(Debug)]
+enum Pending {
+    Sender { from: Path, params: MailParams },
+    Recipient,
+    Data,
+    FirstChunk { size: u64, last: bool },
+    MessageEnd,
+}
+
+/// Protocol states.
+#[derive(Debug)]
+enum State {
+    /// 554 greeting sent; only QUIT is honoured (RFC 5321 §3.1).
+    ExpectQuit,
+    /// Reading command lines.
+    ExpectCommand,
+    /// A question is out; no input is used.
+    ExpectDecision(Pending),
+    /// Reading DATA content up to CRLF.CRLF.
+    ExpectData(DataReceiver),
+    /// Reading `remaining` octets of a BDAT chunk; `fail` is the reply when the chunk is being discarded.
+    ExpectChunk {
+        size: u64,
+        remaining: u64,
+        last: bool,
+        fail: Option<Reply>,
+    },
+    /// 220 sent to STARTTLS; waiting for the handshake.
+    ExpectTls,
+    /// Done.
+    Closed,
+}
+
+/// A mail transaction in progress.
+#[derive(Debug)]
+struct Transaction {
+    params: MailParams,
+    sender: Path,
+    recipients: usize,
+    bdat: Option<BdatReceiver>,
+    data_seen: bool,
+}
+
+/// Per-verb counts for the `disconnect from ...` log line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommandStats {
+    /// (accepted, total) per row of [`COMMANDS`].
+    pub per_verb: [(u32, u32); 14],
+    /// Unrecognized or unparsable command lines.
+    pub unknown: u32,
+}
+
+impl CommandStats {
+    /// Postfix's form: `ehlo=1 mail=1 rcpt=0/1 data=1 quit=1 commands=4/5`.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        let (mut ok, mut all) = (0, self.unknown);
+        for (info, &(good, total)) in COMMANDS.iter().zip(self.per_verb.iter()) {
+            if total == 0 {
+                continue;
+            }
+            ok += good;
+            all += total;
+            let name = info.name.to_ascii_lowercase();
+            if good == total {
+                parts.push(format!("{name}={total}"));
+            } else {
+                parts.push(format!("{name}={good}/{total}"));
+            }
+        }
+        if self.unknown > 0 {
+            parts.push(format!("unknown=0/{}", self.unknown));
+        }
+        if ok == all {
+            parts.push(format!("commands={all}"));
+        } else {
+            parts.push(format!("commands={ok}/{all}"));
+        }
+        parts.join(" ")
+    }
+}
+
+/// One SMTP server session.
+#[derive(Debug)]
+pub struct Session {
+    config: Arc<ServerConfig>,
+    state: State,
+    tls_active: bool,
+    helo: Option<String>,
+    esmtp: bool,
+    tx: Option<Transaction>,
+    line: Vec<u8>,
+    line_overflow: bool,
+    /// The last command line ended with CRLF (not a bare LF).
+    line_crlf: bool,
+    output: Vec<u8>,
+    flush: bool,
+    actions: VecDeque<Action>,
+    errors: u32,
+    junk: u32,
+    commands: u32,
+    /// Verb of the command whose decision is pending, for the stats.
+    pending_verb: Option<Verb>,
+    stats: CommandStats,
+}
+
+fn r(code: u16, e: EnhancedCode, text: &str) -> Reply {
+    Reply::enhanced(code, e, text)
+}
+
+fn bad_sequence(text: &str) -> Reply {
+    r(503, EnhancedCode::INVALID_COMMAND, text)
+}
+
+impl Session {
+    /// A session that greets with `220 hostname banner`; `tls_active` for implicit TLS (port 465).
+    pub fn new(config: Arc<ServerConfig>, tls_active: bool) -> Self {
+        let greeting = Reply::new(220, None, format!("{} {}", config.hostname, config.banner));
+        let mut s = Self::with_state(config, tls_active, State::ExpectCommand);
+        s.send(greeting);
+        s
+    }
+
+    /// A session that greets with `reply` (a 554 refusal) and then only honours QUIT.
+    pub fn new_refusing(config: Arc<ServerConfig>, tls_active: bool, reply: Reply) -> Self {
+        let mut s = Self::with_state(config, tls_active, State::ExpectQuit);
+        s.send(reply);
+        s.flush = true;
+        s
+    }
+
+    fn with_state(config: Arc<ServerConfig>, tls_active: bool, state: State) -> Self {
+        Self {
+            config,
+            state,
+            tls_active,
+            helo: None,
+            esmtp: false,
+            tx: None,
+            line: Vec::new(),
+            line_overflow: false,
+            line_crlf: true,
+            output: Vec::new(),
+            flush: true,
+            actions: VecDeque::new(),
+            errors: 0,
+            junk: 0,
+            commands: 0,
+            pending_verb: None,
+            stats: CommandStats::default(),
+        }
+    }
+
+    /// The HELO/EHLO name, once given.
+    pub fn helo_name(&self) -> Option<&str> {
+        self.helo.as_deref()
+    }
+
+    /// True after EHLO (rather than HELO).
+    pub fn is_esmtp(&self) -> bool {
+        self.esmtp
+    }
+
+    /// True when TLS is active.
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
+    }
+
+    /// The sender of the transaction in progress.
+    pub fn sender(&self) -> Option<&Path> {
+        self.tx.as_ref().map(|t| &t.sender)
+    }
+
+    /// The MAIL parameters of the transaction in progress.
+    pub fn mail_params(&self) -> Option<&MailParams> {
+        self.tx.as_ref().map(|t| &t.params)
+    }
+
+    /// Errors counted so far (toward `hard_error_limit`).
+    pub fn error_count(&self) -> u32 {
+        self.errors
+    }
+
+    /// Per-command counts for the disconnect log line.
+    pub fn stats(&self) -> &CommandStats {
+        &self.stats
+    }
+
+    /// True once the session has closed (after QUIT, 421 or the 554 mode's QUIT).
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Closed)
+    }
+
+    /// True while a `Check*` or `MessageEnd` question awaits [`Session::decide`].
+    pub fn is_waiting(&self) -> bool {
+        matches!(self.state, State::ExpectDecision(_))
+    }
+
+    /// True when the output must be written now, before reading more input.
+    pub fn should_flush(&self) -> bool {
+        self.flush && !self.output.is_empty()
+    }
+
+    /// True when there are reply bytes to write.
+    pub fn has_output(&self) -> bool {
+        !self.output.is_empty()
+    }
+
+    /// Reply bytes waiting; a shell stops feeding input while this is large
+    /// (a client that pipelines without reading replies must not grow it forever).
+    pub fn output_len(&self) -> usize {
+        self.output.len()
+    }
+
+    /// True between STARTTLS's 220 and [`Session::tls_established`]: no input is
+    /// used, and buffered plaintext must be dropped.
+    pub fn is_awaiting_tls(&self) -> bool {
+        matches!(self.state, State::ExpectTls)
+    }
+
+    /// Takes the reply bytes to write.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        self.flush = false;
+        std::mem::take(&mut self.output)
+    }
+
+    /// The next action, if any.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Closes the session from the shell's side (timeout, shutdown), after `reply` if given.
+    pub fn close(&mut self, reply: Option<Reply>) {
+        if self.is_closed() {
+            return;
+        }
+        if let Some(reply) = reply {
+            self.send(reply);
+        }
+        self.shut();
+    }
+
+    /// The TLS handshake finished: the session starts afresh (RFC 3207 §4.2).
+    pub fn tls_established(&mut self) {
+        if matches!(self.state, State::ExpectTls) {
+            self.tls_active = true;
+            self.helo = None;
+            self.esmtp = false;
+            self.line.clear();
+            self.line_overflow = false;
+            self.state = State::ExpectCommand;
+        }
+    }
+
+    fn send(&mut self, reply: Reply) {
+        reply.write_to(&mut self.output, self.config.enhanced_status_codes);
+    }
+
+    /// Sends a reply to a command, counting errors toward the hard limit.
+    fn respond(&mut self, reply: Reply, verb: Option<Verb>) {
+        let ok = !reply.is_error();
+        if !ok && reply.code != 421 {
+            self.errors += 1;
+        }
+        self.count(verb, ok);
+        self.send(reply);
+    }
+
+    fn count(&mut self, verb: Option<Verb>, ok: bool) {
+        match verb.and_then(|v| COMMANDS.iter().position(|c| c.verb == v)) {
+            Some(i) => {
+                let e = &mut self.stats.per_verb[i];
+                e.1 += 1;
+                e.0 += u32::from(ok);
+            }
+            None => self.stats.unknown += 1,
+        }
+    }
+
+    fn shut(&mut self) {
+        self.abort_tx(AbortReason::Closed);
+        self.state = State::Closed;
+        self.flush = true;
+        self.actions.push_back(Action::Close);
+    }
+
+    fn abort_tx(&mut self, reason: AbortReason) {
+        if self.tx.take().is_some() {
+            self.actions.push_back(Action::TransactionAborted(reason));
+        }
+    }
+
+    fn limits(&self) -> ReceiverLimits {
+        let binary = self
+            .tx
+            .as_ref()
+            .is_some_and(|t| t.params.body == Some(Body::BinaryMime));
+        ReceiverLimits {
+            max_size: self.config.max_message_size,
+            max_line: if binary {
+                None
+            } else {
+                self.config.max_data_line
+            },
+            // Binary content legitimately holds lone CR and LF octets.
+            bare_newline: if binary {
+                BareNewline::Allow
+            } else {
+                self.config.bare_newline
+            },
+        }
+    }
+
+    /// Answers the pending question with `reply`.
+    pub fn decide(&mut self, reply: Reply) -> Result<(), NotWaiting> {
+        let State::ExpectDecision(pending) =
+            std::mem::replace(&mut self.state, State::ExpectCommand)
+        else {
+            return Err(NotWaiting);
+        };
+        let verb = self.pending_verb.take();
+        let ok = reply.is_positive();
+        match pending {
+            Pending::Sender { from, params } => {
+                if ok {
+                    self.tx = Some(Transaction {
+                        params,
+                        sender: from,
+                        recipients: 0,
+                        bdat: None,
+                        data_seen: false,
+                    });
+                }
+                self.respond(reply, verb);
+            }
+            Pending::Recipient => {
+                if ok {
+                    if let Some(tx) = &mut self.tx {
+                        tx.recipients += 1;
+                    }
+                }
+                self.respond(reply, verb);
+            }
+            Pending::Data => {
+                if ok {
+                    // Counted when the message ends, as Postfix's `data=1`.
+                    self.pending_verb = verb;
+                    self.send(Reply::new(354, None, "End data with <CR><LF>.<CR><LF>"));
+                    self.flush = true;
+                    if let Some(tx) = &mut self.tx {
+                        tx.data_seen = true;
+                    }
+                    let rx = if self.line_crlf {
+                        DataReceiver::new(self.limits())
+                    } else {
+                        DataReceiver::after_bare_newline(self.limits())
+                    };
+                    self.state = State::ExpectData(rx);
+                } else {
+                    self.respond(reply, verb);
+                }
+            }
+            Pending::FirstChunk { size, last } => {
+                let fail = if ok {
+                    let limits = self.limits();
+                    if let Some(tx) = &mut self.tx {
+                        tx.bdat = Some(BdatReceiver::new(limits));
+                    }
+                    None
+                } else {
+                    Some(reply)
+                };
+                self.pending_verb = verb;
+                self.state = State::ExpectChunk {
+                    size,
+                    remaining: size,
+                    last,
+                    fail,
+                };
+            }
+            Pending::MessageEnd => {
+                self.tx = None;
+                self.respond(reply, verb);
+            }
+        }
+        Ok(())
+    }
+
+    /// Feeds received bytes; returns how many were used (the rest must be fed again later).
+    pub fn feed(&mut self, input: &[u8]) -> usize {
+        let mut used = 0;
+        loop {
+            let rest = &input[used..];
+            let state = std::mem::replace(&mut self.state, State::Closed);
+            let (n, progressed) = match state {
+                State::ExpectCommand | State::ExpectQuit => {
+                    let quit_only = matches!(state, State::ExpectQuit);
+                    self.state = state;
+                    self.read_line(rest, quit_only)
+                }
+                State::ExpectData(mut rx) => {
+                    let mut out = Vec::new();
+                    let (n, end) = rx.feed(rest, &mut out);
+                    if !out.is_empty() {
+                        self.actions.push_back(Action::Data(out));
+                    }
+                    match end {
+                        Some(summary) => {
+                            let verb = self.pending_verb.take();
+                            self.content_end(summary, verb)
+                        }
+                        None => self.state = State::ExpectData(rx),
+                    }
+                    (n, n > 0 || end.is_some())
+                }
+                State::ExpectChunk {
+                    size,
+                    remaining,
+                    last,
+                    fail,
+                } => self.read_chunk(rest, (size, remaining), last, fail),
+                s @ (State::ExpectDecision(_) | State::ExpectTls | State::Closed) => {
+                    self.state = s;
+                    (0, false)
+                }
+            };
+            used += n;
+            if !progressed {
+                return used;
+            }
+        }
+    }
+
+    /// Reads (part of) one command line; executes it when complete.
+    fn read_line(&mut self, rest: &[u8], quit_only: bool) -> (usize, bool) {
+        if rest.is_empty() {
+            return (0, false);
+        }
+        let (take, complete) = match rest.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (rest.len(), false),
+        };
+        let body = &rest[..if complete { take - 1 } else { take }];
+        if self.line.len() + body.len() > self.config.max_command_line + 1 {
+            // +1 leaves room for the CR of CRLF.
+            self.line_overflow = true;
+            self.line.clear();
+        } else if !self.line_overflow {
+            self.line.extend_from_slice(body);
+        }
+        if !complete {
+            return (take, true);
+        }
+        let mut line = std::mem::take(&mut self.line);
+        let overflow = std::mem::replace(&mut self.line_overflow, false);
+        let crlf = line.last() == Some(&b'\r');
+        if crlf {
+            line.pop();
+        }
+        self.line_crlf = crlf;
+        self.command_line(&line, crlf, overflow, quit_only);
+        (take, true)
+    }
+
+    fn command_line(&mut self, line: &[u8], crlf: bool, overflow: bool, quit_only: bool) {
+        if self.errors >= self.config.hard_error_limit {
+            self.actions.push_back(Action::Event(Event::TooManyErrors));
+            let text = format!("{} Error: too many errors", self.config.hostname);
+            self.send(r(421, EnhancedCode::TEMP_SECURITY, &text));
+            self.shut();
+            return;
+        }
+        self.commands += 1;
+        if self.config.max_commands > 0 && self.commands > self.config.max_commands {
+            self.actions
+                .push_back(Action::Event(Event::TooManyCommands));
+            let text = format!("{} Error: too many commands", self.config.hostname);
+            self.send(r(421, EnhancedCode::TEMP_SECURITY, &text));
+            self.shut();
+            return;
+        }
+        if overflow {
+            self.actions.push_back(Action::Event(Event::CommandTooLong));
+            self.respond(
+                r(500, EnhancedCode::SYNTAX_ERROR, "Error: line too long"),
+                None,
+            );
+            return;
+        }
+        if !crlf {
+            self.actions
+                .push_back(Action::Event(Event::BareNewlineInCommand));
+            if self.config.bare_newline == BareNewline::Reject {
+                let reply = r(500, EnhancedCode::SYNTAX_ERROR, "Error: bare <LF> received");
+                self.respond(reply, None);
+                return;
+            }
+        }
+        let opts = ParseOptions {
+            utf8_transaction: self.tx.as_ref().is_some_and(|t| t.params.smtputf8),
+        };
+        let cmd = match parse_command(line, opts) {
+            Ok(c) => c,
+            Err(e) => {
+                // Count it against its verb when the verb was known.
+                let verb = std::str::from_utf8(line)
+                    .ok()
+                    .and_then(|l| l.split([' ', '\t']).next())
+                    .and_then(Verb::from_name);
+                if quit_only {
+                    self.respond(bad_sequence("Error: send QUIT"), verb);
+                } else {
+                    self.respond(e.reply(), verb);
+                }
+                return;
+            }
+        };
+        let verb = cmd.verb();
+        if verb.info().ends_group {
+            self.flush = true;
+        }
+        if quit_only {
+            if verb == Verb::Quit {
+                self.count(Some(verb), true);
+                self.send(r(221, EnhancedCode::OK, "Bye"));
+                self.shut();
+            } else {
+                self.respond(bad_sequence("Error: send QUIT"), Some(verb));
+            }
+            return;
+        }
+        if verb.info().junk {
+            self.junk += 1;
+            if self.junk > self.config.junk_command_limit {
+                self.errors += 1;
+            }
+        }
+        if self.config.tls == TlsPolicy::Encrypt && !self.tls_active && !verb.info().before_tls {
+            let reply = r(
+                530,
+                EnhancedCode::SECURITY,
+                "Must issue a STARTTLS command first",
+            );
+            if let Command::Bdat { size, .. } = cmd {
+                self.discard_chunk(size, false, reply, verb);
+            } else {
+                self.respond(reply, Some(verb));
+            }
+            return;
+        }
+        self.execute(cmd);
+    }
+
+    fn ask(&mut self, action: Action, pending: Pending, verb: Verb) {
+        self.actions.push_back(action);
+        self.pending_verb = Some(verb);
+        self.state = State::ExpectDecision(pending);
+    }
+
+    fn execute(&mut self, cmd: Command) {
+        let verb = Some(cmd.verb());
+        match cmd {
+            Command::Ehlo(name) | Command::Helo(name) => {
+                self.abort_tx(AbortReason::Helo);
+                self.esmtp = verb == Some(Verb::Ehlo);
+                self.helo = Some(name);
+                let reply = if self.esmtp {
+                    self.ehlo_reply()
+                } else {
+                    Reply::new(250, None, self.config.hostname.clone())
+                };
+                self.respond(reply, verb);
+            }
+            Command::Mail { from, params } => {
+                if self.helo.is_none() && self.config.helo_required {
+                    self.respond(bad_sequence("Error: send HELO/EHLO first"), verb);
+                } else if self.tx.is_some() {
+                    self.respond(bad_sequence("Error: nested MAIL command"), verb);
+                } else if let Some(reply) = self.check_mail_params(&params) {
+                    self.respond(reply, verb);
+                } else {
+                    let action = Action::CheckSender {
+                        from: from.clone(),
+                        params: params.clone(),
+                    };
+                    self.ask(action, Pending::Sender { from, params }, Verb::Mail);
+                }
+            }
+            Command::Rcpt { to, params } => {
+                let recipients = self.tx.as_ref().map(|t| t.recipients);
+                if recipients.is_none() {
+                    self.respond(bad_sequence("Error: need MAIL command"), verb);
+                } else if !self.config.dsn && (params.notify.is_some() || params.orcpt.is_some()) {
+                    let key = if params.notify.is_some() {
+                        "NOTIFY"
+                    } else {
+                        "ORCPT"
+                    };
+                    self.respond(unsupported(key), verb);
+                } else if recipients >= Some(self.config.max_recipients) {
+                    self.count(verb, false);
+                    self.send(r(
+                        452,
+                        EnhancedCode::TOO_MANY_RECIPIENTS,
+                        "Error: too many recipients",
+                    ));
+                } else {
+                    self.ask(
+                        Action::CheckRecipient { to, params },
+                        Pending::Recipient,
+                        Verb::Rcpt,
+                    );
+                }
+            }
+            Command::Data => match self.content_precheck(false) {
+                Some(reply) => self.respond(reply, verb),
+                None => self.ask(Action::CheckData { bdat: false }, Pending::Data, Verb::Data),
+            },
+            Command::Bdat { size, last } => {
+                if !self.config.chunking {
+                    self.respond(not_implemented(), verb);
+                } else if let Some(reply) = self.content_precheck(true) {
+                    self.discard_chunk(size, last, reply, Verb::Bdat);
+                } else if self.tx.as_ref().is_some_and(|t| t.bdat.is_some()) {
+                    self.pending_verb = verb;
+                    self.state = State::ExpectChunk {
+                        size,
+                        remaining: size,
+                        last,
+                        fail: None,
+                    };
+                } else {
+                    let pending = Pending::FirstChunk { size, last };
+                    self.ask(Action::CheckData { bdat: true }, pending, Verb::Bdat);
+                }
+            }
+            Command::Rset => {
+                self.abort_tx(AbortReason::Rset);
+                self.respond(Reply::ok(), verb);
+            }
+            Command::Noop => self.respond(Reply::ok(), verb),
+            Command::Vrfy(arg) => {
+                let reply = match self.config.vrfy {
+                    VrfyMode::Ambiguous252 => r(252, EnhancedCode::OK, &arg),
+                    VrfyMode::Disabled502 => r(
+                        502,
+                        EnhancedCode::INVALID_COMMAND,
+                        "VRFY command is disabled",
+                    ),
+                };
+                self.respond(reply, verb);
+            }
+            Command::Expn(_) => self.respond(not_implemented(), verb),
+            Command::Help => {
+                let text = "Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP VRFY QUIT STARTTLS";
+                self.respond(r(214, EnhancedCode::OK, text), verb);
+            }
+            Command::Quit => {
+                self.count(verb, true);
+                self.send(r(221, EnhancedCode::OK, "Bye"));
+                self.shut();
+            }
+            Command::StartTls => {
+                if self.config.tls == TlsPolicy::None {
+                    self.respond(not_implemented(), verb);
+                } else if self.tls_active {
+                    self.respond(
+                        r(
+                            554,
+                            EnhancedCode::INVALID_COMMAND,
+                            "Error: TLS already active",
+                        ),
+                        verb,
+                    );
+                } else if self.tx.is_some() {
+                    self.respond(bad_sequence("Error: MAIL transaction in progress"), verb);
+                } else {
+                    self.count(verb, true);
+                    self.send(r(220, EnhancedCode::OK, "Ready to start TLS"));
+                    self.flush = true;
+                    self.state = State::ExpectTls;
+                    self.actions.push_back(Action::StartTls);
+                }
+            }
+            Command::Auth(_) => {
+                self.respond(bad_sequence("Error: authentication not enabled"), verb);
+            }
+        }
+    }
+
+    fn ehlo_reply(&self) -> Reply {
+        let c = &self.config;
+        let mut lines = vec![c.hostname.clone()];
+        if c.pipelining {
+            lines.push("PIPELINING".into());
+        }
+        lines.push(if c.max_message_size > 0 {
+            format!("SIZE {}", c.max_message_size)
+        } else {
+            "SIZE".into()
+        });
+        if c.vrfy == VrfyMode::Ambiguous252 {
+            lines.push("VRFY".into());
+        }
+        if c.tls != TlsPolicy::None && !self.tls_active {
+            lines.push("STARTTLS".into());
+        }
+        if c.enhanced_status_codes {
+            lines.push("ENHANCEDSTATUSCODES".into());
+        }
+        if c.eight_bit_mime {
+            lines.push("8BITMIME".into());
+        }
+        if c.dsn {
+            lines.push("DSN".into());
+        }
+        if c.smtputf8 {
+            lines.push("SMTPUTF8".into());
+        }
+        if c.chunking {
+            lines.push("CHUNKING".into());
+            if c.binarymime {
+                lines.push("BINARYMIME".into());
+            }
+        }
+        Reply::multiline(250, None, lines)
+    }
+
+    /// Checks MAIL parameters against the enabled extensions and limits.
+    fn check_mail_params(&self, p: &MailParams) -> Option<Reply> {
+        let c = &self.config;
+        if let Some(size) = p.size {
+            if c.max_message_size > 0 && size > c.max_message_size {
+                let text = "Message size exceeds fixed limit";
+                return Some(r(552, EnhancedCode::MESSAGE_TOO_BIG, text));
+            }
+        }
+        match p.body {
+            Some(Body::EightBitMime) if !c.eight_bit_mime => {
+                return Some(unsupported("BODY=8BITMIME"))
+            }
+            Some(Body::BinaryMime) if !(c.binarymime && c.chunking) => {
+                return Some(unsupported("BODY=BINARYMIME"))
+            }
+            _ => {}
+        }
+        if p.smtputf8 && !c.smtputf8 {
+            return Some(unsupported("SMTPUTF8"));
+        }
+        if !c.dsn && (p.ret.is_some() || p.envid.is_some()) {
+            return Some(unsupported(if p.ret.is_some() { "RET" } else { "ENVID" }));
+        }
+        None
+    }
+
+    /// Order checks shared by DATA and BDAT; `Some` is the refusal.
+    fn content_precheck(&self, bdat: bool) -> Option<Reply> {
+        let Some(tx) = &self.tx else {
+            return Some(bad_sequence("Error: need MAIL command"));
+        };
+        if tx.recipients == 0 {
+            return Some(bad_sequence("Error: need RCPT command"));
+        }
+        if !bdat && tx.bdat.is_some() {
+            return Some(bad_sequence("Error: DATA after BDAT"));
+        }
+        if !bdat && tx.params.body == Some(Body::BinaryMime) {
+            return Some(bad_sequence("Error: BODY=BINARYMIME requires BDAT"));
+        }
+        if bdat && tx.data_seen {
+            return Some(bad_sequence("Error: BDAT after DATA"));
+        }
+        None
+    }
+
+    /// Consumes a BDAT chunk that will be refused with `reply` (RFC 3030 §2: the
+    /// chunk's octets follow the command whatever the answer).
+    fn discard_chunk(&mut self, size: u64, last: bool, reply: Reply, verb: Verb) {
+        self.pending_verb = Some(verb);
+        self.state = State::ExpectChunk {
+            size,
+            remaining: size,
+            last,
+            fail: Some(reply),
+        };
+    }
+
+    /// Reads chunk octets; `(size, remaining)` of the chunk.
+    fn read_chunk(
+        &mut self,
+        rest: &[u8],
+        (size, remaining): (u64, u64),
+        last: bool,
+        fail: Option<Reply>,
+    ) -> (usize, bool) {
+        let take = usize::try_from(remaining)
+            .unwrap_or(usize::MAX)
+            .min(rest.len());
+        let remaining = remaining - take as u64;
+        if fail.is_none() {
+            if let Some(rx) = self.tx.as_mut().and_then(|t| t.bdat.as_mut()) {
+                let mut out = Vec::new();
+                rx.feed(&rest[..take], &mut out);
+                if !out.is_empty() {
+                    self.actions.push_back(Action::Data(out));
+                }
+            }
+        }
+        if remaining > 0 {
+            self.state = State::ExpectChunk {
+                size,
+                remaining,
+                last,
+                fail,
+            };
+            return (take, take > 0);
+        }
+        let verb = self.pending_verb.take();
+        self.state = State::ExpectCommand;
+        if let Some(reply) = fail {
+            // A refused first chunk ends the transaction: the client must not
+            // send more chunks for it (RFC 3030 §2), and any it sends find no
+            // transaction.
+            if self
+                .tx
+                .as_ref()
+                .is_some_and(|t| t.bdat.is_none() && t.recipients > 0)
+            {
+                self.abort_tx(AbortReason::DataRefused);
+            }
+            self.respond(reply, verb);
+            return (take, true);
+        }
+        let Some(rx) = self.tx.as_mut().and_then(|t| t.bdat.as_mut()) else {
+            self.respond(bad_sequence("Error: need MAIL command"), verb);
+            return (take, true);
+        };
+        let mut out = Vec::new();
+        let summary = if last {
+            Some(rx.finish(&mut out))
+        } else {
+            None
+        };
+        let total = rx.size();
+        if !out.is_empty() {
+            self.actions.push_back(Action::Data(out));
+        }
+        match summary {
+            Some(summary) => self.content_end(summary, verb),
+            None if self.config.max_message_size > 0 && total > self.config.max_message_size => {
+                // Refuse at once rather than after gigabytes more chunks.
+                let summary = DataSummary {
+                    size: total,
+                    refusal: Some(Refusal::TooBig),
+                    ..DataSummary::default()
+                };
+                self.content_end(summary, verb);
+            }
+            None => {
+                let text = format!("Ok: {size} octets");
+                self.respond(r(250, EnhancedCode::OK, &text), verb);
+            }
+        }
+        (take, true)
+    }
+
+    /// The content is complete: refuse it here or ask the shell for the final reply.
+    fn content_end(&mut self, summary: DataSummary, verb: Option<Verb>) {
+        match summary.refusal {
+            Some(refusal) => {
+                self.state = State::ExpectCommand;
+                self.abort_tx(AbortReason::Refused(refusal, summary));
+                self.respond(refusal.reply(), verb);
+            }
+            None => {
+                self.actions.push_back(Action::MessageEnd(summary));
+                self.pending_verb = verb;
+                self.state = State::ExpectDecision(Pending::MessageEnd);
+            }
+        }
+    }
+}
+
+fn unsupported(key: &str) -> Reply {
+    r(
+        555,
+        EnhancedCode::INVALID_ARGUMENTS,
+        &format!("Unsupported option: {key}"),
+    )
+}
+
+fn not_implemented() -> Reply {
+    r(
+        502,
+        EnhancedCode::INVALID_COMMAND,
+        "Error: command not implemented",
+    )
+}
+
+#[cfg(test)]
+#[path = "server_tests.rs"]
+mod tests;

@@ -1,0 +1,47 @@
+//! Listening TCP sockets with the options std does not set.
+//!
+//! An IPv6 wildcard socket is made IPv6-only, so that `0.0.0.0:25` and
+//! `[::]:25` can both be bound, as Postfix does for `inet_protocols = all`.
+
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{FromRawFd, IntoRawFd};
+
+use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage};
+
+/// Binds and listens on `addr` with SO_REUSEADDR (and IPV6_V6ONLY for IPv6).
+pub fn tcp_listener(addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
+    let family = if addr.is_ipv6() {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
+    let fd = socket::socket(family, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
+    socket::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    if addr.is_ipv6() {
+        socket::setsockopt(&fd, sockopt::Ipv6V6Only, &true)?;
+    }
+    let sa = SockaddrStorage::from(addr);
+    socket::bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &sa)?;
+    let backlog = socket::Backlog::new(backlog.clamp(1, 4096)).unwrap_or(socket::Backlog::MAXCONN);
+    socket::listen(&fd, backlog)?;
+    // SAFETY: the descriptor is a listening stream socket we own; the
+    // TcpListener takes that ownership over.
+    Ok(unsafe { TcpListener::from_raw_fd(fd.into_raw_fd()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v4_and_v6_wildcards_coexist_on_one_port() {
+        let v4 = tcp_listener("0.0.0.0:0".parse().unwrap(), 16).unwrap();
+        let port = v4.local_addr().unwrap().port();
+        match tcp_listener(format!("[::]:{port}").parse().unwrap(), 16) {
+            Ok(v6) => assert_eq!(v6.local_addr().unwrap().port(), port),
+            // No IPv6 on this machine at all: nothing to test.
+            Err(e) if e.raw_os_error() == Some(libc::EAFNOSUPPORT) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! The receive path end to end with real clients: swaks, Python's smtplib
+//! and Postfix's smtp-source talking to smtpd → cleanup → qmgr, and
+//! sendmail(1) submitting locally.
+
+use sluice_suite::{
+    free_port, make_cert, receive_master_cf, swaks, wait_for, Instance, RECEIVE_MAIN_CF,
+};
+
+fn instance(main_extra: &str, smtpd_args: &str) -> (Instance, u16) {
+    let port = free_port();
+    let mut inst = Instance::new(
+        &receive_master_cf(port, smtpd_args),
+        &format!("{RECEIVE_MAIN_CF}{main_extra}"),
+    );
+    inst.start();
+    inst.wait_port(port);
+    (inst, port)
+}
+
+fn server(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+#[test]
+fn swaks_message_is_queued_and_listed() {
+    let (inst, port) = instance("", "");
+    let (code, out) = swaks(&[
+        "--server",
+        &server(port),
+        "--from",
+        "alice@example.com",
+        "--to",
+        "bob@mx.test.example",
+        "--header",
+        "Subject: hello",
+        "--body",
+        "Hi Bob",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let qid = out
+        .lines()
+        .find_map(|l| l.split("queued as ").nth(1))
+        .expect("queued as")
+        .trim()
+        .to_string();
+    let q = inst.queue_json();
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert!(
+        q[0].contains(&format!("\"queue_id\":\"{qid}\""))
+            && q[0].contains("\"sender\":\"alice@example.com\"")
+            && q[0].contains("bob@mx.test.example"),
+        "{}",
+        q[0]
+    );
+    // Postfix's log lines, which pflogsumm reads.
+    inst.wait_log(5, &format!("{qid}: client=unknown[127.0.0.1]"));
+    inst.wait_log(5, &format!("{qid}: message-id="));
+    inst.wait_log(5, &format!("{qid}: from=<alice@example.com>, size="));
+    inst.wait_log(
+        5,
+        "disconnect from unknown[127.0.0.1] ehlo=1 mail=1 rcpt=1 data=1 quit=1 commands=5",
+    );
+    // mailq format.
+    let out = inst.sluice(&["queue", "list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("-Queue ID-")
+            && text.contains(&format!("{qid}*"))
+            && text.contains("-- 1 Kbytes in 1 Request."),
+        "{text}"
+    );
+}
+
+#[test]
+fn no_open_relay_and_clear_rejections() {
+    // 127.0.0.1 is outside mynetworks here; 127.0.0.2 is inside.
+    let (inst, port) = instance("mynetworks = 127.0.0.2/32\n", "");
+    let (code, out) = swaks(&[
+        "--server",
+        &server(port),
+        "--from",
+        "a@example.com",
+        "--to",
+        "victim@elsewhere.example",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        out.contains("554 5.7.1 <victim@elsewhere.example>: Relay access denied"),
+        "{out}"
+    );
+    for trick in [
+        "victim%elsewhere.example@mx.test.example",
+        "\"victim@elsewhere.example\"@mx.test.example",
+        "@mx.test.example:victim@elsewhere.example",
+    ] {
+        let (code, out) = swaks(&[
+            "--server",
+            &server(port),
+            "--from",
+            "a@example.com",
+            "--to",
+            trick,
+        ]);
+        assert_ne!(code, 0, "{trick}: {out}");
+        assert!(out.contains("Relay access denied"), "{trick}: {out}");
+    }
+    let (code, out) = swaks(&[
+        "--server",
+        &server(port),
+        "--local-interface",
+        "127.0.0.2",
+        "--from",
+        "a@example.com",
+        "--to",
+        "friend@elsewhere.example",
+    ]);
+    assert_eq!(code, 0, "mynetworks may relay: {out}");
+    inst.wait_log(5, "NOQUEUE: reject: RCPT from unknown[127.0.0.1]: 554 5.7.1 <victim@elsewhere.example>: Relay access denied; from=<a@example.com> to=<victim@elsewhere.example> proto=ESMTP");
+    assert_eq!(inst.queue_json().len(), 1);
+}
+
+#[test]
+fn smuggling_sequences_never_end_a_message() {
+    let (inst, port) = instance("", "");
+    for variant in ["lf", "cr", "crlf-lf", "lf-crlf"] {
+        let out = inst.python("smuggle.py", &["127.0.0.1", &port.to_string(), variant]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains("queued as"), "{variant}: {text}");
+        assert!(
+            text.contains("550 5.5.2"),
+            "{variant}: bare newlines are refused with a clear code: {text}"
+        );
+    }
+    assert!(inst.queue_json().is_empty());
+    inst.wait_log(5, "reject: END-OF-MESSAGE");
+}
+
+#[test]
+fn normalize_mode_accepts_one_message_not_two() {
+    let (inst, port) = instance("smtpd_forbid_bare_newline = normalize\n", "");
+    let out = inst.python("smuggle.py", &["127.0.0.1", &port.to_string(), "lf"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.matches("queued as").count(), 1, "{text}");
+    assert_eq!(inst.queue_json().len(), 1);
+}
+
+#[test]
+fn smtplib_pipelined_sessions_and_smtp_source() {
+    let (inst, port) = instance("", "");
+    let results = inst.root().join("sent.txt");
+    let out = inst.python(
+        "send_many.py",
+        &[
+            "127.0.0.1",
+            &port.to_string(),
+            "60",
+            "4",
+            results.to_str().unwrap(),
+        ],
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.contains("ok=60 temp=0 error=0"), "{summary}");
+    // smtp-source: 5 sessions, 100 messages, 3 recipients each.
+    let st = std::process::Command::new("smtp-source")
+        .args([
+            "-s",
+            "5",
+            "-m",
+            "100",
+            "-r",
+            "3",
+            "-f",
+            "src@test.example",
+            "-t",
+            "sink@mx.test.example",
+            "-l",
+            "2048",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .status()
+        .expect("smtp-source is installed by scripts/test");
+    assert!(st.success());
+    let q = wait_for(10, "160 messages queued", || {
+        let q = inst.queue_json();
+        (q.len() == 160).then_some(q)
+    });
+    let from_source = q.iter().filter(|l| l.contains("src@test.example")).count();
+    assert_eq!(from_source, 100);
+}
+
+#[test]
+fn starttls_discards_pipelined_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = make_cert(dir.path());
+    use std::os::unix::fs::PermissionsExt;
+    for p in [dir.path().to_path_buf(), cert.clone(), key.clone()] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let extra = format!(
+        "smtpd_tls_security_level = may\nsmtpd_tls_cert_file = {}\nsmtpd_tls_key_file = {}\n",
+        cert.display(),
+        key.display()
+    );
+    let (inst, port) = instance(&extra, "");
+    let out = inst.python("starttls_inject.py", &["127.0.0.1", &port.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert!(
+        lines.next().unwrap_or("").starts_with("250-"),
+        "the first reply in TLS answers our EHLO: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        lines.next().unwrap_or("").starts_with("250 2.1.0"),
+        "MAIL in TLS works, so the injected one was dropped: {text}"
+    );
+    // And a normal TLS submission.
+    let (code, out) = swaks(&[
+        "--server",
+        &server(port),
+        "--tls",
+        "--from",
+        "a@example.com",
+        "--to",
+        "u@mx.test.example",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    inst.wait_log(5, "TLS connection established from unknown[127.0.0.1]");
+    let q = inst.queue_json();
+    assert_eq!(q.len(), 1);
+}
+
+#[test]
+fn sendmail_submits_and_fails_cleanly_when_down() {
+    let (mut inst, _port) = instance("", "");
+    let sendmail = sluice_suite::bin_dir().join("sendmail");
+    let (etc, run_as) = (inst.etc(), inst.run_as);
+    let run = |args: &[&str], input: &str| {
+        use std::io::Write;
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new(&sendmail);
+        cmd.args(args).env("SLUICE_CONFIG_DIR", &etc);
+        if let Some((uid, gid)) = run_as {
+            cmd.uid(uid).gid(gid);
+        }
+        let mut child = cmd
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = run(
+        &["-t", "-i"],
+        "To: Bob <bob@example.org>\nBcc: hidden@example.org\nSubject: t\n\n.leading dot\nbody\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let q = inst.queue_json();
+    assert_eq!(q.len(), 1);
+    assert!(
+        q[0].contains("bob@example.org") && q[0].contains("hidden@example.org"),
+        "{}",
+        q[0]
+    );
+    inst.wait_log(5, "uid=");
+    let out = run(
+        &["root"],
+        "Subject: no -i\n\nline\n.\nnot part of the message\n",
+    );
+    assert!(out.status.success());
+    assert_eq!(inst.queue_json().len(), 2);
+    let out = run(&["bad address@"], "x\n");
+    assert_eq!(out.status.code(), Some(67));
+    inst.stop();
+    let out = run(&["root"], "Subject: while down\n\nbody\n");
+    assert_eq!(
+        out.status.code(),
+        Some(75),
+        "EX_TEMPFAIL when the mail system is down"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not accepting mail"));
+}
+
+#[test]
+fn data_refused_when_cleanup_is_missing() {
+    // No cleanup service at all: DATA gets a temporary error, never a 250.
+    let port = free_port();
+    let cf = format!("127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\n");
+    let mut inst = Instance::new(&cf, RECEIVE_MAIN_CF);
+    inst.start();
+    inst.wait_port(port);
+    let (code, out) = swaks(&[
+        "--server",
+        &server(port),
+        "--from",
+        "a@example.com",
+        "--to",
+        "u@mx.test.example",
+    ]);
+    assert_ne!(code, 0);
+    assert!(out.contains("451 4.3.0"), "{out}");
+}
+
+#[test]
+fn connection_count_limit_uses_anvil() {
+    let (inst, port) = instance(
+        "smtpd_client_connection_count_limit = 2\nsmtpd_client_event_limit_exceptions =\n",
+        "",
+    );
+    let hold: Vec<_> = (0..2)
+        .map(|_| {
+            let s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            let mut b = [0u8; 64];
+            use std::io::Read;
+            let _ = (&s).read(&mut b);
+            s
+        })
+        .collect();
+    let (code, out) = swaks(&[
+        "--server",
+        &server(port),
+        "--from",
+        "a@example.com",
+        "--to",
+        "u@mx.test.example",
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        out.contains("421 4.7.0 Error: too many connections from 127.0.0.1"),
+        "{out}"
+    );
+    inst.wait_log(
+        5,
+        "Connection concurrency limit exceeded: 3 from unknown[127.0.0.1]",
+    );
+    drop(hold);
+}
