@@ -345,3 +345,51 @@ fn connection_count_limit_uses_anvil() {
     );
     drop(hold);
 }
+
+#[test]
+fn access_hold_and_discard() {
+    let (inst, port) = instance(
+        "smtpd_recipient_restrictions = check_recipient_access static:HOLD\n",
+        "",
+    );
+    let (code, out) = swaks(&[
+        "--server",
+        &server(port),
+        "--from",
+        "a@example.com",
+        "--to",
+        "u@mx.test.example",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let q = inst.queue_json();
+    assert_eq!(q.len(), 1);
+    assert!(q[0].contains("\"queue_name\":\"hold\""), "{}", q[0]);
+    let listing = String::from_utf8_lossy(&inst.sluice(&["queue", "list"]).stdout).into_owned();
+    assert!(
+        listing
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.split_whitespace().next().unwrap().ends_with('!')),
+        "{listing}"
+    );
+    drop(inst);
+    let (inst, port) = instance(
+        "smtpd_recipient_restrictions = check_recipient_access static:DISCARD\n",
+        "",
+    );
+    let (code, out) = swaks(&[
+        "--server",
+        &server(port),
+        "--from",
+        "a@example.com",
+        "--to",
+        "u@mx.test.example",
+    ]);
+    assert_eq!(code, 0, "DISCARD claims success: {out}");
+    assert!(out.contains("250 2.0.0 Ok: queued as"), "{out}");
+    inst.wait_log(5, "discard: END-OF-MESSAGE");
+    assert!(
+        inst.queue_json().is_empty(),
+        "a discarded message is not queued"
+    );
+}

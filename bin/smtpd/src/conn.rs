@@ -251,15 +251,7 @@ impl Conn {
                         ));
                     }
                     (Waiting::Queued, Response::Queued { queue_id }) => {
-                        let text = if self.txn.discard {
-                            msg_info!(
-                                "{queue_id}: discard: END-OF-MESSAGE from {}",
-                                format_args!("unknown[{}]", self.peer.ip())
-                            );
-                            format!("Ok: queued as {queue_id}")
-                        } else {
-                            format!("Ok: queued as {queue_id}")
-                        };
+                        let text = format!("Ok: queued as {queue_id}");
                         let _ = self
                             .session
                             .decide(Reply::enhanced(250, EnhancedCode::OK, text));
@@ -547,6 +539,22 @@ impl Conn {
                         451,
                         EnhancedCode::TEMP_SYSTEM,
                         "Error: queue file write error",
+                    ));
+                    return;
+                }
+                if self.txn.discard {
+                    // access DISCARD: claim success, keep nothing.
+                    let qid = self.txn.queue_id.clone().unwrap_or_default();
+                    msg_info!(
+                        "{qid}: discard: END-OF-MESSAGE from {}: {}",
+                        self.client_label(),
+                        "discarded by access table"
+                    );
+                    self.abort_link_txn();
+                    let _ = self.session.decide(Reply::enhanced(
+                        250,
+                        EnhancedCode::OK,
+                        format!("Ok: queued as {qid}"),
                     ));
                     return;
                 }

@@ -50,7 +50,7 @@ pub use manpage::man_page;
 pub use mastercf::{load_master_cf, parse_master_cf, ServiceDef, ServiceKind};
 pub use render::{render, render_one, RenderMode};
 pub use services::{parse_services, port_by_name};
-pub use table::{spec, DefaultValue, ParamSpec};
+pub use table::{spec, split_transport_param, DefaultValue, ParamSpec};
 pub use value::{
     parse_net, parse_net_list, split_list, Cidr, Feedback, MapRef, NetEntry, ParamType, TimeUnit,
 };

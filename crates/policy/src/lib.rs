@@ -26,7 +26,7 @@ mod access;
 mod restriction;
 
 pub use access::{parse_action, AccessAction};
-pub use restriction::{Restriction, RestrictionError};
+pub use restriction::{parse_list, Restriction, RestrictionError};
 
 use std::net::IpAddr;
 

@@ -1,0 +1,61 @@
+//! Every program has its manual page, and every page names only parameters
+//! that exist.
+
+use std::path::Path;
+
+#[test]
+fn every_program_has_a_manual_page() {
+    let top = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(top.join("bin")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        let found = ["1", "8"]
+            .iter()
+            .any(|s| top.join("man").join(format!("{name}.{s}")).is_file());
+        if !found {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "programs without a page in man/: {missing:?}"
+    );
+    assert!(top.join("man/sluice.conf.5").is_file() && top.join("man/master.cf.5").is_file());
+}
+
+#[test]
+fn parameters_named_in_pages_exist() {
+    let top = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let known: std::collections::BTreeSet<&str> =
+        config::Config::params().map(|p| p.name).collect();
+    let mut unknown = Vec::new();
+    for entry in std::fs::read_dir(top.join("man")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Parameters are set in bold: \fBname\fR, with underscores.
+        for part in text.split("\\fB").skip(1) {
+            let word = part.split("\\f").next().unwrap_or("");
+            let looks_like_param = word.contains('_')
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                && !word.starts_with('_');
+            // Restriction names and per-transport forms are not table rows.
+            let restriction = word.starts_with("check_") && word.ends_with("_access")
+                || policy::parse_list(word).is_ok();
+            let per_transport = config::split_transport_param(word).is_some();
+            if looks_like_param
+                && !known.contains(word)
+                && !restriction
+                && !per_transport
+                && !word.ends_with('_')
+            {
+                unknown.push(format!("{}: {word}", path.display()));
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "pages name parameters that are not in the table: {unknown:?}"
+    );
+}
