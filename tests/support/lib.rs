@@ -204,6 +204,12 @@ impl Instance {
 
 impl Drop for Instance {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- mail log of the failed test's instance ---\n{}",
+                self.log()
+            );
+        }
         if self.started {
             let pid = sys::lock::read_pid(&self.root().join("spool/pid/master.pid"));
             let _ = self.sluice(&["stop"]);
@@ -243,7 +249,10 @@ pub fn receive_master_cf(port: u16, smtpd_args: &str) -> String {
 }
 
 /// main.cf lines every receiving test uses.
-pub const RECEIVE_MAIN_CF: &str = "myhostname = mx.test.example\nmydomain = test.example\n";
+/// (Recipient validation is off: these tests use made-up local users; the
+/// router test turns it on.)
+pub const RECEIVE_MAIN_CF: &str =
+    "myhostname = mx.test.example\nmydomain = test.example\nsmtpd_reject_unlisted_recipient = no\n";
 
 impl Instance {
     /// Waits until something accepts TCP connections on 127.0.0.1:`port`.

@@ -8,7 +8,9 @@
 
 mod check;
 mod lifecycle;
+mod map;
 mod queue;
+mod route;
 
 use std::path::PathBuf;
 
@@ -41,6 +43,20 @@ enum Cmd {
     Status,
     /// Validate the configuration, directories, ownership and permissions.
     Check,
+    /// Show where the router sends each address (like sendmail -bv).
+    Route {
+        /// Also look up the next hop's MX hosts and addresses.
+        #[arg(long)]
+        hosts: bool,
+        /// Addresses to resolve.
+        #[arg(required = true)]
+        addresses: Vec<String>,
+    },
+    /// Lookup tables, like postmap.
+    Map {
+        #[command(subcommand)]
+        cmd: MapCmd,
+    },
     /// Inspect and steer the mail queue.
     Queue {
         #[command(subcommand)]
@@ -56,6 +72,18 @@ enum Cmd {
         defaults: bool,
         /// Parameter names to print, or name=value pairs to set in main.cf.
         args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum MapCmd {
+    /// Look keys up in a table (type:name), like postmap -q.
+    Query {
+        /// The table, e.g. hash:/etc/sluice/transport.
+        table: String,
+        /// Keys to look up.
+        #[arg(required = true)]
+        keys: Vec<String>,
     },
 }
 
@@ -84,6 +112,10 @@ fn main() {
         Cmd::Reload => lifecycle::reload(&dir),
         Cmd::Status => lifecycle::status(&dir),
         Cmd::Check => check::check(&dir),
+        Cmd::Route { hosts, addresses } => route::route(&dir, &addresses, hosts),
+        Cmd::Map {
+            cmd: MapCmd::Query { table, keys },
+        } => map::map_query(&dir, &table, &keys),
         Cmd::Queue {
             cmd: QueueCmd::List { json },
         } => queue::list(&dir, json),

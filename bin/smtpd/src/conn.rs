@@ -29,6 +29,8 @@ pub struct Shared {
     pub settings: Settings,
     /// The TLS server configuration, if TLS is on.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The router, for reject_unlisted_recipient.
+    pub router: crate::settings::RouterLink,
 }
 
 const INBUF_LIMIT: usize = 64 * 1024;
@@ -481,7 +483,18 @@ impl Conn {
                     sender: sender.as_ref(),
                     recipient: &to,
                 };
-                match shared.settings.policy.check(&q, &policy::StaticOnly) {
+                match shared.settings.policy.check(
+                    &q,
+                    &crate::settings::Lookups {
+                        tables: &shared.settings.tables,
+                        router: shared
+                            .settings
+                            .policy
+                            .needs_router()
+                            .then_some(&shared.router),
+                        smtputf8: self.txn.smtputf8,
+                    },
+                ) {
                     policy::Verdict::Accept { hold, discard } => {
                         self.txn.hold |= hold;
                         self.txn.discard |= discard;

@@ -19,6 +19,8 @@ pub struct SmtpServer {
     /// cleanup link token → session token.
     links: BTreeMap<Token, Token>,
     anvil: Option<ipc::Client<Anvil>>,
+    /// Sessions anvil counts (not the exempt ones).
+    counted: std::collections::BTreeSet<Token>,
     anvil_warned: bool,
     service: String,
     chrooted: bool,
@@ -30,10 +32,15 @@ impl SmtpServer {
         let chrooted = ctx.args.chroot && sys::is_root();
         let s = settings::build(&ctx.config, tls.is_some(), chrooted)?;
         Ok(SmtpServer {
-            shared: Shared { settings: s, tls },
+            shared: Shared {
+                router: settings::RouterLink::new(&s.queue_root),
+                settings: s,
+                tls,
+            },
             conns: BTreeMap::new(),
             links: BTreeMap::new(),
             anvil: None,
+            counted: std::collections::BTreeSet::new(),
             anvil_warned: false,
             service: ctx.args.service.clone(),
             chrooted,
@@ -68,8 +75,10 @@ impl SmtpServer {
         }
     }
 
-    /// Refusal for a client over its connection limits, if it is.
-    fn over_limits(&mut self, addr: SocketAddr) -> Option<String> {
+    /// Counts a new client with anvil; the refusal text if it is over its
+    /// limits. `counted` tells whether anvil now counts it (so the
+    /// disconnection must be reported too).
+    fn over_limits(&mut self, addr: SocketAddr, counted: &mut bool) -> Option<String> {
         let s = &self.shared.settings;
         if s.conn_count_limit == 0 && s.conn_rate_limit == 0 {
             return None;
@@ -78,13 +87,15 @@ impl SmtpServer {
         let exempt = s.limit_exceptions.iter().any(|c| c.contains(ip));
         let (count_limit, rate_limit, unit) =
             (s.conn_count_limit, s.conn_rate_limit, s.rate_unit.as_secs());
+        // As in Postfix, exempt clients are not even counted.
+        if exempt {
+            return None;
+        }
         let (count, rate) = self.anvil_call(AnvilReq::Connect {
             service: self.service.clone(),
             client: ip.to_string(),
         })?;
-        if exempt {
-            return None;
-        }
+        *counted = true;
         if count_limit > 0 && count > count_limit {
             msg_warn!(
                 "Connection concurrency limit exceeded: {count} from unknown[{ip}] for service {}",
@@ -108,10 +119,12 @@ impl SmtpServer {
         }
         c.shutdown(cx.registry);
         msg_info!("disconnect from {} {}", c.client_label(), c.stats());
-        let _ = self.anvil_call(AnvilReq::Disconnect {
-            service: self.service.clone(),
-            client: c.peer.ip().to_string(),
-        });
+        if self.counted.remove(&token) {
+            let _ = self.anvil_call(AnvilReq::Disconnect {
+                service: self.service.clone(),
+                client: c.peer.ip().to_string(),
+            });
+        }
     }
 
     fn after_io(&mut self, cx: &mut Cx<'_>, token: Token) {
@@ -139,18 +152,25 @@ impl Server for SmtpServer {
         };
         let _ = stream.set_nodelay(true);
         msg_info!("connect from unknown[{}]", peer.ip());
-        let refuse = self.over_limits(peer);
+        let mut counted = false;
+        let refuse = self.over_limits(peer, &mut counted);
         let token = cx.token();
+        if counted {
+            self.counted.insert(token);
+        }
         let mut c = Conn::new(stream, peer, &self.shared, refuse, cx.now);
-        if let Err(e) =
+        let registered =
             cx.registry
-                .register(c.socket(), token, Interest::READABLE | Interest::WRITABLE)
-        {
+                .register(c.socket(), token, Interest::READABLE | Interest::WRITABLE);
+        self.conns.insert(token, c);
+        if let Err(e) = registered {
             msg_warn!("register client: {e}");
+            self.finish(cx, token);
             return;
         }
-        c.drive(cx, &self.shared);
-        self.conns.insert(token, c);
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.drive(cx, &self.shared);
+        }
         if self.conns.get(&token).is_some_and(|c| c.is_done()) {
             self.finish(cx, token);
         }

@@ -14,6 +14,8 @@ pub struct Settings {
     pub proto: Arc<ServerConfig>,
     /// The access policy.
     pub policy: policy::Policy,
+    /// The lookup tables it names, compiled.
+    pub tables: Tables,
     /// `smtpd_timeout`.
     pub timeout: Duration,
     /// `smtpd_client_connection_count_limit` (0 = none).
@@ -99,6 +101,12 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         ..ServerConfig::default()
     };
     let policy = policy::Policy::from_config(cfg).map_err(|e| e.to_string())?;
+    let mut compiled = std::collections::BTreeMap::new();
+    for m in policy.tables() {
+        let t = tables::Table::open(&m).map_err(|e| e.to_string())?;
+        compiled.insert(m.to_string(), t);
+    }
+    let tables = Tables(compiled);
     let queue_root = if chrooted {
         PathBuf::from("/")
     } else {
@@ -107,6 +115,7 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
     Ok(Settings {
         proto: Arc::new(proto),
         policy,
+        tables,
         timeout: cfg.time("smtpd_timeout"),
         conn_count_limit: cfg
             .int("smtpd_client_connection_count_limit")
@@ -120,4 +129,85 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         queue_root,
         rate_unit: cfg.time("anvil_rate_time_unit"),
     })
+}
+
+/// The access tables, compiled at start and on reload, answering the policy.
+pub struct Tables(std::collections::BTreeMap<String, tables::Table>);
+
+impl policy::Lookup for Tables {
+    fn lookup(&self, table: &config::MapRef, key: &str) -> Result<Option<String>, String> {
+        match self.0.get(&table.to_string()) {
+            Some(t) => Ok(t.lookup(key)),
+            None => Err(format!("table {table} is not open")),
+        }
+    }
+}
+
+/// A blocking connection to the router, opened when first needed.
+///
+/// Router answers for table-backed recipients take microseconds, so smtpd
+/// asks synchronously, as Postfix's smtpd asks trivial-rewrite.
+pub struct RouterLink {
+    path: std::path::PathBuf,
+    client: std::cell::RefCell<Option<ipc::Client<ipc::router::Router>>>,
+}
+
+impl RouterLink {
+    /// A link to the router socket under `queue_root`.
+    pub fn new(queue_root: &std::path::Path) -> Self {
+        RouterLink {
+            path: queue_root.join("private/router"),
+            client: std::cell::RefCell::new(None),
+        }
+    }
+
+    /// Whether the router knows no such recipient.
+    pub fn unlisted(&self, address: &str, smtputf8: bool) -> Result<bool, String> {
+        use ipc::router::{Request, Response};
+        let mut slot = self.client.borrow_mut();
+        if slot.is_none() {
+            let c = ipc::Client::connect(&self.path, Duration::from_secs(30))
+                .map_err(|e| format!("router {}: {e}", self.path.display()))?;
+            *slot = Some(c);
+        }
+        let c = slot.as_mut().expect("connected above");
+        match c.call(&Request::Resolve {
+            address: address.to_string(),
+            smtputf8,
+        }) {
+            Ok(Response::Resolved { routes, .. }) => Ok(routes.iter().any(|r| r.unknown)),
+            Ok(Response::Failed {
+                temporary: false, ..
+            }) => Ok(true),
+            Ok(Response::Failed { text, .. }) => Err(text),
+            Ok(other) => Err(format!("unexpected router answer {other:?}")),
+            Err(e) => {
+                *slot = None;
+                Err(format!("router: {e}"))
+            }
+        }
+    }
+}
+
+/// What the policy consults: the compiled tables and the router.
+pub struct Lookups<'a> {
+    /// Access tables.
+    pub tables: &'a Tables,
+    /// The router, when the policy needs it.
+    pub router: Option<&'a RouterLink>,
+    /// The transaction uses SMTPUTF8.
+    pub smtputf8: bool,
+}
+
+impl policy::Lookup for Lookups<'_> {
+    fn lookup(&self, table: &config::MapRef, key: &str) -> Result<Option<String>, String> {
+        policy::Lookup::lookup(self.tables, table, key)
+    }
+
+    fn unlisted(&self, recipient: &smtp_proto::Mailbox) -> Result<bool, String> {
+        match self.router {
+            Some(r) => r.unlisted(&recipient.to_string(), self.smtputf8),
+            None => Ok(false),
+        }
+    }
 }

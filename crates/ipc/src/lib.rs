@@ -17,6 +17,7 @@ pub mod anvil;
 pub mod cleanup;
 pub mod client;
 pub mod control;
+pub mod delivery;
 pub mod endpoint;
 pub mod frame;
 pub mod qmgr;

@@ -3,11 +3,11 @@
 //! qmgr asks [`Request::Resolve`] for each recipient of a new message and
 //! [`Request::Hosts`] when it needs the servers of a next hop; smtpd asks
 //! `Resolve` for each RCPT TO (the `unknown` flag drives
-//! `reject_unlisted_recipient`, the class drives relay checks). Requests
-//! are pipelined: a client may send many before reading, and answers come
-//! back in any order, matched by the [`crate::Tagged`] id. Table answers
-//! come at once; DNS answers when the name servers reply, never holding
-//! up other requests.
+//! `reject_unlisted_recipient`; the class of the address as given, in
+//! [`Response::Resolved`], drives relay checks). Requests are pipelined:
+//! a client may send many before reading, and answers come back in any
+//! order, matched by the [`crate::Tagged`] id. Table answers come at once;
+//! DNS answers when the name servers reply, never holding up others.
 
 use std::net::IpAddr;
 
@@ -50,6 +50,9 @@ pub enum Request {
 pub enum Response {
     /// The routes of every address the recipient became, in order.
     Resolved {
+        /// The class of the address as given, before canonical and virtual
+        /// aliasing: what smtpd's relay check (reject_unauth_destination) uses.
+        class: Class,
         /// At least one route.
         routes: Vec<Route>,
     },
@@ -124,4 +127,80 @@ pub struct Host {
     pub addrs: Vec<IpAddr>,
     /// Why it has no addresses, when it has none; `temporary` as in [`Response::Failed`].
     pub error: Option<(bool, String)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode, encode, Hello, HelloReply, Tagged};
+
+    #[test]
+    fn every_message_round_trips() {
+        let reqs = [
+            Request::Resolve {
+                address: "\"a b\"@example.test".into(),
+                smtputf8: true,
+            },
+            Request::Hosts {
+                nexthop: "[192.0.2.1]:2525".into(),
+            },
+            Request::Reload,
+        ];
+        for (i, r) in reqs.into_iter().enumerate() {
+            let f = encode(&Tagged {
+                id: i as u64,
+                body: r.clone(),
+            });
+            assert_eq!(
+                decode::<Tagged<Request>>(&f[4..]).unwrap(),
+                Tagged {
+                    id: i as u64,
+                    body: r
+                }
+            );
+        }
+        let host = Host {
+            name: "mx.example.test".into(),
+            preference: 10,
+            port: 0,
+            addrs: vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()],
+            error: None,
+        };
+        let resps = [
+            Response::Resolved {
+                class: Class::Virtual,
+                routes: vec![Route {
+                    address: "a@example.test".into(),
+                    transport: "smtp".into(),
+                    nexthop: "example.test".into(),
+                    class: Class::Default,
+                    unknown: false,
+                    by_table: true,
+                }],
+            },
+            Response::Hosts(HostList {
+                nexthop: "example.test".into(),
+                from_mx: true,
+                hosts: vec![host],
+                ttl: 300,
+                authentic: false,
+            }),
+            Response::Failed {
+                temporary: true,
+                text: "4.4.3 DNS lookup timed out".into(),
+            },
+            Response::Reloaded,
+        ];
+        for r in resps {
+            let f = encode(&Tagged {
+                id: 9,
+                body: r.clone(),
+            });
+            assert_eq!(decode::<Tagged<Response>>(&f[4..]).unwrap().body, r);
+        }
+        assert_eq!(
+            Hello::of::<Router>().answer::<Router>(),
+            HelloReply::Accepted
+        );
+    }
 }

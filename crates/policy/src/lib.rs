@@ -38,6 +38,12 @@ pub trait Lookup {
     /// The value for `key` in `table`, `Ok(None)` when absent; `Err` when
     /// the table cannot be read (the caller answers 451, as Postfix does).
     fn lookup(&self, table: &MapRef, key: &str) -> Result<Option<String>, String>;
+
+    /// Whether the router knows no such recipient (`Ok(true)`: unlisted);
+    /// `Err` when it cannot say now. Without a router nothing is unlisted.
+    fn unlisted(&self, _recipient: &Mailbox) -> Result<bool, String> {
+        Ok(false)
+    }
 }
 
 /// Answers `static:` tables only: for configurations without other tables,
@@ -107,6 +113,8 @@ pub struct Policy {
     relay_domains: Vec<String>,
     lists: Vec<(&'static str, Vec<Restriction>)>,
     relay_reject_code: u16,
+    reject_unlisted: bool,
+    unknown_code: u16,
 }
 
 /// The restriction list parameters, in evaluation order.
@@ -140,7 +148,29 @@ impl Policy {
                 .collect(),
             lists,
             relay_reject_code: cfg.int("relay_domains_reject_code").clamp(400, 599) as u16,
+            reject_unlisted: cfg.bool("smtpd_reject_unlisted_recipient"),
+            unknown_code: cfg
+                .int("unknown_local_recipient_reject_code")
+                .clamp(400, 599) as u16,
         })
+    }
+
+    /// Every lookup table the restrictions name, to compile before use.
+    pub fn tables(&self) -> Vec<MapRef> {
+        let mut out: Vec<MapRef> = Vec::new();
+        for (_, items) in &self.lists {
+            for r in items {
+                if let Restriction::CheckClientAccess(m)
+                | Restriction::CheckSenderAccess(m)
+                | Restriction::CheckRecipientAccess(m) = r
+                {
+                    if !out.contains(m) {
+                        out.push(m.clone());
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Whether the client is in `mynetworks`.
@@ -189,7 +219,53 @@ impl Policy {
                 ListResult::Permit | ListResult::Continue => {}
             }
         }
+        // As Postfix's smtpd_reject_unlisted_recipient: even a permitted
+        // recipient is refused when the router knows no such user.
+        if self.reject_unlisted {
+            if let Step::RefuseOwn(code, enhanced, text) = self.unlisted_step(q, lookup) {
+                return Verdict::Refuse {
+                    code,
+                    enhanced,
+                    text,
+                    by: "smtpd_reject_unlisted_recipient".into(),
+                };
+            }
+        }
         Verdict::Accept { hold, discard }
+    }
+
+    /// Whether any list explicitly names reject_unlisted_recipient or the
+    /// implicit check is on: smtpd needs the router then.
+    pub fn needs_router(&self) -> bool {
+        self.reject_unlisted
+            || self
+                .lists
+                .iter()
+                .any(|(_, l)| l.contains(&Restriction::RejectUnlistedRecipient))
+    }
+
+    fn unlisted_step(&self, q: &Query<'_>, lookup: &dyn Lookup) -> Step {
+        match lookup.unlisted(q.recipient) {
+            Ok(false) => Step::Dunno,
+            Ok(true) => Step::RefuseOwn(
+                self.unknown_code,
+                if self.unknown_code >= 500 {
+                    "5.1.1"
+                } else {
+                    "4.1.1"
+                }
+                .into(),
+                format!(
+                    "<{}>: Recipient address rejected: User unknown in local recipient table",
+                    q.recipient
+                ),
+            ),
+            Err(e) => Step::RefuseOwn(
+                451,
+                "4.3.0".into(),
+                format!("<{}>: Temporary lookup failure ({e})", q.recipient),
+            ),
+        }
     }
 
     fn eval_list(
@@ -232,6 +308,7 @@ impl Policy {
                     }
                 }
                 Restriction::RejectNonFqdnRecipient => non_fqdn(q.recipient, "Recipient", 504),
+                Restriction::RejectUnlistedRecipient => self.unlisted_step(q, lookup),
                 Restriction::RejectNonFqdnSender => match q.sender {
                     Some(s) => non_fqdn(s, "Sender", 504),
                     None => Step::Dunno,
@@ -405,21 +482,24 @@ fn access_step(
             AccessAction::Reject(text) => Step::RefuseOwn(
                 554,
                 "5.7.1".into(),
-                format!("{what}: {}", text.unwrap_or_else(|| "Access denied".into())),
+                format!(
+                    "{what}: {default_text}: {}",
+                    text.unwrap_or_else(|| "Access denied".into())
+                ),
             ),
             AccessAction::Defer(text) => Step::RefuseOwn(
                 450,
                 "4.7.1".into(),
                 format!(
-                    "{what}: {}",
-                    text.unwrap_or_else(|| default_text.replace("rejected", "deferred"))
+                    "{what}: {default_text}: {}",
+                    text.unwrap_or_else(|| "Access denied".into())
                 ),
             ),
             AccessAction::Code {
                 code,
                 enhanced,
                 text,
-            } => Step::RefuseOwn(code, enhanced, format!("{what}: {text}")),
+            } => Step::RefuseOwn(code, enhanced, format!("{what}: {default_text}: {text}")),
             AccessAction::Bad(v) => Step::RefuseOwn(
                 451,
                 "4.3.5".into(),

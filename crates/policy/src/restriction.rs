@@ -21,6 +21,8 @@ pub enum Restriction {
     RejectNonFqdnRecipient,
     /// `reject_non_fqdn_sender`.
     RejectNonFqdnSender,
+    /// `reject_unlisted_recipient`: the router does not know the recipient.
+    RejectUnlistedRecipient,
     /// `check_client_access type:name`.
     CheckClientAccess(MapRef),
     /// `check_sender_access type:name`.
@@ -41,6 +43,7 @@ impl Restriction {
             Restriction::DeferUnauthDestination => "defer_unauth_destination".into(),
             Restriction::RejectNonFqdnRecipient => "reject_non_fqdn_recipient".into(),
             Restriction::RejectNonFqdnSender => "reject_non_fqdn_sender".into(),
+            Restriction::RejectUnlistedRecipient => "reject_unlisted_recipient".into(),
             Restriction::CheckClientAccess(m) => format!("check_client_access {m}"),
             Restriction::CheckSenderAccess(m) => format!("check_sender_access {m}"),
             Restriction::CheckRecipientAccess(m) => format!("check_recipient_access {m}"),
@@ -120,6 +123,9 @@ pub fn parse_list(text: &str) -> Result<Vec<Restriction>, RestrictionError> {
             "defer_unauth_destination" => Restriction::DeferUnauthDestination,
             "reject_non_fqdn_recipient" => Restriction::RejectNonFqdnRecipient,
             "reject_non_fqdn_sender" => Restriction::RejectNonFqdnSender,
+            "reject_unlisted_recipient" | "reject_unverified_recipient" => {
+                Restriction::RejectUnlistedRecipient
+            }
             name @ ("check_client_access" | "check_sender_access" | "check_recipient_access") => {
                 let table = it
                     .next()

@@ -222,3 +222,64 @@ fn parse_action_edge_cases() {
         AccessAction::Ok | AccessAction::Bad(_)
     ));
 }
+
+struct Unlisted(&'static [&'static str], bool);
+
+impl Lookup for Unlisted {
+    fn lookup(&self, t: &MapRef, k: &str) -> Result<Option<String>, String> {
+        StaticOnly.lookup(t, k)
+    }
+    fn unlisted(&self, r: &Mailbox) -> Result<bool, String> {
+        if self.1 {
+            return Err("router down".into());
+        }
+        Ok(!self.0.contains(&r.to_string().as_str()))
+    }
+}
+
+#[test]
+fn unlisted_recipients_are_refused_even_from_mynetworks() {
+    let p = policy("");
+    let r = mbox("ghost@mx.example.org");
+    let q = Query {
+        client_addr: "127.0.0.1".parse().unwrap(),
+        client_name: "unknown",
+        helo: None,
+        sender: None,
+        recipient: &r,
+    };
+    let known = Unlisted(&["root@mx.example.org"], false);
+    match p.check(&q, &known) {
+        Verdict::Refuse {
+            code: 550,
+            enhanced,
+            text,
+            ..
+        } => {
+            assert_eq!(enhanced, "5.1.1");
+            assert!(
+                text.contains("User unknown in local recipient table"),
+                "{text}"
+            );
+        }
+        v => panic!("{v:?}"),
+    }
+    let r2 = mbox("root@mx.example.org");
+    let q2 = Query {
+        recipient: &r2,
+        ..q.clone()
+    };
+    assert!(accepted(&p.check(&q2, &known)));
+    // The router cannot answer: a temporary error, never an acceptance.
+    assert!(matches!(
+        p.check(&q2, &Unlisted(&[], true)),
+        Verdict::Refuse { code: 451, .. }
+    ));
+    // Turned off, nothing is asked.
+    let off = policy("smtpd_reject_unlisted_recipient = no\n");
+    assert!(accepted(&off.check(&q, &Unlisted(&[], true))));
+    assert!(!off.needs_router());
+    let explicit = policy("smtpd_reject_unlisted_recipient = no\nsmtpd_recipient_restrictions = reject_unlisted_recipient\n");
+    assert!(explicit.needs_router());
+    assert!(!accepted(&explicit.check(&q, &known)));
+}

@@ -8,10 +8,14 @@
 //! acknowledges every record appended since the last). Recovery replays the
 //! journal, cuts torn tails, and reconciles it with the files.
 //!
-//! Typical use: cleanup calls `Spool::draft`, `Draft::append`,
-//! `Draft::commit`; qmgr appends `Record::Arrived` to its `Journal` and
-//! commits (directly, or through a `Syncer` thread) before the 250; at
-//! start qmgr calls `recover`. Nothing in this crate panics on disk
+//! Typical use: cleanup opens the tree with `Spool::open` and
+//! `pool().scan_free()`, then per message `Spool::draft`, `Draft::append`,
+//! `Draft::commit`; qmgr, the journal's only writer, calls `recover` at
+//! start, then appends `Record::Arrived` (and every later state change),
+//! applies it to the `Replay` state it got from `recover`, and commits
+//! (directly, or through a `Syncer` thread) before cleanup may answer 250.
+//! After a `Removed` record is durable qmgr calls `Spool::remove_data` and,
+//! from an idle timer, `collect_garbage`. Nothing in this crate panics on disk
 //! contents; errors are `Error`.
 //!
 //! ```
@@ -73,7 +77,7 @@ pub use record::{
     decode_frame, encode_frame, DataRef, FrameError, Lsn, MessageHead, Record, Storage,
 };
 pub use recover::{collect_garbage, recover, Recovered, RecoveryReport};
-pub use replay::{replay, LiveMessage, Replay, TailCause, TornTail};
+pub use replay::{replay, LiveMessage, QueueEntry, Replay, TailCause, TornTail};
 pub use spool::{Draft, FileMode, MessageData, Spool, SpoolConfig};
 pub use stats::fsync_count;
 pub use syncer::Syncer;

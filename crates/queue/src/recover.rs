@@ -3,7 +3,9 @@
 //! `recover` replays the journal (cutting torn tails), opens a fresh
 //! segment for appending, then walks the pool slots and `msg/XX/` files:
 //! a file whose `envelope_offset` is 0 is a partial write and is removed (a
-//! pool slot is simply free); a committed file whose message has a durable
+//! pool slot is simply free), unless a writer in another process still
+//! holds its lock (reported as busy: cleanup may run while qmgr restarts);
+//! a committed file whose message has a durable
 //! `Removed` record, or whose queue id is live somewhere else, is freed; a
 //! committed, checksum-valid file that no `Arrived` record names (a crash
 //! between the file's sync and the journal commit) is adopted: an `Arrived`

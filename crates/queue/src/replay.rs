@@ -13,12 +13,12 @@
 //! full head record is read back with `Journal::read_at` when needed.
 //! Nothing here panics on disk contents.
 
-use crate::error::{IoContext, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::index::{DeferredIndex, SegmentRefs};
-use crate::journal::{list_segments, segment_header, segment_path, SEG_HEADER};
+use crate::journal::{list_segments, segment_header, segment_path, Journal, SEG_HEADER};
 use crate::record::{decode_frame, FrameError, Lsn, Record, Storage, FRAME_HEADER};
 use crate::stats;
-use mail::QueueId;
+use mail::{QueueId, Timestamp};
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufReader, Read};
@@ -35,6 +35,25 @@ pub struct LiveMessage {
     pub next_attempt: u64,
     /// On hold.
     pub held: bool,
+}
+
+/// One line of `sluice queue list` (mailq).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueEntry {
+    /// The queue id.
+    pub id: QueueId,
+    /// Message size in bytes.
+    pub size: u64,
+    /// Arrival time.
+    pub arrival: Timestamp,
+    /// Envelope sender ("" for the null sender).
+    pub sender: String,
+    /// Recipients still to deliver.
+    pub recipients: Vec<String>,
+    /// On hold.
+    pub held: bool,
+    /// Next attempt, seconds since the epoch (0 = not tried yet).
+    pub next_attempt: u64,
 }
 
 /// Why the end of a segment was not trusted.
@@ -202,6 +221,36 @@ impl Replay {
             next_attempt,
             held: m.held,
         })
+    }
+
+    /// The mailq view of the live queue, oldest first (reads each head record back).
+    pub fn list(&self, journal: &Journal) -> Result<Vec<QueueEntry>> {
+        let mut ids: Vec<QueueId> = self.messages.keys().copied().collect();
+        ids.sort_unstable();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let m = &self.messages[&id];
+            let head = journal.read_at(m.head)?;
+            let (Record::Arrived(h) | Record::Rewritten { head: h, .. }) = &head else {
+                return Err(Error::NoRecord(m.head));
+            };
+            let pending = self.pending(id, &head);
+            let rcpts = &h.envelope.recipients;
+            out.push(QueueEntry {
+                id,
+                size: h.envelope.size,
+                arrival: h.envelope.arrival,
+                sender: h.envelope.sender.clone(),
+                recipients: pending
+                    .iter()
+                    .filter_map(|&i| rcpts.get(i as usize))
+                    .map(|r| r.address.clone())
+                    .collect(),
+                held: m.held,
+                next_attempt: m.next_attempt,
+            });
+        }
+        Ok(out)
     }
 
     /// Lists the messages due now and the dead segments, once every record is applied.

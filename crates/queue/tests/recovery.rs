@@ -313,6 +313,12 @@ fn recovery_of_an_empty_or_fresh_spool() {
     assert!(
         root.join("msg").is_dir() && root.join("pool").is_dir() && root.join("journal").is_dir()
     );
+    let first = r.journal.current_segment();
+    drop(r);
+    // An idle restart leaves a valid empty segment, which is garbage, not a torn tail.
+    let r = recover(root, SpoolConfig::default()).unwrap();
+    assert!(r.state.torn.is_empty(), "{:?}", r.state.torn);
+    assert_eq!(r.state.dead_segments, vec![first]);
 }
 
 #[test]
@@ -477,5 +483,19 @@ fn running_qmgr_state_retry_rewrite_and_garbage_collection() {
         r.report.adopted.is_empty() && r.report.missing.is_empty(),
         "{:?}",
         r.report
+    );
+    let list = r.state.list(&r.journal).unwrap();
+    let rows: Vec<_> = list
+        .iter()
+        .map(|e| (e.id, e.recipients.len(), e.held, e.next_attempt))
+        .collect();
+    assert_eq!(
+        rows,
+        vec![(a, 1, false, 400), (b, 2, false, 0), (h, 2, false, 900)]
+    );
+    assert_eq!(list[0].recipients, vec!["b@example.net".to_string()]);
+    assert_eq!(
+        (list[1].sender.as_str(), list[1].size),
+        ("s@example.org", 1500)
     );
 }

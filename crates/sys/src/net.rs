@@ -29,9 +29,52 @@ pub fn tcp_listener(addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListen
     Ok(unsafe { TcpListener::from_raw_fd(fd.into_raw_fd()) })
 }
 
+/// Starts a non-blocking connect to `addr`, from `bind` when given
+/// (`smtp_bind_address`). Completion is signalled by writability; check
+/// `take_error` then.
+pub fn tcp_connect(
+    addr: SocketAddr,
+    bind: Option<std::net::IpAddr>,
+) -> std::io::Result<std::net::TcpStream> {
+    let family = if addr.is_ipv6() {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
+    let fd = socket::socket(
+        family,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    if let Some(ip) = bind {
+        let local = SockaddrStorage::from(SocketAddr::new(ip, 0));
+        socket::bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &local)?;
+    }
+    match socket::connect(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrStorage::from(addr),
+    ) {
+        Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // SAFETY: a connected (or connecting) stream socket we own.
+    Ok(unsafe { std::net::TcpStream::from_raw_fd(fd.into_raw_fd()) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connect_reaches_a_listener_from_a_bound_address() {
+        let l = tcp_listener("127.0.0.1:0".parse().unwrap(), 4).unwrap();
+        let addr = l.local_addr().unwrap();
+        let s = tcp_connect(addr, Some("127.0.0.1".parse().unwrap())).unwrap();
+        let (peer, from) = l.accept().unwrap();
+        drop(peer);
+        assert_eq!(from.ip(), s.local_addr().unwrap().ip());
+    }
 
     #[test]
     fn v4_and_v6_wildcards_coexist_on_one_port() {

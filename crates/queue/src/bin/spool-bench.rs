@@ -1,18 +1,28 @@
-//! spool-bench: commits/s, fsyncs and CPU per message of the three storage
-//! paths at group-commit batch sizes, and replay of a large deferred queue.
+//! spool-bench: commits/s, fsyncs and CPU per message of the storage paths
+//! at group-commit batch sizes, and replay of a large deferred queue.
 //!
 //! `spool-bench [accept] [--messages N] [--size BYTES] [--batches 1,20,100]
-//! [--modes simple,pool,pool-steady,inline] [--dir PATH]`: for each mode and batch size B,
-//! B writer threads (standing in for concurrent SMTP sessions) each store one
-//! message (data durable), then one journal commit acknowledges all B
-//! `Arrived` records, then the next round starts: the 250-after-durable rule.
+//! [--repeat 3] [--modes simple,pool,pool-steady,pool-gc,inline,inline-gc]
+//! [--dir PATH]`. Paths: `simple` = a new file per message (create, write,
+//! fdatasync, directory fsync); `pool` = a preallocated pool slot (one
+//! fdatasync), the pool grown before the timed run and every message held;
+//! `pool-steady` = the same with each round's messages removed in the next
+//! round, so slots recycle; `inline` = data inside the `Arrived` record. In
+//! those four, B writer threads (concurrent SMTP sessions) each store one
+//! message, then one journal commit acknowledges all B, then the next round:
+//! lock-step batches of exactly B. The `-gc` paths are the real qmgr loop: B
+//! writers each wait for their own acknowledgement while a `Syncer` thread
+//! runs one fdatasync at a time and records arriving during it go in the
+//! next (group commit). Each figure is the median of `--repeat` runs.
 //! `spool-bench replay [--messages N] [--dir PATH]` writes a journal of N
 //! deferred messages, then times `queue::replay` in a fresh process and
-//! reports its peak memory. Figures go to docs/benchmarks.md. Exits non-zero
-//! with a message on bad arguments or I/O errors; panics on nothing else.
+//! reports its memory. Exits non-zero with a message on bad arguments or
+//! I/O errors; panics on nothing else.
 
 use mail::{Envelope, QueueId, QueueIdGen, Recipient, StatusCode, Timestamp};
-use queue::{recover, DataRef, FileMode, Journal, JournalConfig, MessageHead, Record, SpoolConfig};
+use queue::{
+    recover, DataRef, FileMode, Journal, JournalConfig, MessageHead, Record, SpoolConfig, Syncer,
+};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Barrier};
 use std::time::Instant;
@@ -34,9 +44,16 @@ fn parse_args() -> Result<Args, String> {
         messages: 0,
         size: 2048,
         batches: vec![1, 20, 100],
-        modes: ["simple", "pool", "pool-steady", "inline"]
-            .map(String::from)
-            .to_vec(),
+        modes: [
+            "simple",
+            "pool",
+            "pool-steady",
+            "pool-gc",
+            "inline",
+            "inline-gc",
+        ]
+        .map(String::from)
+        .to_vec(),
         dir: PathBuf::from("spool-bench.tmp"),
         child: false,
         repeat: 3,
@@ -60,7 +77,7 @@ fn parse_args() -> Result<Args, String> {
             "--repeat" => a.repeat = val()?.parse().map_err(|e| format!("--repeat: {e}"))?,
             "-h" | "--help" => {
                 return Err("usage: spool-bench [accept|replay] [--messages N] [--size BYTES] \
-                            [--batches 1,20,100] [--repeat 3] [--modes simple,pool,pool-steady,inline] [--dir PATH]"
+                            [--batches 1,20,100] [--repeat 3] [--modes simple,pool,pool-steady,pool-gc,inline,inline-gc] [--dir PATH]"
                     .into())
             }
             other => return Err(format!("unknown argument {other}")),
@@ -130,8 +147,8 @@ fn run_accept(a: &Args, mode: &str, batch: usize) -> Result<Row, String> {
     let mut cfg = SpoolConfig::default();
     match mode {
         "simple" => (cfg.file_mode, cfg.inline_max) = (FileMode::Simple, 0),
-        "pool" | "pool-steady" => (cfg.file_mode, cfg.inline_max) = (FileMode::Pool, 0),
-        "inline" => (cfg.file_mode, cfg.inline_max) = (FileMode::Pool, 64 << 10),
+        "pool" | "pool-steady" | "pool-gc" => (cfg.file_mode, cfg.inline_max) = (FileMode::Pool, 0),
+        "inline" | "inline-gc" => (cfg.file_mode, cfg.inline_max) = (FileMode::Pool, 64 << 10),
         other => return Err(format!("unknown mode {other}")),
     }
     let mut r = recover(&dir, cfg).map_err(|e| e.to_string())?;
@@ -154,6 +171,9 @@ fn run_accept(a: &Args, mode: &str, batch: usize) -> Result<Row, String> {
         );
     }
     let data = message(a.size);
+    if mode.ends_with("-gc") {
+        return pipelined(a, mode, batch, r, &data);
+    }
     let (tx, rx) = mpsc::channel::<Result<(QueueId, DataRef), String>>();
     let barrier = Barrier::new(batch + 1);
     let (f0, c0, t0) = (queue::fsync_count(), cpu_ms(), Instant::now());
@@ -225,6 +245,107 @@ fn run_accept(a: &Args, mode: &str, batch: usize) -> Result<Row, String> {
     };
     drop(r);
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(row)
+}
+
+enum Event {
+    Submit(QueueId, DataRef, mpsc::Sender<()>),
+    Failed(String),
+    Synced,
+}
+
+/// Real group commit: `batch` writers each wait for their own acknowledgement
+/// (an SMTP session waiting for its 250) while the loop appends whatever
+/// arrived and a `Syncer` thread runs one fdatasync at a time; records that
+/// arrive during a sync go in the next one. This is the qmgr event loop.
+fn pipelined(
+    a: &Args,
+    mode: &str,
+    batch: usize,
+    mut r: queue::Recovered,
+    data: &[u8],
+) -> Result<Row, String> {
+    let per_writer = (a.messages as usize).div_ceil(batch);
+    let total = per_writer * batch;
+    let (tx, rx) = mpsc::channel::<Event>();
+    let notify = tx.clone();
+    let mut syncer = Syncer::spawn(move || {
+        let _ = notify.send(Event::Synced);
+    })
+    .map_err(|e| e.to_string())?;
+    let (f0, c0, t0) = (queue::fsync_count(), cpu_ms(), Instant::now());
+    let spool = &r.spool;
+    let journal = &mut r.journal;
+    std::thread::scope(|s| -> Result<(), String> {
+        for w in 0..batch {
+            let tx = tx.clone();
+            s.spawn(move || {
+                let mut ids = QueueIdGen::new(w as u32);
+                let (ack_tx, ack_rx) = mpsc::channel();
+                for i in 0..per_writer {
+                    let id = ids.next(1_700_000_000_000_000 + i as u64);
+                    let mut d = spool.draft(id);
+                    let res = d
+                        .append(spool, data)
+                        .and_then(|()| d.commit(spool, &envelope(i as u64, data.len() as u64)));
+                    let ev = match res {
+                        Ok(dr) => Event::Submit(id, dr, ack_tx.clone()),
+                        Err(e) => Event::Failed(e.to_string()),
+                    };
+                    if tx.send(ev).is_err() || ack_rx.recv().is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut waiting: Vec<(queue::Lsn, mpsc::Sender<()>)> = Vec::new();
+        let mut acked = 0;
+        while acked < total {
+            match rx.recv().map_err(|e| e.to_string())? {
+                Event::Submit(id, data_ref, ack) => {
+                    let head = MessageHead {
+                        id,
+                        envelope: envelope(0, a.size as u64),
+                        data: data_ref,
+                    };
+                    let lsn = journal
+                        .append(&Record::Arrived(head))
+                        .map_err(|e| e.to_string())?;
+                    waiting.push((lsn, ack));
+                    syncer.kick(journal).map_err(|e| e.to_string())?;
+                }
+                Event::Synced => {
+                    let Some(durable) = syncer.poll(journal).map_err(|e| e.to_string())? else {
+                        continue;
+                    };
+                    waiting.retain(|(lsn, ack)| {
+                        if *lsn < durable {
+                            let _ = ack.send(());
+                            acked += 1;
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                }
+                Event::Failed(e) => return Err(e),
+            }
+        }
+        Ok(())
+    })?;
+    let n = total as f64;
+    let row = Row {
+        mode: mode.into(),
+        batch,
+        rate: n / t0.elapsed().as_secs_f64(),
+        fsyncs: (queue::fsync_count() - f0) as f64 / n,
+        cpu_us: (cpu_ms() - c0) * 1000.0 / n,
+    };
+    drop(syncer);
+    let dir = r.spool.root().to_path_buf();
+    drop(r);
+    let _ = std::fs::remove_dir_all(dir);
     Ok(row)
 }
 

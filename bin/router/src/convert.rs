@@ -1,0 +1,91 @@
+//! From the cores' types to the router protocol's, and main.cf to settings.
+
+use config::Config;
+use ipc::router as proto;
+
+/// A class as the protocol carries it.
+pub fn class(c: route::Class) -> proto::Class {
+    match c {
+        route::Class::Local => proto::Class::Local,
+        route::Class::Virtual => proto::Class::Virtual,
+        route::Class::Relay => proto::Class::Relay,
+        route::Class::Default => proto::Class::Default,
+    }
+}
+
+/// A route as the protocol carries it.
+pub fn route(r: route::Route) -> proto::Route {
+    proto::Route {
+        address: r.address,
+        transport: r.transport,
+        nexthop: r.nexthop,
+        class: class(r.class),
+        unknown: r.unknown,
+        by_table: r.by_table,
+    }
+}
+
+/// The answer to a resolve request.
+pub fn resolved(
+    r: Result<(route::Class, Vec<route::Route>), route::ResolveError>,
+) -> proto::Response {
+    match r {
+        Ok((c, routes)) => proto::Response::Resolved {
+            class: class(c),
+            routes: routes.into_iter().map(route).collect(),
+        },
+        Err(e) if e.is_temporary() => proto::Response::Failed {
+            temporary: true,
+            text: format!("4.3.0 {e}"),
+        },
+        Err(e) => proto::Response::Failed {
+            temporary: false,
+            text: format!("5.1.3 Bad recipient address syntax: {e}"),
+        },
+    }
+}
+
+/// The answer to a hosts request.
+pub fn hosts(r: Result<dns::HostList, dns::DnsError>) -> proto::Response {
+    match r {
+        Ok(l) => proto::Response::Hosts(proto::HostList {
+            nexthop: l.nexthop,
+            from_mx: l.from_mx,
+            ttl: l.ttl,
+            authentic: l.authentic,
+            hosts: l
+                .hosts
+                .into_iter()
+                .map(|h| proto::Host {
+                    name: h.name,
+                    preference: h.preference,
+                    port: h.port,
+                    addrs: h.addrs,
+                    error: h.error.map(|e| (e.is_temporary(), e.status_text())),
+                })
+                .collect(),
+        }),
+        Err(e) => proto::Response::Failed {
+            temporary: e.is_temporary(),
+            text: e.status_text(),
+        },
+    }
+}
+
+/// The resolver and hosts() settings from main.cf.
+pub fn dns_config(cfg: &Config, seed: u64) -> (dns::ResolverConfig, dns::HostsConfig, Vec<String>) {
+    dns_params(cfg).build(seed)
+}
+
+/// The DNS parameters of main.cf.
+pub fn dns_params(cfg: &Config) -> dns::Params {
+    dns::Params {
+        dns_servers: cfg.list("dns_servers"),
+        timeout: cfg.time("dns_timeout"),
+        attempts: cfg.int("dns_attempts"),
+        cache_size: cfg.int("dns_cache_size"),
+        inet_protocols: cfg.choice("inet_protocols").to_string(),
+        address_preference: cfg.choice("smtp_address_preference").to_string(),
+        host_lookup: cfg.list("smtp_host_lookup"),
+    }
+}

@@ -1,0 +1,1014 @@
+//! One outbound SMTP connection and the transactions queued on it.
+//!
+//! Life: connect to each address in turn (connect timeout each), then the
+//! session (greeting, EHLO/HELO, STARTTLS) until the engine says Ready,
+//! which is reported as `Opened`; then transactions one after another as
+//! qmgr queues them, content streamed from the spool in 64 KiB reads only
+//! while the socket keeps up (memory stays bounded); `Close` ends it with
+//! QUIT. A failure anywhere fails what is in flight with deferrals (never a
+//! bounce: the peer did not say 5xx) and reports the connection closed; a
+//! misbehaving peer can only end its own connection.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use daemon::{msg_info, Cx};
+use ipc::delivery::{Data, RcptResult, Response, Transaction};
+use mio::{Interest, Registry, Token};
+use smtp_proto::client_session::{ClientAction, ClientSession, Envelope};
+use smtp_proto::command::{Body, MailParams, Notify, Orcpt, RcptParams, Ret};
+use smtp_proto::{Path, Reply};
+
+use crate::server::Settings;
+
+/// A response to deliver to qmgr.
+pub struct Outcome {
+    /// The request it answers (0: unsolicited).
+    pub request: u64,
+    /// The response.
+    pub response: Response,
+}
+
+/// Results for every recipient of `txn`, all the same.
+pub fn all(txn: &Transaction, code: u16, enhanced: &str, text: &str) -> Vec<RcptResult> {
+    txn.recipients
+        .iter()
+        .map(|r| RcptResult {
+            index: r.index,
+            code,
+            enhanced: enhanced.into(),
+            text: text.into(),
+        })
+        .collect()
+}
+
+enum Source {
+    Inline(Vec<u8>, usize),
+    File(Box<queue::MessageFile>, u64),
+}
+
+struct Pending {
+    request: u64,
+    txn: Transaction,
+    queued: Instant,
+}
+
+struct Active {
+    request: u64,
+    txn: Transaction,
+    queued: Instant,
+    started: Instant,
+    conn_setup: f64,
+    /// Reply per position in `txn.recipients`.
+    rcpt: Vec<Option<Reply>>,
+    mail: Option<Reply>,
+    source: Option<Source>,
+    sending: bool,
+}
+
+enum Phase {
+    Connecting,
+    Session,
+    Closed,
+}
+
+/// One connection.
+pub struct SmtpConn {
+    settings: Arc<Settings>,
+    /// The qmgr client this connection belongs to.
+    pub client: Token,
+    /// qmgr's id for it.
+    pub id: u64,
+    open_request: u64,
+    host: String,
+    addrs: Vec<SocketAddr>,
+    next_addr: usize,
+    token: Token,
+    stream: Option<tls::Stream>,
+    session: Option<ClientSession>,
+    relay: String,
+    phase: Phase,
+    opened: bool,
+    handshaking: bool,
+    queue: VecDeque<Pending>,
+    active: Option<Active>,
+    close_request: Option<u64>,
+    outcomes: Vec<Outcome>,
+    deadline: Option<Instant>,
+    inbuf: Vec<u8>,
+    uses: u32,
+    readable: bool,
+    writable: bool,
+    connect_started: Instant,
+    setup: f64,
+    errors: Vec<String>,
+    done: bool,
+    stage: &'static str,
+}
+
+const INBUF: usize = 64 * 1024;
+
+impl SmtpConn {
+    /// A connection that will start connecting on the first `drive`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        settings: Arc<Settings>,
+        client: Token,
+        id: u64,
+        open_request: u64,
+        host: String,
+        addrs: Vec<SocketAddr>,
+        token: Token,
+        cx: &Cx<'_>,
+    ) -> SmtpConn {
+        SmtpConn {
+            settings,
+            client,
+            id,
+            open_request,
+            host,
+            addrs,
+            next_addr: 0,
+            token,
+            stream: None,
+            session: None,
+            relay: String::new(),
+            phase: Phase::Connecting,
+            opened: false,
+            handshaking: false,
+            queue: VecDeque::new(),
+            active: None,
+            close_request: None,
+            outcomes: Vec::new(),
+            deadline: None,
+            inbuf: Vec::new(),
+            uses: 0,
+            readable: false,
+            writable: false,
+            connect_started: cx.now,
+            setup: 0.0,
+            errors: Vec::new(),
+            done: false,
+            stage: "connect",
+        }
+    }
+
+    /// Queues a transaction.
+    pub fn queue(&mut self, request: u64, txn: Transaction, now: Instant) {
+        self.queue.push_back(Pending {
+            request,
+            txn,
+            queued: now,
+        });
+    }
+
+    /// QUIT once the queued transactions are done.
+    pub fn close_when_idle(&mut self, request: u64) {
+        self.close_request = Some(request);
+    }
+
+    /// The socket is ready.
+    pub fn socket_ready(&mut self, readable: bool, writable: bool) {
+        self.readable |= readable;
+        self.writable |= writable;
+    }
+
+    /// When the current wait times out.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Whether the connection is finished and can be dropped.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Responses to send to qmgr.
+    pub fn take_outcomes(&mut self) -> Vec<Outcome> {
+        std::mem::take(&mut self.outcomes)
+    }
+
+    /// Stops watching the socket.
+    pub fn deregister(&mut self, registry: &Registry) {
+        if let Some(s) = self.stream.as_mut() {
+            let _ = registry.deregister(s.socket());
+        }
+    }
+
+    /// qmgr went away: just close.
+    pub fn abandon(&mut self) {
+        if let Some(s) = self.stream.as_mut() {
+            s.close();
+        }
+        self.done = true;
+    }
+
+    /// The current wait took too long.
+    pub fn timed_out(&mut self, _now: Instant) {
+        let what = match self.phase {
+            Phase::Connecting => {
+                format!("connect to {}: Connection timed out", self.current_relay())
+            }
+            _ => format!(
+                "conversation with {} timed out while {}",
+                self.relay,
+                self.stage_text()
+            ),
+        };
+        self.deadline = None;
+        if matches!(self.phase, Phase::Connecting) {
+            self.connect_failed(what);
+        } else {
+            self.fail(what);
+        }
+    }
+
+    fn current_relay(&self) -> String {
+        let i = self.next_addr.saturating_sub(1);
+        self.addrs
+            .get(i)
+            .map(|a| relay(&self.host, *a))
+            .unwrap_or_else(|| self.host.clone())
+    }
+
+    fn stage_text(&self) -> &'static str {
+        match self.stage {
+            "connect" => "receiving the initial server greeting",
+            "mail" => "sending MAIL FROM",
+            "rcpt" => "sending RCPT TO",
+            "data" => "sending message body",
+            "quit" => "sending QUIT",
+            _ => "performing the EHLO handshake",
+        }
+    }
+
+    /// Does everything that can be done now.
+    pub fn drive(&mut self, cx: &mut Cx<'_>) {
+        if self.done {
+            return;
+        }
+        if matches!(self.phase, Phase::Connecting) {
+            self.connect_step(cx);
+            if !matches!(self.phase, Phase::Session) {
+                return;
+            }
+        }
+        // Work queued (or a Close asked for) while the session sat idle:
+        // the engine will not say Ready again, so start it here.
+        if self.opened
+            && self.active.is_none()
+            && self.session.as_ref().is_some_and(|s| s.is_ready())
+        {
+            self.start_next(cx.now);
+        }
+        // Bounded: a peer that floods us is read in INBUF slices.
+        for _ in 0..64 {
+            if self.done || !self.session_step(cx.now) {
+                break;
+            }
+        }
+    }
+
+    fn connect_step(&mut self, cx: &mut Cx<'_>) {
+        loop {
+            if let Some(s) = self.stream.as_mut() {
+                if !self.writable {
+                    return;
+                }
+                self.writable = false;
+                let sock = s.socket();
+                match (sock.take_error(), sock.peer_addr()) {
+                    (Ok(None), Ok(_)) => {
+                        self.phase = Phase::Session;
+                        self.relay = self.current_relay();
+                        self.session =
+                            Some(ClientSession::new(self.settings.client.clone(), false));
+                        self.deadline = Some(cx.now + self.settings.helo_timeout);
+                        self.stage = "helo";
+                        self.readable = true;
+                        return;
+                    }
+                    (Ok(Some(e)), _) | (Err(e), _) => {
+                        let why = format!("connect to {}: {e}", self.current_relay());
+                        self.next_connect(cx.registry, why);
+                    }
+                    (Ok(None), Err(e)) if e.kind() == std::io::ErrorKind::NotConnected => return,
+                    (Ok(None), Err(e)) => {
+                        let why = format!("connect to {}: {e}", self.current_relay());
+                        self.next_connect(cx.registry, why);
+                    }
+                }
+                if self.done {
+                    return;
+                }
+            }
+            let Some(addr) = self.addrs.get(self.next_addr).copied() else {
+                let reason = if self.errors.is_empty() {
+                    format!("{}: no address", self.host)
+                } else {
+                    self.errors.join("; ")
+                };
+                self.connect_failed(reason);
+                return;
+            };
+            self.next_addr += 1;
+            match sys::net::tcp_connect(addr, self.settings.bind) {
+                Ok(std) => {
+                    let mut sock = mio::net::TcpStream::from_std(std);
+                    let _ = sock.set_nodelay(true);
+                    if let Err(e) = cx.registry.register(
+                        &mut sock,
+                        self.token,
+                        Interest::READABLE | Interest::WRITABLE,
+                    ) {
+                        self.errors.push(format!("register: {e}"));
+                        continue;
+                    }
+                    self.stream = Some(tls::Stream::plain(sock));
+                    self.connect_started = cx.now;
+                    self.deadline = Some(cx.now + self.settings.connect_timeout);
+                    return;
+                }
+                Err(e) => self
+                    .errors
+                    .push(format!("connect to {}: {e}", relay(&self.host, addr))),
+            }
+        }
+    }
+
+    fn next_connect(&mut self, registry: &Registry, why: String) {
+        msg_info!("{why}");
+        self.errors.push(why);
+        if let Some(mut s) = self.stream.take() {
+            let _ = registry.deregister(s.socket());
+        }
+    }
+
+    /// No address could be used: the destination was not reached.
+    fn connect_failed(&mut self, reason: String) {
+        if !self.errors.contains(&reason) {
+            msg_info!("{reason}");
+        }
+        self.outcomes.push(Outcome {
+            request: self.open_request,
+            response: Response::OpenFailed {
+                conn: self.id,
+                handshake: false,
+                reason: reason.clone(),
+            },
+        });
+        self.fail_queued(&reason);
+        self.done = true;
+    }
+
+    /// One round of reading, feeding, acting and writing; true if it did something.
+    fn session_step(&mut self, now: Instant) -> bool {
+        let mut progressed = false;
+        let Some(stream) = self.stream.as_mut() else {
+            return false;
+        };
+        if self.readable && self.inbuf.len() < INBUF {
+            match stream.read(&mut self.inbuf, INBUF) {
+                Ok(st) => {
+                    if st.bytes == 0 {
+                        self.readable = false;
+                    } else {
+                        progressed = true;
+                    }
+                    if st.eof {
+                        let why = format!(
+                            "lost connection with {} while {}",
+                            self.relay,
+                            self.stage_text()
+                        );
+                        self.fail(why);
+                        return false;
+                    }
+                }
+                Err(e) => {
+                    let why = if self.handshaking {
+                        format!("TLS handshake with {} failed: {e}", self.relay)
+                    } else {
+                        format!(
+                            "lost connection with {} while {}: {e}",
+                            self.relay,
+                            self.stage_text()
+                        )
+                    };
+                    self.fail(why);
+                    return false;
+                }
+            }
+        }
+        if self.handshaking {
+            if stream.is_handshaking() {
+                return progressed;
+            }
+            self.handshaking = false;
+            if let Some(i) = stream.tls_info() {
+                msg_info!(
+                    "Anonymous TLS connection established to {}: {} with cipher {}",
+                    self.relay,
+                    i.version,
+                    i.cipher
+                );
+            }
+            if let Some(s) = self.session.as_mut() {
+                s.tls_established();
+            }
+            progressed = true;
+        }
+        let Some(session) = self.session.as_mut() else {
+            return false;
+        };
+        let used = session.feed(&self.inbuf);
+        if used > 0 {
+            self.inbuf.drain(..used);
+            progressed = true;
+        }
+        while let Some(a) = self.session.as_mut().and_then(|s| s.poll_action()) {
+            progressed = true;
+            self.act(a, now);
+            if self.done {
+                return false;
+            }
+        }
+        // Content, only as fast as the socket takes it.
+        progressed |= self.pump_content(now);
+        if let (Some(stream), Some(session)) = (self.stream.as_mut(), self.session.as_mut()) {
+            let out = session.take_output();
+            if !out.is_empty() {
+                let _ = stream.write(&out);
+                progressed = true;
+            }
+            match stream.flush() {
+                Ok(_) => {}
+                Err(e) => {
+                    let why = format!(
+                        "lost connection with {} while {}: {e}",
+                        self.relay,
+                        self.stage_text()
+                    );
+                    self.fail(why);
+                    return false;
+                }
+            }
+        }
+        if matches!(self.phase, Phase::Closed) {
+            self.done = true;
+            return false;
+        }
+        progressed
+    }
+
+    fn pump_content(&mut self, now: Instant) -> bool {
+        let Some(active) = self.active.as_mut() else {
+            return false;
+        };
+        if !active.sending {
+            return false;
+        }
+        if self.stream.as_ref().is_some_and(|s| s.wants_write()) {
+            return false;
+        }
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = match active.source.as_mut() {
+            Some(Source::Inline(bytes, pos)) => {
+                let n = (bytes.len() - *pos).min(buf.len());
+                buf[..n].copy_from_slice(&bytes[*pos..*pos + n]);
+                *pos += n;
+                Ok(n)
+            }
+            Some(Source::File(f, pos)) => f
+                .read_data_at(&mut buf, *pos)
+                .inspect(|n| *pos += *n as u64),
+            None => Ok(0),
+        };
+        let Some(session) = self.session.as_mut() else {
+            return false;
+        };
+        match n {
+            Ok(0) => {
+                session.end_content();
+                active.sending = false;
+                self.stage = "data";
+                self.deadline = Some(now + self.settings.done_timeout);
+            }
+            Ok(n) => {
+                session.send_content(&buf[..n]);
+                self.deadline = Some(now + self.settings.xfer_timeout);
+            }
+            Err(e) => {
+                // Our own spool failed: the peer must not get a truncated
+                // message, so the connection is dropped before the dot.
+                let why = format!("{}: reading the message file: {e}", active.txn.queue_id);
+                self.fail(why);
+                return false;
+            }
+        }
+        true
+    }
+
+    fn act(&mut self, a: ClientAction, now: Instant) {
+        match a {
+            ClientAction::Ready => {
+                if !self.opened {
+                    self.opened = true;
+                    self.setup = now.duration_since(self.connect_started).as_secs_f64();
+                    self.outcomes.push(Outcome {
+                        request: self.open_request,
+                        response: Response::Opened {
+                            conn: self.id,
+                            relay: self.relay.clone(),
+                        },
+                    });
+                }
+                self.start_next(now);
+            }
+            ClientAction::StartTls => {
+                let name = tls::server_name(&self.host);
+                match (self.settings.tls.clone(), name, self.stream.as_mut()) {
+                    (Some(cfg), Some(name), Some(stream)) => {
+                        if let Some(s) = self.session.as_mut() {
+                            let out = s.take_output();
+                            let _ = stream.write(&out);
+                            let _ = stream.flush();
+                        }
+                        self.inbuf.clear();
+                        if let Err(e) = stream.start_client_tls(cfg, name) {
+                            self.fail(format!("TLS with {}: {e}", self.relay));
+                            return;
+                        }
+                        self.handshaking = true;
+                        self.readable = true;
+                        self.writable = true;
+                    }
+                    _ => self.fail(format!("cannot start TLS with {}", self.relay)),
+                }
+            }
+            ClientAction::SenderRefused(r) => {
+                if let Some(a) = self.active.as_mut() {
+                    a.mail = Some(r);
+                }
+            }
+            ClientAction::Recipient { index, reply } => {
+                self.stage = "rcpt";
+                if let Some(slot) = self.active.as_mut().and_then(|a| a.rcpt.get_mut(index)) {
+                    *slot = Some(reply);
+                }
+            }
+            ClientAction::SendContent => {
+                if let Some(a) = self.active.as_mut() {
+                    a.sending = true;
+                }
+                self.stage = "data";
+                self.deadline = Some(now + self.settings.xfer_timeout);
+            }
+            ClientAction::MessageDone(reply) => self.finish(reply, now),
+            ClientAction::Failed(e) => {
+                let why = format!("{} {:?}", self.relay, e);
+                let handshake_phase = !self.opened;
+                if handshake_phase {
+                    msg_info!("{why}");
+                    self.outcomes.push(Outcome {
+                        request: self.open_request,
+                        response: Response::OpenFailed {
+                            conn: self.id,
+                            handshake: true,
+                            reason: describe(&e, &self.relay),
+                        },
+                    });
+                    self.fail_queued(&describe(&e, &self.relay));
+                    if let Some(s) = self.stream.as_mut() {
+                        s.close();
+                    }
+                    self.done = true;
+                } else {
+                    self.fail(describe(&e, &self.relay));
+                }
+            }
+            ClientAction::Close => {
+                self.phase = Phase::Closed;
+                if let Some(s) = self.stream.as_mut() {
+                    if let Some(sess) = self.session.as_mut() {
+                        let _ = s.write(&sess.take_output());
+                    }
+                    s.close();
+                }
+                let request = self.close_request.take().unwrap_or(0);
+                self.outcomes.push(Outcome {
+                    request,
+                    response: Response::Closed {
+                        conn: self.id,
+                        reason: String::new(),
+                    },
+                });
+                self.fail_queued("connection closed");
+                self.deadline = None;
+            }
+        }
+    }
+
+    fn start_next(&mut self, now: Instant) {
+        if self.active.is_some() {
+            return;
+        }
+        let Some(p) = self.queue.pop_front() else {
+            if self.close_request.is_some() {
+                self.stage = "quit";
+                if let Some(s) = self.session.as_mut() {
+                    s.quit();
+                }
+                self.deadline = Some(now + self.settings.cmd_timeout);
+            } else {
+                // Idle: qmgr decides how long a connection stays cached.
+                self.deadline = None;
+            }
+            return;
+        };
+        let source = match &p.txn.data {
+            Data::Inline(b) => Ok(Source::Inline(b.clone(), 0)),
+            Data::File(rel) => queue::MessageFile::open(&self.settings.queue_root.join(rel))
+                .map(|f| Source::File(Box::new(f), 0))
+                .map_err(|e| e.to_string()),
+        };
+        let source = match source {
+            Ok(s) => s,
+            Err(e) => {
+                // A local problem, not the peer's: defer these recipients.
+                let text = format!("cannot read the message: {e}");
+                msg_info!("{}: {text}", p.txn.queue_id);
+                let results = all(&p.txn, 451, "4.3.0", &text);
+                self.outcomes.push(Outcome {
+                    request: p.request,
+                    response: Response::Sent {
+                        conn: self.id,
+                        results,
+                        conn_failed: false,
+                    },
+                });
+                return self.start_next(now);
+            }
+        };
+        let env = match envelope(&p.txn) {
+            Ok(e) => e,
+            Err(text) => {
+                let results = all(&p.txn, 550, "5.1.3", &text);
+                for r in &results {
+                    log_result(&p.txn, r, &self.relay, 0, [0.0; 4], "bounced");
+                }
+                self.outcomes.push(Outcome {
+                    request: p.request,
+                    response: Response::Sent {
+                        conn: self.id,
+                        results,
+                        conn_failed: false,
+                    },
+                });
+                return self.start_next(now);
+            }
+        };
+        let n = p.txn.recipients.len();
+        let setup = if self.uses == 0 { self.setup } else { 0.0 };
+        let started = self.session.as_mut().is_some_and(|s| s.send_message(&env));
+        self.active = Some(Active {
+            request: p.request,
+            txn: p.txn,
+            queued: p.queued,
+            started: now,
+            conn_setup: setup,
+            rcpt: vec![None; n],
+            mail: None,
+            source: Some(source),
+            sending: false,
+        });
+        self.stage = "mail";
+        self.deadline = Some(now + self.settings.cmd_timeout);
+        if !started {
+            self.fail("the session was not ready for a new message".into());
+        }
+    }
+
+    fn finish(&mut self, final_reply: Reply, now: Instant) {
+        let Some(a) = self.active.take() else { return };
+        self.uses += 1;
+        let conn_use = if self.uses > 1 { self.uses } else { 0 };
+        let delays = delays(&a, now);
+        let mut results = Vec::with_capacity(a.txn.recipients.len());
+        for (i, r) in a.txn.recipients.iter().enumerate() {
+            let (reply, stage) = match (&a.mail, &a.rcpt[i]) {
+                (Some(m), _) => (m.clone(), "MAIL FROM"),
+                (None, Some(rr)) if !rr.is_positive() => (rr.clone(), "RCPT TO"),
+                _ => (final_reply.clone(), "end of DATA"),
+            };
+            let res = result_of(r.index, &reply);
+            let status = status_word(reply.code);
+            let shown = if reply.code < 300 {
+                RcptResult {
+                    text: format!(
+                        "{} {} {}",
+                        reply.code,
+                        res.enhanced,
+                        reply.text().replace('\n', " ")
+                    ),
+                    ..res.clone()
+                }
+            } else {
+                RcptResult {
+                    text: format!(
+                        "host {} said: {} {} {} (in reply to {stage} command)",
+                        self.relay,
+                        reply.code,
+                        res.enhanced,
+                        reply.text().replace('\n', " ")
+                    ),
+                    ..res.clone()
+                }
+            };
+            log_result(&a.txn, &shown, &self.relay, conn_use, delays, status);
+            results.push(shown);
+        }
+        self.outcomes.push(Outcome {
+            request: a.request,
+            response: Response::Sent {
+                conn: self.id,
+                results,
+                conn_failed: false,
+            },
+        });
+        self.start_next(now);
+    }
+
+    /// The connection broke: defer what is in flight and queued, report closed.
+    fn fail(&mut self, why: String) {
+        if !self.opened {
+            self.outcomes.push(Outcome {
+                request: self.open_request,
+                response: Response::OpenFailed {
+                    conn: self.id,
+                    handshake: true,
+                    reason: why.clone(),
+                },
+            });
+            msg_info!("{why}");
+        }
+        if let Some(a) = self.active.take() {
+            let mut results = Vec::new();
+            for (i, r) in a.txn.recipients.iter().enumerate() {
+                // A recipient the server already refused for good keeps its
+                // bounce; everything else is deferred.
+                let res = match &a.rcpt[i] {
+                    Some(rr) if rr.is_permanent() => result_of(r.index, rr),
+                    _ => RcptResult {
+                        index: r.index,
+                        code: 421,
+                        enhanced: "4.4.2".into(),
+                        text: why.clone(),
+                    },
+                };
+                log_result(
+                    &a.txn,
+                    &res,
+                    &self.relay,
+                    0,
+                    delays(&a, Instant::now()),
+                    status_word(res.code),
+                );
+                results.push(res);
+            }
+            self.outcomes.push(Outcome {
+                request: a.request,
+                response: Response::Sent {
+                    conn: self.id,
+                    results,
+                    conn_failed: true,
+                },
+            });
+        }
+        self.fail_queued(&why);
+        if self.opened {
+            let request = self.close_request.take().unwrap_or(0);
+            self.outcomes.push(Outcome {
+                request,
+                response: Response::Closed {
+                    conn: self.id,
+                    reason: why,
+                },
+            });
+        }
+        if let Some(s) = self.stream.as_mut() {
+            s.close();
+        }
+        self.done = true;
+    }
+
+    fn fail_queued(&mut self, why: &str) {
+        while let Some(p) = self.queue.pop_front() {
+            let results = all(&p.txn, 421, "4.4.2", why);
+            self.outcomes.push(Outcome {
+                request: p.request,
+                response: Response::Sent {
+                    conn: self.id,
+                    results,
+                    conn_failed: true,
+                },
+            });
+        }
+    }
+}
+
+fn relay(host: &str, addr: SocketAddr) -> String {
+    format!("{host}[{}]:{}", addr.ip(), addr.port())
+}
+
+fn describe(e: &smtp_proto::client_session::ClientError, relay: &str) -> String {
+    use smtp_proto::client_session::ClientError as E;
+    match e {
+        E::Greeting(r) => format!(
+            "host {relay} refused to talk to me: {} {}",
+            r.code,
+            r.text()
+        ),
+        E::Helo(r) => format!(
+            "host {relay} refused EHLO and HELO: {} {}",
+            r.code,
+            r.text()
+        ),
+        E::TlsUnavailable(_) => format!("TLS is required, but was not offered by host {relay}"),
+        E::ServerClosing(r) => format!("host {relay} said: {} {}", r.code, r.text()),
+        E::BadReply(err) => format!("host {relay} sent a malformed reply: {err:?}"),
+        E::Unexpected(r) => format!(
+            "host {relay} sent an unexpected reply: {} {}",
+            r.code,
+            r.text()
+        ),
+        other => format!("host {relay}: {other:?}"),
+    }
+}
+
+fn status_word(code: u16) -> &'static str {
+    match code {
+        200..=299 => "sent",
+        500..=599 => "bounced",
+        _ => "deferred",
+    }
+}
+
+fn result_of(index: u32, r: &Reply) -> RcptResult {
+    let enhanced = r
+        .enhanced
+        .map(|e| e.to_string())
+        .unwrap_or_else(|| format!("{}.0.0", (r.code / 100).clamp(2, 5)));
+    RcptResult {
+        index,
+        code: r.code,
+        enhanced,
+        text: r.text().replace('\n', " "),
+    }
+}
+
+fn delays(a: &Active, now: Instant) -> [f64; 4] {
+    let now_us = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    let total = now_us.saturating_sub(a.txn.arrival_us) as f64 / 1e6;
+    let wait = a.started.duration_since(a.queued).as_secs_f64();
+    let xfer = now.duration_since(a.started).as_secs_f64();
+    let before = (total - wait - xfer - a.conn_setup).max(0.0);
+    [before, wait, a.conn_setup, xfer]
+}
+
+fn log_result(
+    txn: &Transaction,
+    r: &RcptResult,
+    relay: &str,
+    conn_use: u32,
+    d: [f64; 4],
+    status: &str,
+) {
+    let addr = txn
+        .recipients
+        .iter()
+        .find(|x| x.index == r.index)
+        .map(|x| x.address.as_str())
+        .unwrap_or("");
+    let total: f64 = d.iter().sum();
+    let cu = if conn_use > 0 {
+        format!(", conn_use={conn_use}")
+    } else {
+        String::new()
+    };
+    msg_info!(
+        "{}: to=<{addr}>, relay={relay}{cu}, delay={}, delays={}/{}/{}/{}, dsn={}, status={status} ({})",
+        txn.queue_id,
+        secs(total),
+        secs(d[0]),
+        secs(d[1]),
+        secs(d[2]),
+        secs(d[3]),
+        r.enhanced,
+        r.text
+    );
+}
+
+/// Postfix's delay format: two decimals under 10 s, one under 100, whole above.
+fn secs(s: f64) -> String {
+    if s < 10.0 {
+        format!("{}", (s * 100.0).round() / 100.0)
+    } else if s < 100.0 {
+        format!("{s:.1}")
+    } else {
+        format!("{s:.0}")
+    }
+}
+
+fn envelope(txn: &Transaction) -> Result<Envelope, String> {
+    let from = if txn.sender.is_empty() {
+        Path::Null
+    } else {
+        let text = format!("<{}>", txn.sender);
+        match smtp_proto::address::parse_path(&text, txn.smtputf8) {
+            Ok((p, "")) => p,
+            _ => return Err(format!("bad sender address syntax: {}", txn.sender)),
+        }
+    };
+    let mut recipients = Vec::new();
+    for r in &txn.recipients {
+        let text = format!("<{}>", r.address);
+        let mailbox = match smtp_proto::address::parse_path(&text, txn.smtputf8) {
+            Ok((Path::Mailbox(m), "")) => m,
+            _ => return Err(format!("bad recipient address syntax: {}", r.address)),
+        };
+        let notify = match r.notify {
+            mail::Notify::Default => None,
+            mail::Notify::Never => Some(Notify {
+                success: false,
+                failure: false,
+                delay: false,
+            }),
+            mail::Notify::On {
+                success,
+                failure,
+                delay,
+            } => Some(Notify {
+                success,
+                failure,
+                delay,
+            }),
+        };
+        let orcpt = r
+            .orcpt
+            .as_ref()
+            .and_then(|o| o.split_once(';'))
+            .map(|(t, a)| Orcpt {
+                addr_type: t.into(),
+                addr: a.into(),
+            });
+        recipients.push((mailbox, RcptParams { notify, orcpt }));
+    }
+    let params = MailParams {
+        size: Some(txn.size),
+        body: match txn.body {
+            mail::BodyType::SevenBit => None,
+            mail::BodyType::EightBitMime => Some(Body::EightBitMime),
+            mail::BodyType::BinaryMime => Some(Body::BinaryMime),
+        },
+        smtputf8: txn.smtputf8,
+        ret: txn.ret.map(|r| match r {
+            mail::Ret::Full => Ret::Full,
+            mail::Ret::Hdrs => Ret::Headers,
+        }),
+        envid: txn.envid.clone(),
+    };
+    Ok(Envelope {
+        from,
+        params,
+        recipients,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delay_format_follows_postfix() {
+        assert_eq!(secs(0.0), "0");
+        assert_eq!(secs(0.123), "0.12");
+        assert_eq!(secs(1.5), "1.5");
+        assert_eq!(secs(12.34), "12.3");
+        assert_eq!(secs(123.4), "123");
+    }
+
+    #[test]
+    fn status_words() {
+        assert_eq!(status_word(250), "sent");
+        assert_eq!(status_word(451), "deferred");
+        assert_eq!(status_word(550), "bounced");
+        let r = result_of(3, &Reply::new(550, None, "no such user"));
+        assert_eq!((r.index, r.enhanced.as_str()), (3, "5.0.0"));
+    }
+}

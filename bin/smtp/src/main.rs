@@ -1,0 +1,22 @@
+//! smtp(8): the Sluice SMTP delivery agent.
+//!
+//! One process carries many connections on a mio loop. qmgr says which
+//! connections to open and which transactions to run on each (the
+//! `sluice-delivery` protocol); this program speaks SMTP on them with the
+//! sans-IO `smtp_proto::client_session` engine: EHLO with HELO fallback,
+//! STARTTLS per `smtp_tls_security_level`, PIPELINING, many messages per
+//! connection, content streamed from the spool as it is (wire format).
+//! It reports a result per recipient and per connection, and logs each
+//! recipient as Postfix does (`to=<…>, relay=…, delay=…, dsn=…, status=…`).
+#![forbid(unsafe_code)]
+
+mod conn;
+mod server;
+
+fn main() {
+    daemon::run(
+        daemon::Options::default(),
+        |_ctx| Ok(()),
+        server::AgentServer::new,
+    )
+}

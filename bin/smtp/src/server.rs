@@ -1,0 +1,303 @@
+//! The agent's clients (qmgr) and connections.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use daemon::{msg_warn, Conn as Accepted, Context, Cx, Server};
+use ipc::delivery::{Delivery, Request, Response};
+use ipc::{Endpoint, Tagged};
+use mio::{Interest, Token};
+use smtp_proto::client_session::{ClientConfig, ClientTls};
+
+use crate::conn::{Outcome, SmtpConn};
+
+/// Settings from main.cf.
+pub struct Settings {
+    /// The session engine's settings.
+    pub client: ClientConfig,
+    /// TLS client configuration when TLS may be used.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// `smtp_bind_address`.
+    pub bind: Option<std::net::IpAddr>,
+    /// `smtp_connect_timeout`.
+    pub connect_timeout: Duration,
+    /// `smtp_helo_timeout`.
+    pub helo_timeout: Duration,
+    /// `smtp_rcpt_timeout` (and MAIL).
+    pub cmd_timeout: Duration,
+    /// `smtp_data_xfer_timeout`.
+    pub xfer_timeout: Duration,
+    /// `smtp_data_done_timeout`.
+    pub done_timeout: Duration,
+    /// Where message files are.
+    pub queue_root: PathBuf,
+}
+
+impl Settings {
+    fn from(cfg: &config::Config, chrooted: bool, service: &str) -> Result<Settings, String> {
+        let t = cfg.transport(service);
+        let level = t.choice("smtp_tls_security_level");
+        let tls = match level {
+            "none" => ClientTls::Disabled,
+            "may" => ClientTls::Opportunistic,
+            "encrypt" => ClientTls::Required,
+            other => return Err(format!("smtp_tls_security_level = {other}: certificate verification is not built yet; use may or encrypt")),
+        };
+        let bind = cfg.str("smtp_bind_address");
+        let bind = if bind.is_empty() {
+            None
+        } else {
+            Some(
+                bind.parse()
+                    .map_err(|_| format!("smtp_bind_address = {bind}: not an IP address"))?,
+            )
+        };
+        Ok(Settings {
+            client: ClientConfig {
+                helo_name: cfg.str("smtp_helo_name"),
+                tls,
+                ..ClientConfig::default()
+            },
+            tls: (tls != ClientTls::Disabled).then(tls::insecure_client_config),
+            bind,
+            connect_timeout: t.time("smtp_connect_timeout"),
+            helo_timeout: t.time("smtp_helo_timeout"),
+            cmd_timeout: t.time("smtp_rcpt_timeout"),
+            xfer_timeout: t.time("smtp_data_xfer_timeout"),
+            done_timeout: t.time("smtp_data_done_timeout"),
+            queue_root: if chrooted {
+                PathBuf::from("/")
+            } else {
+                PathBuf::from(cfg.str("queue_directory"))
+            },
+        })
+    }
+}
+
+struct Client {
+    ep: Endpoint,
+}
+
+/// All of this process's clients and connections.
+pub struct AgentServer {
+    settings: Arc<Settings>,
+    clients: BTreeMap<Token, Client>,
+    /// Socket token → connection.
+    conns: BTreeMap<Token, SmtpConn>,
+    /// (client, qmgr's conn id) → socket token.
+    by_id: BTreeMap<(Token, u64), Token>,
+    service: String,
+}
+
+impl AgentServer {
+    /// Reads the settings.
+    pub fn new(ctx: &Context, (): ()) -> Result<Self, String> {
+        let chrooted = ctx.args.chroot && sys::is_root();
+        Ok(AgentServer {
+            settings: Arc::new(Settings::from(&ctx.config, chrooted, &ctx.args.service)?),
+            clients: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            by_id: BTreeMap::new(),
+            service: ctx.args.service.clone(),
+        })
+    }
+
+    fn respond(&mut self, client: Token, id: u64, resp: Response) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            if let Err(e) = c.ep.reply(id, &resp) {
+                msg_warn!("qmgr: {e}");
+            }
+        }
+    }
+
+    fn handle(&mut self, cx: &mut Cx<'_>, client: Token, req: Tagged<Request>) {
+        match req.body {
+            Request::Open { conn, host, addrs } => {
+                if self.by_id.contains_key(&(client, conn)) {
+                    self.respond(
+                        client,
+                        req.id,
+                        Response::OpenFailed {
+                            conn,
+                            handshake: false,
+                            reason: format!("connection {conn} already exists"),
+                        },
+                    );
+                    return;
+                }
+                let token = cx.token();
+                let c = SmtpConn::new(
+                    self.settings.clone(),
+                    client,
+                    conn,
+                    req.id,
+                    host,
+                    addrs,
+                    token,
+                    cx,
+                );
+                self.by_id.insert((client, conn), token);
+                self.conns.insert(token, c);
+                self.progress(cx, token);
+            }
+            Request::Send { conn, txn } => match self.by_id.get(&(client, conn)).copied() {
+                Some(token) => {
+                    if let Some(c) = self.conns.get_mut(&token) {
+                        c.queue(req.id, *txn, cx.now);
+                    }
+                    self.progress(cx, token);
+                }
+                None => {
+                    let results = crate::conn::all(&txn, 421, "4.4.0", "connection is not open");
+                    self.respond(
+                        client,
+                        req.id,
+                        Response::Sent {
+                            conn,
+                            results,
+                            conn_failed: true,
+                        },
+                    );
+                }
+            },
+            Request::Close { conn } => match self.by_id.get(&(client, conn)).copied() {
+                Some(token) => {
+                    if let Some(c) = self.conns.get_mut(&token) {
+                        c.close_when_idle(req.id);
+                    }
+                    self.progress(cx, token);
+                }
+                None => self.respond(
+                    client,
+                    req.id,
+                    Response::Closed {
+                        conn,
+                        reason: String::new(),
+                    },
+                ),
+            },
+        }
+    }
+
+    /// Lets a connection act, delivers what it has to say, drops it when done.
+    fn progress(&mut self, cx: &mut Cx<'_>, token: Token) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        c.drive(cx);
+        let (client, id, outcomes, done) = (c.client, c.id, c.take_outcomes(), c.is_done());
+        for Outcome { request, response } in outcomes {
+            self.respond(client, request, response);
+        }
+        if done {
+            if let Some(mut c) = self.conns.remove(&token) {
+                c.deregister(cx.registry);
+            }
+            self.by_id.remove(&(client, id));
+        }
+    }
+
+    fn serve(&mut self, cx: &mut Cx<'_>, token: Token) -> Result<bool, ipc::IpcError> {
+        let Some(c) = self.clients.get_mut(&token) else {
+            return Ok(false);
+        };
+        let open = c.ep.read_ready()?;
+        if !c.ep.accept_hello::<Delivery>()? {
+            return Ok(open);
+        }
+        loop {
+            let Some(c) = self.clients.get_mut(&token) else {
+                return Ok(false);
+            };
+            let Some(req) = c.ep.recv::<Tagged<Request>>()? else {
+                break;
+            };
+            self.handle(cx, token, req);
+        }
+        let Some(c) = self.clients.get_mut(&token) else {
+            return Ok(false);
+        };
+        c.ep.write_ready()?;
+        Ok(open || c.ep.wants_write())
+    }
+
+    fn drop_client(&mut self, cx: &mut Cx<'_>, token: Token) {
+        if let Some(mut c) = self.clients.remove(&token) {
+            let _ = cx.registry.deregister(c.ep.stream());
+        }
+        // qmgr is gone: its connections have no one to report to.
+        let orphans: Vec<Token> = self
+            .by_id
+            .iter()
+            .filter(|((c, _), _)| *c == token)
+            .map(|(_, t)| *t)
+            .collect();
+        for t in orphans {
+            if let Some(mut c) = self.conns.remove(&t) {
+                c.abandon();
+                c.deregister(cx.registry);
+                self.by_id.remove(&(token, c.id));
+            }
+        }
+    }
+}
+
+impl Server for AgentServer {
+    fn accept(&mut self, cx: &mut Cx<'_>, conn: Accepted) {
+        let Accepted::Unix(stream) = conn else { return };
+        let mut ep = Endpoint::new(stream);
+        let token = cx.token();
+        if cx
+            .registry
+            .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
+            .is_err()
+        {
+            return;
+        }
+        self.clients.insert(token, Client { ep });
+        self.ready(cx, token, true, true);
+    }
+
+    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, writable: bool) {
+        if self.conns.contains_key(&token) {
+            if let Some(c) = self.conns.get_mut(&token) {
+                c.socket_ready(readable, writable);
+            }
+            self.progress(cx, token);
+            return;
+        }
+        match self.serve(cx, token) {
+            Ok(true) => {}
+            Ok(false) => self.drop_client(cx, token),
+            Err(e) => {
+                msg_warn!("{}: qmgr link: {e}", self.service);
+                self.drop_client(cx, token);
+            }
+        }
+    }
+
+    fn timeout(&mut self, cx: &mut Cx<'_>) {
+        let due: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline().is_some_and(|d| d <= cx.now))
+            .map(|(t, _)| *t)
+            .collect();
+        for t in due {
+            if let Some(c) = self.conns.get_mut(&t) {
+                c.timed_out(cx.now);
+            }
+            self.progress(cx, t);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.conns.values().filter_map(|c| c.deadline()).min()
+    }
+
+    fn clients(&self) -> usize {
+        self.clients.len() + self.conns.len()
+    }
+}

@@ -1,0 +1,154 @@
+//! The delivery-agent protocol: qmgr drives smtp (and any future agent).
+//!
+//! fanf's split: qmgr owns which connection carries which transaction; the
+//! agent owns the protocol. qmgr asks the agent to `Open` a connection to
+//! a host (with its addresses, resolved by the router), queues `Send`
+//! transactions on it (several may wait: the connection's backlog), and
+//! `Close`s it when the scheduler says so. The agent answers each request
+//! with the same [`crate::Tagged`] id: `Opened`/`OpenFailed`, `Sent` with a
+//! result per recipient, `Closed`. A connection the peer or a fault ends on
+//! its own is reported with an unsolicited `Closed` tagged id 0.
+//!
+//! Message data travels inline for messages that live in the journal, or
+//! as the path of the message file relative to the queue directory, which
+//! the agent opens read-only and streams (it is already in wire format).
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// Marker type for the delivery protocol.
+#[derive(Debug)]
+pub enum Delivery {}
+
+impl crate::Protocol for Delivery {
+    const NAME: &'static str = "sluice-delivery";
+    const VERSION: u32 = 1;
+    type Request = Request;
+    type Response = Response;
+}
+
+/// What qmgr asks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Open connection `conn` to `host`, trying `addrs` in order.
+    Open {
+        /// qmgr's connection id.
+        conn: u64,
+        /// The host name (for logs and TLS).
+        host: String,
+        /// Its addresses with the port.
+        addrs: Vec<SocketAddr>,
+    },
+    /// Run one transaction on connection `conn` once it is free.
+    Send {
+        /// The connection.
+        conn: u64,
+        /// The transaction.
+        txn: Box<Transaction>,
+    },
+    /// QUIT and close connection `conn` once its queued transactions are done.
+    Close {
+        /// The connection.
+        conn: u64,
+    },
+}
+
+/// One message to some of its recipients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transaction {
+    /// Queue id, for log lines.
+    pub queue_id: String,
+    /// Envelope sender ("" for the null sender).
+    pub sender: String,
+    /// RET= for DSN-capable servers.
+    pub ret: Option<mail::Ret>,
+    /// ENVID=.
+    pub envid: Option<String>,
+    /// BODY=.
+    pub body: mail::BodyType,
+    /// The message needs SMTPUTF8.
+    pub smtputf8: bool,
+    /// Data size in bytes (SIZE=).
+    pub size: u64,
+    /// Arrival time, microseconds since the epoch (for delay=).
+    pub arrival_us: u64,
+    /// The recipients.
+    pub recipients: Vec<TxnRecipient>,
+    /// The content.
+    pub data: Data,
+}
+
+/// One recipient of a transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxnRecipient {
+    /// Index of the recipient in the message's envelope.
+    pub index: u32,
+    /// The address to use in RCPT TO.
+    pub address: String,
+    /// NOTIFY=.
+    pub notify: mail::Notify,
+    /// ORCPT= (`type;xtext`).
+    pub orcpt: Option<String>,
+}
+
+/// Where the content is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Data {
+    /// The wire-format bytes.
+    Inline(Vec<u8>),
+    /// A message file, relative to the queue directory.
+    File(String),
+}
+
+/// What the agent reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// The connection is up and ready for transactions.
+    Opened {
+        /// The connection.
+        conn: u64,
+        /// `host[addr]:port` as logged.
+        relay: String,
+    },
+    /// The connection could not be set up.
+    OpenFailed {
+        /// The connection.
+        conn: u64,
+        /// False when no address could be reached; true when one was
+        /// reached and the greeting, EHLO or TLS failed (negative feedback).
+        handshake: bool,
+        /// The reason, for the defer log line.
+        reason: String,
+    },
+    /// A transaction finished.
+    Sent {
+        /// The connection.
+        conn: u64,
+        /// A result for every recipient of the transaction.
+        results: Vec<RcptResult>,
+        /// The connection failed during the transaction (the results are
+        /// deferrals made up by the agent).
+        conn_failed: bool,
+    },
+    /// The connection is closed.
+    Closed {
+        /// The connection.
+        conn: u64,
+        /// Why, when it was not asked for.
+        reason: String,
+    },
+}
+
+/// The outcome for one recipient.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RcptResult {
+    /// Index of the recipient in the envelope.
+    pub index: u32,
+    /// SMTP code: 2xx delivered, 4xx deferred, 5xx bounced.
+    pub code: u16,
+    /// Enhanced status code, e.g. `2.0.0`.
+    pub enhanced: String,
+    /// The server's reply (or the agent's reason), one line.
+    pub text: String,
+}

@@ -1,0 +1,530 @@
+//! The resolution pipeline: canonical → virtual alias → class → transport.
+//!
+//! Postfix's order and meaning (cleanup's canonical and virtual rewriting,
+//! then trivial-rewrite's resolve): `recipient_canonical_maps`, then
+//! `canonical_maps` (one lookup each); `virtual_alias_maps` expanded
+//! recursively, an address that lists itself being kept as is, a cycle
+//! through other addresses or more than `virtual_alias_recursion_limit`
+//! levels or `virtual_alias_expansion_limit` addresses being a temporary
+//! error (Postfix defers such mail: the table is broken, not the address);
+//! then each resulting address is classed local (`mydestination`),
+//! virtual alias domain without a match (error: user unknown), relay
+//! (`relay_domains`) or default, and `transport_maps` may override.
+//! Pure functions of the settings and the address: no I/O, no clock.
+
+use std::collections::BTreeSet;
+
+use crate::address::{self, Addr, AddressError};
+use crate::settings::Settings;
+
+/// How an address was classed, as Postfix's resolve flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// A `mydestination` domain.
+    Local,
+    /// A `virtual_alias_domains` domain.
+    Virtual,
+    /// A `relay_domains` domain.
+    Relay,
+    /// Anything else.
+    Default,
+}
+
+/// Where one recipient goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The rewritten address, external form.
+    pub address: String,
+    /// The master.cf transport, or `error` for mail to bounce.
+    pub transport: String,
+    /// The next hop: a domain (MX lookup), `[host]` or `[host]:port`
+    /// (no MX lookup); for `error`, the reason text.
+    pub nexthop: String,
+    /// The address class.
+    pub class: Class,
+    /// The recipient is not a known user (local_recipient_maps, or a
+    /// virtual alias domain without a match): smtpd's reject_unlisted_recipient.
+    pub unknown: bool,
+    /// transport_maps decided the transport or next hop.
+    pub by_table: bool,
+}
+
+impl Route {
+    /// Whether the next hop is a literal host (`[host]`): no MX lookup.
+    pub fn literal(&self) -> bool {
+        self.nexthop.starts_with('[')
+    }
+}
+
+/// Why an address could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResolveError {
+    /// The address itself is malformed: permanent.
+    Address(AddressError),
+    /// Virtual aliases nest deeper than the recursion limit: temporary.
+    RecursionLimit(String),
+    /// Virtual aliases expand to more addresses than the limit: temporary.
+    ExpansionLimit(String),
+    /// Virtual aliases form a cycle through other addresses: temporary.
+    AliasLoop(Vec<String>),
+    /// A table result is not an address: temporary (the table is wrong).
+    BadTableResult {
+        /// The address looked up.
+        key: String,
+        /// What the table gave.
+        result: String,
+    },
+}
+
+impl ResolveError {
+    /// Whether a retry may succeed (the configuration may be fixed).
+    pub fn is_temporary(&self) -> bool {
+        !matches!(self, ResolveError::Address(_))
+    }
+}
+
+impl std::fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResolveError::Address(e) => write!(f, "{e}"),
+            ResolveError::RecursionLimit(a) => {
+                write!(f, "unreasonable virtual_alias_maps nesting for {a}")
+            }
+            ResolveError::ExpansionLimit(a) => {
+                write!(f, "unreasonable virtual_alias_maps expansion size for {a}")
+            }
+            ResolveError::AliasLoop(chain) => {
+                write!(f, "virtual alias loop: {}", chain.join(" -> "))
+            }
+            ResolveError::BadTableResult { key, result } => {
+                write!(
+                    f,
+                    "table result for {key} is not an address: \"{}\"",
+                    result.escape_debug()
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for ResolveError {}
+
+impl From<AddressError> for ResolveError {
+    fn from(e: AddressError) -> Self {
+        ResolveError::Address(e)
+    }
+}
+
+/// The most `%`/`!` rewrites of one address: each removes a character, so
+/// this only stops hostile nesting early.
+const MAX_HACKS: usize = 20;
+
+/// The resolver: settings in, answers out.
+#[derive(Debug, Default)]
+pub struct Router {
+    s: Settings,
+}
+
+/// How a map lookup matched: on the full key, or after dropping the
+/// extension, or on `@domain`.
+struct Hit {
+    value: String,
+    stripped_ext: Option<String>,
+    catch_all: bool,
+}
+
+impl Router {
+    /// A router over loaded settings.
+    pub fn new(s: Settings) -> Router {
+        Router { s }
+    }
+
+    /// The settings in use.
+    pub fn settings(&self) -> &Settings {
+        &self.s
+    }
+
+    /// Resolves one recipient address to one or more routes (more when
+    /// virtual aliases expand it). `smtputf8`: the client may send UTF-8.
+    pub fn resolve(&self, text: &str, smtputf8: bool) -> Result<Vec<Route>, ResolveError> {
+        let addr = self.canonicalize(text, smtputf8)?;
+        let addr = self.canonical(addr, smtputf8)?;
+        let mut finals = Vec::new();
+        let mut chain = Vec::new();
+        self.expand(addr, smtputf8, &mut chain, &mut finals)?;
+        let mut seen = BTreeSet::new();
+        Ok(finals
+            .into_iter()
+            .filter(|a| seen.insert(a.internal().to_lowercase()))
+            .map(|a| self.route(&a))
+            .collect())
+    }
+
+    /// The class of the address as given (after `%`/`!` rewriting, before
+    /// canonical and virtual aliasing): what smtpd's relay check
+    /// (reject_unauth_destination) asks, as Postfix's smtpd asks
+    /// trivial-rewrite about the RCPT TO address itself.
+    pub fn classify(&self, text: &str, smtputf8: bool) -> Result<Class, ResolveError> {
+        let a = self.canonicalize(text, smtputf8)?;
+        Ok(self.class_of(&a.domain))
+    }
+
+    fn class_of(&self, domain: &str) -> Class {
+        if self.is_local(domain) {
+            Class::Local
+        } else if self.s.virtual_alias_domains.contains(domain) {
+            Class::Virtual
+        } else if self.s.relay_domains.contains(domain) {
+            Class::Relay
+        } else {
+            Class::Default
+        }
+    }
+
+    /// Parsing plus the rewrites Postfix's trivial-rewrite does before
+    /// lookups: null address, `@myorigin`, and `%`/`!` on local domains.
+    fn canonicalize(&self, text: &str, smtputf8: bool) -> Result<Addr, AddressError> {
+        let mut a = match address::parse(text, smtputf8)? {
+            Some(a) => a,
+            None => match address::parse(&self.s.empty_address_recipient, true)? {
+                Some(a) => a,
+                None => return Err(AddressError::EmptyLocalPart),
+            },
+        };
+        for _ in 0..MAX_HACKS {
+            // Unqualified addresses are local either way; with
+            // append_at_myorigin they also say so in their form.
+            if a.domain.is_empty() && self.s.append_at_myorigin {
+                a.domain = self.s.myorigin.clone();
+            }
+            if !self.is_local(&a.domain) {
+                return Ok(a);
+            }
+            // user%remote@local and remote!user@local route onwards, as
+            // Postfix does; the result is resolved (and relay-checked) anew.
+            if self.s.allow_percent_hack {
+                if let Some(i) = a.local.rfind('%') {
+                    let domain = address::normalize_domain(&a.local[i + 1..])?;
+                    a = Addr {
+                        local: a.local[..i].to_string(),
+                        domain,
+                    };
+                    if a.local.is_empty() {
+                        return Err(AddressError::EmptyLocalPart);
+                    }
+                    continue;
+                }
+            }
+            if self.s.swap_bangpath {
+                if let Some((site, user)) = a.local.split_once('!') {
+                    let domain = address::normalize_domain(site)?;
+                    a = Addr {
+                        local: user.to_string(),
+                        domain,
+                    };
+                    if a.local.is_empty() {
+                        return Err(AddressError::EmptyLocalPart);
+                    }
+                    continue;
+                }
+            }
+            return Ok(a);
+        }
+        Err(AddressError::TooManyRewrites)
+    }
+
+    fn is_local(&self, domain: &str) -> bool {
+        domain.is_empty() || self.s.mydestination.contains(domain)
+    }
+
+    /// recipient_canonical_maps then canonical_maps: one lookup each.
+    fn canonical(&self, mut a: Addr, smtputf8: bool) -> Result<Addr, ResolveError> {
+        for maps in [&self.s.recipient_canonical_maps, &self.s.canonical_maps] {
+            if maps.is_empty() {
+                continue;
+            }
+            if let Some(hit) = self.lookup(maps, &a) {
+                let mut out =
+                    self.apply(&a, &hit, &hit.value, self.s.propagate_canonical, smtputf8)?;
+                if out.domain.is_empty() {
+                    out.domain = self.s.myorigin.clone();
+                }
+                a = out;
+            }
+        }
+        Ok(a)
+    }
+
+    /// Recursive virtual alias expansion, depth-first, in table order.
+    fn expand(
+        &self,
+        a: Addr,
+        smtputf8: bool,
+        chain: &mut Vec<Addr>,
+        out: &mut Vec<Addr>,
+    ) -> Result<(), ResolveError> {
+        if self.s.virtual_alias_maps.is_empty() {
+            out.push(a);
+            return Ok(());
+        }
+        if chain.len() >= self.s.recursion_limit {
+            return Err(ResolveError::RecursionLimit(chain[0].to_string()));
+        }
+        let Some(hit) = self.lookup(&self.s.virtual_alias_maps, &a) else {
+            out.push(a);
+            return Ok(());
+        };
+        let key = a.internal().to_lowercase();
+        chain.push(a.clone());
+        for item in split_results(&hit.value) {
+            let b = self.apply(&a, &hit, item, self.s.propagate_virtual, smtputf8)?;
+            let b = if b.domain.is_empty() {
+                Addr {
+                    domain: self.s.myorigin.clone(),
+                    ..b
+                }
+            } else {
+                b
+            };
+            let bkey = b.internal().to_lowercase();
+            if bkey == key {
+                // "a -> a, b": the address is kept and not expanded again.
+                out.push(b);
+            } else if let Some(pos) = chain
+                .iter()
+                .position(|c| c.internal().to_lowercase() == bkey)
+            {
+                let mut names: Vec<String> = chain[pos..].iter().map(|c| c.to_string()).collect();
+                names.push(b.to_string());
+                return Err(ResolveError::AliasLoop(names));
+            } else {
+                self.expand(b, smtputf8, chain, out)?;
+            }
+            if out.len() > self.s.expansion_limit {
+                return Err(ResolveError::ExpansionLimit(chain[0].to_string()));
+            }
+        }
+        chain.pop();
+        Ok(())
+    }
+
+    /// Splits a local part at the first delimiter: (user, Some(delimiter+ext)).
+    fn split_ext<'a>(&self, local: &'a str) -> (&'a str, Option<&'a str>) {
+        if self.s.recipient_delimiter.is_empty() {
+            return (local, None);
+        }
+        match local.find(|c| self.s.recipient_delimiter.contains(c)) {
+            Some(i) if i > 0 => (&local[..i], Some(&local[i..])),
+            _ => (local, None),
+        }
+    }
+
+    /// Postfix's mail_addr_find order: `user+ext@domain`, `user@domain`,
+    /// then for local domains `user+ext` and `user`, then `@domain`.
+    fn lookup(&self, maps: &tables::Tables, a: &Addr) -> Option<Hit> {
+        let (user, ext) = self.split_ext(&a.local);
+        let hit = |value: String, stripped: bool, catch_all: bool| Hit {
+            value,
+            stripped_ext: if stripped {
+                ext.map(str::to_string)
+            } else {
+                None
+            },
+            catch_all,
+        };
+        if let Some(v) = maps.lookup(&a.internal()) {
+            return Some(hit(v, false, false));
+        }
+        if ext.is_some() {
+            if let Some(v) = maps.lookup(&format!("{user}@{}", a.domain)) {
+                return Some(hit(v, true, false));
+            }
+        }
+        if self.is_local(&a.domain) {
+            if let Some(v) = maps.lookup(&a.local) {
+                return Some(hit(v, false, false));
+            }
+            if ext.is_some() {
+                if let Some(v) = maps.lookup(user) {
+                    return Some(hit(v, true, false));
+                }
+            }
+        }
+        maps.lookup(&format!("@{}", a.domain))
+            .map(|v| hit(v, false, true))
+    }
+
+    /// Turns one table result into an address: `@domain` keeps the local
+    /// part of a catch-all match; an extension dropped for the lookup is
+    /// added back when propagation is on.
+    fn apply(
+        &self,
+        from: &Addr,
+        hit: &Hit,
+        result: &str,
+        propagate: bool,
+        smtputf8: bool,
+    ) -> Result<Addr, ResolveError> {
+        let bad = || ResolveError::BadTableResult {
+            key: from.to_string(),
+            result: result.to_string(),
+        };
+        let mut b = if let Some(domain) = result.strip_prefix('@').filter(|_| hit.catch_all) {
+            let domain = address::normalize_domain(domain).map_err(|_| bad())?;
+            Addr {
+                local: from.local.clone(),
+                domain,
+            }
+        } else {
+            address::parse(result, smtputf8)
+                .map_err(|_| bad())?
+                .ok_or_else(bad)?
+        };
+        if let (true, Some(ext)) = (propagate, &hit.stripped_ext) {
+            if self.split_ext(&b.local).1.is_none() {
+                b.local.push_str(ext);
+            }
+        }
+        Ok(b)
+    }
+
+    /// Classes an address and picks its transport and next hop.
+    fn route(&self, a: &Addr) -> Route {
+        let s = &self.s;
+        let class = self.class_of(&a.domain);
+        let channel = match class {
+            Class::Local => &s.local_transport,
+            // Aliases were expanded already: no match means no such user.
+            Class::Virtual => {
+                return Route {
+                    address: a.to_string(),
+                    transport: "error".into(),
+                    nexthop: "5.1.1 User unknown in virtual alias table".into(),
+                    class,
+                    unknown: true,
+                    by_table: false,
+                }
+            }
+            Class::Relay => &s.relay_transport,
+            Class::Default => &s.default_transport,
+        };
+        let (t0, nh) = split_transport(channel);
+        let mut transport = t0.to_string();
+        let default_nexthop = match class {
+            Class::Local => s.myhostname.clone(),
+            _ if !s.relayhost.is_empty() => s.relayhost.clone(),
+            _ => a.domain.clone(),
+        };
+        let mut nexthop = if nh.is_empty() {
+            default_nexthop
+        } else {
+            nh.to_string()
+        };
+        let mut by_table = false;
+        if let Some(v) = self.transport_lookup(a) {
+            by_table = true;
+            let (t, n) = split_transport(&v);
+            if t == "error" {
+                return Route {
+                    address: a.to_string(),
+                    transport: t.into(),
+                    nexthop: n.into(),
+                    class,
+                    unknown: false,
+                    by_table,
+                };
+            }
+            if !t.is_empty() {
+                transport = t.to_string();
+                // "transport:" alone means the recipient domain itself.
+                nexthop = if class == Class::Local {
+                    s.myhostname.clone()
+                } else {
+                    a.domain.clone()
+                };
+            }
+            if !n.is_empty() {
+                nexthop = n.to_string();
+            }
+        }
+        let unknown = class == Class::Local
+            && s.local_recipient_maps
+                .as_ref()
+                .is_some_and(|m| self.lookup(m, a).is_none());
+        Route {
+            address: a.to_string(),
+            transport,
+            nexthop,
+            class,
+            unknown,
+            by_table,
+        }
+    }
+
+    /// transport(5) order: `user+ext@domain`, `user@domain`, `domain`,
+    /// `.parent` for each parent domain, then `*`.
+    fn transport_lookup(&self, a: &Addr) -> Option<String> {
+        let maps = &self.s.transport_maps;
+        if maps.is_empty() {
+            return None;
+        }
+        let (user, ext) = self.split_ext(&a.local);
+        if let Some(v) = maps.lookup(&a.internal()) {
+            return Some(v);
+        }
+        if ext.is_some() {
+            if let Some(v) = maps.lookup(&format!("{user}@{}", a.domain)) {
+                return Some(v);
+            }
+        }
+        if let Some(v) = maps.lookup(&a.domain) {
+            return Some(v);
+        }
+        let mut rest = a.domain.as_str();
+        while let Some(i) = rest.find('.') {
+            if let Some(v) = maps.lookup(&rest[i..]) {
+                return Some(v);
+            }
+            rest = &rest[i + 1..];
+        }
+        maps.lookup("*")
+    }
+}
+
+/// `transport:nexthop` → (transport, nexthop); either may be empty.
+pub fn split_transport(v: &str) -> (&str, &str) {
+    match v.split_once(':') {
+        Some((t, n)) => (t.trim(), n.trim()),
+        None => (v.trim(), ""),
+    }
+}
+
+/// Splits a virtual alias result list at commas and white space outside quotes.
+fn split_results(v: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut in_quotes = false;
+    let mut escaped = false;
+    for (i, c) in v.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' if in_quotes => escaped = true,
+            '"' => in_quotes = !in_quotes,
+            c if !in_quotes && (c == ',' || c.is_whitespace()) => {
+                if start < i {
+                    out.push(&v[start..i]);
+                }
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    if start < v.len() {
+        out.push(&v[start..]);
+    }
+    out
+}

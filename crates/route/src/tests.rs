@@ -1,0 +1,693 @@
+//! Table-driven tests of every resolution rule, hostile addresses included.
+
+use super::*;
+use tables::{Table, Tables};
+
+fn maps(src: &str) -> Tables {
+    Tables::from_tables(vec![Table::from_text("texthash:test", "test", src).unwrap()])
+}
+
+fn regexp(src: &str) -> Tables {
+    Tables::from_tables(vec![Table::from_regexp("regexp:test", "test", src).unwrap()])
+}
+
+/// A site: host mail.example.com, local domains example.com and localhost,
+/// relay for relay.test and its subdomains, a virtual alias domain, and
+/// transport and alias tables exercising every lookup form.
+fn site() -> Router {
+    let mut s = Settings::minimal("mail.example.com");
+    s.myorigin = "example.com".into();
+    s.mydestination = DomainList::names(
+        &[
+            "mail.example.com",
+            "example.com",
+            "localhost",
+            "[192.0.2.25]",
+        ],
+        false,
+    );
+    s.relay_domains = DomainList::names(&["relay.test"], true);
+    s.virtual_alias_domains = DomainList::names(&["virt.test"], false);
+    s.recipient_delimiter = "+-".into();
+    s.recipient_canonical_maps =
+        maps("oldname@example.com newname@example.com\n@old.test @new.test\n");
+    s.canonical_maps = maps("newname@example.com final@example.com\n");
+    s.virtual_alias_maps = maps(
+        "sales@virt.test alice@example.com, bob@example.com\n\
+         list@virt.test list@virt.test, carol@remote.test\n\
+         team@virt.test sales@virt.test dave@example.com\n\
+         loop1@virt.test loop2@virt.test\n\
+         loop2@virt.test loop1@virt.test\n\
+         ext@virt.test extuser@example.com\n\
+         @catch.test @elsewhere.test\n\
+         info nobody@example.com\n\
+         bad@virt.test \"unterminated\n",
+    );
+    s.transport_maps = maps(
+        "special.test smtp:[10.0.0.1]:2525\n\
+         .sub.test relay:\n\
+         vip@remote2.test :[vip-gw.test]\n\
+         bounce.test error:5.7.1 we do not serve this domain\n\
+         lmtp.test lmtp:unix:private/lmtp\n",
+    );
+    s.local_recipient_maps = Some(maps(
+        "alice x\nbob x\ndave x\nfinal x\nextuser x\nnobody x\nmailer-daemon x\npostmaster x\n",
+    ));
+    Router::new(s)
+}
+
+type Want<'a> = (&'a str, &'a str, &'a str, Class, bool);
+
+#[test]
+fn resolution_rules() {
+    let r = site();
+    let cases: &[(&str, &[Want])] = &[
+        // Local domains, case folding, unqualified, null address.
+        (
+            "alice@Example.COM",
+            &[(
+                "alice@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        (
+            "alice",
+            &[(
+                "alice@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        (
+            "<>",
+            &[(
+                "MAILER-DAEMON@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        (
+            "ghost@example.com",
+            &[(
+                "ghost@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                true,
+            )],
+        ),
+        (
+            "alice@[192.0.2.25]",
+            &[(
+                "alice@[192.0.2.25]",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        // Extensions: known user with any extension.
+        (
+            "alice+news@example.com",
+            &[(
+                "alice+news@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        (
+            "bob-list@example.com",
+            &[(
+                "bob-list@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        // Canonical: recipient map then canonical map; @domain rewrite.
+        (
+            "oldname@example.com",
+            &[(
+                "final@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        (
+            "oldname+x@example.com",
+            &[(
+                "final+x@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        (
+            "joe@old.test",
+            &[("joe@new.test", "smtp", "new.test", Class::Default, false)],
+        ),
+        // Virtual aliases: fan-out, self-reference kept, nesting, extension, catch-all, bare user on local domain.
+        (
+            "sales@virt.test",
+            &[
+                (
+                    "alice@example.com",
+                    "local",
+                    "mail.example.com",
+                    Class::Local,
+                    false,
+                ),
+                (
+                    "bob@example.com",
+                    "local",
+                    "mail.example.com",
+                    Class::Local,
+                    false,
+                ),
+            ],
+        ),
+        (
+            "list@virt.test",
+            &[
+                (
+                    "list@virt.test",
+                    "error",
+                    "5.1.1 User unknown in virtual alias table",
+                    Class::Virtual,
+                    true,
+                ),
+                (
+                    "carol@remote.test",
+                    "smtp",
+                    "remote.test",
+                    Class::Default,
+                    false,
+                ),
+            ],
+        ),
+        (
+            "team@virt.test",
+            &[
+                (
+                    "alice@example.com",
+                    "local",
+                    "mail.example.com",
+                    Class::Local,
+                    false,
+                ),
+                (
+                    "bob@example.com",
+                    "local",
+                    "mail.example.com",
+                    Class::Local,
+                    false,
+                ),
+                (
+                    "dave@example.com",
+                    "local",
+                    "mail.example.com",
+                    Class::Local,
+                    false,
+                ),
+            ],
+        ),
+        (
+            "ext+tag@virt.test",
+            &[(
+                "extuser+tag@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        (
+            "who@catch.test",
+            &[(
+                "who@elsewhere.test",
+                "smtp",
+                "elsewhere.test",
+                Class::Default,
+                false,
+            )],
+        ),
+        (
+            "info@example.com",
+            &[(
+                "nobody@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        (
+            "info@remote.test",
+            &[(
+                "info@remote.test",
+                "smtp",
+                "remote.test",
+                Class::Default,
+                false,
+            )],
+        ),
+        (
+            "nobody-here@virt.test",
+            &[(
+                "nobody-here@virt.test",
+                "error",
+                "5.1.1 User unknown in virtual alias table",
+                Class::Virtual,
+                true,
+            )],
+        ),
+        // Relay domains and their subdomains.
+        (
+            "x@relay.test",
+            &[("x@relay.test", "relay", "relay.test", Class::Relay, false)],
+        ),
+        (
+            "x@deep.sub.relay.test",
+            &[(
+                "x@deep.sub.relay.test",
+                "relay",
+                "deep.sub.relay.test",
+                Class::Relay,
+                false,
+            )],
+        ),
+        (
+            "x@notrelay.test",
+            &[(
+                "x@notrelay.test",
+                "smtp",
+                "notrelay.test",
+                Class::Default,
+                false,
+            )],
+        ),
+        // transport_maps: domain, .parent, user@domain with :nexthop, error:, transport: alone.
+        (
+            "x@special.test",
+            &[(
+                "x@special.test",
+                "smtp",
+                "[10.0.0.1]:2525",
+                Class::Default,
+                false,
+            )],
+        ),
+        (
+            "x@a.sub.test",
+            &[("x@a.sub.test", "relay", "a.sub.test", Class::Default, false)],
+        ),
+        (
+            "x@sub.test",
+            &[("x@sub.test", "smtp", "sub.test", Class::Default, false)],
+        ),
+        (
+            "vip@remote2.test",
+            &[(
+                "vip@remote2.test",
+                "smtp",
+                "[vip-gw.test]",
+                Class::Default,
+                false,
+            )],
+        ),
+        (
+            "vip+x@remote2.test",
+            &[(
+                "vip+x@remote2.test",
+                "smtp",
+                "[vip-gw.test]",
+                Class::Default,
+                false,
+            )],
+        ),
+        (
+            "other@remote2.test",
+            &[(
+                "other@remote2.test",
+                "smtp",
+                "remote2.test",
+                Class::Default,
+                false,
+            )],
+        ),
+        (
+            "x@bounce.test",
+            &[(
+                "x@bounce.test",
+                "error",
+                "5.7.1 we do not serve this domain",
+                Class::Default,
+                false,
+            )],
+        ),
+        (
+            "x@lmtp.test",
+            &[(
+                "x@lmtp.test",
+                "lmtp",
+                "unix:private/lmtp",
+                Class::Default,
+                false,
+            )],
+        ),
+        // Hostile forms: source route, % and ! hacks through local domains only.
+        (
+            "@a.test,@b.test:alice@example.com",
+            &[(
+                "alice@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        (
+            "joe%remote.test@example.com",
+            &[(
+                "joe@remote.test",
+                "smtp",
+                "remote.test",
+                Class::Default,
+                false,
+            )],
+        ),
+        (
+            "joe%remote.test@other.test",
+            &[(
+                "joe%remote.test@other.test",
+                "smtp",
+                "other.test",
+                Class::Default,
+                false,
+            )],
+        ),
+        (
+            "remote.test!joe@example.com",
+            &[(
+                "joe@remote.test",
+                "smtp",
+                "remote.test",
+                Class::Default,
+                false,
+            )],
+        ),
+        (
+            "a%b%alice@example.com",
+            &[("a%b@alice", "smtp", "alice", Class::Default, false)],
+        ),
+        (
+            "\"alice\"@example.com",
+            &[(
+                "alice@example.com",
+                "local",
+                "mail.example.com",
+                Class::Local,
+                false,
+            )],
+        ),
+        (
+            "\"john doe\"@remote.test",
+            &[(
+                "\"john doe\"@remote.test",
+                "smtp",
+                "remote.test",
+                Class::Default,
+                false,
+            )],
+        ),
+        ("jöran@exämple.se", &[]),
+    ];
+    for (input, want) in cases {
+        let got = r.resolve(input, false);
+        if want.is_empty() {
+            assert!(got.is_err(), "{input}: {got:?}");
+            continue;
+        }
+        let got = got.unwrap_or_else(|e| panic!("{input}: {e}"));
+        let got: Vec<Want> = got
+            .iter()
+            .map(|x| {
+                (
+                    x.address.as_str(),
+                    x.transport.as_str(),
+                    x.nexthop.as_str(),
+                    x.class,
+                    x.unknown,
+                )
+            })
+            .collect();
+        assert_eq!(&got, want, "{input}");
+    }
+}
+
+#[test]
+fn classify_answers_for_the_address_as_given() {
+    let r = site();
+    let cases = [
+        ("sales@virt.test", Class::Virtual),
+        ("alice@example.com", Class::Local),
+        ("x@deep.relay.test", Class::Relay),
+        ("x@far.test", Class::Default),
+        ("joe%far.test@example.com", Class::Default),
+        ("oldname@example.com", Class::Local),
+        ("joe@old.test", Class::Default),
+    ];
+    for (a, want) in cases {
+        assert_eq!(r.classify(a, false), Ok(want), "{a}");
+    }
+    assert!(r.classify("a b@x", false).is_err());
+    // Resolution follows aliases to other classes; the relay check must not.
+    assert_eq!(
+        r.resolve("sales@virt.test", false).unwrap()[0].class,
+        Class::Local
+    );
+}
+
+#[test]
+fn errors_are_typed_and_classified() {
+    let r = site();
+    let long = format!("{}@example.com", "a".repeat(400));
+    let cases: &[(&str, bool)] = &[
+        ("loop1@virt.test", true),
+        ("bad@virt.test", true),
+        ("@example.com", false),
+        ("\"\"@example.com", false),
+        ("a\nb@example.com", false),
+        ("a\0b@example.com", false),
+        (&long, false),
+        ("user@bad..domain", false),
+        ("%@example.com", false),
+        ("x%@example.com", false),
+        ("!joe@example.com", false),
+    ];
+    for (input, temporary) in cases {
+        let e = r.resolve(input, false).expect_err(input);
+        assert_eq!(e.is_temporary(), *temporary, "{input}: {e}");
+    }
+    assert!(
+        matches!(r.resolve("loop1@virt.test", false), Err(ResolveError::AliasLoop(c)) if c.len() == 3)
+    );
+}
+
+#[test]
+fn utf8_needs_smtputf8() {
+    let r = site();
+    assert!(matches!(
+        r.resolve("jöran@example.com", false),
+        Err(ResolveError::Address(AddressError::NeedsSmtputf8))
+    ));
+    let got = r.resolve("jöran@ÉXAMPLE.se", true).unwrap();
+    assert_eq!(got[0].address, "jöran@éxample.se");
+    assert_eq!(got[0].nexthop, "éxample.se");
+}
+
+#[test]
+fn relayhost_and_transport_defaults() {
+    let mut s = Settings::minimal("h.test");
+    s.relayhost = "[smarthost.test]:587".into();
+    s.relay_domains = DomainList::names(&["r.test"], true);
+    s.relay_transport = "relay:[relay-gw.test]".into();
+    let r = Router::new(s);
+    let one = |a: &str| r.resolve(a, false).unwrap().remove(0);
+    assert_eq!(one("x@far.test").nexthop, "[smarthost.test]:587");
+    assert!(one("x@far.test").literal());
+    assert_eq!(one("x@r.test").nexthop, "[relay-gw.test]");
+    assert_eq!(one("x@r.test").transport, "relay");
+    assert_eq!(one("x@h.test").transport, "local");
+    assert!(
+        !one("x@h.test").unknown,
+        "no local_recipient_maps: every user exists"
+    );
+}
+
+#[test]
+fn limits_on_expansion_and_recursion() {
+    let mut s = Settings::minimal("h.test");
+    let chain: String = (0..20)
+        .map(|i| format!("a{i}@v.test a{}@v.test\n", i + 1))
+        .collect();
+    s.virtual_alias_maps = maps(&chain);
+    s.recursion_limit = 10;
+    let r = Router::new(s);
+    assert!(matches!(
+        r.resolve("a0@v.test", false),
+        Err(ResolveError::RecursionLimit(_))
+    ));
+    assert_eq!(
+        r.resolve("a15@v.test", false).unwrap()[0].address,
+        "a20@v.test"
+    );
+
+    let mut s = Settings::minimal("h.test");
+    let fan: Vec<String> = (0..30).map(|i| format!("u{i}@x.test")).collect();
+    s.virtual_alias_maps = maps(&format!("big@v.test {}\n", fan.join(", ")));
+    s.expansion_limit = 10;
+    let r = Router::new(s);
+    assert!(matches!(
+        r.resolve("big@v.test", false),
+        Err(ResolveError::ExpansionLimit(_))
+    ));
+}
+
+#[test]
+fn duplicate_results_are_merged_and_regexp_maps_work() {
+    let mut s = Settings::minimal("h.test");
+    s.virtual_alias_maps =
+        regexp("/^dup@/ x@r.test, X@R.test, y@r.test\n/^(.*)@old\\.test$/ $1@new.test\n");
+    let r = Router::new(s);
+    let got: Vec<String> = r
+        .resolve("dup@a.test", false)
+        .unwrap()
+        .into_iter()
+        .map(|x| x.address)
+        .collect();
+    assert_eq!(got, ["x@r.test", "y@r.test"]);
+    assert_eq!(
+        r.resolve("joe@old.test", false).unwrap()[0].address,
+        "joe@new.test"
+    );
+}
+
+#[test]
+fn settings_load_from_main_cf() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("transport"), "slow.test slow:\n").unwrap();
+    std::fs::write(d.join("virtual"), "a@v.test b@example.net\n").unwrap();
+    let main = format!(
+        "myhostname = mx.example.net\nmydomain = example.net\nmydestination = $myhostname, $mydomain\n\
+         relay_domains = inline:{{ r.test = ok }}\ntransport_maps = hash:{}/transport\n\
+         virtual_alias_maps = texthash:{}/virtual\nlocal_recipient_maps =\nrecipient_delimiter = +\n",
+        d.display(),
+        d.display()
+    );
+    std::fs::write(d.join("main.cf"), main).unwrap();
+    let cfg = config::Config::load(d, &[]).unwrap().config;
+    let (s, warnings) = Settings::load(&cfg).unwrap();
+    assert!(warnings.is_empty());
+    let r = Router::new(s);
+    let one = |a: &str| r.resolve(a, false).unwrap().remove(0);
+    assert_eq!(one("x@slow.test").transport, "slow");
+    assert_eq!(one("x@sub.r.test").transport, "relay");
+    assert_eq!(one("a@v.test").address, "b@example.net");
+    assert_eq!(one("a@v.test").transport, "local");
+    assert_eq!(one("x").address, "x@mx.example.net");
+
+    std::fs::write(d.join("transport"), "good x:\nbad-line\n").unwrap();
+    let e = Settings::load(&cfg).unwrap_err().to_string();
+    assert!(e.contains("transport_maps") && e.contains("line 2"), "{e}");
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..400), utf8 in proptest::bool::ANY) {
+        let r = site();
+        let text = String::from_utf8_lossy(&bytes);
+        match r.resolve(&text, utf8) {
+            Ok(routes) => proptest::prop_assert!(!routes.is_empty()),
+            Err(e) => proptest::prop_assert!(!e.to_string().is_empty()),
+        }
+    }
+
+    #[test]
+    fn address_shaped_input_never_panics(local in "[a-zA-Z0-9%!+\"@.\\\\ -]{0,30}", domain in "[a-zA-Z0-9.\\[\\]:-]{0,30}") {
+        let r = site();
+        let _ = r.resolve(&format!("{local}@{domain}"), false);
+    }
+}
+
+#[test]
+fn default_local_recipients_are_passwd_and_aliases() {
+    if !std::path::Path::new("/etc/aliases").exists() {
+        eprintln!("skipped: no /etc/aliases");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("main.cf"), "myhostname = h.example.test\n").unwrap();
+    let cfg = config::Config::load(dir.path(), &[]).unwrap().config;
+    let r = Router::new(Settings::load(&cfg).unwrap().0);
+    let unknown = |a: &str| r.resolve(a, false).unwrap()[0].unknown;
+    assert!(
+        !unknown("root@h.example.test"),
+        "root is in the password file"
+    );
+    assert!(!unknown("Root"), "found whatever the case");
+    assert!(unknown("no-such-user-here@h.example.test"));
+    let aliases = std::fs::read_to_string("/etc/aliases").unwrap();
+    if let Some(name) = aliases.lines().find_map(|l| {
+        l.split_once(':')
+            .map(|(k, _)| k.trim())
+            .filter(|k| !k.starts_with('#') && !k.is_empty())
+    }) {
+        assert!(
+            !unknown(&format!("{name}@h.example.test")),
+            "{name} is in /etc/aliases"
+        );
+    }
+}
+
+/// `cargo test --release -p route -- --ignored --nocapture bench`: the
+/// resolution core alone, without IPC.
+#[test]
+#[ignore]
+fn bench_in_process() {
+    let r = site();
+    let addrs = [
+        "alice+x@example.com",
+        "sales@virt.test",
+        "x@a.sub.test",
+        "joe@far.test",
+        "vip@remote2.test",
+    ];
+    let n = 1_000_000;
+    let t0 = std::time::Instant::now();
+    let mut routes = 0;
+    for i in 0..n {
+        routes += r
+            .resolve(addrs[i % addrs.len()], false)
+            .map_or(0, |v| v.len());
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "BENCH route core: {n} resolutions ({routes} routes) in {secs:.2} s = {:.0}/s",
+        n as f64 / secs
+    );
+}

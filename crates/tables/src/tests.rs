@@ -1,0 +1,180 @@
+//! Table-driven tests of every table type, bad lines included.
+
+use super::*;
+
+fn mref(kind: &str, name: &str) -> MapRef {
+    MapRef {
+        kind: kind.into(),
+        name: name.into(),
+    }
+}
+
+#[test]
+fn text_tables_fold_keys_continue_lines_and_skip_comments() {
+    let src = "# comment\n\nexample.com   smtp:[mx.example.com]\nUser@Example.com relay:\n   [gw]:2525\n  # indented comment\nfirst a\nfirst b\n";
+    let t = Table::from_text("hash:x", "x", src).unwrap();
+    let cases: &[(&str, Option<&str>)] = &[
+        ("example.com", Some("smtp:[mx.example.com]")),
+        ("EXAMPLE.COM", Some("smtp:[mx.example.com]")),
+        ("user@example.com", Some("relay: [gw]:2525")),
+        ("first", Some("a")),
+        ("other", None),
+        ("", None),
+    ];
+    for (k, v) in cases {
+        assert_eq!(t.lookup(k).as_deref(), *v, "key {k:?}");
+    }
+    assert_eq!(t.warnings().len(), 1);
+    assert!(t.warnings()[0].contains("line 8"));
+}
+
+#[test]
+fn aliases_form_is_read_too() {
+    let t = Table::from_text(
+        "hash:/etc/aliases",
+        "/etc/aliases",
+        "# c\npostmaster:    root\nMailer-Daemon: postmaster\n",
+    )
+    .unwrap();
+    assert_eq!(t.lookup("postmaster").as_deref(), Some("root"));
+    assert_eq!(t.lookup("mailer-daemon").as_deref(), Some("postmaster"));
+}
+
+#[test]
+fn text_table_errors_name_file_and_line() {
+    let e = Table::from_text("hash:/etc/x", "/etc/x", "a b\nlonely\n").unwrap_err();
+    assert_eq!((e.line, e.problem.clone()), (2, TableProblem::NoValue));
+    assert_eq!(
+        e.to_string(),
+        "table hash:/etc/x: /etc/x, line 2: expected format: key whitespace value"
+    );
+}
+
+#[test]
+fn open_reads_files_of_every_text_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t");
+    std::fs::write(&p, "k v\n").unwrap();
+    for kind in ["hash", "texthash", "lmdb"] {
+        let t = Table::open(&mref(kind, p.to_str().unwrap())).unwrap();
+        assert_eq!(t.lookup("k").as_deref(), Some("v"));
+        assert_eq!(t.spec(), format!("{kind}:{}", p.display()));
+    }
+    let e = Table::open(&mref("hash", "/nonexistent/x")).unwrap_err();
+    assert!(matches!(e.problem, TableProblem::Io(_)));
+    let e = Table::open(&mref("mysql", "/x")).unwrap_err();
+    assert_eq!(e.problem, TableProblem::UnsupportedType("mysql".into()));
+}
+
+#[test]
+fn inline_and_static() {
+    let t = Table::from_inline("inline", "{ a = b, C=d e, { k = v, w } }").unwrap();
+    assert_eq!(t.lookup("a").as_deref(), Some("b"));
+    assert_eq!(t.lookup("c").as_deref(), Some("d e"));
+    assert_eq!(t.lookup("k").as_deref(), Some("v, w"));
+    assert!(Table::from_inline("inline", "a = b").is_err());
+    assert!(Table::from_inline("inline", "{ a = b, {").is_err());
+    assert!(Table::from_inline("inline", "{ novalue }").is_err());
+    let s = Table::open(&mref("static", "{ error:5.1.1 go away }")).unwrap();
+    assert_eq!(s.lookup("anything").as_deref(), Some("error:5.1.1 go away"));
+    assert!(s.is_static());
+    let s = open_str("static:relay").unwrap();
+    assert_eq!(s.lookup("").as_deref(), Some("relay"));
+}
+
+#[test]
+fn regexp_rules_flags_negation_and_substitution() {
+    let src = r#"
+/^(.*)\+.*@(example\.com)$/  $1@$2
+/^postmaster@/i              Postmaster-Exact
+!/@/                         no-domain
+if /\.org$/
+/^abuse@/                    abuse-org ${0} $$
+endif
+#/never/ x
+/^x@(a|b)\.net$/             $1-${1}
+"#;
+    let t = Table::from_regexp("regexp:t", "t", src).unwrap();
+    let cases: &[(&str, Option<&str>)] = &[
+        ("joe+list@EXAMPLE.com", Some("joe@EXAMPLE.com")),
+        ("postmaster@x", Some("Postmaster-Exact")),
+        ("POSTMASTER@x", None),
+        ("local", Some("no-domain")),
+        ("abuse@foo.org", Some("abuse-org abuse@ $")),
+        ("abuse@foo.net", None),
+        ("x@b.net", Some("b-b")),
+        ("never", Some("no-domain")),
+    ];
+    for (k, v) in cases {
+        assert_eq!(t.lookup(k).as_deref(), *v, "key {k:?}");
+    }
+}
+
+#[test]
+fn pcre_syntax_with_other_delimiters() {
+    let t = Table::from_regexp("pcre:t", "t", "|^/a/b$| slash\n/^(?:x|y)\\d+$/ digits\n").unwrap();
+    assert_eq!(t.lookup("/A/B").as_deref(), Some("slash"));
+    assert_eq!(t.lookup("y42").as_deref(), Some("digits"));
+}
+
+#[test]
+fn regexp_errors_have_lines() {
+    let cases: &[(&str, usize)] = &[
+        ("/ok/ r\n/unclosed r\n", 2),
+        ("/a/ r\n/(/ r\n", 2),
+        ("/a/q r\n", 1),
+        ("/a/\n", 1),
+        ("endif\n", 1),
+        ("/a/ r\nif /b/\n/c/ d\n", 2),
+        ("/(a)/ $2\n", 1),
+        ("/(a)\\1/ back-reference\n", 1),
+        ("plain r\n", 1),
+        ("if /a/ junk\nendif\n", 1),
+    ];
+    for (src, line) in cases {
+        let e = Table::from_regexp("regexp:t", "t", src).unwrap_err();
+        assert_eq!(e.line, *line, "{src:?}: {e}");
+    }
+}
+
+#[test]
+fn tables_search_in_order() {
+    let a = Table::from_text("a", "a", "k first\n").unwrap();
+    let b = Table::from_text("b", "b", "k second\nj only-b\n").unwrap();
+    let t = Tables::from_tables(vec![a, b]);
+    assert_eq!(t.lookup("k").as_deref(), Some("first"));
+    assert_eq!(t.lookup("j").as_deref(), Some("only-b"));
+    assert_eq!(t.lookup("z"), None);
+    assert!(Tables::none().lookup("k").is_none());
+}
+
+#[test]
+fn bad_references() {
+    for r in ["nocolon", ":x", "hash:", "ha sh:/x"] {
+        assert!(parse_ref(r).is_err(), "{r}");
+    }
+    assert_eq!(
+        parse_ref("hash:/etc/aliases").unwrap(),
+        mref("hash", "/etc/aliases")
+    );
+}
+
+#[test]
+fn passwd_table_knows_users() {
+    let t = Table::from_passwd(
+        "unix:passwd.byname",
+        "root:x:0:0::/root:/bin/sh\n#c\nmail:x:8:8::/:/bin/false\n",
+    );
+    assert!(t.lookup("root").is_some());
+    assert!(t.lookup("mail").is_some());
+    assert!(t.lookup("nobody-here").is_none());
+}
+
+proptest::proptest! {
+    #[test]
+    fn any_source_never_panics(src in "(?s).{0,200}", key in "(?s).{0,40}") {
+        if let Ok(t) = Table::from_text("t", "t", &src) { let _ = t.lookup(&key); }
+        if let Ok(t) = Table::from_regexp("t", "t", &src) { let _ = t.lookup(&key); }
+        if let Ok(t) = Table::from_inline("t", &src) { let _ = t.lookup(&key); }
+    }
+}

@@ -1,0 +1,391 @@
+//! router(8) in a real instance: resolution from tables, pipelined
+//! requests answered out of order, hosts() from dnsmasq on a loopback
+//! port, and table reloads that keep the running tables when a new one is
+//! broken. Nothing leaves 127.0.0.1.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ipc::router::{Class, Request, Response, Router};
+use ipc::Client;
+use sluice_suite::{wait_for, Instance};
+
+const ROUTER: &str = "router unix - - n - 1 router\n";
+
+fn append_main(inst: &Instance, text: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(inst.etc().join("main.cf"))
+        .unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+fn write(inst: &Instance, name: &str, text: &str) -> String {
+    let p = inst.root().join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+fn client(inst: &Instance) -> Client<Router> {
+    let sock = inst.root().join("spool/private/router");
+    wait_for(20, "router socket", || sock.exists().then_some(()));
+    Client::<Router>::connect(&sock, Duration::from_secs(20)).expect("connect router")
+}
+
+fn resolve(c: &mut Client<Router>, address: &str) -> Response {
+    c.call(&Request::Resolve {
+        address: address.into(),
+        smtputf8: false,
+    })
+    .expect("router answers")
+}
+
+fn first(r: Response) -> (String, String, String, Class, bool) {
+    match r {
+        Response::Resolved { routes, .. } => {
+            let r = routes.into_iter().next().expect("at least one route");
+            (r.address, r.transport, r.nexthop, r.class, r.unknown)
+        }
+        other => panic!("expected routes, got {other:?}"),
+    }
+}
+
+/// An instance with a router, local domain example.test and a few tables.
+fn site(extra: &str) -> Instance {
+    let inst = Instance::new(ROUTER, "");
+    let transport = write(
+        &inst,
+        "transport",
+        "special.test smtp:[192.0.2.10]:2525\n.sub.test relay:\n",
+    );
+    let virtual_ = write(
+        &inst,
+        "virtual",
+        "sales@example.test alice@example.test, bob@remote.test\n",
+    );
+    let users = write(&inst, "users", "alice ok\nMAILER-DAEMON ok\n");
+    append_main(
+        &inst,
+        &format!(
+            "myhostname = mx.example.test\nmydomain = example.test\nmydestination = $myhostname, $mydomain\n\
+             relay_domains = relay.test\nrecipient_delimiter = +\ntransport_maps = hash:{transport}\n\
+             virtual_alias_maps = texthash:{virtual_}\nlocal_recipient_maps = hash:{users}\n{extra}\n"
+        ),
+    );
+    inst
+}
+
+#[test]
+fn resolves_from_tables() {
+    let mut inst = site("dns_servers = 127.0.0.1:9\n");
+    inst.start();
+    let mut c = client(&inst);
+    assert_eq!(
+        first(resolve(&mut c, "alice+tag@Example.TEST")),
+        (
+            "alice+tag@example.test".into(),
+            "local".into(),
+            "mx.example.test".into(),
+            Class::Local,
+            false
+        )
+    );
+    assert!(
+        first(resolve(&mut c, "ghost@example.test")).4,
+        "unknown local user is flagged"
+    );
+    assert_eq!(
+        first(resolve(&mut c, "x@special.test")).2,
+        "[192.0.2.10]:2525"
+    );
+    assert_eq!(first(resolve(&mut c, "x@a.sub.test")).1, "relay");
+    assert_eq!(first(resolve(&mut c, "x@relay.test")).3, Class::Relay);
+    assert_eq!(
+        first(resolve(&mut c, "x@far.test")),
+        (
+            "x@far.test".into(),
+            "smtp".into(),
+            "far.test".into(),
+            Class::Default,
+            false
+        )
+    );
+    match resolve(&mut c, "sales@example.test") {
+        Response::Resolved { class, routes } => {
+            let a: Vec<&str> = routes.iter().map(|r| r.address.as_str()).collect();
+            assert_eq!(a, ["alice@example.test", "bob@remote.test"]);
+            // smtpd's relay check looks at the address as given.
+            assert_eq!(class, Class::Local);
+            assert_eq!(routes[1].class, Class::Default);
+        }
+        other => panic!("{other:?}"),
+    }
+    for bad in [
+        "a\r\nb@example.test",
+        "@example.test",
+        "user@bad..test",
+        "jöran@example.test",
+    ] {
+        match resolve(&mut c, bad) {
+            Response::Failed {
+                temporary: false,
+                text,
+            } => assert!(text.starts_with("5.1.3"), "{text}"),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn pipelined_requests_are_answered_out_of_order() {
+    // A name server that never answers: the hosts request waits for its
+    // timeout while everything sent after it is answered at once.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let extra = format!(
+        "dns_servers = {}\ndns_timeout = 2s\ndns_attempts = 1\n",
+        silent.local_addr().unwrap()
+    );
+    let mut inst = site(&extra);
+    inst.start();
+    let mut c = client(&inst);
+    let t0 = Instant::now();
+    let slow = c
+        .send(&Request::Hosts {
+            nexthop: "slow.test".into(),
+        })
+        .unwrap();
+    let ids: Vec<u64> = (0..2000)
+        .map(|i| {
+            c.send(&Request::Resolve {
+                address: format!("user{i}@far{i}.test"),
+                smtputf8: false,
+            })
+            .unwrap()
+        })
+        .collect();
+    for (i, id) in ids.iter().enumerate().rev() {
+        let (addr, ..) = first(c.wait(*id).unwrap());
+        assert_eq!(addr, format!("user{i}@far{i}.test"));
+    }
+    assert!(
+        t0.elapsed() < Duration::from_millis(1900),
+        "table answers did not wait for DNS: {:?}",
+        t0.elapsed()
+    );
+    match c.wait(slow).unwrap() {
+        Response::Failed {
+            temporary: true,
+            text,
+        } => assert!(text.contains("timed out"), "{text}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(t0.elapsed() >= Duration::from_secs(2));
+}
+
+struct Dnsmasq(Child);
+
+impl Drop for Dnsmasq {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn dnsmasq(args: &[&str]) -> Option<(Dnsmasq, SocketAddr)> {
+    let bin = "/usr/sbin/dnsmasq";
+    if !Path::new(bin).exists() {
+        eprintln!("skipped: {bin} is not installed");
+        return None;
+    }
+    let port = loop {
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let p = u.local_addr().unwrap().port();
+        if TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            break p;
+        }
+    };
+    let child = Command::new(bin)
+        .args([
+            "--keep-in-foreground",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+        ])
+        .args([
+            "--listen-address=127.0.0.1",
+            "--pid-file=",
+            "--local=/test/",
+            "--local-ttl=60",
+            "--user=root",
+        ])
+        .arg(format!("--port={port}"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dnsmasq");
+    Some((Dnsmasq(child), format!("127.0.0.1:{port}").parse().unwrap()))
+}
+
+#[test]
+fn hosts_from_dns() {
+    let Some((_d, addr)) = dnsmasq(&[
+        "--mx-host=example.org.test,mx1.example.org.test,10",
+        "--mx-host=example.org.test,mx2.example.org.test,20",
+        "--host-record=mx1.example.org.test,192.0.2.1",
+        "--host-record=mx2.example.org.test,192.0.2.2",
+        "--mx-host=nullmx.test,.,0",
+    ]) else {
+        return;
+    };
+    let mut inst = site(&format!("dns_servers = {addr}\ninet_protocols = ipv4\n"));
+    inst.start();
+    let mut c = client(&inst);
+    // dnsmasq may still be starting: retry the first question briefly.
+    let l = wait_for(10, "dnsmasq to answer", || {
+        match c
+            .call(&Request::Hosts {
+                nexthop: "example.org.test".into(),
+            })
+            .unwrap()
+        {
+            Response::Hosts(l) => Some(l),
+            _ => None,
+        }
+    });
+    let hosts: Vec<(&str, u16)> = l
+        .hosts
+        .iter()
+        .map(|h| (h.name.as_str(), h.preference))
+        .collect();
+    assert_eq!(
+        hosts,
+        [("mx1.example.org.test", 10), ("mx2.example.org.test", 20)]
+    );
+    assert_eq!(
+        l.hosts[0].addrs,
+        vec!["192.0.2.1".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert!(l.from_mx);
+    match c
+        .call(&Request::Hosts {
+            nexthop: "nullmx.test".into(),
+        })
+        .unwrap()
+    {
+        Response::Failed {
+            temporary: false,
+            text,
+        } => assert!(text.contains("nullMX"), "{text}"),
+        other => panic!("{other:?}"),
+    }
+    match c
+        .call(&Request::Hosts {
+            nexthop: "nxdomain.test".into(),
+        })
+        .unwrap()
+    {
+        Response::Failed {
+            temporary: false,
+            text,
+        } => assert!(text.contains("NXDOMAIN"), "{text}"),
+        other => panic!("{other:?}"),
+    }
+    match c
+        .call(&Request::Hosts {
+            nexthop: "[192.0.2.7]:2525".into(),
+        })
+        .unwrap()
+    {
+        Response::Hosts(l) => assert_eq!((l.hosts[0].port, l.hosts[0].addrs.len()), (2525, 1)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn reload_swaps_tables_and_keeps_them_when_broken() {
+    let mut inst = site("dns_servers = 127.0.0.1:9\n");
+    inst.start();
+    let mut c = client(&inst);
+    assert_eq!(
+        first(resolve(&mut c, "x@special.test")).2,
+        "[192.0.2.10]:2525"
+    );
+    write(&inst, "transport", "special.test smtp:[192.0.2.11]\n");
+    assert_eq!(c.call(&Request::Reload).unwrap(), Response::Reloaded);
+    assert_eq!(first(resolve(&mut c, "x@special.test")).2, "[192.0.2.11]");
+
+    let bad = write(
+        &inst,
+        "transport",
+        "special.test smtp:[192.0.2.12]\nbroken-line\n",
+    );
+    let pid = inst.wait_pid("router", &[]);
+    sys::process::signal(pid, 1).unwrap();
+    let line = inst.wait_log(10, "keeping the running tables");
+    assert!(line.contains(&bad) && line.contains("line 2"), "{line}");
+    assert_eq!(
+        first(resolve(&mut c, "x@special.test")).2,
+        "[192.0.2.11]",
+        "the old tables still answer"
+    );
+}
+
+#[test]
+fn bad_clients_are_dropped_and_others_served() {
+    use std::io::Read;
+    let mut inst =
+        site("dns_servers = 127.0.0.1:9\nsmtp_host_lookup = native\ninet_protocols = ipv4\n");
+    inst.start();
+    let mut good = client(&inst);
+    let sock = inst.root().join("spool/private/router");
+    // Wrong version: refused, connection closed.
+    let mut wrong = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    wrong
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    wrong
+        .write_all(&ipc::encode(&ipc::Hello {
+            protocol: "sluice-router".into(),
+            version: 999,
+        }))
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = wrong.read_to_end(&mut buf);
+    let reply: ipc::HelloReply = ipc::decode(&buf[4..]).unwrap();
+    assert!(matches!(reply, ipc::HelloReply::Refused { .. }));
+    // Garbage after a good hello: dropped.
+    let mut junk = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    junk.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    junk.write_all(&ipc::encode(&ipc::Hello::of::<Router>()))
+        .unwrap();
+    junk.write_all(&[0, 0, 0, 3, 0xff, 0xff, 0xff]).unwrap();
+    let mut buf = Vec::new();
+    let _ = junk.read_to_end(&mut buf);
+    // The well-behaved client is still served, native lookups included.
+    assert_eq!(first(resolve(&mut good, "alice@example.test")).1, "local");
+    match good
+        .call(&Request::Hosts {
+            nexthop: "[localhost]:2525".into(),
+        })
+        .unwrap()
+    {
+        Response::Hosts(l) => {
+            assert_eq!(
+                l.hosts[0].addrs,
+                vec!["127.0.0.1".parse::<std::net::IpAddr>().unwrap()]
+            );
+            assert_eq!(l.hosts[0].port, 2525);
+        }
+        other => panic!("{other:?}"),
+    }
+    wait_for(10, "the warnings", || {
+        let log = inst.log();
+        (log.contains("protocol mismatch") && log.contains("undecodable")).then_some(())
+    });
+}

@@ -1,0 +1,220 @@
+//! The smtp delivery agent against Postfix's smtp-sink, driven over the
+//! delivery protocol by the test as qmgr would drive it.
+
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use ipc::delivery::{Data, Delivery, RcptResult, Request, Response, Transaction, TxnRecipient};
+use ipc::Client;
+use sluice_suite::{free_port, wait_for, Instance};
+
+struct Sink {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// smtp-sink dumping every message under a temporary directory.
+fn sink(extra: &[&str]) -> Sink {
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let port = free_port();
+    let template = format!("{}/%H%M%S.", dir.path().display());
+    let child = Command::new("smtp-sink")
+        .args(["-u", "nobody", "-d", &template])
+        .args(extra)
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("64")
+        .spawn()
+        .expect("smtp-sink is installed by scripts/test");
+    wait_for(10, "smtp-sink", || {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .ok()
+            .map(drop)
+    });
+    Sink { child, port, dir }
+}
+
+fn dumped(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .collect();
+    v.sort();
+    v
+}
+
+fn agent() -> (Instance, Client<Delivery>) {
+    let mut inst = Instance::new(
+        "smtp unix - - n - - smtp\n",
+        "smtp_helo_name = client.test.example\n",
+    );
+    inst.start();
+    let sock = inst.root().join("spool/private/smtp");
+    let c = Client::<Delivery>::connect(&sock, Duration::from_secs(30))
+        .expect("connect to the smtp agent");
+    (inst, c)
+}
+
+fn txn(qid: &str, rcpts: &[&str], body: &str) -> Box<Transaction> {
+    let data = format!("From: s@test.example\r\nSubject: {qid}\r\n\r\n{body}\r\n").into_bytes();
+    Box::new(Transaction {
+        queue_id: qid.into(),
+        sender: "s@test.example".into(),
+        ret: None,
+        envid: None,
+        body: mail::BodyType::SevenBit,
+        smtputf8: false,
+        size: data.len() as u64,
+        arrival_us: 0,
+        recipients: rcpts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| TxnRecipient {
+                index: i as u32,
+                address: a.to_string(),
+                notify: mail::Notify::Default,
+                orcpt: None,
+            })
+            .collect(),
+        data: Data::Inline(data),
+    })
+}
+
+fn open(c: &mut Client<Delivery>, conn: u64, port: u16) -> Response {
+    c.call(&Request::Open {
+        conn,
+        host: "sink.test".into(),
+        addrs: vec![format!("127.0.0.1:{port}").parse().unwrap()],
+    })
+    .unwrap()
+}
+
+fn results(r: Response) -> (Vec<RcptResult>, bool) {
+    match r {
+        Response::Sent {
+            results,
+            conn_failed,
+            ..
+        } => (results, conn_failed),
+        other => panic!("expected Sent, got {other:?}"),
+    }
+}
+
+#[test]
+fn many_messages_over_one_connection_reach_smtp_sink() {
+    let s = sink(&[]);
+    let (inst, mut c) = agent();
+    assert!(matches!(
+        open(&mut c, 1, s.port),
+        Response::Opened { conn: 1, .. }
+    ));
+    // Queue three transactions at once: the connection's backlog.
+    let ids: Vec<u64> = (0..3)
+        .map(|i| {
+            c.send(&Request::Send {
+                conn: 1,
+                txn: txn(&format!("Q{i}"), &["a@dest.test", "b@dest.test"], "hello"),
+            })
+            .unwrap()
+        })
+        .collect();
+    for id in ids {
+        let (res, failed) = results(c.wait(id).unwrap());
+        assert!(!failed);
+        assert_eq!(res.len(), 2);
+        assert!(res.iter().all(|r| r.code == 250), "{res:?}");
+    }
+    assert!(matches!(
+        c.call(&Request::Close { conn: 1 }).unwrap(),
+        Response::Closed { conn: 1, .. }
+    ));
+    let msgs = wait_for(10, "three dumps", || {
+        let m = dumped(s.dir.path());
+        (m.len() == 3).then_some(m)
+    });
+    assert!(
+        msgs.iter()
+            .all(|m| m.contains("hello") && m.contains("a@dest.test") && m.contains("b@dest.test")),
+        "{msgs:?}"
+    );
+    inst.wait_log(5, "Q0: to=<a@dest.test>, relay=sink.test[127.0.0.1]");
+    inst.wait_log(5, "status=sent (250 ");
+    inst.wait_log(5, "conn_use=3");
+}
+
+#[test]
+fn connect_failure_is_reported_as_unreachable() {
+    let (_inst, mut c) = agent();
+    let closed = free_port();
+    match open(&mut c, 7, closed) {
+        Response::OpenFailed {
+            conn: 7,
+            handshake: false,
+            reason,
+        } => assert!(reason.contains("Connection refused"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn recipient_and_data_failures_become_per_recipient_results() {
+    // 4xx for RCPT: deferred per recipient, the connection stays usable.
+    let s = sink(&["-r", "rcpt"]);
+    let (inst, mut c) = agent();
+    assert!(matches!(open(&mut c, 1, s.port), Response::Opened { .. }));
+    let (res, failed) = results(
+        c.call(&Request::Send {
+            conn: 1,
+            txn: txn("T4", &["x@dest.test"], "b"),
+        })
+        .unwrap(),
+    );
+    assert!(!failed);
+    assert_eq!(res[0].code / 100, 4, "{res:?}");
+    assert!(
+        res[0].text.contains("in reply to RCPT TO command"),
+        "{res:?}"
+    );
+    inst.wait_log(5, "T4: to=<x@dest.test>");
+    inst.wait_log(5, "status=deferred");
+    drop(s);
+    // 5xx: bounced.
+    let s = sink(&["-f", "rcpt"]);
+    assert!(matches!(open(&mut c, 2, s.port), Response::Opened { .. }));
+    let (res, _) = results(
+        c.call(&Request::Send {
+            conn: 2,
+            txn: txn("T5", &["y@dest.test"], "b"),
+        })
+        .unwrap(),
+    );
+    assert_eq!(res[0].code / 100, 5, "{res:?}");
+    inst.wait_log(5, "status=bounced");
+    drop(s);
+    // A peer that hangs up after DATA: the transaction fails with the connection.
+    let s = sink(&["-q", "data"]);
+    assert!(matches!(open(&mut c, 3, s.port), Response::Opened { .. }));
+    let (res, failed) = results(
+        c.call(&Request::Send {
+            conn: 3,
+            txn: txn("T6", &["z@dest.test"], "b"),
+        })
+        .unwrap(),
+    );
+    assert!(failed, "{res:?}");
+    assert_eq!(
+        res[0].code / 100,
+        4,
+        "never a bounce for a lost connection: {res:?}"
+    );
+}
