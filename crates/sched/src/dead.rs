@@ -1,0 +1,152 @@
+//! Concurrency feedback application and dead destinations.
+//!
+//! Applies `feedback::Window` to a destination after each delivery: positive
+//! feedback after a delivery without connection or handshake failure (which
+//! also revives a dead destination: "back from the almost grave", window =
+//! busy or initial), negative feedback after a failed connection or
+//! handshake, and, when the failed pseudo-cohorts pass the limit, declares
+//! the destination dead: its waiting entries are deferred (one journal record
+//! per message) until a retry time that doubles from `minimal_backoff_time`
+//! to `maximal_backoff_time` per consecutive death; its idle connections
+//! close. Panics: never.
+
+use crate::connection::ConnState;
+use crate::destination::Dead;
+use crate::event::{Action, Notice, Record};
+use crate::feedback::Change;
+use crate::ids::{DestId, EntryId, MsgId};
+use crate::sched::{Scheduler, Timer};
+use crate::time::Time;
+use std::collections::BTreeMap;
+
+impl Scheduler {
+    pub(crate) fn positive(&mut self, now: Time, d: DestId) {
+        let t = self.dests[d].transport.0 as usize;
+        let fb = self.transports[t].fb;
+        let dest = &mut self.dests[d];
+        dest.set_backoff(self.cfg.minimal_backoff_time);
+        if dest.dead.is_some() {
+            // A live connection succeeded: "back from the almost grave".
+            let w = if dest.busy > 0 { dest.busy } else { fb.initial };
+            dest.window.revive(w);
+            dest.dead = None;
+            self.actions
+                .push_back(Action::Notice(Notice::DestinationRevived {
+                    destination: d,
+                }));
+            self.unpark(d);
+            return;
+        }
+        let busy = dest.busy;
+        if let Change::Window(from, to) = dest.window.success(busy, &fb) {
+            self.window_notice(d, from, to);
+            self.wake_window(d);
+        }
+        let _ = now;
+    }
+
+    pub(crate) fn negative(&mut self, now: Time, d: DestId) {
+        let t = self.dests[d].transport.0 as usize;
+        let fb = self.transports[t].fb;
+        match self.dests[d].window.failure(&fb) {
+            Change::Dead => self.dest_dead(now, d),
+            Change::Window(from, to) => self.window_notice(d, from, to),
+            Change::Same => {}
+        }
+    }
+
+    fn window_notice(&mut self, d: DestId, from: u32, to: u32) {
+        if self.cfg.feedback_debug {
+            self.actions.push_back(Action::Notice(Notice::Window {
+                destination: d,
+                from,
+                to,
+            }));
+        }
+    }
+
+    /// The destination is dead: defer its waiting entries, one journal record per message.
+    fn dest_dead(&mut self, now: Time, d: DestId) {
+        let dest = &mut self.dests[d];
+        let retry_at = now + dest.backoff();
+        dest.set_backoff((dest.backoff() * 2).min(self.cfg.maximal_backoff_time));
+        dest.dead = Some(Dead { retry_at });
+        self.stats.dead_events += 1;
+        self.timers.insert((retry_at, Timer::DeadRetry(d)));
+        self.actions
+            .push_back(Action::Notice(Notice::DestinationDead {
+                destination: d,
+                retry_at,
+            }));
+        let mut victims: Vec<EntryId> = Vec::new();
+        for c in 0..3 {
+            victims.extend(self.dests[d].queues[c].drain());
+        }
+        let conns = self.dests[d].conns.clone();
+        for &c in &conns {
+            let queued: Vec<EntryId> = self.conns[c].backlog.drain(..).collect();
+            for e in queued {
+                self.requeue(e);
+                let class = self.entries[e].class;
+                self.dests[d].queue(class).pop_front();
+                victims.push(e);
+            }
+        }
+        // One journal record per message, then the per-entry defer actions.
+        let mut by_msg: BTreeMap<MsgId, Vec<u32>> = BTreeMap::new();
+        for &e in &victims {
+            let en = &self.entries[e];
+            by_msg
+                .entry(en.message)
+                .or_default()
+                .extend_from_slice(en.recipients());
+        }
+        for (m, recipients) in by_msg {
+            if !self.is_expired(now, m) {
+                let q = self.msgs[m].queue_id;
+                self.actions.push_back(Action::Journal(Record::Deferred {
+                    queue_id: q,
+                    recipients,
+                    reason: "destination is dead".into(),
+                    next_attempt: retry_at,
+                }));
+            }
+        }
+        for e in victims {
+            let journal = self.is_expired(now, self.entries[e].message);
+            self.defer_entry(now, e, "destination is dead", Some(retry_at), journal);
+        }
+        for c in conns {
+            if let Some(conn) = self.conns.get_mut(c) {
+                conn.retiring = true;
+                if conn.in_flight.is_none() && conn.state == ConnState::Open {
+                    self.close_conn(now, c);
+                }
+            }
+        }
+    }
+
+    pub(crate) fn dead_retry(&mut self, now: Time, d: DestId) {
+        let Some(dest) = self.dests.get_mut(d) else {
+            return;
+        };
+        let Some(dead) = dest.dead else { return };
+        if dead.retry_at > now {
+            return;
+        }
+        let t = dest.transport.0 as usize;
+        let w = if dest.busy > 0 {
+            dest.busy
+        } else {
+            self.transports[t].fb.initial
+        };
+        dest.window.revive(w);
+        dest.dead = None;
+        self.actions
+            .push_back(Action::Notice(Notice::DestinationRetry {
+                destination: d,
+                window: w,
+            }));
+        self.unpark(d);
+    }
+}

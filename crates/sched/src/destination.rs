@@ -1,0 +1,258 @@
+//! Destinations: (transport, nexthop) with the concurrency window, dead state
+//! and the three class queues that share them.
+//!
+//! Wietse: "same-destination queues under a transport will have shared info
+//! for concurrency, throttling, and rate delay". The window is the Postfix
+//! 2.5 [`Window`]; `busy` counts the connections (workers) to the
+//! destination, which is Postfix's `busy_refcount` when each connection
+//! carries one delivery at a time. A destination that cannot take work now
+//! is parked (out of the class rings) with the reason it waits for, so the
+//! dispatcher never scans blocked destinations. Panics: never.
+
+use crate::classq::ClassQueue;
+use crate::entry::Class;
+use crate::feedback::Window;
+use crate::ids::{ConnId, HostId, TransportId};
+use crate::time::Time;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a destination is out of the class rings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Park {
+    /// Not parked.
+    No,
+    /// Its window is full and its connections' backlogs are full.
+    Window,
+    /// Its transport has no free worker (waits in the transport's list).
+    Transport,
+    /// Rate-limited until this time.
+    Until(Time),
+}
+
+/// Hosts by MX level in one allocation, levels separated by a sentinel id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostLevels(Box<[HostId]>);
+
+const LEVEL_END: HostId = HostId(u32::MAX);
+
+impl HostLevels {
+    /// From hosts grouped by level, best level first.
+    pub fn new(levels: Vec<Vec<HostId>>) -> Self {
+        let mut v = Vec::with_capacity(levels.iter().map(|l| l.len() + 1).sum());
+        for (i, l) in levels.into_iter().enumerate() {
+            if i > 0 {
+                v.push(LEVEL_END);
+            }
+            v.extend(l);
+        }
+        HostLevels(v.into_boxed_slice())
+    }
+
+    /// The levels, best first.
+    pub fn levels(&self) -> impl Iterator<Item = &[HostId]> {
+        let empty = self.0.is_empty();
+        self.0.split(|h| *h == LEVEL_END).filter(move |_| !empty)
+    }
+
+    /// Every host of every level.
+    pub fn all(&self) -> impl Iterator<Item = HostId> + '_ {
+        self.0.iter().copied().filter(|h| *h != LEVEL_END)
+    }
+
+    /// Heap bytes (memory accounting).
+    pub fn heap_bytes(&self) -> usize {
+        self.0.len() * 4
+    }
+}
+
+/// Dead state after the failed pseudo-cohort limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dead {
+    /// When deliveries are tried again.
+    pub retry_at: Time,
+}
+
+/// A destination.
+#[derive(Clone, Debug)]
+pub struct Destination {
+    /// Its transport.
+    pub transport: TransportId,
+    /// Nexthop name.
+    pub nexthop: Arc<str>,
+    /// Hosts by MX preference level.
+    pub hosts: HostLevels,
+    /// Concurrency window and feedback counters.
+    pub window: Window,
+    /// Connections open or opening (busy workers).
+    pub busy: u32,
+    /// Its connections, in opening order.
+    pub conns: Vec<ConnId>,
+    /// One FIFO per class.
+    pub queues: [ClassQueue; 3],
+    /// Entries on connections, per class (for the per-destination class shares).
+    pub inflight: [u32; 3],
+    /// Whether it is in each class ring.
+    pub in_ring: [bool; 3],
+    /// Parking state.
+    pub park: Park,
+    /// Dead until retry.
+    pub dead: Option<Dead>,
+    /// Length of the next dead period (doubles between the back-off bounds).
+    backoff_ms: u32,
+    /// Entries alive for this destination (queued, on connections, in flight).
+    pub entries: u32,
+    /// Last time it had work (for garbage collection).
+    pub touched: Time,
+}
+
+impl Destination {
+    /// A fresh destination at the initial window.
+    pub fn new(
+        transport: TransportId,
+        nexthop: &str,
+        initial: u32,
+        backoff: Duration,
+        now: Time,
+    ) -> Self {
+        let mut d = Destination {
+            transport,
+            nexthop: nexthop.into(),
+            hosts: HostLevels::default(),
+            window: Window::new(initial),
+            busy: 0,
+            conns: Vec::new(),
+            queues: Default::default(),
+            in_ring: [false; 3],
+            inflight: [0; 3],
+            park: Park::No,
+            dead: None,
+            backoff_ms: 0,
+            entries: 0,
+            touched: now,
+        };
+        d.set_backoff(backoff);
+        d
+    }
+
+    /// Length of the next dead period.
+    pub fn backoff(&self) -> Duration {
+        Duration::from_millis(u64::from(self.backoff_ms))
+    }
+
+    /// Sets the length of the next dead period (saturating at about 49 days).
+    pub fn set_backoff(&mut self, d: Duration) {
+        self.backoff_ms = u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+    }
+
+    /// Entries waiting in the class queues.
+    pub fn queued(&self) -> usize {
+        self.queues.iter().map(ClassQueue::len).sum()
+    }
+
+    /// The class queue of `c`.
+    pub fn queue(&mut self, c: Class) -> &mut ClassQueue {
+        &mut self.queues[c.idx()]
+    }
+
+    /// True when the window allows another connection.
+    pub fn window_room(&self) -> bool {
+        self.dead.is_none() && self.busy < self.window.concurrency
+    }
+
+    /// The class to serve instead of `c` so that every class with work gets
+    /// at least its share (window / classes with work) of this destination;
+    /// `c` itself when it is under its share or nobody else is.
+    pub fn share_class(&self, c: Class) -> Class {
+        self.share_class_excluding(c, 0)
+    }
+
+    /// Like `share_class`, not counting `own` of class `c`'s entries in
+    /// flight (the entry being decided about is already on a connection).
+    pub fn share_class_excluding(&self, c: Class, own: u32) -> Class {
+        let active = (0..3)
+            .filter(|&k| !self.queues[k].is_empty() || self.inflight[k] > 0)
+            .count() as u32;
+        let share = (self.window.concurrency / active.max(1)).max(1);
+        if self.inflight[c.idx()].saturating_sub(own) < share {
+            return c;
+        }
+        Class::ALL
+            .into_iter()
+            .find(|k| !self.queues[k.idx()].is_empty() && self.inflight[k.idx()] < share)
+            .unwrap_or(c)
+    }
+
+    /// True when nothing refers to it and it may be forgotten.
+    pub fn is_idle(&self) -> bool {
+        self.entries == 0 && self.conns.is_empty() && self.dead.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_room_and_idle() {
+        let mut d = Destination::new(
+            TransportId(0),
+            "example.org",
+            2,
+            Duration::from_secs(300),
+            Time(0),
+        );
+        assert!(d.window_room());
+        d.busy = 2;
+        assert!(!d.window_room());
+        d.busy = 0;
+        d.dead = Some(Dead { retry_at: Time(10) });
+        assert!(!d.window_room(), "dead destinations take no connections");
+        assert!(!d.is_idle(), "dead state is kept");
+        d.dead = None;
+        assert!(d.is_idle());
+        assert_eq!(d.queued(), 0);
+    }
+
+    #[test]
+    fn host_levels_round_trip() {
+        let h = HostLevels::new(vec![vec![HostId(1), HostId(2)], vec![HostId(3)]]);
+        let levels: Vec<&[HostId]> = h.levels().collect();
+        assert_eq!(levels, vec![&[HostId(1), HostId(2)][..], &[HostId(3)][..]]);
+        assert_eq!(
+            h.all().collect::<Vec<_>>(),
+            vec![HostId(1), HostId(2), HostId(3)]
+        );
+        assert_eq!(HostLevels::default().levels().count(), 0);
+        let mut d = Destination::new(TransportId(0), "x", 1, Duration::from_secs(300), Time(0));
+        assert_eq!(d.backoff(), Duration::from_secs(300));
+        d.set_backoff(Duration::from_secs(4000));
+        assert_eq!(d.backoff(), Duration::from_secs(4000));
+    }
+
+    #[test]
+    fn share_class_prefers_under_share_classes() {
+        let mut d = Destination::new(
+            TransportId(0),
+            "example.org",
+            20,
+            Duration::from_secs(300),
+            Time(0),
+        );
+        d.queues[0].push_back(crate::ids::EntryId(1));
+        d.queues[1].push_back(crate::ids::EntryId(2));
+        d.inflight = [1, 15, 0];
+        // share = 20 / 2 = 10: Medium is over it, Small under.
+        assert_eq!(d.share_class(Class::Medium), Class::Small);
+        assert_eq!(d.share_class(Class::Small), Class::Small);
+        d.inflight = [10, 9, 0];
+        assert_eq!(d.share_class(Class::Medium), Class::Medium);
+        d.queues[0].pop_front();
+        d.inflight = [0, 19, 0];
+        assert_eq!(
+            d.share_class(Class::Medium),
+            Class::Medium,
+            "nobody else has work"
+        );
+    }
+}

@@ -1,0 +1,370 @@
+//! Selection and connection scheduling.
+//!
+//! Selection (Wietse): round-robin over transports, then over the transport's
+//! non-empty classes (under-share classes first), then over the destinations
+//! in the class ring, then the FIFO head. Placement (fanf): an active
+//! connection of the destination whose backlog is under
+//! `<transport>_connection_backlog_limit`, most recent first; otherwise, if
+//! `allowed_new_worker`, an idle connection (most recently idle), or a new
+//! connection when the window and the transport allow (closing another
+//! destination's idle connection when the transport is full) to a host
+//! chosen idle → unused (random) → closed (oldest) → retry (random) → fewest
+//! connections, falling back to the next MX level when every host of a level
+//! is in retry; a message that may not take a new worker rides on an active
+//! connection; when no host is usable the entry is deferred. A destination
+//! that can do nothing is parked with the reason, so no decision scans it.
+//! Panics: never (ids come from the scheduler's own structures).
+
+use crate::connection::ConnState;
+use crate::destdb::HostClass;
+use crate::destination::Park;
+use crate::entry::Class;
+use crate::ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
+use crate::limiter::{LimitKey, Scope, Verdict};
+use crate::sched::Scheduler;
+use crate::time::Time;
+
+/// Where an entry goes.
+enum Plan {
+    Conn(ConnId),
+    Open {
+        host: HostId,
+        close_idle: Option<ConnId>,
+    },
+    DeferNoHost(Option<Time>),
+    Block(Park),
+}
+
+impl Scheduler {
+    /// Dispatches until no transport can start anything.
+    pub(crate) fn schedule(&mut self, now: Time) {
+        let n = self.transports.len();
+        let mut idle_rounds = 0;
+        while idle_rounds < n {
+            let t = self.rr_transport % n;
+            self.rr_transport = (t + 1) % n;
+            if self.dispatch_one(now, TransportId(t as u32)) {
+                idle_rounds = 0;
+            } else {
+                idle_rounds += 1;
+            }
+        }
+    }
+
+    /// fanf's allowed_new_worker for the message.
+    fn allowed_new_worker(&self, m: MsgId, free_workers: u32) -> bool {
+        let w = self.msgs[m].workers;
+        w < self.cfg.max_message_concurrency
+            || w < self.cfg.scale_max_concurrency.saturating_mul(free_workers)
+    }
+
+    /// One decision on transport `t`; false when nothing could be started.
+    fn dispatch_one(&mut self, now: Time, t: TransportId) -> bool {
+        let ti = t.0 as usize;
+        // Wake destinations that wait for a worker, as many as could get one.
+        let tr = &self.transports[ti];
+        let mut wake = (tr.free_workers() as usize + tr.idle.len()).min(tr.waiting.len());
+        while wake > 0 {
+            wake -= 1;
+            let Some(d) = self.transports[ti].waiting.pop_front() else {
+                break;
+            };
+            if self
+                .dests
+                .get(d)
+                .is_some_and(|x| x.park == Park::Transport && x.transport == t)
+            {
+                self.unpark(d);
+            }
+        }
+        let (order, k) = self.transports[ti].class_order(self.policy.shares());
+        for &class in &order[..k] {
+            let c = class.idx();
+            while let Some(d) = self.transports[ti].rings[c].pop() {
+                let Some(dest) = self.dests.get_mut(d) else {
+                    continue;
+                };
+                if dest.transport != t || !dest.in_ring[c] {
+                    continue;
+                }
+                dest.in_ring[c] = false;
+                if dest.park != Park::No || dest.queues[c].is_empty() {
+                    continue;
+                }
+                // Each class gets at least its share of the destination's
+                // window: serve an under-share class here if this one is over.
+                let serve = if self.policy.shares() {
+                    self.dests[d].share_class(class)
+                } else {
+                    class
+                };
+                match self.try_dispatch(now, t, d, serve) {
+                    Ok(()) => {
+                        self.ensure_ring(d, class);
+                        self.ensure_ring(d, serve);
+                        self.transports[ti].class_cursor = (c + 1) % 3;
+                        self.stats.decisions += 1;
+                        return true;
+                    }
+                    Err(p) => self.park(d, p),
+                }
+            }
+        }
+        false
+    }
+
+    fn try_dispatch(
+        &mut self,
+        now: Time,
+        t: TransportId,
+        d: DestId,
+        class: Class,
+    ) -> Result<(), Park> {
+        let Some(e) = self.dests[d].queues[class.idx()].front() else {
+            return Ok(());
+        };
+        self.dead_retry(now, d);
+        if let Some(dead) = self.dests[d].dead {
+            self.dests[d].queue(class).pop_front();
+            self.defer_entry(now, e, "destination is dead", Some(dead.retry_at), true);
+            return Ok(());
+        }
+        let m = self.entries[e].message;
+        let plan = self.plan(now, t, d, m);
+        if let Plan::Block(p) = plan {
+            return Err(p);
+        }
+        if let Plan::DeferNoHost(until) = plan {
+            self.dests[d].queue(class).pop_front();
+            self.defer_entry(now, e, "no usable host (all in destdb retry)", until, true);
+            return Ok(());
+        }
+        if self.has_tx_limits() {
+            let host = match plan {
+                Plan::Conn(c) => Some(self.conns[c].host),
+                Plan::Open { host, .. } => Some(host),
+                _ => None,
+            };
+            if let Verdict::RetryAt(at) = self.acquire(now, Scope::Transaction, d, host, m) {
+                return Err(Park::Until(at));
+            }
+        }
+        match plan {
+            Plan::Conn(c) => {
+                self.dests[d].queue(class).pop_front();
+                self.assign(now, e, c);
+            }
+            Plan::Open { host, close_idle } => {
+                if self.has_conn_limits() {
+                    if let Verdict::RetryAt(at) =
+                        self.acquire(now, Scope::Connect, d, Some(host), m)
+                    {
+                        // May not connect yet: ride an active connection if there is one.
+                        match self.ride(d) {
+                            Some(c) => {
+                                self.dests[d].queue(class).pop_front();
+                                self.assign(now, e, c);
+                                return Ok(());
+                            }
+                            None => return Err(Park::Until(at)),
+                        }
+                    }
+                }
+                if let Some(ic) = close_idle {
+                    self.close_conn(now, ic);
+                }
+                self.dests[d].queue(class).pop_front();
+                let c = self.new_conn(now, d, host);
+                self.assign(now, e, c);
+            }
+            Plan::DeferNoHost(_) | Plan::Block(_) => unreachable!("handled above"),
+        }
+        Ok(())
+    }
+
+    fn acquire(
+        &mut self,
+        now: Time,
+        scope: Scope,
+        d: DestId,
+        h: Option<HostId>,
+        m: MsgId,
+    ) -> Verdict {
+        let dest = &self.dests[d];
+        let tr = &self.transports[dest.transport.0 as usize];
+        let key = LimitKey {
+            destination: &dest.nexthop,
+            host: h.map(|h| self.hosts.name(h)),
+            source: tr.cfg.bind_address.as_deref(),
+            tenant: self.msgs[m].tenant().map(|k| self.keys.name(k)),
+        };
+        self.limiter.acquire(now, scope, &key)
+    }
+
+    /// fanf's free ride: the first active connection with fewer jobs than the
+    /// newest, else the first; bounded at twice the backlog threshold so a
+    /// ride cannot move a whole queue onto connections.
+    fn ride(&self, d: DestId) -> Option<ConnId> {
+        let cfg = &self.transports[self.dests[d].transport.0 as usize].cfg;
+        let (reuse, cap) = (
+            cfg.connection_reuse_count_limit,
+            cfg.connection_backlog_limit.saturating_mul(2),
+        );
+        let active: Vec<ConnId> = self.dests[d]
+            .conns
+            .iter()
+            .copied()
+            .filter(|&c| {
+                let x = &self.conns[c];
+                x.jobs() > 0 && x.jobs() < cap && x.may_ride(reuse)
+            })
+            .collect();
+        let newest = *active.last()?;
+        let nj = self.conns[newest].jobs();
+        active
+            .iter()
+            .copied()
+            .find(|&c| self.conns[c].jobs() < nj)
+            .or(Some(active[0]))
+    }
+
+    fn plan(&mut self, now: Time, t: TransportId, d: DestId, m: MsgId) -> Plan {
+        let tr = &self.transports[t.0 as usize];
+        let (backlog, reuse) = (
+            tr.cfg.connection_backlog_limit,
+            tr.cfg.connection_reuse_count_limit,
+        );
+        let free = tr.free_workers();
+        let dest = &self.dests[d];
+        // 1. An active connection under the backlog threshold, most recent first.
+        // Connections still opening are not active yet: piling entries on a
+        // host that may be dead would serialise the connect timeouts.
+        for &c in dest.conns.iter().rev() {
+            let conn = &self.conns[c];
+            if conn.state == ConnState::Open && conn.jobs() > 0 && conn.may_take(backlog, reuse) {
+                return Plan::Conn(c);
+            }
+        }
+        if self.allowed_new_worker(m, free) {
+            // 2. The most recently idle connection.
+            let idle = dest
+                .conns
+                .iter()
+                .copied()
+                .filter(|&c| {
+                    let x = &self.conns[c];
+                    x.state == ConnState::Open && x.jobs() == 0 && x.may_take(backlog, reuse)
+                })
+                .max_by_key(|&c| (self.conns[c].idle_since, c));
+            if let Some(c) = idle {
+                return Plan::Conn(c);
+            }
+            // 3. A new connection, if the window and a worker allow.
+            if dest.window_room() {
+                let close_idle = if free > 0 {
+                    Some(None)
+                } else if tr.workers == tr.cfg.process_limit {
+                    // Worker needed elsewhere: the oldest idle connection goes.
+                    tr.idle.first().map(|&(_, c)| Some(c))
+                } else {
+                    // Above a lowered limit after a reload: only shrink.
+                    None
+                };
+                if let Some(close_idle) = close_idle {
+                    return match self.choose_host(now, d) {
+                        Ok(host) => Plan::Open { host, close_idle },
+                        Err(until) => Plan::DeferNoHost(until),
+                    };
+                }
+            }
+        }
+        let allowed = self.allowed_new_worker(m, free);
+        // 4. A message that may not take a new worker rides on an active
+        // connection (fanf's free ride for big envelopes). Entries that only
+        // lack window or worker room wait in their class queue instead, where
+        // the class round-robin still orders them (see docs/scheduler.md).
+        if !allowed {
+            if let Some(c) = self.ride(d) {
+                return Plan::Conn(c);
+            }
+            return Plan::Block(Park::Transport);
+        }
+        let dest = &self.dests[d];
+        if dest.busy >= dest.window.concurrency {
+            Plan::Block(Park::Window)
+        } else {
+            Plan::Block(Park::Transport)
+        }
+    }
+
+    /// Host for a new connection: unused (random) → closed (oldest) → retry
+    /// (random) → fewest connections, level by level; Err(earliest retry) if none.
+    fn choose_host(&mut self, now: Time, d: DestId) -> Result<HostId, Option<Time>> {
+        let mut earliest: Option<Time> = None;
+        let levels: Vec<Vec<HostId>> = self.dests[d]
+            .hosts
+            .levels()
+            .map(<[HostId]>::to_vec)
+            .collect();
+        for level in &levels {
+            let mut unused = Vec::new();
+            let mut closed: Option<(Time, HostId)> = None;
+            let mut retry = Vec::new();
+            let mut active: Vec<(u32, HostId)> = Vec::new();
+            for &h in level {
+                match self.hosts.classify(h, now) {
+                    HostClass::Unused => unused.push(h),
+                    HostClass::Closed(at) => {
+                        if closed.is_none_or(|(t, _)| at < t) {
+                            closed = Some((at, h));
+                        }
+                    }
+                    HostClass::Retry => retry.push(h),
+                    HostClass::Active(n) => active.push((n, h)),
+                    HostClass::Skip => {
+                        let r = self.hosts.hosts[h].retry_at;
+                        earliest = match (earliest, r) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        };
+                    }
+                }
+            }
+            if !unused.is_empty() {
+                return Ok(unused[self.rng.below(unused.len() as u64) as usize]);
+            }
+            if let Some((_, h)) = closed {
+                return Ok(h);
+            }
+            if !retry.is_empty() {
+                return Ok(retry[self.rng.below(retry.len() as u64) as usize]);
+            }
+            if let Some(min) = active.iter().map(|(n, _)| *n).min() {
+                let fewest: Vec<HostId> = active
+                    .iter()
+                    .filter(|(n, _)| *n == min)
+                    .map(|(_, h)| *h)
+                    .collect();
+                return Ok(fewest[self.rng.below(fewest.len() as u64) as usize]);
+            }
+        }
+        Err(earliest)
+    }
+
+    /// Entries of a destination in each class (tests, reports).
+    pub fn queued(&self, d: DestId) -> [usize; 3] {
+        self.dests.get(d).map_or([0; 3], |x| {
+            [x.queues[0].len(), x.queues[1].len(), x.queues[2].len()]
+        })
+    }
+
+    /// Entry ids queued on a connection (tests).
+    pub fn conn_jobs(&self, c: ConnId) -> Vec<EntryId> {
+        self.conns.get(c).map_or(Vec::new(), |x| {
+            x.in_flight
+                .into_iter()
+                .chain(x.backlog.iter().copied())
+                .collect()
+        })
+    }
+}

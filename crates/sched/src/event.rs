@@ -1,0 +1,263 @@
+//! Events into and actions out of the scheduler.
+//!
+//! The shell (qmgr or the simulator) feeds [`Event`]s with `handle(now, ev)`
+//! and drains [`Action`]s with `poll_action()`. Ids in actions are the
+//! scheduler's own typed ids; `Scheduler::host_name` and friends turn them
+//! into names. Panics: never.
+
+use crate::config::SchedConfig;
+use crate::ids::{ConnId, DestId, EntryId, HostId, TransportId};
+use crate::time::Time;
+
+/// The caller's queue id of a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueueId(pub u64);
+
+/// A message entering the active queue (its recipients come with `RecipientsRead`).
+#[derive(Clone, Debug)]
+pub struct NewMessage {
+    /// Queue id.
+    pub queue_id: QueueId,
+    /// Envelope sender (the default class key).
+    pub sender: String,
+    /// Tenant, if the site has tenants.
+    pub tenant: Option<String>,
+    /// Message size in bytes.
+    pub size: u64,
+    /// Arrival time (for expiry and back-off).
+    pub arrival: Time,
+    /// Delivery attempts made so far (0 for new mail).
+    pub attempts: u32,
+    /// Recipients still to deliver, all unread for now.
+    pub recipients: u32,
+}
+
+/// Recipients of one message resolved to one (transport, nexthop).
+#[derive(Clone, Debug)]
+pub struct RecipientGroup {
+    /// Transport name (master.cf service).
+    pub transport: String,
+    /// Nexthop (domain or `[host]:port`).
+    pub nexthop: String,
+    /// Hosts by MX preference level, best level first.
+    pub hosts: Vec<Vec<String>>,
+    /// Recipient indexes within the message.
+    pub recipients: Vec<u32>,
+}
+
+/// Result of one recipient in a transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RcptStatus {
+    /// 2xx.
+    Delivered,
+    /// 4xx, with the reply text.
+    Deferred(String),
+    /// 5xx, with the reply text.
+    Bounced(String),
+}
+
+/// Why a connection could not be set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnFailure {
+    /// Connect refused or timed out: the host was not reached.
+    Unreachable,
+    /// Reached, but the greeting or handshake failed (421, timeout, TLS).
+    Handshake,
+}
+
+/// Input to the scheduler.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A message enters the active queue; the scheduler will ask for recipients.
+    MessageAdded(NewMessage),
+    /// Answer to `Action::ReadRecipients`; `remaining` are still unread after this batch.
+    RecipientsRead {
+        /// Message.
+        queue_id: QueueId,
+        /// The recipients read, resolved.
+        groups: Vec<RecipientGroup>,
+        /// Recipients left unread in the queue file.
+        remaining: u32,
+    },
+    /// A connection asked for by `Action::Open` is up.
+    ConnectionOpened {
+        /// Connection.
+        conn: ConnId,
+    },
+    /// A connection asked for by `Action::Open` could not be set up.
+    ConnectionFailed {
+        /// Connection.
+        conn: ConnId,
+        /// Kind of failure.
+        failure: ConnFailure,
+        /// Text for the defer reason.
+        reason: String,
+    },
+    /// The peer or the agent closed a connection.
+    ConnectionClosed {
+        /// Connection.
+        conn: ConnId,
+    },
+    /// A transaction started by `Action::Start` finished.
+    DeliveryDone {
+        /// Connection.
+        conn: ConnId,
+        /// Entry.
+        entry: EntryId,
+        /// Per recipient index.
+        results: Vec<(u32, RcptStatus)>,
+        /// The connection or handshake failed during the transaction.
+        conn_failed: bool,
+    },
+    /// A delivery agent slot of this transport became free.
+    AgentSlotFree {
+        /// Transport name.
+        transport: String,
+    },
+    /// Limiter shares changed (e.g. a cluster grant); wake rate-limited destinations.
+    LimitsChanged,
+    /// New configuration (main.cf reload).
+    ConfigChanged(Box<SchedConfig>),
+}
+
+/// A journal record the shell must write.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Record {
+    /// Recipients delivered.
+    Delivered {
+        /// Message.
+        queue_id: QueueId,
+        /// Recipient indexes.
+        recipients: Vec<u32>,
+    },
+    /// Recipients deferred until `next_attempt`.
+    Deferred {
+        /// Message.
+        queue_id: QueueId,
+        /// Recipient indexes.
+        recipients: Vec<u32>,
+        /// Reason text.
+        reason: String,
+        /// Earliest retry.
+        next_attempt: Time,
+    },
+    /// Recipients bounced.
+    Bounced {
+        /// Message.
+        queue_id: QueueId,
+        /// Recipient indexes.
+        recipients: Vec<u32>,
+        /// Reason text.
+        reason: String,
+    },
+}
+
+/// Something the shell logs (cores do not log).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Notice {
+    /// Failed pseudo-cohorts passed the limit: the destination is dead until `retry_at`.
+    DestinationDead {
+        /// Destination.
+        destination: DestId,
+        /// When it is tried again.
+        retry_at: Time,
+    },
+    /// The dead period ended; deliveries resume at `window`.
+    DestinationRetry {
+        /// Destination.
+        destination: DestId,
+        /// Window after the retry.
+        window: u32,
+    },
+    /// A delivery succeeded to a dead destination: it is alive again.
+    DestinationRevived {
+        /// Destination.
+        destination: DestId,
+    },
+    /// Concurrency window changed (only with `destination_concurrency_feedback_debug`).
+    Window {
+        /// Destination.
+        destination: DestId,
+        /// Old window.
+        from: u32,
+        /// New window.
+        to: u32,
+    },
+    /// destdb will skip this host until `until`.
+    HostRetry {
+        /// Host.
+        host: HostId,
+        /// Retry time.
+        until: Time,
+    },
+}
+
+/// Output of the scheduler.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Read up to `max` more recipients of the message and answer with `RecipientsRead`.
+    ReadRecipients {
+        /// Message.
+        queue_id: QueueId,
+        /// Maximum batch size.
+        max: u32,
+    },
+    /// Open a connection.
+    Open {
+        /// New connection id.
+        conn: ConnId,
+        /// Transport.
+        transport: TransportId,
+        /// Destination.
+        destination: DestId,
+        /// Host to connect to.
+        host: HostId,
+    },
+    /// Start a transaction for an entry on an open connection.
+    Start {
+        /// Connection.
+        conn: ConnId,
+        /// Entry.
+        entry: EntryId,
+        /// Message.
+        queue_id: QueueId,
+        /// Recipient indexes.
+        recipients: Vec<u32>,
+    },
+    /// Close a connection (QUIT); no `ConnectionClosed` is expected back.
+    Close {
+        /// Connection.
+        conn: ConnId,
+    },
+    /// An entry's recipients are deferred.
+    Defer {
+        /// Message.
+        queue_id: QueueId,
+        /// Recipient indexes.
+        recipients: Vec<u32>,
+        /// Reason text.
+        reason: String,
+        /// Earliest retry.
+        next_attempt: Time,
+    },
+    /// An entry's recipients bounce (5xx or expired).
+    Bounce {
+        /// Message.
+        queue_id: QueueId,
+        /// Recipient indexes.
+        recipients: Vec<u32>,
+        /// Reason text.
+        reason: String,
+    },
+    /// Write a journal record.
+    Journal(Record),
+    /// The message left memory; with `next_attempt` it has deferred recipients to retry then.
+    MessageDone {
+        /// Message.
+        queue_id: QueueId,
+        /// Retry time, if recipients were deferred.
+        next_attempt: Option<Time>,
+    },
+    /// Something to log.
+    Notice(Notice),
+}

@@ -1,0 +1,83 @@
+//! Cross-structure consistency checks for tests and debugging.
+//!
+//! `check_invariants` recomputes the counters that the scheduler keeps
+//! incrementally (recipients in core, workers per transport, entries per
+//! class in flight, connections and entries per destination, workers and
+//! live entries per message) and reports the first mismatch. It is O(n²) in
+//! the worst case and meant for tests, not for production paths.
+//! Panics: never.
+
+use crate::entry::EntryState;
+use crate::sched::Scheduler;
+
+impl Scheduler {
+    /// Checks the cross-structure counters; for tests and debugging.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut in_core = 0;
+        for (_, m) in self.msgs.iter() {
+            in_core += m.in_core;
+        }
+        if in_core != self.in_core {
+            return Err(format!("in_core {} != sum {}", self.in_core, in_core));
+        }
+        for (i, tr) in self.transports.iter().enumerate() {
+            let conns = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.transport.0 as usize == i)
+                .count() as u32;
+            if conns != tr.workers {
+                return Err(format!(
+                    "transport {i}: workers {} != conns {}",
+                    tr.workers, conns
+                ));
+            }
+            // workers may exceed process_limit only after a reload lowered it;
+            // no connection opens then (checked where Open is emitted).
+            let mut infl = [0u32; 3];
+            for (_, e) in self.entries.iter() {
+                if self.dests[e.dest].transport.0 as usize == i && e.state != EntryState::Queued {
+                    infl[e.class.idx()] += 1;
+                }
+            }
+            if infl != tr.inflight {
+                return Err(format!(
+                    "transport {i}: inflight {:?} != {:?}",
+                    tr.inflight, infl
+                ));
+            }
+        }
+        for (d, dest) in self.dests.iter() {
+            if dest.busy as usize != dest.conns.len() {
+                return Err(format!(
+                    "dest {d:?}: busy {} != conns {}",
+                    dest.busy,
+                    dest.conns.len()
+                ));
+            }
+            let n = self.entries.iter().filter(|(_, e)| e.dest == d).count() as u32;
+            if n != dest.entries {
+                return Err(format!("dest {d:?}: entries {} != {}", dest.entries, n));
+            }
+        }
+        for (_, m) in self.msgs.iter() {
+            let mut w = 0;
+            let mut live = 0;
+            for (_, e) in self.entries.iter() {
+                if self.msgs.get(e.message).map(|x| x.queue_id) == Some(m.queue_id) {
+                    live += 1;
+                    if e.state != EntryState::Queued {
+                        w += 1;
+                    }
+                }
+            }
+            if w != m.workers || live != m.live_entries {
+                return Err(format!(
+                    "message {:?}: workers {}/{} live {}/{}",
+                    m.queue_id, m.workers, w, m.live_entries, live
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,50 @@
+//! Sluice's queue scheduler: a sans-IO, deterministic state machine.
+//!
+//! The daemon (or the simulator) feeds events with
+//! [`Scheduler::handle`]`(now, event)` and [`Scheduler::handle_timeout`]`(now)`
+//! and drains actions with [`Scheduler::poll_action`]; [`Scheduler::poll_timeout`]
+//! says when to call `handle_timeout` next. Nothing here reads a clock, a
+//! socket or an unseeded random source, and no decision depends on hash
+//! iteration order, so the same inputs give the same actions.
+//!
+//! Algorithms (see `docs/scheduler.md`): Wietse's three-class round-robin
+//! selection (transport → class → destination → FIFO head), fanf's
+//! `allowed_new_worker` and connection scheduling with destdb, Postfix 2.5
+//! concurrency feedback with pseudo-cohort dead-destination detection,
+//! back-off and expiry, pluggable rate limiters, and nqmgr-style recipient
+//! slot lending under `qmgr_message_recipient_limit`.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod classq;
+pub mod config;
+pub mod connection;
+mod dead;
+pub mod destdb;
+pub mod destination;
+mod dispatch;
+pub mod entry;
+pub mod event;
+pub mod feedback;
+pub mod ids;
+mod invariants;
+pub mod limiter;
+mod memory;
+pub mod message;
+pub mod policy;
+pub mod rng;
+mod sched;
+pub mod sim;
+pub mod slab;
+pub mod time;
+pub mod transport;
+
+pub use config::{ClassKey, ConfigError, FeedbackFn, SchedConfig, TransportConfig};
+pub use event::{
+    Action, ConnFailure, Event, NewMessage, Notice, QueueId, RcptStatus, RecipientGroup, Record,
+};
+pub use ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
+pub use limiter::{Limiter, LocalLimiter};
+pub use policy::{Fifo, Policy, ThreeClass};
+pub use sched::{SchedError, Scheduler, Stats};
+pub use time::Time;

@@ -1,0 +1,63 @@
+//! Scheduling policies: the three-class scheduler and a FIFO baseline.
+//!
+//! STYLE: "a policy to compare is a trait in `sched`, not a copy of the
+//! program". The policy decides an entry's class and whether class shares
+//! are enforced; everything else (windows, feedback, connections) is shared,
+//! so a comparison isolates the selection rule. Panics: never.
+
+use crate::entry::Class;
+
+/// How entries are put into classes.
+pub trait Policy: std::fmt::Debug {
+    /// Name for reports.
+    fn name(&self) -> &'static str;
+    /// Class of a new entry whose key already has `count` entries in memory.
+    fn classify(&self, count: u32, thresholds: [u32; 2]) -> Class;
+    /// Whether under-share classes are served first.
+    fn shares(&self) -> bool;
+}
+
+/// Wietse's three-class scheduler (the default).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreeClass;
+
+impl Policy for ThreeClass {
+    fn name(&self) -> &'static str {
+        "three-class"
+    }
+    fn classify(&self, count: u32, thresholds: [u32; 2]) -> Class {
+        Class::from_count(count, thresholds)
+    }
+    fn shares(&self) -> bool {
+        true
+    }
+}
+
+/// The old queue manager (oqmgr): one FIFO per destination, round-robin destinations.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Fifo;
+
+impl Policy for Fifo {
+    fn name(&self) -> &'static str {
+        "fifo"
+    }
+    fn classify(&self, _count: u32, _thresholds: [u32; 2]) -> Class {
+        Class::Small
+    }
+    fn shares(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_classify() {
+        assert_eq!(ThreeClass.classify(5000, [10, 1000]), Class::Large);
+        assert_eq!(Fifo.classify(5000, [10, 1000]), Class::Small);
+        assert!(ThreeClass.shares() && !Fifo.shares());
+        assert_ne!(ThreeClass.name(), Fifo.name());
+    }
+}

@@ -1,0 +1,840 @@
+//! The six scenarios of issue 5, each in a full and a `--quick` size.
+//!
+//! Each returns an [`Output`]: a table for people, flat figures for `--json`
+//! and CSV rows. Sizes and server models are set here and documented in
+//! `docs/scheduler.md`. Panics: never; a scheduler error ends up in the
+//! figures as `errors` and fails the tests.
+
+use super::engine::{OverLimit, Report, ServerModel, Sim, SimConfig, SimDest, SimMessage};
+use crate::config::{FeedbackFn, SchedConfig, TransportConfig};
+use crate::policy::{Fifo, Policy, ThreeClass};
+use crate::rng::Rng;
+use crate::time::Time;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A scenario's results.
+#[derive(Clone, Debug, Default)]
+pub struct Output {
+    /// Scenario name.
+    pub name: String,
+    /// Table rows; the first is the header.
+    pub table: Vec<Vec<String>>,
+    /// Figures for `--json`, in insertion order.
+    pub figures: Vec<(String, f64)>,
+    /// Errors and invariant violations seen (must be empty).
+    pub problems: Vec<String>,
+    /// Trace hashes of the runs (determinism).
+    pub traces: Vec<u64>,
+}
+
+impl Output {
+    fn new(name: &str, header: &[&str]) -> Self {
+        Output {
+            name: name.into(),
+            table: vec![header.iter().map(|s| s.to_string()).collect()],
+            ..Output::default()
+        }
+    }
+
+    fn fig(&mut self, k: &str, v: f64) {
+        self.figures.push((k.to_string(), v));
+    }
+
+    fn row(&mut self, r: Vec<String>) {
+        self.table.push(r);
+    }
+
+    fn check(&mut self, label: &str, r: &Report) {
+        for e in &r.errors {
+            self.problems.push(format!("{label}: {e}"));
+        }
+        if r.violations > 0 {
+            self.problems.push(format!(
+                "{label}: {} window/process limit violations",
+                r.violations
+            ));
+        }
+        if r.unfinished > 0 {
+            self.problems
+                .push(format!("{label}: {} recipients not final", r.unfinished));
+        }
+        self.traces.push(r.trace);
+    }
+
+    /// Looks a figure up.
+    pub fn get(&self, k: &str) -> Option<f64> {
+        self.figures.iter().find(|(n, _)| n == k).map(|(_, v)| *v)
+    }
+
+    /// The table as CSV.
+    pub fn csv(&self) -> String {
+        self.table
+            .iter()
+            .map(|r| r.join(","))
+            .collect::<Vec<_>>()
+            .join("\n")
+            + "\n"
+    }
+
+    /// The figures as one JSON object.
+    pub fn json(&self) -> String {
+        let mut s = format!("{{\"scenario\":\"{}\"", self.name);
+        for (k, v) in &self.figures {
+            if v.is_finite() {
+                s += &format!(",\"{k}\":{}", round(*v));
+            } else {
+                s += &format!(",\"{k}\":null");
+            }
+        }
+        s += &format!(",\"problems\":{}}}", self.problems.len());
+        s
+    }
+
+    /// The table aligned for a terminal.
+    pub fn text(&self) -> String {
+        let cols = self.table.iter().map(Vec::len).max().unwrap_or(0);
+        let w: Vec<usize> = (0..cols)
+            .map(|c| {
+                self.table
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(String::len)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = format!("== {} ==\n", self.name);
+        for r in &self.table {
+            let cells: Vec<String> = r
+                .iter()
+                .enumerate()
+                .map(|(i, c)| format!("{c:>width$}", width = w[i]))
+                .collect();
+            out += &cells.join("  ");
+            out.push('\n');
+        }
+        for p in &self.problems {
+            out += &format!("PROBLEM: {p}\n");
+        }
+        out
+    }
+}
+
+fn round(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// Percentile (nearest rank) of unsorted values; NaN when empty.
+pub fn percentile(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * s.len() as f64).ceil().max(1.0) as usize;
+    s[rank.min(s.len()) - 1]
+}
+
+fn f(v: f64) -> String {
+    format!("{v:.2}")
+}
+
+fn dest(name: &str, hosts: Vec<Vec<String>>) -> SimDest {
+    SimDest {
+        transport: "smtp".into(),
+        nexthop: name.into(),
+        hosts,
+    }
+}
+
+fn cfg_with(t: TransportConfig) -> SchedConfig {
+    SchedConfig {
+        transports: vec![t],
+        ..SchedConfig::default()
+    }
+}
+
+fn run(
+    sc: SimConfig,
+    policy: Box<dyn Policy>,
+    d: Vec<SimDest>,
+    s: BTreeMap<String, ServerModel>,
+    m: Vec<SimMessage>,
+) -> Report {
+    match Sim::new(sc, policy, d, s, m) {
+        Ok(sim) => sim.run(),
+        Err(e) => Report {
+            errors: vec![format!("config: {e}")],
+            ..Report::default()
+        },
+    }
+}
+
+/// Scenario names.
+pub const NAMES: [&str; 6] = [
+    "limiter",
+    "fairness",
+    "mailing-list",
+    "dead",
+    "lb-noise",
+    "reuse",
+];
+
+/// Runs a scenario by name.
+pub fn run_scenario(name: &str, quick: bool, seed: u64) -> Option<Output> {
+    Some(match name {
+        "limiter" => limiter(quick, seed),
+        "fairness" => fairness(quick, seed),
+        "mailing-list" => mailing_list(quick, seed),
+        "dead" => dead(quick, seed),
+        "lb-noise" => lb_noise(quick, seed),
+        "reuse" => reuse(quick, seed),
+        _ => return None,
+    })
+}
+
+const FEEDBACKS: [(&str, FeedbackFn); 3] = [
+    ("1/N", FeedbackFn::PerConcurrency(1.0)),
+    ("1/sqrt(N)", FeedbackFn::PerSqrtConcurrency(1.0)),
+    ("1", FeedbackFn::Constant(1.0)),
+];
+
+/// README figures (deferred %, average concurrency) by feedback, then caching.
+type ReadmeRows = [[(f64, f64); 2]; 3];
+/// A limiter experiment: label, server behaviour, initial concurrency, recipients, README rows.
+type Variant = (&'static str, OverLimit, u32, u32, ReadmeRows);
+
+/// 1. SCHED_README's concurrency-limited server experiments.
+pub fn limiter(quick: bool, seed: u64) -> Output {
+    let mut out = Output::new(
+        "limiter",
+        &[
+            "server",
+            "feedback",
+            "caching",
+            "recipients",
+            "deferred_pct",
+            "avg_conc",
+            "stddev",
+            "failures",
+            "readme_deferred_pct",
+            "readme_avg",
+        ],
+    );
+    // (label, behaviour, initial concurrency, recipients full/quick, README rows by feedback and caching)
+    let variants: [Variant; 3] = [
+        (
+            "connect-timeout",
+            OverLimit::DropConnect,
+            20,
+            2000,
+            [
+                [(9.9, 19.4), (10.3, 19.4)],
+                [(10.4, 19.6), (10.6, 19.6)],
+                [(10.1, 19.5), (10.8, 19.3)],
+            ],
+        ),
+        (
+            "greeting-timeout",
+            OverLimit::GreetingTimeout,
+            20,
+            20000,
+            [
+                [(1.16, 19.8), (1.36, 19.8)],
+                [(1.21, 19.9), (1.36, 20.0)],
+                [(1.18, 20.0), (1.39, 20.0)],
+            ],
+        ),
+        (
+            "421",
+            OverLimit::Reply421,
+            5,
+            2000,
+            [
+                [(16.5, 5.17), (16.5, 5.17)],
+                [(24.5, 5.28), (24.3, 5.28)],
+                [(49.7, 5.63), (49.7, 5.68)],
+            ],
+        ),
+    ];
+    for (label, over, initial, n_full, readme) in variants {
+        for (fi, (fname, fb)) in FEEDBACKS.iter().enumerate() {
+            for (ci, caching) in [false, true].into_iter().enumerate() {
+                let n = if quick {
+                    (n_full / 2).min(2000)
+                } else {
+                    n_full
+                };
+                let mut t = TransportConfig::new("smtp");
+                if !caching {
+                    t = t.without_connection_reuse();
+                }
+                t.connection_backlog_limit = 1;
+                t.destination_recipient_limit = 2;
+                t.destination_concurrency_limit = 20;
+                t.initial_destination_concurrency = initial;
+                t.positive_feedback = *fb;
+                t.negative_feedback = *fb;
+                let mut sc = SimConfig {
+                    sched: cfg_with(t),
+                    seed,
+                    track: Some("limited.example".into()),
+                    ..SimConfig::default()
+                };
+                sc.sched.seed = seed;
+                // The README's servers: the process limit (5) is also the
+                // listen(2) backlog, which FreeBSD honours (full queue: the
+                // connect times out) and Linux stretches (connections wait for
+                // the greeting); the 421 limiter rejects at once.
+                let listen_backlog = match over {
+                    OverLimit::DropConnect => 5,
+                    OverLimit::GreetingTimeout => 1000,
+                    OverLimit::Reply421 => 0,
+                };
+                let server = ServerModel {
+                    per_txn: Duration::ZERO,
+                    per_rcpt: Duration::from_secs(1),
+                    greeting: Duration::from_millis(10),
+                    limit: Some(5),
+                    over_limit: over,
+                    listen_backlog,
+                    ..ServerModel::default()
+                };
+                let servers = BTreeMap::from([("mx.limited.example".to_string(), server)]);
+                let d = vec![dest(
+                    "limited.example",
+                    vec![vec!["mx.limited.example".into()]],
+                )];
+                let m = vec![SimMessage {
+                    at: Time::ZERO,
+                    sender: "list@example.org".into(),
+                    size: 1000,
+                    rcpts: vec![0; n as usize],
+                    tag: 0,
+                }];
+                let r = run(sc, Box::new(ThreeClass), d, servers, m);
+                let pct = 100.0 * r.deferred as f64 / r.injected.max(1) as f64;
+                let key = format!(
+                    "{label}_{fname}_{}",
+                    if caching { "cache" } else { "nocache" }
+                );
+                out.check(&key, &r);
+                let (rd, ra) = readme[fi][ci];
+                out.row(vec![
+                    label.into(),
+                    fname.to_string(),
+                    if caching { "yes" } else { "no" }.into(),
+                    n.to_string(),
+                    f(pct),
+                    f(r.conc_avg),
+                    f(r.conc_std),
+                    r.conn_failures.to_string(),
+                    f(rd),
+                    f(ra),
+                ]);
+                out.fig(&format!("{key}_deferred_pct"), pct);
+                out.fig(&format!("{key}_avg_concurrency"), r.conc_avg);
+                out.fig(&format!("{key}_stddev"), r.conc_std);
+                out.fig(&format!("{key}_window_max"), f64::from(r.window_max));
+                if label == "421" && fi == 0 && ci == 0 {
+                    out.fig("deferred_pct", pct);
+                    out.fig("avg_concurrency", r.conc_avg);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn latency_row(
+    out: &mut Output,
+    label: &str,
+    r: &Report,
+    tag: u32,
+    idle: &[f64],
+) -> (f64, f64, f64) {
+    let v = r.latency.get(&tag).cloned().unwrap_or_default();
+    let (p50, p99, max) = (
+        percentile(&v, 50.0),
+        percentile(&v, 99.0),
+        percentile(&v, 100.0),
+    );
+    let (i50, i99) = (percentile(idle, 50.0), percentile(idle, 99.0));
+    out.row(vec![
+        label.into(),
+        v.len().to_string(),
+        f(p50),
+        f(p99),
+        f(max),
+        f(p50 / i50),
+        f(p99 / i99),
+        f(r.end.as_secs_f64()),
+    ]);
+    (p50 / i50, p99 / i99, max)
+}
+
+/// 2. Wietse's fairness case: one bulk sender, then ten small senders.
+pub fn fairness(quick: bool, seed: u64) -> Output {
+    let mut out = Output::new(
+        "fairness",
+        &[
+            "run",
+            "small_msgs",
+            "p50_s",
+            "p99_s",
+            "max_s",
+            "p50_ratio",
+            "p99_ratio",
+            "end_s",
+        ],
+    );
+    let bulk = if quick { 5_000 } else { 100_000 };
+    let small_at = Time::from_secs(if quick { 5 } else { 60 });
+    let mk = |with_bulk: bool| {
+        let mut m = Vec::new();
+        if with_bulk {
+            for _ in 0..bulk {
+                m.push(SimMessage {
+                    at: Time::ZERO,
+                    sender: "bulk@big.example".into(),
+                    size: 5000,
+                    rcpts: vec![0],
+                    tag: 0,
+                });
+            }
+        }
+        for s in 0..10 {
+            for _ in 0..10 {
+                m.push(SimMessage {
+                    at: small_at,
+                    sender: format!("user{s}@small.example"),
+                    size: 5000,
+                    rcpts: vec![0],
+                    tag: 1,
+                });
+            }
+        }
+        m
+    };
+    let mut t = TransportConfig::new("smtp");
+    t.destination_concurrency_limit = 20;
+    let mut sc = SimConfig {
+        sched: cfg_with(t),
+        seed,
+        track: Some("busy.example".into()),
+        ..SimConfig::default()
+    };
+    // Everything is in memory so that classes see the whole backlog (see docs).
+    sc.sched.qmgr_message_active_limit = 200_000;
+    sc.sched.seed = seed;
+    let d = || vec![dest("busy.example", vec![vec!["mx.busy.example".into()]])];
+    let servers = BTreeMap::new;
+    let idle = run(sc.clone(), Box::new(ThreeClass), d(), servers(), mk(false));
+    let three = run(sc.clone(), Box::new(ThreeClass), d(), servers(), mk(true));
+    let fifo = run(sc, Box::new(Fifo), d(), servers(), mk(true));
+    let idle_lat = idle.latency.get(&1).cloned().unwrap_or_default();
+    latency_row(&mut out, "idle", &idle, 1, &idle_lat);
+    let (p50, p99, max) = latency_row(&mut out, "three-class", &three, 1, &idle_lat);
+    let (f50, f99, fmax) = latency_row(&mut out, "fifo", &fifo, 1, &idle_lat);
+    for (l, r) in [("idle", &idle), ("three-class", &three), ("fifo", &fifo)] {
+        out.check(l, r);
+    }
+    out.fig("small_p50_ratio", p50);
+    out.fig("small_p99_ratio", p99);
+    out.fig("small_max_s", max);
+    out.fig("fifo_small_p50_ratio", f50);
+    out.fig("fifo_small_p99_ratio", f99);
+    out.fig("fifo_small_max_s", fmax);
+    out.fig("idle_small_p99_s", percentile(&idle_lat, 99.0));
+    out.fig("bulk_messages", f64::from(bulk));
+    out
+}
+
+/// 3. A big mailing-list message followed by one-recipient messages.
+pub fn mailing_list(quick: bool, seed: u64) -> Output {
+    let mut out = Output::new(
+        "mailing-list",
+        &[
+            "run",
+            "small_msgs",
+            "p50_s",
+            "p99_s",
+            "max_s",
+            "p50_ratio",
+            "p99_ratio",
+            "end_s",
+        ],
+    );
+    let (list_n, small_n) = if quick { (1_000, 20) } else { (10_000, 100) };
+    let mk = |with_list: bool| {
+        let mut m = Vec::new();
+        if with_list {
+            m.push(SimMessage {
+                at: Time::ZERO,
+                sender: "list@lists.example".into(),
+                size: 20_000,
+                rcpts: vec![0; list_n],
+                tag: 0,
+            });
+        }
+        for s in 0..small_n {
+            m.push(SimMessage {
+                at: Time::from_secs(1),
+                sender: format!("u{s}@example.net"),
+                size: 5000,
+                rcpts: vec![0],
+                tag: 1,
+            });
+        }
+        m
+    };
+    let t = TransportConfig::new("smtp");
+    let mut sc = SimConfig {
+        sched: cfg_with(t),
+        seed,
+        track: Some("list.example".into()),
+        ..SimConfig::default()
+    };
+    sc.sched.seed = seed;
+    let d = || vec![dest("list.example", vec![vec!["mx.list.example".into()]])];
+    let idle = run(
+        sc.clone(),
+        Box::new(ThreeClass),
+        d(),
+        BTreeMap::new(),
+        mk(false),
+    );
+    let three = run(
+        sc.clone(),
+        Box::new(ThreeClass),
+        d(),
+        BTreeMap::new(),
+        mk(true),
+    );
+    let fifo = run(sc.clone(), Box::new(Fifo), d(), BTreeMap::new(), mk(true));
+    // The same without pipelining backlog: entries wait in their class queue
+    // until a connection is free, as in Postfix.
+    let mut sc1 = sc;
+    sc1.sched.transports[0].connection_backlog_limit = 1;
+    let three1 = run(
+        sc1.clone(),
+        Box::new(ThreeClass),
+        d(),
+        BTreeMap::new(),
+        mk(true),
+    );
+    let fifo1 = run(sc1, Box::new(Fifo), d(), BTreeMap::new(), mk(true));
+    let idle_lat = idle.latency.get(&1).cloned().unwrap_or_default();
+    latency_row(&mut out, "idle", &idle, 1, &idle_lat);
+    let (p50, p99, _) = latency_row(&mut out, "three-class", &three, 1, &idle_lat);
+    let (f50, f99, _) = latency_row(&mut out, "fifo", &fifo, 1, &idle_lat);
+    let (b50, b99, _) = latency_row(&mut out, "three-class backlog=1", &three1, 1, &idle_lat);
+    let (g50, g99, _) = latency_row(&mut out, "fifo backlog=1", &fifo1, 1, &idle_lat);
+    for (l, r) in [
+        ("idle", &idle),
+        ("three-class", &three),
+        ("fifo", &fifo),
+        ("three-class-b1", &three1),
+        ("fifo-b1", &fifo1),
+    ] {
+        out.check(l, r);
+    }
+    out.fig("backlog1_small_p50_ratio", b50);
+    out.fig("backlog1_small_p99_ratio", b99);
+    out.fig("backlog1_fifo_small_p50_ratio", g50);
+    out.fig("backlog1_fifo_small_p99_ratio", g99);
+    let list_done = |r: &Report| {
+        r.latency
+            .get(&0)
+            .and_then(|v| v.first().copied())
+            .unwrap_or(f64::NAN)
+    };
+    out.fig("small_p50_ratio", p50);
+    out.fig("small_p99_ratio", p99);
+    out.fig("fifo_small_p50_ratio", f50);
+    out.fig("fifo_small_p99_ratio", f99);
+    out.fig("list_done_s", list_done(&three));
+    out.fig("fifo_list_done_s", list_done(&fifo));
+    out
+}
+
+/// 4. One dead destination among many.
+pub fn dead(quick: bool, seed: u64) -> Output {
+    let mut out = Output::new(
+        "dead",
+        &[
+            "run",
+            "live_delivered",
+            "live_last_s",
+            "live_msgs_per_s",
+            "dead_events",
+            "first_dead_s",
+            "bounced",
+            "deferrals",
+        ],
+    );
+    let (nd, nm) = if quick { (20, 2_000) } else { (100, 20_000) };
+    let mut rng = Rng::new(seed ^ 0xdead);
+    let msgs: Vec<SimMessage> = (0..nm)
+        .map(|i| {
+            let d = rng.below(nd as u64) as u32;
+            SimMessage {
+                at: Time::ZERO,
+                sender: format!("s{}@example.org", i % 50),
+                size: 4000,
+                rcpts: vec![d],
+                tag: u32::from(d == 0),
+            }
+        })
+        .collect();
+    let dests: Vec<SimDest> = (0..nd)
+        .map(|i| {
+            dest(
+                &format!("d{i}.example"),
+                vec![vec![format!("mx.d{i}.example")]],
+            )
+        })
+        .collect();
+    let mut sc = SimConfig {
+        sched: SchedConfig::default(),
+        seed,
+        retry_deferred: true,
+        track: Some("d0.example".into()),
+        ..SimConfig::default()
+    };
+    sc.sched.seed = seed;
+    sc.sched.maximal_queue_lifetime = Duration::from_secs(if quick { 3 * 3600 } else { 5 * 3600 });
+    sc.end = Time::from_secs(if quick { 4 * 3600 } else { 6 * 3600 });
+    let mut servers = BTreeMap::new();
+    let baseline = run(
+        sc.clone(),
+        Box::new(ThreeClass),
+        dests.clone(),
+        servers.clone(),
+        msgs.clone(),
+    );
+    servers.insert(
+        "mx.d0.example".to_string(),
+        ServerModel {
+            dead: true,
+            ..ServerModel::default()
+        },
+    );
+    let with_dead = run(sc, Box::new(ThreeClass), dests, servers, msgs);
+    let live = |r: &Report| {
+        let (n, t) = r
+            .delivered_by_tag
+            .get(&0)
+            .copied()
+            .unwrap_or((0, Time::ZERO));
+        (n, t.as_secs_f64(), n as f64 / t.as_secs_f64().max(1e-9))
+    };
+    for (label, r) in [("without dead", &baseline), ("with dead", &with_dead)] {
+        let (n, t, rate) = live(r);
+        let first = r.dead.first().map_or(f64::NAN, |d| d.0.as_secs_f64());
+        out.row(vec![
+            label.into(),
+            n.to_string(),
+            f(t),
+            f(rate),
+            r.dead.len().to_string(),
+            f(first),
+            r.bounced.to_string(),
+            r.deferred.to_string(),
+        ]);
+        out.check(label, r);
+    }
+    let ratio = live(&with_dead).2 / live(&baseline).2;
+    out.fig("live_throughput_ratio", ratio);
+    out.fig("dead_events", with_dead.dead.len() as f64);
+    out.fig(
+        "first_dead_s",
+        with_dead
+            .dead
+            .first()
+            .map_or(f64::NAN, |d| d.0.as_secs_f64()),
+    );
+    for (i, (at, _, retry)) in with_dead.dead.iter().enumerate().take(6) {
+        out.fig(&format!("backoff_{i}_s"), retry.since(*at).as_secs_f64());
+    }
+    out.fig("dead_dest_bounced", with_dead.bounced as f64);
+    out.fig(
+        "dead_dest_delivered",
+        with_dead
+            .delivered_by_tag
+            .get(&1)
+            .map_or(0.0, |x| x.0 as f64),
+    );
+    out
+}
+
+/// 5. Load balancer with one of four servers failing the handshake.
+pub fn lb_noise(quick: bool, seed: u64) -> Output {
+    let mut out = Output::new(
+        "lb-noise",
+        &[
+            "feedback",
+            "avg_conc",
+            "stddev",
+            "window_max",
+            "deferred_pct",
+            "dead_events",
+        ],
+    );
+    let n = if quick { 2_000 } else { 20_000 };
+    let fbs: [(&str, FeedbackFn, FeedbackFn); 4] = [
+        (
+            "1/N",
+            FeedbackFn::PerConcurrency(1.0),
+            FeedbackFn::PerConcurrency(1.0),
+        ),
+        (
+            "1/sqrt(N)",
+            FeedbackFn::PerSqrtConcurrency(1.0),
+            FeedbackFn::PerSqrtConcurrency(1.0),
+        ),
+        (
+            "1/4",
+            FeedbackFn::Constant(0.25),
+            FeedbackFn::Constant(0.25),
+        ),
+        ("1", FeedbackFn::Constant(1.0), FeedbackFn::Constant(1.0)),
+    ];
+    for (name, pos, neg) in fbs {
+        let mut t = TransportConfig::new("smtp").without_connection_reuse();
+        t.positive_feedback = pos;
+        t.negative_feedback = neg;
+        let mut sc = SimConfig {
+            sched: cfg_with(t),
+            seed,
+            track: Some("lb.example".into()),
+            ..SimConfig::default()
+        };
+        sc.sched.seed = seed;
+        let server = ServerModel {
+            backends: 4,
+            bad_backends: 1,
+            ..ServerModel::default()
+        };
+        let servers = BTreeMap::from([("vip.lb.example".to_string(), server)]);
+        let d = vec![dest("lb.example", vec![vec!["vip.lb.example".into()]])];
+        let m = (0..n)
+            .map(|i| SimMessage {
+                at: Time::ZERO,
+                sender: format!("s{}@example.org", i % 100),
+                size: 3000,
+                rcpts: vec![0],
+                tag: 0,
+            })
+            .collect();
+        let r = run(sc, Box::new(ThreeClass), d, servers, m);
+        let pct = 100.0 * r.deferred as f64 / r.injected.max(1) as f64;
+        out.row(vec![
+            name.into(),
+            f(r.conc_avg),
+            f(r.conc_std),
+            r.window_max.to_string(),
+            f(pct),
+            r.dead.len().to_string(),
+        ]);
+        out.check(name, &r);
+        let k = name.replace('/', "_").replace(['(', ')'], "");
+        out.fig(&format!("{k}_avg_concurrency"), r.conc_avg);
+        out.fig(&format!("{k}_window_max"), f64::from(r.window_max));
+        out.fig(&format!("{k}_deferred_pct"), pct);
+    }
+    out
+}
+
+/// 6. Connection reuse: many messages to many destinations with two MX hosts each.
+pub fn reuse(quick: bool, seed: u64) -> Output {
+    let mut out = Output::new(
+        "reuse",
+        &[
+            "messages",
+            "destinations",
+            "connections",
+            "msgs_per_conn",
+            "both_hosts_pct",
+            "host_balance",
+            "end_s",
+        ],
+    );
+    let (nd, nm, span) = if quick {
+        (100, 10_000, 10.0)
+    } else {
+        (1_000, 100_000, 100.0)
+    };
+    let mut rng = Rng::new(seed ^ 0x5eed);
+    let mut at = 0.0;
+    let msgs: Vec<SimMessage> = (0..nm)
+        .map(|i| {
+            at += rng.exp(span / nm as f64);
+            let d = rng.below(nd as u64) as u32;
+            SimMessage {
+                at: Time((at * 1000.0) as u64),
+                sender: format!("s{}@example.org", i % 500),
+                size: 4000,
+                rcpts: vec![d],
+                tag: 0,
+            }
+        })
+        .collect();
+    let dests: Vec<SimDest> = (0..nd)
+        .map(|i| {
+            dest(
+                &format!("r{i}.example"),
+                vec![vec![
+                    format!("mx1.r{i}.example"),
+                    format!("mx2.r{i}.example"),
+                ]],
+            )
+        })
+        .collect();
+    let mut sc = SimConfig {
+        sched: SchedConfig::default(),
+        seed,
+        ..SimConfig::default()
+    };
+    sc.sched.seed = seed;
+    let r = run(sc, Box::new(ThreeClass), dests, BTreeMap::new(), msgs);
+    out.check("reuse", &r);
+    let mut both = 0;
+    let mut balance = 0.0;
+    for i in 0..nd {
+        let a = r
+            .host_conns
+            .get(&format!("mx1.r{i}.example"))
+            .copied()
+            .unwrap_or(0) as f64;
+        let b = r
+            .host_conns
+            .get(&format!("mx2.r{i}.example"))
+            .copied()
+            .unwrap_or(0) as f64;
+        if a > 0.0 && b > 0.0 {
+            both += 1;
+        }
+        if a + b > 0.0 {
+            balance += a.min(b) / a.max(b);
+        }
+    }
+    let mpc = r.transactions as f64 / r.connections.max(1) as f64;
+    let both_pct = 100.0 * f64::from(both) / nd as f64;
+    let bal = balance / nd as f64;
+    out.row(vec![
+        nm.to_string(),
+        nd.to_string(),
+        r.connections.to_string(),
+        f(mpc),
+        f(both_pct),
+        f(bal),
+        f(r.end.as_secs_f64()),
+    ]);
+    out.fig("msgs_per_connection", mpc);
+    out.fig("connections", r.connections as f64);
+    out.fig("both_hosts_pct", both_pct);
+    out.fig("host_balance", bal);
+    out
+}

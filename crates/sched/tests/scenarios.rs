@@ -1,0 +1,130 @@
+//! Short (`--quick`) runs of the six simulator scenarios, asserting the
+//! properties issue 5 asks for: limits never exceeded, every recipient ends
+//! delivered, deferred or bounced, the small-sender bound, dead detection
+//! and back-off, and determinism.
+
+use sched::sim::scenarios::{self, Output};
+
+fn run(name: &str) -> Output {
+    let o = scenarios::run_scenario(name, true, 7).expect("known scenario");
+    assert!(o.problems.is_empty(), "{name}: {:?}", o.problems);
+    o
+}
+
+fn fig(o: &Output, k: &str) -> f64 {
+    o.get(k)
+        .unwrap_or_else(|| panic!("{}: no figure {k}", o.name))
+}
+
+#[test]
+fn limiter_421_matches_postfix_theory() {
+    let o = run("limiter");
+    // Theoretical defer rate 1/(1+roundup(1/feedback)): 1/6, 1/4, 1/2.
+    for (fb, theory) in [("1/N", 100.0 / 6.0), ("1/sqrt(N)", 25.0), ("1", 50.0)] {
+        let pct = fig(&o, &format!("421_{fb}_nocache_deferred_pct"));
+        assert!((pct - theory).abs() < 5.0, "421 {fb}: {pct} vs {theory}");
+        let avg = fig(&o, &format!("421_{fb}_nocache_avg_concurrency"));
+        assert!((4.5..=6.5).contains(&avg), "421 {fb}: concurrency {avg}");
+    }
+    // Congestion without an active limiter: feedback hardly matters and most
+    // mail goes through (README: about 10 % and 1 %).
+    let ct = fig(&o, "connect-timeout_1/N_nocache_deferred_pct");
+    assert!((5.0..20.0).contains(&ct), "connect timeout: {ct}");
+    let gt = fig(&o, "greeting-timeout_1/N_nocache_deferred_pct");
+    assert!(gt < 5.0, "greeting timeout: {gt}");
+    for key in o.figures.iter().filter(|(k, _)| k.ends_with("_window_max")) {
+        assert!(key.1 <= 20.0, "window above the limit: {key:?}");
+    }
+}
+
+#[test]
+fn fairness_small_senders_within_twice_idle() {
+    let o = run("fairness");
+    let p99 = fig(&o, "small_p99_ratio");
+    assert!(p99 <= 2.0, "three-class p99 ratio {p99}");
+    let fifo = fig(&o, "fifo_small_p99_ratio");
+    assert!(
+        fifo > 2.0 * p99,
+        "the FIFO baseline is much worse: {fifo} vs {p99}"
+    );
+}
+
+#[test]
+fn mailing_list_small_messages_not_worse_than_fifo() {
+    let o = run("mailing-list");
+    assert!(fig(&o, "small_p50_ratio") <= fig(&o, "fifo_small_p50_ratio"));
+    assert!(fig(&o, "list_done_s").is_finite());
+}
+
+#[test]
+fn dead_destination_detected_backs_off_and_does_not_starve_others() {
+    let o = run("dead");
+    assert!(fig(&o, "dead_events") >= 2.0);
+    assert!(
+        fig(&o, "live_throughput_ratio") >= 0.95,
+        "{}",
+        fig(&o, "live_throughput_ratio")
+    );
+    // Detection after the first cohort of connect timeouts (30 s), not later than a few.
+    assert!(fig(&o, "first_dead_s") <= 120.0);
+    // Back-off doubles from minimal_backoff_time up to maximal_backoff_time.
+    assert_eq!(fig(&o, "backoff_0_s"), 300.0);
+    assert_eq!(fig(&o, "backoff_1_s"), 600.0);
+    assert_eq!(fig(&o, "backoff_2_s"), 1200.0);
+    assert!(o
+        .figures
+        .iter()
+        .filter(|(k, _)| k.starts_with("backoff_"))
+        .all(|(_, v)| *v <= 4000.0));
+    // The dead destination's mail bounces after maximal_queue_lifetime.
+    assert!(fig(&o, "dead_dest_bounced") > 0.0);
+    assert_eq!(fig(&o, "dead_dest_delivered"), 0.0);
+}
+
+#[test]
+fn lb_noise_concurrency_dependent_feedback_stalls_lower() {
+    let o = run("lb-noise");
+    let n = fig(&o, "1_N_avg_concurrency");
+    let quarter = fig(&o, "1_4_avg_concurrency");
+    assert!(
+        n < quarter,
+        "1/N stalls below constant 1/4: {n} vs {quarter}"
+    );
+    for (k, v) in &o.figures {
+        if k.ends_with("_window_max") {
+            assert!(*v <= 20.0, "{k} = {v}");
+        }
+    }
+}
+
+#[test]
+fn reuse_carries_several_messages_per_connection_over_both_hosts() {
+    let o = run("reuse");
+    assert!(fig(&o, "msgs_per_connection") > 1.5);
+    assert!(fig(&o, "both_hosts_pct") >= 50.0);
+}
+
+#[test]
+fn same_seed_same_trace_other_seed_other_trace() {
+    for name in ["fairness", "dead", "lb-noise"] {
+        let a = scenarios::run_scenario(name, true, 11).unwrap();
+        let b = scenarios::run_scenario(name, true, 11).unwrap();
+        let c = scenarios::run_scenario(name, true, 12).unwrap();
+        assert_eq!(a.traces, b.traces, "{name}");
+        assert_eq!(a.figures, b.figures, "{name}");
+        assert_ne!(a.traces, c.traces, "{name}: the seed matters");
+    }
+}
+
+#[test]
+fn json_and_csv_outputs_are_well_formed() {
+    let o = run("reuse");
+    let j = o.json();
+    assert!(j.starts_with("{\"scenario\":\"reuse\"") && j.ends_with('}'));
+    assert!(j.contains("\"msgs_per_connection\":"));
+    let csv = o.csv();
+    assert_eq!(csv.lines().count(), o.table.len());
+    assert!(csv
+        .lines()
+        .all(|l| l.split(',').count() == o.table[0].len()));
+}
