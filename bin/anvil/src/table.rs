@@ -57,25 +57,24 @@ impl Table {
     }
 
     fn entry(&mut self, service: &str, client: &str, now: Instant) -> &mut Entry {
-        let unit = self.unit;
-        let e = self
-            .entries
+        self.entries
             .entry((service.to_string(), client.to_string()))
             .or_insert(Entry {
                 count: 0,
                 rate: 0,
                 window_start: now,
-            });
-        if now.duration_since(e.window_start) >= unit {
-            e.window_start = now;
-            e.rate = 0;
-        }
-        e
+            })
     }
 
     /// Records a connection; returns (count, rate) after it.
     pub fn connect(&mut self, service: &str, client: &str, now: Instant) -> (u32, u32) {
+        let unit = self.unit;
         let e = self.entry(service, client, now);
+        // A connection after the window ended opens a new one.
+        if now.duration_since(e.window_start) >= unit {
+            e.window_start = now;
+            e.rate = 0;
+        }
         e.count = e.count.saturating_add(1);
         e.rate = e.rate.saturating_add(1);
         let (count, rate) = (e.count, e.rate);
@@ -95,9 +94,15 @@ impl Table {
 
     /// Records a disconnection; returns (count, rate) after it.
     pub fn disconnect(&mut self, service: &str, client: &str, now: Instant) -> (u32, u32) {
+        let unit = self.unit;
         let e = self.entry(service, client, now);
         e.count = e.count.saturating_sub(1);
-        (e.count, e.rate)
+        let rate = if now.duration_since(e.window_start) < unit {
+            e.rate
+        } else {
+            0
+        };
+        (e.count, rate)
     }
 
     /// The figures without changing them.

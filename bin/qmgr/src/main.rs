@@ -11,6 +11,8 @@
 //! stays queued (`(queue active)` in the log) until the scheduler lands.
 #![forbid(unsafe_code)]
 
+mod deliver;
+mod schedconf;
 mod server;
 
 fn main() {

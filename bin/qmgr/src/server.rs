@@ -1,6 +1,6 @@
 //! qmgr's clients (cleanup, and `sluice queue`), the journal and group commit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -10,7 +10,9 @@ use ipc::queuectl::{self, QueueCtl, QueuedMessage, QueuedRecipient};
 use ipc::{Endpoint, Hello, HelloReply, Protocol, Tagged};
 use mail::QueueId;
 use mio::{Interest, Token};
-use queue::{Journal, LiveMessage, Lsn, Record, Replay, Spool, SpoolConfig, Syncer};
+use queue::{Journal, Lsn, Record, Replay, Spool, SpoolConfig, Storage, Syncer};
+
+use crate::deliver::{Deliver, Effect};
 use sys::creds::PeerCred;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -33,6 +35,7 @@ struct Ack {
     request: u64,
     id: QueueId,
     summary: String,
+    hold: bool,
 }
 
 /// The queue manager.
@@ -48,6 +51,18 @@ pub struct QmgrServer {
     clients: BTreeMap<Token, Client>,
     acks: Vec<Ack>,
     me: u32,
+    /// Delivery: router, scheduler, agents.
+    deliver: Deliver,
+    /// Messages to hand to delivery as soon as the loop can.
+    to_activate: VecDeque<QueueId>,
+    /// Deferred messages by retry time (seconds since the epoch).
+    retry: BTreeSet<(u64, QueueId)>,
+    /// Data to delete once the `Removed` record is durable.
+    removals: Vec<(Lsn, QueueId, Storage)>,
+    /// `queue_run_delay`, for messages that left delivery with nothing due.
+    run_delay: u64,
+    /// When journal garbage was last collected.
+    last_gc: std::time::Instant,
 }
 
 impl QmgrServer {
@@ -91,6 +106,36 @@ impl QmgrServer {
             rec.state.records,
             started.elapsed().as_millis()
         );
+        let services =
+            config::load_master_cf(&ctx.config_dir.join("master.cf")).unwrap_or_default();
+        let seed = u64::from(std::process::id()) ^ crate::deliver::now_ms().0;
+        let scfg = crate::schedconf::build(&ctx.config, &services, seed);
+        let names: BTreeSet<String> = scfg.transports.iter().map(|t| t.name.clone()).collect();
+        let sched = if scfg.transports.is_empty() {
+            // No delivery agents in master.cf: mail is kept, nothing is sent.
+            sched::Scheduler::new(sched::SchedConfig::default())
+        } else {
+            sched::Scheduler::new(scfg)
+        }
+        .map_err(|e| format!("scheduler configuration: {e:?}"))?;
+        let deliver = Deliver::new(sched, names, root.clone());
+        // Everything not held and due now is activated at start; the rest
+        // waits for its retry time.
+        let now = crate::deliver::now_ms().0 / 1000;
+        let mut to_activate = VecDeque::new();
+        let mut retry = BTreeSet::new();
+        let mut ids: Vec<(&QueueId, &queue::LiveMessage)> = rec.state.messages.iter().collect();
+        ids.sort_by_key(|(id, _)| **id);
+        for (id, m) in ids {
+            if m.held {
+                continue;
+            }
+            if m.next_attempt <= now {
+                to_activate.push_back(*id);
+            } else {
+                retry.insert((m.next_attempt, *id));
+            }
+        }
         Ok(QmgrServer {
             spool: rec.spool,
             journal: rec.journal,
@@ -101,6 +146,12 @@ impl QmgrServer {
             clients: BTreeMap::new(),
             acks: Vec::new(),
             me: sys::current_ids().0,
+            deliver,
+            to_activate,
+            retry,
+            removals: Vec::new(),
+            run_delay: ctx.config.time("queue_run_delay").as_secs().max(1),
+            last_gc: std::time::Instant::now(),
         })
     }
 
@@ -180,29 +231,25 @@ impl QmgrServer {
             if hold { "hold" } else { "active" }
         );
         let storage = head.data.storage();
-        let result = self.journal.append(&Record::Arrived(head)).and_then(|lsn| {
+        let arrived = Record::Arrived(head);
+        let result = self.journal.append(&arrived).and_then(|lsn| {
+            self.state.apply(lsn, &arrived);
             if hold {
-                self.journal.append(&Record::Held { id })?;
+                let held = Record::Held { id };
+                let l = self.journal.append(&held)?;
+                self.state.apply(l, &held);
             }
             Ok(lsn)
         });
         match result {
-            Ok(lsn) => {
-                self.state.messages.insert(
-                    id,
-                    LiveMessage {
-                        head: lsn,
-                        storage,
-                        next_attempt: 0,
-                        held: hold,
-                    },
-                );
+            Ok(_lsn) => {
                 self.acks.push(Ack {
                     end: self.journal.end(),
                     client: token,
                     request,
                     id,
                     summary,
+                    hold,
                 });
             }
             Err(e) => {
@@ -290,6 +337,16 @@ impl QmgrServer {
         }
     }
 
+    /// Everything appended in this pass goes into one commit.
+    fn commit_pending(&mut self) {
+        if self.journal.has_pending() {
+            self.kick();
+        }
+        for c in self.clients.values_mut() {
+            let _ = c.ep.write_ready();
+        }
+    }
+
     /// Starts a group commit if records are waiting and none is running.
     fn kick(&mut self) {
         let Some(s) = self.syncer.as_mut() else {
@@ -324,7 +381,108 @@ impl QmgrServer {
         for a in done {
             msg_info!("{}", a.summary);
             self.reply(a.client, a.request, qmgr::Response::Committed);
+            if !a.hold {
+                self.to_activate.push_back(a.id);
+            }
         }
+        // Data of removed messages goes once their Removed record is safe.
+        let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.removals)
+            .into_iter()
+            .partition(|(l, _, _)| *l <= end);
+        self.removals = keep;
+        for (_, id, storage) in gone {
+            if let Err(e) = self.spool.remove_data(id, storage) {
+                msg_warn!("{id}: removing its data: {e}");
+            }
+        }
+    }
+
+    /// Appends a record and applies it to the in-memory state.
+    fn append(&mut self, rec: Record) {
+        match self.journal.append(&rec) {
+            Ok(lsn) => self.state.apply(lsn, &rec),
+            Err(e) => self.journal_failed(e),
+        }
+    }
+
+    /// Carries out what delivery asked for.
+    fn apply_effects(&mut self) {
+        for e in self.deliver.take_effects() {
+            match e {
+                Effect::Journal(rec) => self.append(*rec),
+                Effect::Finished { id, next_attempt } => {
+                    let Some(m) = self.state.messages.get(&id) else {
+                        continue;
+                    };
+                    let (head_lsn, storage) = (m.head, m.storage);
+                    let pending = match self.journal.read_at(head_lsn) {
+                        Ok(rec) => self.state.pending(id, &rec),
+                        Err(e) => {
+                            msg_warn!("{id}: reading its journal record: {e}");
+                            continue;
+                        }
+                    };
+                    if pending.is_empty() {
+                        self.append(Record::Removed { id });
+                        msg_info!("{id}: removed");
+                        self.removals.push((self.journal.end(), id, storage));
+                    } else {
+                        let now = crate::deliver::now_ms().0 / 1000;
+                        let at = next_attempt.unwrap_or(now + self.run_delay);
+                        self.retry.insert((at, id));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands waiting messages to delivery.
+    fn activate_waiting(&mut self, cx: &mut Cx<'_>) {
+        let now = crate::deliver::now_ms().0 / 1000;
+        while let Some(&(at, id)) = self.retry.first() {
+            if at > now {
+                break;
+            }
+            self.retry.pop_first();
+            self.to_activate.push_back(id);
+        }
+        // Bounded per pass so a big backlog does not stall the loop.
+        for _ in 0..1000 {
+            let Some(id) = self.to_activate.pop_front() else {
+                break;
+            };
+            if self.deliver.is_active(&id) {
+                continue;
+            }
+            let Some(m) = self.state.messages.get(&id) else {
+                continue;
+            };
+            if m.held {
+                continue;
+            }
+            let (head_lsn, next) = (m.head, m.next_attempt);
+            let rec = match self.journal.read_at(head_lsn) {
+                Ok(r) => r,
+                Err(e) => {
+                    msg_warn!("{id}: reading its journal record: {e}");
+                    continue;
+                }
+            };
+            let pending = self.state.pending(id, &rec);
+            // A retried message is restated at the head of the journal, so
+            // the segments holding its older records can go.
+            if next > 0 {
+                if let Some(r) = self.state.rewritten(id, &rec, 0) {
+                    self.append(r);
+                }
+            }
+            let head = match rec {
+                Record::Arrived(h) | Record::Rewritten { head: h, .. } => h,
+                _ => continue,
+            };
+            self.deliver.activate(cx, head, pending, 0);
+        }
+        self.apply_effects();
     }
 
     fn journal_failed(&mut self, e: queue::Error) {
@@ -369,6 +527,8 @@ impl Server for QmgrServer {
             }
             Err(e) => msg_warn!("waker: {e}; committing inline"),
         }
+        self.activate_waiting(cx);
+        self.commit_pending();
     }
 
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
@@ -397,6 +557,8 @@ impl Server for QmgrServer {
     fn ready(&mut self, cx: &mut Cx<'_>, token: Token, _readable: bool, _writable: bool) {
         if token == self.waker_token && self.waker.is_some() {
             self.synced();
+        } else if self.deliver.owns(token) {
+            self.deliver.ready(cx, token);
         } else {
             match self.serve(token) {
                 Ok(true) => {}
@@ -413,13 +575,47 @@ impl Server for QmgrServer {
                 }
             }
         }
-        // Everything read in this pass goes into one commit.
-        if self.journal.has_pending() {
-            self.kick();
+        self.apply_effects();
+        self.activate_waiting(cx);
+        self.commit_pending();
+    }
+
+    fn timeout(&mut self, cx: &mut Cx<'_>) {
+        self.deliver.timeout(cx);
+        self.apply_effects();
+        self.activate_waiting(cx);
+        if self.last_gc.elapsed() >= std::time::Duration::from_secs(60) {
+            self.last_gc = std::time::Instant::now();
+            match queue::collect_garbage(&self.spool, &mut self.journal, &self.state) {
+                Ok(gone) if !gone.is_empty() => msg_info!(
+                    "journal: deleted {} segment(s) with nothing live",
+                    gone.len()
+                ),
+                Ok(_) => {}
+                Err(e) => msg_warn!("journal garbage collection: {e}"),
+            }
         }
-        for c in self.clients.values_mut() {
-            let _ = c.ep.write_ready();
+        self.commit_pending();
+    }
+
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        let now_i = std::time::Instant::now();
+        let now = crate::deliver::now_ms().0;
+        let mut d: Option<std::time::Instant> = None;
+        let mut at =
+            |t: std::time::Instant| d = Some(d.map_or(t, |x: std::time::Instant| x.min(t)));
+        if let Some(t) = self.deliver.next_timeout() {
+            at(now_i + std::time::Duration::from_millis(t.0.saturating_sub(now)));
         }
+        if let Some(&(secs, _)) = self.retry.first() {
+            at(now_i + std::time::Duration::from_millis((secs * 1000).saturating_sub(now)));
+        }
+        if !self.to_activate.is_empty() {
+            at(now_i);
+        }
+        // Journal garbage collection, once a minute.
+        at(self.last_gc + std::time::Duration::from_secs(60));
+        d
     }
 
     fn clients(&self) -> usize {

@@ -20,6 +20,7 @@ pub mod control;
 pub mod delivery;
 pub mod endpoint;
 pub mod frame;
+pub mod link;
 pub mod qmgr;
 pub mod queuectl;
 pub mod router;
@@ -28,6 +29,7 @@ pub mod status;
 pub use client::Client;
 pub use endpoint::Endpoint;
 pub use frame::{FrameBuf, MAX_FRAME};
+pub use link::Link;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,94 @@
+//! The scheduler's configuration, from main.cf and master.cf.
+//!
+//! Every master.cf service whose program is a delivery agent is a
+//! transport, in master.cf order (the scheduler's round-robin order); its
+//! `maxproc` is the transport's process limit, and `<transport>_<name>`
+//! overrides apply as in Postfix.
+
+use std::time::Duration;
+
+use config::{Config, Feedback, ServiceDef, ServiceKind};
+use sched::{ClassKey, FeedbackFn, SchedConfig, TransportConfig};
+
+/// Programs that deliver mail for qmgr.
+pub const AGENTS: [&str; 3] = ["smtp", "local", "pipe"];
+
+/// The delivery transports of master.cf.
+pub fn transports(services: &[ServiceDef]) -> Vec<ServiceDef> {
+    services
+        .iter()
+        .filter(|s| s.kind == ServiceKind::Unix && AGENTS.contains(&s.command.as_str()))
+        .cloned()
+        .collect()
+}
+
+fn feedback(f: Feedback) -> FeedbackFn {
+    match f {
+        Feedback::InverseConcurrency => FeedbackFn::PerConcurrency(1.0),
+        Feedback::InverseSqrtConcurrency => FeedbackFn::PerSqrtConcurrency(1.0),
+        Feedback::Constant(x) => FeedbackFn::Constant(x),
+    }
+}
+
+fn u32_of(v: i64) -> u32 {
+    v.clamp(0, i64::from(u32::MAX)) as u32
+}
+
+/// Builds the scheduler configuration; `seed` makes host choices reproducible per run.
+pub fn build(cfg: &Config, services: &[ServiceDef], seed: u64) -> SchedConfig {
+    let default_limit = u32_of(cfg.int("default_process_limit"));
+    let transports = transports(services)
+        .into_iter()
+        .map(|s| {
+            let t = cfg.transport(&s.name);
+            let mut tc = TransportConfig::new(&s.name);
+            tc.process_limit = match s.maxproc {
+                Some(0) => u32::MAX,
+                Some(n) => n,
+                None => default_limit,
+            };
+            tc.destination_recipient_limit =
+                u32_of(t.int("default_destination_recipient_limit")).max(1);
+            tc.initial_destination_concurrency =
+                u32_of(t.int("initial_destination_concurrency")).max(1);
+            tc.destination_concurrency_limit =
+                u32_of(t.int("default_destination_concurrency_limit"));
+            tc.positive_feedback =
+                feedback(t.feedback("default_destination_concurrency_positive_feedback"));
+            tc.negative_feedback =
+                feedback(t.feedback("default_destination_concurrency_negative_feedback"));
+            tc.failed_cohort_limit =
+                t.int("default_destination_concurrency_failed_cohort_limit") as f64;
+            let th = t.ints("sender_class_thresholds");
+            if th.len() == 2 {
+                tc.sender_class_thresholds = [u32_of(th[0]), u32_of(th[1])];
+            }
+            tc.scheduler_class_key = match t.choice("scheduler_class_key") {
+                "sender_domain" => ClassKey::SenderDomain,
+                "tenant" => ClassKey::Tenant,
+                "size" => ClassKey::Size,
+                _ => ClassKey::Sender,
+            };
+            tc.connection_backlog_limit = u32_of(t.int("connection_backlog_limit")).max(1);
+            tc.connection_cache_time_limit = t.time("connection_cache_time_limit");
+            tc.connection_reuse_count_limit = u32_of(t.int("connection_reuse_count_limit"));
+            tc.connection_reuse_time_limit = t.time("connection_reuse_time_limit");
+            tc.recipient_limit = u32_of(t.int("default_recipient_limit")).max(1);
+            tc
+        })
+        .collect();
+    SchedConfig {
+        transports,
+        max_message_concurrency: u32_of(cfg.int("max_message_concurrency")).max(1),
+        scale_max_concurrency: u32_of(cfg.int("scale_max_concurrency")),
+        minimal_backoff_time: cfg.time("minimal_backoff_time").max(Duration::from_secs(1)),
+        maximal_backoff_time: cfg.time("maximal_backoff_time").max(Duration::from_secs(1)),
+        maximal_queue_lifetime: cfg.time("maximal_queue_lifetime"),
+        qmgr_message_active_limit: u32_of(cfg.int("qmgr_message_active_limit")).max(1),
+        qmgr_message_recipient_limit: u32_of(cfg.int("qmgr_message_recipient_limit")).max(1),
+        qmgr_message_recipient_minimum: u32_of(cfg.int("qmgr_message_recipient_minimum")).max(1),
+        feedback_debug: cfg.bool("destination_concurrency_feedback_debug"),
+        seed,
+        ..SchedConfig::default()
+    }
+}

@@ -1,0 +1,177 @@
+//! Mail flowing end to end: swaks → smtpd → cleanup → qmgr (router,
+//! scheduler) → smtp → Postfix's smtp-sink; deferrals retried on schedule,
+//! permanent failures bounced, everything journaled.
+
+use std::path::Path;
+use std::process::{Child, Command};
+
+use sluice_suite::{free_port, swaks, wait_for, Instance};
+
+struct Sink {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sink_on(port: u16, extra: &[&str]) -> Sink {
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let template = format!("{}/%H%M%S.", dir.path().display());
+    let child = Command::new("smtp-sink")
+        .args(["-u", "nobody", "-d", &template])
+        .args(extra)
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("64")
+        .spawn()
+        .expect("smtp-sink");
+    wait_for(10, "smtp-sink", || {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .ok()
+            .map(drop)
+    });
+    Sink { child, port, dir }
+}
+
+fn count(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+fn relay_instance(sink_port: u16, extra: &str) -> (Instance, u16) {
+    let port = free_port();
+    let cf = format!(
+        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
+    );
+    let main = format!(
+        "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{sink_port}\nsmtpd_reject_unlisted_recipient = no\n{extra}"
+    );
+    let mut inst = Instance::new(&cf, &main);
+    inst.start();
+    inst.wait_port(port);
+    (inst, port)
+}
+
+fn send(port: u16, to: &str) -> String {
+    let (code, out) = swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--from",
+        "alice@example.com",
+        "--to",
+        to,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    out.lines()
+        .find_map(|l| l.split("queued as ").nth(1))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn relayed_mail_reaches_the_sink_and_leaves_the_queue() {
+    let sink = sink_on(free_port(), &[]);
+    let (inst, port) = relay_instance(sink.port, "");
+    let ids: Vec<String> = (0..5)
+        .map(|i| send(port, &format!("user{i}@remote.example")))
+        .collect();
+    wait_for(20, "5 messages at the sink", || {
+        (count(sink.dir.path()) == 5).then_some(())
+    });
+    for id in &ids {
+        inst.wait_log(10, &format!("{id}: to=<"));
+        inst.wait_log(10, &format!("{id}: removed"));
+    }
+    assert!(inst.log().contains("status=sent (250 "), "{}", inst.log());
+    wait_for(10, "an empty queue", || {
+        inst.queue_json().is_empty().then_some(())
+    });
+}
+
+#[test]
+fn temporary_failures_are_deferred_retried_and_then_delivered() {
+    let sink_port = free_port();
+    let sink = sink_on(sink_port, &["-r", "rcpt"]);
+    let (inst, port) = relay_instance(
+        sink_port,
+        "minimal_backoff_time = 1s\nmaximal_backoff_time = 2s\n",
+    );
+    let id = send(port, "user@remote.example");
+    inst.wait_log(
+        10,
+        &format!("{id}: to=<user@remote.example>, relay=127.0.0.1[127.0.0.1]:{sink_port}"),
+    );
+    inst.wait_log(10, "status=deferred");
+    let q = inst.queue_json();
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert!(
+        q[0].contains("\"queue_name\":\"deferred\"") || q[0].contains("\"queue_name\":\"active\""),
+        "{}",
+        q[0]
+    );
+    // The retry comes by itself after the back-off.
+    wait_for(20, "a second attempt", || {
+        (inst
+            .log()
+            .matches(&format!("{id}: to=<user@remote.example>"))
+            .count()
+            >= 2)
+            .then_some(())
+    });
+    // The destination recovers: the next retry delivers.
+    drop(sink);
+    let good = sink_on(sink_port, &[]);
+    wait_for(30, "delivery after recovery", || {
+        (count(good.dir.path()) == 1).then_some(())
+    });
+    inst.wait_log(10, &format!("{id}: removed"));
+    assert!(inst.queue_json().is_empty());
+}
+
+#[test]
+fn permanent_failures_are_bounced_and_unreachable_hosts_deferred() {
+    let sink = sink_on(free_port(), &["-f", "rcpt"]);
+    let (inst, port) = relay_instance(sink.port, "");
+    let id = send(port, "nobody@remote.example");
+    inst.wait_log(10, &format!("{id}: to=<nobody@remote.example>"));
+    inst.wait_log(10, "status=bounced");
+    inst.wait_log(10, &format!("{id}: removed"));
+    drop(sink);
+    // Nothing listens: connection refused, deferred, kept.
+    let closed = free_port();
+    let (inst2, port2) = relay_instance(closed, "");
+    let id2 = send(port2, "x@remote.example");
+    inst2.wait_log(10, &format!("{id2}: to=<x@remote.example>, relay=none"));
+    let line = inst2.wait_log(10, "status=deferred");
+    assert!(
+        line.contains("Connection refused") || line.contains("connect to"),
+        "{line}"
+    );
+    assert_eq!(inst2.queue_json().len(), 1);
+}
+
+#[test]
+fn deferred_mail_survives_a_restart_and_is_delivered_after_it() {
+    let sink_port = free_port();
+    let (mut inst, port) = relay_instance(
+        sink_port,
+        "minimal_backoff_time = 1s\nmaximal_backoff_time = 1s\n",
+    );
+    let id = send(port, "later@remote.example");
+    inst.wait_log(10, "status=deferred");
+    inst.stop();
+    let sink = sink_on(sink_port, &[]);
+    inst.start();
+    wait_for(30, "delivery after the restart", || {
+        (count(sink.dir.path()) == 1).then_some(())
+    });
+    inst.wait_log(10, &format!("{id}: removed"));
+}
