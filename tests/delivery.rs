@@ -175,3 +175,82 @@ fn deferred_mail_survives_a_restart_and_is_delivered_after_it() {
     });
     inst.wait_log(10, &format!("{id}: removed"));
 }
+
+#[test]
+fn permanent_failure_sends_an_rfc3464_notice_to_the_sender() {
+    let good = sink_on(free_port(), &[]);
+    let bad = sink_on(free_port(), &["-f", "rcpt"]);
+    let extra = format!(
+        "transport_maps = inline:{{ remote.example = smtp:[127.0.0.1]:{} }}\n",
+        bad.port
+    );
+    let (inst, port) = relay_instance(good.port, &extra);
+    // DSN parameters through the whole chain: ENVID, RET=HDRS, NOTIFY, ORCPT
+    // (swaks cannot set them; Python's smtplib can).
+    let script = r#"
+import smtplib, sys
+s = smtplib.SMTP("127.0.0.1", int(sys.argv[1]))
+s.ehlo("client.test.example")
+s.mail("alice@example.com", ["RET=HDRS", "ENVID=QQ314"])
+s.rcpt("nobody@remote.example", ["NOTIFY=FAILURE", "ORCPT=rfc822;orig@remote.example"])
+code, msg = s.data(b"Subject: bounced\r\nFrom: alice@example.com\r\n\r\nsecret body\r\n")
+print(code, msg.decode())
+s.quit()
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &port.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("250"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = text.split("queued as ").nth(1).unwrap().trim().to_string();
+    inst.wait_log(15, &format!("{id}: to=<nobody@remote.example>"));
+    let line = inst.wait_log(15, &format!("{id}: sender non-delivery notification: "));
+    let notice_id = line.rsplit(' ').next().unwrap().to_string();
+    inst.wait_log(15, &format!("{notice_id}: to=<alice@example.com>"));
+    let file = wait_for(15, "the notice at the good sink", || {
+        std::fs::read_dir(good.dir.path())
+            .ok()?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .next()
+    });
+    let parsed = inst.python("parse_dsn.py", &[file.to_str().unwrap()]);
+    let p = String::from_utf8_lossy(&parsed.stdout);
+    for needle in [
+        "content-type: multipart/report",
+        "report-type: delivery-status",
+        "to: alice@example.com",
+        "part: message/delivery-status",
+        "reporting-mta: dns; mx.test.example",
+        "original-envelope-id: QQ314",
+        "final-recipient: rfc822; nobody@remote.example",
+        "original-recipient: rfc822; orig@remote.example",
+        "action: failed",
+        "status: 5.",
+        "diagnostic-code: smtp; 5",
+        "part: text/rfc822-headers",
+        "returned-headers: True",
+    ] {
+        assert!(
+            p.contains(needle),
+            "missing {needle:?} in:\n{p}\n{}",
+            String::from_utf8_lossy(&parsed.stderr)
+        );
+    }
+    let dumped = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        !dumped.contains("secret body"),
+        "RET=HDRS: no body in the notice"
+    );
+    assert!(
+        dumped.contains("MAIL FROM:<>")
+            || dumped.contains("X-Mail-Args: FROM:<>")
+            || inst.log().contains(&format!("{notice_id}: from=<>")),
+        "notices have the null sender"
+    );
+}

@@ -15,8 +15,13 @@ mod headers;
 mod server;
 
 fn main() {
+    // Many clients per process, as smtpd: only max_idle applies.
+    let opts = daemon::Options {
+        honour_max_use: false,
+        ..daemon::Options::default()
+    };
     daemon::run(
-        daemon::Options::default(),
+        opts,
         |_ctx| Ok(()),
         |ctx, ()| server::CleanupServer::new(ctx),
     )

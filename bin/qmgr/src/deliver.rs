@@ -33,6 +33,13 @@ use sched::{
 pub enum Effect {
     /// Append this record to the journal.
     Journal(Box<queue::Record>),
+    /// Recipients of this message failed for good: a notice is owed.
+    Bounce {
+        /// The message (envelope and data).
+        head: Box<MessageHead>,
+        /// The failed recipients.
+        failed: Vec<crate::bounce::Failed>,
+    },
     /// The message left the active queue; retry at the time given (seconds), if any.
     Finished {
         /// The message.
@@ -113,6 +120,8 @@ pub struct Deliver {
     conns: HashMap<ConnId, String>,
     /// Recipients whose result an agent logged already.
     logged: HashSet<(u64, u32)>,
+    /// Recipients that failed for good, per message, for its notice.
+    bounced: HashMap<u64, Vec<crate::bounce::Failed>>,
     effects: Vec<Effect>,
 }
 
@@ -135,6 +144,7 @@ impl Deliver {
             host_waiters: HashMap::new(),
             conns: HashMap::new(),
             logged: HashSet::new(),
+            bounced: HashMap::new(),
             effects: Vec::new(),
         }
     }
@@ -295,6 +305,14 @@ impl Deliver {
         for &i in rcpts {
             log_rcpt(a, i, "none", &status, "bounced", &text);
         }
+        let failed = self.bounced.entry(qid).or_default();
+        for &i in rcpts {
+            failed.push(crate::bounce::Failed {
+                index: i,
+                status: status.clone(),
+                reason: text.clone(),
+            });
+        }
         self.effects
             .push(Effect::Journal(Box::new(queue::Record::Bounced {
                 id: a.id,
@@ -308,6 +326,12 @@ impl Deliver {
 
     fn finish(&mut self, qid: u64, next: Option<u64>) {
         if let Some(a) = self.msgs.remove(&qid) {
+            if let Some(failed) = self.bounced.remove(&qid) {
+                self.effects.push(Effect::Bounce {
+                    head: Box::new(a.head.clone()),
+                    failed,
+                });
+            }
             self.by_id.remove(&a.id);
             self.logged.retain(|(q, _)| *q != qid);
             self.effects.push(Effect::Finished {
@@ -894,10 +918,16 @@ impl Deliver {
                     let qid = queue_id.0;
                     if let Some(m) = self.msgs.get(&qid) {
                         let (status, text) = split_status(&reason, "5.4.1");
+                        let failed = self.bounced.entry(qid).or_default();
                         for i in recipients {
                             if !self.logged.remove(&(qid, i)) {
                                 log_rcpt(m, i, "none", &status, "bounced", &text);
                             }
+                            failed.push(crate::bounce::Failed {
+                                index: i,
+                                status: status.clone(),
+                                reason: text.clone(),
+                            });
                         }
                     }
                 }

@@ -53,6 +53,8 @@ pub struct QmgrServer {
     me: u32,
     /// Delivery: router, scheduler, agents.
     deliver: Deliver,
+    /// Whether master.cf has any delivery agent at all.
+    delivering: bool,
     /// Messages to hand to delivery as soon as the loop can.
     to_activate: VecDeque<QueueId>,
     /// Deferred messages by retry time (seconds since the epoch).
@@ -63,6 +65,17 @@ pub struct QmgrServer {
     run_delay: u64,
     /// When journal garbage was last collected.
     last_gc: std::time::Instant,
+    /// The link to cleanup for delivery status notifications.
+    notices: Option<ipc::Link<ipc::cleanup::Cleanup>>,
+    /// Notices in flight: End request id → the failed message's id.
+    notices_pending: BTreeMap<u64, QueueId>,
+    /// Notices waiting for the cleanup link.
+    notices_queue: VecDeque<Vec<ipc::cleanup::Request>>,
+    /// The failed messages' ids, in the order of `notices_queue`.
+    notice_ids: VecDeque<QueueId>,
+    /// myhostname, myorigin, 2bounce_notice_recipient.
+    names: (String, String, String),
+    queue_root: PathBuf,
 }
 
 impl QmgrServer {
@@ -111,6 +124,12 @@ impl QmgrServer {
         let seed = u64::from(std::process::id()) ^ crate::deliver::now_ms().0;
         let scfg = crate::schedconf::build(&ctx.config, &services, seed);
         let names: BTreeSet<String> = scfg.transports.iter().map(|t| t.name.clone()).collect();
+        let delivering = !names.is_empty();
+        if !delivering {
+            msg_warn!(
+                "no delivery agents (smtp, local) in master.cf: mail is queued, not delivered"
+            );
+        }
         let sched = if scfg.transports.is_empty() {
             // No delivery agents in master.cf: mail is kept, nothing is sent.
             sched::Scheduler::new(sched::SchedConfig::default())
@@ -147,11 +166,27 @@ impl QmgrServer {
             acks: Vec::new(),
             me: sys::current_ids().0,
             deliver,
+            delivering,
             to_activate,
             retry,
             removals: Vec::new(),
             run_delay: ctx.config.time("queue_run_delay").as_secs().max(1),
             last_gc: std::time::Instant::now(),
+            notices: None,
+            notices_pending: BTreeMap::new(),
+            notices_queue: VecDeque::new(),
+            notice_ids: VecDeque::new(),
+            names: {
+                let origin = ctx.config.str("myorigin");
+                let pm = ctx.config.str("2bounce_notice_recipient");
+                let pm = if pm.contains('@') {
+                    pm
+                } else {
+                    format!("{pm}@{origin}")
+                };
+                (ctx.config.str("myhostname"), origin, pm)
+            },
+            queue_root: root.clone(),
         })
     }
 
@@ -410,6 +445,7 @@ impl QmgrServer {
         for e in self.deliver.take_effects() {
             match e {
                 Effect::Journal(rec) => self.append(*rec),
+                Effect::Bounce { head, failed } => self.notice(*head, failed),
                 Effect::Finished { id, next_attempt } => {
                     let Some(m) = self.state.messages.get(&id) else {
                         continue;
@@ -436,8 +472,153 @@ impl QmgrServer {
         }
     }
 
+    /// Builds the non-delivery notice for a message and queues it for cleanup.
+    fn notice(&mut self, head: queue::MessageHead, failed: Vec<crate::bounce::Failed>) {
+        use crate::bounce;
+        let env = &head.envelope;
+        let wanted = bounce::wanted(env, &failed);
+        if wanted.is_empty() {
+            return;
+        }
+        let (hostname, origin, postmaster) = &self.names;
+        let (to, from) = match bounce::who(&env.sender, postmaster, origin) {
+            bounce::Notify::Sender(s) => (s, String::new()),
+            bounce::Notify::Postmaster { to, from } => (to, from),
+            bounce::Notify::Nobody => {
+                msg_warn!("{}: undeliverable double-bounce discarded", head.id);
+                return;
+            }
+        };
+        let original = match self.spool.open_data(head.id, &head.data) {
+            Ok(mut d) => {
+                let mut v = Vec::new();
+                if let Err(e) = std::io::Read::read_to_end(&mut d, &mut v) {
+                    msg_warn!("{}: reading the message for its notice: {e}", head.id);
+                }
+                v
+            }
+            Err(e) => {
+                msg_warn!("{}: reading the message for its notice: {e}", head.id);
+                Vec::new()
+            }
+        };
+        let now = std::time::SystemTime::now();
+        let arrival =
+            std::time::UNIX_EPOCH + std::time::Duration::from_micros(env.arrival.as_micros());
+        let (date, arrived) = (
+            sys::time::rfc5322_date(now),
+            sys::time::rfc5322_date(arrival),
+        );
+        let cx = bounce::Context {
+            hostname,
+            to: &to,
+            date: &date,
+            arrival: &arrived,
+        };
+        let bytes = bounce::report(env, &head.id.to_string(), &wanted, &original, cx);
+        let envelope = mail::Envelope {
+            sender: from,
+            recipients: vec![mail::Recipient::new(to)],
+            ..mail::Envelope::default()
+        };
+        let mut reqs = vec![ipc::cleanup::Request::Begin {
+            envelope: Box::new(envelope),
+            origin: ipc::cleanup::Origin::Local {
+                user: "MAILER-DAEMON".into(),
+                full_name: Some("Mail Delivery System".into()),
+            },
+            hold: false,
+        }];
+        for chunk in bytes.chunks(ipc::cleanup::MAX_CHUNK) {
+            reqs.push(ipc::cleanup::Request::Data {
+                bytes: chunk.to_vec(),
+            });
+        }
+        reqs.push(ipc::cleanup::Request::End);
+        // Keep the id of the failed message with the End request (the last one).
+        self.notices_queue.push_back(reqs);
+        self.notice_ids.push_back(head.id);
+    }
+
+    /// Sends queued notices to cleanup; reads its answers.
+    fn notices_ready(&mut self, cx: &mut Cx<'_>) {
+        if let Some(link) = self.notices.as_mut() {
+            match link.ready() {
+                Ok(answers) => {
+                    for (id, resp) in answers {
+                        let Some(orig) = self.notices_pending.remove(&id) else {
+                            continue;
+                        };
+                        match resp {
+                            ipc::cleanup::Response::Queued { queue_id } => {
+                                msg_info!("{orig}: sender non-delivery notification: {queue_id}")
+                            }
+                            ipc::cleanup::Response::Failed {
+                                code,
+                                enhanced,
+                                text,
+                            } => {
+                                msg_warn!("{orig}: the non-delivery notification was refused: {code} {enhanced} {text}")
+                            }
+                            ipc::cleanup::Response::Started { .. } => {}
+                        }
+                    }
+                }
+                Err(e) => {
+                    msg_warn!("cleanup link for notices: {e}");
+                    if let Some(mut l) = self.notices.take() {
+                        l.deregister(cx.registry);
+                    }
+                    for (_, orig) in std::mem::take(&mut self.notices_pending) {
+                        msg_warn!(
+                            "{orig}: the non-delivery notification was lost with the cleanup link"
+                        );
+                    }
+                }
+            }
+        }
+        if self.notices_queue.is_empty() {
+            return;
+        }
+        if self.notices.is_none() {
+            let t = cx.token();
+            match ipc::Link::<ipc::cleanup::Cleanup>::connect(
+                &self.queue_root.join("private/cleanup"),
+                cx.registry,
+                t,
+            ) {
+                Ok(l) => self.notices = Some(l),
+                Err(e) => {
+                    msg_warn!("connect to cleanup for notices: {e}");
+                    return;
+                }
+            }
+        }
+        let link = self.notices.as_mut().expect("connected above");
+        while let Some(reqs) = self.notices_queue.pop_front() {
+            let orig = self.notice_ids.pop_front();
+            let mut last = 0;
+            for r in &reqs {
+                match link.send(r) {
+                    Ok(id) => last = id,
+                    Err(e) => {
+                        msg_warn!("cleanup link for notices: {e}");
+                        return;
+                    }
+                }
+            }
+            if let Some(o) = orig {
+                self.notices_pending.insert(last, o);
+            }
+        }
+    }
+
     /// Hands waiting messages to delivery.
     fn activate_waiting(&mut self, cx: &mut Cx<'_>) {
+        if !self.delivering {
+            self.to_activate.clear();
+            return;
+        }
         let now = crate::deliver::now_ms().0 / 1000;
         while let Some(&(at, id)) = self.retry.first() {
             if at > now {
@@ -559,6 +740,8 @@ impl Server for QmgrServer {
             self.synced();
         } else if self.deliver.owns(token) {
             self.deliver.ready(cx, token);
+        } else if self.notices.as_ref().is_some_and(|l| l.token() == token) {
+            self.notices_ready(cx);
         } else {
             match self.serve(token) {
                 Ok(true) => {}
@@ -577,6 +760,7 @@ impl Server for QmgrServer {
         }
         self.apply_effects();
         self.activate_waiting(cx);
+        self.notices_ready(cx);
         self.commit_pending();
     }
 
@@ -584,6 +768,7 @@ impl Server for QmgrServer {
         self.deliver.timeout(cx);
         self.apply_effects();
         self.activate_waiting(cx);
+        self.notices_ready(cx);
         if self.last_gc.elapsed() >= std::time::Duration::from_secs(60) {
             self.last_gc = std::time::Instant::now();
             match queue::collect_garbage(&self.spool, &mut self.journal, &self.state) {

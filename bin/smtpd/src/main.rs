@@ -13,8 +13,14 @@ mod server;
 mod settings;
 
 fn main() {
+    // One process serves many sessions: max_use (counted in clients) would
+    // restart it every hundred connections, so only max_idle applies.
+    let opts = daemon::Options {
+        honour_max_use: false,
+        ..daemon::Options::default()
+    };
     daemon::run(
-        daemon::Options::default(),
+        opts,
         |ctx| settings::load_tls(&ctx.config),
         server::SmtpServer::new,
     )

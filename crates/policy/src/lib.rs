@@ -245,6 +245,15 @@ impl Policy {
     }
 
     fn unlisted_step(&self, q: &Query<'_>, lookup: &dyn Lookup) -> Step {
+        // Only our own domains have recipient lists (Postfix: the local,
+        // virtual and relay address classes); remote ones are not asked.
+        let ours = match &q.recipient.domain {
+            Domain::Name(d) => self.is_local_domain(d) || self.is_relay_domain(d),
+            _ => false,
+        };
+        if !ours {
+            return Step::Dunno;
+        }
         match lookup.unlisted(q.recipient) {
             Ok(false) => Step::Dunno,
             Ok(true) => Step::RefuseOwn(

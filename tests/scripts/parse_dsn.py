@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Parses a delivery status notification with Python's email package and
+prints what a test checks, one "key: value" per line.
+
+usage: parse_dsn.py FILE   (a message as smtp-sink -d dumps it)
+"""
+import email
+import email.policy
+import sys
+
+raw = open(sys.argv[1], "rb").read()
+# smtp-sink puts X-Client-*/X-Mail-Args/X-Rcpt-Args lines before the message.
+msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+print("content-type: %s" % msg.get_content_type())
+print("report-type: %s" % msg.get_param("report-type"))
+print("to: %s" % msg["To"])
+print("subject: %s" % msg["Subject"])
+parts = msg.get_payload()
+print("parts: %d" % len(parts))
+for p in parts:
+    print("part: %s" % p.get_content_type())
+    if p.get_content_type() == "message/delivery-status":
+        blocks = p.get_payload()
+        per_msg = blocks[0]
+        print("reporting-mta: %s" % per_msg["Reporting-MTA"])
+        print("original-envelope-id: %s" % per_msg["Original-Envelope-Id"])
+        for b in blocks[1:]:
+            print("final-recipient: %s" % b["Final-Recipient"])
+            print("original-recipient: %s" % b["Original-Recipient"])
+            print("action: %s" % b["Action"])
+            print("status: %s" % b["Status"])
+            print("diagnostic-code: %s" % b["Diagnostic-Code"])
+    if p.get_content_type() in ("message/rfc822", "text/rfc822-headers"):
+        body = p.get_payload()
+        if isinstance(body, list):
+            print("returned-subject: %s" % body[0]["Subject"])
+        else:
+            print("returned-headers: %s" % ("Subject: bounced" in body))
