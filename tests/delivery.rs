@@ -155,7 +155,14 @@ fn permanent_failures_are_bounced_and_unreachable_hosts_deferred() {
         line.contains("Connection refused") || line.contains("connect to"),
         "{line}"
     );
-    assert_eq!(inst2.queue_json().len(), 1);
+    let q = inst2.queue_json();
+    assert_eq!(q.len(), 1);
+    // mailq shows why, as Postfix's does.
+    assert!(
+        q[0].contains("\"delay_reason\":") && q[0].contains("connect to"),
+        "{}",
+        q[0]
+    );
 }
 
 #[test]

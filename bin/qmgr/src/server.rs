@@ -65,6 +65,9 @@ pub struct QmgrServer {
     run_delay: u64,
     /// When journal garbage was last collected.
     last_gc: std::time::Instant,
+    /// The last deferral reason per message and recipient (not journaled
+    /// across restarts beyond the Deferred records themselves).
+    reasons: std::collections::HashMap<QueueId, BTreeMap<u32, String>>,
     /// The link to cleanup for delivery status notifications.
     notices: Option<ipc::Link<ipc::cleanup::Cleanup>>,
     /// Notices in flight: End request id → the failed message's id.
@@ -172,6 +175,7 @@ impl QmgrServer {
             removals: Vec::new(),
             run_delay: ctx.config.time("queue_run_delay").as_secs().max(1),
             last_gc: std::time::Instant::now(),
+            reasons: std::collections::HashMap::new(),
             notices: None,
             notices_pending: BTreeMap::new(),
             notices_queue: VecDeque::new(),
@@ -334,10 +338,13 @@ impl QmgrServer {
                         .into(),
                         recipients: pending
                             .iter()
-                            .filter_map(|i| h.envelope.recipients.get(*i as usize))
-                            .map(|r| QueuedRecipient {
-                                address: r.address.clone(),
-                                reason: None,
+                            .filter_map(|i| {
+                                let r = h.envelope.recipients.get(*i as usize)?;
+                                let reason = self.reasons.get(id).and_then(|m| m.get(i)).cloned();
+                                Some(QueuedRecipient {
+                                    address: r.address.clone(),
+                                    reason,
+                                })
                             })
                             .collect(),
                     });
@@ -434,6 +441,25 @@ impl QmgrServer {
 
     /// Appends a record and applies it to the in-memory state.
     fn append(&mut self, rec: Record) {
+        match &rec {
+            // The last reason is what mailq shows under a deferred recipient.
+            Record::Deferred {
+                id,
+                rcpts,
+                status,
+                reason,
+                ..
+            } => {
+                let r = self.reasons.entry(*id).or_default();
+                for i in rcpts {
+                    r.insert(*i, format!("{status} {reason}"));
+                }
+            }
+            Record::Removed { id } => {
+                self.reasons.remove(id);
+            }
+            _ => {}
+        }
         match self.journal.append(&rec) {
             Ok(lsn) => self.state.apply(lsn, &rec),
             Err(e) => self.journal_failed(e),
