@@ -353,22 +353,231 @@ impl QmgrServer {
                 queuectl::Response::List(out)
             }
             queuectl::Request::Flush => {
-                // Due now, in memory: like Postfix's flush, a restart
+                // Due now: like Postfix's flush, in memory only; a restart
                 // returns deferred mail to its journaled schedule.
-                let mut n = 0;
-                for m in self
-                    .state
-                    .messages
-                    .values_mut()
-                    .filter(|m| m.next_attempt > 0 && !m.held)
-                {
-                    m.next_attempt = 0;
-                    n += 1;
-                }
+                let due: Vec<QueueId> = std::mem::take(&mut self.retry)
+                    .into_iter()
+                    .map(|(_, id)| id)
+                    .collect();
+                let n = due.len() as u64;
+                self.to_activate.extend(due);
                 msg_info!("flush: {n} deferred messages made due");
                 queuectl::Response::Flushed(n)
             }
+            queuectl::Request::Show { id } => queuectl::Response::Shown(self.show(&id)),
+            queuectl::Request::Hold(sel) => {
+                let ids: Vec<QueueId> = self
+                    .select(&sel)
+                    .into_iter()
+                    .filter(|id| !self.is_held(id))
+                    .collect();
+                for id in &ids {
+                    self.append(Record::Held { id: *id });
+                    msg_info!("{id}: placed on hold");
+                }
+                queuectl::Response::Done(ids.len() as u64)
+            }
+            queuectl::Request::Release(sel) => {
+                let ids: Vec<QueueId> = self
+                    .select(&sel)
+                    .into_iter()
+                    .filter(|id| self.is_held(id))
+                    .collect();
+                for id in &ids {
+                    self.append(Record::Released { id: *id });
+                    msg_info!("{id}: released from hold");
+                    self.to_activate.push_back(*id);
+                }
+                queuectl::Response::Done(ids.len() as u64)
+            }
+            queuectl::Request::Delete(sel) => {
+                let ids = self.select(&sel);
+                for id in &ids {
+                    let storage = self.state.messages.get(id).map(|m| m.storage);
+                    self.append(Record::Removed { id: *id });
+                    msg_info!("{id}: removed by the administrator");
+                    if let Some(st) = storage {
+                        self.removals.push((self.journal.end(), *id, st));
+                    }
+                }
+                self.retry.retain(|(_, id)| !ids.contains(id));
+                queuectl::Response::Done(ids.len() as u64)
+            }
+            queuectl::Request::Requeue(sel) => {
+                let ids: Vec<QueueId> = self
+                    .select(&sel)
+                    .into_iter()
+                    .filter(|id| !self.is_held(id))
+                    .collect();
+                self.retry.retain(|(_, id)| !ids.contains(id));
+                for id in &ids {
+                    msg_info!("{id}: requeued");
+                    self.to_activate.push_back(*id);
+                }
+                queuectl::Response::Done(ids.len() as u64)
+            }
         }
+    }
+
+    fn is_held(&self, id: &QueueId) -> bool {
+        self.state.messages.get(id).is_some_and(|m| m.held)
+    }
+
+    /// The head record (envelope and data) of a live message.
+    fn head(&self, id: &QueueId) -> Option<(Record, queue::MessageHead)> {
+        let m = self.state.messages.get(id)?;
+        let rec = self.journal.read_at(m.head).ok()?;
+        let h = match &rec {
+            Record::Arrived(h) | Record::Rewritten { head: h, .. } => h.clone(),
+            _ => return None,
+        };
+        Some((rec, h))
+    }
+
+    /// The live messages a selector names, oldest first.
+    fn select(&self, sel: &queuectl::Selector) -> Vec<QueueId> {
+        let mut ids: Vec<QueueId> = match sel {
+            queuectl::Selector::Ids(v) => v
+                .iter()
+                .filter_map(|s| s.parse().ok())
+                .filter(|id| self.state.messages.contains_key(id))
+                .collect(),
+            queuectl::Selector::All => self.state.messages.keys().copied().collect(),
+            queuectl::Selector::Sender(want) => self
+                .state
+                .messages
+                .keys()
+                .filter(|id| {
+                    self.head(id)
+                        .is_some_and(|(_, h)| h.envelope.sender.eq_ignore_ascii_case(want))
+                })
+                .copied()
+                .collect(),
+            queuectl::Selector::Domain(want) => {
+                let want = want.trim_start_matches('@').to_ascii_lowercase();
+                self.state
+                    .messages
+                    .keys()
+                    .filter(|id| {
+                        self.head(id).is_some_and(|(rec, h)| {
+                            self.state.pending(**id, &rec).iter().any(|i| {
+                                h.envelope.recipients.get(*i as usize).is_some_and(|r| {
+                                    r.address
+                                        .rsplit_once('@')
+                                        .is_some_and(|(_, d)| d.eq_ignore_ascii_case(&want))
+                                })
+                            })
+                        })
+                    })
+                    .copied()
+                    .collect()
+            }
+        };
+        ids.sort();
+        ids
+    }
+
+    /// `sluice queue show`: envelope, headers, and each recipient's state.
+    fn show(&self, text: &str) -> Result<String, String> {
+        let id: QueueId = text
+            .parse()
+            .map_err(|_| format!("{text}: not a queue id"))?;
+        let (rec, h) = self
+            .head(&id)
+            .ok_or_else(|| format!("{id}: no such message in the queue"))?;
+        let m = &self.state.messages[&id];
+        let env = &h.envelope;
+        let mut out = String::new();
+        let state = if m.held {
+            "hold"
+        } else if m.next_attempt > 0 {
+            "deferred"
+        } else {
+            "active"
+        };
+        out.push_str(&format!(
+            "queue id: {id}
+state: {state}
+"
+        ));
+        if m.next_attempt > 0 {
+            let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(m.next_attempt);
+            out.push_str(&format!(
+                "next attempt: {}
+",
+                sys::time::rfc5322_date(at)
+            ));
+        }
+        let arrival =
+            std::time::UNIX_EPOCH + std::time::Duration::from_micros(env.arrival.as_micros());
+        out.push_str(&format!(
+            "arrival: {}
+size: {}
+sender: <{}>
+",
+            sys::time::rfc5322_date(arrival),
+            env.size,
+            env.sender
+        ));
+        if let Some(a) = &env.client_addr {
+            out.push_str(&format!(
+                "client: {}[{a}] helo={}
+",
+                env.client_name.as_deref().unwrap_or("unknown"),
+                env.helo.as_deref().unwrap_or("")
+            ));
+        }
+        if let Some(t) = &env.tls {
+            out.push_str(&format!(
+                "tls: {t}
+"
+            ));
+        }
+        if let Some(e) = &env.envid {
+            out.push_str(&format!(
+                "envid: {e}
+"
+            ));
+        }
+        let pending = self.state.pending(id, &rec);
+        out.push_str(
+            "recipients:
+",
+        );
+        for (i, r) in env.recipients.iter().enumerate() {
+            let i = i as u32;
+            let st = if pending.contains(&i) {
+                match self.reasons.get(&id).and_then(|m| m.get(&i)) {
+                    Some(why) => format!("deferred ({why})"),
+                    None => "pending".to_string(),
+                }
+            } else {
+                "done".to_string()
+            };
+            out.push_str(&format!(
+                "  <{}>: {st}
+",
+                r.address
+            ));
+        }
+        out.push_str(
+            "headers:
+",
+        );
+        if let Ok(mut d) = self.spool.open_data(id, &h.data) {
+            let mut buf = vec![0u8; 64 * 1024];
+            let n = std::io::Read::read(&mut d, &mut buf).unwrap_or(0);
+            let text = String::from_utf8_lossy(&buf[..n]);
+            for line in text.split("\r\n") {
+                if line.is_empty() {
+                    break;
+                }
+                out.push_str("  ");
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        Ok(out)
     }
 
     fn reply(&mut self, token: Token, request: u64, resp: qmgr::Response) {

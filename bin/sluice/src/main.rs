@@ -97,6 +97,57 @@ enum QueueCmd {
     },
     /// Make every deferred message due now.
     Flush,
+    /// Show one message: envelope, recipients and their state, headers.
+    Show {
+        /// The queue id.
+        id: String,
+    },
+    /// Put messages on hold: they are kept and not delivered.
+    Hold(Select),
+    /// Release held messages.
+    Release(Select),
+    /// Delete messages, without a notice to anyone.
+    Delete(Select),
+    /// Deliver messages now, routing them afresh.
+    Requeue(Select),
+}
+
+/// Which messages an operation applies to.
+#[derive(clap::Args, Debug)]
+struct Select {
+    /// Messages from this envelope sender.
+    #[arg(long)]
+    sender: Option<String>,
+    /// Messages with a recipient in this domain.
+    #[arg(long)]
+    domain: Option<String>,
+    /// Every message.
+    #[arg(long)]
+    all: bool,
+    /// Queue ids.
+    ids: Vec<String>,
+}
+
+impl Select {
+    fn selector(&self) -> Result<ipc::queuectl::Selector, String> {
+        use ipc::queuectl::Selector;
+        let chosen = usize::from(self.sender.is_some())
+            + usize::from(self.domain.is_some())
+            + usize::from(self.all)
+            + usize::from(!self.ids.is_empty());
+        if chosen != 1 {
+            return Err("name queue ids, or exactly one of --sender, --domain, --all".into());
+        }
+        Ok(if let Some(s) = &self.sender {
+            Selector::Sender(s.clone())
+        } else if let Some(d) = &self.domain {
+            Selector::Domain(d.clone())
+        } else if self.all {
+            Selector::All
+        } else {
+            Selector::Ids(self.ids.clone())
+        })
+    }
 }
 
 fn main() {
@@ -122,6 +173,21 @@ fn main() {
         Cmd::Queue {
             cmd: QueueCmd::Flush,
         } => queue::flush(&dir),
+        Cmd::Queue {
+            cmd: QueueCmd::Show { id },
+        } => queue::show(&dir, &id),
+        Cmd::Queue {
+            cmd: QueueCmd::Hold(s),
+        } => queue::operate(&dir, "hold", s.selector()),
+        Cmd::Queue {
+            cmd: QueueCmd::Release(s),
+        } => queue::operate(&dir, "release", s.selector()),
+        Cmd::Queue {
+            cmd: QueueCmd::Delete(s),
+        } => queue::operate(&dir, "delete", s.selector()),
+        Cmd::Queue {
+            cmd: QueueCmd::Requeue(s),
+        } => queue::operate(&dir, "requeue", s.selector()),
         Cmd::Config {
             non_default,
             defaults,

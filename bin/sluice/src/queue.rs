@@ -50,3 +50,41 @@ pub fn flush(dir: &Path) -> i32 {
         Err(e) => fail(e),
     }
 }
+
+/// `sluice queue show ID`.
+pub fn show(dir: &Path, id: &str) -> i32 {
+    match ask(dir, Request::Show { id: id.to_string() }) {
+        Ok(Response::Shown(Ok(text))) => {
+            print!("{text}");
+            0
+        }
+        Ok(Response::Shown(Err(e))) => fail(e),
+        Ok(other) => fail(format!("unexpected answer {other:?}")),
+        Err(e) => fail(e),
+    }
+}
+
+/// `sluice queue hold|release|delete|requeue`.
+pub fn operate(dir: &Path, what: &str, sel: Result<queuectl::Selector, String>) -> i32 {
+    let sel = match sel {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return 2;
+        }
+    };
+    let req = match what {
+        "hold" => Request::Hold(sel),
+        "release" => Request::Release(sel),
+        "delete" => Request::Delete(sel),
+        _ => Request::Requeue(sel),
+    };
+    match ask(dir, req) {
+        Ok(Response::Done(n)) => {
+            eprintln!("sluice: {what}: {n} message(s)");
+            0
+        }
+        Ok(other) => fail(format!("unexpected answer {other:?}")),
+        Err(e) => fail(e),
+    }
+}

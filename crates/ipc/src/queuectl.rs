@@ -8,7 +8,7 @@ pub enum QueueCtl {}
 
 impl crate::Protocol for QueueCtl {
     const NAME: &'static str = "sluice-queuectl";
-    const VERSION: u32 = 1;
+    const VERSION: u32 = 2;
     type Request = Request;
     type Response = Response;
 }
@@ -20,6 +20,32 @@ pub enum Request {
     List,
     /// Make every deferred message due now (`sendmail -q`, `sluice queue flush`).
     Flush,
+    /// One message in detail.
+    Show {
+        /// Its queue id.
+        id: String,
+    },
+    /// Put the selected messages on hold (not delivered until released).
+    Hold(Selector),
+    /// Release the selected messages from hold.
+    Release(Selector),
+    /// Delete the selected messages, without notice to anyone.
+    Delete(Selector),
+    /// Deliver the selected messages now, routing them afresh.
+    Requeue(Selector),
+}
+
+/// Which messages an operation applies to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Selector {
+    /// These queue ids.
+    Ids(Vec<String>),
+    /// Messages from this envelope sender (exact, case-insensitive).
+    Sender(String),
+    /// Messages with a pending recipient in this domain.
+    Domain(String),
+    /// Every message.
+    All,
 }
 
 /// qmgr's answers.
@@ -29,6 +55,10 @@ pub enum Response {
     List(Vec<QueuedMessage>),
     /// The answer to `Flush`: how many messages became due.
     Flushed(u64),
+    /// The answer to `Show`: the message as text, or why not.
+    Shown(Result<String, String>),
+    /// The answer to hold, release, delete and requeue: how many messages it changed.
+    Done(u64),
 }
 
 /// One queued message as `mailq` shows it.
