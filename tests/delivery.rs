@@ -261,3 +261,89 @@ s.quit()
         "notices have the null sender"
     );
 }
+
+#[test]
+fn kill_9_during_delivery_loses_nothing() {
+    let sink = sink_on(free_port(), &[]);
+    let (mut inst, port) = relay_instance(
+        sink.port,
+        "minimal_backoff_time = 1s\nmaximal_backoff_time = 2s\n",
+    );
+    let results = inst.root().join("acked.txt");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/send_many.py");
+    let mut sender = std::process::Command::new("python3")
+        .arg(&script)
+        .args([
+            "127.0.0.1",
+            &port.to_string(),
+            "3000",
+            "4",
+            results.to_str().unwrap(),
+            "1024",
+            "remote.example",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut kills = 0;
+    let mut n = 0u64;
+    while sender.try_wait().unwrap().is_none() {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        n += 1;
+        let victim = if n.is_multiple_of(2) { "qmgr" } else { "smtp" };
+        let st = std::panic::catch_unwind(|| inst.status());
+        if let Ok(st) = st {
+            if let Some(p) = st
+                .services
+                .iter()
+                .find(|s| s.name == victim)
+                .and_then(|s| s.processes.first())
+            {
+                sys::process::signal(p.pid, 9).unwrap();
+                kills += 1;
+            }
+        }
+    }
+    assert!(kills >= 2, "only {kills} kills");
+    let acked: Vec<String> = std::fs::read_to_string(&results)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .collect();
+    assert!(!acked.is_empty());
+    // Every acknowledged message reaches the sink (or is still queued for
+    // retry): wait until the queue drains, then look for each Message-ID.
+    wait_for(90, "the queue to drain after the kills", || {
+        std::panic::catch_unwind(|| inst.queue_json())
+            .ok()
+            .filter(|q| q.is_empty())
+            .map(drop)
+    });
+    let mut delivered = String::new();
+    for e in std::fs::read_dir(sink.dir.path()).unwrap() {
+        delivered.push_str(&std::fs::read_to_string(e.unwrap().path()).unwrap_or_default());
+    }
+    let missing: Vec<&String> = acked
+        .iter()
+        .filter(|mid| !delivered.contains(mid.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {} acknowledged messages never arrived after {kills} kills: {:?}",
+        missing.len(),
+        acked.len(),
+        &missing[..missing.len().min(5)]
+    );
+    // Duplicates only for transactions in flight at a kill: at most a few per kill.
+    let copies = acked
+        .iter()
+        .map(|m| delivered.matches(m.as_str()).count())
+        .filter(|c| *c > 1)
+        .count();
+    assert!(
+        copies <= kills * 8,
+        "{copies} duplicated messages after {kills} kills"
+    );
+    inst.stop();
+}

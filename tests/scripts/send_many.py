@@ -7,7 +7,7 @@ once), so a crash test can check that each acknowledged message survived.
 Connection failures are tolerated (the server may be killed under us):
 the client reconnects and carries on until N attempts were made.
 
-usage: send_many.py HOST PORT N THREADS OUT [SIZE]
+usage: send_many.py HOST PORT N THREADS OUT [SIZE [DOMAIN]]
 """
 import smtplib
 import sys
@@ -16,6 +16,7 @@ import time
 
 host, port, n, threads, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 size = int(sys.argv[6]) if len(sys.argv) > 6 else 1024
+domain = sys.argv[7] if len(sys.argv) > 7 else "mx.test.example"
 lock = threading.Lock()
 counter = [0]
 results = open(out, "a", buffering=1)
@@ -37,14 +38,14 @@ def worker(tid):
         if i is None:
             break
         mid = "<t%d.%d.%f@test.example>" % (tid, i, time.time())
-        body = ("Message-ID: %s\r\nSubject: test %d\r\nFrom: s@test.example\r\nTo: r@mx.test.example\r\n\r\n" % (mid, i)
+        body = ("Message-ID: %s\r\nSubject: test %d\r\nFrom: s@test.example\r\nTo: r@%s\r\n\r\n" % (mid, i, domain)
                 + ("x" * 70 + "\r\n") * max(1, size // 72))
         try:
             if conn is None:
                 conn = smtplib.SMTP(host, port, timeout=30)
                 conn.ehlo("client.test.example")
             conn.mail("s%d@test.example" % tid)
-            code, _ = conn.rcpt("r%d@mx.test.example" % i)
+            code, _ = conn.rcpt("r%d@%s" % (i, domain))
             if code != 250:
                 conn.rset()
                 continue
