@@ -1042,11 +1042,13 @@ fn hosts_of(list: &router::HostList) -> Hosts {
         if h.addrs.is_empty() {
             continue;
         }
+        // Port 0 from the router means "the service's own": SMTP.
+        let port = if h.port == 0 { 25 } else { h.port };
         addrs.insert(
             h.name.clone(),
             h.addrs
                 .iter()
-                .map(|ip| SocketAddr::new(*ip, h.port))
+                .map(|ip| SocketAddr::new(*ip, port))
                 .collect(),
         );
         match levels.iter_mut().find(|(p, _)| *p == h.preference) {

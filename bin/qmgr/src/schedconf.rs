@@ -74,6 +74,7 @@ pub fn build(cfg: &Config, services: &[ServiceDef], seed: u64) -> SchedConfig {
             tc.connection_reuse_count_limit = u32_of(t.int("connection_reuse_count_limit"));
             tc.connection_reuse_time_limit = t.time("connection_reuse_time_limit");
             tc.recipient_limit = u32_of(t.int("default_recipient_limit")).max(1);
+            tc.host_retry_time = t.time("host_retry_time");
             tc
         })
         .collect();

@@ -13,6 +13,7 @@
 use crate::config::{ClassKey, ConfigError, SchedConfig};
 use crate::connection::{ConnState, Connection};
 use crate::destdb::DestDb;
+use crate::destdb::HostClass;
 use crate::destination::{Destination, HostLevels, Park};
 use crate::entry::{Class, Entry, EntryState};
 use crate::event::{
@@ -872,13 +873,29 @@ impl Scheduler {
                     .push_back(Action::Notice(Notice::HostRetry { host: h, until }));
             }
         }
+        // Postfix's smtp client tries the next MX host within the same
+        // delivery; here each connection is one host, so a delivery whose
+        // host was unreachable stays queued while another of the
+        // destination's hosts may still be tried (the failed one is skipped
+        // for host_retry_time). Only when none is left is it deferred.
+        let other = failure == ConnFailure::Unreachable
+            && !self.transports[t].cfg.host_retry_time.is_zero()
+            && self.dests[d]
+                .hosts
+                .levels()
+                .flatten()
+                .any(|&o| o != h && !matches!(self.hosts.classify(o, now), HostClass::Skip));
         if let Some(e) = first {
             self.requeue(e);
-            self.dests[d].queue(self.entries[e].class).pop_front();
+            if !other {
+                self.dests[d].queue(self.entries[e].class).pop_front();
+            }
         }
         self.drop_conn(now, c);
         if let Some(e) = first {
-            self.defer_entry(now, e, reason, None, true);
+            if !other {
+                self.defer_entry(now, e, reason, None, true);
+            }
         }
         self.negative(now, d);
         Ok(())

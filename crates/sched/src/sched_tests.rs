@@ -599,21 +599,23 @@ fn hosts_unused_then_closed_oldest_then_secondary_mx_then_defer() {
     // Unused hosts first, so both primaries get used before any repeats.
     used.sort();
     assert_eq!(used, vec!["a", "b"]);
-    // Both primaries fail: secondary MX next, then nothing left: defer until a retry time.
+    // Both primaries fail: the same delivery moves on to the other
+    // primary, then the secondary MX (as Postfix's smtp client tries the
+    // next MX in one delivery); with nothing left it is deferred.
+    add(&mut s, now, 10, "s@x", 1);
+    actions(&mut s);
+    s.handle(
+        now,
+        Event::RecipientsRead {
+            queue_id: QueueId(10),
+            groups: vec![group("mx.example", hosts, vec![0])],
+            remaining: 0,
+        },
+    )
+    .unwrap();
+    let mut a = actions(&mut s);
     let mut seen = Vec::new();
-    for q in 10..14 {
-        add(&mut s, now, q, "s@x", 1);
-        actions(&mut s);
-        s.handle(
-            now,
-            Event::RecipientsRead {
-                queue_id: QueueId(q),
-                groups: vec![group("mx.example", hosts, vec![0])],
-                remaining: 0,
-            },
-        )
-        .unwrap();
-        let a = actions(&mut s);
+    for _ in 0..5 {
         if let Some(Action::Open { conn, host, .. }) =
             a.iter().find(|x| matches!(x, Action::Open { .. })).cloned()
         {
@@ -627,13 +629,17 @@ fn hosts_unused_then_closed_oldest_then_secondary_mx_then_defer() {
                 },
             )
             .unwrap();
-            actions(&mut s);
+            a = actions(&mut s);
         } else {
-            assert!(a.iter().any(|x| matches!(x, Action::Defer { reason, .. } if reason.contains("no usable host"))), "{a:?}");
+            assert!(a.iter().any(|x| matches!(x, Action::Defer { .. })), "{a:?}");
             seen.push("defer".into());
+            break;
         }
     }
-    assert_eq!(seen.len(), 4);
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    let mut primaries = seen[..2].to_vec();
+    primaries.sort();
+    assert_eq!(primaries, ["a", "b"], "{seen:?}");
     assert_eq!(seen[2], "backup", "{seen:?}");
     assert_eq!(seen[3], "defer", "{seen:?}");
 }
