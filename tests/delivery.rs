@@ -3,45 +3,15 @@
 //! permanent failures bounced, everything journaled.
 
 use std::path::Path;
-use std::process::{Child, Command};
 
-use sluice_suite::{free_port, swaks, wait_for, Instance};
-
-struct Sink {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use sluice_suite::{free_port, smtp_sink, swaks, wait_for, Instance, Sink};
 
 fn sink_on(port: u16, extra: &[&str]) -> Sink {
-    let dir = tempfile::tempdir().unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let template = format!("{}/%H%M%S.", dir.path().display());
-    let child = Command::new("smtp-sink")
-        .args(["-u", "nobody", "-d", &template])
-        .args(extra)
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("64")
-        .spawn()
-        .expect("smtp-sink");
-    wait_for(10, "smtp-sink", || {
-        std::net::TcpStream::connect(("127.0.0.1", port))
-            .ok()
-            .map(drop)
-    });
-    Sink { child, port, dir }
+    smtp_sink(&format!("127.0.0.1:{port}"), extra)
 }
 
-fn count(dir: &Path) -> usize {
-    std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+fn count(sink_dir: &Path) -> usize {
+    std::fs::read_dir(sink_dir).map(|d| d.count()).unwrap_or(0)
 }
 
 fn relay_instance(sink_port: u16, extra: &str) -> (Instance, u16) {

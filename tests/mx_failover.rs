@@ -3,19 +3,7 @@
 //! to the secondary after the primary refuses, and the message is delivered
 //! there. Needs root, to listen on port 25 of a loopback address.
 
-use std::net::{TcpListener, UdpSocket};
-use std::process::{Child, Command, Stdio};
-
-use sluice_suite::{free_port, swaks, wait_for, Instance};
-
-struct Kill(Child);
-
-impl Drop for Kill {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use sluice_suite::{dnsmasq, free_port, smtp_sink, swaks, wait_for, Instance};
 
 #[test]
 fn dead_primary_mx_falls_back_to_the_secondary() {
@@ -24,67 +12,23 @@ fn dead_primary_mx_falls_back_to_the_secondary() {
         return;
     }
     // The secondary MX: Postfix's smtp-sink on 127.0.0.3:25.
-    let dump = tempfile::tempdir().unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dump.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let _sink = Kill(
-        Command::new("smtp-sink")
-            .args([
-                "-u",
-                "nobody",
-                "-d",
-                &format!("{}/%H%M%S.", dump.path().display()),
-                "127.0.0.3:25",
-                "16",
-            ])
-            .spawn()
-            .expect("smtp-sink"),
-    );
-    wait_for(10, "smtp-sink on 127.0.0.3:25", || {
-        std::net::TcpStream::connect("127.0.0.3:25").ok().map(drop)
-    });
+    let sink = smtp_sink("127.0.0.3:25", &[]);
     // DNS: dest.test has MX 10 mx1 (127.0.0.2, nothing listens) and MX 20 mx2.
-    let port = loop {
-        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let p = u.local_addr().unwrap().port();
-        if TcpListener::bind(("127.0.0.1", p)).is_ok() {
-            break p;
-        }
+    let Some((_dns, dns)) = dnsmasq(&[
+        "--mx-host=dest.test,mx1.dest.test,10",
+        "--mx-host=dest.test,mx2.dest.test,20",
+        "--host-record=mx1.dest.test,127.0.0.2",
+        "--host-record=mx2.dest.test,127.0.0.3",
+    ]) else {
+        return;
     };
-    let _dns = Kill(
-        Command::new("dnsmasq")
-            .args([
-                "--keep-in-foreground",
-                "--conf-file=/dev/null",
-                "--no-resolv",
-                "--no-hosts",
-                "--bind-interfaces",
-            ])
-            .args([
-                "--listen-address=127.0.0.1",
-                "--pid-file=",
-                "--local=/test/",
-                "--user=root",
-            ])
-            .arg(format!("--port={port}"))
-            .args([
-                "--mx-host=dest.test,mx1.dest.test,10",
-                "--mx-host=dest.test,mx2.dest.test,20",
-                "--host-record=mx1.dest.test,127.0.0.2",
-                "--host-record=mx2.dest.test,127.0.0.3",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("dnsmasq is installed by scripts/test"),
-    );
     let smtpd = free_port();
     let cf = format!(
         "127.0.0.1:{smtpd} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
          qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
     );
     let main = format!(
-        "myhostname = mx.test.example\nsmtpd_reject_unlisted_recipient = no\ndns_servers = 127.0.0.1:{port}\n\
+        "myhostname = mx.test.example\nsmtpd_reject_unlisted_recipient = no\ndns_servers = {dns}\n\
          inet_protocols = ipv4\nminimal_backoff_time = 1s\nmaximal_backoff_time = 2s\n"
     );
     let mut inst = Instance::new(&cf, &main);
@@ -118,7 +62,7 @@ fn dead_primary_mx_falls_back_to_the_secondary() {
         inst.log()
     );
     wait_for(10, "the dump at the secondary", || {
-        std::fs::read_dir(dump.path()).ok()?.next().map(drop)
+        (sluice_suite::dumped(&sink) == 1).then_some(())
     });
     inst.stop();
 }

@@ -4,14 +4,12 @@
 //! broken. Nothing leaves 127.0.0.1.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
 use ipc::router::{Class, Request, Response, Router};
 use ipc::Client;
-use sluice_suite::{wait_for, Instance};
+use sluice_suite::{dnsmasq, wait_for, Instance};
 
 const ROUTER: &str = "router unix - - n - 1 router\n";
 
@@ -183,52 +181,6 @@ fn pipelined_requests_are_answered_out_of_order() {
         other => panic!("{other:?}"),
     }
     assert!(t0.elapsed() >= Duration::from_secs(2));
-}
-
-struct Dnsmasq(Child);
-
-impl Drop for Dnsmasq {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn dnsmasq(args: &[&str]) -> Option<(Dnsmasq, SocketAddr)> {
-    let bin = "/usr/sbin/dnsmasq";
-    if !Path::new(bin).exists() {
-        eprintln!("skipped: {bin} is not installed");
-        return None;
-    }
-    let port = loop {
-        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let p = u.local_addr().unwrap().port();
-        if TcpListener::bind(("127.0.0.1", p)).is_ok() {
-            break p;
-        }
-    };
-    let child = Command::new(bin)
-        .args([
-            "--keep-in-foreground",
-            "--conf-file=/dev/null",
-            "--no-resolv",
-            "--no-hosts",
-            "--bind-interfaces",
-        ])
-        .args([
-            "--listen-address=127.0.0.1",
-            "--pid-file=",
-            "--local=/test/",
-            "--local-ttl=60",
-            "--user=root",
-        ])
-        .arg(format!("--port={port}"))
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start dnsmasq");
-    Some((Dnsmasq(child), format!("127.0.0.1:{port}").parse().unwrap()))
 }
 
 #[test]

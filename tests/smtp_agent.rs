@@ -2,46 +2,14 @@
 //! delivery protocol by the test as qmgr would drive it.
 
 use std::path::Path;
-use std::process::{Child, Command};
 use std::time::Duration;
 
 use ipc::delivery::{Data, Delivery, RcptResult, Request, Response, Transaction, TxnRecipient};
 use ipc::Client;
-use sluice_suite::{free_port, wait_for, Instance};
+use sluice_suite::{free_port, smtp_sink, wait_for, Instance, Sink};
 
-struct Sink {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Drop for Sink {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// smtp-sink dumping every message under a temporary directory.
 fn sink(extra: &[&str]) -> Sink {
-    let dir = tempfile::tempdir().unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let port = free_port();
-    let template = format!("{}/%H%M%S.", dir.path().display());
-    let child = Command::new("smtp-sink")
-        .args(["-u", "nobody", "-d", &template])
-        .args(extra)
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("64")
-        .spawn()
-        .expect("smtp-sink is installed by scripts/test");
-    wait_for(10, "smtp-sink", || {
-        std::net::TcpStream::connect(("127.0.0.1", port))
-            .ok()
-            .map(drop)
-    });
-    Sink { child, port, dir }
+    smtp_sink(&format!("127.0.0.1:{}", free_port()), extra)
 }
 
 fn dumped(dir: &Path) -> Vec<String> {

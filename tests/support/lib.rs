@@ -331,3 +331,99 @@ pub fn make_cert(dir: &Path) -> (PathBuf, PathBuf) {
     assert!(st.success());
     (cert, key)
 }
+
+/// A child process killed when dropped (smtp-sink, dnsmasq).
+pub struct Kill(pub std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Postfix's smtp-sink on 127.0.0.1:`port` (or `addr` given with a host),
+/// dumping every transaction into its own file under `dir`.
+pub struct Sink {
+    /// The process.
+    pub child: Kill,
+    /// Its port.
+    pub port: u16,
+    /// Where it dumps messages.
+    pub dir: tempfile::TempDir,
+}
+
+/// Starts smtp-sink on `addr` (e.g. `127.0.0.1:2525`) with extra options.
+pub fn smtp_sink(addr: &str, extra: &[&str]) -> Sink {
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let template = format!("{}/%H%M%S.", dir.path().display());
+    let child = Command::new("smtp-sink")
+        .args(["-u", "nobody", "-d", &template])
+        .args(extra)
+        .arg(addr)
+        .arg("64")
+        .spawn()
+        .expect("smtp-sink is installed by scripts/test");
+    wait_for(10, "smtp-sink", || {
+        std::net::TcpStream::connect(addr).ok().map(drop)
+    });
+    let port = addr
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    Sink {
+        child: Kill(child),
+        port,
+        dir,
+    }
+}
+
+/// The number of messages a sink has dumped.
+pub fn dumped(sink: &Sink) -> usize {
+    std::fs::read_dir(sink.dir.path())
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// dnsmasq answering on a free 127.0.0.1 port (UDP and TCP) with `records`
+/// (`--mx-host=…`, `--host-record=…`); `None` (and a message) when it is not
+/// installed. Nothing but the given records: no upstream, no hosts file.
+pub fn dnsmasq(records: &[&str]) -> Option<(Kill, std::net::SocketAddr)> {
+    let bin = "/usr/sbin/dnsmasq";
+    if !Path::new(bin).exists() {
+        eprintln!("skipped: {bin} is not installed");
+        return None;
+    }
+    let port = loop {
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let p = u.local_addr().unwrap().port();
+        if std::net::TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            break p;
+        }
+    };
+    let child = Command::new(bin)
+        .args([
+            "--keep-in-foreground",
+            "--conf-file=/dev/null",
+            "--no-resolv",
+            "--no-hosts",
+            "--bind-interfaces",
+        ])
+        .args([
+            "--listen-address=127.0.0.1",
+            "--pid-file=",
+            "--local=/test/",
+            "--local-ttl=60",
+            "--user=root",
+        ])
+        .arg(format!("--port={port}"))
+        .args(records)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start dnsmasq");
+    Some((Kill(child), format!("127.0.0.1:{port}").parse().unwrap()))
+}

@@ -8,8 +8,8 @@ const MONTHS: [&str; 12] = [
     "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
 ];
 
-/// Formats a time as syslog's `Mmm dd hh:mm:ss` in local time.
-pub fn syslog_stamp(t: SystemTime) -> String {
+/// The broken-down local time of `t`, or `None` if libc cannot say.
+fn local(t: SystemTime) -> Option<libc::tm> {
     let secs = t
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -18,9 +18,14 @@ pub fn syslog_stamp(t: SystemTime) -> String {
     // and both pointers are to live locals.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     let ok = unsafe { !libc::localtime_r(&secs, &mut tm).is_null() };
-    if !ok {
+    ok.then_some(tm)
+}
+
+/// Formats a time as syslog's `Mmm dd hh:mm:ss` in local time.
+pub fn syslog_stamp(t: SystemTime) -> String {
+    let Some(tm) = local(t) else {
         return "Jan  1 00:00:00".to_string();
-    }
+    };
     let month = MONTHS[tm.tm_mon.clamp(0, 11) as usize];
     format!(
         "{month} {:>2} {:02}:{:02}:{:02}",
@@ -30,16 +35,9 @@ pub fn syslog_stamp(t: SystemTime) -> String {
 
 /// Formats a time as mailq's arrival column: `Sat Nov 21 23:43:12`, local time.
 pub fn mailq_stamp(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0) as libc::time_t;
-    // SAFETY: as in syslog_stamp.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    let ok = unsafe { !libc::localtime_r(&secs, &mut tm).is_null() };
-    if !ok {
+    let Some(tm) = local(t) else {
         return "Thu Jan  1 00:00:00".to_string();
-    }
+    };
     format!(
         "{} {} {:>2} {:02}:{:02}:{:02}",
         DAYS[tm.tm_wday.clamp(0, 6) as usize],
@@ -56,20 +54,14 @@ const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
 /// Formats a time for Date: and Received: headers (RFC 5322), in local time:
 /// `Sat, 21 Nov 2026 23:43:12 +0000 (UTC)`.
 pub fn rfc5322_date(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0) as libc::time_t;
-    // SAFETY: as in syslog_stamp; tm_zone points into libc's static zone
-    // names, valid until the next tzset, and is copied out at once.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    let ok = unsafe { !libc::localtime_r(&secs, &mut tm).is_null() };
-    if !ok {
+    let Some(tm) = local(t) else {
         return "Thu, 1 Jan 1970 00:00:00 +0000".to_string();
-    }
+    };
     let zone = if tm.tm_zone.is_null() {
         String::new()
     } else {
+        // SAFETY: tm_zone points into libc's static zone names, valid until
+        // the next tzset, and is copied out at once.
         unsafe { std::ffi::CStr::from_ptr(tm.tm_zone) }
             .to_string_lossy()
             .into_owned()
