@@ -317,3 +317,22 @@ fn kill_9_during_delivery_loses_nothing() {
     );
     inst.stop();
 }
+
+#[test]
+fn defer_transports_hold_mail_until_flushed() {
+    let sink = sink_on(free_port(), &[]);
+    let (inst, port) = relay_instance(sink.port, "defer_transports = smtp\n");
+    let id = send(port, "later@remote.example");
+    let line = inst.wait_log(10, &format!("{id}: to=<later@remote.example>, relay=none"));
+    assert!(
+        line.contains("status=deferred") && line.contains("deferred transport"),
+        "{line}"
+    );
+    assert_eq!(count(sink.dir.path()), 0);
+    let out = inst.sluice(&["queue", "flush"]);
+    assert!(out.status.success());
+    wait_for(20, "delivery after the flush", || {
+        (count(sink.dir.path()) == 1).then_some(())
+    });
+    inst.wait_log(10, &format!("{id}: removed"));
+}

@@ -100,6 +100,8 @@ struct Active {
     unread: Vec<(usize, u32)>,
     groups: Vec<RecipientGroup>,
     added: bool,
+    /// Activated by a flush: defer_transports do not hold it back.
+    flush: bool,
 }
 
 /// The delivery machinery.
@@ -123,6 +125,8 @@ pub struct Deliver {
     /// Recipients that failed for good, per message, for its notice.
     bounced: HashMap<u64, Vec<crate::bounce::Failed>>,
     effects: Vec<Effect>,
+    /// `defer_transports`.
+    defer_transports: BTreeSet<String>,
 }
 
 impl Deliver {
@@ -146,7 +150,13 @@ impl Deliver {
             logged: HashSet::new(),
             bounced: HashMap::new(),
             effects: Vec::new(),
+            defer_transports: BTreeSet::new(),
         }
+    }
+
+    /// Sets `defer_transports`: mail for these is kept until flushed.
+    pub fn set_defer_transports(&mut self, names: impl IntoIterator<Item = String>) {
+        self.defer_transports = names.into_iter().collect();
     }
 
     /// What the server must do now.
@@ -177,6 +187,7 @@ impl Deliver {
         head: MessageHead,
         pending: Vec<u32>,
         attempts: u32,
+        flush: bool,
     ) {
         if pending.is_empty() || self.by_id.contains_key(&head.id) {
             return;
@@ -194,6 +205,7 @@ impl Deliver {
             unread: Vec::new(),
             groups: Vec::new(),
             added: false,
+            flush,
         };
         self.by_id.insert(id, qid);
         let smtputf8 = a.head.envelope.smtputf8;
@@ -470,6 +482,18 @@ impl Deliver {
                                         },
                                     )));
                                 }
+                            }
+                            t if self.defer_transports.contains(t)
+                                && !self.msgs.get(&qid).is_some_and(|a| a.flush) =>
+                            {
+                                // Postfix's defer_transports: kept until flushed.
+                                let next = now_ms().0 / 1000 + 300;
+                                self.defer_now(
+                                    qid,
+                                    &[rcpt],
+                                    &format!("4.3.2 deferred transport ({t})"),
+                                    next,
+                                );
                             }
                             t if !self.transports.contains(t) => {
                                 let next = now_ms().0 / 1000 + 300;

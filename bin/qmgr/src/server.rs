@@ -57,6 +57,8 @@ pub struct QmgrServer {
     delivering: bool,
     /// Messages to hand to delivery as soon as the loop can.
     to_activate: VecDeque<QueueId>,
+    /// Messages a flush activated (defer_transports do not hold them).
+    flushing: std::collections::HashSet<QueueId>,
     /// Deferred messages by retry time (seconds since the epoch).
     retry: BTreeSet<(u64, QueueId)>,
     /// Data to delete once the `Removed` record is durable.
@@ -140,7 +142,8 @@ impl QmgrServer {
             sched::Scheduler::new(scfg)
         }
         .map_err(|e| format!("scheduler configuration: {e:?}"))?;
-        let deliver = Deliver::new(sched, names, root.clone());
+        let mut deliver = Deliver::new(sched, names, root.clone());
+        deliver.set_defer_transports(ctx.config.list("defer_transports"));
         // Everything not held and due now is activated at start; the rest
         // waits for its retry time.
         let now = crate::deliver::now_ms().0 / 1000;
@@ -171,6 +174,7 @@ impl QmgrServer {
             deliver,
             delivering,
             to_activate,
+            flushing: std::collections::HashSet::new(),
             retry,
             removals: Vec::new(),
             run_delay: ctx.config.time("queue_run_delay").as_secs().max(1),
@@ -360,6 +364,8 @@ impl QmgrServer {
                     .map(|(_, id)| id)
                     .collect();
                 let n = due.len() as u64;
+                // A flush also delivers what defer_transports holds back.
+                self.flushing.extend(due.iter().copied());
                 self.to_activate.extend(due);
                 msg_info!("flush: {n} deferred messages made due");
                 queuectl::Response::Flushed(n)
@@ -896,7 +902,8 @@ sender: <{}>
                 Record::Arrived(h) | Record::Rewritten { head: h, .. } => h,
                 _ => continue,
             };
-            self.deliver.activate(cx, head, pending, 0);
+            let flush = self.flushing.remove(&id);
+            self.deliver.activate(cx, head, pending, 0, flush);
         }
         self.apply_effects();
     }
