@@ -101,9 +101,12 @@ impl Service {
     }
 
     /// Notes a process that died abnormally; returns the throttle it earns,
-    /// if it died before doing any work (Postfix's "bad command startup").
+    /// if it died before it was ready (Postfix's "bad command startup").
     pub fn died_badly(&mut self, proc: &Proc, now: Instant, max: Duration) -> Option<Duration> {
-        if proc.uses > 0 {
+        // A process that reported itself ready got through its start-up
+        // (configuration, privileges, recovery); dying later is not a
+        // failed start, however few clients it served.
+        if proc.uses > 0 || proc.state != ProcState::Starting {
             return None;
         }
         self.bad_starts = self.bad_starts.saturating_add(1);

@@ -189,7 +189,15 @@ impl Deliver {
         attempts: u32,
         flush: bool,
     ) {
-        if pending.is_empty() || self.by_id.contains_key(&head.id) {
+        if self.by_id.contains_key(&head.id) {
+            return;
+        }
+        if pending.is_empty() {
+            // Nothing left to deliver: let the server remove it.
+            self.effects.push(Effect::Finished {
+                id: head.id,
+                next_attempt: None,
+            });
             return;
         }
         let qid = self.next_qid;
@@ -262,21 +270,18 @@ impl Deliver {
         if let Some(mut r) = self.router.take() {
             r.deregister(registry);
         }
-        let waits = std::mem::take(&mut self.router_wait);
-        let mut qids = BTreeSet::new();
-        for w in waits.into_values() {
-            match w {
-                RouterWait::Resolve { qid, .. } => {
-                    qids.insert(qid);
-                }
-                RouterWait::Hosts { nexthop } => {
-                    for q in self.host_waiters.remove(&nexthop).unwrap_or_default() {
-                        qids.insert(q);
-                    }
-                }
-            }
-        }
-        for q in qids {
+        // Every message not yet handed to the scheduler waits on the router
+        // (for a resolution or a host list, asked or about to be): defer
+        // them all, so each gets a retry time instead of waiting forever.
+        self.router_wait.clear();
+        self.host_waiters.clear();
+        let waiting: Vec<u64> = self
+            .msgs
+            .iter()
+            .filter(|(_, a)| !a.added)
+            .map(|(q, _)| *q)
+            .collect();
+        for q in waiting {
             self.defer_unrouted(q, "4.3.0 address resolver unavailable");
         }
     }
@@ -429,6 +434,7 @@ impl Deliver {
                 Some(Err(e)) => {
                     msg_warn!("router: {e}");
                     self.router_broken(cx.registry);
+                    self.run_actions(cx);
                     return;
                 }
                 None => return,
@@ -437,6 +443,9 @@ impl Deliver {
                 if let Some(w) = self.router_wait.remove(&id) {
                     self.router_answer(cx, w, resp);
                 }
+            }
+            if self.router.as_ref().is_some_and(|r| r.is_closed()) {
+                self.router_broken(cx.registry);
             }
         } else if let Some(name) = self
             .agents
@@ -449,12 +458,16 @@ impl Deliver {
                 Some(Err(e)) => {
                     msg_warn!("delivery agent {name}: {e}");
                     self.agent_broken(cx.registry, &name);
+                    self.run_actions(cx);
                     return;
                 }
                 None => return,
             };
             for (id, resp) in answers {
                 self.agent_answer(&name, id, resp);
+            }
+            if self.agents.get(&name).is_some_and(|l| l.is_closed()) {
+                self.agent_broken(cx.registry, &name);
             }
         }
         self.run_actions(cx);
@@ -839,7 +852,7 @@ impl Deliver {
                             self.agent_wait
                                 .insert((tname, id), AgentWait::Open { conn });
                         }
-                        _ => {
+                        other => {
                             let _ = self.sched.handle(
                                 now_ms(),
                                 Event::ConnectionFailed {
@@ -848,6 +861,11 @@ impl Deliver {
                                     reason: format!("4.3.0 delivery agent {tname} is unavailable"),
                                 },
                             );
+                            if matches!(other, Some(Err(_))) {
+                                // A dead link: drop it (and fail what waits on
+                                // it) so the next use connects afresh.
+                                self.agent_broken(cx.registry, &tname);
+                            }
                         }
                     }
                 }
@@ -883,7 +901,7 @@ impl Deliver {
                                 },
                             );
                         }
-                        _ => {
+                        other => {
                             let results = recipients
                                 .into_iter()
                                 .map(|i| {
@@ -904,6 +922,9 @@ impl Deliver {
                                     conn_failed: true,
                                 },
                             );
+                            if matches!(other, Some(Err(_))) {
+                                self.agent_broken(cx.registry, &tname);
+                            }
                         }
                     }
                 }

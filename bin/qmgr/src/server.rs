@@ -695,7 +695,9 @@ sender: <{}>
                     let pending = match self.journal.read_at(head_lsn) {
                         Ok(rec) => self.state.pending(id, &rec),
                         Err(e) => {
-                            msg_warn!("{id}: reading its journal record: {e}");
+                            msg_warn!("{id}: reading its journal record: {e}; trying again later");
+                            let now = crate::deliver::now_ms().0 / 1000;
+                            self.retry.insert((now + self.run_delay, id));
                             continue;
                         }
                     };
@@ -804,6 +806,14 @@ sender: <{}>
                             ipc::cleanup::Response::Started { .. } => {}
                         }
                     }
+                    if self.notices.as_ref().is_some_and(|l| l.is_closed()) {
+                        if let Some(mut l) = self.notices.take() {
+                            l.deregister(cx.registry);
+                        }
+                        for (_, orig) in std::mem::take(&mut self.notices_pending) {
+                            msg_warn!("{orig}: the non-delivery notification was lost with the cleanup link");
+                        }
+                    }
                 }
                 Err(e) => {
                     msg_warn!("cleanup link for notices: {e}");
@@ -843,7 +853,15 @@ sender: <{}>
                 match link.send(r) {
                     Ok(id) => last = id,
                     Err(e) => {
+                        // Start this notice again on a fresh link next time.
                         msg_warn!("cleanup link for notices: {e}");
+                        self.notices_queue.push_front(reqs);
+                        if let Some(o) = orig {
+                            self.notice_ids.push_front(o);
+                        }
+                        if let Some(mut l) = self.notices.take() {
+                            l.deregister(cx.registry);
+                        }
                         return;
                     }
                 }
@@ -886,7 +904,8 @@ sender: <{}>
             let rec = match self.journal.read_at(head_lsn) {
                 Ok(r) => r,
                 Err(e) => {
-                    msg_warn!("{id}: reading its journal record: {e}");
+                    msg_warn!("{id}: reading its journal record: {e}; trying again later");
+                    self.retry.insert((now + self.run_delay, id));
                     continue;
                 }
             };

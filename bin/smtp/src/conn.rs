@@ -106,6 +106,7 @@ pub struct SmtpConn {
     errors: Vec<String>,
     done: bool,
     stage: &'static str,
+    again: bool,
 }
 
 const INBUF: usize = 64 * 1024;
@@ -152,6 +153,7 @@ impl SmtpConn {
             errors: Vec::new(),
             done: false,
             stage: "connect",
+            again: false,
         }
     }
 
@@ -263,12 +265,21 @@ impl SmtpConn {
         {
             self.start_next(cx.now);
         }
-        // Bounded: a peer that floods us is read in INBUF slices.
+        // Bounded, so one connection cannot hold the loop; if it still had
+        // work when the bound was reached, it asks to be driven again soon
+        // (a socket that never said WouldBlock sends no further event).
+        self.again = true;
         for _ in 0..64 {
             if self.done || !self.session_step(cx.now) {
+                self.again = false;
                 break;
             }
         }
+    }
+
+    /// Whether the last `drive` stopped with work left.
+    pub fn wants_drive(&self) -> bool {
+        self.again && !self.done
     }
 
     fn connect_step(&mut self, cx: &mut Cx<'_>) {

@@ -279,6 +279,15 @@ impl Server for AgentServer {
     }
 
     fn timeout(&mut self, cx: &mut Cx<'_>) {
+        let busy: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.wants_drive())
+            .map(|(t, _)| *t)
+            .collect();
+        for t in busy {
+            self.progress(cx, t);
+        }
         let due: Vec<Token> = self
             .conns
             .iter()
@@ -294,6 +303,9 @@ impl Server for AgentServer {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
+        if self.conns.values().any(|c| c.wants_drive()) {
+            return Some(Instant::now());
+        }
         self.conns.values().filter_map(|c| c.deadline()).min()
     }
 

@@ -313,6 +313,11 @@ impl Conn {
 
     /// The client was silent for smtpd_timeout.
     pub fn timed_out(&mut self, cx: &mut Cx<'_>) {
+        if self.closing {
+            // It did not even take our goodbye within the grace period.
+            self.failed = true;
+            return;
+        }
         msg_info!(
             "timeout after {} from {}",
             self.last_verb,
@@ -371,33 +376,52 @@ impl Conn {
 
     /// Runs the session on what has arrived and answers what it can.
     pub fn drive(&mut self, cx: &mut Cx<'_>, shared: &Shared) {
-        loop {
-            let mut used = 0;
-            if !self.handshaking && !self.inbuf.is_empty() && !self.link_backlogged() {
-                used = self.session.feed(&self.inbuf);
-                self.inbuf.drain(..used);
-            }
-            let mut acted = false;
-            while let Some(a) = self.session.poll_action() {
-                acted = true;
-                self.act(cx, shared, a);
-            }
-            if used == 0 && !acted {
-                break;
-            }
-        }
-        if self.session.should_flush() || self.inbuf.is_empty() || self.session.is_closed() {
-            self.flush_output();
-        } else if let Err(e) = self.stream.flush() {
+        // Replies still waiting for the socket go first.
+        if let Err(e) = self.stream.flush() {
             self.lost(e);
         }
-        // Reading stopped at the buffer limit; the socket may hold more and
-        // mio will not say so again (edge-triggered).
-        if !self.failed && !self.eof && self.inbuf.len() < INBUF_LIMIT / 2 && !self.handshaking {
+        loop {
+            loop {
+                let mut used = 0;
+                // A client that does not read its replies is not fed more
+                // commands: its replies would pile up without bound.
+                if !self.handshaking
+                    && !self.inbuf.is_empty()
+                    && !self.link_backlogged()
+                    && !self.stream.wants_write()
+                {
+                    used = self.session.feed(&self.inbuf);
+                    self.inbuf.drain(..used);
+                }
+                let mut acted = false;
+                while let Some(a) = self.session.poll_action() {
+                    acted = true;
+                    self.act(cx, shared, a);
+                }
+                if used == 0 && !acted {
+                    break;
+                }
+            }
+            if self.session.should_flush() || self.inbuf.is_empty() || self.session.is_closed() {
+                self.flush_output();
+            } else if let Err(e) = self.stream.flush() {
+                self.lost(e);
+            }
+            // Reading stopped at the buffer limit; the socket may hold more
+            // and mio will not say so again (edge-triggered): read on while
+            // there is room and something comes.
+            if self.failed
+                || self.eof
+                || self.handshaking
+                || self.inbuf.len() >= INBUF_LIMIT / 2
+                || self.stream.wants_write()
+            {
+                break;
+            }
             let before = self.inbuf.len();
             self.read(cx);
-            if self.inbuf.len() > before {
-                self.drive(cx, shared);
+            if self.inbuf.len() == before {
+                break;
             }
         }
         if self.eof && !self.closing {

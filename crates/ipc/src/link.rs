@@ -75,13 +75,18 @@ impl<P: Protocol> Link<P> {
         while let Some(t) = self.ep.recv::<Tagged<P::Response>>()? {
             out.push((t.id, t.body));
         }
-        if !open {
-            // Hand over what came before the close; the next call reports it.
-            if out.is_empty() {
-                return Err(IpcError::Closed);
-            }
+        if !open && out.is_empty() {
+            return Err(IpcError::Closed);
         }
+        // A close that came with answers: the caller handles them, then
+        // sees `is_closed` (edge-triggered polling brings no further event).
         Ok(out)
+    }
+
+    /// Whether the peer has closed the connection (after the answers read
+    /// with the close were handed over by `ready`).
+    pub fn is_closed(&self) -> bool {
+        self.ep.is_eof()
     }
 
     /// Stops watching the socket.
