@@ -84,6 +84,8 @@ struct Route {
 }
 
 struct Hosts {
+    /// When the router's answer stops being good (its TTL, at least a minute).
+    expires: Time,
     /// Host names by MX preference level, best first.
     levels: Vec<Vec<String>>,
     addrs: HashMap<String, Vec<SocketAddr>>,
@@ -367,7 +369,7 @@ impl Deliver {
         let waiting = a
             .routes
             .values()
-            .any(|r| self.needs_hosts(&r.transport) && !self.hosts.contains_key(&r.nexthop));
+            .any(|r| self.needs_hosts(&r.transport) && !self.fresh_hosts(&r.nexthop));
         if waiting {
             return;
         }
@@ -419,6 +421,13 @@ impl Deliver {
         if let Err(e) = self.sched.handle(now_ms(), Event::MessageAdded(msg)) {
             msg_warn!("{}: scheduler: {e:?}", a.id);
         }
+    }
+
+    /// Whether a current host list for the next hop is at hand.
+    fn fresh_hosts(&self, nexthop: &str) -> bool {
+        self.hosts
+            .get(nexthop)
+            .is_some_and(|h| h.expires > now_ms())
     }
 
     fn needs_hosts(&self, transport: &str) -> bool {
@@ -522,8 +531,7 @@ impl Deliver {
                                     transport: t.to_string(),
                                     nexthop: r.nexthop.clone(),
                                 };
-                                let need =
-                                    self.needs_hosts(t) && !self.hosts.contains_key(&r.nexthop);
+                                let need = self.needs_hosts(t) && !self.fresh_hosts(&r.nexthop);
                                 let nexthop = r.nexthop.clone();
                                 if let Some(a) = self.msgs.get_mut(&qid) {
                                     a.routes.insert(rcpt, route);
@@ -559,7 +567,11 @@ impl Deliver {
                     router::Response::Hosts(list)
                         if list.hosts.iter().any(|h| !h.addrs.is_empty()) =>
                     {
-                        self.hosts.insert(nexthop.clone(), hosts_of(&list));
+                        // Old entries go when they expire, so the cache
+                        // follows the destinations in use.
+                        let now = now_ms();
+                        self.hosts.retain(|_, h| h.expires > now);
+                        self.hosts.insert(nexthop.clone(), hosts_of(&list, now));
                         for q in waiters {
                             self.maybe_add(q);
                         }
@@ -1080,7 +1092,7 @@ fn journal_qid(r: &sched::Record) -> u64 {
     }
 }
 
-fn hosts_of(list: &router::HostList) -> Hosts {
+fn hosts_of(list: &router::HostList, now: Time) -> Hosts {
     let mut levels: Vec<(u16, Vec<String>)> = Vec::new();
     let mut addrs = HashMap::new();
     for h in &list.hosts {
@@ -1103,6 +1115,7 @@ fn hosts_of(list: &router::HostList) -> Hosts {
     }
     levels.sort_by_key(|(p, _)| *p);
     Hosts {
+        expires: Time(now.0 + u64::from(list.ttl.max(60)) * 1000),
         levels: levels.into_iter().map(|(_, v)| v).collect(),
         addrs,
     }

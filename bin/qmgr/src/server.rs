@@ -664,7 +664,7 @@ sender: <{}>
                 status,
                 reason,
                 ..
-            } => {
+            } if self.state.messages.contains_key(id) => {
                 let r = self.reasons.entry(*id).or_default();
                 for i in rcpts {
                     r.insert(*i, format!("{status} {reason}"));
@@ -891,6 +891,8 @@ sender: <{}>
             let Some(id) = self.to_activate.pop_front() else {
                 break;
             };
+            // Taken whether or not it is activated now, so it cannot linger.
+            let flush = self.flushing.remove(&id);
             if self.deliver.is_active(&id) {
                 continue;
             }
@@ -921,7 +923,6 @@ sender: <{}>
                 Record::Arrived(h) | Record::Rewritten { head: h, .. } => h,
                 _ => continue,
             };
-            let flush = self.flushing.remove(&id);
             self.deliver.activate(cx, head, pending, 0, flush);
         }
         self.apply_effects();
