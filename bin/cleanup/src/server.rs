@@ -78,15 +78,20 @@ impl CleanupServer {
         } else {
             PathBuf::from(ctx.config.str("queue_directory"))
         };
-        // Pool slots are handed out per process, so several cleanup
-        // processes cannot share them yet: large messages get their own
-        // file; small ones (most mail) go inline in qmgr's journal.
+        // Small messages travel inline in qmgr's journal record; larger ones
+        // go to a preallocated pool slot (claimed under a lock, committed
+        // with one fdatasync, no file created): the hot path without file
+        // creation. Slots that qmgr frees are found again by a rescan.
         let cfg = SpoolConfig {
-            file_mode: FileMode::Simple,
+            file_mode: FileMode::Pool,
             ..SpoolConfig::default()
         };
         let spool =
             Spool::open(&root, cfg).map_err(|e| format!("spool {}: {e}", root.display()))?;
+        spool
+            .pool()
+            .scan_free()
+            .map_err(|e| format!("pool {}: {e}", root.display()))?;
         Ok(CleanupServer {
             spool,
             ids: QueueIdGen::new(std::process::id()),

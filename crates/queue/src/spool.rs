@@ -66,6 +66,8 @@ pub struct Spool {
     cfg: SpoolConfig,
     pool: Mutex<Pool>,
     dirty_dirs: Mutex<BTreeSet<PathBuf>>,
+    /// When this process last looked for slots another process freed.
+    last_scan: Mutex<Option<std::time::Instant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -90,6 +92,7 @@ impl Spool {
             cfg,
             pool: Mutex::new(pool),
             dirty_dirs: Mutex::new(BTreeSet::new()),
+            last_scan: Mutex::new(None),
         })
     }
 
@@ -144,6 +147,16 @@ impl Spool {
         Ok(())
     }
 
+    fn rescan_due(&self) -> bool {
+        let mut last = lock(&self.last_scan);
+        let now = std::time::Instant::now();
+        if last.is_some_and(|t| now.duration_since(t) < std::time::Duration::from_secs(1)) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+
     fn create_file(&self, id: QueueId) -> Result<(FileWriter, Backing)> {
         match self.cfg.file_mode {
             FileMode::Pool => {
@@ -152,6 +165,13 @@ impl Spool {
                     if let Some(c) = claim {
                         let w = FileWriter::new(c.file, c.lock, c.path, id)?;
                         return Ok((w, Backing::Slot(c.slot)));
+                    }
+                    // Slots are freed by another process (qmgr, after a
+                    // message is removed); look for them before growing, but
+                    // at most once a second, so a pool that is all in use
+                    // is not scanned for every message.
+                    if self.rescan_due() && self.pool().scan_free()? > 0 {
+                        continue;
                     }
                     self.grow_pool(self.cfg.pool.grow_by.max(1))?;
                 }
