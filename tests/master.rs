@@ -207,3 +207,27 @@ fn status_lists_services_and_processes() {
         "{text}"
     );
 }
+
+#[test]
+fn idle_daemons_exit_after_max_idle_and_come_back_on_demand() {
+    let port = sluice_suite::free_port();
+    let cf = format!("127.0.0.1:{port} inet n - n - - smtpd -o max_idle=1s\n");
+    let mut inst = Instance::new(&cf, "smtpd_reject_unlisted_recipient = no\n");
+    inst.start();
+    inst.wait_port(port);
+    let svc = format!("127.0.0.1:{port}");
+    let first = inst.wait_pid(&svc, &[]);
+    wait_for(15, "smtpd to exit when idle", || {
+        inst.pids(&svc).is_empty().then_some(())
+    });
+    assert!(!running(first));
+    assert!(
+        !inst.log().contains(&format!("pid {first} exit status")),
+        "an idle exit is not an error:\n{}",
+        inst.log()
+    );
+    // The next client brings a new process.
+    inst.wait_port(port);
+    let second = inst.wait_pid(&svc, &[first]);
+    assert_ne!(first, second);
+}

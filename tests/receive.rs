@@ -478,3 +478,76 @@ fn unlisted_local_recipients_are_refused_via_the_router() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(inst.queue_json().len(), 2);
 }
+
+#[test]
+fn implicit_tls_service_for_submissions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = make_cert(dir.path());
+    use std::os::unix::fs::PermissionsExt;
+    for p in [dir.path().to_path_buf(), cert.clone(), key.clone()] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let extra = format!(
+        "smtpd_tls_cert_file = {}\nsmtpd_tls_key_file = {}\n",
+        cert.display(),
+        key.display()
+    );
+    let (inst, port) = instance(&extra, "-o smtpd_tls_wrappermode=yes");
+    // swaks --tlsc: TLS from the first byte, as on port 465.
+    let (code, out) = swaks(&[
+        "--server",
+        &server(port),
+        "--tlsc",
+        "--from",
+        "a@example.com",
+        "--to",
+        "u@mx.test.example",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("queued as"), "{out}");
+    inst.wait_log(5, "TLS connection established from unknown[127.0.0.1]");
+    // A plaintext client gets nothing it can read as SMTP.
+    let (code, _) = swaks(&[
+        "--server",
+        &server(port),
+        "--timeout",
+        "3",
+        "--from",
+        "a@example.com",
+        "--to",
+        "u@mx.test.example",
+    ]);
+    assert_ne!(code, 0);
+}
+
+#[test]
+fn sendmail_bs_speaks_smtp_on_stdin() {
+    let (inst, _port) = instance("", "");
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(sluice_suite::bin_dir().join("sendmail"));
+    cmd.arg("-bs").env("SLUICE_CONFIG_DIR", inst.etc());
+    if let Some((uid, gid)) = inst.run_as {
+        cmd.uid(uid).gid(gid);
+    }
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"EHLO local\r\nMAIL FROM:<me@mx.test.example>\r\nRCPT TO:<you@mx.test.example>\r\nDATA\r\nSubject: bs\r\n\r\nhi\r\n.\r\nQUIT\r\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("220 "), "{text}");
+    assert!(text.contains("250 2.0.0 Ok: queued as"), "{text}");
+    assert!(
+        text.trim_end().ends_with("221 2.0.0 Bye") || text.contains("221"),
+        "{text}"
+    );
+    assert_eq!(inst.queue_json().len(), 1);
+}

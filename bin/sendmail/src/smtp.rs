@@ -30,10 +30,13 @@ pub fn run(cfg: &Config) -> i32 {
     let mut sender = String::new();
     let mut rcpts: Vec<Recipient> = Vec::new();
     let mut sub: Option<Submission> = None;
+    let mut eof = false;
     loop {
         let used = session.feed(&input);
         input.drain(..used);
+        let mut acted = false;
         while let Some(a) = session.poll_action() {
+            acted = true;
             match a {
                 Action::CheckSender { from, .. } => {
                     sender = match from {
@@ -109,8 +112,16 @@ pub fn run(cfg: &Config) -> i32 {
         if session.is_closed() {
             return 0;
         }
+        // Commands may all have arrived before the end of input: keep
+        // going while they make progress.
+        if used > 0 || acted {
+            continue;
+        }
+        if eof {
+            return 0;
+        }
         match stdin.read(&mut buf) {
-            Ok(0) | Err(_) => return 0,
+            Ok(0) | Err(_) => eof = true,
             Ok(n) => input.extend_from_slice(&buf[..n]),
         }
     }
