@@ -323,7 +323,7 @@ impl CleanupServer {
             let Some(link) = self.qmgr.as_mut() else {
                 return Ok(vec![]);
             };
-            let open = link.ep.read_ready()?;
+            link.ep.read_ready()?;
             link.ep.write_ready()?;
             if !link.greeted {
                 match link.ep.recv::<HelloReply>()? {
@@ -341,7 +341,7 @@ impl CleanupServer {
             while let Some(r) = link.ep.recv::<Tagged<qmgr::Response>>()? {
                 out.push((r.id, r.body));
             }
-            if !open {
+            if link.ep.is_eof() {
                 return Err(ipc::IpcError::Closed);
             }
             Ok(out)
@@ -399,7 +399,7 @@ impl CleanupServer {
             return Ok(false);
         };
         c.ep.write_ready()?;
-        Ok(open || c.ep.wants_write())
+        Ok(!c.ep.is_eof() || c.ep.wants_write())
     }
 
     fn drop_client(&mut self, cx: &mut Cx<'_>, token: Token) {

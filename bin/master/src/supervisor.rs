@@ -692,7 +692,7 @@ impl Supervisor {
                 };
                 ep.reply(req.id, &resp)?;
             }
-            Ok(open)
+            Ok(!ep.is_eof())
         })();
         match result {
             Ok(true) => {

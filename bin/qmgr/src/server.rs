@@ -255,7 +255,7 @@ impl QmgrServer {
             return Ok(false);
         };
         c.ep.write_ready()?;
-        Ok(open || c.ep.wants_write())
+        Ok(!c.ep.is_eof() || c.ep.wants_write())
     }
 
     fn arrived(&mut self, token: Token, request: u64, req: qmgr::Request) {

@@ -22,6 +22,8 @@ pub struct Conn {
     out: Vec<u8>,
     sent: usize,
     greeted: bool,
+    stalled: bool,
+    eof: bool,
 }
 
 impl Conn {
@@ -33,6 +35,8 @@ impl Conn {
             out: Vec::new(),
             sent: 0,
             greeted: false,
+            stalled: false,
+            eof: false,
         }
     }
 
@@ -49,13 +53,20 @@ impl Conn {
     /// Reads what is available; false once the peer has closed.
     pub fn read_ready(&mut self) -> Result<bool, IpcError> {
         let mut buf = [0u8; 64 * 1024];
+        self.stalled = false;
         loop {
             match self.stream.read(&mut buf) {
-                Ok(0) => return Ok(false),
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(false);
+                }
                 Ok(n) => {
                     self.frames.push(&buf[..n]);
                     // Backpressure: handle what we have before reading more.
+                    // No new edge will come for what is left in the socket,
+                    // so `recv` reads on once this drains.
                     if self.frames.pending() > ipc::MAX_FRAME as usize {
+                        self.stalled = true;
                         return Ok(true);
                     }
                 }
@@ -89,12 +100,23 @@ impl Conn {
         }
     }
 
-    /// The next whole message, if one has arrived.
+    /// The next whole message, if one has arrived; reads on from the socket
+    /// after a pause at the buffering bound.
     pub fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, IpcError> {
-        match self.frames.next_frame()? {
-            Some(p) => ipc::decode(&p).map(Some),
-            None => Ok(None),
+        loop {
+            if let Some(p) = self.frames.next_frame()? {
+                return ipc::decode(&p).map(Some);
+            }
+            if !self.stalled || self.eof {
+                return Ok(None);
+            }
+            self.read_ready()?;
         }
+    }
+
+    /// Whether the peer has closed its side.
+    pub fn is_eof(&self) -> bool {
+        self.eof
     }
 
     fn queue<T: Serialize>(&mut self, msg: &T) -> Result<(), IpcError> {

@@ -101,7 +101,7 @@ impl RouterServer {
             return Ok(false);
         };
         c.ep.write_ready()?;
-        Ok(open || c.ep.wants_write())
+        Ok(!c.ep.is_eof() || c.ep.wants_write())
     }
 
     fn request(&mut self, cx: &mut Cx<'_>, token: Token, req: Tagged<Request>) {

@@ -220,7 +220,7 @@ impl AgentServer {
             return Ok(false);
         };
         c.ep.write_ready()?;
-        Ok(open || c.ep.wants_write())
+        Ok(!c.ep.is_eof() || c.ep.wants_write())
     }
 
     fn drop_client(&mut self, cx: &mut Cx<'_>, token: Token) {

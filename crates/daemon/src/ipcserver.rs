@@ -82,7 +82,7 @@ impl<P: Protocol, H: Handler<P>> IpcServer<P, H> {
             c.ep.reply(req.id, &resp)?;
         }
         c.ep.write_ready()?;
-        Ok(open || c.ep.wants_write())
+        Ok(!c.ep.is_eof() || c.ep.wants_write())
     }
 }
 

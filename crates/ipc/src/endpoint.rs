@@ -17,6 +17,14 @@ use crate::{decode, encode, FrameBuf, Hello, HelloReply, IpcError, Protocol, Tag
 /// Outgoing bytes we hold for a slow reader before giving up on it.
 pub const MAX_OUTGOING: usize = 32 << 20;
 
+/// Bytes buffered before reading pauses for the loop to handle them. Tests
+/// use less than a socket buffer's worth so the pause really happens.
+const READ_BOUND: usize = if cfg!(test) {
+    64 << 10
+} else {
+    crate::MAX_FRAME as usize
+};
+
 /// A non-blocking framed connection.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -26,6 +34,7 @@ pub struct Endpoint {
     out_pos: usize,
     eof: bool,
     greeted: bool,
+    stalled: bool,
 }
 
 impl Endpoint {
@@ -38,6 +47,7 @@ impl Endpoint {
             out_pos: 0,
             eof: false,
             greeted: false,
+            stalled: false,
         }
     }
 
@@ -54,6 +64,7 @@ impl Endpoint {
     /// Reads everything available; returns false once the peer has closed.
     pub fn read_ready(&mut self) -> Result<bool, IpcError> {
         let mut buf = [0u8; 16 * 1024];
+        self.stalled = false;
         loop {
             match self.stream.read(&mut buf) {
                 Ok(0) => {
@@ -64,7 +75,10 @@ impl Endpoint {
                     self.frames.push(&buf[..n]);
                     // Stop reading while a whole frame's worth is waiting to
                     // be handled: backpressure instead of unbounded buffering.
-                    if self.frames.pending() > crate::MAX_FRAME as usize {
+                    if self.frames.pending() > READ_BOUND {
+                        // The socket may hold more and, edge-triggered, will
+                        // not say so again: `recv` reads on once this drains.
+                        self.stalled = true;
                         return Ok(true);
                     }
                 }
@@ -80,11 +94,18 @@ impl Endpoint {
         self.eof
     }
 
-    /// The next whole message, if one has arrived.
+    /// The next whole message, if one has arrived. Reads on from the
+    /// socket when an earlier read stopped at the buffering bound, so check
+    /// [`Endpoint::is_eof`] after draining rather than `read_ready`'s answer.
     pub fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, IpcError> {
-        match self.frames.next_frame()? {
-            Some(p) => decode(&p).map(Some),
-            None => Ok(None),
+        loop {
+            if let Some(p) = self.frames.next_frame()? {
+                return decode(&p).map(Some);
+            }
+            if !self.stalled || self.eof {
+                return Ok(None);
+            }
+            self.read_ready()?;
         }
     }
 
@@ -151,5 +172,47 @@ impl Endpoint {
     /// Whether output is waiting for the socket to become writable.
     pub fn wants_write(&self) -> bool {
         self.out_pos < self.out.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mio::{Events, Interest, Poll, Token};
+
+    #[test]
+    fn recv_reads_on_after_stopping_at_the_buffer_bound() {
+        // 1 MiB of 1 KiB frames from a writer that blocks on the socket:
+        // once the reader stops at the bound, no new data arrives and an
+        // edge-triggered poll has nothing more to say, so recv must read on.
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let count = 1024usize;
+        let writer = std::thread::spawn(move || {
+            let framed = crate::encode(&vec![7u8; 1024]);
+            for _ in 0..count {
+                theirs.write_all(&framed).unwrap();
+            }
+            theirs
+        });
+        let mut ep = Endpoint::new(UnixStream::from_std(ours));
+        let mut poll = Poll::new().unwrap();
+        poll.registry()
+            .register(ep.stream(), Token(0), Interest::READABLE)
+            .unwrap();
+        let mut events = Events::with_capacity(4);
+        let mut got = 0;
+        while got < count {
+            poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            assert!(!events.is_empty(), "stalled after {got} of {count} frames");
+            assert!(ep.read_ready().unwrap());
+            while let Some(v) = ep.recv::<Vec<u8>>().unwrap() {
+                assert_eq!(v.len(), 1024);
+                got += 1;
+            }
+        }
+        let _theirs = writer.join().unwrap();
+        assert_eq!(got, count);
     }
 }

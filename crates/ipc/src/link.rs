@@ -75,7 +75,7 @@ impl<P: Protocol> Link<P> {
         while let Some(t) = self.ep.recv::<Tagged<P::Response>>()? {
             out.push((t.id, t.body));
         }
-        if !open && out.is_empty() {
+        if self.ep.is_eof() && out.is_empty() {
             return Err(IpcError::Closed);
         }
         // A close that came with answers: the caller handles them, then
