@@ -65,3 +65,6 @@ pub fn hostname() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_string())
 }
+
+/// `O_NOFOLLOW`, for `OpenOptionsExt::custom_flags` (std has no constant).
+pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;

@@ -124,6 +124,20 @@ pub fn is_locked(path: &Path) -> bool {
     }
 }
 
+/// Takes an exclusive fcntl (POSIX record) lock on the whole of `file`,
+/// waiting for it, as mail readers expect on an mbox. The lock goes away
+/// when the file is closed.
+pub fn fcntl_lock_exclusive(file: &File) -> Result<(), SysError> {
+    // SAFETY: an all-zero flock is a valid value; the fields that matter are
+    // set below.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_WRLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_SETLKW(&fl))
+        .map(|_| ())
+        .map_err(|e| SysError::new("fcntl(F_SETLKW)", e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,3 +70,40 @@ pub fn drop_privileges(to: &Identity, chroot: Option<&Path>) -> Result<(), SysEr
     }
     Ok(())
 }
+
+/// The previous effective identity, put back when dropped: see [`switch_effective`].
+#[derive(Debug)]
+#[must_use = "the identity is restored when this is dropped"]
+pub struct EffectiveIds {
+    uid: Uid,
+    gid: Gid,
+    groups: Vec<Gid>,
+}
+
+/// Switches the effective uid and gid (and the supplementary groups) to a
+/// user's while keeping root as the saved uid, as Postfix's set_eugid: the
+/// local delivery agent writes a user's mailbox as that user, then comes
+/// back to root for the next one. Only meaningful when running as root.
+pub fn switch_effective(uid: u32, gid: u32) -> Result<EffectiveIds, SysError> {
+    let g = Gid::from_raw(gid);
+    let guard = EffectiveIds {
+        uid: nix::unistd::geteuid(),
+        gid: nix::unistd::getegid(),
+        groups: nix::unistd::getgroups().map_err(|e| SysError::new("getgroups", e))?,
+    };
+    nix::unistd::setgroups(&[g]).map_err(|e| SysError::new(format!("setgroups({g})"), e))?;
+    nix::unistd::setegid(g).map_err(|e| SysError::new(format!("setegid({g})"), e))?;
+    nix::unistd::seteuid(Uid::from_raw(uid))
+        .map_err(|e| SysError::new(format!("seteuid({uid})"), e))?;
+    Ok(guard)
+}
+
+impl Drop for EffectiveIds {
+    fn drop(&mut self) {
+        // Failing to come back to root leaves the process less privileged,
+        // never more; the next switch then fails and defers the mail.
+        let _ = nix::unistd::seteuid(self.uid);
+        let _ = nix::unistd::setegid(self.gid);
+        let _ = nix::unistd::setgroups(&self.groups);
+    }
+}

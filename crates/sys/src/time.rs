@@ -49,6 +49,15 @@ pub fn mailq_stamp(t: SystemTime) -> String {
     )
 }
 
+/// Formats a time as asctime(3) without the newline, in local time, for
+/// the mbox `From ` line: `Sun Nov 22 01:33:45 2026`.
+pub fn asctime_stamp(t: SystemTime) -> String {
+    let Some(tm) = local(t) else {
+        return "Thu Jan  1 00:00:00 1970".to_string();
+    };
+    format!("{} {}", mailq_stamp(t), tm.tm_year + 1900)
+}
+
 const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
 
 /// Formats a time for Date: and Received: headers (RFC 5322), in local time:

@@ -1,0 +1,297 @@
+//! aliases(5) expansion: a local name to the destinations it stands for.
+//!
+//! Values are comma-separated (commas inside double quotes do not split):
+//! a local name (expanded again), `\name` (a mailbox, not expanded),
+//! `user@domain` (local again when the domain is ours, else remote),
+//! `|command`, `/file`, `:include:/path` (one item or more per line, `#` comments; read through
+//! a closure). A name that lists itself means
+//! its own mailbox, as in Postfix. Any other cycle, or nesting deeper than
+//! [`MAX_DEPTH`], is a 5.4.6 loop. Duplicates are delivered once. The
+//! lookup is a closure so tests need no files; nothing here logs.
+
+use crate::mailbox::Failure;
+
+/// How deep aliases may nest.
+pub const MAX_DEPTH: usize = 20;
+
+/// Where a command or file destination was found, for
+/// `allow_mail_to_commands` and `allow_mail_to_files`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// In an alias table.
+    Alias,
+    /// In a `:include:` file.
+    Include,
+    /// In a user's `.forward` file.
+    Forward,
+}
+
+/// Where an alias leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A local user's mailbox (the login name).
+    User(String),
+    /// An address on another host.
+    Remote(String),
+    /// `|command`: the command line.
+    Command(String, Origin),
+    /// `/file`: the path.
+    File(String, Origin),
+}
+
+/// Splits an alias value at commas outside double quotes, trims each item
+/// and removes the quotes around it.
+pub fn split_value(value: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in value.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                cur.push(c);
+            }
+            ',' if !quoted => items.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    items.push(cur);
+    items
+        .into_iter()
+        .map(|i| {
+            let t = i.trim();
+            t.strip_prefix('"')
+                .and_then(|t| t.strip_suffix('"'))
+                .unwrap_or(t)
+                .trim()
+                .to_string()
+        })
+        .filter(|i| !i.is_empty())
+        .collect()
+}
+
+/// How expansion reaches the outside world.
+pub struct Sources<'a> {
+    /// An alias table lookup.
+    pub lookup: &'a dyn Fn(&str) -> Option<String>,
+    /// Whether `user@domain` stays on this host (domain in lower case).
+    pub local_domain: &'a dyn Fn(&str) -> bool,
+    /// Reads a `:include:` file.
+    pub include: &'a dyn Fn(&str) -> Result<String, Failure>,
+}
+
+/// Expands a list of items (a `.forward` file's lines) found under `name`.
+pub fn expand_list(
+    name: &str,
+    text: &str,
+    origin: Origin,
+    src: &Sources<'_>,
+) -> Result<Vec<Target>, Failure> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let mut out = Vec::new();
+    items(
+        name,
+        &lines.join(","),
+        origin,
+        &mut Vec::new(),
+        &mut out,
+        src,
+    )?;
+    Ok(out)
+}
+
+/// Expands `name` (already folded to lower case).
+pub fn expand(name: &str, src: &Sources<'_>) -> Result<Vec<Target>, Failure> {
+    let mut out = Vec::new();
+    walk(name, &mut Vec::new(), &mut out, src)?;
+    let mut seen = Vec::new();
+    out.retain(|t| {
+        let fresh = !seen.contains(t);
+        if fresh {
+            seen.push(t.clone());
+        }
+        fresh
+    });
+    Ok(out)
+}
+
+fn walk(
+    name: &str,
+    path: &mut Vec<String>,
+    out: &mut Vec<Target>,
+    src: &Sources<'_>,
+) -> Result<(), Failure> {
+    let Some(value) = (src.lookup)(name) else {
+        out.push(Target::User(name.to_string()));
+        return Ok(());
+    };
+    items(name, &value, Origin::Alias, path, out, src)
+}
+
+/// Expands the items of `value`, found under `name` (an alias or
+/// `:include:path`).
+fn items(
+    name: &str,
+    value: &str,
+    origin: Origin,
+    path: &mut Vec<String>,
+    out: &mut Vec<Target>,
+    src: &Sources<'_>,
+) -> Result<(), Failure> {
+    if path.len() >= MAX_DEPTH {
+        return Err(Failure::bounce(
+            "5.4.6",
+            format!("alias expansion of {} nests too deeply", path[0]),
+        ));
+    }
+    path.push(name.to_string());
+    for item in split_value(value) {
+        if let Some(cmd) = item.strip_prefix('|') {
+            out.push(Target::Command(cmd.trim().to_string(), origin));
+        } else if let Some(file) = item.strip_prefix(":include:") {
+            let key = format!(":include:{}", file.trim());
+            if path.contains(&key) {
+                return Err(Failure::bounce(
+                    "5.4.6",
+                    format!("alias expansion loop: {} -> {key}", path.join(" -> ")),
+                ));
+            }
+            let text = (src.include)(file.trim())?;
+            let lines: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .collect();
+            items(&key, &lines.join(","), Origin::Include, path, out, src)?;
+        } else if item.starts_with('/') {
+            out.push(Target::File(item, origin));
+        } else if let Some(user) = item.strip_prefix('\\') {
+            out.push(Target::User(user.to_lowercase()));
+        } else {
+            let local = match item.rsplit_once('@') {
+                Some((lp, dom)) if (src.local_domain)(&dom.to_lowercase()) => lp.to_lowercase(),
+                Some(_) => {
+                    out.push(Target::Remote(item));
+                    continue;
+                }
+                None => item.to_lowercase(),
+            };
+            if local == name {
+                out.push(Target::User(local));
+            } else if path.contains(&local) {
+                return Err(Failure::bounce(
+                    "5.4.6",
+                    format!("alias expansion loop: {} -> {local}", path.join(" -> ")),
+                ));
+            } else {
+                walk(&local, path, out, src)?;
+            }
+        }
+    }
+    path.pop();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Target::*;
+
+    fn run(table: &[(&str, &str)], name: &str) -> Result<Vec<Target>, Failure> {
+        let lookup = |k: &str| {
+            table
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        let include = |p: &str| match p {
+            "/etc/mail/list" => Ok("# the list\nalice\n\n|/bin/list, /var/list\n".to_string()),
+            "/etc/mail/self" => Ok(":include:/etc/mail/self".to_string()),
+            _ => Err(Failure::defer("4.3.0", format!("cannot read {p}"))),
+        };
+        expand(
+            name,
+            &Sources {
+                lookup: &lookup,
+                local_domain: &|d: &str| d == "mx.test.example",
+                include: &include,
+            },
+        )
+    }
+
+    #[test]
+    fn values_split_outside_quotes() {
+        assert_eq!(split_value(" a, b ,,c "), ["a", "b", "c"]);
+        assert_eq!(
+            split_value("\"|cat > /x, y\", bob"),
+            ["|cat > /x, y", "bob"]
+        );
+        assert!(split_value("").is_empty());
+    }
+
+    #[test]
+    fn expansion_table() {
+        let t = [
+            ("postmaster", "root"),
+            ("root", "alice, bob@Mx.Test.Example"),
+            ("bob", "\\bob, |/usr/bin/vacation bob"),
+            ("self", "self, carol"),
+            (
+                "team",
+                "alice, alice, dave@remote.example, /var/log/mail.txt",
+            ),
+            ("inc", ":include:/etc/mail/list"),
+            ("selfinc", ":include:/etc/mail/self"),
+            ("badinc", ":include:/nowhere"),
+        ];
+        assert_eq!(run(&t, "nobody").unwrap(), [User("nobody".into())]);
+        assert_eq!(
+            run(&t, "postmaster").unwrap(),
+            [
+                User("alice".into()),
+                User("bob".into()),
+                Command("/usr/bin/vacation bob".into(), Origin::Alias)
+            ]
+        );
+        assert_eq!(
+            run(&t, "self").unwrap(),
+            [User("self".into()), User("carol".into())]
+        );
+        assert_eq!(
+            run(&t, "team").unwrap(),
+            [
+                User("alice".into()),
+                Remote("dave@remote.example".into()),
+                File("/var/log/mail.txt".into(), Origin::Alias)
+            ]
+        );
+        assert_eq!(
+            run(&t, "inc").unwrap(),
+            [
+                User("alice".into()),
+                Command("/bin/list".into(), Origin::Include),
+                File("/var/list".into(), Origin::Include)
+            ]
+        );
+        assert_eq!(run(&t, "selfinc").unwrap_err().enhanced, "5.4.6");
+        assert_eq!(run(&t, "badinc").unwrap_err().code, 450);
+    }
+
+    #[test]
+    fn loops_are_detected() {
+        let t = [("a", "b"), ("b", "c"), ("c", "a")];
+        let e = run(&t, "a").unwrap_err();
+        assert_eq!(e.enhanced, "5.4.6");
+        assert!(e.text.contains("a -> b -> c -> a"), "{}", e.text);
+        let names: Vec<String> = (0..30).map(|i| format!("n{i}")).collect();
+        let deep: Vec<(&str, &str)> = names
+            .windows(2)
+            .map(|w| (w[0].as_str(), w[1].as_str()))
+            .collect();
+        assert_eq!(run(&deep, "n0").unwrap_err().enhanced, "5.4.6");
+    }
+}

@@ -1,0 +1,781 @@
+//! One recipient: from the address qmgr gives to mailboxes and commands.
+//!
+//! `user+ext@domain` → `user+ext` → aliases (the full name first, then the
+//! base name) → targets. A user's mailbox is written with the user's
+//! effective uid/gid when we are root (Postfix's set_eugid: the saved uid
+//! stays root so the next delivery can switch again). In
+//! `mail_spool_directory` the mailbox file is created by root and given to
+//! the user first, so a spool the user cannot write still works, and the
+//! dotlock is taken with root's rights; under the user's home
+//! (`home_mailbox`) every step is the user's. A user's `.forward` (the
+//! first `forward_path` file there is, read as the user) replaces the
+//! mailbox with what it lists. Mail to root's own mailbox is refused when
+//! we are root: alias root to a person.
+//! Commands run as a child with the target uid/gid (std's `Command::uid`).
+//! Unprivileged, everything runs as the current user.
+//!
+//! Each target is logged in Postfix's format; the recipient's result is
+//! the worst of its targets' (deferred over bounced over sent).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use daemon::msg_info;
+use ipc::delivery::Transaction;
+
+use crate::alias::{self, Origin, Target};
+use crate::content;
+use crate::mailbox::{self, Failure};
+use crate::pipe;
+
+/// Settings from main.cf.
+pub struct Settings {
+    /// `mail_spool_directory`.
+    pub spool: PathBuf,
+    /// `home_mailbox`.
+    pub home_mailbox: String,
+    /// `mailbox_command`.
+    pub mailbox_command: String,
+    /// `mailbox_size_limit`.
+    pub size_limit: u64,
+    /// `alias_maps`.
+    pub alias_maps: Vec<config::MapRef>,
+    /// `allow_mail_to_commands`.
+    pub commands_from: Vec<String>,
+    /// `allow_mail_to_files`.
+    pub files_from: Vec<String>,
+    /// `recipient_delimiter`.
+    pub delimiter: String,
+    /// `mydestination`, lower case.
+    pub local_domains: Vec<String>,
+    /// `myhostname`.
+    pub myhostname: String,
+    /// `command_time_limit`.
+    pub command_timeout: Duration,
+    /// `forward_path`, unexpanded.
+    pub forward_path: String,
+    /// `default_privs`: who runs alias commands and writes alias files.
+    pub default_privs: String,
+    /// Running as root.
+    pub as_root: bool,
+}
+
+impl Settings {
+    /// Reads the settings for transport `service`.
+    pub fn from(cfg: &config::Config, service: &str) -> Settings {
+        let t = cfg.transport(service);
+        Settings {
+            spool: PathBuf::from(cfg.str("mail_spool_directory")),
+            home_mailbox: cfg.str("home_mailbox"),
+            mailbox_command: cfg.str("mailbox_command"),
+            size_limit: cfg.size("mailbox_size_limit"),
+            alias_maps: cfg.maps("alias_maps"),
+            commands_from: cfg.list("allow_mail_to_commands"),
+            files_from: cfg.list("allow_mail_to_files"),
+            delimiter: cfg.str("recipient_delimiter"),
+            local_domains: cfg
+                .list("mydestination")
+                .iter()
+                .map(|d| d.to_lowercase())
+                .collect(),
+            myhostname: cfg.str("myhostname"),
+            command_timeout: t.time("command_time_limit"),
+            forward_path: cfg.str("forward_path"),
+            default_privs: cfg.str("default_privs"),
+            as_root: sys::is_root(),
+        }
+    }
+}
+
+/// Splits `user+ext` at the first delimiter character.
+pub fn split_extension<'a>(local: &'a str, delimiters: &str) -> (&'a str, Option<&'a str>) {
+    match local.find(|c| delimiters.contains(c)) {
+        Some(i) if i > 0 && !delimiters.is_empty() => (&local[..i], Some(&local[i + 1..])),
+        _ => (local, None),
+    }
+}
+
+/// `forward_path` with `$home`, `$user`, `$extension`, `$recipient_delimiter`
+/// (also as `${name}`) substituted; an entry with anything else left, or
+/// naming an extension there is none of, is skipped.
+pub fn forward_paths(
+    spec: &str,
+    u: &sys::privilege::Identity,
+    ext: Option<&str>,
+    delimiter: &str,
+) -> Vec<String> {
+    let home = u.home.display().to_string();
+    let delim: String = delimiter.chars().take(1).collect();
+    let vars = [
+        ("home", home.as_str()),
+        ("user", u.name.as_str()),
+        ("extension", ext.unwrap_or("")),
+        ("recipient_delimiter", delim.as_str()),
+    ];
+    spec.split([',', ' ', '\t'])
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .filter(|p| ext.is_some() || !p.contains("extension"))
+        .filter_map(|p| {
+            let mut p = p.to_string();
+            for (k, v) in vars {
+                p = p
+                    .replace(&format!("${{{k}}}"), v)
+                    .replace(&format!("${k}"), v);
+            }
+            (!p.contains('$')).then_some(p)
+        })
+        .collect()
+}
+
+/// Whether `list` (allow_mail_to_commands or _files) admits `origin`.
+fn allowed(list: &[String], origin: Origin) -> bool {
+    let want = match origin {
+        Origin::Alias => "alias",
+        Origin::Include => "include",
+        Origin::Forward => "forward",
+    };
+    list.iter().any(|v| v == want)
+}
+
+/// What was delivered where, for a 2xx result.
+type Done = String;
+
+/// One transaction's deliveries.
+pub struct Delivery<'a> {
+    /// The settings.
+    pub settings: &'a Settings,
+    /// The aliases (opened per transaction, so edits take effect).
+    pub aliases: &'a tables::Tables,
+    /// The transaction.
+    pub txn: &'a Transaction,
+    /// Its content, wire format.
+    pub wire: &'a [u8],
+    /// When qmgr's request arrived.
+    pub started: Instant,
+}
+
+impl Delivery<'_> {
+    /// Delivers to one recipient address; the result's text for qmgr.
+    pub fn recipient(&self, address: &str) -> Result<Done, Failure> {
+        let addr = address.to_lowercase();
+        if content::delivered_to(self.wire, &addr) {
+            let f = Failure::bounce("5.4.6", format!("mail forwarding loop for {addr}"));
+            self.log(&addr, None, Err(&f));
+            return Err(f);
+        }
+        let local = addr.rsplit_once('@').map_or(addr.as_str(), |(l, _)| l);
+        let (base, ext) = split_extension(local, &self.settings.delimiter);
+        let lookup = |k: &str| self.aliases.lookup(k);
+        let name = if lookup(local).is_some() { local } else { base };
+        let is_local = |d: &str| self.settings.local_domains.iter().any(|x| x == d);
+        let include = |p: &str| self.read_include(p);
+        let src = alias::Sources {
+            lookup: &lookup,
+            local_domain: &is_local,
+            include: &include,
+        };
+        let targets = match alias::expand(name, &src) {
+            Ok(t) => t,
+            Err(f) => {
+                self.log(&addr, None, Err(&f));
+                return Err(f);
+            }
+        };
+        let mut results = Vec::new();
+        for t in &targets {
+            let r = self.target(t, &addr, name, ext);
+            let shown = match t {
+                Target::User(u) if u != name => Some(format!("{u}@{}", self.settings.myhostname)),
+                _ => None,
+            };
+            match &shown {
+                Some(to) => self.log(to, Some(&addr), r.as_ref()),
+                None => self.log(&addr, None, r.as_ref()),
+            }
+            results.push(r);
+        }
+        let worst = |code: u16| {
+            results
+                .iter()
+                .find(|r| matches!(r, Err(f) if f.code / 100 == code))
+        };
+        if let Some(Err(f)) = worst(4).or_else(|| worst(5)) {
+            return Err(f.clone());
+        }
+        let done: Vec<String> = results.into_iter().filter_map(Result::ok).collect();
+        Ok(done.join(", "))
+    }
+
+    fn log(&self, to: &str, orig: Option<&str>, r: Result<&Done, &Failure>) {
+        let now_us = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let total = now_us.saturating_sub(self.txn.arrival_us) as f64 / 1e6;
+        let xfer = self.started.elapsed().as_secs_f64().min(total);
+        let (dsn, status, text) = match r {
+            Ok(t) => ("2.0.0", "sent", t.as_str()),
+            Err(f) if f.code < 500 => (f.enhanced, "deferred", f.text.as_str()),
+            Err(f) => (f.enhanced, "bounced", f.text.as_str()),
+        };
+        let orig = orig.map(|o| format!(", orig_to=<{o}>")).unwrap_or_default();
+        msg_info!(
+            "{}: to=<{to}>{orig}, relay=local, delay={}, delays={}/0/0/{}, dsn={dsn}, status={status} ({text})",
+            self.txn.queue_id,
+            secs(total),
+            secs(total - xfer),
+            secs(xfer),
+        );
+    }
+
+    fn target(
+        &self,
+        t: &Target,
+        addr: &str,
+        name: &str,
+        ext: Option<&str>,
+    ) -> Result<Done, Failure> {
+        let s = self.settings;
+        match t {
+            Target::User(u) => self.user(u, addr, ext, 0),
+            Target::Remote(r) => Err(Failure::defer(
+                "4.3.0",
+                format!("alias {name}: forwarding to remote address {r} is not yet supported"),
+            )),
+            Target::File(_, o) if !allowed(&s.files_from, *o) => Err(Failure::bounce(
+                "5.7.1",
+                format!("alias {name}: mail to files is restricted"),
+            )),
+            Target::Command(_, o) if !allowed(&s.commands_from, *o) => Err(Failure::bounce(
+                "5.7.1",
+                format!("alias {name}: mail to commands is restricted"),
+            )),
+            Target::Command(c, _) => {
+                let (ids, home) = self.privs()?;
+                self.command(c, addr, name, ext, ids, home)
+            }
+            Target::File(f, _) => {
+                let (ids, _) = self.privs()?;
+                let entry = self.mbox_entry(addr);
+                let _guard = match ids {
+                    Some((uid, gid)) => Some(switch(uid, gid)?),
+                    None => None,
+                };
+                mailbox::append_mbox(std::path::Path::new(f), &entry, s.size_limit, None)?;
+                Ok(format!("delivered to file: {f}"))
+            }
+        }
+    }
+
+    /// Reads a `:include:` file (as default_privs when root; at most 1 MB).
+    fn read_include(&self, path: &str) -> Result<String, Failure> {
+        let (ids, _) = self.privs()?;
+        let _guard = match ids {
+            Some((uid, gid)) => Some(switch(uid, gid)?),
+            None => None,
+        };
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|f| {
+                std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text)
+            })
+            .map_err(|e| Failure::defer("4.3.0", format!("cannot read :include:{path}: {e}")))?;
+        Ok(text)
+    }
+
+    /// The identity for alias commands and files: default_privs when root.
+    fn privs(&self) -> Result<(Option<(u32, u32)>, PathBuf), Failure> {
+        if !self.settings.as_root {
+            return Ok((None, PathBuf::from("/")));
+        }
+        let who = &self.settings.default_privs;
+        match sys::privilege::lookup_user(who) {
+            Ok(Some(u)) if u.uid != 0 => Ok((Some((u.uid, u.gid)), u.home)),
+            Ok(_) => Err(Failure::defer(
+                "4.3.0",
+                format!("default_privs {who}: no such user, or root"),
+            )),
+            Err(e) => Err(Failure::defer("4.3.0", format!("default_privs {who}: {e}"))),
+        }
+    }
+
+    fn command(
+        &self,
+        command: &str,
+        addr: &str,
+        user: &str,
+        ext: Option<&str>,
+        ids: Option<(u32, u32)>,
+        home: PathBuf,
+    ) -> Result<Done, Failure> {
+        let (local, domain) = addr.rsplit_once('@').unwrap_or((addr, ""));
+        let dir = if home.is_dir() {
+            home.clone()
+        } else {
+            PathBuf::from("/")
+        };
+        let job = pipe::PipeJob {
+            command,
+            input: &self.pipe_input(addr),
+            env: vec![
+                ("SENDER", self.txn.sender.clone()),
+                ("RECIPIENT", addr.to_string()),
+                ("USER", user.to_string()),
+                ("HOME", home.display().to_string()),
+                ("LOCAL", local.to_string()),
+                ("DOMAIN", domain.to_string()),
+                ("EXTENSION", ext.unwrap_or("").to_string()),
+                ("SHELL", "/bin/sh".to_string()),
+            ],
+            ids,
+            dir,
+            timeout: self.settings.command_timeout,
+        };
+        pipe::run(&job)?;
+        Ok(format!("delivered to command: {command}"))
+    }
+
+    fn user(
+        &self,
+        name: &str,
+        addr: &str,
+        ext: Option<&str>,
+        depth: usize,
+    ) -> Result<Done, Failure> {
+        let s = self.settings;
+        let u = match sys::privilege::lookup_user(name) {
+            Ok(Some(u)) => u,
+            Ok(None) => {
+                return Err(Failure::bounce(
+                    "5.1.1",
+                    format!("unknown user: \"{name}\""),
+                ))
+            }
+            Err(e) => return Err(Failure::defer("4.3.0", format!("user {name}: {e}"))),
+        };
+        if s.as_root && u.uid == 0 {
+            return Err(Failure::bounce(
+                "5.7.1",
+                format!(
+                    "mail to {name}'s mailbox is not delivered as root: alias {name} to a person"
+                ),
+            ));
+        }
+        let ids = s.as_root.then_some((u.uid, u.gid));
+        if let Some(text) = self.read_forward(&u, ext, ids)? {
+            return self.forward(&u, &text, addr, ext, ids, depth);
+        }
+        self.mailbox(&u, addr, ext, ids)
+    }
+
+    /// Reads the first `forward_path` file that exists, as the user.
+    fn read_forward(
+        &self,
+        u: &sys::privilege::Identity,
+        ext: Option<&str>,
+        ids: Option<(u32, u32)>,
+    ) -> Result<Option<String>, Failure> {
+        let s = self.settings;
+        let _guard = match ids {
+            Some((uid, gid)) => Some(switch(uid, gid)?),
+            None => None,
+        };
+        for path in forward_paths(&s.forward_path, u, ext, &s.delimiter) {
+            let mut text = String::new();
+            let read = std::fs::File::open(&path).and_then(|f| {
+                std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text)
+            });
+            match read {
+                Ok(_) => return Ok(Some(text)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Failure::defer("4.3.0", format!("cannot read {path}: {e}"))),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Delivers to what a user's `.forward` lists: the user's own name (or
+    /// `\\name`) is the mailbox, commands and files run as the user, other
+    /// local users are delivered to in turn (at most five deep).
+    fn forward(
+        &self,
+        u: &sys::privilege::Identity,
+        text: &str,
+        addr: &str,
+        ext: Option<&str>,
+        ids: Option<(u32, u32)>,
+        depth: usize,
+    ) -> Result<Done, Failure> {
+        let s = self.settings;
+        let name = u.name.as_str();
+        if depth >= 5 {
+            return Err(Failure::bounce(
+                "5.4.6",
+                format!("forwarding loop through {name}'s .forward"),
+            ));
+        }
+        let is_local = |d: &str| s.local_domains.iter().any(|x| x == d);
+        let include = |p: &str| self.read_include(p);
+        let src = alias::Sources {
+            lookup: &|_| None,
+            local_domain: &is_local,
+            include: &include,
+        };
+        let targets = alias::expand_list(name, text, Origin::Forward, &src)?;
+        let mut done = Vec::new();
+        let mut failed: Option<Failure> = None;
+        for t in targets {
+            let r = match &t {
+                Target::User(x) if x == name => self.mailbox(u, addr, ext, ids),
+                Target::User(x) => self.user(x, addr, None, depth + 1),
+                Target::Remote(r) => Err(Failure::defer(
+                    "4.3.0",
+                    format!(
+                        "{name}'s .forward: forwarding to remote address {r} is not yet supported"
+                    ),
+                )),
+                Target::Command(_, o) if !allowed(&s.commands_from, *o) => Err(Failure::bounce(
+                    "5.7.1",
+                    format!("{name}'s .forward: mail to commands is restricted"),
+                )),
+                Target::File(_, o) if !allowed(&s.files_from, *o) => Err(Failure::bounce(
+                    "5.7.1",
+                    format!("{name}'s .forward: mail to files is restricted"),
+                )),
+                Target::Command(c, _) => self.command(c, addr, name, ext, ids, u.home.clone()),
+                Target::File(f, _) => {
+                    let _guard = match ids {
+                        Some((uid, gid)) => Some(switch(uid, gid)?),
+                        None => None,
+                    };
+                    let entry = self.mbox_entry(addr);
+                    mailbox::append_mbox(std::path::Path::new(f), &entry, s.size_limit, None)
+                        .map(|()| format!("delivered to file: {f}"))
+                }
+            };
+            match r {
+                Ok(d) => done.push(d),
+                Err(f) => {
+                    let worse = failed.as_ref().is_none_or(|old| f.code < old.code);
+                    if worse {
+                        failed = Some(f);
+                    }
+                }
+            }
+        }
+        match failed {
+            Some(f) => Err(f),
+            None => Ok(done.join(", ")),
+        }
+    }
+
+    fn mailbox(
+        &self,
+        u: &sys::privilege::Identity,
+        addr: &str,
+        ext: Option<&str>,
+        ids: Option<(u32, u32)>,
+    ) -> Result<Done, Failure> {
+        let s = self.settings;
+        let name = u.name.as_str();
+        if !s.mailbox_command.is_empty() {
+            return self.command(&s.mailbox_command, addr, name, ext, ids, u.home.clone());
+        }
+        if s.home_mailbox.ends_with('/') {
+            let dir = u.home.join(&s.home_mailbox);
+            let _guard = match ids {
+                Some((uid, gid)) => Some(switch(uid, gid)?),
+                None => None,
+            };
+            let mut bytes = self.headers(addr);
+            bytes.extend(content::plain(self.wire));
+            mailbox::deliver_maildir(&dir, &bytes, &s.myhostname)?;
+            return Ok("delivered to maildir".into());
+        }
+        let entry = self.mbox_entry(addr);
+        let owner = ids.map_or(sys::current_ids().0, |(uid, _)| uid);
+        if !s.home_mailbox.is_empty() {
+            // Under the user's home every step is the user's: root must not
+            // create files along a path the user controls.
+            let mbox = u.home.join(&s.home_mailbox);
+            let _guard = match ids {
+                Some((uid, gid)) => Some(switch(uid, gid)?),
+                None => None,
+            };
+            let _dotlock = mailbox::DotLock::take(&mbox)?;
+            mailbox::append_mbox(&mbox, &entry, s.size_limit, Some(owner))?;
+            return Ok("delivered to mailbox".into());
+        }
+        // The spool is root's: the lock and an empty mailbox are made with
+        // root's rights (O_EXCL, no symbolic links), the append as the user.
+        let mbox = s.spool.join(name);
+        let _dotlock = mailbox::DotLock::take(&mbox)?;
+        if let Some((uid, gid)) = ids {
+            mailbox::create_owned(&mbox, uid, gid)?;
+        }
+        let _guard = match ids {
+            Some((uid, gid)) => Some(switch(uid, gid)?),
+            None => None,
+        };
+        mailbox::append_mbox(&mbox, &entry, s.size_limit, Some(owner))?;
+        Ok("delivered to mailbox".into())
+    }
+
+    fn headers(&self, addr: &str) -> Vec<u8> {
+        format!(
+            "Return-Path: <{}>\nDelivered-To: {}\n",
+            clean(&self.txn.sender),
+            clean(addr)
+        )
+        .into_bytes()
+    }
+
+    fn pipe_input(&self, addr: &str) -> Vec<u8> {
+        let mut b = self.envelope_line();
+        b.extend(self.headers(addr));
+        b.extend(content::plain(self.wire));
+        b
+    }
+
+    fn envelope_line(&self) -> Vec<u8> {
+        let sender = if self.txn.sender.is_empty() {
+            "MAILER-DAEMON".to_string()
+        } else {
+            clean(&self.txn.sender).replace(' ', "_")
+        };
+        format!(
+            "From {sender}  {}\n",
+            sys::time::asctime_stamp(SystemTime::now())
+        )
+        .into_bytes()
+    }
+
+    /// A complete mbox entry: From line, headers, quoted content, blank line.
+    fn mbox_entry(&self, addr: &str) -> Vec<u8> {
+        let mut b = self.envelope_line();
+        b.extend(self.headers(addr));
+        b.extend(content::mbox_quoted(self.wire));
+        b.push(b'\n');
+        b
+    }
+}
+
+/// An address as it may appear in a header line: no control characters
+/// (a peer's CR or LF must not start a header of its own).
+fn clean(addr: &str) -> String {
+    addr.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+fn switch(uid: u32, gid: u32) -> Result<sys::privilege::EffectiveIds, Failure> {
+    sys::privilege::switch_effective(uid, gid)
+        .map_err(|e| Failure::defer("4.3.0", format!("cannot switch to uid {uid}: {e}")))
+}
+
+/// Postfix's delay format: two decimals under 10 s, one under 100, whole above.
+pub fn secs(s: f64) -> String {
+    let s = s.max(0.0);
+    if s < 10.0 {
+        format!("{}", (s * 100.0).round() / 100.0)
+    } else if s < 100.0 {
+        format!("{s:.1}")
+    } else {
+        format!("{s:.0}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extensions_split_at_the_first_delimiter() {
+        let cases = [
+            ("user+ext", "+", ("user", Some("ext"))),
+            ("user+a+b", "+", ("user", Some("a+b"))),
+            ("user-x", "+-", ("user", Some("x"))),
+            ("user", "+", ("user", None)),
+            ("+lead", "+", ("+lead", None)),
+            ("user+ext", "", ("user+ext", None)),
+        ];
+        for (local, delim, want) in cases {
+            assert_eq!(split_extension(local, delim), want, "{local}");
+        }
+    }
+
+    #[test]
+    fn forward_path_expansion() {
+        let u = sys::privilege::Identity {
+            name: "bob".into(),
+            uid: 1000,
+            gid: 1000,
+            home: "/home/bob".into(),
+        };
+        let spec = "$home/.forward${recipient_delimiter}${extension}, $home/.forward";
+        assert_eq!(
+            forward_paths(spec, &u, Some("lists"), "+-"),
+            ["/home/bob/.forward+lists", "/home/bob/.forward"]
+        );
+        assert_eq!(forward_paths(spec, &u, None, "+"), ["/home/bob/.forward"]);
+        assert!(forward_paths("$unknown/x", &u, None, "+").is_empty());
+        assert_eq!(
+            forward_paths("/var/fwd/$user", &u, None, ""),
+            ["/var/fwd/bob"]
+        );
+    }
+
+    #[test]
+    fn delays_follow_postfix() {
+        assert_eq!(secs(0.123), "0.12");
+        assert_eq!(secs(12.34), "12.3");
+        assert_eq!(secs(123.4), "123");
+        assert_eq!(secs(-1.0), "0");
+    }
+
+    fn transaction() -> Transaction {
+        Transaction {
+            queue_id: "TESTID".into(),
+            sender: "alice@example.com".into(),
+            ret: None,
+            envid: None,
+            body: mail::BodyType::SevenBit,
+            smtputf8: false,
+            size: 0,
+            arrival_us: 0,
+            recipients: vec![],
+            data: ipc::delivery::Data::Inline(vec![]),
+        }
+    }
+
+    fn settings(spool: &std::path::Path, as_root: bool) -> Settings {
+        Settings {
+            spool: spool.to_path_buf(),
+            home_mailbox: String::new(),
+            mailbox_command: String::new(),
+            size_limit: 0,
+            alias_maps: vec![],
+            commands_from: vec!["alias".into()],
+            files_from: vec![],
+            delimiter: "+".into(),
+            local_domains: vec!["mx.test.example".into()],
+            myhostname: "mx.test.example".into(),
+            command_timeout: Duration::from_secs(10),
+            forward_path: String::new(),
+            default_privs: "nobody".into(),
+            as_root,
+        }
+    }
+
+    #[test]
+    fn as_root_mailboxes_belong_to_the_user_and_root_is_refused() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        if !sys::is_root() {
+            return; // needs root: covered unprivileged by tests/local.rs
+        }
+        let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let nobody = sys::privilege::lookup_user("nobody").unwrap().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // A root-owned spool the user cannot write, as /var/mail often is.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let scratch = dir.path().join("scratch");
+        std::fs::create_dir(&scratch).unwrap();
+        std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let text = format!(
+            "pipe: \"|id -u > {0}/uid; id -G >> {0}/uid\"\nboss: root\n",
+            scratch.display()
+        );
+        let table = tables::Table::from_text("texthash:test", "test", &text).unwrap();
+        let aliases = tables::Tables::from_tables(vec![table]);
+        let s = settings(dir.path(), true);
+        let txn = transaction();
+        let d = Delivery {
+            settings: &s,
+            aliases: &aliases,
+            txn: &txn,
+            wire: b"Subject: hi\r\n\r\n..dot\r\n",
+            started: Instant::now(),
+        };
+        assert_eq!(
+            d.recipient("Nobody+x@MX.test.example").unwrap(),
+            "delivered to mailbox"
+        );
+        assert!(sys::is_root(), "back to root after the delivery");
+        let mbox = dir.path().join("nobody");
+        let meta = std::fs::metadata(&mbox).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (nobody.uid, nobody.gid));
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        let got = String::from_utf8(std::fs::read(&mbox).unwrap()).unwrap();
+        assert!(got.starts_with("From alice@example.com  "), "{got}");
+        assert!(
+            got.ends_with(
+                "\nReturn-Path: <alice@example.com>\nDelivered-To: nobody+x@mx.test.example\n\
+                 Subject: hi\n\n.dot\n\n"
+            ),
+            "{got:?}"
+        );
+        for who in ["root@mx.test.example", "boss@mx.test.example"] {
+            let e = d.recipient(who).unwrap_err();
+            assert_eq!((e.code, e.enhanced), (550, "5.7.1"), "{who}: {}", e.text);
+        }
+        d.recipient("pipe@mx.test.example").unwrap();
+        let ids = std::fs::read_to_string(scratch.join("uid")).unwrap();
+        assert_eq!(
+            ids,
+            format!("{}\n{}\n", nobody.uid, nobody.gid),
+            "no root groups left"
+        );
+        assert!(sys::is_root());
+    }
+
+    #[test]
+    fn unprivileged_deliveries_and_unknown_users() {
+        let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let me = sys::privilege::lookup_uid(sys::current_ids().0)
+            .unwrap()
+            .unwrap();
+        let mut s = settings(dir.path(), false);
+        s.size_limit = 200;
+        let aliases = tables::Tables::none();
+        let txn = transaction();
+        let d = Delivery {
+            settings: &s,
+            aliases: &aliases,
+            txn: &txn,
+            wire: b"Subject: hi\r\n\r\nFrom here\r\n",
+            started: Instant::now(),
+        };
+        let e = d
+            .recipient("no-such-user-here@mx.test.example")
+            .unwrap_err();
+        assert_eq!((e.code, e.enhanced), (550, "5.1.1"));
+        let hostile = [
+            "",
+            "@",
+            "@mx.test.example",
+            "../../etc/passwd@mx.test.example",
+            "a\0b@mx.test.example",
+            "a\r\nb@x",
+            "+@x",
+            "\u{1F600}@x",
+        ];
+        for bad in hostile {
+            assert!(d.recipient(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(clean("a\r\nX: y"), "a??X: y");
+        if sys::is_root() {
+            return; // root's own mailbox is refused; covered above
+        }
+        let addr = format!("{}@mx.test.example", me.name);
+        d.recipient(&addr).unwrap();
+        let got = std::fs::read_to_string(dir.path().join(&me.name)).unwrap();
+        assert!(got.ends_with("\n\n>From here\n\n"), "{got:?}");
+        let full = d
+            .recipient(&addr)
+            .and_then(|_| d.recipient(&addr))
+            .unwrap_err();
+        assert_eq!(full.enhanced, "5.2.2");
+    }
+}

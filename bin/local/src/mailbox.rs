@@ -1,0 +1,301 @@
+//! Mailbox writers: mbox with fcntl and dot locking, and Maildir.
+//!
+//! mbox: take `<mbox>.lock` (created with O_EXCL; a lock older than five
+//! minutes is stale and removed), open the mailbox for append (never
+//! through a symbolic link, only a regular file with one link owned by the
+//! writer), take an fcntl lock, check `mailbox_size_limit`, append, fsync,
+//! and on a write error truncate back to the old size so a reader never
+//! sees half a message. Maildir: write `tmp/<unique>`, fsync, rename to
+//! `new/<unique>`. Errors are returned as a [`Failure`] the caller maps to
+//! a per-recipient result; nothing here logs or panics.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Why a delivery did not happen, as a recipient result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// SMTP-style code: 4xx deferred, 5xx bounced.
+    pub code: u16,
+    /// Enhanced status code.
+    pub enhanced: &'static str,
+    /// The reason.
+    pub text: String,
+}
+
+impl Failure {
+    /// A temporary failure.
+    pub fn defer(enhanced: &'static str, text: impl Into<String>) -> Failure {
+        Failure {
+            code: 450,
+            enhanced,
+            text: text.into(),
+        }
+    }
+
+    /// A permanent failure.
+    pub fn bounce(enhanced: &'static str, text: impl Into<String>) -> Failure {
+        Failure {
+            code: 550,
+            enhanced,
+            text: text.into(),
+        }
+    }
+}
+
+/// How long a dotlock may sit before it is considered stale.
+const STALE_LOCK: Duration = Duration::from_secs(300);
+/// How often and how long to retry a busy dotlock.
+const LOCK_TRIES: u32 = 50;
+const LOCK_PAUSE: Duration = Duration::from_millis(100);
+
+/// A `<mbox>.lock` file, removed when dropped.
+pub struct DotLock {
+    path: PathBuf,
+}
+
+impl DotLock {
+    /// Takes the dotlock of `mbox`, waiting a few seconds for a holder.
+    /// `Ok(None)` when the directory does not let us create one (a spool
+    /// we may not write): the fcntl lock still serialises writers.
+    pub fn take(mbox: &Path) -> Result<Option<DotLock>, Failure> {
+        let mut path = mbox.as_os_str().to_owned();
+        path.push(".lock");
+        let path = PathBuf::from(path);
+        for _ in 0..LOCK_TRIES {
+            match OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+            {
+                Ok(_) => return Ok(Some(DotLock { path })),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let stale = std::fs::symlink_metadata(&path)
+                        .ok()
+                        .and_then(|m| m.modified().ok())
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > STALE_LOCK);
+                    if stale {
+                        let _ = std::fs::remove_file(&path);
+                        continue;
+                    }
+                    std::thread::sleep(LOCK_PAUSE);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(None),
+                Err(e) => {
+                    return Err(Failure::defer(
+                        "4.2.0",
+                        format!("cannot create {}: {e}", path.display()),
+                    ))
+                }
+            }
+        }
+        Err(Failure::defer(
+            "4.2.0",
+            format!("{} is locked", mbox.display()),
+        ))
+    }
+}
+
+impl Drop for DotLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Creates an empty mailbox owned by `uid`/`gid` if there is none (run as
+/// root before switching to the user, for a spool the user cannot write).
+pub fn create_owned(mbox: &Path, uid: u32, gid: u32) -> Result<(), Failure> {
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(mbox)
+    {
+        Ok(f) => std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
+            .map_err(|e| Failure::defer("4.2.0", format!("cannot chown {}: {e}", mbox.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Failure::defer(
+            "4.2.0",
+            format!("cannot create {}: {e}", mbox.display()),
+        )),
+    }
+}
+
+/// Appends `bytes` (a complete mbox entry) to `mbox` as the current
+/// (effective) user. `limit` 0 means no size limit. `owner`, when given,
+/// is the uid the file must belong to (a mailbox; not an alias's /file).
+pub fn append_mbox(
+    mbox: &Path,
+    bytes: &[u8],
+    limit: u64,
+    owner: Option<u32>,
+) -> Result<(), Failure> {
+    let show = mbox.display();
+    let mut f = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(sys::O_NOFOLLOW)
+        .open(mbox)
+        .map_err(|e| Failure::defer("4.2.0", format!("cannot open mailbox {show}: {e}")))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| Failure::defer("4.2.0", format!("cannot stat mailbox {show}: {e}")))?;
+    let owned = owner.is_none_or(|o| meta.uid() == o);
+    if !meta.file_type().is_file() || meta.nlink() != 1 || !owned {
+        return Err(Failure::defer(
+            "4.2.0",
+            format!("mailbox {show}: not a regular file with one link owned by its user"),
+        ));
+    }
+    sys::lock::fcntl_lock_exclusive(&f)
+        .map_err(|e| Failure::defer("4.2.0", format!("cannot lock mailbox {show}: {e}")))?;
+    let size = f.metadata().map(|m| m.len()).unwrap_or(meta.len());
+    if limit > 0 && size + bytes.len() as u64 > limit {
+        return Err(Failure {
+            code: 552,
+            enhanced: "5.2.2",
+            text: format!(
+                "cannot update mailbox {show}: mailbox full (mailbox_size_limit {limit})"
+            ),
+        });
+    }
+    if let Err(e) = f.write_all(bytes).and_then(|()| f.sync_all()) {
+        let _ = f.set_len(size);
+        return Err(Failure::defer(
+            "4.2.0",
+            format!("cannot update mailbox {show}: {e}"),
+        ));
+    }
+    Ok(())
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A Maildir file name: `<secs>.<micros>_<pid>_<counter>.<host>`, with `/`
+/// and `:` in the host name escaped as `\057` and `\072`.
+pub fn maildir_name(now: SystemTime, pid: u32, counter: u64, host: &str) -> String {
+    let d = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let host = host.replace('/', "\\057").replace(':', "\\072");
+    format!(
+        "{}.{:06}_{pid}_{counter}.{host}",
+        d.as_secs(),
+        d.subsec_micros()
+    )
+}
+
+/// Delivers `bytes` into the Maildir `dir` (creating `tmp`, `new`, `cur`
+/// as needed) as the current user. Returns the file's path in `new`.
+pub fn deliver_maildir(dir: &Path, bytes: &[u8], host: &str) -> Result<PathBuf, Failure> {
+    let fail = |what: &str, p: &Path, e: std::io::Error| {
+        Failure::defer("4.2.0", format!("{what} {}: {e}", p.display()))
+    };
+    for sub in ["tmp", "new", "cur"] {
+        let p = dir.join(sub);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&p)
+            .map_err(|e| fail("cannot create maildir", &p, e))?;
+    }
+    let name = maildir_name(
+        SystemTime::now(),
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        host,
+    );
+    let tmp = dir.join("tmp").join(&name);
+    let new = dir.join("new").join(&name);
+    let write = || -> std::io::Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &new)?;
+        File::open(dir.join("new"))?.sync_all()
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        fail("cannot deliver to maildir", dir, e)
+    })?;
+    Ok(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maildir_names_are_unique_and_escaped() {
+        let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let t = UNIX_EPOCH + Duration::from_micros(1_700_000_000_000_042);
+        assert_eq!(
+            maildir_name(t, 77, 3, "mx.example"),
+            "1700000000.000042_77_3.mx.example"
+        );
+        assert_eq!(
+            maildir_name(t, 1, 0, "a/b:c"),
+            "1700000000.000042_1_0.a\\057b\\072c"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let a = deliver_maildir(dir.path(), b"x\n", "h").unwrap();
+        let b = deliver_maildir(dir.path(), b"y\n", "h").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(std::fs::read(&a).unwrap(), b"x\n");
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+            0
+        );
+    }
+
+    #[test]
+    fn mbox_appends_and_enforces_the_limit() {
+        let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let mbox = dir.path().join("u");
+        let me = Some(sys::current_ids().0);
+        {
+            let _l = DotLock::take(&mbox).unwrap().unwrap();
+            assert!(dir.path().join("u.lock").exists());
+            append_mbox(&mbox, b"From a\n\n", 0, me).unwrap();
+        }
+        assert!(!dir.path().join("u.lock").exists());
+        append_mbox(&mbox, b"From b\n\n", 0, me).unwrap();
+        assert_eq!(std::fs::read(&mbox).unwrap(), b"From a\n\nFrom b\n\n");
+        let full = append_mbox(&mbox, b"From c\n\n", 20, me).unwrap_err();
+        assert_eq!((full.code, full.enhanced), (552, "5.2.2"));
+        let wrong = append_mbox(&mbox, b"x", 0, me.map(|u| u + 1)).unwrap_err();
+        assert_eq!(wrong.code, 450);
+        std::os::unix::fs::symlink(&mbox, dir.path().join("link")).unwrap();
+        assert!(append_mbox(&dir.path().join("link"), b"x", 0, me).is_err());
+    }
+
+    #[test]
+    fn a_held_dotlock_makes_the_next_writer_wait() {
+        let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let mbox = dir.path().join("u");
+        let me = Some(sys::current_ids().0);
+        let held = DotLock::take(&mbox).unwrap().unwrap();
+        let m = mbox.clone();
+        let other = std::thread::spawn(move || {
+            let _l = DotLock::take(&m).unwrap().unwrap();
+            append_mbox(&m, b"second\n", 0, me).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        append_mbox(&mbox, b"first\n", 0, me).unwrap();
+        drop(held);
+        other.join().unwrap();
+        assert_eq!(std::fs::read(&mbox).unwrap(), b"first\nsecond\n");
+    }
+}

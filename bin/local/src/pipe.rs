@@ -1,0 +1,225 @@
+//! Pipe delivery: a command run with the message on its standard input.
+//!
+//! As Postfix local(8): `/bin/sh -c command` with a clean environment (the
+//! caller's `SENDER`, `RECIPIENT`, `USER`, `HOME`, `EXTENSION`, ... and
+//! `PATH=/usr/bin:/bin`), in its own process group, as the given uid/gid
+//! when we are root, killed after `command_time_limit`. Exit status 0 is
+//! delivered, 75 (EX_TEMPFAIL) deferred, anything else bounced; a time-out
+//! is deferred. The first line of the command's output goes into the reason.
+
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::mailbox::Failure;
+
+/// sysexits.h EX_TEMPFAIL.
+pub const EX_TEMPFAIL: i32 = 75;
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// exit(n).
+    Exit(i32),
+    /// Killed by a signal.
+    Signal(i32),
+    /// Killed by us after the time limit.
+    TimedOut,
+}
+
+/// One pipe delivery.
+pub struct PipeJob<'a> {
+    /// The command line.
+    pub command: &'a str,
+    /// The message (LF line ends).
+    pub input: &'a [u8],
+    /// The environment.
+    pub env: Vec<(&'static str, String)>,
+    /// uid and gid to run as (root only).
+    pub ids: Option<(u32, u32)>,
+    /// Working directory.
+    pub dir: std::path::PathBuf,
+    /// `command_time_limit`.
+    pub timeout: Duration,
+}
+
+/// Maps how a command ended to a delivery result (Postfix local(8) rules).
+pub fn map_status(command: &str, ended: Ended, output: &str) -> Result<(), Failure> {
+    let out = if output.is_empty() {
+        String::new()
+    } else {
+        format!(". Command output: {output}")
+    };
+    match ended {
+        Ended::Exit(0) => Ok(()),
+        Ended::Exit(EX_TEMPFAIL) => Err(Failure::defer(
+            "4.3.0",
+            format!("temporary failure. Command \"{command}\" exited with status 75{out}"),
+        )),
+        Ended::Exit(n) => Err(Failure::bounce(
+            "5.3.0",
+            format!("Command died with status {n}: \"{command}\"{out}"),
+        )),
+        Ended::Signal(s) => Err(Failure::bounce(
+            "5.3.0",
+            format!(
+                "Command died with signal {}: \"{command}\"{out}",
+                sys::process::signal_name(s)
+            ),
+        )),
+        Ended::TimedOut => Err(Failure::defer(
+            "4.3.0",
+            format!("Command time limit exceeded: \"{command}\"{out}"),
+        )),
+    }
+}
+
+/// Runs the job and maps its end to a result.
+pub fn run(job: &PipeJob<'_>) -> Result<(), Failure> {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(job.command)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .envs(job.env.iter().map(|(k, v)| (*k, v.as_str())))
+        .current_dir(&job.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if let Some((uid, gid)) = job.ids {
+        // std drops supplementary groups when root changes uid.
+        cmd.uid(uid).gid(gid);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Failure::defer("4.3.0", format!("cannot run \"{}\": {e}", job.command)))?;
+    let pid = child.id() as i32;
+    let input = job.input.to_vec();
+    let stdin = child.stdin.take();
+    let writer = std::thread::spawn(move || {
+        if let Some(mut s) = stdin {
+            // A command that does not read its input is its own business.
+            let _ = s.write_all(&input);
+        }
+    });
+    let readers: Vec<_> = [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|mut s| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = (&mut s).take(4096).read_to_end(&mut buf);
+            // Drain the rest so the command never blocks on a full pipe.
+            let _ = std::io::copy(&mut s, &mut std::io::sink());
+            buf
+        })
+    })
+    .collect();
+    let deadline = Instant::now() + job.timeout;
+    let ended = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => {
+                break match (st.code(), st.signal()) {
+                    (Some(c), _) => Ended::Exit(c),
+                    (None, Some(s)) => Ended::Signal(s),
+                    _ => Ended::Exit(1),
+                }
+            }
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = sys::process::signal(-pid, 9);
+                let _ = child.wait();
+                break Ended::TimedOut;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => {
+                return Err(Failure::defer(
+                    "4.3.0",
+                    format!("waiting for \"{}\": {e}", job.command),
+                ))
+            }
+        }
+    };
+    // The process group may still hold the pipes open: it is gone or
+    // killed by now unless the command left children behind, which we end.
+    let _ = sys::process::signal(-pid, 9);
+    let _ = writer.join();
+    let mut output = Vec::new();
+    for r in readers {
+        output.extend(r.join().unwrap_or_default());
+    }
+    let text = String::from_utf8_lossy(&output);
+    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let first: String = first.chars().take(200).collect();
+    map_status(job.command, ended, first.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_map_as_postfix_local() {
+        let ok = map_status("c", Ended::Exit(0), "");
+        assert_eq!(ok, Ok(()));
+        let cases = [
+            (Ended::Exit(75), 450, "4.3.0"),
+            (Ended::Exit(1), 550, "5.3.0"),
+            (Ended::Exit(67), 550, "5.3.0"),
+            (Ended::Signal(9), 550, "5.3.0"),
+            (Ended::TimedOut, 450, "4.3.0"),
+        ];
+        for (ended, code, enh) in cases {
+            let f = map_status("c", ended, "out").unwrap_err();
+            assert_eq!((f.code, f.enhanced), (code, enh), "{ended:?}");
+            assert!(f.text.contains("Command output: out"), "{}", f.text);
+        }
+    }
+
+    fn job<'a>(command: &'a str, input: &'a [u8], timeout: Duration) -> PipeJob<'a> {
+        PipeJob {
+            command,
+            input,
+            env: vec![("RECIPIENT", "r@x".into())],
+            ids: None,
+            dir: std::env::temp_dir(),
+            timeout,
+        }
+    }
+
+    #[test]
+    fn commands_run_with_a_clean_environment_and_a_time_limit() {
+        let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let cmd = format!("cat > {0}; env | sort >> {0}", out.display());
+        run(&job(&cmd, b"hello\n", Duration::from_secs(10))).unwrap();
+        let got = std::fs::read_to_string(&out).unwrap();
+        assert!(got.starts_with("hello\n"), "{got}");
+        assert!(got.contains("RECIPIENT=r@x\n"), "{got}");
+        assert!(got.contains("PATH=/usr/bin:/bin\n"), "{got}");
+        assert!(!got.contains("CARGO"), "{got}");
+        let e = run(&job(
+            "echo no such user; exit 67",
+            b"",
+            Duration::from_secs(10),
+        ));
+        assert!(e.unwrap_err().text.contains("no such user"));
+        let e = run(&job("exit 75", b"", Duration::from_secs(10))).unwrap_err();
+        assert_eq!(e.code, 450);
+        let t = Instant::now();
+        let e = run(&job("sleep 30", b"", Duration::from_millis(200))).unwrap_err();
+        assert!(e.text.contains("time limit"), "{}", e.text);
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,355 @@
+//! Local delivery end to end: swaks → smtpd → cleanup → qmgr → router →
+//! local(8) → an mbox under a temporary mail_spool_directory, aliases to
+//! users and commands, and the failures (unknown user, alias loop, mail
+//! loop through Delivered-To:, command exit 75) with Postfix's log lines.
+//! Unprivileged: as root the instance runs as `nobody`, so mail goes to
+//! the user `nobody` (and to the current user otherwise).
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sluice_suite::{free_port, swaks, wait_for, Instance};
+
+/// The user the instance (and so local) runs as.
+fn user() -> String {
+    if sys::is_root() {
+        std::env::var("SLUICE_TEST_USER").unwrap_or_else(|_| "nobody".into())
+    } else {
+        let (uid, _) = sys::current_ids();
+        sys::privilege::lookup_uid(uid).unwrap().unwrap().name
+    }
+}
+
+fn open_dir(p: &Path) -> PathBuf {
+    std::fs::create_dir_all(p).unwrap();
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    p.to_path_buf()
+}
+
+/// An instance delivering mydestination locally; returns it, its SMTP port,
+/// the spool directory and a scratch directory commands may write.
+fn instance(aliases: &str, extra: &str) -> (Instance, u16, PathBuf, PathBuf) {
+    let port = free_port();
+    let cf = format!(
+        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nlocal unix - n n - - local\n"
+    );
+    let mut inst = Instance::new(&cf, "");
+    let spool = open_dir(&inst.root().join("mail"));
+    let scratch = open_dir(&inst.root().join("scratch"));
+    let aliases = aliases.replace("SCRATCH", &scratch.display().to_string());
+    let alias_file = inst.root().join("aliases");
+    std::fs::write(&alias_file, aliases).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(inst.etc().join("main.cf"))
+        .unwrap();
+    write!(
+        f,
+        "myhostname = mx.test.example\nmail_spool_directory = {}\nalias_maps = hash:{}\n\
+         local_recipient_maps =\nrecipient_delimiter = +\n{extra}\n",
+        spool.display(),
+        alias_file.display()
+    )
+    .unwrap();
+    inst.start();
+    inst.wait_port(port);
+    (inst, port, spool, scratch)
+}
+
+fn send(port: u16, to: &str, data: Option<&Path>) -> String {
+    let server = format!("127.0.0.1:{port}");
+    let mut args = vec![
+        "--server",
+        &server,
+        "--from",
+        "alice@example.com",
+        "--to",
+        to,
+    ];
+    let data = data.map(|d| d.display().to_string());
+    if let Some(d) = &data {
+        args.extend(["--data", d.as_str()]);
+    }
+    let (code, out) = swaks(&args);
+    assert_eq!(code, 0, "{out}");
+    out.lines()
+        .find_map(|l| l.split("queued as ").nth(1))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+const BODY: &str = "From the start\n>From quoted\n.leading dot\n..two dots\n\nlast line\n";
+
+#[test]
+fn mbox_is_byte_exact_and_readable_by_python() {
+    let (inst, port, spool, _) = instance("", "");
+    let me = user();
+    let rcpt = format!("{me}+tag@mx.test.example");
+    let data = inst.root().join("message");
+    std::fs::write(
+        &data,
+        format!(
+            "From: alice@example.com\nTo: {rcpt}\nSubject: mbox test\n\n{}",
+            BODY.trim_end()
+        ),
+    )
+    .unwrap();
+    let ids = [
+        send(port, &rcpt, Some(&data)),
+        send(port, &rcpt, Some(&data)),
+    ];
+    for id in &ids {
+        let line = inst.wait_log(20, &format!("{id}: to=<{rcpt}>, relay=local"));
+        assert!(
+            line.contains("dsn=2.0.0, status=sent (delivered to mailbox)"),
+            "{line}"
+        );
+        assert!(line.contains(", delays="), "{line}");
+    }
+    let mbox = spool.join(&me);
+    let text = std::fs::read(&mbox).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(!text.contains('\r'), "{text:?}");
+    let entries: Vec<&str> = text.split("From alice@example.com  ").skip(1).collect();
+    assert_eq!(entries.len(), 2, "{text}");
+    for e in &entries {
+        let (date, rest) = e.split_once('\n').unwrap();
+        assert_eq!(date.len(), 24, "asctime date: {date:?}");
+        assert!(
+            rest.starts_with(&format!(
+                "Return-Path: <alice@example.com>\nDelivered-To: {rcpt}\n"
+            )),
+            "{rest}"
+        );
+        assert!(rest.contains("\nSubject: mbox test\n"), "{rest}");
+        let body = ">From the start\n>>From quoted\n.leading dot\n..two dots\n\nlast line\n\n";
+        assert!(rest.ends_with(&format!("\n\n{body}")), "{rest:?}");
+    }
+    let mode = std::fs::metadata(&mbox).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(!spool.join(format!("{me}.lock")).exists());
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import mailbox, sys\n\
+             msgs = list(mailbox.mbox(sys.argv[1]))\n\
+             print(len(msgs))\n\
+             for m in msgs:\n\
+             \x20   print(m['Subject'], m['Delivered-To'], m.get_from().split()[0])\n",
+        )
+        .arg(&mbox)
+        .output()
+        .expect("python3");
+    let got = String::from_utf8_lossy(&out.stdout);
+    let line = format!("mbox test {rcpt} alice@example.com\n");
+    assert_eq!(
+        got,
+        format!("2\n{line}{line}"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn aliases_commands_and_failures() {
+    let me = user();
+    let aliases = format!(
+        "# test aliases\npostmaster: {me}\nteam: postmaster,\n  \"|cat > SCRATCH/piped; echo $RECIPIENT $EXTENSION >> SCRATCH/piped\"\n\
+         tempfail: |exit 75\nbroken: \"|echo broken pipe; exit 1\"\nloop1: loop2\nloop2: loop1\n\
+         far: someone@remote.example\nlist: :include:SCRATCH/list\nlistcmd: :include:SCRATCH/listcmd\n"
+    );
+    let (inst, port, spool, scratch) = instance(&aliases, "");
+    let h = "mx.test.example";
+    std::fs::write(scratch.join("list"), format!("# members\n{me}\n")).unwrap();
+    std::fs::write(scratch.join("listcmd"), "|cat > /dev/null\n").unwrap();
+
+    let id = send(port, &format!("team+x@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, orig_to=<team+x@{h}>"));
+    assert!(
+        line.contains("status=sent (delivered to mailbox)"),
+        "{line}"
+    );
+    let line = inst.wait_log(20, &format!("{id}: to=<team+x@{h}>, relay=local"));
+    assert!(
+        line.contains("status=sent (delivered to command: cat"),
+        "{line}"
+    );
+    let piped = wait_for(10, "the command's output", || {
+        std::fs::read_to_string(scratch.join("piped"))
+            .ok()
+            .filter(|t| t.ends_with('\n') && t.contains("team+x@"))
+    });
+    assert!(piped.starts_with("From alice@example.com  "), "{piped}");
+    assert!(
+        piped.contains(&format!("\nDelivered-To: team+x@{h}\n")),
+        "{piped}"
+    );
+    assert!(piped.ends_with(&format!("team+x@{h} x\n")), "{piped}");
+    assert!(std::fs::read_to_string(spool.join(&me))
+        .unwrap()
+        .contains("Delivered-To: team+x@"));
+
+    let cases = [
+        ("tempfail", "dsn=4.3.0, status=deferred"),
+        (
+            "broken",
+            "dsn=5.3.0, status=bounced (Command died with status 1",
+        ),
+        ("loop1", "dsn=5.4.6, status=bounced (alias expansion loop"),
+        (
+            "ghost",
+            "dsn=5.1.1, status=bounced (unknown user: \"ghost\")",
+        ),
+        (
+            "far",
+            "dsn=4.3.0, status=deferred (alias far: forwarding to remote address",
+        ),
+        (
+            "listcmd",
+            "dsn=5.7.1, status=bounced (alias listcmd: mail to commands is restricted",
+        ),
+    ];
+    for (name, want) in cases {
+        let id = send(port, &format!("{name}@{h}"), None);
+        let line = inst.wait_log(20, &format!("{id}: to=<{name}@{h}>, relay=local"));
+        assert!(line.contains(want), "{name}: {line}");
+    }
+    assert!(
+        inst.log().contains("broken pipe"),
+        "command output in the reason"
+    );
+
+    let id = send(port, &format!("list@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, orig_to=<list@{h}>"));
+    assert!(
+        line.contains("status=sent (delivered to mailbox)"),
+        "{line}"
+    );
+
+    // A message that already went through this mailbox is a loop.
+    let data = inst.root().join("looped");
+    std::fs::write(
+        &data,
+        format!("Delivered-To: {me}@{h}\nSubject: looped\n\nbody\n"),
+    )
+    .unwrap();
+    let id = send(port, &format!("{me}@{h}"), Some(&data));
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, relay=local"));
+    assert!(
+        line.contains("dsn=5.4.6, status=bounced (mail forwarding loop for"),
+        "{line}"
+    );
+}
+
+#[test]
+fn mailbox_size_limit_bounces() {
+    let (inst, port, spool, _) =
+        instance("", "mailbox_size_limit = 300\nmessage_size_limit = 300\n");
+    let me = user();
+    std::fs::write(spool.join(&me), "x".repeat(290)).unwrap();
+    if sys::is_root() {
+        let u = sys::privilege::lookup_user(&me).unwrap().unwrap();
+        std::os::unix::fs::chown(spool.join(&me), Some(u.uid), Some(u.gid)).unwrap();
+    }
+    let id = send(port, &format!("{me}@mx.test.example"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@mx.test.example>, relay=local"));
+    assert!(line.contains("dsn=5.2.2, status=bounced"), "{line}");
+    assert_eq!(std::fs::read(spool.join(&me)).unwrap().len(), 290);
+}
+
+/// As root, with a test user created here: local runs as root, writes the
+/// user's Maildir as the user, and refuses root's own mailbox.
+#[test]
+fn as_root_maildir_is_written_as_the_user() {
+    if !sys::is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    const USER: &str = "sluicemaildir";
+    let home = Path::new("/tmp/sluice-maildir-home");
+    if sys::privilege::lookup_user(USER).unwrap().is_none() {
+        let st = Command::new("useradd")
+            .args(["--system", "--no-create-home", "--home-dir"])
+            .arg(home)
+            .args(["--shell", "/usr/sbin/nologin", USER])
+            .status()
+            .expect("useradd");
+        assert!(st.success() || sys::privilege::lookup_user(USER).unwrap().is_some());
+    }
+    let u = sys::privilege::lookup_user(USER).unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(home);
+    std::fs::create_dir_all(home).unwrap();
+    std::os::unix::fs::chown(home, Some(u.uid), Some(u.gid)).unwrap();
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let forward = home.join(".forward");
+    std::fs::write(
+        &forward,
+        format!(
+            "# keep a copy\n\\{USER}\n\"|id -u > {}/fwd-out\"\n",
+            home.display()
+        ),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&forward, Some(u.uid), Some(u.gid)).unwrap();
+
+    let port = free_port();
+    let cf = format!(
+        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nlocal unix - n n - - local\n"
+    );
+    let main = "myhostname = mx.test.example\nhome_mailbox = Maildir/\nlocal_recipient_maps =\n\
+                alias_maps =\n";
+    let mut inst = Instance::with_identity(&cf, main, true);
+    inst.start();
+    inst.wait_port(port);
+    let h = "mx.test.example";
+    let id = send(port, &format!("{USER}@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<{USER}@{h}>, relay=local"));
+    assert!(
+        line.contains("status=sent (delivered to maildir, delivered to command: id -u"),
+        "{line}"
+    );
+    let fwd = std::fs::read_to_string(home.join("fwd-out")).unwrap();
+    assert_eq!(
+        fwd,
+        format!("{}\n", u.uid),
+        "the .forward command runs as the user"
+    );
+    let new: Vec<PathBuf> = std::fs::read_dir(home.join("Maildir/new"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(new.len(), 1);
+    use std::os::unix::fs::MetadataExt;
+    for p in [&new[0], &home.join("Maildir"), &home.join("Maildir/tmp")] {
+        let m = std::fs::metadata(p).unwrap();
+        assert_eq!((m.uid(), m.gid()), (u.uid, u.gid), "{}", p.display());
+    }
+    let text = std::fs::read_to_string(&new[0]).unwrap();
+    assert!(
+        text.starts_with(&format!(
+            "Return-Path: <alice@example.com>\nDelivered-To: {USER}@{h}\n"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains('\r'));
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg("import mailbox, sys\nm = list(mailbox.Maildir(sys.argv[1]))\nprint(len(m), m[0]['Delivered-To'])")
+        .arg(home.join("Maildir"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("1 {USER}@{h}\n")
+    );
+
+    let id = send(port, &format!("root@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<root@{h}>, relay=local"));
+    assert!(line.contains("dsn=5.7.1, status=bounced"), "{line}");
+    let _ = std::fs::remove_dir_all(home);
+}
