@@ -1,5 +1,6 @@
 //! The mail log read by a tool nobody here wrote: pflogsumm, pointed at
-//! Sluice's syslog name, must count what the instance actually did.
+//! Sluice's syslog name, must count what the instance actually did:
+//! mail sent by relay and locally, a deferral, a bounce and a rejection.
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -45,13 +46,22 @@ fn pflogsumm_counts_received_delivered_and_rejected_mail() {
     let spool = inst.root().join("mail");
     std::fs::create_dir_all(&spool).unwrap();
     std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // Commands standing in for a full disk (EX_TEMPFAIL) and a broken
+    // program (EX_DATAERR): one deferral and one bounce.
+    let aliases = inst.root().join("aliases");
+    std::fs::write(
+        &aliases,
+        "later: \"|exit 75\"\nbroken: \"|echo no such folder; exit 65\"\n",
+    )
+    .unwrap();
     let main = inst.etc().join("main.cf");
     let mut text = std::fs::read_to_string(&main).unwrap();
     text.push_str(&format!(
         "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{}\nmail_spool_directory = {}\n\
-         alias_maps =\n",
+         alias_maps = hash:{}\n",
         sink.port,
-        spool.display()
+        spool.display(),
+        aliases.display()
     ));
     std::fs::write(&main, text).unwrap();
     inst.start();
@@ -61,18 +71,23 @@ fn pflogsumm_counts_received_delivered_and_rejected_mail() {
         let (code, out) = send(port, &format!("user{i}@remote.example"));
         assert_eq!(code, 0, "{out}");
     }
-    let (code, out) = send(port, "nobody@localhost");
-    assert_eq!(code, 0, "{out}");
+    for to in ["nobody@localhost", "later@localhost", "broken@localhost"] {
+        let (code, out) = send(port, to);
+        assert_eq!(code, 0, "{out}");
+    }
     // Not a user here: refused at RCPT, logged as a reject.
     let (code, out) = send(port, "no-such-user-here@localhost");
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("5.1.1"), "{out}");
 
-    wait_for(30, "four deliveries in the log", || {
-        (inst.log().matches("status=sent").count() == 4).then_some(())
+    // Four sent, and the notice for the bounce sent to alice via the sink.
+    wait_for(30, "five deliveries in the log", || {
+        (inst.log().matches("status=sent").count() == 5).then_some(())
     });
-    wait_for(10, "an empty queue", || {
-        inst.queue_json().is_empty().then_some(())
+    inst.wait_log(10, "status=deferred");
+    inst.wait_log(10, "status=bounced");
+    wait_for(10, "only the deferred message queued", || {
+        (inst.queue_json().len() == 1).then_some(())
     });
 
     let log = inst.root().join("maillog");
@@ -83,12 +98,11 @@ fn pflogsumm_counts_received_delivered_and_rejected_mail() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let summary = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(total(&summary, "received"), 4, "{summary}");
-    assert_eq!(total(&summary, "delivered"), 4, "{summary}");
-    assert_eq!(total(&summary, "deferred"), 0, "{summary}");
-    assert_eq!(total(&summary, "bounced"), 0, "{summary}");
+    assert_eq!(total(&summary, "received"), 6, "{summary}");
+    assert_eq!(total(&summary, "delivered"), 5, "{summary}");
+    assert_eq!(total(&summary, "deferred"), 1, "{summary}");
+    assert_eq!(total(&summary, "bounced"), 1, "{summary}");
     assert_eq!(total(&summary, "rejected"), 1, "{summary}");
-    assert_eq!(total(&summary, "recipients"), 4, "{summary}");
     assert!(
         summary.contains("alice@example.com"),
         "senders listed: {summary}"
