@@ -168,3 +168,34 @@ fn check_finds_unsafe_permissions() {
     );
     assert!(err.contains("writable by group or others"), "{err}");
 }
+
+#[test]
+fn newaliases_names_file_and_line_of_each_problem() {
+    let inst = Instance::new("", "");
+    let aliases = inst.root().join("aliases");
+    std::fs::write(
+        &aliases,
+        "postmaster: root\nteam: alice,\n  bob\nno colon here\nlist: :include:/nonexistent/list\n",
+    )
+    .unwrap();
+    let out = inst.sluice(&["config", &format!("alias_maps=hash:{}", aliases.display())]);
+    assert!(out.status.success(), "{out:?}");
+    let out = inst.sluice(&["newaliases"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let file = aliases.display().to_string();
+    assert!(
+        stderr.contains(&format!("{file}, line 4: need name:value pair")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("{file}, line 5: list: /nonexistent/list:")),
+        "{stderr}"
+    );
+    // Fixed, the file checks clean and says what it holds.
+    std::fs::write(&aliases, "postmaster: root\nteam: alice,\n  bob\n").unwrap();
+    let out = inst.sluice(&["newaliases"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains(&format!("{file}: 2 aliases")), "{stdout}");
+}

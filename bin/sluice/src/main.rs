@@ -6,6 +6,7 @@
 //! 3 from `status` when the mail system is not running.
 #![forbid(unsafe_code)]
 
+mod aliases;
 mod check;
 mod lifecycle;
 mod map;
@@ -52,6 +53,8 @@ enum Cmd {
         #[arg(required = true)]
         addresses: Vec<String>,
     },
+    /// Check the alias_maps files, like newaliases.
+    Newaliases,
     /// Lookup tables, like postmap.
     Map {
         #[command(subcommand)]
@@ -164,6 +167,7 @@ fn main() {
         Cmd::Status => lifecycle::status(&dir),
         Cmd::Check => check::check(&dir),
         Cmd::Route { hosts, addresses } => route::route(&dir, &addresses, hosts),
+        Cmd::Newaliases => aliases::newaliases(&dir),
         Cmd::Map {
             cmd: MapCmd::Query { table, keys },
         } => map::map_query(&dir, &table, &keys),

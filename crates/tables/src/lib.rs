@@ -30,6 +30,7 @@ use std::path::Path;
 
 pub use config::MapRef;
 pub use error::{TableError, TableProblem};
+pub use text::logical_lines;
 
 /// One compiled lookup table.
 #[derive(Debug)]

@@ -5,7 +5,7 @@ use crate::TableProblem;
 /// Logical lines with the number of the line each starts on: blank lines
 /// and lines whose first non-blank is `#` are skipped, and a line that
 /// starts with white space continues the previous one, as in postmap(1).
-pub(crate) fn logical_lines(text: &str) -> Vec<(usize, String)> {
+pub fn logical_lines(text: &str) -> Vec<(usize, String)> {
     let mut out: Vec<(usize, String)> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = raw.strip_suffix('\r').unwrap_or(raw);
