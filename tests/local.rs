@@ -1,7 +1,8 @@
 //! Local delivery end to end: swaks → smtpd → cleanup → qmgr → router →
 //! local(8) → an mbox under a temporary mail_spool_directory, aliases to
 //! users and commands, and the failures (unknown user, alias loop, mail
-//! loop through Delivered-To:, command exit 75) with Postfix's log lines.
+//! loop through Delivered-To:, command exit 75) with Postfix's log lines,
+//! and remote alias targets forwarded through cleanup to smtp-sink.
 //! Unprivileged: as root the instance runs as `nobody`, so mail goes to
 //! the user `nobody` (and to the current user otherwise).
 
@@ -10,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sluice_suite::{free_port, swaks, wait_for, Instance};
+use sluice_suite::{free_port, smtp_sink, swaks, wait_for, Instance};
 
 /// The user the instance (and so local) runs as.
 fn user() -> String {
@@ -31,10 +32,15 @@ fn open_dir(p: &Path) -> PathBuf {
 /// An instance delivering mydestination locally; returns it, its SMTP port,
 /// the spool directory and a scratch directory commands may write.
 fn instance(aliases: &str, extra: &str) -> (Instance, u16, PathBuf, PathBuf) {
+    instance_with(aliases, extra, "")
+}
+
+/// [`instance`] with more master.cf lines.
+fn instance_with(aliases: &str, extra: &str, cf_extra: &str) -> (Instance, u16, PathBuf, PathBuf) {
     let port = free_port();
     let cf = format!(
         "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
-         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nlocal unix - n n - - local\n"
+         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nlocal unix - n n - - local\n{cf_extra}"
     );
     let mut inst = Instance::new(&cf, "");
     let spool = open_dir(&inst.root().join("mail"));
@@ -204,10 +210,7 @@ fn aliases_commands_and_failures() {
             "ghost",
             "dsn=5.1.1, status=bounced (unknown user: \"ghost\")",
         ),
-        (
-            "far",
-            "dsn=4.3.0, status=deferred (alias far: forwarding to remote address",
-        ),
+        ("far", "dsn=2.0.0, status=sent (forwarded as "),
         (
             "listcmd",
             "dsn=5.7.1, status=bounced (alias listcmd: mail to commands is restricted",
@@ -352,4 +355,39 @@ fn as_root_maildir_is_written_as_the_user() {
     let line = inst.wait_log(20, &format!("{id}: to=<root@{h}>, relay=local"));
     assert!(line.contains("dsn=5.7.1, status=bounced"), "{line}");
     let _ = std::fs::remove_dir_all(home);
+}
+
+#[test]
+fn remote_alias_targets_are_forwarded_with_sender_and_delivered_to() {
+    let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
+    let (inst, port, _spool, _scratch) = instance_with(
+        "far: someone@remote.example\n",
+        &format!("relayhost = [127.0.0.1]:{}\n", sink.port),
+        "smtp unix - - n - - smtp\nrelay unix - - n - - smtp\n",
+    );
+    let id = send(port, "far@mx.test.example", None);
+    let line = inst.wait_log(20, &format!("{id}: to=<far@mx.test.example>, relay=local"));
+    assert!(line.contains("status=sent (forwarded as "), "{line}");
+    let new_id = line
+        .split("forwarded as ")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(')')
+        .to_string();
+    // The new message goes out through the smtp agent with the old sender.
+    let out = inst.wait_log(20, &format!("{new_id}: to=<someone@remote.example>"));
+    assert!(out.contains("status=sent (250 "), "{out}");
+    assert!(
+        inst.log()
+            .contains(&format!("{new_id}: from=<alice@example.com>")),
+        "{}",
+        inst.log()
+    );
+    let dumped = wait_for(10, "the forwarded message at the sink", || {
+        std::fs::read_dir(sink.dir.path())
+            .ok()?
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+            .find(|t| t.contains("Delivered-To: far@mx.test.example"))
+    });
+    assert!(dumped.contains("X-Mailer: swaks"), "{dumped}");
 }

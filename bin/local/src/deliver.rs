@@ -58,6 +58,8 @@ pub struct Settings {
     pub default_privs: String,
     /// Running as root.
     pub as_root: bool,
+    /// cleanup's socket, for forwarding to remote addresses.
+    pub cleanup: PathBuf,
 }
 
 impl Settings {
@@ -83,6 +85,7 @@ impl Settings {
             forward_path: cfg.str("forward_path"),
             default_privs: cfg.str("default_privs"),
             as_root: sys::is_root(),
+            cleanup: PathBuf::from(cfg.str("queue_directory")).join("private/cleanup"),
         }
     }
 }
@@ -239,10 +242,7 @@ impl Delivery<'_> {
         let s = self.settings;
         match t {
             Target::User(u) => self.user(u, addr, ext, 0),
-            Target::Remote(r) => Err(Failure::defer(
-                "4.3.0",
-                format!("alias {name}: forwarding to remote address {r} is not yet supported"),
-            )),
+            Target::Remote(r) => self.resubmit(addr, r),
             Target::File(_, o) if !allowed(&s.files_from, *o) => Err(Failure::bounce(
                 "5.7.1",
                 format!("alias {name}: mail to files is restricted"),
@@ -266,6 +266,19 @@ impl Delivery<'_> {
                 Ok(format!("delivered to file: {f}"))
             }
         }
+    }
+
+    /// Forwards to a remote address as a new message (Postfix logs
+    /// `forwarded as ID`).
+    fn resubmit(&self, addr: &str, to: &str) -> Result<Done, Failure> {
+        crate::resubmit::resubmit(
+            &self.settings.cleanup,
+            self.txn,
+            self.wire,
+            addr,
+            &[to.to_string()],
+        )
+        .map(|id| format!("forwarded as {id}"))
     }
 
     /// Reads a `:include:` file (as default_privs when root; at most 1 MB).
@@ -429,12 +442,7 @@ impl Delivery<'_> {
             let r = match &t {
                 Target::User(x) if x == name => self.mailbox(u, addr, ext, ids),
                 Target::User(x) => self.user(x, addr, None, depth + 1),
-                Target::Remote(r) => Err(Failure::defer(
-                    "4.3.0",
-                    format!(
-                        "{name}'s .forward: forwarding to remote address {r} is not yet supported"
-                    ),
-                )),
+                Target::Remote(r) => self.resubmit(addr, r),
                 Target::Command(_, o) if !allowed(&s.commands_from, *o) => Err(Failure::bounce(
                     "5.7.1",
                     format!("{name}'s .forward: mail to commands is restricted"),
@@ -665,6 +673,7 @@ mod tests {
             forward_path: String::new(),
             default_privs: "nobody".into(),
             as_root,
+            cleanup: spool.join("no-cleanup-here"),
         }
     }
 

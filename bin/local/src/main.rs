@@ -15,6 +15,7 @@ mod content;
 mod deliver;
 mod mailbox;
 mod pipe;
+mod resubmit;
 mod server;
 
 /// Tests that touch files take this: the root test switches the whole
