@@ -336,3 +336,51 @@ fn defer_transports_hold_mail_until_flushed() {
     });
     inst.wait_log(10, &format!("{id}: removed"));
 }
+
+#[test]
+fn a_bounced_message_stays_queued_until_its_notice_is() {
+    // The notice must be on disk before the failed message goes: with
+    // cleanup out of service the message waits (through a kill -9 of
+    // qmgr), then leaves once the notice is queued.
+    let sink = sink_on(free_port(), &["-f", "rcpt"]);
+    let (inst, port) = relay_instance(sink.port, "defer_transports = smtp\nqueue_run_delay = 1s\n");
+    let id = send(port, "gone@remote.example");
+    inst.wait_log(10, &format!("{id}: to=<gone@remote.example>, relay=none"));
+
+    let cf = inst.etc().join("master.cf");
+    let full = std::fs::read_to_string(&cf).unwrap();
+    let without: String = full
+        .lines()
+        .filter(|l| !l.starts_with("cleanup "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&cf, &without).unwrap();
+    assert!(inst.sluice(&["reload"]).status.success());
+    wait_for(10, "cleanup out of service", || {
+        inst.pids("cleanup").is_empty().then_some(())
+    });
+
+    assert!(inst.sluice(&["queue", "flush"]).status.success());
+    inst.wait_log(10, &format!("{id}: to=<gone@remote.example>, relay="));
+    inst.wait_log(10, "status=bounced");
+    inst.wait_log(10, "connect to cleanup for notices");
+    // Several retries later it is still there, with its notice owed.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert!(
+        !inst.log().contains(&format!("{id}: removed")),
+        "{}",
+        inst.log()
+    );
+    assert_eq!(inst.queue_json().len(), 1);
+
+    // A crash now: the journal still says a notice is owed.
+    let qmgr = inst.pids("qmgr");
+    assert_eq!(qmgr.len(), 1);
+    sys::process::signal(qmgr[0], 9).unwrap();
+    std::fs::write(&cf, &full).unwrap();
+    assert!(inst.sluice(&["reload"]).status.success());
+    inst.wait_pid("qmgr", &qmgr);
+    assert!(inst.sluice(&["queue", "flush"]).status.success());
+    inst.wait_log(20, &format!("{id}: sender non-delivery notification: "));
+    inst.wait_log(10, &format!("{id}: removed"));
+}

@@ -33,13 +33,6 @@ use sched::{
 pub enum Effect {
     /// Append this record to the journal.
     Journal(Box<queue::Record>),
-    /// Recipients of this message failed for good: a notice is owed.
-    Bounce {
-        /// The message (envelope and data).
-        head: Box<MessageHead>,
-        /// The failed recipients.
-        failed: Vec<crate::bounce::Failed>,
-    },
     /// The message left the active queue; retry at the time given (seconds), if any.
     Finished {
         /// The message.
@@ -124,8 +117,6 @@ pub struct Deliver {
     conns: HashMap<ConnId, String>,
     /// Recipients whose result an agent logged already.
     logged: HashSet<(u64, u32)>,
-    /// Recipients that failed for good, per message, for its notice.
-    bounced: HashMap<u64, Vec<crate::bounce::Failed>>,
     effects: Vec<Effect>,
     /// `defer_transports`.
     defer_transports: BTreeSet<String>,
@@ -150,7 +141,6 @@ impl Deliver {
             host_waiters: HashMap::new(),
             conns: HashMap::new(),
             logged: HashSet::new(),
-            bounced: HashMap::new(),
             effects: Vec::new(),
             defer_transports: BTreeSet::new(),
         }
@@ -324,14 +314,6 @@ impl Deliver {
         for &i in rcpts {
             log_rcpt(a, i, "none", &status, "bounced", &text);
         }
-        let failed = self.bounced.entry(qid).or_default();
-        for &i in rcpts {
-            failed.push(crate::bounce::Failed {
-                index: i,
-                status: status.clone(),
-                reason: text.clone(),
-            });
-        }
         self.effects
             .push(Effect::Journal(Box::new(queue::Record::Bounced {
                 id: a.id,
@@ -345,12 +327,6 @@ impl Deliver {
 
     fn finish(&mut self, qid: u64, next: Option<u64>) {
         if let Some(a) = self.msgs.remove(&qid) {
-            if let Some(failed) = self.bounced.remove(&qid) {
-                self.effects.push(Effect::Bounce {
-                    head: Box::new(a.head.clone()),
-                    failed,
-                });
-            }
             self.by_id.remove(&a.id);
             self.logged.retain(|(q, _)| *q != qid);
             self.effects.push(Effect::Finished {
@@ -975,16 +951,10 @@ impl Deliver {
                     let qid = queue_id.0;
                     if let Some(m) = self.msgs.get(&qid) {
                         let (status, text) = split_status(&reason, "5.4.1");
-                        let failed = self.bounced.entry(qid).or_default();
                         for i in recipients {
                             if !self.logged.remove(&(qid, i)) {
                                 log_rcpt(m, i, "none", &status, "bounced", &text);
                             }
-                            failed.push(crate::bounce::Failed {
-                                index: i,
-                                status: status.clone(),
-                                reason: text.clone(),
-                            });
                         }
                     }
                 }

@@ -1,6 +1,6 @@
 //! qmgr's clients (cleanup, and `sluice queue`), the journal and group commit.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -20,6 +20,16 @@ enum Kind {
     Unknown,
     Arrival,
     Control,
+}
+
+/// A non-delivery notice on its way to cleanup.
+struct Notice {
+    /// The failed message.
+    orig: QueueId,
+    /// The bounced recipients it reports.
+    rcpts: Vec<u32>,
+    /// Begin, Data..., End.
+    reqs: Vec<ipc::cleanup::Request>,
 }
 
 struct Client {
@@ -72,12 +82,15 @@ pub struct QmgrServer {
     reasons: std::collections::HashMap<QueueId, BTreeMap<u32, String>>,
     /// The link to cleanup for delivery status notifications.
     notices: Option<ipc::Link<ipc::cleanup::Cleanup>>,
-    /// Notices in flight: End request id → the failed message's id.
-    notices_pending: BTreeMap<u64, QueueId>,
+    /// Notices sent, waiting for cleanup's answer: End request id → notice.
+    notices_pending: BTreeMap<u64, Notice>,
     /// Notices waiting for the cleanup link.
-    notices_queue: VecDeque<Vec<ipc::cleanup::Request>>,
-    /// The failed messages' ids, in the order of `notices_queue`.
-    notice_ids: VecDeque<QueueId>,
+    notices_queue: VecDeque<Notice>,
+    /// Messages with a notice queued or sent: no second one until it is done.
+    notices_owed: HashSet<QueueId>,
+    /// Messages with nothing left to deliver, removed once their notice is
+    /// queued: the notice must be durable before the message goes.
+    remove_after_notice: HashSet<QueueId>,
     /// myhostname, myorigin, 2bounce_notice_recipient.
     names: (String, String, String),
     queue_root: PathBuf,
@@ -183,7 +196,8 @@ impl QmgrServer {
             notices: None,
             notices_pending: BTreeMap::new(),
             notices_queue: VecDeque::new(),
-            notice_ids: VecDeque::new(),
+            notices_owed: HashSet::new(),
+            remove_after_notice: HashSet::new(),
             names: {
                 let origin = ctx.config.str("myorigin");
                 let pm = ctx.config.str("2bounce_notice_recipient");
@@ -686,14 +700,13 @@ sender: <{}>
         for e in self.deliver.take_effects() {
             match e {
                 Effect::Journal(rec) => self.append(*rec),
-                Effect::Bounce { head, failed } => self.notice(*head, failed),
                 Effect::Finished { id, next_attempt } => {
                     let Some(m) = self.state.messages.get(&id) else {
                         continue;
                     };
-                    let (head_lsn, storage) = (m.head, m.storage);
-                    let pending = match self.journal.read_at(head_lsn) {
-                        Ok(rec) => self.state.pending(id, &rec),
+                    let head_lsn = m.head;
+                    let (pending, head) = match self.journal.read_at(head_lsn) {
+                        Ok(rec) => (self.state.pending(id, &rec), rec),
                         Err(e) => {
                             msg_warn!("{id}: reading its journal record: {e}; trying again later");
                             let now = crate::deliver::now_ms().0 / 1000;
@@ -701,10 +714,15 @@ sender: <{}>
                             continue;
                         }
                     };
+                    if let Record::Arrived(h) | Record::Rewritten { head: h, .. } = head {
+                        self.owe_notice(h);
+                    }
                     if pending.is_empty() {
-                        self.append(Record::Removed { id });
-                        msg_info!("{id}: removed");
-                        self.removals.push((self.journal.end(), id, storage));
+                        if self.notices_owed.contains(&id) {
+                            self.remove_after_notice.insert(id);
+                        } else {
+                            self.remove_message(id);
+                        }
                     } else {
                         let now = crate::deliver::now_ms().0 / 1000;
                         let at = next_attempt.unwrap_or(now + self.run_delay);
@@ -715,13 +733,87 @@ sender: <{}>
         }
     }
 
-    /// Builds the non-delivery notice for a message and queues it for cleanup.
-    fn notice(&mut self, head: queue::MessageHead, failed: Vec<crate::bounce::Failed>) {
+    /// Removes a message with nothing left to do; its data goes once the
+    /// Removed record is durable.
+    fn remove_message(&mut self, id: QueueId) {
+        let Some(m) = self.state.messages.get(&id) else {
+            return;
+        };
+        let storage = m.storage;
+        self.append(Record::Removed { id });
+        msg_info!("{id}: removed");
+        self.removals.push((self.journal.end(), id, storage));
+    }
+
+    /// Queues the notice for a message's bounced recipients that have none
+    /// yet (after a crash too: the journal keeps them until `Notified`).
+    fn owe_notice(&mut self, head: queue::MessageHead) {
+        let id = head.id;
+        if self.notices_owed.contains(&id) {
+            return;
+        }
+        let Some(owed) = self.state.unnotified.get(&id) else {
+            return;
+        };
+        let failed: Vec<crate::bounce::Failed> = owed
+            .iter()
+            .map(|b| crate::bounce::Failed {
+                index: b.index,
+                status: b.status.to_string(),
+                reason: b.reason.clone(),
+            })
+            .collect();
+        let rcpts: Vec<u32> = failed.iter().map(|f| f.index).collect();
+        match self.notice(head, failed) {
+            Some(reqs) => {
+                self.notices_owed.insert(id);
+                self.notices_queue.push_back(Notice {
+                    orig: id,
+                    rcpts,
+                    reqs,
+                });
+            }
+            // Nobody wants one: settled.
+            None => self.append(Record::Notified { id, rcpts }),
+        }
+    }
+
+    /// A notice is queued (or refused for good): journal that, and remove
+    /// the message if it was only waiting for this.
+    fn notice_done(&mut self, n: Notice) {
+        self.notices_owed.remove(&n.orig);
+        self.append(Record::Notified {
+            id: n.orig,
+            rcpts: n.rcpts,
+        });
+        if self.remove_after_notice.remove(&n.orig) {
+            self.remove_message(n.orig);
+        }
+    }
+
+    /// A notice did not make it: the message is tried again later, which
+    /// builds the notice again from the journal.
+    fn notice_retry(&mut self, n: Notice) {
+        self.notices_owed.remove(&n.orig);
+        self.remove_after_notice.remove(&n.orig);
+        if self.state.messages.contains_key(&n.orig) {
+            let now = crate::deliver::now_ms().0 / 1000;
+            self.retry.insert((now + self.run_delay, n.orig));
+        }
+    }
+
+    /// Builds the non-delivery notice for a message: cleanup requests, or
+    /// `None` when nobody is to get one.
+    fn notice(
+        &mut self,
+        head: queue::MessageHead,
+        failed: Vec<crate::bounce::Failed>,
+    ) -> Option<Vec<ipc::cleanup::Request>> {
         use crate::bounce;
         let env = &head.envelope;
         let wanted = bounce::wanted(env, &failed);
         if wanted.is_empty() {
-            return;
+            return None;
         }
         let (hostname, origin, postmaster) = &self.names;
         let (to, from) = match bounce::who(&env.sender, postmaster, origin) {
@@ -729,7 +821,7 @@ sender: <{}>
             bounce::Notify::Postmaster { to, from } => (to, from),
             bounce::Notify::Nobody => {
                 msg_warn!("{}: undeliverable double-bounce discarded", head.id);
-                return;
+                return None;
             }
         };
         let original = match self.spool.open_data(head.id, &head.data) {
@@ -778,54 +870,69 @@ sender: <{}>
             });
         }
         reqs.push(ipc::cleanup::Request::End);
-        // Keep the id of the failed message with the End request (the last one).
-        self.notices_queue.push_back(reqs);
-        self.notice_ids.push_back(head.id);
+        Some(reqs)
     }
 
     /// Sends queued notices to cleanup; reads its answers.
     fn notices_ready(&mut self, cx: &mut Cx<'_>) {
+        let mut lost = false;
         if let Some(link) = self.notices.as_mut() {
-            match link.ready() {
-                Ok(answers) => {
-                    for (id, resp) in answers {
-                        let Some(orig) = self.notices_pending.remove(&id) else {
-                            continue;
-                        };
-                        match resp {
-                            ipc::cleanup::Response::Queued { queue_id } => {
-                                msg_info!("{orig}: sender non-delivery notification: {queue_id}")
-                            }
-                            ipc::cleanup::Response::Failed {
-                                code,
-                                enhanced,
-                                text,
-                            } => {
-                                msg_warn!("{orig}: the non-delivery notification was refused: {code} {enhanced} {text}")
-                            }
-                            ipc::cleanup::Response::Started { .. } => {}
-                        }
-                    }
-                    if self.notices.as_ref().is_some_and(|l| l.is_closed()) {
-                        if let Some(mut l) = self.notices.take() {
-                            l.deregister(cx.registry);
-                        }
-                        for (_, orig) in std::mem::take(&mut self.notices_pending) {
-                            msg_warn!("{orig}: the non-delivery notification was lost with the cleanup link");
-                        }
-                    }
-                }
+            let answers = match link.ready() {
+                Ok(a) => a,
                 Err(e) => {
                     msg_warn!("cleanup link for notices: {e}");
-                    if let Some(mut l) = self.notices.take() {
-                        l.deregister(cx.registry);
+                    lost = true;
+                    Vec::new()
+                }
+            };
+            for (id, resp) in answers {
+                let Some(n) = self.notices_pending.remove(&id) else {
+                    continue;
+                };
+                match resp {
+                    ipc::cleanup::Response::Queued { queue_id } => {
+                        msg_info!("{}: sender non-delivery notification: {queue_id}", n.orig);
+                        self.notice_done(n);
                     }
-                    for (_, orig) in std::mem::take(&mut self.notices_pending) {
+                    ipc::cleanup::Response::Failed {
+                        code,
+                        enhanced,
+                        text,
+                    } if code >= 500 => {
                         msg_warn!(
-                            "{orig}: the non-delivery notification was lost with the cleanup link"
+                            "{}: the non-delivery notification was refused: {code} {enhanced} {text}",
+                            n.orig
                         );
+                        self.notice_done(n);
+                    }
+                    ipc::cleanup::Response::Failed {
+                        code,
+                        enhanced,
+                        text,
+                    } => {
+                        msg_warn!(
+                            "{}: the non-delivery notification was deferred: {code} {enhanced} {text}",
+                            n.orig
+                        );
+                        self.notice_retry(n);
+                    }
+                    ipc::cleanup::Response::Started { .. } => {
+                        self.notices_pending.insert(id, n);
                     }
                 }
+            }
+            lost |= self.notices.as_ref().is_some_and(|l| l.is_closed());
+        }
+        if lost {
+            if let Some(mut l) = self.notices.take() {
+                l.deregister(cx.registry);
+            }
+            for (_, n) in std::mem::take(&mut self.notices_pending) {
+                msg_warn!(
+                    "{}: cleanup went away before queueing the non-delivery notification; trying again later",
+                    n.orig
+                );
+                self.notice_retry(n);
             }
         }
         if self.notices_queue.is_empty() {
@@ -841,33 +948,42 @@ sender: <{}>
                 Ok(l) => self.notices = Some(l),
                 Err(e) => {
                     msg_warn!("connect to cleanup for notices: {e}");
+                    for n in std::mem::take(&mut self.notices_queue) {
+                        self.notice_retry(n);
+                    }
                     return;
                 }
             }
         }
         let link = self.notices.as_mut().expect("connected above");
-        while let Some(reqs) = self.notices_queue.pop_front() {
-            let orig = self.notice_ids.pop_front();
-            let mut last = 0;
-            for r in &reqs {
+        while let Some(n) = self.notices_queue.pop_front() {
+            let mut last = None;
+            for r in &n.reqs {
                 match link.send(r) {
-                    Ok(id) => last = id,
+                    Ok(id) => last = Some(id),
                     Err(e) => {
-                        // Start this notice again on a fresh link next time.
                         msg_warn!("cleanup link for notices: {e}");
-                        self.notices_queue.push_front(reqs);
-                        if let Some(o) = orig {
-                            self.notice_ids.push_front(o);
-                        }
-                        if let Some(mut l) = self.notices.take() {
-                            l.deregister(cx.registry);
-                        }
-                        return;
+                        last = None;
+                        break;
                     }
                 }
             }
-            if let Some(o) = orig {
-                self.notices_pending.insert(last, o);
+            match last {
+                Some(id) => {
+                    self.notices_pending.insert(id, n);
+                }
+                None => {
+                    // Start again on a fresh link next time; what was sent
+                    // on this one is never answered now.
+                    self.notices_queue.push_front(n);
+                    if let Some(mut l) = self.notices.take() {
+                        l.deregister(cx.registry);
+                    }
+                    for (_, p) in std::mem::take(&mut self.notices_pending) {
+                        self.notice_retry(p);
+                    }
+                    return;
+                }
             }
         }
     }

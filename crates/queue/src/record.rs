@@ -153,6 +153,14 @@ pub enum Record {
         /// The message.
         id: QueueId,
     },
+    /// The non-delivery notice for these bounced recipients is queued (last
+    /// in the enum, so journals written before it still decode).
+    Notified {
+        /// The message.
+        id: QueueId,
+        /// Recipient indices the notice covered.
+        rcpts: Vec<u32>,
+    },
 }
 
 impl Record {
@@ -165,7 +173,8 @@ impl Record {
             | Self::Bounced { id, .. }
             | Self::Held { id }
             | Self::Released { id }
-            | Self::Removed { id } => *id,
+            | Self::Removed { id }
+            | Self::Notified { id, .. } => *id,
         }
     }
 }

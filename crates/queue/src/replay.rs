@@ -18,7 +18,7 @@ use crate::index::{DeferredIndex, SegmentRefs};
 use crate::journal::{list_segments, segment_header, segment_path, Journal, SEG_HEADER};
 use crate::record::{decode_frame, FrameError, Lsn, Record, Storage, FRAME_HEADER};
 use crate::stats;
-use mail::{QueueId, Timestamp};
+use mail::{QueueId, StatusCode, Timestamp};
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufReader, Read};
@@ -80,6 +80,17 @@ pub struct TornTail {
     pub cause: TailCause,
 }
 
+/// A bounced recipient still owed a notice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bounce {
+    /// Index in the envelope.
+    pub index: u32,
+    /// Enhanced status of the failure.
+    pub status: StatusCode,
+    /// The reason as logged.
+    pub reason: String,
+}
+
 /// The state replay rebuilds.
 #[derive(Debug, Default)]
 pub struct Replay {
@@ -88,6 +99,10 @@ pub struct Replay {
     /// Recipient indices delivered or bounced since each message's head record
     /// (only messages that have some: most have none, so this stays small).
     pub done: HashMap<QueueId, Vec<u32>>,
+    /// Bounced recipients of live messages whose notice is not known to be
+    /// queued: index, status and reason, to build the notice again after a
+    /// crash.
+    pub unnotified: HashMap<QueueId, Vec<Bounce>>,
     /// Ids with a `Removed` record still in the journal (their files may
     /// linger); filled by replay only, for recovery.
     pub removed: HashSet<QueueId>,
@@ -157,11 +172,37 @@ impl Replay {
                 };
                 self.set_head(head.id, m);
             }
-            Record::Delivered { id, rcpts } | Record::Bounced { id, rcpts, .. } => {
+            Record::Delivered { id, rcpts } => {
                 if self.messages.contains_key(id) {
                     self.done.entry(*id).or_default().extend_from_slice(rcpts);
                 } else {
                     self.strays += 1;
+                }
+            }
+            Record::Bounced {
+                id,
+                rcpts,
+                status,
+                reason,
+            } => {
+                if self.messages.contains_key(id) {
+                    self.done.entry(*id).or_default().extend_from_slice(rcpts);
+                    let owed = self.unnotified.entry(*id).or_default();
+                    owed.extend(rcpts.iter().map(|&index| Bounce {
+                        index,
+                        status: *status,
+                        reason: reason.clone(),
+                    }));
+                } else {
+                    self.strays += 1;
+                }
+            }
+            Record::Notified { id, rcpts } => {
+                if let Some(owed) = self.unnotified.get_mut(id) {
+                    owed.retain(|b| !rcpts.contains(&b.index));
+                    if owed.is_empty() {
+                        self.unnotified.remove(id);
+                    }
                 }
             }
             Record::Deferred {
@@ -188,6 +229,7 @@ impl Replay {
                     self.refs.unpin(old.head);
                 }
                 self.done.remove(id);
+                self.unnotified.remove(id);
                 if self.replaying {
                     self.removed.insert(*id);
                 }
@@ -198,6 +240,7 @@ impl Replay {
     fn set_head(&mut self, id: QueueId, m: LiveMessage) {
         self.removed.remove(&id);
         self.done.remove(&id);
+        self.unnotified.remove(&id);
         self.refs.pin(m.head);
         schedule(&mut self.deferred, id, &m);
         if let Some(old) = self.messages.insert(id, m) {

@@ -499,3 +499,37 @@ fn running_qmgr_state_retry_rewrite_and_garbage_collection() {
         ("s@example.org", 1500)
     );
 }
+
+#[test]
+fn bounces_without_a_queued_notice_survive_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = recover(dir.path(), cfg(FileMode::Pool, 4096)).unwrap();
+    let mut g = ids();
+    let (a, b) = (g.next(1), g.next(2));
+    for id in [a, b] {
+        accept(&mut r, id, &body(500));
+        r.journal
+            .append(&Record::Bounced {
+                id,
+                rcpts: vec![0, 1],
+                status: "5.1.1".parse().unwrap(),
+                reason: "550 5.1.1 no such user".into(),
+            })
+            .unwrap();
+    }
+    // Only a's notice was confirmed before the crash.
+    r.journal
+        .append(&Record::Notified {
+            id: a,
+            rcpts: vec![0, 1],
+        })
+        .unwrap();
+    r.journal.commit().unwrap();
+    drop(r);
+    let r = recover(dir.path(), cfg(FileMode::Pool, 4096)).unwrap();
+    assert!(!r.state.unnotified.contains_key(&a));
+    let owed = &r.state.unnotified[&b];
+    assert_eq!(owed.iter().map(|o| o.index).collect::<Vec<_>>(), vec![0, 1]);
+    assert_eq!(owed[0].reason, "550 5.1.1 no such user");
+    assert_eq!(owed[0].status.to_string(), "5.1.1");
+}
