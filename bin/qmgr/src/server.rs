@@ -289,39 +289,42 @@ impl QmgrServer {
         );
         let storage = head.data.storage();
         let arrived = Record::Arrived(head);
-        let result = self.journal.append(&arrived).and_then(|lsn| {
-            self.state.apply(lsn, &arrived);
-            if hold {
-                let held = Record::Held { id };
-                let l = self.journal.append(&held)?;
-                self.state.apply(l, &held);
-            }
-            Ok(lsn)
-        });
-        match result {
-            Ok(_lsn) => {
-                self.acks.push(Ack {
-                    end: self.journal.end(),
-                    client: token,
-                    request,
-                    id,
-                    summary,
-                    hold,
-                });
-            }
+        let refuse = |e: &queue::Error| qmgr::Response::Failed {
+            reason: e.to_string(),
+            disk_full: e.is_disk_full(),
+        };
+        match self.journal.append(&arrived) {
+            Ok(lsn) => self.state.apply(lsn, &arrived),
             Err(e) => {
                 msg_warn!("{id}: journal: {e}");
                 let _ = self.spool.remove_data(id, storage);
-                self.reply(
-                    token,
-                    request,
-                    qmgr::Response::Failed {
-                        reason: e.to_string(),
-                        disk_full: e.is_disk_full(),
-                    },
-                );
+                self.reply(token, request, refuse(&e));
+                return;
             }
         }
+        if hold {
+            let held = Record::Held { id };
+            match self.journal.append(&held) {
+                Ok(l) => self.state.apply(l, &held),
+                Err(e) => {
+                    // Arrived is in the journal already: take it back, and
+                    // let the data go only once that is durable.
+                    msg_warn!("{id}: journal: {e}");
+                    self.append(Record::Removed { id });
+                    self.removals.push((self.journal.end(), id, storage));
+                    self.reply(token, request, refuse(&e));
+                    return;
+                }
+            }
+        }
+        self.acks.push(Ack {
+            end: self.journal.end(),
+            client: token,
+            request,
+            id,
+            summary,
+            hold,
+        });
     }
 
     fn control(&mut self, req: queuectl::Request) -> queuectl::Response {
