@@ -18,6 +18,9 @@ pub struct SmtpServer {
     conns: BTreeMap<Token, Conn>,
     /// cleanup link token → session token.
     links: BTreeMap<Token, Token>,
+    /// session token → the link token it has in `links` (a session that
+    /// replaces its link must not leave the old token behind).
+    link_of: BTreeMap<Token, Token>,
     anvil: Option<ipc::Client<Anvil>>,
     /// Sessions anvil counts (not the exempt ones).
     counted: std::collections::BTreeSet<Token>,
@@ -39,6 +42,7 @@ impl SmtpServer {
             },
             conns: BTreeMap::new(),
             links: BTreeMap::new(),
+            link_of: BTreeMap::new(),
             anvil: None,
             counted: std::collections::BTreeSet::new(),
             anvil_warned: false,
@@ -114,7 +118,7 @@ impl SmtpServer {
         let Some(mut c) = self.conns.remove(&token) else {
             return;
         };
-        if let Some(lt) = c.link_token() {
+        if let Some(lt) = self.link_of.remove(&token) {
             self.links.remove(&lt);
         }
         c.shutdown(cx.registry);
@@ -131,8 +135,17 @@ impl SmtpServer {
         let done = match self.conns.get_mut(&token) {
             Some(c) => {
                 c.drive(cx, &self.shared);
-                if let Some(lt) = c.link_token() {
-                    self.links.insert(lt, token);
+                let now = c.link_token();
+                let before = self.link_of.get(&token).copied();
+                if now != before {
+                    if let Some(old) = before {
+                        self.links.remove(&old);
+                        self.link_of.remove(&token);
+                    }
+                    if let Some(lt) = now {
+                        self.links.insert(lt, token);
+                        self.link_of.insert(token, lt);
+                    }
                 }
                 c.is_done()
             }
