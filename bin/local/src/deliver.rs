@@ -571,7 +571,7 @@ impl Delivery<'_> {
 
 /// An address as it may appear in a header line: no control characters
 /// (a peer's CR or LF must not start a header of its own).
-fn clean(addr: &str) -> String {
+pub(crate) fn clean(addr: &str) -> String {
     addr.chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()

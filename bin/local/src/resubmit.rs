@@ -66,7 +66,7 @@ pub fn resubmit(
         Response::Started { .. } => {}
         other => return Err(fail(format!("unexpected answer from cleanup: {other:?}"))),
     }
-    let mut content = format!("Delivered-To: {}\r\n", clean(addr)).into_bytes();
+    let mut content = format!("Delivered-To: {}\r\n", crate::deliver::clean(addr)).into_bytes();
     content.extend_from_slice(wire);
     for chunk in content.chunks(MAX_CHUNK) {
         client
@@ -79,11 +79,4 @@ pub fn resubmit(
         Response::Queued { queue_id } => Ok(queue_id),
         other => Err(fail(format!("unexpected answer from cleanup: {other:?}"))),
     }
-}
-
-/// An address fit for a header line: a CR or LF must not start a field.
-fn clean(addr: &str) -> String {
-    addr.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
 }
