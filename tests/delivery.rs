@@ -384,3 +384,20 @@ fn a_bounced_message_stays_queued_until_its_notice_is() {
     inst.wait_log(20, &format!("{id}: sender non-delivery notification: "));
     inst.wait_log(10, &format!("{id}: removed"));
 }
+
+#[test]
+fn status_json_gives_services_and_queue_sizes() {
+    let sink = sink_on(free_port(), &[]);
+    let (inst, port) = relay_instance(sink.port, "defer_transports = smtp\n");
+    let id = send(port, "later@remote.example");
+    inst.wait_log(10, &format!("{id}: to=<later@remote.example>, relay=none"));
+    let out = inst.sluice(&["status", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    // A JSON parser nobody here wrote reads it.
+    let checked = inst.python("status_json.py", &[text.trim()]);
+    assert!(
+        String::from_utf8_lossy(&checked.stdout).contains("ok"),
+        "{text}\n{checked:?}"
+    );
+}

@@ -146,12 +146,15 @@ pub fn reload(dir: &Path) -> i32 {
 }
 
 /// `sluice status`.
-pub fn status(dir: &Path) -> i32 {
+pub fn status(dir: &Path, json: bool) -> i32 {
     let p = match paths(dir) {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
     if running_pid(&p).is_none() {
+        if json {
+            println!("{{\"running\":false}}");
+        }
         eprintln!("sluice: the Sluice mail system is not running");
         return 3;
     }
@@ -166,6 +169,11 @@ pub fn status(dir: &Path) -> i32 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    if json {
+        let queue = crate::queue::summary(dir);
+        println!("{}", status_json(&st, now, queue.as_ref()));
+        return 0;
+    }
     println!(
         "sluice: the Sluice mail system is running: master pid {}, up {}, configuration {}, queue {}{}",
         st.pid,
@@ -206,6 +214,62 @@ pub fn status(dir: &Path) -> i32 {
         println!("{line}");
     }
     0
+}
+
+/// `status --json`: master, its services and processes, and the queue's
+/// sizes by state (`null` when qmgr does not answer), for monitoring.
+fn status_json(
+    st: &ipc::control::MasterStatus,
+    now: u64,
+    queue: Option<&crate::queue::Summary>,
+) -> String {
+    use ipc::queuectl::json_str;
+    let services: Vec<String> = st
+        .services
+        .iter()
+        .map(|s| {
+            let procs: Vec<String> = s
+                .processes
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{{\"pid\":{},\"state\":{},\"uses\":{},\"started\":{}}}",
+                        p.pid,
+                        json_str(&p.state),
+                        p.uses,
+                        p.started
+                    )
+                })
+                .collect();
+            format!(
+                "{{\"name\":{},\"type\":{},\"command\":{},\"maxproc\":{},\"throttled_for\":{},\"processes\":[{}]}}",
+                json_str(&s.name),
+                json_str(&s.kind),
+                json_str(&s.command),
+                s.maxproc,
+                s.throttled_for,
+                procs.join(",")
+            )
+        })
+        .collect();
+    let queue = match queue {
+        Some(q) => format!(
+            "{{\"messages\":{},\"recipients\":{},\"active\":{},\"deferred\":{},\"hold\":{},\"bytes\":{}}}",
+            q.messages, q.recipients, q.active, q.deferred, q.hold, q.bytes
+        ),
+        None => "null".to_string(),
+    };
+    format!(
+        "{{\"running\":true,\"master_pid\":{},\"started\":{},\"uptime\":{},\"config_directory\":{},\"queue_directory\":{},\"unprivileged\":{},\"services\":[{}],\"queue\":{}}}",
+        st.pid,
+        st.started,
+        now.saturating_sub(st.started),
+        json_str(&st.config_directory),
+        json_str(&st.queue_directory),
+        st.unprivileged,
+        services.join(","),
+        queue
+    )
 }
 
 fn human(secs: u64) -> String {

@@ -41,7 +41,11 @@ enum Cmd {
     /// Re-read main.cf and master.cf; restart only services whose definition changed.
     Reload,
     /// Show master, its services and their processes.
-    Status,
+    Status {
+        /// One JSON object, with the queue's sizes, for monitoring.
+        #[arg(long)]
+        json: bool,
+    },
     /// Validate the configuration, directories, ownership and permissions.
     Check,
     /// Show where the router sends each address (like sendmail -bv).
@@ -164,7 +168,7 @@ fn main() {
         Cmd::Start { foreground } => lifecycle::start(&dir, foreground),
         Cmd::Stop => lifecycle::stop(&dir),
         Cmd::Reload => lifecycle::reload(&dir),
-        Cmd::Status => lifecycle::status(&dir),
+        Cmd::Status { json } => lifecycle::status(&dir, json),
         Cmd::Check => check::check(&dir),
         Cmd::Route { hosts, addresses } => route::route(&dir, &addresses, hosts),
         Cmd::Newaliases => aliases::newaliases(&dir),
