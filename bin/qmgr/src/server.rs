@@ -22,6 +22,10 @@ enum Kind {
     Control,
 }
 
+/// How long cleanup may leave notices unanswered before the link is
+/// given up and the notices are built again later.
+const NOTICE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// A non-delivery notice on its way to cleanup.
 struct Notice {
     /// The failed message.
@@ -86,6 +90,8 @@ pub struct QmgrServer {
     notices_pending: BTreeMap<u64, Notice>,
     /// Notices waiting for the cleanup link.
     notices_queue: VecDeque<Notice>,
+    /// When cleanup last answered a notice, or was first waited for.
+    notices_progress: std::time::Instant,
     /// Messages with a notice queued or sent: no second one until it is done.
     notices_owed: HashSet<QueueId>,
     /// Messages with nothing left to deliver, removed once their notice is
@@ -196,6 +202,7 @@ impl QmgrServer {
             notices: None,
             notices_pending: BTreeMap::new(),
             notices_queue: VecDeque::new(),
+            notices_progress: std::time::Instant::now(),
             notices_owed: HashSet::new(),
             remove_after_notice: HashSet::new(),
             names: {
@@ -892,6 +899,7 @@ sender: <{}>
                 let Some(n) = self.notices_pending.remove(&id) else {
                     continue;
                 };
+                self.notices_progress = std::time::Instant::now();
                 match resp {
                     ipc::cleanup::Response::Queued { queue_id } => {
                         msg_info!("{}: sender non-delivery notification: {queue_id}", n.orig);
@@ -925,6 +933,16 @@ sender: <{}>
                 }
             }
             lost |= self.notices.as_ref().is_some_and(|l| l.is_closed());
+            // A cleanup that holds the link open and never answers must not
+            // keep failed messages in the queue for ever.
+            if !self.notices_pending.is_empty() && self.notices_progress.elapsed() >= NOTICE_TIMEOUT
+            {
+                msg_warn!(
+                    "cleanup link for notices: no answer for {}s",
+                    NOTICE_TIMEOUT.as_secs()
+                );
+                lost = true;
+            }
         }
         if lost {
             if let Some(mut l) = self.notices.take() {
@@ -973,6 +991,9 @@ sender: <{}>
             }
             match last {
                 Some(id) => {
+                    if self.notices_pending.is_empty() {
+                        self.notices_progress = std::time::Instant::now();
+                    }
                     self.notices_pending.insert(id, n);
                 }
                 None => {
