@@ -573,16 +573,12 @@ fn open_qmgr(cx: &mut Cx<'_>, path: &std::path::Path) -> Result<QmgrLink, String
 impl Server for CleanupServer {
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
         let Conn::Unix(stream) = conn else { return };
-        let mut ep = Endpoint::new(stream);
-        let Ok(peer) = ep.peer() else { return };
         let token = cx.token();
-        if cx
-            .registry
-            .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
-            .is_err()
-        {
+        let Ok(ep) = Endpoint::registered(stream, cx.registry, token) else {
             return;
-        }
+        };
+        // Dropping the endpoint closes it, which also leaves the poll set.
+        let Ok(peer) = ep.peer() else { return };
         self.clients.insert(
             token,
             Client {

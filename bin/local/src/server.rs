@@ -14,7 +14,7 @@ use std::time::Instant;
 use daemon::{msg_info, msg_warn, Conn as Accepted, Context, Cx, Server};
 use ipc::delivery::{Data, Delivery as Proto, RcptResult, Request, Response, Transaction};
 use ipc::{Endpoint, Tagged};
-use mio::{Interest, Token};
+use mio::Token;
 
 use crate::deliver::{Delivery, Settings};
 
@@ -210,15 +210,10 @@ pub fn all(txn: &Transaction, code: u16, enhanced: &str, text: &str) -> Vec<Rcpt
 impl Server for LocalServer {
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Accepted) {
         let Accepted::Unix(stream) = conn else { return };
-        let mut ep = Endpoint::new(stream);
         let token = cx.token();
-        if cx
-            .registry
-            .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
-            .is_err()
-        {
+        let Ok(ep) = Endpoint::registered(stream, cx.registry, token) else {
             return;
-        }
+        };
         self.clients.insert(token, ep);
         self.ready(cx, token, true, true);
     }

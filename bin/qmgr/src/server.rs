@@ -9,7 +9,7 @@ use ipc::qmgr::{self, Qmgr};
 use ipc::queuectl::{self, QueueCtl, QueuedMessage, QueuedRecipient};
 use ipc::{Endpoint, Hello, HelloReply, Protocol, Tagged};
 use mail::QueueId;
-use mio::{Interest, Token};
+use mio::Token;
 use queue::{Journal, Lsn, Record, Replay, Spool, SpoolConfig, Storage, Syncer};
 
 use crate::deliver::{Deliver, Effect};
@@ -1116,16 +1116,12 @@ impl Server for QmgrServer {
 
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
         let Conn::Unix(stream) = conn else { return };
-        let mut ep = Endpoint::new(stream);
-        let Ok(peer) = ep.peer() else { return };
         let token = cx.token();
-        if cx
-            .registry
-            .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
-            .is_err()
-        {
+        let Ok(ep) = Endpoint::registered(stream, cx.registry, token) else {
             return;
-        }
+        };
+        // Dropping the endpoint closes it, which also leaves the poll set.
+        let Ok(peer) = ep.peer() else { return };
         self.clients.insert(
             token,
             Client {

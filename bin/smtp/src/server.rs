@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use daemon::{msg_warn, Conn as Accepted, Context, Cx, Server};
 use ipc::delivery::{Delivery, Request, Response};
 use ipc::{Endpoint, Tagged};
-use mio::{Interest, Token};
+use mio::Token;
 use smtp_proto::client_session::{ClientConfig, ClientTls};
 
 use crate::conn::{Outcome, SmtpConn};
@@ -247,15 +247,10 @@ impl AgentServer {
 impl Server for AgentServer {
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Accepted) {
         let Accepted::Unix(stream) = conn else { return };
-        let mut ep = Endpoint::new(stream);
         let token = cx.token();
-        if cx
-            .registry
-            .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
-            .is_err()
-        {
+        let Ok(ep) = Endpoint::registered(stream, cx.registry, token) else {
             return;
-        }
+        };
         self.clients.insert(token, Client { ep });
         self.ready(cx, token, true, true);
     }

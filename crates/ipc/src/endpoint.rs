@@ -51,6 +51,22 @@ impl Endpoint {
         }
     }
 
+    /// Wraps a connection a server accepted and registers it for reading
+    /// and writing (edge-triggered), as every daemon's `accept` does.
+    pub fn registered(
+        stream: UnixStream,
+        registry: &mio::Registry,
+        token: mio::Token,
+    ) -> std::io::Result<Self> {
+        let mut ep = Self::new(stream);
+        registry.register(
+            &mut ep.stream,
+            token,
+            mio::Interest::READABLE | mio::Interest::WRITABLE,
+        )?;
+        Ok(ep)
+    }
+
     /// The underlying stream, for registering with mio.
     pub fn stream(&mut self) -> &mut UnixStream {
         &mut self.stream
