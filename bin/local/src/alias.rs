@@ -39,37 +39,6 @@ pub enum Target {
     File(String, Origin),
 }
 
-/// Splits an alias value at commas outside double quotes, trims each item
-/// and removes the quotes around it.
-pub fn split_value(value: &str) -> Vec<String> {
-    let mut items = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    for c in value.chars() {
-        match c {
-            '"' => {
-                quoted = !quoted;
-                cur.push(c);
-            }
-            ',' if !quoted => items.push(std::mem::take(&mut cur)),
-            c => cur.push(c),
-        }
-    }
-    items.push(cur);
-    items
-        .into_iter()
-        .map(|i| {
-            let t = i.trim();
-            t.strip_prefix('"')
-                .and_then(|t| t.strip_suffix('"'))
-                .unwrap_or(t)
-                .trim()
-                .to_string()
-        })
-        .filter(|i| !i.is_empty())
-        .collect()
-}
-
 /// How expansion reaches the outside world.
 pub struct Sources<'a> {
     /// An alias table lookup.
@@ -149,7 +118,7 @@ fn items(
         ));
     }
     path.push(name.to_string());
-    for item in split_value(value) {
+    for item in tables::split_alias_value(value) {
         if let Some(cmd) = item.strip_prefix('|') {
             out.push(Target::Command(cmd.trim().to_string(), origin));
         } else if let Some(file) = item.strip_prefix(":include:") {
@@ -225,12 +194,12 @@ mod tests {
 
     #[test]
     fn values_split_outside_quotes() {
-        assert_eq!(split_value(" a, b ,,c "), ["a", "b", "c"]);
+        assert_eq!(tables::split_alias_value(" a, b ,,c "), ["a", "b", "c"]);
         assert_eq!(
-            split_value("\"|cat > /x, y\", bob"),
+            tables::split_alias_value("\"|cat > /x, y\", bob"),
             ["|cat > /x, y", "bob"]
         );
-        assert!(split_value("").is_empty());
+        assert!(tables::split_alias_value("").is_empty());
     }
 
     #[test]

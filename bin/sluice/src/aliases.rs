@@ -81,7 +81,7 @@ pub fn check_source(file: &str, text: &str) -> Vec<String> {
             problems.push(format!("{file}, line {line}: bad alias name {name:?}"));
             continue;
         }
-        let items = items(value);
+        let items = tables::split_alias_value(value);
         if items.is_empty() {
             problems.push(format!("{file}, line {line}: {name}: no value"));
         }
@@ -103,26 +103,6 @@ pub fn check_source(file: &str, text: &str) -> Vec<String> {
         }
     }
     problems
-}
-
-/// An alias value's items: split at commas outside double quotes, quotes
-/// removed, blanks dropped.
-fn items(value: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    for c in value.chars() {
-        match c {
-            '"' => quoted = !quoted,
-            ',' if !quoted => out.push(std::mem::take(&mut cur)),
-            _ => cur.push(c),
-        }
-    }
-    out.push(cur);
-    out.into_iter()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect()
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use std::path::Path;
 
 pub use config::MapRef;
 pub use error::{TableError, TableProblem};
-pub use text::logical_lines;
+pub use text::{logical_lines, split_alias_value};
 
 /// One compiled lookup table.
 #[derive(Debug)]

@@ -63,3 +63,34 @@ fn push_item(items: &mut Vec<String>, cur: &mut String) {
     }
     cur.clear();
 }
+
+/// Splits an alias value at commas outside double quotes, trims each item
+/// and removes the quotes around it.
+pub fn split_alias_value(value: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in value.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                cur.push(c);
+            }
+            ',' if !quoted => items.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    items.push(cur);
+    items
+        .into_iter()
+        .map(|i| {
+            let t = i.trim();
+            t.strip_prefix('"')
+                .and_then(|t| t.strip_suffix('"'))
+                .unwrap_or(t)
+                .trim()
+                .to_string()
+        })
+        .filter(|i| !i.is_empty())
+        .collect()
+}
