@@ -26,6 +26,11 @@ impl ClassQueue {
         self.fifo.push_front(e);
     }
 
+    /// The entries, head first.
+    pub fn iter(&self) -> impl Iterator<Item = EntryId> + '_ {
+        self.fifo.iter().copied()
+    }
+
     /// The head.
     pub fn front(&self) -> Option<EntryId> {
         self.fifo.front().copied()
@@ -34,6 +39,11 @@ impl ClassQueue {
     /// Removes the head.
     pub fn pop_front(&mut self) -> Option<EntryId> {
         self.fifo.pop_front()
+    }
+
+    /// Keeps only the entries for which `f` holds, in order (entries moving class).
+    pub fn retain(&mut self, f: impl FnMut(&EntryId) -> bool) {
+        self.fifo.retain(f);
     }
 
     /// Takes every entry out (dead destination).

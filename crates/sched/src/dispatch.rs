@@ -41,6 +41,7 @@ impl Scheduler {
         let n = self.transports.len();
         let mut idle_rounds = 0;
         while idle_rounds < n {
+            self.reclass_pending();
             let t = self.rr_transport % n;
             self.rr_transport = (t + 1) % n;
             if self.dispatch_one(now, TransportId(t as u32)) {

@@ -7,7 +7,7 @@
 //! the worst case and meant for tests, not for production paths.
 //! Panics: never.
 
-use crate::entry::EntryState;
+use crate::entry::{Class, EntryState};
 use crate::sched::Scheduler;
 
 impl Scheduler {
@@ -58,6 +58,44 @@ impl Scheduler {
             let n = self.entries.iter().filter(|(_, e)| e.dest == d).count() as u32;
             if n != dest.entries {
                 return Err(format!("dest {d:?}: entries {} != {}", dest.entries, n));
+            }
+            for c in Class::ALL {
+                for e in dest.queues[c.idx()].iter() {
+                    let Some(x) = self.entries.get(e) else {
+                        return Err(format!("dest {d:?}: class {c:?} queue holds freed {e:?}"));
+                    };
+                    if x.dest != d || x.class != c || x.state != EntryState::Queued {
+                        return Err(format!("dest {d:?}: {e:?} in the {c:?} queue is {x:?}"));
+                    }
+                }
+            }
+        }
+        let queued: usize = self
+            .dests
+            .iter()
+            .map(|(_, d)| d.queues.iter().map(|q| q.len()).sum::<usize>())
+            .sum();
+        let want = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.state == EntryState::Queued)
+            .count();
+        if queued != want {
+            return Err(format!(
+                "queued entries {want} != entries in queues {queued}"
+            ));
+        }
+        if self.reclass.is_empty() {
+            for (e, x) in self.entries.iter() {
+                if x.state == EntryState::Queued && self.keyed_classes(x.dest) {
+                    let k = self.class_key(x.message, x.dest);
+                    if self.keys.recs[k].class != x.class {
+                        return Err(format!(
+                            "{e:?} queued as {:?}, its key is {:?}",
+                            x.class, self.keys.recs[k].class
+                        ));
+                    }
+                }
             }
         }
         for (_, m) in self.msgs.iter() {

@@ -32,6 +32,7 @@ pub mod limiter;
 mod memory;
 pub mod message;
 pub mod policy;
+mod reclass;
 pub mod rng;
 mod sched;
 pub mod sim;
@@ -45,6 +46,6 @@ pub use event::{
 };
 pub use ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 pub use limiter::{Limiter, LocalLimiter};
-pub use policy::{Fifo, Policy, ThreeClass};
+pub use policy::{Fifo, Policy, ThreeClass, ThreeClassFixed};
 pub use sched::{SchedError, Scheduler, Stats};
 pub use time::Time;

@@ -15,6 +15,11 @@ pub trait Policy: std::fmt::Debug {
     fn classify(&self, count: u32, thresholds: [u32; 2]) -> Class;
     /// Whether under-share classes are served first.
     fn shares(&self) -> bool;
+    /// Whether a key's queued entries follow its class as its count changes
+    /// (see `reclass`); otherwise an entry keeps the class it was queued in.
+    fn reclass(&self) -> bool {
+        true
+    }
 }
 
 /// Wietse's three-class scheduler (the default).
@@ -30,6 +35,26 @@ impl Policy for ThreeClass {
     }
     fn shares(&self) -> bool {
         true
+    }
+}
+
+/// Wietse's rule as written: an entry keeps the class it was queued in
+/// (the comparison for `reclass`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreeClassFixed;
+
+impl Policy for ThreeClassFixed {
+    fn name(&self) -> &'static str {
+        "three-class-fixed"
+    }
+    fn classify(&self, count: u32, thresholds: [u32; 2]) -> Class {
+        Class::from_count(count, thresholds)
+    }
+    fn shares(&self) -> bool {
+        true
+    }
+    fn reclass(&self) -> bool {
+        false
     }
 }
 

@@ -76,6 +76,8 @@ pub struct Stats {
     pub bounced_entries: u64,
     /// Times a destination was declared dead.
     pub dead_events: u64,
+    /// Times a class key's queued entries moved to its new class.
+    pub reclassed_keys: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -120,6 +122,8 @@ pub struct Scheduler {
     next_attempts: BTreeMap<MsgId, Time>,
     /// Class keys of a message for kinds other than the first transport's.
     extra_keys: BTreeMap<(MsgId, u8), KeyId>,
+    /// Keys whose class changed (or whose member list needs compacting).
+    pub(crate) reclass: Vec<KeyId>,
 }
 
 /// A limiter that can be printed (so the scheduler derives Debug).
@@ -180,6 +184,7 @@ impl Scheduler {
             gc_armed: false,
             next_attempts: BTreeMap::new(),
             extra_keys: BTreeMap::new(),
+            reclass: Vec::new(),
         })
     }
 
@@ -532,17 +537,17 @@ impl Scheduler {
     fn create_entry(&mut self, now: Time, m: MsgId, d: DestId, rcpts: &[u32], batch_rest: u32) {
         let msg = &self.msgs[m];
         let tr = &self.transports[self.dests[d].transport.0 as usize];
-        let count = if tr.cfg.scheduler_class_key == ClassKey::Size {
-            msg.size_kib
-        } else {
-            self.keys.recs[self.class_key(m, d)]
-                .entries
-                .saturating_add(batch_rest)
-        };
-        let class = self.policy.classify(count, tr.cfg.sender_class_thresholds);
         let key = self.class_key(m, d);
+        let class = if tr.cfg.scheduler_class_key == ClassKey::Size {
+            self.policy
+                .classify(msg.size_kib, tr.cfg.sender_class_thresholds)
+        } else {
+            let count = self.keys.recs[key].entries.saturating_add(batch_rest);
+            self.key_class_on_add(key, d, count)
+        };
         self.keys.recs[key].entries += 1;
         let e = self.entries.insert(Entry::new(m, d, class, rcpts));
+        self.key_member_added(key, e);
         self.msgs[m].live_entries += 1;
         let dest = &mut self.dests[d];
         dest.entries += 1;
@@ -593,6 +598,9 @@ impl Scheduler {
         self.in_core -= n;
         let key = self.class_key(entry.message, entry.dest);
         self.keys.recs[key].entries -= 1;
+        if self.keyed_classes(entry.dest) {
+            self.key_class_on_remove(key, entry.dest);
+        }
         let dest = &mut self.dests[entry.dest];
         dest.entries -= 1;
         dest.touched = now;
@@ -660,7 +668,7 @@ impl Scheduler {
     }
 
     /// The class key of message `m` under destination `d`'s transport's kind.
-    fn class_key(&self, m: MsgId, d: DestId) -> KeyId {
+    pub(crate) fn class_key(&self, m: MsgId, d: DestId) -> KeyId {
         let kind = self.transports[self.dests[d].transport.0 as usize]
             .cfg
             .scheduler_class_key;
@@ -847,6 +855,9 @@ impl Scheduler {
         let t = self.dests[d].transport.0 as usize;
         self.transports[t].inflight[class.idx()] -= 1;
         self.dests[d].inflight[class.idx()] -= 1;
+        // Its key may have changed class while it was on the connection.
+        let class = self.requeue_class(e);
+        self.entries[e].class = class;
         self.dests[d].queue(class).push_front(e);
         self.ensure_ring(d, class);
     }

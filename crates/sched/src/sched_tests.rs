@@ -204,11 +204,12 @@ fn big_senders_go_to_the_large_class_and_small_ones_are_served() {
         add_read(&mut s, Time(0), q, "bulk@x", "d.example", 1);
     }
     let d = s.dest_id(TransportId(0), "d.example").unwrap();
-    // One in flight; the rest queued: counts 1 → small, 2,3 → medium, 4,5 → large.
-    assert_eq!(s.queued(d), [1, 2, 2]);
+    // One in flight; six entries make bulk@x a large sender, and its queued
+    // entries (first small, then medium when queued) all moved to the large class.
+    assert_eq!(s.queued(d), [0, 0, 5]);
     let a = add_read(&mut s, Time(1), 100, "small@y", "d.example", 1);
     assert!(starts(&a).is_empty());
-    assert_eq!(s.queued(d), [2, 2, 2]);
+    assert_eq!(s.queued(d), [1, 0, 5]);
     s.check_invariants().unwrap();
 }
 
@@ -1001,7 +1002,110 @@ fn class_key_kind_is_per_transport() {
     let b = s.dest_id(TransportId(1), "b.example").unwrap();
     // smtp keys by sender: every sender has one entry, all small (one is in flight).
     assert_eq!(s.queued(a), [3, 0, 0]);
-    // relay keys by domain: the third and fourth entries of big.example are medium.
-    assert_eq!(s.queued(b), [1, 2, 0]);
+    // relay keys by domain: big.example has four entries, a medium sender
+    // there, so its three queued entries are medium.
+    assert_eq!(s.queued(b), [0, 3, 0]);
     s.check_invariants().unwrap();
+}
+
+/// Opens connections as asked and delivers whatever starts.
+#[derive(Default)]
+struct Driver {
+    pending: Vec<ConnId>,
+    ready: Vec<(ConnId, EntryId, Vec<u32>)>,
+}
+
+impl Driver {
+    fn take(&mut self, a: &[Action]) {
+        self.pending.extend(opens(a));
+        self.ready.extend(starts(a));
+    }
+
+    /// Runs until `n` entries are delivered; their messages and classes, in order.
+    fn run(&mut self, s: &mut Scheduler, now: &mut Time, n: usize) -> Vec<(QueueId, Class)> {
+        let mut served = Vec::new();
+        while served.len() < n {
+            if let Some((conn, e, r)) = self.ready.pop() {
+                let x = &s.entries[e];
+                served.push((s.msgs[x.message].queue_id, x.class));
+                *now = Time(now.0 + 1);
+                let done = Event::DeliveryDone {
+                    conn,
+                    entry: e,
+                    results: ok(&r),
+                    conn_failed: false,
+                };
+                s.handle(*now, done).unwrap();
+            } else if let Some(c) = self.pending.pop() {
+                s.handle(*now, Event::ConnectionOpened { conn: c }).unwrap();
+            } else {
+                panic!("nothing runs after {served:?}");
+            }
+            s.check_invariants().unwrap();
+            let a = actions(s);
+            self.take(&a);
+        }
+        served
+    }
+}
+
+#[test]
+fn a_burst_behind_a_bulk_backlog_is_not_queued_behind_it() {
+    // Wietse's rule fixed at queueing would put the burst's third to sixth
+    // messages behind the bulk sender's medium entries (its third to ninth).
+    let mut c = cfg();
+    c.transports[0].sender_class_thresholds = [2, 10];
+    c.transports[0].initial_destination_concurrency = 1;
+    c.transports[0].destination_concurrency_limit = 1;
+    let mut s = Scheduler::new(c).unwrap();
+    let mut first = Vec::new();
+    for q in 0..40 {
+        first.extend(add_read(&mut s, Time(0), q, "bulk@x", "d.example", 1));
+    }
+    for q in 100..106 {
+        first.extend(add_read(&mut s, Time(0), q, "burst@y", "d.example", 1));
+    }
+    let d = s.dest_id(TransportId(0), "d.example").unwrap();
+    assert_eq!(
+        s.queued(d),
+        [0, 6, 39],
+        "the burst is medium, the bulk large"
+    );
+    let (mut now, mut drv) = (Time(1), Driver::default());
+    drv.take(&first);
+    let served = drv.run(&mut s, &mut now, 14);
+    let burst: Vec<usize> = served
+        .iter()
+        .enumerate()
+        .filter(|(_, (q, _))| q.0 >= 100)
+        .map(|(i, _)| i)
+        .collect();
+    // Medium and large alternate: the burst is done within its first dozen turns.
+    assert_eq!(burst.len(), 6, "{served:?}");
+    assert!(*burst.last().unwrap() <= 12, "{served:?}");
+}
+
+#[test]
+fn a_sender_goes_down_a_class_only_below_half_the_bound() {
+    let mut c = cfg();
+    c.transports[0].sender_class_thresholds = [6, 1000];
+    c.transports[0].connection_backlog_limit = 1;
+    c.transports[0].initial_destination_concurrency = 1;
+    c.transports[0].destination_concurrency_limit = 1;
+    let mut s = Scheduler::new(c).unwrap();
+    let mut first = Vec::new();
+    for q in 0..8 {
+        first.extend(add_read(&mut s, Time(0), q, "a@x", "d.example", 1));
+    }
+    let d = s.dest_id(TransportId(0), "d.example").unwrap();
+    assert_eq!(s.queued(d), [0, 7, 0]);
+    let (mut now, mut drv) = (Time(1), Driver::default());
+    drv.take(&first);
+    // 8 → 3 entries in memory (one in flight): 2 × 3 is not below 6, still medium.
+    drv.run(&mut s, &mut now, 5);
+    assert_eq!(s.queued(d), [0, 2, 0]);
+    // 3 → 2: below half the bound, small again.
+    drv.run(&mut s, &mut now, 1);
+    assert_eq!(s.queued(d), [1, 0, 0]);
+    assert!(s.stats().reclassed_keys >= 2);
 }

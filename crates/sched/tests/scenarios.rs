@@ -1,4 +1,4 @@
-//! Short (`--quick`) runs of the six simulator scenarios, asserting the
+//! Short (`--quick`) runs of the seven simulator scenarios, asserting the
 //! properties issue 5 asks for: limits never exceeded, every recipient ends
 //! delivered, deferred or bounced, the small-sender bound, dead detection
 //! and back-off, and determinism.
@@ -47,6 +47,17 @@ fn fairness_small_senders_within_twice_idle() {
         fifo > 2.0 * p99,
         "the FIFO baseline is much worse: {fifo} vs {p99}"
     );
+}
+
+#[test]
+fn burst_behind_bulk_within_five_times_idle_with_default_thresholds() {
+    let o = run("burst");
+    for k in ["small_p50_ratio", "small_p99_ratio"] {
+        assert!(fig(&o, k) <= 5.0, "{k} {}", fig(&o, k));
+    }
+    // Classes fixed at queueing leave the burst's tail behind the bulk.
+    assert!(fig(&o, "fixed_small_p99_ratio") > 20.0);
+    assert!(fig(&o, "fifo_small_p50_ratio") > 20.0);
 }
 
 #[test]
