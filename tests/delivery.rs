@@ -401,3 +401,60 @@ fn status_json_gives_services_and_queue_sizes() {
         "{text}\n{checked:?}"
     );
 }
+
+#[test]
+fn a_full_active_queue_admits_senders_in_turn() {
+    // Two messages in delivery at a time: 30 from a bulk sender and then one
+    // from another sender wait for admission. Admitted FIFO, the small
+    // sender's message would be the 31st delivered; in turn by sender, it
+    // is among the first.
+    let sink = sink_on(free_port(), &[]);
+    let (inst, port) = relay_instance(
+        sink.port,
+        "defer_transports = smtp\nqmgr_message_active_limit = 2\n",
+    );
+    let st = std::process::Command::new("smtp-source")
+        .args([
+            "-s",
+            "2",
+            "-m",
+            "30",
+            "-f",
+            "bulk@example.com",
+            "-t",
+            "list@remote.example",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .status()
+        .expect("smtp-source is installed by scripts/test");
+    assert!(st.success());
+    wait_for(20, "30 bulk messages deferred", || {
+        (inst.log().matches("status=deferred").count() == 30).then_some(())
+    });
+    let small = send(port, "friend@remote.example");
+    inst.wait_log(
+        10,
+        &format!("{small}: to=<friend@remote.example>, relay=none"),
+    );
+    assert!(inst.sluice(&["queue", "flush"]).status.success());
+    wait_for(30, "31 messages at the sink", || {
+        (count(sink.dir.path()) == 31).then_some(())
+    });
+    let sent: Vec<String> = inst
+        .log()
+        .lines()
+        .filter(|l| l.contains("status=sent"))
+        .map(String::from)
+        .collect();
+    let at = sent
+        .iter()
+        .position(|l| l.contains(&format!("{small}: to=<friend@remote.example>")))
+        .expect("the small sender's delivery is logged");
+    assert!(
+        at < 4,
+        "delivered {}th of {}:\n{}",
+        at + 1,
+        sent.len(),
+        sent.join("\n")
+    );
+}

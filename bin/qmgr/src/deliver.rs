@@ -161,6 +161,11 @@ impl Deliver {
         self.by_id.contains_key(id)
     }
 
+    /// Messages in delivery (routing, scheduling or with an agent).
+    pub fn active(&self) -> usize {
+        self.msgs.len()
+    }
+
     /// When `handle_timeout` should run next.
     pub fn next_timeout(&self) -> Option<Time> {
         self.sched.poll_timeout()
@@ -395,7 +400,10 @@ impl Deliver {
             recipients: a.unread.len() as u32,
         };
         if let Err(e) = self.sched.handle(now_ms(), Event::MessageAdded(msg)) {
-            msg_warn!("{}: scheduler: {e:?}", a.id);
+            // The server admits no more than the scheduler takes, so this is
+            // a bug; the message waits for its next run rather than linger.
+            msg_warn!("{}: scheduler: {e:?}; trying again later", a.id);
+            self.finish(qid, Some(now_ms().0 / 1000 + 60));
         }
     }
 

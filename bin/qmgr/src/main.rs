@@ -11,6 +11,7 @@
 //! stays queued (`(queue active)` in the log) until the scheduler lands.
 #![forbid(unsafe_code)]
 
+mod admission;
 mod bounce;
 mod deliver;
 mod schedconf;

@@ -12,6 +12,7 @@ use mail::QueueId;
 use mio::Token;
 use queue::{Journal, Lsn, Record, Replay, Spool, SpoolConfig, Storage, Syncer};
 
+use crate::admission::Admission;
 use crate::deliver::{Deliver, Effect};
 use sys::creds::PeerCred;
 
@@ -69,8 +70,11 @@ pub struct QmgrServer {
     deliver: Deliver,
     /// Whether master.cf has any delivery agent at all.
     delivering: bool,
-    /// Messages to hand to delivery as soon as the loop can.
-    to_activate: VecDeque<QueueId>,
+    /// Messages to hand to delivery as soon as the loop can, and as
+    /// `qmgr_message_active_limit` allows.
+    to_activate: Admission,
+    /// `qmgr_message_active_limit`.
+    active_limit: usize,
     /// Messages a flush activated (defer_transports do not hold them).
     flushing: std::collections::HashSet<QueueId>,
     /// Deferred messages by retry time (seconds since the epoch).
@@ -166,7 +170,7 @@ impl QmgrServer {
         // Everything not held and due now is activated at start; the rest
         // waits for its retry time.
         let now = crate::deliver::now_ms().0 / 1000;
-        let mut to_activate = VecDeque::new();
+        let mut to_activate = Admission::default();
         let mut retry = BTreeSet::new();
         let mut ids: Vec<(&QueueId, &queue::LiveMessage)> = rec.state.messages.iter().collect();
         ids.sort_by_key(|(id, _)| **id);
@@ -175,7 +179,7 @@ impl QmgrServer {
                 continue;
             }
             if m.next_attempt <= now {
-                to_activate.push_back(*id);
+                to_activate.push(*id, m.sender_key);
             } else {
                 retry.insert((m.next_attempt, *id));
             }
@@ -193,6 +197,7 @@ impl QmgrServer {
             deliver,
             delivering,
             to_activate,
+            active_limit: ctx.config.int("qmgr_message_active_limit").max(1) as usize,
             flushing: std::collections::HashSet::new(),
             retry,
             removals: Vec::new(),
@@ -390,7 +395,9 @@ impl QmgrServer {
                 let n = due.len() as u64;
                 // A flush also delivers what defer_transports holds back.
                 self.flushing.extend(due.iter().copied());
-                self.to_activate.extend(due);
+                for id in due {
+                    self.admit(id);
+                }
                 msg_info!("flush: {n} deferred messages made due");
                 queuectl::Response::Flushed(n)
             }
@@ -416,7 +423,7 @@ impl QmgrServer {
                 for id in &ids {
                     self.append(Record::Released { id: *id });
                     msg_info!("{id}: released from hold");
-                    self.to_activate.push_back(*id);
+                    self.admit(*id);
                 }
                 queuectl::Response::Done(ids.len() as u64)
             }
@@ -442,7 +449,7 @@ impl QmgrServer {
                 self.retry.retain(|(_, id)| !ids.contains(id));
                 for id in &ids {
                     msg_info!("{id}: requeued");
-                    self.to_activate.push_back(*id);
+                    self.admit(*id);
                 }
                 queuectl::Response::Done(ids.len() as u64)
             }
@@ -663,7 +670,7 @@ sender: <{}>
             msg_info!("{}", a.summary);
             self.reply(a.client, a.request, qmgr::Response::Committed);
             if !a.hold {
-                self.to_activate.push_back(a.id);
+                self.admit(a.id);
             }
         }
         // Data of removed messages goes once their Removed record is safe.
@@ -1012,6 +1019,12 @@ sender: <{}>
         }
     }
 
+    /// Queues a message for delivery, in its sender's line.
+    fn admit(&mut self, id: QueueId) {
+        let key = self.state.messages.get(&id).map_or(0, |m| m.sender_key);
+        self.to_activate.push(id, key);
+    }
+
     /// Hands waiting messages to delivery.
     fn activate_waiting(&mut self, cx: &mut Cx<'_>) {
         if !self.delivering {
@@ -1024,11 +1037,14 @@ sender: <{}>
                 break;
             }
             self.retry.pop_first();
-            self.to_activate.push_back(id);
+            self.admit(id);
         }
         // Bounded per pass so a big backlog does not stall the loop.
         for _ in 0..1000 {
-            let Some(id) = self.to_activate.pop_front() else {
+            if self.deliver.active() >= self.active_limit {
+                break;
+            }
+            let Some(id) = self.to_activate.pop() else {
                 break;
             };
             // Taken whether or not it is activated now, so it cannot linger.
@@ -1193,7 +1209,7 @@ impl Server for QmgrServer {
         if let Some(&(secs, _)) = self.retry.first() {
             at(now_i + std::time::Duration::from_millis((secs * 1000).saturating_sub(now)));
         }
-        if !self.to_activate.is_empty() {
+        if !self.to_activate.is_empty() && self.deliver.active() < self.active_limit {
             at(now_i);
         }
         // Journal garbage collection, once a minute.

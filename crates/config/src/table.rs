@@ -172,7 +172,7 @@ static PARAMS: &[ParamSpec] = &[
     p("body_checks", M, "", "Tables of body line patterns and actions applied by cleanup."),
     p("enable_original_recipient", B, "yes", "Keep the original recipient address for DSN and logging."),
     // Queue manager and scheduler.
-    p("qmgr_message_active_limit", I, "20000", "Most messages in qmgr's memory."),
+    p("qmgr_message_active_limit", I, "20000", "Most messages in delivery at once; the others wait and are admitted in turn by sender."),
     p("qmgr_message_recipient_limit", I, "20000", "Most recipients in qmgr's memory."),
     p("qmgr_message_recipient_minimum", I, "10", "Fewest recipient slots a message gets when memory is short."),
     p("default_recipient_refill_limit", I, "100", "Recipients read into memory at a time for a message with many."),

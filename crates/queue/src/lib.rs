@@ -77,7 +77,9 @@ pub use record::{
     decode_frame, encode_frame, DataRef, FrameError, Lsn, MessageHead, Record, Storage,
 };
 pub use recover::{collect_garbage, recover, Recovered, RecoveryReport};
-pub use replay::{replay, Bounce, LiveMessage, QueueEntry, Replay, TailCause, TornTail};
+pub use replay::{
+    replay, sender_key, Bounce, LiveMessage, QueueEntry, Replay, TailCause, TornTail,
+};
 pub use spool::{Draft, FileMode, MessageData, Spool, SpoolConfig};
 pub use stats::fsync_count;
 pub use syncer::Syncer;

@@ -35,6 +35,16 @@ pub struct LiveMessage {
     pub next_attempt: u64,
     /// On hold.
     pub held: bool,
+    /// A hash of the envelope sender, lower-cased: qmgr admits messages
+    /// round-robin by sender when its active queue is full.
+    pub sender_key: u32,
+}
+
+/// The sender key of an envelope sender (FNV-1a over the lower-cased bytes).
+pub fn sender_key(sender: &str) -> u32 {
+    sender.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b.to_ascii_lowercase())).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// One line of `sluice queue list` (mailq).
@@ -155,6 +165,7 @@ impl Replay {
                     storage: h.data.storage(),
                     next_attempt: 0,
                     held: false,
+                    sender_key: sender_key(&h.envelope.sender),
                 };
                 self.set_head(h.id, m);
             }
@@ -169,6 +180,7 @@ impl Replay {
                     storage: head.data.storage(),
                     next_attempt: *next_attempt,
                     held: *held,
+                    sender_key: sender_key(&head.envelope.sender),
                 };
                 self.set_head(head.id, m);
             }

@@ -42,6 +42,11 @@ fn fairness_small_senders_within_twice_idle() {
     let o = run("fairness");
     let p99 = fig(&o, "small_p99_ratio");
     assert!(p99 <= 2.0, "three-class p99 ratio {p99}");
+    // Most of the bulk waiting for admission: in turn by sender keeps the bound.
+    let limited = fig(&o, "limited_small_p99_ratio");
+    assert!(limited <= 2.0, "admitted in turn: p99 ratio {limited}");
+    let fifo_adm = fig(&o, "limited_fifo_admission_small_p99_ratio");
+    assert!(fifo_adm > 2.0 * limited, "FIFO admission: {fifo_adm}");
     let fifo = fig(&o, "fifo_small_p99_ratio");
     assert!(
         fifo > 2.0 * p99,

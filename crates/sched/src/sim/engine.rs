@@ -134,6 +134,9 @@ pub struct SimConfig {
     pub end: Time,
     /// Destination whose concurrency is tracked.
     pub track: Option<String>,
+    /// Messages held back by `qmgr_message_active_limit` are admitted in
+    /// turn by sender, as qmgr does (false: FIFO).
+    pub fair_admission: bool,
 }
 
 impl Default for SimConfig {
@@ -146,6 +149,7 @@ impl Default for SimConfig {
             retry_deferred: false,
             end: Time::from_secs(86400 * 30),
             track: None,
+            fair_admission: true,
         }
     }
 }
@@ -224,6 +228,40 @@ struct ConnState {
     incarnation: u64,
 }
 
+/// Messages held back by the active limit: qmgr's admission (bin/qmgr/src/admission.rs),
+/// per-sender FIFO lines served in turn.
+#[derive(Default)]
+struct Incoming {
+    lines: BTreeMap<String, VecDeque<u32>>,
+    ring: VecDeque<String>,
+}
+
+impl Incoming {
+    fn push(&mut self, i: u32, line: String) {
+        let l = self.lines.entry(line.clone()).or_default();
+        if l.is_empty() {
+            self.ring.push_back(line);
+        }
+        l.push_back(i);
+    }
+
+    fn pop(&mut self) -> Option<u32> {
+        let line = self.ring.pop_front()?;
+        let l = self.lines.get_mut(&line)?;
+        let i = l.pop_front();
+        if l.is_empty() {
+            self.lines.remove(&line);
+        } else {
+            self.ring.push_back(line);
+        }
+        i
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ring.is_empty()
+    }
+}
+
 /// One simulation run.
 pub struct Sim {
     /// The scheduler under test.
@@ -233,7 +271,7 @@ pub struct Sim {
     servers: BTreeMap<String, ServerModel>,
     msgs: Vec<SimMessage>,
     state: BTreeMap<u32, MsgState>,
-    incoming: VecDeque<u32>,
+    incoming: Incoming,
     queue: BinaryHeap<Reverse<(Time, u64, Ev)>>,
     seq: u64,
     now: Time,
@@ -274,7 +312,7 @@ impl Sim {
             servers,
             msgs,
             state: BTreeMap::new(),
-            incoming: VecDeque::new(),
+            incoming: Incoming::default(),
             queue: BinaryHeap::new(),
             seq: 0,
             now: Time::ZERO,
@@ -380,7 +418,9 @@ impl Sim {
             .sum::<u64>();
         r.unfinished += self
             .incoming
-            .iter()
+            .lines
+            .values()
+            .flatten()
             .map(|&i| self.msgs[i as usize].rcpts.len() as u64)
             .sum::<u64>();
         self.report
@@ -400,20 +440,31 @@ impl Sim {
         };
         match self.sched.handle(self.now, Event::MessageAdded(nm)) {
             Ok(()) => {}
-            Err(SchedError::ActiveLimit) => self.incoming.push_back(i),
+            Err(SchedError::ActiveLimit) => self.hold_back(i),
             Err(e) => self.report.errors.push(format!("{:?}: {e}", self.now)),
         }
     }
 
     fn admit(&mut self) {
-        while let Some(&i) = self.incoming.front() {
+        while !self.incoming.is_empty() {
             if self.sched.messages_in_memory() >= self.cfg.sched.qmgr_message_active_limit as usize
             {
                 break;
             }
-            self.incoming.pop_front();
-            self.add_message(i);
+            if let Some(i) = self.incoming.pop() {
+                self.add_message(i);
+            }
         }
+    }
+
+    /// Queues message `i` for admission, in its sender's line (or one line for FIFO).
+    fn hold_back(&mut self, i: u32) {
+        let line = if self.cfg.fair_admission {
+            self.msgs[i as usize].sender.clone()
+        } else {
+            String::new()
+        };
+        self.incoming.push(i, line);
     }
 
     fn event(&mut self, ev: Ev) {
@@ -435,7 +486,7 @@ impl Sim {
                 if self.incoming.is_empty() {
                     self.add_message(i);
                 } else {
-                    self.incoming.push_back(i);
+                    self.hold_back(i);
                 }
             }
             Ev::Retry(i) => {
@@ -445,7 +496,7 @@ impl Sim {
                     if self.incoming.is_empty() {
                         self.add_message(i);
                     } else {
-                        self.incoming.push_back(i);
+                        self.hold_back(i);
                     }
                 }
             }

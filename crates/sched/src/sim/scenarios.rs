@@ -434,14 +434,49 @@ pub fn fairness(quick: bool, seed: u64) -> Output {
     let servers = BTreeMap::new;
     let idle = run(sc.clone(), Box::new(ThreeClass), d(), servers(), mk(false));
     let three = run(sc.clone(), Box::new(ThreeClass), d(), servers(), mk(true));
+    // With the default active limit most of the bulk waits for admission,
+    // outside the classes: in turn by sender (qmgr) or FIFO.
+    let mut lim = sc.clone();
+    // (quick: a limit that the smaller bulk also overflows)
+    lim.sched.qmgr_message_active_limit = if quick {
+        1_000
+    } else {
+        SchedConfig::default().qmgr_message_active_limit
+    };
+    let turns = run(lim.clone(), Box::new(ThreeClass), d(), servers(), mk(true));
+    lim.fair_admission = false;
+    let fifo_adm = run(lim, Box::new(ThreeClass), d(), servers(), mk(true));
     let fifo = run(sc, Box::new(Fifo), d(), servers(), mk(true));
     let idle_lat = idle.latency.get(&1).cloned().unwrap_or_default();
     latency_row(&mut out, "idle", &idle, 1, &idle_lat);
     let (p50, p99, max) = latency_row(&mut out, "three-class", &three, 1, &idle_lat);
+    let (a50, a99, _) = latency_row(
+        &mut out,
+        "active limit, admitted in turn",
+        &turns,
+        1,
+        &idle_lat,
+    );
+    let (_, b99, _) = latency_row(
+        &mut out,
+        "active limit, admitted FIFO",
+        &fifo_adm,
+        1,
+        &idle_lat,
+    );
     let (f50, f99, fmax) = latency_row(&mut out, "fifo", &fifo, 1, &idle_lat);
-    for (l, r) in [("idle", &idle), ("three-class", &three), ("fifo", &fifo)] {
+    for (l, r) in [
+        ("idle", &idle),
+        ("three-class", &three),
+        ("limit-turns", &turns),
+        ("limit-fifo", &fifo_adm),
+        ("fifo", &fifo),
+    ] {
         out.check(l, r);
     }
+    out.fig("limited_small_p50_ratio", a50);
+    out.fig("limited_small_p99_ratio", a99);
+    out.fig("limited_fifo_admission_small_p99_ratio", b99);
     out.fig("small_p50_ratio", p50);
     out.fig("small_p99_ratio", p99);
     out.fig("small_max_s", max);
