@@ -96,7 +96,7 @@ impl LocalServer {
                 return all(txn, 450, "4.3.0", &text);
             }
         };
-        let aliases = match self.aliases() {
+        let (aliases, alias_uids) = match self.aliases() {
             Ok(a) => a,
             Err(text) => {
                 msg_warn!("{}: {text}", txn.queue_id);
@@ -106,6 +106,7 @@ impl LocalServer {
         let d = Delivery {
             settings: &self.settings,
             aliases: &aliases,
+            alias_uids: &alias_uids,
             txn,
             wire: &wire,
             started,
@@ -130,7 +131,10 @@ impl LocalServer {
     }
 
     /// Opens alias_maps; a table whose file does not exist is skipped.
-    fn aliases(&self) -> Result<tables::Tables, String> {
+    /// With each table, the uid owning its file (0 for root's and for
+    /// tables that are not files): whose rights its commands and files get.
+    fn aliases(&self) -> Result<(tables::Tables, Vec<u32>), String> {
+        use std::os::unix::fs::MetadataExt;
         let refs: Vec<_> = self
             .settings
             .alias_maps
@@ -138,7 +142,15 @@ impl LocalServer {
             .filter(|r| tables::source_exists(r))
             .cloned()
             .collect();
-        tables::Tables::open(&refs).map_err(|e| format!("alias_maps: {e}"))
+        let uids = refs
+            .iter()
+            .map(|r| match std::fs::metadata(&r.name) {
+                Ok(m) if r.name.starts_with('/') => m.uid(),
+                _ => 0,
+            })
+            .collect();
+        let tables = tables::Tables::open(&refs).map_err(|e| format!("alias_maps: {e}"))?;
+        Ok((tables, uids))
     }
 
     fn read(&self, data: &Data) -> Result<Vec<u8>, String> {
