@@ -607,3 +607,52 @@ fn owner_aliases_get_the_errors_of_their_lists() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A recipient with several targets, one of which defers: the retry
+/// delivers only to that one, not again to those that already have it.
+#[test]
+fn a_deferred_target_is_retried_alone() {
+    let me = user();
+    let h = "mx.test.example";
+    let aliases =
+        format!("split: {me}, \"|test -e SCRATCH/go || exit 75; cat > SCRATCH/split-out\"\n");
+    let (inst, port, spool, scratch) = instance(&aliases, "");
+    let id = send(port, &format!("split@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<split@{h}>, relay=local"));
+    assert!(line.contains("dsn=4.3.0, status=deferred"), "{line}");
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, orig_to=<split@{h}>"));
+    assert!(
+        line.contains("status=sent (delivered to mailbox)"),
+        "{line}"
+    );
+
+    std::fs::write(scratch.join("go"), "").unwrap();
+    assert!(inst.sluice(&["queue", "flush"]).status.success());
+    let line = wait_for(20, "the command's delivery on the retry", || {
+        inst.log()
+            .lines()
+            .find(|l| {
+                l.contains(&format!("{id}: to=<split@{h}>, relay=local"))
+                    && l.contains("status=sent")
+            })
+            .map(str::to_string)
+    });
+    assert!(line.contains("delivered to command: test -e"), "{line}");
+    inst.wait_log(20, &format!("{id}: removed"));
+    let mailbox_lines = inst
+        .log()
+        .lines()
+        .filter(|l| l.contains(&format!("{id}: to=<{me}@{h}>")))
+        .count();
+    assert_eq!(mailbox_lines, 1, "{}", inst.log());
+    let mbox = std::fs::read_to_string(spool.join(&me)).unwrap();
+    assert_eq!(mbox.matches(&format!("Delivered-To: split@{h}")).count(), 1);
+    assert!(std::fs::read_to_string(scratch.join("split-out"))
+        .unwrap()
+        .contains(&format!("Delivered-To: split@{h}")));
+    // Settled: nothing is left remembered.
+    let left: Vec<_> = std::fs::read_dir(inst.root().join("data/local"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -27,7 +27,9 @@
 //! settles that target.
 //!
 //! Each target is logged in Postfix's format; the recipient's result is
-//! the worst of its targets' (deferred over bounced over sent).
+//! the worst of its targets' (deferred over bounced over sent). Targets
+//! delivered before another deferred are skipped on the retry
+//! ([`crate::progress`]).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
@@ -39,6 +41,7 @@ use crate::alias::{self, Origin, Target};
 use crate::content;
 use crate::mailbox::{self, Failure};
 use crate::pipe;
+use crate::progress::{self, Progress};
 
 /// Settings from main.cf.
 pub struct Settings {
@@ -215,8 +218,15 @@ pub struct Delivery<'a> {
 }
 
 impl Delivery<'_> {
-    /// Delivers to one recipient address; the result's text for qmgr.
+    /// [`Delivery::deliver`] with nothing remembered between attempts.
+    #[cfg(test)]
     pub fn recipient(&self, address: &str) -> Result<Done, Failure> {
+        self.deliver(address, &mut Progress::none())
+    }
+
+    /// Delivers to one recipient address, skipping the targets `progress`
+    /// says an earlier attempt delivered; the result's text for qmgr.
+    pub fn deliver(&self, address: &str, progress: &mut Progress) -> Result<Done, Failure> {
         let addr = address.to_lowercase();
         if content::delivered_to(self.wire, &addr) {
             let f = Failure::bounce("5.4.6", format!("mail forwarding loop for {addr}"));
@@ -269,10 +279,15 @@ impl Delivery<'_> {
                 data: ipc::delivery::Data::Inline(Vec::new()),
             };
             let owned = Delivery { txn: &txn, ..*self };
-            return owned.owned_targets(&targets, &addr, name, domain, ext);
+            return owned.owned_targets(&targets, &addr, name, domain, ext, progress);
         }
         let mut results = Vec::new();
+        let mut delivered = Vec::new();
         for t in &targets {
+            let key = progress::key(t);
+            if progress.contains(&key) {
+                continue;
+            }
             let r = self.target(t, &addr, name, ext);
             let shown = match t {
                 Target::User(u) if u != name => Some(format!("{u}@{}", self.settings.myhostname)),
@@ -282,9 +297,12 @@ impl Delivery<'_> {
                 Some(to) => self.log(to, Some(&addr), r.as_ref()),
                 None => self.log(&addr, None, r.as_ref()),
             }
+            if r.is_ok() {
+                delivered.push(key);
+            }
             results.push(r);
         }
-        worst(results)
+        settled(results, &delivered, progress)
     }
 
     /// An alias lookup: the value and the uid owning the table it is in.
@@ -307,6 +325,7 @@ impl Delivery<'_> {
         name: &str,
         domain: &str,
         ext: Option<&str>,
+        progress: &mut Progress,
     ) -> Result<Done, Failure> {
         let mut forward = Vec::new();
         let mut here = Vec::new();
@@ -322,7 +341,9 @@ impl Delivery<'_> {
             }
         }
         let mut results = Vec::new();
-        if !forward.is_empty() {
+        let mut delivered = Vec::new();
+        let batch = progress::key(&forward);
+        if !forward.is_empty() && !progress.contains(&batch) {
             let r = crate::resubmit::resubmit(
                 &self.settings.cleanup,
                 self.txn,
@@ -334,9 +355,17 @@ impl Delivery<'_> {
             for to in &forward {
                 self.log(to, Some(addr), r.as_ref());
             }
-            results.push(self.settle(r, addr));
+            let r = self.settle(r, addr);
+            if r.is_ok() {
+                delivered.push(batch);
+            }
+            results.push(r);
         }
         for t in here {
+            let key = progress::key(t);
+            if progress.contains(&key) {
+                continue;
+            }
             let r = self.target(t, addr, name, ext);
             match t {
                 Target::User(u) if u != name => {
@@ -345,9 +374,13 @@ impl Delivery<'_> {
                 }
                 _ => self.log(addr, None, r.as_ref()),
             }
-            results.push(self.settle(r, addr));
+            let r = self.settle(r, addr);
+            if r.is_ok() {
+                delivered.push(key);
+            }
+            results.push(r);
         }
-        worst(results)
+        settled(results, &delivered, progress)
     }
 
     /// A permanent failure of an owned target goes to the owner in a notice
@@ -801,6 +834,21 @@ impl Delivery<'_> {
         b.push(b'\n');
         b
     }
+}
+
+/// The recipient's result from this attempt's targets (those not already
+/// delivered), remembering the delivered ones when another is deferred.
+fn settled(
+    results: Vec<Result<Done, Failure>>,
+    delivered: &[String],
+    progress: &mut Progress,
+) -> Result<Done, Failure> {
+    let deferred = results.iter().any(|r| matches!(r, Err(f) if f.code < 500));
+    progress.finish(deferred, delivered);
+    if results.is_empty() {
+        return Ok("delivered on an earlier attempt".into());
+    }
+    worst(results)
 }
 
 /// The recipient's result from its targets': deferred over bounced over

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use daemon::{msg_info, msg_warn, Conn as Accepted, Context, Cx, Server};
 use ipc::delivery::{Data, Delivery as Proto, RcptResult, Request, Response, Transaction};
@@ -22,6 +22,8 @@ use crate::deliver::{Delivery, Settings};
 pub struct LocalServer {
     settings: Settings,
     queue_root: PathBuf,
+    /// Where the delivered targets of deferred recipients are remembered.
+    progress_dir: PathBuf,
     clients: BTreeMap<Token, Endpoint>,
     conns: BTreeSet<(Token, u64)>,
     service: String,
@@ -30,7 +32,14 @@ pub struct LocalServer {
 impl LocalServer {
     /// Reads the settings.
     pub fn new(ctx: &Context, (): ()) -> Result<Self, String> {
+        let progress_dir = PathBuf::from(ctx.config.str("data_directory")).join("local");
+        let lifetime = ctx
+            .config
+            .time("maximal_queue_lifetime")
+            .max(ctx.config.time("bounce_queue_lifetime"));
+        crate::progress::sweep(&progress_dir, lifetime + Duration::from_secs(86400));
         Ok(LocalServer {
+            progress_dir,
             settings: Settings::from(&ctx.config, &ctx.args.service),
             queue_root: PathBuf::from(ctx.config.str("queue_directory")),
             clients: BTreeMap::new(),
@@ -113,7 +122,12 @@ impl LocalServer {
         };
         txn.recipients
             .iter()
-            .map(|r| match d.recipient(&r.address) {
+            .map(|r| {
+                let mut progress =
+                    crate::progress::Progress::load(&self.progress_dir, &txn.queue_id, r.index);
+                (r, d.deliver(&r.address, &mut progress))
+            })
+            .map(|(r, result)| match result {
                 Ok(text) => RcptResult {
                     index: r.index,
                     code: 250,
