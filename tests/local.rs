@@ -66,15 +66,12 @@ fn instance_with(aliases: &str, extra: &str, cf_extra: &str) -> (Instance, u16, 
 }
 
 fn send(port: u16, to: &str, data: Option<&Path>) -> String {
+    send_from(port, "alice@example.com", to, data)
+}
+
+fn send_from(port: u16, from: &str, to: &str, data: Option<&Path>) -> String {
     let server = format!("127.0.0.1:{port}");
-    let mut args = vec![
-        "--server",
-        &server,
-        "--from",
-        "alice@example.com",
-        "--to",
-        to,
-    ];
+    let mut args = vec!["--server", &server, "--from", from, "--to", to];
     let data = data.map(|d| d.display().to_string());
     if let Some(d) = &data {
         args.extend(["--data", d.as_str()]);
@@ -264,8 +261,28 @@ fn mailbox_size_limit_bounces() {
     assert_eq!(std::fs::read(spool.join(&me)).unwrap().len(), 290);
 }
 
-/// As root, with a test user created here: local runs as root, writes the
-/// user's Maildir as the user, and refuses root's own mailbox.
+/// A system user made for a test (kept between runs), with a fresh home
+/// directory of mode 0700.
+fn test_user(name: &str, home: &Path) -> sys::privilege::Identity {
+    if sys::privilege::lookup_user(name).unwrap().is_none() {
+        let st = Command::new("useradd")
+            .args(["--system", "--no-create-home", "--home-dir"])
+            .arg(home)
+            .args(["--shell", "/usr/sbin/nologin", name])
+            .status()
+            .expect("useradd");
+        assert!(st.success() || sys::privilege::lookup_user(name).unwrap().is_some());
+    }
+    let u = sys::privilege::lookup_user(name).unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(home);
+    std::fs::create_dir_all(home).unwrap();
+    std::os::unix::fs::chown(home, Some(u.uid), Some(u.gid)).unwrap();
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    u
+}
+
+/// As root, with a test user created here: local runs as root and writes
+/// the user's Maildir as the user.
 #[test]
 fn as_root_maildir_is_written_as_the_user() {
     if !sys::is_root() {
@@ -274,20 +291,7 @@ fn as_root_maildir_is_written_as_the_user() {
     }
     const USER: &str = "sluicemaildir";
     let home = Path::new("/tmp/sluice-maildir-home");
-    if sys::privilege::lookup_user(USER).unwrap().is_none() {
-        let st = Command::new("useradd")
-            .args(["--system", "--no-create-home", "--home-dir"])
-            .arg(home)
-            .args(["--shell", "/usr/sbin/nologin", USER])
-            .status()
-            .expect("useradd");
-        assert!(st.success() || sys::privilege::lookup_user(USER).unwrap().is_some());
-    }
-    let u = sys::privilege::lookup_user(USER).unwrap().unwrap();
-    let _ = std::fs::remove_dir_all(home);
-    std::fs::create_dir_all(home).unwrap();
-    std::os::unix::fs::chown(home, Some(u.uid), Some(u.gid)).unwrap();
-    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let u = test_user(USER, home);
     let forward = home.join(".forward");
     std::fs::write(
         &forward,
@@ -350,10 +354,117 @@ fn as_root_maildir_is_written_as_the_user() {
         String::from_utf8_lossy(&out.stdout),
         format!("1 {USER}@{h}\n")
     );
+    let _ = std::fs::remove_dir_all(home);
+}
+
+/// As root: a world-writable `.forward` is skipped with Postfix's warning
+/// and the mail goes to the mailbox; alias commands run as the owner of
+/// the alias table or `:include:` file, or `default_privs` when that is
+/// root; root's own mailbox is written as root.
+#[test]
+fn as_root_forward_checks_and_delivery_rights() {
+    use std::os::unix::fs::MetadataExt;
+    if !sys::is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    const USER: &str = "sluicefwd";
+    let home = Path::new("/tmp/sluice-fwd-home");
+    let u = test_user(USER, home);
+    let nobody = sys::privilege::lookup_user("nobody").unwrap().unwrap();
+    let forward = home.join(".forward");
+    std::fs::write(
+        &forward,
+        format!("\"|id -u > {}/fwd-out\"\n", home.display()),
+    )
+    .unwrap();
+    std::os::unix::fs::chown(&forward, Some(u.uid), Some(u.gid)).unwrap();
+    std::fs::set_permissions(&forward, std::fs::Permissions::from_mode(0o666)).unwrap();
+
+    let port = free_port();
+    let cf = format!(
+        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nlocal unix - n n - - local\n"
+    );
+    let mut inst = Instance::with_identity(&cf, "", true);
+    // Commands run as other users must reach the scratch directory.
+    std::fs::set_permissions(inst.root(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let spool = inst.root().join("mail");
+    std::fs::create_dir(&spool).unwrap();
+    let scratch = open_dir(&inst.root().join("scratch"));
+    let s = scratch.display();
+    // Root's table, and a table and an include file the user owns.
+    let root_aliases = inst.root().join("aliases");
+    std::fs::write(
+        &root_aliases,
+        format!("rootcmd: \"|id -u > {s}/rootcmd\"\ninc: :include:{s}/inc\n"),
+    )
+    .unwrap();
+    std::fs::write(scratch.join("inc"), format!("\"|id -u > {s}/inccmd\"\n")).unwrap();
+    let user_aliases = scratch.join("user-aliases");
+    std::fs::write(
+        &user_aliases,
+        format!("usercmd: \"|id -u > {s}/usercmd\"\n"),
+    )
+    .unwrap();
+    for p in [scratch.join("inc"), user_aliases.clone()] {
+        std::os::unix::fs::chown(&p, Some(u.uid), Some(u.gid)).unwrap();
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(inst.etc().join("main.cf"))
+        .unwrap();
+    write!(
+        f,
+        "myhostname = mx.test.example\nmail_spool_directory = {}\nlocal_recipient_maps =\n\
+         alias_maps = hash:{}, hash:{}\nallow_mail_to_commands = alias, forward, include\n",
+        spool.display(),
+        root_aliases.display(),
+        user_aliases.display()
+    )
+    .unwrap();
+    inst.start();
+    inst.wait_port(port);
+    let h = "mx.test.example";
+
+    let id = send(port, &format!("{USER}@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<{USER}@{h}>, relay=local"));
+    assert!(
+        line.contains("status=sent (delivered to mailbox)"),
+        "{line}"
+    );
+    assert!(
+        inst.log().contains(&format!(
+            "warning: {id}: file {}/.forward is world writable: skipping",
+            home.display()
+        )),
+        "{}",
+        inst.log()
+    );
+    assert!(!home.join("fwd-out").exists());
+    let m = std::fs::metadata(spool.join(USER)).unwrap();
+    assert_eq!((m.uid(), m.gid()), (u.uid, u.gid));
+
+    for (name, uid) in [("rootcmd", nobody.uid), ("usercmd", u.uid), ("inc", u.uid)] {
+        let id = send(port, &format!("{name}@{h}"), None);
+        let line = inst.wait_log(20, &format!("{id}: to=<{name}@{h}>, relay=local"));
+        assert!(
+            line.contains("status=sent (delivered to command: id -u"),
+            "{line}"
+        );
+        let out = if name == "inc" { "inccmd" } else { name };
+        let got = std::fs::read_to_string(scratch.join(out)).unwrap();
+        assert_eq!(got, format!("{uid}\n"), "{name} runs as uid {uid}");
+    }
 
     let id = send(port, &format!("root@{h}"), None);
     let line = inst.wait_log(20, &format!("{id}: to=<root@{h}>, relay=local"));
-    assert!(line.contains("dsn=5.7.1, status=bounced"), "{line}");
+    assert!(
+        line.contains("status=sent (delivered to mailbox)"),
+        "{line}"
+    );
+    let m = std::fs::metadata(spool.join("root")).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o600));
     let _ = std::fs::remove_dir_all(home);
 }
 
@@ -390,4 +501,158 @@ fn remote_alias_targets_are_forwarded_with_sender_and_delivered_to() {
             .find(|t| t.contains("Delivered-To: far@mx.test.example"))
     });
     assert!(dumped.contains("X-Mailer: swaks"), "{dumped}");
+}
+
+/// Prints what a test checks of each message of an mbox, one line each:
+/// the Return-Path, and for a delivery status notification its To:, and per
+/// recipient Final-Recipient, Action, Status and Diagnostic-Code.
+const MBOX_SUMMARY: &str = "import mailbox, sys
+for m in mailbox.mbox(sys.argv[1]):
+    line = ['return-path=' + m['Return-Path']]
+    if m.get_content_type() == 'multipart/report':
+        line.append('to=' + m['To'])
+        for part in m.get_payload():
+            if part.get_content_type() == 'message/delivery-status':
+                for b in part.get_payload()[1:]:
+                    line += [b['Final-Recipient'], b['Action'], b['Status'], b['Diagnostic-Code']]
+    else:
+        line.append('subject=' + str(m['Subject']))
+    print(' | '.join(line))
+";
+
+/// An alias with an `owner-` alias: its members get a copy from the owner,
+/// and the failures (a member that does not exist, a command that exits 67)
+/// come back to the owner's mailbox as RFC 3464 notices, never to the
+/// original sender.
+#[test]
+fn owner_aliases_get_the_errors_of_their_lists() {
+    let me = user();
+    let h = "mx.test.example";
+    let aliases = format!(
+        "list: :include:SCRATCH/members, \"|echo no thanks; exit 67\"\nowner-list: {me}\n\
+         sender: SCRATCH/sender.mbox\n"
+    );
+    let (inst, port, spool, scratch) = instance(&aliases, "");
+    std::fs::write(scratch.join("members"), format!("{me}\nnosuchuser\n")).unwrap();
+    let data = inst.root().join("message");
+    std::fs::write(&data, "Subject: to the list\n\nhello list\n").unwrap();
+    let id = send_from(
+        port,
+        &format!("sender@{h}"),
+        &format!("list@{h}"),
+        Some(&data),
+    );
+
+    // The members are forwarded as one new message from the owner.
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, orig_to=<list@{h}>"));
+    assert!(line.contains("status=sent (forwarded as "), "{line}");
+    let copy = line
+        .split("forwarded as ")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches(')');
+    let line = inst.wait_log(
+        20,
+        &format!("{id}: to=<nosuchuser@{h}>, orig_to=<list@{h}>"),
+    );
+    assert!(line.contains(&format!("forwarded as {copy})")), "{line}");
+    inst.wait_log(20, &format!("{copy}: from=<owner-list@{h}>"));
+    // The command fails for good here; its notice goes to the owner.
+    let line = inst.wait_log(20, &format!("{id}: to=<list@{h}>, relay=local"));
+    assert!(
+        line.contains("dsn=5.3.0, status=bounced (Command died with status 67"),
+        "{line}"
+    );
+    let line = inst.wait_log(20, &format!("{id}: sender non-delivery notification: "));
+    let notice = line.rsplit(' ').next().unwrap().to_string();
+    // The unknown member bounces in the copy, whose sender is the owner.
+    let line = inst.wait_log(20, &format!("{copy}: to=<nosuchuser@{h}>, relay=local"));
+    assert!(line.contains("dsn=5.1.1, status=bounced"), "{line}");
+    let line = inst.wait_log(20, &format!("{copy}: sender non-delivery notification: "));
+    let notice2 = line.rsplit(' ').next().unwrap().to_string();
+    for n in [&notice, &notice2] {
+        let line = inst.wait_log(20, &format!("{n}: to=<{me}@{h}>, orig_to=<owner-list@{h}>"));
+        assert!(
+            line.contains("status=sent (delivered to mailbox)"),
+            "{line}"
+        );
+    }
+    inst.wait_log(20, &format!("{id}: removed"));
+    // The original message is settled without a notice to its sender.
+    let notices = inst
+        .log()
+        .lines()
+        .filter(|l| l.contains(&format!("{id}: sender non-delivery notification")))
+        .count();
+    assert_eq!(notices, 1, "{}", inst.log());
+    assert!(!scratch.join("sender.mbox").exists());
+
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(MBOX_SUMMARY)
+        .arg(spool.join(&me))
+        .output()
+        .unwrap();
+    let got = String::from_utf8_lossy(&out.stdout);
+    let mut lines: Vec<&str> = got.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            format!("return-path=<> | to=owner-list@{h} | rfc822; list@{h} | failed | 5.3.0 | X-Sluice; Command died with status 67: \"echo no thanks; exit 67\". Command output: no thanks"),
+            format!("return-path=<> | to=owner-list@{h} | rfc822; nosuchuser@{h} | failed | 5.1.1 | X-Sluice; unknown user: \"nosuchuser\""),
+            format!("return-path=<owner-list@{h}> | subject=to the list"),
+        ],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A recipient with several targets, one of which defers: the retry
+/// delivers only to that one, not again to those that already have it.
+#[test]
+fn a_deferred_target_is_retried_alone() {
+    let me = user();
+    let h = "mx.test.example";
+    let aliases =
+        format!("split: {me}, \"|test -e SCRATCH/go || exit 75; cat > SCRATCH/split-out\"\n");
+    let (inst, port, spool, scratch) = instance(&aliases, "");
+    let id = send(port, &format!("split@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<split@{h}>, relay=local"));
+    assert!(line.contains("dsn=4.3.0, status=deferred"), "{line}");
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, orig_to=<split@{h}>"));
+    assert!(
+        line.contains("status=sent (delivered to mailbox)"),
+        "{line}"
+    );
+
+    std::fs::write(scratch.join("go"), "").unwrap();
+    assert!(inst.sluice(&["queue", "flush"]).status.success());
+    let line = wait_for(20, "the command's delivery on the retry", || {
+        inst.log()
+            .lines()
+            .find(|l| {
+                l.contains(&format!("{id}: to=<split@{h}>, relay=local"))
+                    && l.contains("status=sent")
+            })
+            .map(str::to_string)
+    });
+    assert!(line.contains("delivered to command: test -e"), "{line}");
+    inst.wait_log(20, &format!("{id}: removed"));
+    let mailbox_lines = inst
+        .log()
+        .lines()
+        .filter(|l| l.contains(&format!("{id}: to=<{me}@{h}>")))
+        .count();
+    assert_eq!(mailbox_lines, 1, "{}", inst.log());
+    let mbox = std::fs::read_to_string(spool.join(&me)).unwrap();
+    assert_eq!(mbox.matches(&format!("Delivered-To: split@{h}")).count(), 1);
+    assert!(std::fs::read_to_string(scratch.join("split-out"))
+        .unwrap()
+        .contains(&format!("Delivered-To: split@{h}")));
+    // Settled: nothing is left remembered.
+    let left: Vec<_> = std::fs::read_dir(inst.root().join("data/local"))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -8,6 +8,11 @@
 //! its own mailbox, as in Postfix. Any other cycle, or nesting deeper than
 //! [`MAX_DEPTH`], is a 5.4.6 loop. Duplicates are delivered once. The
 //! lookup is a closure so tests need no files; nothing here logs.
+//!
+//! Commands and files carry the rights they run with, as in Postfix: the
+//! owner of the alias table that listed them, or when that is root the
+//! owner of the `:include:` file they came from, else none (uid 0, which
+//! local turns into `default_privs`). A `.forward` starts with its user's.
 
 use crate::mailbox::Failure;
 
@@ -33,27 +38,33 @@ pub enum Target {
     User(String),
     /// An address on another host.
     Remote(String),
-    /// `|command`: the command line.
-    Command(String, Origin),
-    /// `/file`: the path.
-    File(String, Origin),
+    /// `|command`: the command line, where it was found, whose rights it
+    /// runs with (0: nobody's, so `default_privs`).
+    Command(String, Origin, u32),
+    /// `/file`: the path, where it was found, whose rights it is written with.
+    File(String, Origin, u32),
 }
+
+/// Reads a `:include:` file: its text and its owner's uid.
+pub type Include<'a> = &'a dyn Fn(&str) -> Result<(String, u32), Failure>;
 
 /// How expansion reaches the outside world.
 pub struct Sources<'a> {
-    /// An alias table lookup.
-    pub lookup: &'a dyn Fn(&str) -> Option<String>,
+    /// An alias table lookup: the value and the uid owning its table.
+    pub lookup: &'a dyn Fn(&str) -> Option<(String, u32)>,
     /// Whether `user@domain` stays on this host (domain in lower case).
     pub local_domain: &'a dyn Fn(&str) -> bool,
     /// Reads a `:include:` file.
-    pub include: &'a dyn Fn(&str) -> Result<String, Failure>,
+    pub include: Include<'a>,
 }
 
-/// Expands a list of items (a `.forward` file's lines) found under `name`.
+/// Expands a list of items (a `.forward` file's lines) found under `name`,
+/// with the rights of `uid`.
 pub fn expand_list(
     name: &str,
     text: &str,
     origin: Origin,
+    uid: u32,
     src: &Sources<'_>,
 ) -> Result<Vec<Target>, Failure> {
     let lines: Vec<&str> = text
@@ -65,7 +76,7 @@ pub fn expand_list(
     items(
         name,
         &lines.join(","),
-        origin,
+        (origin, uid),
         &mut Vec::new(),
         &mut out,
         src,
@@ -94,19 +105,19 @@ fn walk(
     out: &mut Vec<Target>,
     src: &Sources<'_>,
 ) -> Result<(), Failure> {
-    let Some(value) = (src.lookup)(name) else {
+    let Some((value, owner)) = (src.lookup)(name) else {
         out.push(Target::User(name.to_string()));
         return Ok(());
     };
-    items(name, &value, Origin::Alias, path, out, src)
+    items(name, &value, (Origin::Alias, owner), path, out, src)
 }
 
 /// Expands the items of `value`, found under `name` (an alias or
-/// `:include:path`).
+/// `:include:path`) with the rights of `uid`.
 fn items(
     name: &str,
     value: &str,
-    origin: Origin,
+    (origin, uid): (Origin, u32),
     path: &mut Vec<String>,
     out: &mut Vec<Target>,
     src: &Sources<'_>,
@@ -120,7 +131,7 @@ fn items(
     path.push(name.to_string());
     for item in tables::split_alias_value(value) {
         if let Some(cmd) = item.strip_prefix('|') {
-            out.push(Target::Command(cmd.trim().to_string(), origin));
+            out.push(Target::Command(cmd.trim().to_string(), origin, uid));
         } else if let Some(file) = item.strip_prefix(":include:") {
             let key = format!(":include:{}", file.trim());
             if path.contains(&key) {
@@ -129,15 +140,26 @@ fn items(
                     format!("alias expansion loop: {} -> {key}", path.join(" -> ")),
                 ));
             }
-            let text = (src.include)(file.trim())?;
+            let (text, owner) = (src.include)(file.trim())?;
+            // In a root-owned list the file lends its owner's rights; in a
+            // list with rights already it changes nothing, so nobody gets
+            // another user's rights by naming that user's file.
+            let rights = if uid == 0 { owner } else { uid };
             let lines: Vec<&str> = text
                 .lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty() && !l.starts_with('#'))
                 .collect();
-            items(&key, &lines.join(","), Origin::Include, path, out, src)?;
+            items(
+                &key,
+                &lines.join(","),
+                (Origin::Include, rights),
+                path,
+                out,
+                src,
+            )?;
         } else if item.starts_with('/') {
-            out.push(Target::File(item, origin));
+            out.push(Target::File(item, origin, uid));
         } else if let Some(user) = item.strip_prefix('\\') {
             out.push(Target::User(user.to_lowercase()));
         } else {
@@ -171,15 +193,19 @@ mod tests {
     use Target::*;
 
     fn run(table: &[(&str, &str)], name: &str) -> Result<Vec<Target>, Failure> {
+        // "owned" is a user's alias; everything else is root's.
         let lookup = |k: &str| {
             table
                 .iter()
                 .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
+                .map(|(n, v)| (v.to_string(), if *n == "owned" { 1000 } else { 0 }))
         };
         let include = |p: &str| match p {
-            "/etc/mail/list" => Ok("# the list\nalice\n\n|/bin/list, /var/list\n".to_string()),
-            "/etc/mail/self" => Ok(":include:/etc/mail/self".to_string()),
+            "/etc/mail/list" => Ok((
+                "# the list\nalice\n\n|/bin/list, /var/list\n".to_string(),
+                500,
+            )),
+            "/etc/mail/self" => Ok((":include:/etc/mail/self".to_string(), 0)),
             _ => Err(Failure::defer("4.3.0", format!("cannot read {p}"))),
         };
         expand(
@@ -216,6 +242,7 @@ mod tests {
             ("inc", ":include:/etc/mail/list"),
             ("selfinc", ":include:/etc/mail/self"),
             ("badinc", ":include:/nowhere"),
+            ("owned", ":include:/etc/mail/list, |/bin/own"),
         ];
         assert_eq!(run(&t, "nobody").unwrap(), [User("nobody".into())]);
         assert_eq!(
@@ -223,7 +250,7 @@ mod tests {
             [
                 User("alice".into()),
                 User("bob".into()),
-                Command("/usr/bin/vacation bob".into(), Origin::Alias)
+                Command("/usr/bin/vacation bob".into(), Origin::Alias, 0)
             ]
         );
         assert_eq!(
@@ -235,15 +262,25 @@ mod tests {
             [
                 User("alice".into()),
                 Remote("dave@remote.example".into()),
-                File("/var/log/mail.txt".into(), Origin::Alias)
+                File("/var/log/mail.txt".into(), Origin::Alias, 0)
             ]
         );
         assert_eq!(
             run(&t, "inc").unwrap(),
             [
                 User("alice".into()),
-                Command("/bin/list".into(), Origin::Include),
-                File("/var/list".into(), Origin::Include)
+                Command("/bin/list".into(), Origin::Include, 500),
+                File("/var/list".into(), Origin::Include, 500)
+            ]
+        );
+        // A user's list keeps its owner's rights through a file of another.
+        assert_eq!(
+            run(&t, "owned").unwrap(),
+            [
+                User("alice".into()),
+                Command("/bin/list".into(), Origin::Include, 1000),
+                File("/var/list".into(), Origin::Include, 1000),
+                Command("/bin/own".into(), Origin::Alias, 1000)
             ]
         );
         assert_eq!(run(&t, "selfinc").unwrap_err().enhanced, "5.4.6");

@@ -8,25 +8,40 @@
 //! the user first, so a spool the user cannot write still works, and the
 //! dotlock is taken with root's rights; under the user's home
 //! (`home_mailbox`) every step is the user's. A user's `.forward` (the
-//! first `forward_path` file there is, read as the user) replaces the
-//! mailbox with what it lists. Mail to root's own mailbox is refused when
-//! we are root: alias root to a person.
-//! Commands run as a child with the target uid/gid (std's `Command::uid`).
+//! first `forward_path` file there is, read as the user; skipped with a
+//! warning unless it is a regular file owned by the user or root and not
+//! world-writable, as Postfix) replaces the mailbox with what it lists.
+//! Root's own mailbox is written as root, as Postfix does.
+//! Commands run as a child with the target uid/gid (std's `Command::uid`)
+//! and files are written with them; those are never root's: a command or
+//! file whose rights would be root's (root's `.forward` or
+//! `mailbox_command`, a root-owned alias table) gets `default_privs`.
 //! Unprivileged, everything runs as the current user.
 //!
+//! An alias `name` with an alias `owner-name` hands its errors to the
+//! owner (Postfix's local(8)): its addresses (users and remote) are
+//! forwarded as one new message whose envelope sender is the owner, so
+//! their failures bounce there; its commands and files are delivered here
+//! with the owner as sender, and a permanent failure of one is reported to
+//! the owner at once by a notice of its own (Postfix's bounce_one), which
+//! settles that target.
+//!
 //! Each target is logged in Postfix's format; the recipient's result is
-//! the worst of its targets' (deferred over bounced over sent).
+//! the worst of its targets' (deferred over bounced over sent). Targets
+//! delivered before another deferred are skipped on the retry
+//! ([`crate::progress`]).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use daemon::msg_info;
+use daemon::{msg_info, msg_warn};
 use ipc::delivery::Transaction;
 
 use crate::alias::{self, Origin, Target};
 use crate::content;
 use crate::mailbox::{self, Failure};
 use crate::pipe;
+use crate::progress::{self, Progress};
 
 /// Settings from main.cf.
 pub struct Settings {
@@ -56,6 +71,12 @@ pub struct Settings {
     pub forward_path: String,
     /// `default_privs`: who runs alias commands and writes alias files.
     pub default_privs: String,
+    /// `owner_request_special`.
+    pub owner_request_special: bool,
+    /// `expand_owner_alias`.
+    pub expand_owner_alias: bool,
+    /// `myorigin`, for `owner-name@$myorigin`.
+    pub myorigin: String,
     /// Running as root.
     pub as_root: bool,
     /// cleanup's socket, for forwarding to remote addresses.
@@ -84,6 +105,9 @@ impl Settings {
             command_timeout: t.time("command_time_limit"),
             forward_path: cfg.str("forward_path"),
             default_privs: cfg.str("default_privs"),
+            owner_request_special: cfg.bool("owner_request_special"),
+            expand_owner_alias: cfg.bool("expand_owner_alias"),
+            myorigin: cfg.str("myorigin"),
             as_root: sys::is_root(),
             cleanup: PathBuf::from(cfg.str("queue_directory")).join("private/cleanup"),
         }
@@ -141,6 +165,38 @@ fn allowed(list: &[String], origin: Origin) -> bool {
     list.iter().any(|v| v == want)
 }
 
+/// Why a `.forward` file may not be used (Postfix's checks, in its order),
+/// or `None` when it may.
+pub fn forward_problem(meta: &std::fs::Metadata, path: &str, uid: u32) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    if !meta.file_type().is_file() {
+        Some(format!("file {path} is not a regular file"))
+    } else if meta.uid() != 0 && meta.uid() != uid {
+        Some(format!("file {path} has bad owner uid {}", meta.uid()))
+    } else if meta.mode() & 0o002 != 0 {
+        Some(format!("file {path} is world writable"))
+    } else {
+        None
+    }
+}
+
+/// The sender for an alias's deliveries when it has an owner: the owner
+/// alias's value when `expand_owner_alias` asks for it and that is one
+/// address, else `owner-name@$myorigin`.
+pub fn owner_sender(name: &str, value: &str, expand: bool, myorigin: &str) -> String {
+    let items = tables::split_alias_value(value);
+    match items.as_slice() {
+        [one] if expand && !one.starts_with(['|', '/', ':', '\\']) && !one.contains(' ') => {
+            if one.contains('@') {
+                one.clone()
+            } else {
+                format!("{one}@{myorigin}")
+            }
+        }
+        _ => format!("owner-{name}@{myorigin}"),
+    }
+}
+
 /// What was delivered where, for a 2xx result.
 type Done = String;
 
@@ -150,6 +206,9 @@ pub struct Delivery<'a> {
     pub settings: &'a Settings,
     /// The aliases (opened per transaction, so edits take effect).
     pub aliases: &'a tables::Tables,
+    /// The uid owning each alias table, in the same order (0: root's, or
+    /// not a file).
+    pub alias_uids: &'a [u32],
     /// The transaction.
     pub txn: &'a Transaction,
     /// Its content, wire format.
@@ -159,19 +218,35 @@ pub struct Delivery<'a> {
 }
 
 impl Delivery<'_> {
-    /// Delivers to one recipient address; the result's text for qmgr.
+    /// [`Delivery::deliver`] with nothing remembered between attempts.
+    #[cfg(test)]
     pub fn recipient(&self, address: &str) -> Result<Done, Failure> {
+        self.deliver(address, &mut Progress::none())
+    }
+
+    /// Delivers to one recipient address, skipping the targets `progress`
+    /// says an earlier attempt delivered; the result's text for qmgr.
+    pub fn deliver(&self, address: &str, progress: &mut Progress) -> Result<Done, Failure> {
         let addr = address.to_lowercase();
         if content::delivered_to(self.wire, &addr) {
             let f = Failure::bounce("5.4.6", format!("mail forwarding loop for {addr}"));
             self.log(&addr, None, Err(&f));
             return Err(f);
         }
-        let local = addr.rsplit_once('@').map_or(addr.as_str(), |(l, _)| l);
-        let (base, ext) = split_extension(local, &self.settings.delimiter);
-        let lookup = |k: &str| self.aliases.lookup(k);
+        let (local, domain) = addr.rsplit_once('@').unwrap_or((addr.as_str(), ""));
+        let s = self.settings;
+        // Postfix does not split owner-list and list-request at a '-'.
+        let special = s.owner_request_special
+            && s.delimiter.contains('-')
+            && (local.starts_with("owner-") || local.ends_with("-request"));
+        let (base, ext) = if special {
+            (local, None)
+        } else {
+            split_extension(local, &s.delimiter)
+        };
+        let lookup = |k: &str| self.alias(k);
         let name = if lookup(local).is_some() { local } else { base };
-        let is_local = |d: &str| self.settings.local_domains.iter().any(|x| x == d);
+        let is_local = |d: &str| s.local_domains.iter().any(|x| x == d);
         let include = |p: &str| self.read_include(p);
         let src = alias::Sources {
             lookup: &lookup,
@@ -185,8 +260,34 @@ impl Delivery<'_> {
                 return Err(f);
             }
         };
+        let owner = match lookup(name) {
+            Some(_) if s.owner_request_special => lookup(&format!("owner-{name}"))
+                .map(|(v, _)| owner_sender(name, &v, s.expand_owner_alias, &s.myorigin)),
+            _ => None,
+        };
+        if let Some(owner) = owner {
+            let txn = Transaction {
+                queue_id: self.txn.queue_id.clone(),
+                sender: owner,
+                ret: self.txn.ret,
+                envid: self.txn.envid.clone(),
+                body: self.txn.body,
+                smtputf8: self.txn.smtputf8,
+                size: self.txn.size,
+                arrival_us: self.txn.arrival_us,
+                recipients: Vec::new(),
+                data: ipc::delivery::Data::Inline(Vec::new()),
+            };
+            let owned = Delivery { txn: &txn, ..*self };
+            return owned.owned_targets(&targets, &addr, name, domain, ext, progress);
+        }
         let mut results = Vec::new();
+        let mut delivered = Vec::new();
         for t in &targets {
+            let key = progress::key(t);
+            if progress.contains(&key) {
+                continue;
+            }
             let r = self.target(t, &addr, name, ext);
             let shown = match t {
                 Target::User(u) if u != name => Some(format!("{u}@{}", self.settings.myhostname)),
@@ -196,18 +297,147 @@ impl Delivery<'_> {
                 Some(to) => self.log(to, Some(&addr), r.as_ref()),
                 None => self.log(&addr, None, r.as_ref()),
             }
+            if r.is_ok() {
+                delivered.push(key);
+            }
             results.push(r);
         }
-        let worst = |code: u16| {
-            results
-                .iter()
-                .find(|r| matches!(r, Err(f) if f.code / 100 == code))
-        };
-        if let Some(Err(f)) = worst(4).or_else(|| worst(5)) {
-            return Err(f.clone());
+        settled(results, &delivered, progress)
+    }
+
+    /// An alias lookup: the value and the uid owning the table it is in.
+    fn alias(&self, key: &str) -> Option<(String, u32)> {
+        let uids = self.alias_uids.iter().chain(std::iter::repeat(&0));
+        self.aliases
+            .tables()
+            .iter()
+            .zip(uids)
+            .find_map(|(t, uid)| t.lookup(key).map(|v| (v, *uid)))
+    }
+
+    /// Delivers an alias's targets when it has an owner (`self.txn.sender`
+    /// is the owner): the addresses as one new message from the owner, the
+    /// rest here, their permanent failures reported to the owner.
+    fn owned_targets(
+        &self,
+        targets: &[Target],
+        addr: &str,
+        name: &str,
+        domain: &str,
+        ext: Option<&str>,
+        progress: &mut Progress,
+    ) -> Result<Done, Failure> {
+        let mut forward = Vec::new();
+        let mut here = Vec::new();
+        for t in targets {
+            match t {
+                Target::Remote(r) => forward.push(r.clone()),
+                // A user that is also an alias came from `\name` or the
+                // alias itself: sent on, it would be expanded again.
+                Target::User(u) if u != name && self.alias(u).is_none() => {
+                    forward.push(format!("{u}@{domain}"))
+                }
+                _ => here.push(t),
+            }
         }
-        let done: Vec<String> = results.into_iter().filter_map(Result::ok).collect();
-        Ok(done.join(", "))
+        let mut results = Vec::new();
+        let mut delivered = Vec::new();
+        let batch = progress::key(&forward);
+        if !forward.is_empty() && !progress.contains(&batch) {
+            let r = crate::resubmit::resubmit(
+                &self.settings.cleanup,
+                self.txn,
+                self.wire,
+                addr,
+                &forward,
+            )
+            .map(|id| format!("forwarded as {id}"));
+            for to in &forward {
+                self.log(to, Some(addr), r.as_ref());
+            }
+            let r = self.settle(r, addr);
+            if r.is_ok() {
+                delivered.push(batch);
+            }
+            results.push(r);
+        }
+        for t in here {
+            let key = progress::key(t);
+            if progress.contains(&key) {
+                continue;
+            }
+            let r = self.target(t, addr, name, ext);
+            match t {
+                Target::User(u) if u != name => {
+                    let to = format!("{u}@{}", self.settings.myhostname);
+                    self.log(&to, Some(addr), r.as_ref());
+                }
+                _ => self.log(addr, None, r.as_ref()),
+            }
+            let r = self.settle(r, addr);
+            if r.is_ok() {
+                delivered.push(key);
+            }
+            results.push(r);
+        }
+        settled(results, &delivered, progress)
+    }
+
+    /// A permanent failure of an owned target goes to the owner in a notice
+    /// of its own, which settles it; when the notice cannot be queued the
+    /// target is tried again later.
+    fn settle(&self, r: Result<Done, Failure>, addr: &str) -> Result<Done, Failure> {
+        let f = match r {
+            Err(f) if f.code >= 500 => f,
+            other => return other,
+        };
+        let owner = &self.txn.sender;
+        let cx_date = sys::time::rfc5322_date(SystemTime::now());
+        let arrival = SystemTime::UNIX_EPOCH + Duration::from_micros(self.txn.arrival_us);
+        let arrived = sys::time::rfc5322_date(arrival);
+        let env = mail::Envelope {
+            sender: owner.clone(),
+            recipients: vec![mail::Recipient::new(addr)],
+            ret: self.txn.ret,
+            envid: self.txn.envid.clone(),
+            arrival: mail::Timestamp::from_micros(self.txn.arrival_us),
+            ..mail::Envelope::default()
+        };
+        let failed = mail::notice::Failed {
+            index: 0,
+            status: f.enhanced.to_string(),
+            reason: f.text.clone(),
+        };
+        let report = mail::notice::report(
+            &env,
+            &self.txn.queue_id,
+            &[&failed],
+            self.wire,
+            mail::notice::Context {
+                hostname: &self.settings.myhostname,
+                to: owner,
+                date: &cx_date,
+                arrival: &arrived,
+            },
+        );
+        let notice = mail::Envelope {
+            sender: String::new(),
+            recipients: vec![mail::Recipient::new(owner.as_str())],
+            ..mail::Envelope::default()
+        };
+        match crate::resubmit::submit(&self.settings.cleanup, notice, true, &report) {
+            Ok(id) => {
+                msg_info!(
+                    "{}: sender non-delivery notification: {id}",
+                    self.txn.queue_id
+                );
+                Ok(format!("{}: notice to {owner} as {id}", f.text))
+            }
+            Err(e) => Err(Failure::defer(
+                "4.3.0",
+                format!("{}; the notice to {owner} failed: {}", f.text, e.text),
+            )),
+        }
     }
 
     fn log(&self, to: &str, orig: Option<&str>, r: Result<&Done, &Failure>) {
@@ -243,20 +473,20 @@ impl Delivery<'_> {
         match t {
             Target::User(u) => self.user(u, addr, ext, 0),
             Target::Remote(r) => self.resubmit(addr, r),
-            Target::File(_, o) if !allowed(&s.files_from, *o) => Err(Failure::bounce(
+            Target::File(_, o, _) if !allowed(&s.files_from, *o) => Err(Failure::bounce(
                 "5.7.1",
                 format!("alias {name}: mail to files is restricted"),
             )),
-            Target::Command(_, o) if !allowed(&s.commands_from, *o) => Err(Failure::bounce(
+            Target::Command(_, o, _) if !allowed(&s.commands_from, *o) => Err(Failure::bounce(
                 "5.7.1",
                 format!("alias {name}: mail to commands is restricted"),
             )),
-            Target::Command(c, _) => {
-                let (ids, home) = self.privs()?;
+            Target::Command(c, _, uid) => {
+                let (ids, home) = self.rights(*uid)?;
                 self.command(c, addr, name, ext, ids, home)
             }
-            Target::File(f, _) => {
-                let (ids, _) = self.privs()?;
+            Target::File(f, _, uid) => {
+                let (ids, _) = self.rights(*uid)?;
                 let entry = self.mbox_entry(addr);
                 let _guard = match ids {
                     Some((uid, gid)) => Some(switch(uid, gid)?),
@@ -281,26 +511,42 @@ impl Delivery<'_> {
         .map(|id| format!("forwarded as {id}"))
     }
 
-    /// Reads a `:include:` file (as default_privs when root; at most 1 MB).
-    fn read_include(&self, path: &str) -> Result<String, Failure> {
-        let (ids, _) = self.privs()?;
+    /// Reads a `:include:` file (as default_privs when root; at most 1 MB):
+    /// its text and its owner's uid.
+    fn read_include(&self, path: &str) -> Result<(String, u32), Failure> {
+        use std::os::unix::fs::MetadataExt;
+        let (ids, _) = self.rights(0)?;
         let _guard = match ids {
             Some((uid, gid)) => Some(switch(uid, gid)?),
             None => None,
         };
         let mut text = String::new();
-        std::fs::File::open(path)
+        let owner = std::fs::File::open(path)
             .and_then(|f| {
-                std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text)
+                let owner = f.metadata()?.uid();
+                std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text)?;
+                Ok(owner)
             })
             .map_err(|e| Failure::defer("4.3.0", format!("cannot read :include:{path}: {e}")))?;
-        Ok(text)
+        Ok((text, owner))
     }
 
-    /// The identity for alias commands and files: default_privs when root.
-    fn privs(&self) -> Result<(Option<(u32, u32)>, PathBuf), Failure> {
+    /// The identity commands and files run with when `uid`'s rights apply
+    /// (Postfix's rule): that user, or default_privs for root (0) — never
+    /// root itself. Unprivileged, the current user.
+    fn rights(&self, uid: u32) -> Result<(Option<(u32, u32)>, PathBuf), Failure> {
         if !self.settings.as_root {
             return Ok((None, PathBuf::from("/")));
+        }
+        if uid != 0 {
+            return match sys::privilege::lookup_uid(uid) {
+                Ok(Some(u)) => Ok((Some((u.uid, u.gid)), u.home)),
+                Ok(None) => Err(Failure::defer(
+                    "4.3.0",
+                    format!("mail system configuration error: no user has uid {uid}"),
+                )),
+                Err(e) => Err(Failure::defer("4.3.0", format!("uid {uid}: {e}"))),
+            };
         }
         let who = &self.settings.default_privs;
         match sys::privilege::lookup_user(who) {
@@ -322,6 +568,10 @@ impl Delivery<'_> {
         ids: Option<(u32, u32)>,
         home: PathBuf,
     ) -> Result<Done, Failure> {
+        let (ids, home) = match ids {
+            Some((0, _)) => self.rights(0)?,
+            _ => (ids, home),
+        };
         let (local, domain) = addr.rsplit_once('@').unwrap_or((addr, ""));
         let dir = if home.is_dir() {
             home.clone()
@@ -367,14 +617,6 @@ impl Delivery<'_> {
             }
             Err(e) => return Err(Failure::defer("4.3.0", format!("user {name}: {e}"))),
         };
-        if s.as_root && u.uid == 0 {
-            return Err(Failure::bounce(
-                "5.7.1",
-                format!(
-                    "mail to {name}'s mailbox is not delivered as root: alias {name} to a person"
-                ),
-            ));
-        }
         let ids = s.as_root.then_some((u.uid, u.gid));
         if let Some(text) = self.read_forward(&u, ext, ids)? {
             return self.forward(&u, &text, addr, ext, ids, depth);
@@ -395,15 +637,36 @@ impl Delivery<'_> {
             None => None,
         };
         for path in forward_paths(&s.forward_path, u, ext, &s.delimiter) {
-            let mut text = String::new();
-            let read = std::fs::File::open(&path).and_then(|f| {
-                std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text)
-            });
-            match read {
-                Ok(_) => return Ok(Some(text)),
+            // The first file there is decides, as in Postfix: a bad one
+            // means the mailbox, not the next name.
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(m) => m,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(Failure::defer("4.3.0", format!("cannot read {path}: {e}"))),
+            };
+            if let Some(problem) = forward_problem(&meta, &path, u.uid) {
+                msg_warn!("{}: {problem}: skipping", self.txn.queue_id);
+                return Ok(None);
             }
+            let mut text = String::new();
+            let read = std::os::unix::fs::OpenOptionsExt::custom_flags(
+                std::fs::OpenOptions::new().read(true),
+                sys::O_NOFOLLOW,
+            )
+            .open(&path)
+            .and_then(|f| {
+                use std::os::unix::fs::MetadataExt;
+                // The file checked must be the file read.
+                let now = f.metadata()?;
+                if now.ino() != meta.ino() || now.dev() != meta.dev() {
+                    return Err(std::io::Error::other("replaced while being read"));
+                }
+                std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text)
+            });
+            return match read {
+                Ok(_) => Ok(Some(text)),
+                Err(e) => Err(Failure::defer("4.3.0", format!("cannot read {path}: {e}"))),
+            };
         }
         Ok(None)
     }
@@ -435,7 +698,7 @@ impl Delivery<'_> {
             local_domain: &is_local,
             include: &include,
         };
-        let targets = alias::expand_list(name, text, Origin::Forward, &src)?;
+        let targets = alias::expand_list(name, text, Origin::Forward, u.uid, &src)?;
         let mut done = Vec::new();
         let mut failed: Option<Failure> = None;
         for t in targets {
@@ -443,16 +706,20 @@ impl Delivery<'_> {
                 Target::User(x) if x == name => self.mailbox(u, addr, ext, ids),
                 Target::User(x) => self.user(x, addr, None, depth + 1),
                 Target::Remote(r) => self.resubmit(addr, r),
-                Target::Command(_, o) if !allowed(&s.commands_from, *o) => Err(Failure::bounce(
+                Target::Command(_, o, _) if !allowed(&s.commands_from, *o) => Err(Failure::bounce(
                     "5.7.1",
                     format!("{name}'s .forward: mail to commands is restricted"),
                 )),
-                Target::File(_, o) if !allowed(&s.files_from, *o) => Err(Failure::bounce(
+                Target::File(_, o, _) if !allowed(&s.files_from, *o) => Err(Failure::bounce(
                     "5.7.1",
                     format!("{name}'s .forward: mail to files is restricted"),
                 )),
-                Target::Command(c, _) => self.command(c, addr, name, ext, ids, u.home.clone()),
-                Target::File(f, _) => {
+                Target::Command(c, _, _) => self.command(c, addr, name, ext, ids, u.home.clone()),
+                Target::File(f, _, _) => {
+                    let ids = match ids {
+                        Some((0, _)) => self.rights(0)?.0,
+                        _ => ids,
+                    };
                     let _guard = match ids {
                         Some((uid, gid)) => Some(switch(uid, gid)?),
                         None => None,
@@ -569,6 +836,36 @@ impl Delivery<'_> {
     }
 }
 
+/// The recipient's result from this attempt's targets (those not already
+/// delivered), remembering the delivered ones when another is deferred.
+fn settled(
+    results: Vec<Result<Done, Failure>>,
+    delivered: &[String],
+    progress: &mut Progress,
+) -> Result<Done, Failure> {
+    let deferred = results.iter().any(|r| matches!(r, Err(f) if f.code < 500));
+    progress.finish(deferred, delivered);
+    if results.is_empty() {
+        return Ok("delivered on an earlier attempt".into());
+    }
+    worst(results)
+}
+
+/// The recipient's result from its targets': deferred over bounced over
+/// delivered (then what was delivered where, joined).
+fn worst(results: Vec<Result<Done, Failure>>) -> Result<Done, Failure> {
+    let first = |class: u16| {
+        results
+            .iter()
+            .find(|r| matches!(r, Err(f) if f.code / 100 == class))
+    };
+    if let Some(Err(f)) = first(4).or_else(|| first(5)) {
+        return Err(f.clone());
+    }
+    let done: Vec<String> = results.into_iter().filter_map(Result::ok).collect();
+    Ok(done.join(", "))
+}
+
 /// An address as it may appear in a header line: no control characters
 /// (a peer's CR or LF must not start a header of its own).
 pub(crate) fn clean(addr: &str) -> String {
@@ -635,6 +932,59 @@ mod tests {
     }
 
     #[test]
+    fn owner_senders() {
+        let o = |v, expand| owner_sender("list", v, expand, "example.org");
+        assert_eq!(o("bob", false), "owner-list@example.org");
+        assert_eq!(o("bob", true), "bob@example.org");
+        assert_eq!(o("Bob@Else.Example", true), "Bob@Else.Example");
+        for several in ["bob, carol", "|cmd", "/file", ":include:/x", "\\bob"] {
+            assert_eq!(o(several, true), "owner-list@example.org", "{several}");
+        }
+    }
+
+    #[test]
+    fn forward_files_are_checked_as_postfix_does() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join(".forward");
+        std::fs::write(&f, "me\n").unwrap();
+        let mine = std::fs::metadata(&f).unwrap().uid();
+        let check = |uid| {
+            let meta = std::fs::symlink_metadata(&f).unwrap();
+            forward_problem(&meta, "F", uid)
+        };
+        assert_eq!(check(mine), None);
+        if mine == 0 {
+            // Root's file is anyone's; someone else's is nobody else's.
+            assert_eq!(check(4243), None);
+            std::os::unix::fs::chown(&f, Some(4242), None).unwrap();
+            assert_eq!(check(4242), None);
+            assert_eq!(check(4243), Some("file F has bad owner uid 4242".into()));
+            std::os::unix::fs::chown(&f, Some(0), None).unwrap();
+        } else {
+            assert_eq!(
+                check(mine + 1),
+                Some(format!("file F has bad owner uid {mine}"))
+            );
+        }
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o620)).unwrap();
+        assert_eq!(
+            check(mine),
+            None,
+            "group-writable is allowed, as in Postfix"
+        );
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert_eq!(check(mine), Some("file F is world writable".into()));
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        let meta = std::fs::symlink_metadata(&link).unwrap();
+        assert_eq!(
+            forward_problem(&meta, "L", mine),
+            Some("file L is not a regular file".into())
+        );
+    }
+
+    #[test]
     fn delays_follow_postfix() {
         assert_eq!(secs(0.123), "0.12");
         assert_eq!(secs(12.34), "12.3");
@@ -672,13 +1022,16 @@ mod tests {
             command_timeout: Duration::from_secs(10),
             forward_path: String::new(),
             default_privs: "nobody".into(),
+            owner_request_special: true,
+            expand_owner_alias: false,
+            myorigin: "mx.test.example".into(),
             as_root,
             cleanup: spool.join("no-cleanup-here"),
         }
     }
 
     #[test]
-    fn as_root_mailboxes_belong_to_the_user_and_root_is_refused() {
+    fn as_root_mailboxes_belong_to_the_user_and_commands_never_run_as_root() {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         if !sys::is_root() {
             return; // needs root: covered unprivileged by tests/local.rs
@@ -702,6 +1055,7 @@ mod tests {
         let d = Delivery {
             settings: &s,
             aliases: &aliases,
+            alias_uids: &[],
             txn: &txn,
             wire: b"Subject: hi\r\n\r\n..dot\r\n",
             started: Instant::now(),
@@ -724,10 +1078,14 @@ mod tests {
             ),
             "{got:?}"
         );
+        // Root's own mailbox is written as root, as Postfix does.
         for who in ["root@mx.test.example", "boss@mx.test.example"] {
-            let e = d.recipient(who).unwrap_err();
-            assert_eq!((e.code, e.enhanced), (550, "5.7.1"), "{who}: {}", e.text);
+            assert_eq!(d.recipient(who).unwrap(), "delivered to mailbox", "{who}");
         }
+        let meta = std::fs::metadata(dir.path().join("root")).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (0, 0o600));
+        let got = std::fs::read_to_string(dir.path().join("root")).unwrap();
+        assert_eq!(got.matches("\nDelivered-To: ").count(), 2, "{got}");
         d.recipient("pipe@mx.test.example").unwrap();
         let ids = std::fs::read_to_string(scratch.join("uid")).unwrap();
         assert_eq!(
@@ -735,6 +1093,17 @@ mod tests {
             format!("{}\n{}\n", nobody.uid, nobody.gid),
             "no root groups left"
         );
+        assert!(sys::is_root());
+        // A mailbox_command for root runs as default_privs, never as root.
+        let mut s2 = settings(dir.path(), true);
+        s2.mailbox_command = format!("id -u > {}/cmd-uid", scratch.display());
+        let d2 = Delivery { settings: &s2, ..d };
+        assert!(d2
+            .recipient("root@mx.test.example")
+            .unwrap()
+            .starts_with("delivered to command: "));
+        let uid = std::fs::read_to_string(scratch.join("cmd-uid")).unwrap();
+        assert_eq!(uid, format!("{}\n", nobody.uid));
         assert!(sys::is_root());
     }
 
@@ -752,6 +1121,7 @@ mod tests {
         let d = Delivery {
             settings: &s,
             aliases: &aliases,
+            alias_uids: &[],
             txn: &txn,
             wire: b"Subject: hi\r\n\r\nFrom here\r\n",
             started: Instant::now(),

@@ -15,6 +15,7 @@ mod content;
 mod deliver;
 mod mailbox;
 mod pipe;
+mod progress;
 mod resubmit;
 mod server;
 

@@ -16,7 +16,7 @@ use crate::mailbox::Failure;
 const TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Queues `wire` (the stored content) for `to`, on behalf of recipient
-/// `addr`; the new queue id on success.
+/// `addr`, from the transaction's sender; the new queue id on success.
 pub fn resubmit(
     socket: &Path,
     txn: &Transaction,
@@ -24,10 +24,6 @@ pub fn resubmit(
     addr: &str,
     to: &[String],
 ) -> Result<String, Failure> {
-    let fail =
-        |what: String| Failure::defer("4.3.0", format!("forwarding to {}: {what}", to.join(", ")));
-    let mut client = ipc::Client::<Cleanup>::connect(socket, TIMEOUT)
-        .map_err(|e| fail(format!("connect to {}: {e}", socket.display())))?;
     let envelope = Envelope {
         sender: txn.sender.clone(),
         recipients: to.iter().map(|r| Recipient::new(r.as_str())).collect(),
@@ -37,12 +33,43 @@ pub fn resubmit(
         smtputf8: txn.smtputf8,
         ..Envelope::default()
     };
-    let begin = Request::Begin {
-        envelope: Box::new(envelope),
-        origin: Origin::Local {
+    let mut content = format!("Delivered-To: {}\r\n", crate::deliver::clean(addr)).into_bytes();
+    content.extend_from_slice(wire);
+    submit(socket, envelope, false, &content)
+}
+
+/// Queues `content` (wire format) with `envelope` through cleanup: a
+/// forwarded copy, or a non-delivery notice (`notice`: from
+/// MAILER-DAEMON, as qmgr's). The new queue id on success.
+pub fn submit(
+    socket: &Path,
+    envelope: Envelope,
+    notice: bool,
+    content: &[u8],
+) -> Result<String, Failure> {
+    let to: Vec<&str> = envelope
+        .recipients
+        .iter()
+        .map(|r| r.address.as_str())
+        .collect();
+    let to = to.join(", ");
+    let fail = |what: String| Failure::defer("4.3.0", format!("forwarding to {to}: {what}"));
+    let mut client = ipc::Client::<Cleanup>::connect(socket, TIMEOUT)
+        .map_err(|e| fail(format!("connect to {}: {e}", socket.display())))?;
+    let origin = if notice {
+        Origin::Local {
+            user: "MAILER-DAEMON".into(),
+            full_name: Some("Mail Delivery System".into()),
+        }
+    } else {
+        Origin::Local {
             user: String::new(),
             full_name: None,
-        },
+        }
+    };
+    let begin = Request::Begin {
+        envelope: Box::new(envelope),
+        origin,
         hold: false,
     };
     let answer = |r: Result<Response, ipc::IpcError>| match r {
@@ -52,7 +79,7 @@ pub fn resubmit(
             text,
         }) if code >= 500 => Err(Failure::bounce(
             "5.3.0",
-            format!("forwarding to {}: {code} {enhanced} {text}", to.join(", ")),
+            format!("forwarding to {to}: {code} {enhanced} {text}"),
         )),
         Ok(Response::Failed {
             code,
@@ -66,8 +93,6 @@ pub fn resubmit(
         Response::Started { .. } => {}
         other => return Err(fail(format!("unexpected answer from cleanup: {other:?}"))),
     }
-    let mut content = format!("Delivered-To: {}\r\n", crate::deliver::clean(addr)).into_bytes();
-    content.extend_from_slice(wire);
     for chunk in content.chunks(MAX_CHUNK) {
         client
             .send(&Request::Data {

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use daemon::{msg_info, msg_warn, Conn as Accepted, Context, Cx, Server};
 use ipc::delivery::{Data, Delivery as Proto, RcptResult, Request, Response, Transaction};
@@ -22,6 +22,8 @@ use crate::deliver::{Delivery, Settings};
 pub struct LocalServer {
     settings: Settings,
     queue_root: PathBuf,
+    /// Where the delivered targets of deferred recipients are remembered.
+    progress_dir: PathBuf,
     clients: BTreeMap<Token, Endpoint>,
     conns: BTreeSet<(Token, u64)>,
     service: String,
@@ -30,7 +32,14 @@ pub struct LocalServer {
 impl LocalServer {
     /// Reads the settings.
     pub fn new(ctx: &Context, (): ()) -> Result<Self, String> {
+        let progress_dir = PathBuf::from(ctx.config.str("data_directory")).join("local");
+        let lifetime = ctx
+            .config
+            .time("maximal_queue_lifetime")
+            .max(ctx.config.time("bounce_queue_lifetime"));
+        crate::progress::sweep(&progress_dir, lifetime + Duration::from_secs(86400));
         Ok(LocalServer {
+            progress_dir,
             settings: Settings::from(&ctx.config, &ctx.args.service),
             queue_root: PathBuf::from(ctx.config.str("queue_directory")),
             clients: BTreeMap::new(),
@@ -96,7 +105,7 @@ impl LocalServer {
                 return all(txn, 450, "4.3.0", &text);
             }
         };
-        let aliases = match self.aliases() {
+        let (aliases, alias_uids) = match self.aliases() {
             Ok(a) => a,
             Err(text) => {
                 msg_warn!("{}: {text}", txn.queue_id);
@@ -106,13 +115,19 @@ impl LocalServer {
         let d = Delivery {
             settings: &self.settings,
             aliases: &aliases,
+            alias_uids: &alias_uids,
             txn,
             wire: &wire,
             started,
         };
         txn.recipients
             .iter()
-            .map(|r| match d.recipient(&r.address) {
+            .map(|r| {
+                let mut progress =
+                    crate::progress::Progress::load(&self.progress_dir, &txn.queue_id, r.index);
+                (r, d.deliver(&r.address, &mut progress))
+            })
+            .map(|(r, result)| match result {
                 Ok(text) => RcptResult {
                     index: r.index,
                     code: 250,
@@ -130,7 +145,10 @@ impl LocalServer {
     }
 
     /// Opens alias_maps; a table whose file does not exist is skipped.
-    fn aliases(&self) -> Result<tables::Tables, String> {
+    /// With each table, the uid owning its file (0 for root's and for
+    /// tables that are not files): whose rights its commands and files get.
+    fn aliases(&self) -> Result<(tables::Tables, Vec<u32>), String> {
+        use std::os::unix::fs::MetadataExt;
         let refs: Vec<_> = self
             .settings
             .alias_maps
@@ -138,7 +156,15 @@ impl LocalServer {
             .filter(|r| tables::source_exists(r))
             .cloned()
             .collect();
-        tables::Tables::open(&refs).map_err(|e| format!("alias_maps: {e}"))
+        let uids = refs
+            .iter()
+            .map(|r| match std::fs::metadata(&r.name) {
+                Ok(m) if r.name.starts_with('/') => m.uid(),
+                _ => 0,
+            })
+            .collect();
+        let tables = tables::Tables::open(&refs).map_err(|e| format!("alias_maps: {e}"))?;
+        Ok((tables, uids))
     }
 
     fn read(&self, data: &Data) -> Result<Vec<u8>, String> {

@@ -130,7 +130,7 @@ static PARAMS: &[ParamSpec] = &[
     p("process_id_directory", S, "pid", "Directory for pid and lock files, relative to queue_directory."),
     p("mail_owner", S, "sluice", "Unprivileged user that owns the queue and runs the unpriv services."),
     p("setgid_group", S, "sluicedrop", "Group used by local submission to reach the public sockets."),
-    p("default_privs", S, "nobody", "User that local delivery runs as for external files and commands when nobody else fits."),
+    p("default_privs", S, "nobody", "User whose rights local gives commands and files that would otherwise run as root (root-owned aliases, root's .forward)."),
     p("mail_name", S, "Sluice", "Name of the mail system, used in the SMTP greeting and in bounces."),
     ParamSpec { default: DefaultValue::Version, ..p("mail_version", S, "", "Version of the mail system (informational).") },
     ParamSpec { default: DefaultValue::Hostname, ..p("myhostname", S, "", "Fully qualified host name of this system.") },
@@ -332,8 +332,8 @@ static PARAMS: &[ParamSpec] = &[
     p("prepend_delivered_header", L, "command, file, forward", "Deliveries that get a Delivered-To: header."),
     p("require_home_directory", B, "no", "Defer delivery when the recipient's home directory is missing."),
     p("strict_mailbox_ownership", B, "yes", "Defer delivery to an mbox not owned by its recipient."),
-    p("owner_request_special", B, "yes", "Treat owner-name and name-request addresses specially."),
-    p("expand_owner_alias", B, "no", "Expand owner-name aliases when they are used as sender."),
+    p("owner_request_special", B, "yes", "Send the errors of alias name to alias owner-name when it exists; never split owner-name or name-request at a - delimiter."),
+    p("expand_owner_alias", B, "no", "Use the value of alias owner-name (when one address) as the sender of name's deliveries, not owner-name@$myorigin."),
     p("allow_root_delivery", B, "no", "Deliver to root's mailbox as root (Postfix refuses: alias root instead)."),
 ];
 

@@ -12,6 +12,7 @@
 
 mod dsn;
 mod envelope;
+pub mod notice;
 mod queue_id;
 
 pub use dsn::{DsnAction, Notify, ParseStatusError, Ret, StatusCode};
