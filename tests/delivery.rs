@@ -458,3 +458,32 @@ fn a_full_active_queue_admits_senders_in_turn() {
         sent.join("\n")
     );
 }
+
+#[test]
+fn a_reload_reaches_qmgr_without_a_restart() {
+    let sink = sink_on(free_port(), &[]);
+    let (inst, port) = relay_instance(sink.port, "defer_transports = smtp\n");
+    let first = send(port, "first@remote.example");
+    let line = inst.wait_log(
+        10,
+        &format!("{first}: to=<first@remote.example>, relay=none"),
+    );
+    assert!(line.contains("deferred transport"), "{line}");
+    let qmgr = inst.pids("qmgr");
+    assert!(inst
+        .sluice(&["config", "defer_transports="])
+        .status
+        .success());
+    assert!(inst.sluice(&["reload"]).status.success());
+    wait_for(10, "qmgr reloaded", || {
+        inst.log()
+            .lines()
+            .any(|l| l.contains("qmgr") && l.contains("reloaded configuration"))
+            .then_some(())
+    });
+    // New mail goes out at once; the same qmgr process did it.
+    let second = send(port, "second@remote.example");
+    let line = inst.wait_log(20, &format!("{second}: to=<second@remote.example>"));
+    assert!(line.contains("status=sent"), "{line}");
+    assert_eq!(inst.pids("qmgr"), qmgr);
+}

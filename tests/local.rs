@@ -360,7 +360,8 @@ fn as_root_maildir_is_written_as_the_user() {
 /// As root: a world-writable `.forward` is skipped with Postfix's warning
 /// and the mail goes to the mailbox; alias commands run as the owner of
 /// the alias table or `:include:` file, or `default_privs` when that is
-/// root; root's own mailbox is written as root.
+/// root; root's own mailbox is refused (5.7.1) unless `allow_mail_to_root`,
+/// then written as root.
 #[test]
 fn as_root_forward_checks_and_delivery_rights() {
     use std::os::unix::fs::MetadataExt;
@@ -457,12 +458,26 @@ fn as_root_forward_checks_and_delivery_rights() {
         assert_eq!(got, format!("{uid}\n"), "{name} runs as uid {uid}");
     }
 
+    // Root's mailbox is refused unless allow_mail_to_root says otherwise.
     let id = send(port, &format!("root@{h}"), None);
     let line = inst.wait_log(20, &format!("{id}: to=<root@{h}>, relay=local"));
     assert!(
-        line.contains("status=sent (delivered to mailbox)"),
+        line.contains("dsn=5.7.1, status=bounced (mail for root is not delivered as root"),
         "{line}"
     );
+    assert!(!spool.join("root").exists());
+    assert!(inst
+        .sluice(&["config", "allow_mail_to_root=yes"])
+        .status
+        .success());
+    assert!(inst.sluice(&["reload"]).status.success());
+    let id = wait_for(20, "local delivering to root after the reload", || {
+        let id = send(port, &format!("root@{h}"), None);
+        let line = inst.wait_log(20, &format!("{id}: to=<root@{h}>, relay=local"));
+        line.contains("status=sent (delivered to mailbox)")
+            .then_some(id)
+    });
+    assert!(!id.is_empty());
     let m = std::fs::metadata(spool.join("root")).unwrap();
     assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o600));
     let _ = std::fs::remove_dir_all(home);

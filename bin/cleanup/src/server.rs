@@ -571,6 +571,16 @@ fn open_qmgr(cx: &mut Cx<'_>, path: &std::path::Path) -> Result<QmgrLink, String
 }
 
 impl Server for CleanupServer {
+    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
+        // Messages being received keep what they were accepted under; the
+        // next ones get the new values.
+        self.hostname = config.str("myhostname");
+        self.origin_domain = config.str("myorigin");
+        self.always_add = config.bool("always_add_missing_headers");
+        self.size_limit = config.size("message_size_limit");
+        true
+    }
+
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
         let Conn::Unix(stream) = conn else { return };
         let token = cx.token();

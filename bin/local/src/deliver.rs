@@ -79,6 +79,8 @@ pub struct Settings {
     pub myorigin: String,
     /// Running as root.
     pub as_root: bool,
+    /// `allow_mail_to_root`.
+    pub allow_root: bool,
     /// cleanup's socket, for forwarding to remote addresses.
     pub cleanup: PathBuf,
 }
@@ -109,6 +111,7 @@ impl Settings {
             expand_owner_alias: cfg.bool("expand_owner_alias"),
             myorigin: cfg.str("myorigin"),
             as_root: sys::is_root(),
+            allow_root: cfg.bool("allow_mail_to_root"),
             cleanup: PathBuf::from(cfg.str("queue_directory")).join("private/cleanup"),
         }
     }
@@ -621,6 +624,12 @@ impl Delivery<'_> {
         if let Some(text) = self.read_forward(&u, ext, ids)? {
             return self.forward(&u, &text, addr, ext, ids, depth);
         }
+        if s.as_root && u.uid == 0 && !s.allow_root {
+            return Err(Failure::bounce(
+                "5.7.1",
+                "mail for root is not delivered as root: alias root to a person (or set allow_mail_to_root = yes)",
+            ));
+        }
         self.mailbox(&u, addr, ext, ids)
     }
 
@@ -1026,6 +1035,7 @@ mod tests {
             expand_owner_alias: false,
             myorigin: "mx.test.example".into(),
             as_root,
+            allow_root: true,
             cleanup: spool.join("no-cleanup-here"),
         }
     }
@@ -1094,6 +1104,15 @@ mod tests {
             "no root groups left"
         );
         assert!(sys::is_root());
+        // Without allow_mail_to_root, root's mailbox is refused.
+        let mut refuse = settings(dir.path(), true);
+        refuse.allow_root = false;
+        let d3 = Delivery {
+            settings: &refuse,
+            ..d
+        };
+        let err = d3.recipient("root@mx.test.example").unwrap_err();
+        assert_eq!((err.code, err.enhanced), (550, "5.7.1"), "{err:?}");
         // A mailbox_command for root runs as default_privs, never as root.
         let mut s2 = settings(dir.path(), true);
         s2.mailbox_command = format!("id -u > {}/cmd-uid", scratch.display());

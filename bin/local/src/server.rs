@@ -234,6 +234,12 @@ pub fn all(txn: &Transaction, code: u16, enhanced: &str, text: &str) -> Vec<Rcpt
 }
 
 impl Server for LocalServer {
+    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
+        // Deliveries run one at a time, so the next one sees the new settings.
+        self.settings = Settings::from(config, &self.service);
+        true
+    }
+
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Accepted) {
         let Accepted::Unix(stream) = conn else { return };
         let token = cx.token();

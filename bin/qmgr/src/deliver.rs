@@ -161,6 +161,12 @@ impl Deliver {
         self.by_id.contains_key(id)
     }
 
+    /// New scheduler parameters (a reload); transports cannot be removed or renamed.
+    pub fn reconfigure(&mut self, cfg: sched::SchedConfig) -> Result<(), sched::SchedError> {
+        self.sched
+            .handle(now_ms(), Event::ConfigChanged(Box::new(cfg)))
+    }
+
     /// Messages in delivery (routing, scheduling or with an agent).
     pub fn active(&self) -> usize {
         self.msgs.len()

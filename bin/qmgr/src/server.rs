@@ -104,6 +104,8 @@ pub struct QmgrServer {
     /// myhostname, myorigin, 2bounce_notice_recipient.
     names: (String, String, String),
     queue_root: PathBuf,
+    /// Where main.cf and master.cf are, for reloads.
+    config_dir: PathBuf,
 }
 
 impl QmgrServer {
@@ -210,17 +212,9 @@ impl QmgrServer {
             notices_progress: std::time::Instant::now(),
             notices_owed: HashSet::new(),
             remove_after_notice: HashSet::new(),
-            names: {
-                let origin = ctx.config.str("myorigin");
-                let pm = ctx.config.str("2bounce_notice_recipient");
-                let pm = if pm.contains('@') {
-                    pm
-                } else {
-                    format!("{pm}@{origin}")
-                };
-                (ctx.config.str("myhostname"), origin, pm)
-            },
+            names: notice_names(&ctx.config),
             queue_root: root.clone(),
+            config_dir: ctx.config_dir.clone(),
         })
     }
 
@@ -1108,7 +1102,39 @@ sender: <{}>
     }
 }
 
+/// myhostname, myorigin and 2bounce_notice_recipient (qualified), for notices.
+fn notice_names(config: &config::Config) -> (String, String, String) {
+    let origin = config.str("myorigin");
+    let pm = config.str("2bounce_notice_recipient");
+    let pm = if pm.contains('@') {
+        pm
+    } else {
+        format!("{pm}@{origin}")
+    };
+    (config.str("myhostname"), origin, pm)
+}
+
 impl Server for QmgrServer {
+    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
+        // In place: qmgr holds the active queue, and the journal replay a
+        // restart costs is not needed for new parameter values.
+        let services =
+            config::load_master_cf(&self.config_dir.join("master.cf")).unwrap_or_default();
+        let seed = u64::from(std::process::id()) ^ crate::deliver::now_ms().0;
+        let scfg = crate::schedconf::build(config, &services, seed);
+        if let Err(e) = self.deliver.reconfigure(scfg) {
+            msg_warn!(
+                "reload: scheduler: {e}; those changes need a restart (sluice stop; sluice start)"
+            );
+        }
+        self.deliver
+            .set_defer_transports(config.list("defer_transports"));
+        self.active_limit = config.int("qmgr_message_active_limit").max(1) as usize;
+        self.run_delay = config.time("queue_run_delay").as_secs().max(1);
+        self.names = notice_names(config);
+        true
+    }
+
     fn start(&mut self, cx: &mut Cx<'_>) {
         let token = cx.token();
         match mio::Waker::new(cx.registry, token) {

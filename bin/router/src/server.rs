@@ -303,7 +303,8 @@ impl Server for RouterServer {
         self.clients.len()
     }
 
-    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) {
+    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
         self.reload_from(config);
+        true
     }
 }

@@ -226,12 +226,13 @@ impl Server for SmtpServer {
         self.conns.len()
     }
 
-    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) {
+    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
         match settings::build(config, self.shared.tls.is_some(), self.chrooted) {
             // Sessions in progress keep their protocol settings; new ones get these.
             Ok(s) => self.shared.settings = s,
             Err(e) => msg_warn!("reload: {e}; keeping the running settings"),
         }
+        true
     }
 
     fn shutdown(&mut self) {

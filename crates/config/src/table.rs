@@ -130,6 +130,7 @@ static PARAMS: &[ParamSpec] = &[
     p("process_id_directory", S, "pid", "Directory for pid and lock files, relative to queue_directory."),
     p("mail_owner", S, "sluice", "Unprivileged user that owns the queue and runs the unpriv services."),
     p("setgid_group", S, "sluicedrop", "Group used by local submission to reach the public sockets."),
+    p("allow_mail_to_root", B, "no", "Let local, running as root, write root's own mailbox; otherwise mail for root that no alias or .forward takes bounces with 5.7.1."),
     p("default_privs", S, "nobody", "User whose rights local gives commands and files that would otherwise run as root (root-owned aliases, root's .forward)."),
     p("mail_name", S, "Sluice", "Name of the mail system, used in the SMTP greeting and in bounces."),
     ParamSpec { default: DefaultValue::Version, ..p("mail_version", S, "", "Version of the mail system (informational).") },

@@ -153,8 +153,9 @@ impl<P: Protocol, H: Handler<P>> Server for IpcServer<P, H> {
         self.clients.len()
     }
 
-    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) {
+    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
         self.handler.reload(config);
+        true
     }
 
     fn shutdown(&mut self) {

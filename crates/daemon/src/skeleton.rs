@@ -1,7 +1,8 @@
 //! The daemon life cycle and event loop (see the crate documentation).
 //!
 //! Exits: 0 on SIGTERM, on master's death (the life pipe closes), after
-//! `max_use` clients or `max_idle` idle time; 1 with a `fatal:` log line on a
+//! `max_use` clients or `max_idle` idle time, after a reload the daemon
+//! cannot apply in place once its last client is done; 1 with a `fatal:` log line on a
 //! bad environment (not started by master, bad configuration, missing
 //! mail_owner, failed privilege drop).
 
@@ -85,8 +86,13 @@ pub trait Server {
     }
     /// Clients being served now.
     fn clients(&self) -> usize;
-    /// main.cf was changed and master asked us to reload.
-    fn reload(&mut self, _cx: &mut Cx<'_>, _config: &Config) {}
+    /// main.cf was changed and master asked us to reload: apply it and
+    /// return true, or return false and the process retires (it takes no
+    /// new clients and exits when the last one is done; master starts a
+    /// fresh one on demand), which is what Postfix's daemons do.
+    fn reload(&mut self, _cx: &mut Cx<'_>, _config: &Config) -> bool {
+        false
+    }
     /// The process is about to exit.
     fn shutdown(&mut self) {}
 }
@@ -291,6 +297,7 @@ fn event_loop<S: Server>(
     let mut next_token = FIRST_DAEMON_TOKEN;
     let mut last_state = None;
     let mut idle_since = clock.now();
+    let mut retiring = false;
     {
         let mut cx = Cx {
             registry: poll.registry(),
@@ -302,7 +309,7 @@ fn event_loop<S: Server>(
 
     loop {
         let clients = server.clients();
-        let exhausted = max_use > 0 && uses >= max_use;
+        let exhausted = retiring || (max_use > 0 && uses >= max_use);
         let state = if exhausted || clients >= opts.max_clients {
             ChildState::Busy
         } else {
@@ -364,8 +371,14 @@ fn event_loop<S: Server>(
                                     for (k, v) in &ctx.args.overrides {
                                         let _ = c.set_override(k, v);
                                     }
-                                    server.reload(&mut cx, &c);
-                                    msg_info!("reloaded configuration");
+                                    if server.reload(&mut cx, &c) {
+                                        msg_info!("reloaded configuration");
+                                    } else {
+                                        // Postfix: "running processes terminate
+                                        // at their earliest convenience".
+                                        msg_info!("configuration changed: leaving when idle");
+                                        retiring = true;
+                                    }
                                 }
                                 Err(e) => {
                                     msg_warn!("reload: {e}; keeping the running configuration")
