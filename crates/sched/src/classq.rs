@@ -41,11 +41,6 @@ impl ClassQueue {
         self.fifo.pop_front()
     }
 
-    /// Keeps only the entries for which `f` holds, in order (entries moving class).
-    pub fn retain(&mut self, f: impl FnMut(&EntryId) -> bool) {
-        self.fifo.retain(f);
-    }
-
     /// Takes every entry out (dead destination).
     pub fn drain(&mut self) -> Vec<EntryId> {
         self.fifo.drain(..).collect()

@@ -41,7 +41,6 @@ impl Scheduler {
         let n = self.transports.len();
         let mut idle_rounds = 0;
         while idle_rounds < n {
-            self.reclass_pending();
             let t = self.rr_transport % n;
             self.rr_transport = (t + 1) % n;
             if self.dispatch_one(now, TransportId(t as u32)) {
@@ -89,16 +88,32 @@ impl Scheduler {
                     continue;
                 }
                 dest.in_ring[c] = false;
-                if dest.park != Park::No || dest.queues[c].is_empty() {
+                if dest.park != Park::No {
+                    continue;
+                }
+                let moved = self.stats.reclassed_entries;
+                self.settle_head(d, class);
+                if self.dests[d].queues[c].is_empty() {
+                    if self.stats.reclassed_entries != moved {
+                        // Its entries went to other classes: the class
+                        // order changed, so the next decision starts over.
+                        return true;
+                    }
                     continue;
                 }
                 // Each class gets at least its share of the destination's
                 // window: serve an under-share class here if this one is over.
-                let serve = if self.policy.shares() {
+                let mut serve = if self.policy.shares() {
                     self.dests[d].share_class(class)
                 } else {
                     class
                 };
+                if serve != class {
+                    self.settle_head(d, serve);
+                    if self.dests[d].queues[serve.idx()].is_empty() {
+                        serve = class;
+                    }
+                }
                 match self.try_dispatch(now, t, d, serve) {
                     Ok(()) => {
                         self.ensure_ring(d, class);

@@ -85,19 +85,6 @@ impl Scheduler {
                 "queued entries {want} != entries in queues {queued}"
             ));
         }
-        if self.reclass.is_empty() {
-            for (e, x) in self.entries.iter() {
-                if x.state == EntryState::Queued && self.keyed_classes(x.dest) {
-                    let k = self.class_key(x.message, x.dest);
-                    if self.keys.recs[k].class != x.class {
-                        return Err(format!(
-                            "{e:?} queued as {:?}, its key is {:?}",
-                            x.class, self.keys.recs[k].class
-                        ));
-                    }
-                }
-            }
-        }
         for (_, m) in self.msgs.iter() {
             let mut w = 0;
             let mut live = 0;

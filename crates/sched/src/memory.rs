@@ -96,9 +96,6 @@ impl Scheduler {
         for (_, m) in self.msgs.iter() {
             b += m.jobs.heap_bytes();
         }
-        for (_, k) in self.keys.recs.iter() {
-            b += k.members.capacity() * std::mem::size_of::<crate::ids::EntryId>() + k.name.len();
-        }
         for (_, e) in self.entries.iter() {
             b += e.heap_bytes();
         }

@@ -8,7 +8,7 @@
 //! Panics: never. Limits: counters are `u32`.
 
 use crate::entry::Class;
-use crate::ids::{EntryId, KeyId, TransportId};
+use crate::ids::{KeyId, TransportId};
 use crate::slab::Slab;
 use crate::time::Time;
 use crate::QueueId;
@@ -168,11 +168,8 @@ pub struct KeyRec {
     pub entries: u32,
     /// Messages referring to this key.
     pub refs: u32,
-    /// The class the key's queued entries are in (see `reclass`).
+    /// The class the key's queued entries belong in (see `reclass`).
     pub class: Class,
-    /// The key's entries in creation order, possibly with stale ids, which
-    /// `reclass` drops when it walks the list.
-    pub members: Vec<EntryId>,
 }
 
 /// Interned strings with reference counts; freed when no message uses them.
@@ -195,7 +192,6 @@ impl Interner {
             entries: 0,
             refs: 1,
             class: Class::Small,
-            members: Vec::new(),
         });
         self.by_name.insert(name.into(), k);
         k

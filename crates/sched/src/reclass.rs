@@ -16,22 +16,25 @@
 //! Up at once, down with hysteresis: a key drops to a lower class only when
 //! twice its count is below that class's bound, so a key hovering at a
 //! threshold does not move its backlog back and forth with every message.
-//! Entries on connections keep their class, because the in-flight counts
-//! are per class; one that comes back to a queue takes the key's class.
-//! Moves wait for a point between dispatch decisions (`reclass_pending`),
-//! because a decision holds the position of a class queue's head.
-//! Keys of kind `size` are not sender classes and never move; the
-//! `ThreeClassFixed` policy keeps Wietse's rule as written, for comparison.
-//! Panics: never.
+//!
+//! The moves are lazy: an entry stays in the queue it was put in until it
+//! comes to the head, and the dispatcher then moves it to its key's class
+//! instead of serving it (`settle_head`). That costs no memory per entry
+//! (a list of each key's entries would cost more than the 200-byte budget
+//! per queued recipient allows) and O(1) per entry moved; a queue whose
+//! head is current is served as before. Entries on connections keep their
+//! class (in-flight counts are per class); one that comes back to a queue
+//! takes its key's class. Keys of kind `size` are not sender classes and
+//! never move; the `ThreeClassFixed` policy keeps Wietse's rule as written,
+//! for comparison. Panics: never.
 
 use crate::config::ClassKey;
-use crate::entry::{Class, EntryState};
+use crate::entry::Class;
 use crate::ids::{DestId, EntryId, KeyId};
 use crate::sched::Scheduler;
-use std::collections::BTreeSet;
 
 impl Scheduler {
-    /// Whether entries of destination `d`'s transport are classed by sender key.
+    /// Whether entries of destination `d`'s transport follow their key's class.
     pub(crate) fn keyed_classes(&self, d: DestId) -> bool {
         self.policy.reclass()
             && self.transports[self.dests[d].transport.0 as usize]
@@ -51,23 +54,8 @@ impl Scheduler {
             return want;
         }
         let rec = &mut self.keys.recs[k];
-        if want > rec.class {
-            rec.class = want;
-            self.reclass.push(k);
-        }
+        rec.class = rec.class.max(want);
         rec.class
-    }
-
-    /// Records a new entry of key `k`; compacts the member list when stale ids dominate.
-    pub(crate) fn key_member_added(&mut self, k: KeyId, e: EntryId) {
-        if !self.policy.reclass() {
-            return;
-        }
-        let rec = &mut self.keys.recs[k];
-        rec.members.push(e);
-        if rec.members.len() > 2 * rec.entries as usize + 32 {
-            self.reclass.push(k);
-        }
     }
 
     /// After an entry of key `k` (under destination `d`) left memory: lowers
@@ -82,12 +70,11 @@ impl Scheduler {
             .classify(rec.entries.saturating_mul(2), thresholds);
         if down < rec.class {
             self.keys.recs[k].class = down;
-            self.reclass.push(k);
         }
     }
 
-    /// The class an entry coming back to its queue takes: its key's, or its own for size keys.
-    pub(crate) fn requeue_class(&self, e: EntryId) -> Class {
+    /// The class entry `e` belongs in now: its key's, or its own for size keys.
+    pub(crate) fn current_class(&self, e: EntryId) -> Class {
         let entry = &self.entries[e];
         if !self.keyed_classes(entry.dest) {
             return entry.class;
@@ -96,54 +83,19 @@ impl Scheduler {
         self.keys.recs.get(k).map_or(entry.class, |r| r.class)
     }
 
-    /// Moves the queued entries of keys whose class changed, and compacts
-    /// their member lists. Called only between dispatch decisions.
-    pub(crate) fn reclass_pending(&mut self) {
-        while let Some(k) = self.reclass.pop() {
-            let Some(rec) = self.keys.recs.get_mut(k) else {
-                continue;
-            };
-            let class = rec.class;
-            let members = std::mem::take(&mut rec.members);
-            let mut seen = BTreeSet::new();
-            let mut keep = Vec::with_capacity(members.len().min(2 * rec.entries as usize + 1));
-            let mut moved = Vec::new();
-            for e in members {
-                let Some(entry) = self.entries.get(e) else {
-                    continue;
-                };
-                // A reused slot may now hold another key's entry, or the same
-                // key's entry twice.
-                if self.class_key(entry.message, entry.dest) != k || !seen.insert(e) {
-                    continue;
-                }
-                keep.push(e);
-                if entry.state == EntryState::Queued
-                    && entry.class != class
-                    && self.keyed_classes(entry.dest)
-                {
-                    moved.push(e);
-                }
+    /// Moves the entries at the head of `d`'s `class` queue whose key changed
+    /// class to the tail of their class queue; the head is then current.
+    pub(crate) fn settle_head(&mut self, d: DestId, class: Class) {
+        while let Some(e) = self.dests[d].queues[class.idx()].front() {
+            let want = self.current_class(e);
+            if want == class {
+                break;
             }
-            self.keys.recs[k].members = keep;
-            if moved.is_empty() {
-                continue;
-            }
-            let gone: BTreeSet<EntryId> = moved.iter().copied().collect();
-            let queues: BTreeSet<(DestId, Class)> = moved
-                .iter()
-                .map(|&e| (self.entries[e].dest, self.entries[e].class))
-                .collect();
-            for (d, c) in queues {
-                self.dests[d].queue(c).retain(|e| !gone.contains(e));
-            }
-            for e in moved {
-                let d = self.entries[e].dest;
-                self.entries[e].class = class;
-                self.dests[d].queue(class).push_back(e);
-                self.ensure_ring(d, class);
-            }
-            self.stats.reclassed_keys += 1;
+            self.dests[d].queue(class).pop_front();
+            self.entries[e].class = want;
+            self.dests[d].queue(want).push_back(e);
+            self.ensure_ring(d, want);
+            self.stats.reclassed_entries += 1;
         }
     }
 }

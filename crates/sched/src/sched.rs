@@ -76,8 +76,8 @@ pub struct Stats {
     pub bounced_entries: u64,
     /// Times a destination was declared dead.
     pub dead_events: u64,
-    /// Times a class key's queued entries moved to its new class.
-    pub reclassed_keys: u64,
+    /// Entries moved to their key's new class at the head of a queue.
+    pub reclassed_entries: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -122,8 +122,6 @@ pub struct Scheduler {
     next_attempts: BTreeMap<MsgId, Time>,
     /// Class keys of a message for kinds other than the first transport's.
     extra_keys: BTreeMap<(MsgId, u8), KeyId>,
-    /// Keys whose class changed (or whose member list needs compacting).
-    pub(crate) reclass: Vec<KeyId>,
 }
 
 /// A limiter that can be printed (so the scheduler derives Debug).
@@ -184,7 +182,6 @@ impl Scheduler {
             gc_armed: false,
             next_attempts: BTreeMap::new(),
             extra_keys: BTreeMap::new(),
-            reclass: Vec::new(),
         })
     }
 
@@ -547,7 +544,6 @@ impl Scheduler {
         };
         self.keys.recs[key].entries += 1;
         let e = self.entries.insert(Entry::new(m, d, class, rcpts));
-        self.key_member_added(key, e);
         self.msgs[m].live_entries += 1;
         let dest = &mut self.dests[d];
         dest.entries += 1;
@@ -856,7 +852,7 @@ impl Scheduler {
         self.transports[t].inflight[class.idx()] -= 1;
         self.dests[d].inflight[class.idx()] -= 1;
         // Its key may have changed class while it was on the connection.
-        let class = self.requeue_class(e);
+        let class = self.current_class(e);
         self.entries[e].class = class;
         self.dests[d].queue(class).push_front(e);
         self.ensure_ring(d, class);
