@@ -487,3 +487,65 @@ fn a_reload_reaches_qmgr_without_a_restart() {
     assert!(line.contains("status=sent"), "{line}");
     assert_eq!(inst.pids("qmgr"), qmgr);
 }
+
+#[test]
+fn a_delayed_message_warns_its_sender_once() {
+    // delay_warning_time: one RFC 3464 "delayed" notice to the sender, not
+    // one per retry, and not again after qmgr is killed and restarted.
+    let good = sink_on(free_port(), &[]);
+    let dead = free_port();
+    let extra = format!(
+        "transport_maps = inline:{{ remote.example = smtp:[127.0.0.1]:{dead} }}\n\
+         delay_warning_time = 1s\nminimal_backoff_time = 1s\nmaximal_backoff_time = 1s\n\
+         queue_run_delay = 1s\nhost_retry_time = 1s\n"
+    );
+    let (inst, port) = relay_instance(good.port, &extra);
+    let id = send(port, "later@remote.example");
+    let line = inst.wait_log(30, &format!("{id}: sender delay notification: "));
+    let notice = line.rsplit(' ').next().unwrap().to_string();
+    inst.wait_log(15, &format!("{notice}: to=<alice@example.com>"));
+    let file = wait_for(15, "the warning at the sink", || {
+        std::fs::read_dir(good.dir.path())
+            .ok()?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .next()
+    });
+    let parsed = inst.python("parse_dsn.py", &[file.to_str().unwrap()]);
+    let p = String::from_utf8_lossy(&parsed.stdout);
+    for needle in [
+        "report-type: delivery-status",
+        "to: alice@example.com",
+        "subject: Delayed Mail (still being retried)",
+        "final-recipient: rfc822; later@remote.example",
+        "action: delayed",
+        "status: 4.",
+        "part: text/rfc822-headers",
+    ] {
+        assert!(p.contains(needle), "missing {needle:?} in:\n{p}");
+    }
+    let tries = |inst: &Instance| {
+        inst.log()
+            .matches(&format!("{id}: to=<later@remote.example>"))
+            .count()
+    };
+    // Retries go on; a crash of qmgr does not make it warn again.
+    let before = tries(&inst);
+    wait_for(20, "two more retries", || {
+        (tries(&inst) >= before + 2).then_some(())
+    });
+    let qmgr = inst.pids("qmgr");
+    sys::process::signal(qmgr[0], 9).unwrap();
+    inst.wait_pid("qmgr", &qmgr);
+    let before = tries(&inst);
+    wait_for(30, "two retries after the restart", || {
+        (tries(&inst) >= before + 2).then_some(())
+    });
+    assert_eq!(
+        inst.log().matches("sender delay notification").count(),
+        1,
+        "{}",
+        inst.log()
+    );
+    assert_eq!(count(good.dir.path()), 1);
+}

@@ -421,6 +421,7 @@ impl Delivery<'_> {
                 to: owner,
                 date: &cx_date,
                 arrival: &arrived,
+                retry_until: None,
             },
         );
         let notice = mail::Envelope {

@@ -18,9 +18,9 @@
 
 use mail::Envelope;
 
-/// The notice itself is built by [`mail::notice`], which local(8) shares
+/// The notice itself is built by [`mail::notice`] (`report_of`), which local(8) shares
 /// for the notices it sends to `owner-` aliases.
-pub use mail::notice::{report, Context, Failed};
+pub use mail::notice::{Context, Failed};
 
 /// Who gets a notice about a failed message, and from which sender.
 #[derive(Debug, Clone, PartialEq, Eq)]

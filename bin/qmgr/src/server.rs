@@ -35,6 +35,20 @@ struct Notice {
     rcpts: Vec<u32>,
     /// Begin, Data..., End.
     reqs: Vec<ipc::cleanup::Request>,
+    /// A failure or success notice settles the recipients it reports
+    /// (`Notified`); a delay warning is journaled as `Warned`.
+    kind: NoticeKind,
+}
+
+use mail::notice::Kind as NoticeKind;
+
+/// How notices are named in the log, as Postfix names them.
+fn notice_word(kind: NoticeKind) -> &'static str {
+    match kind {
+        NoticeKind::Failure => "non-delivery",
+        NoticeKind::Delay => "delay",
+        NoticeKind::Success { .. } => "delivery status",
+    }
 }
 
 struct Client {
@@ -98,6 +112,12 @@ pub struct QmgrServer {
     notices_progress: std::time::Instant,
     /// Messages with a notice queued or sent: no second one until it is done.
     notices_owed: HashSet<QueueId>,
+    /// Messages whose delay warning is on its way to cleanup.
+    warnings: HashSet<QueueId>,
+    /// `delay_warning_time` (zero: never).
+    delay_warning: std::time::Duration,
+    /// `maximal_queue_lifetime`, for a warning's Will-Retry-Until.
+    lifetime: std::time::Duration,
     /// Messages with nothing left to deliver, removed once their notice is
     /// queued: the notice must be durable before the message goes.
     remove_after_notice: HashSet<QueueId>,
@@ -211,6 +231,9 @@ impl QmgrServer {
             notices_queue: VecDeque::new(),
             notices_progress: std::time::Instant::now(),
             notices_owed: HashSet::new(),
+            warnings: HashSet::new(),
+            delay_warning: ctx.config.time("delay_warning_time"),
+            lifetime: ctx.config.time("maximal_queue_lifetime"),
             remove_after_notice: HashSet::new(),
             names: notice_names(&ctx.config),
             queue_root: root.clone(),
@@ -726,6 +749,9 @@ sender: <{}>
                         }
                     };
                     if let Record::Arrived(h) | Record::Rewritten { head: h, .. } = head {
+                        if !pending.is_empty() {
+                            self.maybe_warn(&h, &pending);
+                        }
                         self.owe_notice(h);
                     }
                     if pending.is_empty() {
@@ -756,6 +782,58 @@ sender: <{}>
         self.removals.push((self.journal.end(), id, storage));
     }
 
+    /// Warns the sender once that a message is delayed, after
+    /// `delay_warning_time` (Postfix: off by default), about its recipients
+    /// still pending that did not refuse delay notices.
+    fn maybe_warn(&mut self, head: &queue::MessageHead, pending: &[u32]) {
+        let id = head.id;
+        if self.delay_warning.is_zero() || self.warnings.contains(&id) {
+            return;
+        }
+        if self.state.messages.get(&id).is_none_or(|m| m.warned) {
+            return;
+        }
+        let arrival = std::time::UNIX_EPOCH
+            + std::time::Duration::from_micros(head.envelope.arrival.as_micros());
+        if arrival.elapsed().unwrap_or_default() < self.delay_warning {
+            return;
+        }
+        let reasons = self.reasons.get(&id);
+        let items: Vec<crate::bounce::Failed> = pending
+            .iter()
+            .map(|&i| {
+                let last = reasons.and_then(|r| r.get(&i)).cloned().unwrap_or_default();
+                // "4.4.1 connect to ..." as appended: status, then the reason.
+                let (status, reason) = match last.split_once(' ') {
+                    Some((s, r)) if s.starts_with('4') => (s.to_string(), r.to_string()),
+                    _ => (
+                        "4.0.0".to_string(),
+                        "delivery temporarily suspended".to_string(),
+                    ),
+                };
+                crate::bounce::Failed {
+                    index: i,
+                    status,
+                    reason,
+                }
+            })
+            .collect();
+        let rcpts: Vec<u32> = items.iter().map(|f| f.index).collect();
+        match self.notice(head.clone(), items, NoticeKind::Delay) {
+            Some(reqs) => {
+                self.warnings.insert(id);
+                self.notices_queue.push_back(Notice {
+                    orig: id,
+                    rcpts,
+                    reqs,
+                    kind: NoticeKind::Delay,
+                });
+            }
+            // Nobody wants one: do not look again.
+            None => self.append(Record::Warned { id }),
+        }
+    }
+
     /// Queues the notice for a message's bounced recipients that have none
     /// yet (after a crash too: the journal keeps them until `Notified`).
     fn owe_notice(&mut self, head: queue::MessageHead) {
@@ -775,13 +853,14 @@ sender: <{}>
             })
             .collect();
         let rcpts: Vec<u32> = failed.iter().map(|f| f.index).collect();
-        match self.notice(head, failed) {
+        match self.notice(head, failed, NoticeKind::Failure) {
             Some(reqs) => {
                 self.notices_owed.insert(id);
                 self.notices_queue.push_back(Notice {
                     orig: id,
                     rcpts,
                     reqs,
+                    kind: NoticeKind::Failure,
                 });
             }
             // Nobody wants one: settled.
@@ -792,6 +871,13 @@ sender: <{}>
     /// A notice is queued (or refused for good): journal that, and remove
     /// the message if it was only waiting for this.
     fn notice_done(&mut self, n: Notice) {
+        if n.kind == NoticeKind::Delay {
+            self.warnings.remove(&n.orig);
+            if self.state.messages.contains_key(&n.orig) {
+                self.append(Record::Warned { id: n.orig });
+            }
+            return;
+        }
         self.notices_owed.remove(&n.orig);
         self.append(Record::Notified {
             id: n.orig,
@@ -805,6 +891,11 @@ sender: <{}>
     /// A notice did not make it: the message is tried again later, which
     /// builds the notice again from the journal.
     fn notice_retry(&mut self, n: Notice) {
+        if n.kind == NoticeKind::Delay {
+            // The next deferral of the message warns again.
+            self.warnings.remove(&n.orig);
+            return;
+        }
         self.notices_owed.remove(&n.orig);
         self.remove_after_notice.remove(&n.orig);
         if self.state.messages.contains_key(&n.orig) {
@@ -813,22 +904,39 @@ sender: <{}>
         }
     }
 
-    /// Builds the non-delivery notice for a message: cleanup requests, or
-    /// `None` when nobody is to get one.
+    /// Builds a notice about a message: cleanup requests, or `None` when
+    /// nobody is to get one. Only failures of notices go to the postmaster;
+    /// delay warnings and success reports go to a real sender only.
     fn notice(
         &mut self,
         head: queue::MessageHead,
         failed: Vec<crate::bounce::Failed>,
+        kind: NoticeKind,
     ) -> Option<Vec<ipc::cleanup::Request>> {
         use crate::bounce;
         let env = &head.envelope;
-        let wanted = bounce::wanted(env, &failed);
+        let wanted: Vec<&bounce::Failed> = match kind {
+            NoticeKind::Failure => bounce::wanted(env, &failed),
+            NoticeKind::Delay | NoticeKind::Success { .. } => failed
+                .iter()
+                .filter(|f| {
+                    env.recipients.get(f.index as usize).is_some_and(|r| {
+                        if kind == NoticeKind::Delay {
+                            r.notify.wants_delay()
+                        } else {
+                            r.notify.wants_success()
+                        }
+                    })
+                })
+                .collect(),
+        };
         if wanted.is_empty() {
             return None;
         }
         let (hostname, origin, postmaster) = &self.names;
         let (to, from) = match bounce::who(&env.sender, postmaster, origin) {
             bounce::Notify::Sender(s) => (s, String::new()),
+            _ if kind != NoticeKind::Failure => return None,
             bounce::Notify::Postmaster { to, from } => (to, from),
             bounce::Notify::Nobody => {
                 msg_warn!("{}: undeliverable double-bounce discarded", head.id);
@@ -855,13 +963,16 @@ sender: <{}>
             sys::time::rfc5322_date(now),
             sys::time::rfc5322_date(arrival),
         );
+        let until = sys::time::rfc5322_date(arrival + self.lifetime);
         let cx = bounce::Context {
             hostname,
             to: &to,
             date: &date,
             arrival: &arrived,
+            retry_until: (kind == NoticeKind::Delay).then_some(until.as_str()),
         };
-        let bytes = bounce::report(env, &head.id.to_string(), &wanted, &original, cx);
+        let bytes =
+            mail::notice::report_of(kind, env, &head.id.to_string(), &wanted, &original, cx);
         let envelope = mail::Envelope {
             sender: from,
             recipients: vec![mail::Recipient::new(to)],
@@ -903,7 +1014,11 @@ sender: <{}>
                 self.notices_progress = std::time::Instant::now();
                 match resp {
                     ipc::cleanup::Response::Queued { queue_id } => {
-                        msg_info!("{}: sender non-delivery notification: {queue_id}", n.orig);
+                        msg_info!(
+                            "{}: sender {} notification: {queue_id}",
+                            n.orig,
+                            notice_word(n.kind)
+                        );
                         self.notice_done(n);
                     }
                     ipc::cleanup::Response::Failed {
@@ -912,8 +1027,9 @@ sender: <{}>
                         text,
                     } if code >= 500 => {
                         msg_warn!(
-                            "{}: the non-delivery notification was refused: {code} {enhanced} {text}",
-                            n.orig
+                            "{}: the {} notification was refused: {code} {enhanced} {text}",
+                            n.orig,
+                            notice_word(n.kind)
                         );
                         self.notice_done(n);
                     }
@@ -923,8 +1039,9 @@ sender: <{}>
                         text,
                     } => {
                         msg_warn!(
-                            "{}: the non-delivery notification was deferred: {code} {enhanced} {text}",
-                            n.orig
+                            "{}: the {} notification was deferred: {code} {enhanced} {text}",
+                            n.orig,
+                            notice_word(n.kind)
                         );
                         self.notice_retry(n);
                     }
@@ -1067,6 +1184,10 @@ sender: <{}>
             if next > 0 {
                 if let Some(r) = self.state.rewritten(id, &rec, 0) {
                     self.append(r);
+                    // Its Warned record may be in a segment that goes now.
+                    if self.state.messages.get(&id).is_some_and(|m| m.warned) {
+                        self.append(Record::Warned { id });
+                    }
                 }
             }
             let head = match rec {
@@ -1132,6 +1253,8 @@ impl Server for QmgrServer {
         self.active_limit = config.int("qmgr_message_active_limit").max(1) as usize;
         self.run_delay = config.time("queue_run_delay").as_secs().max(1);
         self.names = notice_names(config);
+        self.delay_warning = config.time("delay_warning_time");
+        self.lifetime = config.time("maximal_queue_lifetime");
         true
     }
 

@@ -184,7 +184,7 @@ static PARAMS: &[ParamSpec] = &[
     p("maximal_backoff_time", SEC, "4000s", "Longest time between delivery attempts of deferred mail."),
     p("maximal_queue_lifetime", DAY, "5d", "Time after which undeliverable mail bounces."),
     p("bounce_queue_lifetime", DAY, "5d", "Time after which an undeliverable bounce is dropped."),
-    p("delay_warning_time", HOUR, "0h", "Time after which the sender is told that mail is delayed (0: never)."),
+    p("delay_warning_time", HOUR, "0h", "Time after arrival when a still-deferred message earns its sender one delay warning (0: never)."),
     p("defer_transports", L, "", "Transports whose mail is queued and delivered only when flushed."),
     p("soft_bounce", B, "no", "Turn permanent delivery failures into temporary ones (for testing)."),
     t("initial_destination_concurrency", I, "5", "Starting concurrency of a destination."),

@@ -6,8 +6,9 @@
 //! recipient Final-Recipient, Original-Recipient from ORCPT, Action,
 //! Status, Remote-MTA, Diagnostic-Code), and the original message
 //! (`message/rfc822`) or only its headers (`text/rfc822-headers`) as RET
-//! asks. Shared by qmgr (notices to the sender) and local (notices to an
-//! `owner-` alias). Everything is produced in wire format (CRLF; the
+//! asks. Three kinds, as Postfix sends them: failures (the original as
+//! RET asks), delay warnings and success reports (headers only). Shared by
+//! qmgr (notices to the sender) and local (notices to an `owner-` alias). Everything is produced in wire format (CRLF; the
 //! original is already dot-stuffed, and no generated line starts with a
 //! dot).
 
@@ -24,6 +25,21 @@ pub struct Failed {
     pub reason: String,
 }
 
+/// What a notice reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Recipients failed for good (`Action: failed`).
+    Failure,
+    /// Recipients are still being retried (`Action: delayed`, `delay_warning_time`).
+    Delay,
+    /// Recipients were delivered here (`Action: delivered`) or relayed to a
+    /// server without DSN (`Action: relayed`), and asked NOTIFY=SUCCESS.
+    Success {
+        /// `relayed` rather than `delivered`.
+        relayed: bool,
+    },
+}
+
 /// Where and when a notice is written.
 #[derive(Debug, Clone, Copy)]
 pub struct Context<'a> {
@@ -35,9 +51,11 @@ pub struct Context<'a> {
     pub date: &'a str,
     /// The failed message's arrival, RFC 5322.
     pub arrival: &'a str,
+    /// For delay warnings: when retries stop (arrival + `maximal_queue_lifetime`), RFC 5322.
+    pub retry_until: Option<&'a str>,
 }
 
-/// The notice, in wire format. `original` is the message as stored (wire format).
+/// The failure notice, in wire format. `original` is the message as stored (wire format).
 pub fn report(
     env: &Envelope,
     queue_id: &str,
@@ -45,11 +63,26 @@ pub fn report(
     original: &[u8],
     cx: Context<'_>,
 ) -> Vec<u8> {
+    report_of(Kind::Failure, env, queue_id, failed, original, cx)
+}
+
+/// A notice of any kind; `items` are the recipients it reports (for
+/// `Delay` and `Success` their status and reason are the latest ones).
+pub fn report_of(
+    kind: Kind,
+    env: &Envelope,
+    queue_id: &str,
+    items: &[&Failed],
+    original: &[u8],
+    cx: Context<'_>,
+) -> Vec<u8> {
+    let failed = items;
     let Context {
         hostname,
         to,
         date,
         arrival,
+        retry_until,
     } = cx;
     let boundary = format!("{queue_id}.{}/{hostname}", env.arrival.secs);
     let mut out = String::new();
@@ -61,7 +94,11 @@ pub fn report(
         "From: MAILER-DAEMON@{hostname} (Mail Delivery System)"
     ));
     line(&format!("To: {to}"));
-    line("Subject: Undelivered Mail Returned to Sender");
+    line(match kind {
+        Kind::Failure => "Subject: Undelivered Mail Returned to Sender",
+        Kind::Delay => "Subject: Delayed Mail (still being retried)",
+        Kind::Success { .. } => "Subject: Successful Mail Delivery Report",
+    });
     line(&format!("Date: {date}"));
     line("Auto-Submitted: auto-replied");
     line("MIME-Version: 1.0");
@@ -78,13 +115,34 @@ pub fn report(
     line("");
     line(&format!("This is the mail system at host {hostname}."));
     line("");
-    line("I'm sorry to have to inform you that your message could not");
-    line("be delivered to one or more recipients. It's attached below.");
-    line("");
-    line("For further assistance, please send mail to postmaster.");
-    line("");
-    line("If you do so, please include this problem report. You can");
-    line("delete your own text from the attached returned message.");
+    // Postfix's texts, so that people and their filters recognise them.
+    match kind {
+        Kind::Failure => {
+            line("I'm sorry to have to inform you that your message could not");
+            line("be delivered to one or more recipients. It's attached below.");
+            line("");
+            line("For further assistance, please send mail to postmaster.");
+            line("");
+            line("If you do so, please include this problem report. You can");
+            line("delete your own text from the attached returned message.");
+        }
+        Kind::Delay => {
+            line("####################################################################");
+            line("# THIS IS A WARNING ONLY.  YOU DO NOT NEED TO RESEND YOUR MESSAGE. #");
+            line("####################################################################");
+            line("");
+            line("Your message could not be delivered for more than the delay");
+            line("warning time. It will be retried until it is too old.");
+            line("");
+            line("For further assistance, please send mail to postmaster.");
+        }
+        Kind::Success { .. } => {
+            line("Your message was successfully delivered to the destination(s)");
+            line("listed below. If the message was delivered to mailbox you will");
+            line("receive no further notifications. Otherwise you may still receive");
+            line("notifications of mail delivery errors from other systems.");
+        }
+    }
     line("");
     line("                   The mail system");
     line("");
@@ -119,17 +177,30 @@ pub fn report(
                 None => line(&format!("Original-Recipient: rfc822; {orcpt}")),
             }
         }
-        line("Action: failed");
+        line(match kind {
+            Kind::Failure => "Action: failed",
+            Kind::Delay => "Action: delayed",
+            Kind::Success { relayed: true } => "Action: relayed",
+            Kind::Success { relayed: false } => "Action: delivered",
+        });
         line(&format!("Status: {}", f.status));
         if let Some(host) = remote_mta(&f.reason) {
             line(&format!("Remote-MTA: dns; {host}"));
         }
         line(&format!("Diagnostic-Code: {}", diagnostic(&f.reason)));
+        if kind == Kind::Delay {
+            if let Some(until) = retry_until {
+                line(&format!("Will-Retry-Until: {until}"));
+            }
+        }
     }
     line("");
     line(&format!("--{boundary}"));
-    let headers_only = env.ret == Some(crate::Ret::Hdrs);
-    if headers_only {
+    let headers_only = env.ret == Some(crate::Ret::Hdrs) || kind != Kind::Failure;
+    if kind != Kind::Failure {
+        line("Content-Description: Message Headers");
+        line("Content-Type: text/rfc822-headers");
+    } else if headers_only {
         line("Content-Description: Undelivered Message Headers");
         line("Content-Type: text/rfc822-headers");
     } else {
@@ -232,6 +303,7 @@ mod tests {
                 to: "alice@example.com",
                 date: "now",
                 arrival: "then",
+                retry_until: None,
             },
         ))
         .unwrap();
@@ -257,5 +329,64 @@ mod tests {
             !r.lines().any(|l| l.starts_with('.')),
             "no line needs dot-stuffing"
         );
+    }
+
+    #[test]
+    fn delay_and_success_reports_carry_headers_only() {
+        let mut e = env();
+        e.ret = Some(crate::Ret::Full);
+        let item = Failed {
+            index: 0,
+            status: "4.4.1".into(),
+            reason: "connect to mx.remote.example[192.0.2.1]:25: Connection refused".into(),
+        };
+        let msg = b"Subject: hi\r\nFrom: alice@example.com\r\n\r\nbody line\r\n";
+        let cx = Context {
+            hostname: "mx.test.example",
+            to: "alice@example.com",
+            date: "now",
+            arrival: "then",
+            retry_until: Some("later"),
+        };
+        let delay = String::from_utf8(report_of(Kind::Delay, &e, "Q", &[&item], msg, cx)).unwrap();
+        for needle in [
+            "Subject: Delayed Mail (still being retried)",
+            "THIS IS A WARNING ONLY",
+            "Action: delayed",
+            "Status: 4.4.1",
+            "Will-Retry-Until: later",
+            "Content-Type: text/rfc822-headers",
+        ] {
+            assert!(delay.contains(needle), "missing {needle:?} in\n{delay}");
+        }
+        assert!(
+            !delay.contains("body line"),
+            "a warning returns headers only"
+        );
+        let ok = Failed {
+            status: "2.0.0".into(),
+            reason: "delivered to mailbox".into(),
+            ..item
+        };
+        for (relayed, action) in [(true, "Action: relayed"), (false, "Action: delivered")] {
+            let r = String::from_utf8(report_of(
+                Kind::Success { relayed },
+                &e,
+                "Q",
+                &[&ok],
+                msg,
+                cx,
+            ))
+            .unwrap();
+            assert!(
+                r.contains("Subject: Successful Mail Delivery Report"),
+                "{r}"
+            );
+            assert!(r.contains(action) && r.contains("Status: 2.0.0"), "{r}");
+            assert!(
+                !r.contains("body line") && !r.contains("Will-Retry-Until"),
+                "{r}"
+            );
+        }
     }
 }

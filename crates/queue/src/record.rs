@@ -161,6 +161,12 @@ pub enum Record {
         /// Recipient indices the notice covered.
         rcpts: Vec<u32>,
     },
+    /// The sender was warned that the message is delayed
+    /// (`delay_warning_time`); it is not warned again.
+    Warned {
+        /// The message.
+        id: QueueId,
+    },
 }
 
 impl Record {
@@ -172,6 +178,7 @@ impl Record {
             | Self::Deferred { id, .. }
             | Self::Bounced { id, .. }
             | Self::Held { id }
+            | Self::Warned { id }
             | Self::Released { id }
             | Self::Removed { id }
             | Self::Notified { id, .. } => *id,

@@ -38,6 +38,8 @@ pub struct LiveMessage {
     /// A hash of the envelope sender, lower-cased: qmgr admits messages
     /// round-robin by sender when its active queue is full.
     pub sender_key: u32,
+    /// A delay warning was sent.
+    pub warned: bool,
 }
 
 /// The sender key of an envelope sender (FNV-1a over the lower-cased bytes).
@@ -166,6 +168,7 @@ impl Replay {
                     next_attempt: 0,
                     held: false,
                     sender_key: sender_key(&h.envelope.sender),
+                    warned: false,
                 };
                 self.set_head(h.id, m);
             }
@@ -181,6 +184,7 @@ impl Replay {
                     next_attempt: *next_attempt,
                     held: *held,
                     sender_key: sender_key(&head.envelope.sender),
+                    warned: false,
                 };
                 self.set_head(head.id, m);
             }
@@ -207,6 +211,11 @@ impl Replay {
                     }));
                 } else {
                     self.strays += 1;
+                }
+            }
+            Record::Warned { id } => {
+                if let Some(m) = self.messages.get_mut(id) {
+                    m.warned = true;
                 }
             }
             Record::Notified { id, rcpts } => {
@@ -249,7 +258,10 @@ impl Replay {
         }
     }
 
-    fn set_head(&mut self, id: QueueId, m: LiveMessage) {
+    fn set_head(&mut self, id: QueueId, mut m: LiveMessage) {
+        // qmgr writes `Warned` again after a `Rewritten`, for when the
+        // older records are gone; within one journal the flag carries over.
+        m.warned |= self.messages.get(&id).is_some_and(|o| o.warned);
         self.removed.remove(&id);
         self.done.remove(&id);
         self.unnotified.remove(&id);
