@@ -36,6 +36,7 @@ pub mod rng;
 mod sched;
 pub mod sim;
 pub mod slab;
+pub mod stats;
 pub mod time;
 pub mod transport;
 
@@ -47,4 +48,5 @@ pub use ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 pub use limiter::{Limiter, LocalLimiter};
 pub use policy::{Fifo, Policy, ThreeClass};
 pub use sched::{SchedError, Scheduler, Stats};
+pub use stats::{DestStats, TransportStats};
 pub use time::Time;
