@@ -13,6 +13,7 @@
 
 mod bounce;
 mod deliver;
+mod metrics;
 mod schedconf;
 mod server;
 
@@ -23,5 +24,21 @@ fn main() {
         honour_max_use: false,
         max_clients: usize::MAX,
     };
-    daemon::run(opts, |_ctx| Ok(()), |ctx, ()| server::QmgrServer::new(ctx))
+    daemon::run(opts, metrics_socket, server::QmgrServer::new)
+}
+
+/// Binds `metrics_listen` while still privileged (any port, before a
+/// chroot). A socket that cannot be bound turns metrics off with a warning:
+/// the queue manager matters more than its statistics.
+fn metrics_socket(ctx: &daemon::Context) -> Result<Option<std::net::TcpListener>, String> {
+    let Some(addr) = ctx.config.listen("metrics_listen") else {
+        return Ok(None);
+    };
+    match std::net::TcpListener::bind(addr) {
+        Ok(l) => Ok(Some(l)),
+        Err(e) => {
+            daemon::msg_warn!("metrics_listen = {addr}: {e}; metrics are off");
+            Ok(None)
+        }
+    }
 }
