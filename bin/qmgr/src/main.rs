@@ -5,7 +5,9 @@
 //! what it found. Then it accepts `Arrived` announcements from cleanup,
 //! appends them to the journal and answers each only after the group commit
 //! (one fdatasync on a helper thread for everything appended meanwhile)
-//! that made it durable. `sluice queue list` asks it for the queue.
+//! that made it durable. `sluice queue list` asks it for the queue;
+//! `sluice status`, `sluice top` and the `metrics_listen` endpoint for its
+//! figures (`metrics.rs`).
 //!
 //! Scheduling and delivery are not part of this program yet: accepted mail
 //! stays queued (`(queue active)` in the log) until the scheduler lands.

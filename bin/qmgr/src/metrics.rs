@@ -369,6 +369,10 @@ struct HttpConn {
     deadline: Instant,
     /// The answer is in `out`.
     answered: bool,
+    /// The answer is sent and our side shut down: what the client still
+    /// sends is read and dropped until it closes, because closing with
+    /// unread input would reset the connection and could lose the answer.
+    draining: bool,
 }
 
 /// The metrics listener and its connections.
@@ -461,6 +465,10 @@ impl Http {
         let Some(c) = self.conns.get_mut(&token) else {
             return;
         };
+        if c.draining {
+            self.drain(registry, token);
+            return;
+        }
         let mut keep = true;
         if !c.answered {
             let mut buf = [0u8; 1024];
@@ -518,11 +526,36 @@ impl Http {
                     }
                 }
             }
-            keep = c.sent < c.out.len();
+            if c.sent >= c.out.len() {
+                c.draining = c.stream.shutdown(std::net::Shutdown::Write).is_ok();
+                keep = c.draining;
+            }
         }
         if !keep {
             self.close(registry, token);
+        } else if self.conns.get(&token).is_some_and(|c| c.draining) {
+            // Input may be waiting already, and edge-triggered readiness
+            // will not report it again.
+            self.drain(registry, token);
         }
+    }
+
+    /// Reads and drops input until the client closes.
+    fn drain(&mut self, registry: &Registry, token: Token) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        let mut buf = [0u8; 1024];
+        loop {
+            match c.stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        self.close(registry, token);
     }
 
     fn accept(&mut self, registry: &Registry, new_token: &mut impl FnMut() -> Token) {
@@ -549,6 +582,7 @@ impl Http {
                             sent: 0,
                             deadline: Instant::now() + HTTP_TIMEOUT,
                             answered: false,
+                            draining: false,
                         },
                     );
                 }
