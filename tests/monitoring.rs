@@ -114,6 +114,12 @@ fn status_and_top_show_the_dead_and_the_slow_destination() {
         "{text}"
     );
     assert!(text.contains("since qmgr start: sent 4, "), "{text}");
+    assert!(
+        text.contains(&format!(
+            "busiest destination: [127.0.0.1]:{dead} (deadend): 0 queued, 3 deferred, window 0, busy 0"
+        )),
+        "{text}"
+    );
 
     // One frame of top: the table rows a person reads.
     let out = m.inst.sluice(&["top", "--once"]);

@@ -189,7 +189,7 @@ pub fn status_text(s: &Summary) -> String {
     if !dead.is_empty() {
         out.push_str(&format!("dead destinations: {}\n", dead.join(", ")));
     }
-    if let Some(d) = s.destinations.first() {
+    if let Some(d) = s.destinations.first().filter(|d| d.queued + d.deferred > 0) {
         out.push_str(&format!(
             "busiest destination: {} ({}): {} queued, {} deferred, window {}, busy {}\n",
             d.destination, d.transport, d.queued, d.deferred, d.window, d.busy
