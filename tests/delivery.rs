@@ -395,9 +395,10 @@ fn status_json_gives_services_and_queue_sizes() {
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     // A JSON parser nobody here wrote reads it.
-    let checked = inst.python("status_json.py", &[text.trim()]);
-    assert!(
-        String::from_utf8_lossy(&checked.stdout).contains("ok"),
+    let checked = inst.python("status_json.py", &[text.trim(), "one-deferred"]);
+    assert_eq!(
+        String::from_utf8_lossy(&checked.stdout).trim(),
+        "ok",
         "{text}\n{checked:?}"
     );
 }

@@ -120,6 +120,8 @@ pub struct Deliver {
     effects: Vec<Effect>,
     /// `defer_transports`.
     defer_transports: BTreeSet<String>,
+    /// Deliveries and deferred messages per destination, for operators.
+    figures: crate::metrics::DestFigures,
 }
 
 impl Deliver {
@@ -143,6 +145,7 @@ impl Deliver {
             logged: HashSet::new(),
             effects: Vec::new(),
             defer_transports: BTreeSet::new(),
+            figures: crate::metrics::DestFigures::default(),
         }
     }
 
@@ -172,6 +175,93 @@ impl Deliver {
         self.msgs.len()
     }
 
+    /// A message leaves the queue or goes on hold: it waits for no destination.
+    pub fn forget(&mut self, id: &QueueId) {
+        self.figures.forget(id);
+    }
+
+    /// Drops figures of destinations with nothing to show.
+    pub fn prune_figures(&mut self) {
+        self.figures.prune(now_ms().0 / 1000);
+    }
+
+    /// Recipients of active messages in the scheduler's memory.
+    pub fn active_recipients(&self) -> u64 {
+        u64::from(self.sched.recipients_in_core())
+    }
+
+    /// The active queue per transport and class.
+    pub fn transport_summary(&self) -> Vec<ipc::queuectl::TransportSummary> {
+        self.sched
+            .transport_stats()
+            .into_iter()
+            .map(|t| ipc::queuectl::TransportSummary {
+                name: t.name,
+                queued: t.queued,
+                inflight: t.inflight,
+                connections: t.connections,
+                destinations: t.destinations,
+                dead: t.dead,
+            })
+            .collect()
+    }
+
+    /// The `top` busiest destinations: those with the most entries in the
+    /// scheduler and those with the most deferred messages, by the sum of
+    /// the two, dead ones first among equals.
+    pub fn destination_summary(&self, top: usize) -> Vec<ipc::queuectl::DestSummary> {
+        let now = now_ms();
+        let secs = now.0 / 1000;
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        let mut candidates: Vec<(String, String, Option<sched::DestStats>)> = self
+            .sched
+            .destination_stats(top)
+            .into_iter()
+            .map(|d| (d.transport.clone(), d.nexthop.clone(), Some(d)))
+            .collect();
+        for (t, n) in self.figures.most_deferred(top) {
+            let st = self.sched.destination(&t, &n);
+            candidates.push((t, n, st));
+        }
+        for (transport, nexthop, st) in candidates {
+            if !seen.insert((transport.clone(), nexthop.clone())) {
+                continue;
+            }
+            let fig = self.figures.get(&transport, &nexthop);
+            let (queued, inflight, window, busy, dead_until) = match &st {
+                Some(d) => (
+                    u64::from(d.entries),
+                    d.inflight.iter().map(|x| u64::from(*x)).sum(),
+                    d.window,
+                    d.busy,
+                    d.dead_until,
+                ),
+                None => (0, 0, 0, 0, None),
+            };
+            out.push(ipc::queuectl::DestSummary {
+                transport,
+                destination: nexthop,
+                queued,
+                inflight,
+                deferred: fig.map_or(0, |f| f.deferred),
+                window,
+                busy,
+                dead: dead_until.is_some(),
+                retry_at: dead_until.map(|t| t.0.div_ceil(1000)),
+                sent: fig.map(|f| f.sent.counter(secs)).unwrap_or_default(),
+            });
+        }
+        out.sort_by(|a, b| {
+            (b.queued + b.deferred)
+                .cmp(&(a.queued + a.deferred))
+                .then(b.dead.cmp(&a.dead))
+                .then_with(|| (&a.transport, &a.destination).cmp(&(&b.transport, &b.destination)))
+        });
+        out.truncate(top);
+        out
+    }
+
     /// When `handle_timeout` should run next.
     pub fn next_timeout(&self) -> Option<Time> {
         self.sched.poll_timeout()
@@ -195,6 +285,8 @@ impl Deliver {
         if self.by_id.contains_key(&head.id) {
             return;
         }
+        // Tried again: no longer waiting for its destinations.
+        self.figures.forget(&head.id);
         if pending.is_empty() {
             // Nothing left to deliver: let the server remove it.
             self.effects.push(Effect::Finished {
@@ -306,6 +398,9 @@ impl Deliver {
         let (status, text) = split_status(reason, "4.3.0");
         for &i in rcpts {
             log_rcpt(a, i, "none", &status, "deferred", &text);
+            if let Some(r) = a.routes.get(&i) {
+                self.figures.deferred(a.id, &r.transport, &r.nexthop);
+            }
         }
         self.effects
             .push(Effect::Journal(Box::new(queue::Record::Deferred {
@@ -500,6 +595,9 @@ impl Deliver {
                             {
                                 // Postfix's defer_transports: kept until flushed.
                                 let next = now_ms().0 / 1000 + 300;
+                                if let Some(a) = self.msgs.get(&qid) {
+                                    self.figures.deferred(a.id, t, &r.nexthop);
+                                }
                                 self.defer_now(
                                     qid,
                                     &[rcpt],
@@ -509,6 +607,9 @@ impl Deliver {
                             }
                             t if !self.transports.contains(t) => {
                                 let next = now_ms().0 / 1000 + 300;
+                                if let Some(a) = self.msgs.get(&qid) {
+                                    self.figures.deferred(a.id, t, &r.nexthop);
+                                }
                                 self.defer_now(
                                     qid,
                                     &[rcpt],
@@ -977,6 +1078,24 @@ impl Deliver {
                         continue;
                     };
                     let id = m.id;
+                    match &rec {
+                        sched::Record::Delivered { recipients, .. } => {
+                            let now = now_ms().0 / 1000;
+                            for i in recipients {
+                                if let Some(r) = m.routes.get(i) {
+                                    self.figures.delivered(now, &r.transport, &r.nexthop, 1);
+                                }
+                            }
+                        }
+                        sched::Record::Deferred { recipients, .. } => {
+                            for i in recipients {
+                                if let Some(r) = m.routes.get(i) {
+                                    self.figures.deferred(id, &r.transport, &r.nexthop);
+                                }
+                            }
+                        }
+                        sched::Record::Bounced { .. } => {}
+                    }
                     let r = match rec {
                         sched::Record::Delivered { recipients, .. } => queue::Record::Delivered {
                             id,

@@ -5,7 +5,9 @@
 //! what it found. Then it accepts `Arrived` announcements from cleanup,
 //! appends them to the journal and answers each only after the group commit
 //! (one fdatasync on a helper thread for everything appended meanwhile)
-//! that made it durable. `sluice queue list` asks it for the queue.
+//! that made it durable. `sluice queue list` asks it for the queue;
+//! `sluice status`, `sluice top` and the `metrics_listen` endpoint for its
+//! figures (`metrics.rs`).
 //!
 //! Scheduling and delivery are not part of this program yet: accepted mail
 //! stays queued (`(queue active)` in the log) until the scheduler lands.
@@ -14,6 +16,7 @@
 mod admission;
 mod bounce;
 mod deliver;
+mod metrics;
 mod schedconf;
 mod server;
 
@@ -24,5 +27,21 @@ fn main() {
         honour_max_use: false,
         max_clients: usize::MAX,
     };
-    daemon::run(opts, |_ctx| Ok(()), |ctx, ()| server::QmgrServer::new(ctx))
+    daemon::run(opts, metrics_socket, server::QmgrServer::new)
+}
+
+/// Binds `metrics_listen` while still privileged (any port, before a
+/// chroot). A socket that cannot be bound turns metrics off with a warning:
+/// the queue manager matters more than its statistics.
+fn metrics_socket(ctx: &daemon::Context) -> Result<Option<std::net::TcpListener>, String> {
+    let Some(addr) = ctx.config.listen("metrics_listen") else {
+        return Ok(None);
+    };
+    match std::net::TcpListener::bind(addr) {
+        Ok(l) => Ok(Some(l)),
+        Err(e) => {
+            daemon::msg_warn!("metrics_listen = {addr}: {e}; metrics are off");
+            Ok(None)
+        }
+    }
 }

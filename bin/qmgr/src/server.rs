@@ -23,6 +23,9 @@ enum Kind {
     Control,
 }
 
+/// Destinations reported on the metrics endpoint.
+const METRICS_TOP: usize = 20;
+
 /// How long cleanup may leave notices unanswered before the link is
 /// given up and the notices are built again later.
 const NOTICE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
@@ -126,11 +129,21 @@ pub struct QmgrServer {
     queue_root: PathBuf,
     /// Where main.cf and master.cf are, for reloads.
     config_dir: PathBuf,
+    /// Recipient results since start, for `sluice status` and metrics.
+    totals: crate::metrics::Totals,
+    /// The `metrics_listen` socket, bound before privileges were dropped,
+    /// until `start` registers it.
+    metrics_socket: Option<std::net::TcpListener>,
+    /// The metrics endpoint, once registered.
+    http: Option<crate::metrics::Http>,
 }
 
 impl QmgrServer {
     /// Recovers the spool and opens the journal.
-    pub fn new(ctx: &Context) -> Result<Self, String> {
+    pub fn new(
+        ctx: &Context,
+        metrics_socket: Option<std::net::TcpListener>,
+    ) -> Result<Self, String> {
         let chrooted = ctx.args.chroot && sys::is_root();
         let root = if chrooted {
             PathBuf::from("/")
@@ -238,6 +251,9 @@ impl QmgrServer {
             names: notice_names(&ctx.config),
             queue_root: root.clone(),
             config_dir: ctx.config_dir.clone(),
+            totals: crate::metrics::Totals::default(),
+            metrics_socket,
+            http: None,
         })
     }
 
@@ -419,6 +435,9 @@ impl QmgrServer {
                 queuectl::Response::Flushed(n)
             }
             queuectl::Request::Show { id } => queuectl::Response::Shown(self.show(&id)),
+            queuectl::Request::Summary { top } => {
+                queuectl::Response::Summary(Box::new(self.summary(top.min(1000) as usize)))
+            }
             queuectl::Request::Hold(sel) => {
                 let ids: Vec<QueueId> = self
                     .select(&sel)
@@ -427,6 +446,7 @@ impl QmgrServer {
                     .collect();
                 for id in &ids {
                     self.append(Record::Held { id: *id });
+                    self.deliver.forget(id);
                     msg_info!("{id}: placed on hold");
                 }
                 queuectl::Response::Done(ids.len() as u64)
@@ -449,6 +469,7 @@ impl QmgrServer {
                 for id in &ids {
                     let storage = self.state.messages.get(id).map(|m| m.storage);
                     self.append(Record::Removed { id: *id });
+                    self.deliver.forget(id);
                     msg_info!("{id}: removed by the administrator");
                     if let Some(st) = storage {
                         self.removals.push((self.journal.end(), *id, st));
@@ -470,6 +491,38 @@ impl QmgrServer {
                 }
                 queuectl::Response::Done(ids.len() as u64)
             }
+        }
+    }
+
+    /// Queue sizes, delivery counters and the busiest destinations, from
+    /// memory: one pass over the live messages, no journal reads.
+    fn summary(&self, top: usize) -> queuectl::Summary {
+        let now = crate::deliver::now_ms().0 / 1000;
+        let (mut incoming, mut active, mut deferred, mut hold) = (0, 0, 0, 0);
+        for (id, m) in &self.state.messages {
+            if m.held {
+                hold += 1;
+            } else if self.deliver.is_active(id) {
+                active += 1;
+            } else if m.next_attempt > 0 {
+                deferred += 1;
+            } else {
+                incoming += 1;
+            }
+        }
+        queuectl::Summary {
+            now,
+            messages: self.state.messages.len() as u64,
+            incoming,
+            active,
+            deferred,
+            hold,
+            active_recipients: self.deliver.active_recipients(),
+            sent: self.totals.sent.counter(now),
+            deferrals: self.totals.deferred.counter(now),
+            bounced: self.totals.bounced.counter(now),
+            transports: self.deliver.transport_summary(),
+            destinations: self.deliver.destination_summary(top),
         }
     }
 
@@ -723,6 +776,14 @@ sender: <{}>
             }
             _ => {}
         }
+        // Every recipient result passes here once, whoever decided it.
+        let now = crate::deliver::now_ms().0 / 1000;
+        match &rec {
+            Record::Delivered { rcpts, .. } => self.totals.sent.add(now, rcpts.len() as u64),
+            Record::Deferred { rcpts, .. } => self.totals.deferred.add(now, rcpts.len() as u64),
+            Record::Bounced { rcpts, .. } => self.totals.bounced.add(now, rcpts.len() as u64),
+            _ => {}
+        }
         match self.journal.append(&rec) {
             Ok(lsn) => self.state.apply(lsn, &rec),
             Err(e) => self.journal_failed(e),
@@ -778,6 +839,7 @@ sender: <{}>
         };
         let storage = m.storage;
         self.append(Record::Removed { id });
+        self.deliver.forget(&id);
         msg_info!("{id}: removed");
         self.removals.push((self.journal.end(), id, storage));
     }
@@ -1199,6 +1261,22 @@ sender: <{}>
         self.apply_effects();
     }
 
+    /// A metrics connection is ready; a complete GET /metrics gets the
+    /// summary of the busiest destinations in Prometheus text.
+    fn metrics_ready(&mut self, cx: &mut Cx<'_>, token: Token) {
+        let Some(mut h) = self.http.take() else {
+            return;
+        };
+        let registry = cx.registry;
+        h.ready(
+            registry,
+            token,
+            || cx.token(),
+            || crate::metrics::prometheus(&self.summary(METRICS_TOP)),
+        );
+        self.http = Some(h);
+    }
+
     fn journal_failed(&mut self, e: queue::Error) {
         // A failed fsync leaves the records' fate unknown: refuse them all
         // (the clients retry; at worst a message is queued twice) and stop,
@@ -1275,6 +1353,17 @@ impl Server for QmgrServer {
             }
             Err(e) => msg_warn!("waker: {e}; committing inline"),
         }
+        if let Some(sock) = self.metrics_socket.take() {
+            let addr = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            let t = cx.token();
+            match crate::metrics::Http::new(sock, cx.registry, t) {
+                Ok(h) => {
+                    msg_info!("serving metrics at http://{addr}/metrics");
+                    self.http = Some(h);
+                }
+                Err(e) => msg_warn!("metrics_listen {addr}: {e}; metrics are off"),
+            }
+        }
         self.activate_waiting(cx);
         self.commit_pending();
     }
@@ -1305,6 +1394,8 @@ impl Server for QmgrServer {
             self.deliver.ready(cx, token);
         } else if self.notices.as_ref().is_some_and(|l| l.token() == token) {
             self.notices_ready(cx);
+        } else if self.http.as_ref().is_some_and(|h| h.owns(token)) {
+            self.metrics_ready(cx, token);
         } else {
             match self.serve(token) {
                 Ok(true) => {}
@@ -1328,12 +1419,16 @@ impl Server for QmgrServer {
     }
 
     fn timeout(&mut self, cx: &mut Cx<'_>) {
+        if let Some(h) = self.http.as_mut() {
+            h.expire(cx.registry);
+        }
         self.deliver.timeout(cx);
         self.apply_effects();
         self.activate_waiting(cx);
         self.notices_ready(cx);
         if self.last_gc.elapsed() >= std::time::Duration::from_secs(60) {
             self.last_gc = std::time::Instant::now();
+            self.deliver.prune_figures();
             match queue::collect_garbage(&self.spool, &mut self.journal, &self.state) {
                 Ok(gone) if !gone.is_empty() => msg_info!(
                     "journal: deleted {} segment(s) with nothing live",
@@ -1363,6 +1458,9 @@ impl Server for QmgrServer {
         }
         // Journal garbage collection, once a minute.
         at(self.last_gc + std::time::Duration::from_secs(60));
+        if let Some(t) = self.http.as_ref().and_then(|h| h.next_deadline()) {
+            at(t);
+        }
         d
     }
 

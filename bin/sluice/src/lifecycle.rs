@@ -169,9 +169,11 @@ pub fn status(dir: &Path, json: bool) -> i32 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
+    // The queue's figures; without them (qmgr not answering) status still
+    // reports master and its services.
+    let summary = crate::top::Qmgr::new(dir).and_then(|mut q| q.summary(crate::top::STATUS_TOP));
     if json {
-        let queue = crate::queue::summary(dir);
-        println!("{}", status_json(&st, now, queue.as_ref()));
+        println!("{}", status_json(&st, now, summary.as_ref().ok()));
         return 0;
     }
     println!(
@@ -213,15 +215,20 @@ pub fn status(dir: &Path, json: bool) -> i32 {
         }
         println!("{line}");
     }
+    match &summary {
+        Ok(s) => print!("{}", crate::top::status_text(s)),
+        Err(e) => println!("queue: unknown ({e})"),
+    }
     0
 }
 
-/// `status --json`: master, its services and processes, and the queue's
-/// sizes by state (`null` when qmgr does not answer), for monitoring.
+/// `status --json`: master, its services and processes, and qmgr's figures
+/// (queue sizes by state, delivery rates, transports and classes, busiest
+/// destinations; `queue` is `null` when qmgr does not answer), for monitoring.
 fn status_json(
     st: &ipc::control::MasterStatus,
     now: u64,
-    queue: Option<&crate::queue::Summary>,
+    queue: Option<&ipc::queuectl::Summary>,
 ) -> String {
     use ipc::queuectl::json_str;
     let services: Vec<String> = st
@@ -253,14 +260,11 @@ fn status_json(
         })
         .collect();
     let queue = match queue {
-        Some(q) => format!(
-            "{{\"messages\":{},\"recipients\":{},\"active\":{},\"deferred\":{},\"hold\":{},\"bytes\":{}}}",
-            q.messages, q.recipients, q.active, q.deferred, q.hold, q.bytes
-        ),
-        None => "null".to_string(),
+        Some(q) => crate::top::json_members(q),
+        None => "\"queue\":null".to_string(),
     };
     format!(
-        "{{\"running\":true,\"master_pid\":{},\"started\":{},\"uptime\":{},\"config_directory\":{},\"queue_directory\":{},\"unprivileged\":{},\"services\":[{}],\"queue\":{}}}",
+        "{{\"running\":true,\"master_pid\":{},\"started\":{},\"uptime\":{},\"config_directory\":{},\"queue_directory\":{},\"unprivileged\":{},\"services\":[{}],{}}}",
         st.pid,
         st.started,
         now.saturating_sub(st.started),

@@ -1,6 +1,6 @@
 //! sluice(1): the postmaster's command.
 //!
-//! `start`, `stop`, `reload`, `status`, `check` and `config`, in the manner
+//! `start`, `stop`, `reload`, `status`, `top`, `check` and `config`, in the manner
 //! of Postfix's `postfix` and `postconf` commands. Exit codes a script can
 //! rely on: 0 success, 1 failure (with a message on stderr), 2 bad usage,
 //! 3 from `status` when the mail system is not running.
@@ -12,6 +12,7 @@ mod lifecycle;
 mod map;
 mod queue;
 mod route;
+mod top;
 
 use std::path::PathBuf;
 
@@ -40,11 +41,23 @@ enum Cmd {
     Stop,
     /// Re-read main.cf and master.cf; restart only services whose definition changed.
     Reload,
-    /// Show master, its services and their processes.
+    /// Show master, its services and their processes, and the queue's figures.
     Status {
-        /// One JSON object, with the queue's sizes, for monitoring.
+        /// One JSON object, with the queue's sizes, rates and busiest destinations, for monitoring.
         #[arg(long)]
         json: bool,
+    },
+    /// A live view of the queue: sizes per transport and class, delivery rates, busiest destinations.
+    Top {
+        /// Print one frame and exit, without clearing the screen.
+        #[arg(long)]
+        once: bool,
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// How many destinations to show.
+        #[arg(long, default_value_t = 15)]
+        destinations: u32,
     },
     /// Validate the configuration, directories, ownership and permissions.
     Check,
@@ -169,6 +182,11 @@ fn main() {
         Cmd::Stop => lifecycle::stop(&dir),
         Cmd::Reload => lifecycle::reload(&dir),
         Cmd::Status { json } => lifecycle::status(&dir, json),
+        Cmd::Top {
+            once,
+            interval,
+            destinations,
+        } => top::top(&dir, once, interval, destinations),
         Cmd::Check => check::check(&dir),
         Cmd::Route { hosts, addresses } => route::route(&dir, &addresses, hosts),
         Cmd::Newaliases => aliases::newaliases(&dir),

@@ -39,47 +39,6 @@ pub fn list(dir: &Path, json: bool) -> i32 {
     }
 }
 
-/// The queue's sizes, for `sluice status --json`.
-pub struct Summary {
-    /// Messages queued.
-    pub messages: u64,
-    /// Recipients still to deliver.
-    pub recipients: u64,
-    /// Messages by state.
-    pub active: u64,
-    /// Deferred messages.
-    pub deferred: u64,
-    /// Messages on hold.
-    pub hold: u64,
-    /// Their total size.
-    pub bytes: u64,
-}
-
-/// Counts the queue by state; `None` when qmgr does not answer.
-pub fn summary(dir: &Path) -> Option<Summary> {
-    let Ok(Response::List(l)) = ask(dir, Request::List) else {
-        return None;
-    };
-    let mut s = Summary {
-        messages: l.len() as u64,
-        recipients: 0,
-        active: 0,
-        deferred: 0,
-        hold: 0,
-        bytes: 0,
-    };
-    for m in &l {
-        s.recipients += m.recipients.len() as u64;
-        s.bytes += m.size;
-        match m.state.as_str() {
-            "hold" => s.hold += 1,
-            "deferred" => s.deferred += 1,
-            _ => s.active += 1,
-        }
-    }
-    Some(s)
-}
-
 /// `sluice queue flush`.
 pub fn flush(dir: &Path) -> i32 {
     match ask(dir, Request::Flush) {

@@ -517,6 +517,11 @@ impl Config {
         self.transport("").feedback(name)
     }
 
+    /// A listening address; `None` when empty. Panics if not a Listen.
+    pub fn listen(&self, name: &str) -> Option<std::net::SocketAddr> {
+        self.transport("").listen(name)
+    }
+
     /// Getters that look up `<transport>_<name>` first for per-transport
     /// parameters. An empty transport name means the global values.
     pub fn transport<'a>(&'a self, transport: &'a str) -> TransportView<'a> {
@@ -721,6 +726,16 @@ impl TransportView<'_> {
             .and_then(|v| value::parse_enum(&v, choices).ok())
             .or_else(|| choices.first().copied())
             .unwrap_or("")
+    }
+
+    /// A listening address parameter; `None` when empty (off).
+    pub fn listen(&self, name: &str) -> Option<std::net::SocketAddr> {
+        self.typed(
+            name,
+            "Listen",
+            |t| *t == ParamType::Listen,
+            |_, v| value::parse_listen(v),
+        )
     }
 
     /// A feedback parameter.

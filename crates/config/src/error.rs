@@ -89,6 +89,8 @@ pub enum ValueProblem {
     Feedback,
     /// `{` without `}` or the reverse.
     Braces,
+    /// Not a listening address; the text says how.
+    Listen(String),
 }
 
 impl ValueProblem {
@@ -104,6 +106,7 @@ impl ValueProblem {
             ValueProblem::MapRef(_) => "bad table reference",
             ValueProblem::Feedback => "bad feedback value",
             ValueProblem::Braces => "unbalanced { } in value",
+            ValueProblem::Listen(_) => "bad listening address",
         }
     }
 
@@ -118,6 +121,9 @@ impl ValueProblem {
             }
             ValueProblem::Enum(choices) => format!(" (use one of: {})", choices.join(", ")),
             ValueProblem::Cidr(why) | ValueProblem::MapRef(why) => format!(" ({why})"),
+            ValueProblem::Listen(why) => {
+                format!(" ({why}; use address:port such as 127.0.0.1:9103, or nothing)")
+            }
             ValueProblem::Feedback => " (use 1/concurrency, 1/sqrt_concurrency or a number)".into(),
         }
     }

@@ -141,7 +141,6 @@ static PARAMS: &[ParamSpec] = &[
     p("mynetworks", N, "127.0.0.0/8 [::1]/128", "Trusted client networks (permit_mynetworks); addresses, CIDRs and type:table entries."),
     p("inet_interfaces", L, "all", "Addresses to listen on for inet services without a host: all, loopback-only or addresses."),
     p("inet_protocols", T::Enum(&["ipv4", "ipv6", "all"]), "all", "IP protocols to use for listening and for connections."),
-    p("metrics_listen", S, "", "host:port of the Prometheus metrics endpoint; empty turns it off."),
     // Logging.
     p("maillog_file", S, "", "Log to this file instead of syslog when set."),
     p("syslog_name", S, "sluice", "Prefix of the syslog ident (sluice/<service>)."),
@@ -179,6 +178,7 @@ static PARAMS: &[ParamSpec] = &[
     p("default_recipient_refill_limit", I, "100", "Recipients read into memory at a time for a message with many."),
     p("default_recipient_refill_delay", SEC, "5s", "Delay after which more recipients are read even if not all slots are free."),
     p("qmgr_clog_warn_time", SEC, "300s", "Minimal interval between warnings that the active queue is congested."),
+    p("metrics_listen", T::Listen, "", "Address (address:port) where qmgr serves Prometheus metrics at GET /metrics; empty: off."),
     p("queue_run_delay", SEC, "300s", "How often the deferred queue is checked for mail that is due."),
     p("minimal_backoff_time", SEC, "300s", "Least time between delivery attempts of deferred mail."),
     p("maximal_backoff_time", SEC, "4000s", "Longest time between delivery attempts of deferred mail."),

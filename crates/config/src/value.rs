@@ -88,6 +88,8 @@ pub enum ParamType {
     Enum(&'static [&'static str]),
     /// Concurrency feedback: `1/concurrency`, `1/sqrt_concurrency` or a number.
     Feedback,
+    /// A TCP address to listen on, `address:port` or `[v6]:port`; empty for none.
+    Listen,
 }
 
 impl ParamType {
@@ -107,6 +109,7 @@ impl ParamType {
             ParamType::Feedback => {
                 "feedback (1/concurrency, 1/sqrt_concurrency or a number)".into()
             }
+            ParamType::Listen => "address:port, or empty".into(),
         }
     }
 
@@ -124,8 +127,44 @@ impl ParamType {
             ParamType::MapRef => parse_maps(text).map(drop),
             ParamType::Enum(c) => parse_enum(text, c).map(drop),
             ParamType::Feedback => parse_feedback(text).map(drop),
+            ParamType::Listen => parse_listen(text).map(drop),
         }
     }
+}
+
+/// Parses a listening address: `address:port`, `[v6]:port` or
+/// `localhost:port` (127.0.0.1); `None` when empty. Names are not resolved,
+/// so that a typo cannot open a port somewhere unexpected.
+pub fn parse_listen(text: &str) -> Result<Option<std::net::SocketAddr>, ValueProblem> {
+    let t = text.trim();
+    if t.is_empty() {
+        return Ok(None);
+    }
+    let bad = |why: &str| ValueProblem::Listen(format!("{t}: {why}"));
+    let (host, port) = if let Some(rest) = t.strip_prefix('[') {
+        let (h, after) = rest.split_once(']').ok_or_else(|| bad("missing ]"))?;
+        let p = after
+            .strip_prefix(':')
+            .ok_or_else(|| bad("missing :port"))?;
+        (h, p)
+    } else {
+        let (h, p) = t.rsplit_once(':').ok_or_else(|| bad("missing :port"))?;
+        if h.contains(':') {
+            return Err(bad("write an IPv6 address in brackets, [::1]:port"));
+        }
+        (h, p)
+    };
+    let ip: IpAddr = if host.eq_ignore_ascii_case("localhost") {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    } else {
+        host.parse()
+            .map_err(|_| bad("the host must be an IP address or localhost"))?
+    };
+    let port: u16 = match port.parse() {
+        Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => p,
+        _ => return Err(bad("the port must be a number from 1 to 65535")),
+    };
+    Ok(Some(std::net::SocketAddr::new(ip, port)))
 }
 
 /// Parses a decimal integer (optional sign), surrounding blanks ignored.
@@ -525,6 +564,34 @@ mod tests {
         ] {
             assert_eq!(parse_int(text).ok(), want, "{text:?}");
         }
+    }
+
+    #[test]
+    fn listening_addresses() {
+        let a = |s: &str| Some(Some(s.parse::<std::net::SocketAddr>().unwrap()));
+        for (text, want) in [
+            ("", Some(None)),
+            ("  ", Some(None)),
+            ("127.0.0.1:9103", a("127.0.0.1:9103")),
+            ("localhost:9103", a("127.0.0.1:9103")),
+            ("[::1]:9103", a("[::1]:9103")),
+            ("0.0.0.0:80", a("0.0.0.0:80")),
+            ("9103", None),
+            ("::1:9103", None),
+            ("127.0.0.1:0", None),
+            ("127.0.0.1:65536", None),
+            ("127.0.0.1:+9", None),
+            ("metrics.example:9103", None),
+            ("[::1]9103", None),
+            ("[::1:9103", None),
+        ] {
+            assert_eq!(parse_listen(text).ok(), want, "{text:?}");
+        }
+        let e = parse_listen("9103").unwrap_err().to_string();
+        assert!(
+            e.starts_with("bad listening address (9103: missing :port"),
+            "{e}"
+        );
     }
 
     #[test]

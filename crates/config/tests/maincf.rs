@@ -298,6 +298,12 @@ fn bad_values_are_refused_with_file_line_and_parameter() {
             ValueProblem::Braces,
         ),
         (
+            "metrics_listen = 9103",
+            1,
+            "metrics_listen",
+            ValueProblem::Listen("9103: missing :port".into()),
+        ),
+        (
             "default_destination_concurrency_positive_feedback = lots",
             1,
             "default_destination_concurrency_positive_feedback",

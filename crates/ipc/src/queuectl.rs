@@ -1,4 +1,5 @@
-//! The queue control protocol: `sluice queue` asking qmgr about messages.
+//! The queue control protocol: `sluice queue` asking qmgr about messages,
+//! and `sluice status` / `sluice top` asking it for its figures.
 
 use serde::{Deserialize, Serialize};
 
@@ -8,7 +9,7 @@ pub enum QueueCtl {}
 
 impl crate::Protocol for QueueCtl {
     const NAME: &'static str = "sluice-queuectl";
-    const VERSION: u32 = 2;
+    const VERSION: u32 = 3;
     type Request = Request;
     type Response = Response;
 }
@@ -33,6 +34,12 @@ pub enum Request {
     Delete(Selector),
     /// Deliver the selected messages now, routing them afresh.
     Requeue(Selector),
+    /// Queue sizes, delivery rates and the `top` busiest destinations, from
+    /// qmgr's memory (no journal reads, unlike `List`).
+    Summary {
+        /// How many destinations to report.
+        top: u32,
+    },
 }
 
 /// Which messages an operation applies to.
@@ -59,6 +66,105 @@ pub enum Response {
     Shown(Result<String, String>),
     /// The answer to hold, release, delete and requeue: how many messages it changed.
     Done(u64),
+    /// The answer to `Summary`.
+    Summary(Box<Summary>),
+}
+
+/// qmgr's figures for monitoring.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// qmgr's clock, seconds since the epoch.
+    pub now: u64,
+    /// Messages queued.
+    pub messages: u64,
+    /// Not yet handed to delivery (new, released, or due again).
+    pub incoming: u64,
+    /// Being delivered.
+    pub active: u64,
+    /// Waiting for their retry time.
+    pub deferred: u64,
+    /// On hold.
+    pub hold: u64,
+    /// Recipients of active messages in the scheduler's memory.
+    pub active_recipients: u64,
+    /// Recipients delivered since qmgr started.
+    pub sent: Counter,
+    /// Recipient deferrals since qmgr started.
+    pub deferrals: Counter,
+    /// Recipients bounced since qmgr started.
+    pub bounced: Counter,
+    /// The active queue per transport and class.
+    pub transports: Vec<TransportSummary>,
+    /// The busiest destinations, most queued first.
+    pub destinations: Vec<DestSummary>,
+}
+
+/// An event counter: its total and its recent counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counter {
+    /// Since qmgr started.
+    pub total: u64,
+    /// In the last 10 seconds.
+    pub last_10s: u64,
+    /// In the last 60 seconds.
+    pub last_60s: u64,
+}
+
+impl Counter {
+    /// Events per second over the last 10 seconds.
+    pub fn rate_10s(&self) -> f64 {
+        self.last_10s as f64 / 10.0
+    }
+
+    /// Events per second over the last 60 seconds.
+    pub fn rate_60s(&self) -> f64 {
+        self.last_60s as f64 / 60.0
+    }
+}
+
+/// The scheduling class names, in the order of the per-class arrays.
+pub const CLASSES: [&str; 3] = ["small", "medium", "large"];
+
+/// One transport's share of the active queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransportSummary {
+    /// The transport (master.cf service) name.
+    pub name: String,
+    /// Entries waiting, per class (see [`CLASSES`]).
+    pub queued: [u64; 3],
+    /// Entries on connections, per class.
+    pub inflight: [u64; 3],
+    /// Connections open or opening.
+    pub connections: u32,
+    /// Destinations the scheduler knows.
+    pub destinations: u64,
+    /// Of which dead.
+    pub dead: u64,
+}
+
+/// One destination as `sluice top` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestSummary {
+    /// Its transport.
+    pub transport: String,
+    /// Its nexthop.
+    pub destination: String,
+    /// Entries in the active queue: waiting, on connections, in flight.
+    pub queued: u64,
+    /// Entries on its connections.
+    pub inflight: u64,
+    /// Messages deferred for it and waiting for their retry.
+    pub deferred: u64,
+    /// Its concurrency window.
+    pub window: u32,
+    /// Connections open or opening (busy workers).
+    pub busy: u32,
+    /// Whether it is dead (not tried until `retry_at`).
+    pub dead: bool,
+    /// When a dead destination is tried again, seconds since the epoch.
+    pub retry_at: Option<u64>,
+    /// Recipients delivered to it.
+    pub sent: Counter,
 }
 
 /// One queued message as `mailq` shows it.

@@ -37,6 +37,7 @@ pub mod rng;
 mod sched;
 pub mod sim;
 pub mod slab;
+pub mod stats;
 pub mod time;
 pub mod transport;
 
@@ -48,4 +49,5 @@ pub use ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 pub use limiter::{Limiter, LocalLimiter};
 pub use policy::{Fifo, Policy, ThreeClass, ThreeClassFixed};
 pub use sched::{SchedError, Scheduler, Stats};
+pub use stats::{DestStats, TransportStats};
 pub use time::Time;

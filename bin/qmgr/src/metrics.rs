@@ -1,0 +1,755 @@
+//! qmgr's figures for operators: rolling delivery counters, per-destination
+//! figures, the Prometheus text rendering of a summary, and the tiny HTTP
+//! responder that serves it on `metrics_listen`.
+//!
+//! Counters cost O(1) per delivery result: a bucket per second over the
+//! last minute, cleared lazily as time moves on. Everything else is
+//! computed when someone asks (`sluice status`, `sluice top`, a scrape).
+//!
+//! The HTTP side is HTTP/1.0 only: one request per connection, at most
+//! [`MAX_REQUEST`] bytes of request head, [`HTTP_TIMEOUT`] for the whole
+//! exchange, at most [`MAX_HTTP_CONNS`] at once, the answer and then close.
+//! It runs inside qmgr's event loop, so a scrape costs one summary and never
+//! blocks delivery.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ipc::queuectl::{Counter, Summary, CLASSES};
+use mail::QueueId;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Interest, Registry, Token};
+
+/// Seconds of history a rolling counter keeps.
+const WINDOW: usize = 60;
+
+/// Events per second over the last minute, and their total.
+#[derive(Clone, Debug)]
+pub struct Rolling {
+    total: u64,
+    /// The second the newest bucket belongs to.
+    last: u64,
+    buckets: [u32; WINDOW],
+}
+
+impl Default for Rolling {
+    fn default() -> Self {
+        Rolling {
+            total: 0,
+            last: 0,
+            buckets: [0; WINDOW],
+        }
+    }
+}
+
+impl Rolling {
+    /// Counts `n` events at second `now`.
+    pub fn add(&mut self, now: u64, n: u64) {
+        // A clock stepping back counts in the newest bucket rather than
+        // overwriting history.
+        let now = now.max(self.last);
+        if now > self.last {
+            let gap = (now - self.last).min(WINDOW as u64);
+            for s in 1..=gap {
+                self.buckets[((self.last + s) % WINDOW as u64) as usize] = 0;
+            }
+            self.last = now;
+        }
+        let b = &mut self.buckets[(now % WINDOW as u64) as usize];
+        *b = b.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+        self.total += n;
+    }
+
+    /// Events in the `secs` seconds up to and including `now`.
+    fn last_secs(&self, now: u64, secs: u64) -> u64 {
+        (now.saturating_sub(secs - 1)..=now)
+            .filter(|s| *s <= self.last && self.last - s < WINDOW as u64)
+            .map(|s| u64::from(self.buckets[(s % WINDOW as u64) as usize]))
+            .sum()
+    }
+
+    /// The counter as reported at second `now`.
+    pub fn counter(&self, now: u64) -> Counter {
+        Counter {
+            total: self.total,
+            last_10s: self.last_secs(now, 10),
+            last_60s: self.last_secs(now, 60),
+        }
+    }
+
+    /// Nothing counted in the last minute.
+    fn quiet(&self, now: u64) -> bool {
+        self.last_secs(now, WINDOW as u64) == 0
+    }
+}
+
+/// What qmgr knows of one destination beyond the scheduler's figures.
+#[derive(Debug, Default)]
+pub struct DestFig {
+    /// Recipients delivered.
+    pub sent: Rolling,
+    /// Messages deferred for it, waiting for their retry.
+    pub deferred: u64,
+}
+
+/// (transport, nexthop), shared between the figures and the messages that
+/// wait for the destination.
+type DestKey = Arc<(String, String)>;
+
+/// Per-destination figures: deliveries and deferred messages.
+///
+/// A deferred message leaves the scheduler, which then forgets the
+/// destination's share of it; this keeps the count of messages waiting for
+/// each destination until they are tried again, deleted or removed, so a
+/// dead destination shows how much mail waits for it. Counts start when
+/// qmgr starts: messages deferred before are counted once they are retried.
+#[derive(Debug, Default)]
+pub struct DestFigures {
+    by_dest: HashMap<DestKey, DestFig>,
+    waiting: HashMap<QueueId, Vec<DestKey>>,
+}
+
+impl DestFigures {
+    fn key(&mut self, transport: &str, nexthop: &str) -> DestKey {
+        let probe = (transport.to_string(), nexthop.to_string());
+        match self.by_dest.get_key_value(&probe) {
+            Some((k, _)) => k.clone(),
+            None => {
+                let k = Arc::new(probe);
+                self.by_dest.insert(k.clone(), DestFig::default());
+                k
+            }
+        }
+    }
+
+    /// `n` recipients were delivered to a destination.
+    pub fn delivered(&mut self, now: u64, transport: &str, nexthop: &str, n: u64) {
+        let k = self.key(transport, nexthop);
+        if let Some(f) = self.by_dest.get_mut(&k) {
+            f.sent.add(now, n);
+        }
+    }
+
+    /// Message `id` has recipients deferred for a destination.
+    pub fn deferred(&mut self, id: QueueId, transport: &str, nexthop: &str) {
+        let k = self.key(transport, nexthop);
+        let w = self.waiting.entry(id).or_default();
+        if w.contains(&k) {
+            return;
+        }
+        w.push(k.clone());
+        if let Some(f) = self.by_dest.get_mut(&k) {
+            f.deferred += 1;
+        }
+    }
+
+    /// Message `id` is tried again, deleted or gone: it waits no more.
+    pub fn forget(&mut self, id: &QueueId) {
+        for k in self.waiting.remove(id).unwrap_or_default() {
+            if let Some(f) = self.by_dest.get_mut(&k) {
+                f.deferred = f.deferred.saturating_sub(1);
+            }
+        }
+    }
+
+    /// The figures of one destination.
+    pub fn get(&self, transport: &str, nexthop: &str) -> Option<&DestFig> {
+        self.by_dest
+            .get(&(transport.to_string(), nexthop.to_string()))
+    }
+
+    /// The `n` destinations with the most deferred messages.
+    pub fn most_deferred(&self, n: usize) -> Vec<(String, String)> {
+        let mut v: Vec<(&DestKey, u64)> = self
+            .by_dest
+            .iter()
+            .filter(|(_, f)| f.deferred > 0)
+            .map(|(k, f)| (k, f.deferred))
+            .collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+        v.into_iter()
+            .take(n)
+            .map(|(k, _)| (k.0.clone(), k.1.clone()))
+            .collect()
+    }
+
+    /// Drops destinations with nothing waiting and no delivery in the last
+    /// minute, so that the table does not grow with every destination ever
+    /// seen.
+    pub fn prune(&mut self, now: u64) {
+        self.by_dest
+            .retain(|k, f| f.deferred > 0 || !f.sent.quiet(now) || Arc::strong_count(k) > 1);
+    }
+}
+
+/// Delivery results since qmgr started, per recipient.
+#[derive(Debug, Default)]
+pub struct Totals {
+    /// Delivered.
+    pub sent: Rolling,
+    /// Deferred.
+    pub deferred: Rolling,
+    /// Bounced.
+    pub bounced: Rolling,
+}
+
+/// Escapes a Prometheus label value.
+fn label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The summary in the Prometheus text exposition format, version 0.0.4.
+pub fn prometheus(s: &Summary) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, u64)>| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (labels, v) in samples {
+            if labels.is_empty() {
+                out.push_str(&format!("{name} {v}\n"));
+            } else {
+                out.push_str(&format!("{name}{{{labels}}} {v}\n"));
+            }
+        }
+    };
+    family(
+        "sluice_queue_messages",
+        "gauge",
+        "Messages in the queue by state.",
+        [
+            ("incoming", s.incoming),
+            ("active", s.active),
+            ("deferred", s.deferred),
+            ("hold", s.hold),
+        ]
+        .iter()
+        .map(|(st, n)| (format!("state=\"{st}\""), *n))
+        .collect(),
+    );
+    family(
+        "sluice_active_recipients",
+        "gauge",
+        "Recipients of active messages in the scheduler's memory.",
+        vec![(String::new(), s.active_recipients)],
+    );
+    family(
+        "sluice_deliveries_total",
+        "counter",
+        "Recipient delivery results since qmgr started.",
+        [
+            ("sent", s.sent.total),
+            ("deferred", s.deferrals.total),
+            ("bounced", s.bounced.total),
+        ]
+        .iter()
+        .map(|(st, n)| (format!("status=\"{st}\""), *n))
+        .collect(),
+    );
+    let per_class = |f: fn(&ipc::queuectl::TransportSummary) -> [u64; 3]| {
+        s.transports
+            .iter()
+            .flat_map(|t| {
+                CLASSES.iter().enumerate().map(move |(i, c)| {
+                    (
+                        format!("transport=\"{}\",class=\"{c}\"", label(&t.name)),
+                        f(t)[i],
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        "sluice_class_queued",
+        "gauge",
+        "Entries waiting in the active queue by transport and scheduling class.",
+        per_class(|t| t.queued),
+    );
+    family(
+        "sluice_class_inflight",
+        "gauge",
+        "Entries on connections by transport and scheduling class.",
+        per_class(|t| t.inflight),
+    );
+    family(
+        "sluice_transport_connections",
+        "gauge",
+        "Connections open or opening by transport.",
+        s.transports
+            .iter()
+            .map(|t| {
+                (
+                    format!("transport=\"{}\"", label(&t.name)),
+                    u64::from(t.connections),
+                )
+            })
+            .collect(),
+    );
+    let dest = |f: fn(&ipc::queuectl::DestSummary) -> u64| {
+        s.destinations
+            .iter()
+            .map(|d| {
+                (
+                    format!(
+                        "transport=\"{}\",destination=\"{}\"",
+                        label(&d.transport),
+                        label(&d.destination)
+                    ),
+                    f(d),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    family(
+        "sluice_destination_queued",
+        "gauge",
+        "Entries in the active queue for the busiest destinations.",
+        dest(|d| d.queued),
+    );
+    family(
+        "sluice_destination_deferred",
+        "gauge",
+        "Messages deferred for the busiest destinations, waiting for their retry.",
+        dest(|d| d.deferred),
+    );
+    family(
+        "sluice_destination_concurrency_window",
+        "gauge",
+        "Concurrency window of the busiest destinations.",
+        dest(|d| u64::from(d.window)),
+    );
+    family(
+        "sluice_destination_inflight",
+        "gauge",
+        "Entries on connections to the busiest destinations.",
+        dest(|d| d.inflight),
+    );
+    family(
+        "sluice_destination_busy",
+        "gauge",
+        "Connections open or opening to the busiest destinations.",
+        dest(|d| u64::from(d.busy)),
+    );
+    family(
+        "sluice_destination_dead",
+        "gauge",
+        "1 when a busiest destination is dead (not tried until its retry time).",
+        dest(|d| u64::from(d.dead)),
+    );
+    family(
+        "sluice_destination_sent_total",
+        "counter",
+        "Recipients delivered to the busiest destinations since qmgr started.",
+        dest(|d| d.sent.total),
+    );
+    out
+}
+
+/// Longest request head accepted.
+pub const MAX_REQUEST: usize = 4096;
+/// Time for a whole exchange.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; more are closed at once.
+pub const MAX_HTTP_CONNS: usize = 16;
+
+struct HttpConn {
+    stream: TcpStream,
+    head: Vec<u8>,
+    out: Vec<u8>,
+    sent: usize,
+    deadline: Instant,
+    /// The answer is in `out`.
+    answered: bool,
+    /// The answer is sent and our side shut down: what the client still
+    /// sends is read and dropped until it closes, because closing with
+    /// unread input would reset the connection and could lose the answer.
+    draining: bool,
+}
+
+/// The metrics listener and its connections.
+pub struct Http {
+    listener: TcpListener,
+    token: Token,
+    conns: HashMap<Token, HttpConn>,
+}
+
+/// What a request asked for.
+enum Asked {
+    /// Not all of it is here yet.
+    More,
+    /// GET /metrics: the caller renders the page.
+    Metrics,
+    /// Anything else: this answer.
+    Answer(&'static str, &'static str),
+}
+
+fn parse(head: &[u8]) -> Asked {
+    let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n").or_else(|| {
+        // Tolerate bare-LF clients (printf | nc).
+        head.windows(2).position(|w| w == b"\n\n")
+    }) else {
+        return if head.len() >= MAX_REQUEST {
+            Asked::Answer("431 Request Header Fields Too Large", "request too large\n")
+        } else {
+            Asked::More
+        };
+    };
+    let text = String::from_utf8_lossy(&head[..end]);
+    let line = text.lines().next().unwrap_or("");
+    let mut words = line.split(' ');
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET" | "HEAD", "/metrics") => Asked::Metrics,
+        ("GET" | "HEAD", _) => Asked::Answer("404 Not Found", "only /metrics is served here\n"),
+        _ => Asked::Answer("405 Method Not Allowed", "only GET /metrics\n"),
+    }
+}
+
+fn response(status: &str, content_type: &str, body: &str, head_only: bool) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if !head_only {
+        out.extend_from_slice(body.as_bytes());
+    }
+    out
+}
+
+impl Http {
+    /// Serves on `listener` (bound before privileges were dropped).
+    pub fn new(
+        listener: std::net::TcpListener,
+        registry: &Registry,
+        token: Token,
+    ) -> std::io::Result<Http> {
+        listener.set_nonblocking(true)?;
+        let mut listener = TcpListener::from_std(listener);
+        registry.register(&mut listener, token, Interest::READABLE)?;
+        Ok(Http {
+            listener,
+            token,
+            conns: HashMap::new(),
+        })
+    }
+
+    /// Whether `token` is the listener's or one of its connections'.
+    pub fn owns(&self, token: Token) -> bool {
+        token == self.token || self.conns.contains_key(&token)
+    }
+
+    /// Handles readiness; `render` makes the metrics page when a complete
+    /// GET /metrics has arrived.
+    pub fn ready(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        mut new_token: impl FnMut() -> Token,
+        render: impl FnOnce() -> String,
+    ) {
+        if token == self.token {
+            self.accept(registry, &mut new_token);
+            return;
+        }
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        if c.draining {
+            self.drain(registry, token);
+            return;
+        }
+        let mut keep = true;
+        if !c.answered {
+            let mut buf = [0u8; 1024];
+            loop {
+                match c.stream.read(&mut buf) {
+                    Ok(0) => {
+                        keep = false;
+                        break;
+                    }
+                    Ok(n) => {
+                        let room = MAX_REQUEST - c.head.len();
+                        c.head.extend_from_slice(&buf[..n.min(room)]);
+                        if c.head.len() >= MAX_REQUEST {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        keep = false;
+                        break;
+                    }
+                }
+            }
+            let head_only = c.head.starts_with(b"HEAD ");
+            match parse(&c.head) {
+                Asked::More => {}
+                Asked::Metrics => {
+                    c.out = response(
+                        "200 OK",
+                        "text/plain; version=0.0.4; charset=utf-8",
+                        &render(),
+                        head_only,
+                    );
+                    c.answered = true;
+                    keep = true;
+                }
+                Asked::Answer(status, body) => {
+                    c.out = response(status, "text/plain; charset=utf-8", body, head_only);
+                    c.answered = true;
+                    keep = true;
+                }
+            }
+        }
+        if c.answered {
+            while c.sent < c.out.len() {
+                match c.stream.write(&c.out[c.sent..]) {
+                    Ok(0) => break,
+                    Ok(n) => c.sent += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        c.sent = c.out.len();
+                        break;
+                    }
+                }
+            }
+            if c.sent >= c.out.len() {
+                c.draining = c.stream.shutdown(std::net::Shutdown::Write).is_ok();
+                keep = c.draining;
+            }
+        }
+        if !keep {
+            self.close(registry, token);
+        } else if self.conns.get(&token).is_some_and(|c| c.draining) {
+            // Input may be waiting already, and edge-triggered readiness
+            // will not report it again.
+            self.drain(registry, token);
+        }
+    }
+
+    /// Reads and drops input until the client closes.
+    fn drain(&mut self, registry: &Registry, token: Token) {
+        let Some(c) = self.conns.get_mut(&token) else {
+            return;
+        };
+        let mut buf = [0u8; 1024];
+        loop {
+            match c.stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        self.close(registry, token);
+    }
+
+    fn accept(&mut self, registry: &Registry, new_token: &mut impl FnMut() -> Token) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, _)) => {
+                    if self.conns.len() >= MAX_HTTP_CONNS {
+                        // Dropped: closed at once; scrapers retry.
+                        continue;
+                    }
+                    let t = new_token();
+                    if registry
+                        .register(&mut stream, t, Interest::READABLE | Interest::WRITABLE)
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    self.conns.insert(
+                        t,
+                        HttpConn {
+                            stream,
+                            head: Vec::new(),
+                            out: Vec::new(),
+                            sent: 0,
+                            deadline: Instant::now() + HTTP_TIMEOUT,
+                            answered: false,
+                            draining: false,
+                        },
+                    );
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn close(&mut self, registry: &Registry, token: Token) {
+        if let Some(mut c) = self.conns.remove(&token) {
+            let _ = registry.deregister(&mut c.stream);
+        }
+    }
+
+    /// The earliest connection deadline.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.conns.values().map(|c| c.deadline).min()
+    }
+
+    /// Closes connections past their deadline.
+    pub fn expire(&mut self, registry: &Registry) {
+        let now = Instant::now();
+        let late: Vec<Token> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.deadline <= now)
+            .map(|(t, _)| *t)
+            .collect();
+        for t in late {
+            self.close(registry, t);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rolling_counts_the_last_seconds_only() {
+        let mut r = Rolling::default();
+        r.add(1000, 3);
+        r.add(1005, 2);
+        let c = r.counter(1005);
+        assert_eq!((c.total, c.last_10s, c.last_60s), (5, 5, 5));
+        // 1000 leaves the 10-second window at 1010.
+        assert_eq!(r.counter(1010).last_10s, 2);
+        assert_eq!(r.counter(1059).last_60s, 5);
+        assert_eq!(r.counter(1060).last_60s, 2);
+        // Buckets are reused after a minute without stale counts.
+        r.add(1065, 1);
+        let c = r.counter(1065);
+        assert_eq!((c.total, c.last_10s, c.last_60s), (6, 1, 1));
+        r.add(5000, 1);
+        assert_eq!(r.counter(5000).last_60s, 1);
+        // A clock that steps back counts in the newest second.
+        r.add(4990, 1);
+        assert_eq!(r.counter(5000).last_10s, 2);
+        assert!(r.quiet(5100));
+    }
+
+    #[test]
+    fn deferred_messages_are_counted_once_per_destination() {
+        let id = |n| QueueId::from_parts(1_700_000_000_000_000, 1, n).unwrap();
+        let mut f = DestFigures::default();
+        f.deferred(id(1), "smtp", "dead.example");
+        f.deferred(id(1), "smtp", "dead.example");
+        f.deferred(id(1), "smtp", "other.example");
+        f.deferred(id(2), "smtp", "dead.example");
+        assert_eq!(f.get("smtp", "dead.example").unwrap().deferred, 2);
+        assert_eq!(
+            f.most_deferred(1),
+            [("smtp".to_string(), "dead.example".to_string())]
+        );
+        f.forget(&id(1));
+        assert_eq!(f.get("smtp", "dead.example").unwrap().deferred, 1);
+        assert_eq!(f.get("smtp", "other.example").unwrap().deferred, 0);
+        f.delivered(100, "smtp", "live.example", 4);
+        f.prune(100);
+        assert!(f.get("smtp", "other.example").is_none(), "nothing left");
+        assert!(f.get("smtp", "live.example").is_some(), "recent deliveries");
+        f.prune(200);
+        assert!(f.get("smtp", "live.example").is_none());
+        assert!(f.get("smtp", "dead.example").is_some(), "still waiting");
+    }
+
+    #[test]
+    fn requests_are_parsed_with_bounds() {
+        assert!(matches!(
+            parse(b"GET /metrics HTTP/1.0\r\n\r\n"),
+            Asked::Metrics
+        ));
+        assert!(matches!(
+            parse(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\n\r\n"),
+            Asked::Metrics
+        ));
+        assert!(matches!(parse(b"GET /metrics HTTP/1.0\r\n"), Asked::More));
+        assert!(matches!(
+            parse(b"GET / HTTP/1.0\r\n\r\n"),
+            Asked::Answer(s, _) if s.starts_with("404")
+        ));
+        assert!(matches!(
+            parse(b"POST /metrics HTTP/1.0\r\n\r\n"),
+            Asked::Answer(s, _) if s.starts_with("405")
+        ));
+        let big = vec![b'a'; MAX_REQUEST];
+        assert!(matches!(parse(&big), Asked::Answer(s, _) if s.starts_with("431")));
+    }
+
+    #[test]
+    fn prometheus_text_escapes_and_types() {
+        let s = Summary {
+            now: 0,
+            messages: 3,
+            incoming: 0,
+            active: 1,
+            deferred: 2,
+            hold: 0,
+            active_recipients: 1,
+            sent: Counter {
+                total: 7,
+                ..Counter::default()
+            },
+            deferrals: Counter::default(),
+            bounced: Counter::default(),
+            transports: vec![ipc::queuectl::TransportSummary {
+                name: "smtp".into(),
+                queued: [1, 0, 0],
+                inflight: [0, 0, 0],
+                connections: 0,
+                destinations: 1,
+                dead: 1,
+            }],
+            destinations: vec![ipc::queuectl::DestSummary {
+                transport: "smtp".into(),
+                destination: "[a\"b]:25".into(),
+                queued: 1,
+                inflight: 0,
+                deferred: 2,
+                window: 0,
+                busy: 0,
+                dead: true,
+                retry_at: Some(10),
+                sent: Counter::default(),
+            }],
+        };
+        let text = prometheus(&s);
+        assert!(
+            text.contains("# TYPE sluice_deliveries_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sluice_deliveries_total{status=\"sent\"} 7\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sluice_queue_messages{state=\"deferred\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "sluice_destination_dead{transport=\"smtp\",destination=\"[a\\\"b]:25\"} 1\n"
+        ));
+        assert!(text.contains("sluice_class_queued{transport=\"smtp\",class=\"small\"} 1\n"));
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let v = line.rsplit(' ').next().unwrap();
+            assert!(v.parse::<u64>().is_ok(), "{line}");
+        }
+    }
+}

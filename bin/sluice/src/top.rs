@@ -1,0 +1,283 @@
+//! `sluice top` and the scheduler figures of `sluice status`: qmgr's
+//! summary (queue sizes, delivery rates, the busiest destinations) as a
+//! live terminal view, as text and as JSON.
+//!
+//! The view is plain text redrawn with two ANSI escapes (cursor home, clear
+//! screen): it works on any terminal and over ssh, and needs no TUI crate.
+//! `--once` prints one frame without escapes, for scripts.
+
+use std::path::Path;
+use std::time::Duration;
+
+use ipc::queuectl::{json_str, Counter, QueueCtl, Request, Response, Summary, CLASSES};
+
+use crate::{fail, load_config};
+
+/// Destinations shown by `sluice status`.
+pub const STATUS_TOP: u32 = 10;
+
+/// A connection to qmgr's control socket.
+pub struct Qmgr {
+    sock: std::path::PathBuf,
+    client: Option<ipc::Client<QueueCtl>>,
+}
+
+impl Qmgr {
+    /// For the queue of the configuration in `dir`.
+    pub fn new(dir: &Path) -> Result<Qmgr, String> {
+        let (cfg, _) = load_config(dir, true)?;
+        Ok(Qmgr {
+            sock: Path::new(&cfg.str("queue_directory")).join("private/qmgr"),
+            client: None,
+        })
+    }
+
+    /// Asks for the summary with `top` destinations, reconnecting if the
+    /// last connection broke (qmgr restarted).
+    pub fn summary(&mut self, top: u32) -> Result<Summary, String> {
+        for attempt in 0..2 {
+            if self.client.is_none() {
+                let c = ipc::Client::<QueueCtl>::connect(&self.sock, Duration::from_secs(10))
+                    .map_err(|e| {
+                        format!(
+                            "cannot reach the queue manager at {}: {e} (is the mail system running?)",
+                            self.sock.display()
+                        )
+                    })?;
+                self.client = Some(c);
+            }
+            let c = self.client.as_mut().expect("connected above");
+            match c.call(&Request::Summary { top }) {
+                Ok(Response::Summary(s)) => return Ok(*s),
+                Ok(other) => return Err(format!("unexpected answer {other:?}")),
+                Err(e) => {
+                    self.client = None;
+                    if attempt == 1 {
+                        return Err(format!("queue manager: {e}"));
+                    }
+                }
+            }
+        }
+        Err("queue manager: no answer".into())
+    }
+}
+
+fn counter_json(c: &Counter) -> String {
+    format!(
+        "{{\"total\":{},\"last_10s\":{},\"last_60s\":{},\"rate_10s\":{:.2},\"rate_60s\":{:.2}}}",
+        c.total,
+        c.last_10s,
+        c.last_60s,
+        c.rate_10s(),
+        c.rate_60s()
+    )
+}
+
+/// The summary as the members of a JSON object (without braces):
+/// `queue`, `deliveries`, `transports`, `destinations`.
+pub fn json_members(s: &Summary) -> String {
+    let transports: Vec<String> = s
+        .transports
+        .iter()
+        .map(|t| {
+            let classes: Vec<String> = CLASSES
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    format!(
+                        "{}:{{\"queued\":{},\"inflight\":{}}}",
+                        json_str(c),
+                        t.queued[i],
+                        t.inflight[i]
+                    )
+                })
+                .collect();
+            format!(
+                "{{\"name\":{},\"connections\":{},\"destinations\":{},\"dead\":{},\"queued\":{},\"inflight\":{},\"classes\":{{{}}}}}",
+                json_str(&t.name),
+                t.connections,
+                t.destinations,
+                t.dead,
+                t.queued.iter().sum::<u64>(),
+                t.inflight.iter().sum::<u64>(),
+                classes.join(",")
+            )
+        })
+        .collect();
+    let dests: Vec<String> = s
+        .destinations
+        .iter()
+        .map(|d| {
+            format!(
+                "{{\"transport\":{},\"destination\":{},\"queued\":{},\"inflight\":{},\"deferred\":{},\"window\":{},\"busy\":{},\"dead\":{},\"retry_at\":{},\"sent\":{}}}",
+                json_str(&d.transport),
+                json_str(&d.destination),
+                d.queued,
+                d.inflight,
+                d.deferred,
+                d.window,
+                d.busy,
+                d.dead,
+                d.retry_at.map_or("null".to_string(), |t| t.to_string()),
+                counter_json(&d.sent)
+            )
+        })
+        .collect();
+    format!(
+        "\"queue\":{{\"messages\":{},\"incoming\":{},\"active\":{},\"deferred\":{},\"hold\":{},\"active_recipients\":{}}},\
+         \"deliveries\":{{\"sent\":{},\"deferred\":{},\"bounced\":{}}},\"transports\":[{}],\"destinations\":[{}]",
+        s.messages,
+        s.incoming,
+        s.active,
+        s.deferred,
+        s.hold,
+        s.active_recipients,
+        counter_json(&s.sent),
+        counter_json(&s.deferrals),
+        counter_json(&s.bounced),
+        transports.join(","),
+        dests.join(",")
+    )
+}
+
+fn queue_line(s: &Summary) -> String {
+    format!(
+        "queue: {} messages (incoming {}, active {}, deferred {}, hold {}), {} active recipients",
+        s.messages, s.incoming, s.active, s.deferred, s.hold, s.active_recipients
+    )
+}
+
+fn rates_line(s: &Summary) -> String {
+    format!(
+        "deliveries/s over 10s/60s: sent {:.1}/{:.1}, deferred {:.1}/{:.1}, bounced {:.1}/{:.1}; since qmgr start: sent {}, deferred {}, bounced {}",
+        s.sent.rate_10s(),
+        s.sent.rate_60s(),
+        s.deferrals.rate_10s(),
+        s.deferrals.rate_60s(),
+        s.bounced.rate_10s(),
+        s.bounced.rate_60s(),
+        s.sent.total,
+        s.deferrals.total,
+        s.bounced.total
+    )
+}
+
+fn dead_text(d: &ipc::queuectl::DestSummary, now: u64) -> String {
+    match (d.dead, d.retry_at) {
+        (true, Some(t)) => format!("retry {}s", t.saturating_sub(now)),
+        (true, None) => "dead".into(),
+        _ => "-".into(),
+    }
+}
+
+/// The short version for `sluice status`: queue, rates, dead destinations.
+pub fn status_text(s: &Summary) -> String {
+    let mut out = format!("{}\n{}\n", queue_line(s), rates_line(s));
+    let dead: Vec<String> = s
+        .destinations
+        .iter()
+        .filter(|d| d.dead)
+        .map(|d| {
+            format!(
+                "{} ({}, {})",
+                d.destination,
+                d.transport,
+                dead_text(d, s.now)
+            )
+        })
+        .collect();
+    if !dead.is_empty() {
+        out.push_str(&format!("dead destinations: {}\n", dead.join(", ")));
+    }
+    if let Some(d) = s.destinations.first().filter(|d| d.queued + d.deferred > 0) {
+        out.push_str(&format!(
+            "busiest destination: {} ({}): {} queued, {} deferred, window {}, busy {}\n",
+            d.destination, d.transport, d.queued, d.deferred, d.window, d.busy
+        ));
+    }
+    out
+}
+
+/// One frame of `sluice top`.
+pub fn frame(s: &Summary) -> String {
+    let when = sys::time::rfc5322_date(std::time::UNIX_EPOCH + Duration::from_secs(s.now));
+    let mut out = format!(
+        "sluice top - {when}\n{}\n{}\n\n",
+        queue_line(s),
+        rates_line(s)
+    );
+    out.push_str(&format!(
+        "{:<12} {:>5} {:>6} {:>5}  {:>15} {:>15} {:>15}\n",
+        "TRANSPORT", "CONNS", "DESTS", "DEAD", "SMALL q/f", "MEDIUM q/f", "LARGE q/f"
+    ));
+    for t in &s.transports {
+        let cls: Vec<String> = (0..3)
+            .map(|i| format!("{}/{}", t.queued[i], t.inflight[i]))
+            .collect();
+        out.push_str(&format!(
+            "{:<12} {:>5} {:>6} {:>5}  {:>15} {:>15} {:>15}\n",
+            t.name, t.connections, t.destinations, t.dead, cls[0], cls[1], cls[2]
+        ));
+    }
+    out.push_str(&format!(
+        "\n{:<32} {:<10} {:>7} {:>6} {:>6} {:>6} {:>4}  {:<11} {:>7}\n",
+        "DESTINATION", "TRANSPORT", "QUEUED", "INFLT", "DEFER", "WINDOW", "BUSY", "DEAD", "SENT/s"
+    ));
+    if s.destinations.is_empty() {
+        out.push_str("(no destinations)\n");
+    }
+    for d in &s.destinations {
+        out.push_str(&format!(
+            "{:<32} {:<10} {:>7} {:>6} {:>6} {:>6} {:>4}  {:<11} {:>7.1}\n",
+            d.destination,
+            d.transport,
+            d.queued,
+            d.inflight,
+            d.deferred,
+            d.window,
+            d.busy,
+            dead_text(d, s.now),
+            d.sent.rate_10s()
+        ));
+    }
+    out
+}
+
+/// `sluice top [--once] [--interval SECS] [--destinations N]`.
+pub fn top(dir: &Path, once: bool, interval: f64, destinations: u32) -> i32 {
+    if !(interval.is_finite() && interval >= 0.1) {
+        eprintln!("sluice: --interval must be a number of seconds, at least 0.1");
+        return 2;
+    }
+    let mut q = match Qmgr::new(dir) {
+        Ok(q) => q,
+        Err(e) => return fail(e),
+    };
+    loop {
+        let s = match q.summary(destinations) {
+            Ok(s) => s,
+            Err(e) => return fail(e),
+        };
+        let text = frame(&s);
+        if once {
+            print!("{text}");
+            return 0;
+        }
+        // Home, clear, draw: one write, so the screen never shows half a frame.
+        let mut out = String::from("\x1b[H\x1b[2J");
+        out.push_str(&text);
+        out.push_str("\n(Ctrl-C to quit)");
+        {
+            use std::io::Write;
+            let mut so = std::io::stdout().lock();
+            if so
+                .write_all(out.as_bytes())
+                .and_then(|_| so.flush())
+                .is_err()
+            {
+                return 0;
+            }
+        }
+        std::thread::sleep(Duration::from_secs_f64(interval));
+    }
+}

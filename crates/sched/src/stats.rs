@@ -1,0 +1,239 @@
+//! Read-only figures for operators: the busiest destinations and the
+//! active queue per transport and class, for `sluice status`, `sluice top`
+//! and the metrics endpoint.
+//!
+//! Nothing here is on the delivery path: each call walks the destinations
+//! once (O(destinations), plus O(n log n) for the n asked for) when an
+//! operator asks, and changes nothing. Panics: never.
+
+use crate::entry::Class;
+use crate::ids::{ConnId, DestId};
+use crate::sched::Scheduler;
+use crate::time::Time;
+
+/// One destination as an operator sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DestStats {
+    /// Its transport's name.
+    pub transport: String,
+    /// Its nexthop.
+    pub nexthop: String,
+    /// Entries alive for it: queued, on connections and in flight.
+    pub entries: u32,
+    /// Entries waiting in its class queues, per class (small, medium, large).
+    pub queued: [u32; 3],
+    /// Entries on its connections, per class.
+    pub inflight: [u32; 3],
+    /// Its concurrency window.
+    pub window: u32,
+    /// Connections open or opening to it (busy workers).
+    pub busy: u32,
+    /// When deliveries are tried again, if it is dead.
+    pub dead_until: Option<Time>,
+}
+
+/// One transport's share of the active queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportStats {
+    /// The transport's name.
+    pub name: String,
+    /// Entries waiting in class queues, per class (small, medium, large).
+    pub queued: [u64; 3],
+    /// Entries on connections, per class.
+    pub inflight: [u64; 3],
+    /// Connections open or opening.
+    pub connections: u32,
+    /// Destinations known.
+    pub destinations: u64,
+    /// Of which dead.
+    pub dead: u64,
+}
+
+impl Scheduler {
+    /// The `top_n` destinations with the most entries (ties: dead ones
+    /// first, then by transport and name, so the answer is stable).
+    pub fn destination_stats(&self, top_n: usize) -> Vec<DestStats> {
+        let mut ids: Vec<(u32, bool, DestId)> = self
+            .dests
+            .iter()
+            .map(|(i, d)| (d.entries, d.dead.is_some(), i))
+            .collect();
+        let key = |s: &Scheduler, (n, dead, i): &(u32, bool, DestId)| {
+            let d = &s.dests[*i];
+            (
+                std::cmp::Reverse(*n),
+                !*dead,
+                d.transport.0,
+                d.nexthop.clone(),
+            )
+        };
+        if ids.len() > top_n && top_n > 0 {
+            ids.select_nth_unstable_by(top_n - 1, |a, b| key(self, a).cmp(&key(self, b)));
+        }
+        ids.truncate(top_n);
+        ids.sort_by_key(|a| key(self, a));
+        ids.into_iter()
+            .filter_map(|(_, _, i)| self.dest_stats(i))
+            .collect()
+    }
+
+    /// The figures of one destination, if the scheduler knows it.
+    pub fn dest_stats(&self, d: DestId) -> Option<DestStats> {
+        let x = self.dests.get(d)?;
+        let mut queued = [0u32; 3];
+        for c in Class::ALL {
+            queued[c.idx()] = x.queues[c.idx()].len() as u32;
+        }
+        Some(DestStats {
+            transport: self.transport_name(x.transport).to_string(),
+            nexthop: x.nexthop.to_string(),
+            entries: x.entries,
+            queued,
+            inflight: x.inflight,
+            window: x.window.concurrency,
+            busy: x.busy,
+            dead_until: x.dead.map(|z| z.retry_at),
+        })
+    }
+
+    /// The figures of the destination `nexthop` of `transport`, if known.
+    pub fn destination(&self, transport: &str, nexthop: &str) -> Option<DestStats> {
+        let t = self.transport_id(transport)?;
+        self.dest_stats(self.dest_id(t, nexthop)?)
+    }
+
+    /// The destination a connection goes to, while it exists.
+    pub fn connection_destination(&self, c: ConnId) -> Option<DestId> {
+        self.conns.get(c).map(|x| x.dest)
+    }
+
+    /// The active queue per transport and class, in configuration order.
+    pub fn transport_stats(&self) -> Vec<TransportStats> {
+        let mut out: Vec<TransportStats> = self
+            .transports
+            .iter()
+            .map(|t| TransportStats {
+                name: t.cfg.name.clone(),
+                queued: [0; 3],
+                inflight: t.inflight.map(u64::from),
+                connections: t.workers,
+                destinations: 0,
+                dead: 0,
+            })
+            .collect();
+        for (_, d) in self.dests.iter() {
+            let Some(t) = out.get_mut(d.transport.0 as usize) else {
+                continue;
+            };
+            for c in Class::ALL {
+                t.queued[c.idx()] += d.queues[c.idx()].len() as u64;
+            }
+            t.destinations += 1;
+            t.dead += u64::from(d.dead.is_some());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::event::{Action, ConnFailure, Event, NewMessage, QueueId, RecipientGroup};
+    use crate::{SchedConfig, Scheduler, Time};
+
+    /// Adds a message whose `rcpts` recipients all go to `nexthop`.
+    fn add(s: &mut Scheduler, q: u64, nexthop: &str, rcpts: u32) {
+        let msg = NewMessage {
+            queue_id: QueueId(q),
+            sender: "a@x".into(),
+            tenant: None,
+            size: 1000,
+            arrival: Time(0),
+            attempts: 0,
+            recipients: rcpts,
+        };
+        s.handle(Time(0), Event::MessageAdded(msg)).unwrap();
+        while let Some(a) = s.poll_action() {
+            if let Action::ReadRecipients { queue_id, .. } = a {
+                let g = RecipientGroup {
+                    transport: "smtp".into(),
+                    nexthop: nexthop.into(),
+                    hosts: vec![vec!["mx".into()]],
+                    recipients: (0..rcpts).collect(),
+                };
+                let ev = Event::RecipientsRead {
+                    queue_id,
+                    groups: vec![g],
+                    remaining: 0,
+                };
+                s.handle(Time(0), ev).unwrap();
+            }
+        }
+    }
+
+    fn sched() -> Scheduler {
+        let mut c = SchedConfig::default();
+        c.transports[0].destination_recipient_limit = 1;
+        c.transports[0].connection_backlog_limit = 1;
+        Scheduler::new(c).unwrap()
+    }
+
+    #[test]
+    fn busiest_first_and_counts_add_up() {
+        let mut s = sched();
+        add(&mut s, 1, "big.example", 12);
+        add(&mut s, 2, "small.example", 1);
+        let top = s.destination_stats(1);
+        assert_eq!(top.len(), 1);
+        let big = &top[0];
+        assert_eq!(
+            (big.transport.as_str(), big.nexthop.as_str()),
+            ("smtp", "big.example")
+        );
+        assert_eq!(big.entries, 12);
+        assert_eq!(big.window, 5, "the initial window");
+        assert!(big.busy > 0 && big.busy <= 5, "{big:?}");
+        assert!(big.dead_until.is_none());
+        let q: u32 = big.queued.iter().sum::<u32>() + big.inflight.iter().sum::<u32>();
+        assert_eq!(q, 12, "every entry is queued or on a connection: {big:?}");
+        let both = s.destination_stats(10);
+        assert_eq!(both.len(), 2);
+        assert_eq!(both[1].nexthop, "small.example");
+        assert_eq!(s.destination("smtp", "small.example").unwrap().entries, 1);
+        assert!(s.destination("smtp", "nowhere.example").is_none());
+        let t = s.transport_stats();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].destinations, 2);
+        let total: u64 = t[0].queued.iter().sum::<u64>() + t[0].inflight.iter().sum::<u64>();
+        assert_eq!(total, 13);
+        assert_eq!(u64::from(t[0].connections), u64::from(big.busy) + 1);
+    }
+
+    #[test]
+    fn a_dead_destination_shows_its_retry_time() {
+        let mut s = sched();
+        add(&mut s, 1, "dead.example", 20);
+        let now = Time(30_000);
+        loop {
+            let Some(c) = s.conns.iter().map(|(c, _)| c).next() else {
+                break;
+            };
+            let ev = Event::ConnectionFailed {
+                conn: c,
+                failure: ConnFailure::Unreachable,
+                reason: "refused".into(),
+            };
+            s.handle(now, ev).unwrap();
+            while s.poll_action().is_some() {}
+        }
+        let d = s
+            .destination("smtp", "dead.example")
+            .expect("kept while dead");
+        assert_eq!(
+            d.dead_until,
+            Some(now + std::time::Duration::from_secs(300))
+        );
+        assert_eq!(d.entries, 0, "its mail was deferred");
+        assert_eq!(s.destination_stats(5)[0].nexthop, "dead.example");
+        assert_eq!(s.transport_stats()[0].dead, 1);
+    }
+}
