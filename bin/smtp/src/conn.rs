@@ -21,7 +21,9 @@ use smtp_proto::client_session::{ClientAction, ClientSession, Envelope};
 use smtp_proto::command::{Body, MailParams, Notify, Orcpt, RcptParams, Ret};
 use smtp_proto::{Path, Reply};
 
-use crate::server::Settings;
+use rustls::pki_types::UnixTime;
+
+use crate::server::{CertMatch, Settings};
 
 /// A response to deliver to qmgr.
 pub struct Outcome {
@@ -83,6 +85,7 @@ pub struct SmtpConn {
     pub id: u64,
     open_request: u64,
     host: String,
+    nexthop: String,
     addrs: Vec<SocketAddr>,
     next_addr: usize,
     token: Token,
@@ -120,6 +123,7 @@ impl SmtpConn {
         id: u64,
         open_request: u64,
         host: String,
+        nexthop: String,
         addrs: Vec<SocketAddr>,
         token: Token,
         cx: &Cx<'_>,
@@ -130,6 +134,7 @@ impl SmtpConn {
             id,
             open_request,
             host,
+            nexthop,
             addrs,
             next_addr: 0,
             token,
@@ -374,6 +379,107 @@ impl SmtpConn {
         self.done = true;
     }
 
+    /// Classes the server's certificate, logs it as Postfix does, and ends
+    /// the connection when the security level wants more than it proved.
+    fn tls_peer_ok(&mut self) -> bool {
+        let Some(stream) = self.stream.as_ref() else {
+            return false;
+        };
+        let chain = stream.peer_certificates();
+        let trust = match &self.settings.roots {
+            Some(roots) => {
+                let patterns = self.cert_patterns();
+                tls::check_peer(&chain, roots, &patterns, UnixTime::now())
+            }
+            None if chain.is_empty() => tls::PeerTrust::Anonymous,
+            None => tls::PeerTrust::Untrusted("no trust anchors".into()),
+        };
+        if let Some(i) = stream.tls_info() {
+            msg_info!(
+                "{} TLS connection established to {}: {} with cipher {}",
+                trust.word(),
+                self.relay,
+                i.version,
+                i.cipher
+            );
+        }
+        if !self.settings.tls_level.authenticates() {
+            return true;
+        }
+        let why = match trust {
+            tls::PeerTrust::Verified(_) => return true,
+            tls::PeerTrust::Anonymous => "Server certificate not trusted: none presented".into(),
+            tls::PeerTrust::Untrusted(e) => {
+                msg_info!(
+                    "server certificate verification failed for {}: {e}",
+                    self.relay
+                );
+                format!("Server certificate not trusted ({e})")
+            }
+            tls::PeerTrust::Trusted(names) => {
+                let wanted = self.cert_patterns().join(", ");
+                msg_info!(
+                    "server certificate verification failed for {}: certificate names [{}] do not match {wanted}",
+                    self.relay,
+                    names.join(", ")
+                );
+                format!(
+                    "Server certificate not verified (names [{}] do not match {wanted})",
+                    names.join(", ")
+                )
+            }
+        };
+        self.tls_refused(format!("{why}, host {}", self.relay));
+        false
+    }
+
+    /// The names a certificate may carry, in Postfix's internal form:
+    /// `.domain` stands for any name below the domain.
+    fn cert_patterns(&self) -> Vec<String> {
+        let nexthop = nexthop_domain(&self.nexthop);
+        let mut v: Vec<String> = Vec::new();
+        for m in &self.settings.cert_match {
+            let p = match m {
+                CertMatch::Hostname => self.host.clone(),
+                CertMatch::Nexthop => nexthop.to_string(),
+                CertMatch::DotNexthop => format!(".{nexthop}"),
+            };
+            if !v.contains(&p) && !p.trim_start_matches('.').is_empty() {
+                v.push(p);
+            }
+        }
+        v
+    }
+
+    /// The level required an authenticated server and this one is not:
+    /// a handshake failure for the scheduler's feedback, the mail deferred
+    /// with 4.7.5 as Postfix does.
+    fn tls_refused(&mut self, why: String) {
+        self.outcomes.push(Outcome {
+            request: self.open_request,
+            response: Response::OpenFailed {
+                conn: self.id,
+                handshake: true,
+                reason: format!("4.7.5 {why}"),
+            },
+        });
+        while let Some(p) = self.queue.pop_front() {
+            let results = all(&p.txn, 454, "4.7.5", &why);
+            self.outcomes.push(Outcome {
+                request: p.request,
+                response: Response::Sent {
+                    conn: self.id,
+                    results,
+                    conn_failed: true,
+                },
+            });
+        }
+        if let Some(s) = self.stream.as_mut() {
+            s.close();
+        }
+        self.done = true;
+    }
+
     /// One round of reading, feeding, acting and writing; true if it did something.
     fn session_step(&mut self, now: Instant) -> bool {
         let mut progressed = false;
@@ -418,13 +524,8 @@ impl SmtpConn {
                 return progressed;
             }
             self.handshaking = false;
-            if let Some(i) = stream.tls_info() {
-                msg_info!(
-                    "Anonymous TLS connection established to {}: {} with cipher {}",
-                    self.relay,
-                    i.version,
-                    i.cipher
-                );
+            if !self.tls_peer_ok() {
+                return false;
             }
             if let Some(s) = self.session.as_mut() {
                 s.tls_established();
@@ -830,6 +931,19 @@ impl SmtpConn {
     }
 }
 
+/// The domain of a next hop as qmgr names it: `[name]:port`, `name:port`
+/// or `name` → `name` (Postfix matches the bracketed name for relays).
+fn nexthop_domain(nexthop: &str) -> &str {
+    let n = nexthop.trim();
+    if let Some(rest) = n.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("");
+    }
+    match n.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => n,
+    }
+}
+
 fn relay(host: &str, addr: SocketAddr) -> String {
     format!("{host}[{}]:{}", addr.ip(), addr.port())
 }
@@ -1012,6 +1126,15 @@ mod tests {
         assert_eq!(secs(1.5), "1.5");
         assert_eq!(secs(12.34), "12.3");
         assert_eq!(secs(123.4), "123");
+    }
+
+    #[test]
+    fn nexthop_domains() {
+        assert_eq!(nexthop_domain("example.com"), "example.com");
+        assert_eq!(nexthop_domain("[mx.example.com]:2525"), "mx.example.com");
+        assert_eq!(nexthop_domain("[mx.example.com]"), "mx.example.com");
+        assert_eq!(nexthop_domain("example.com:587"), "example.com");
+        assert_eq!(nexthop_domain("[ipv6:::1]:25"), "ipv6:::1");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! connections to open and which transactions to run on each (the
 //! `sluice-delivery` protocol); this program speaks SMTP on them with the
 //! sans-IO `smtp_proto::client_session` engine: EHLO with HELO fallback,
-//! STARTTLS per `smtp_tls_security_level`, PIPELINING, many messages per
+//! STARTTLS per `smtp_tls_security_level` (certificates verified at
+//! `verify` and `secure`), PIPELINING, many messages per
 //! connection, content streamed from the spool as it is (wire format).
 //! It reports a result per recipient and per connection, and logs each
 //! recipient as Postfix does (`to=<…>, relay=…, delay=…, dsn=…, status=…`).
@@ -16,7 +17,7 @@ mod server;
 fn main() {
     daemon::run(
         daemon::Options::default(),
-        |_ctx| Ok(()),
+        server::load_roots,
         server::AgentServer::new,
     )
 }

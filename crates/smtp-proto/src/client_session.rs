@@ -49,6 +49,9 @@ pub struct ClientConfig {
     pub max_reply_line: usize,
     /// Most lines in one reply.
     pub max_reply_lines: usize,
+    /// EHLO keywords to act as if the server had not sent
+    /// (Postfix `smtp_discard_ehlo_keywords`).
+    pub discard_ehlo_keywords: Vec<String>,
 }
 
 impl Default for ClientConfig {
@@ -58,6 +61,7 @@ impl Default for ClientConfig {
             tls: ClientTls::Opportunistic,
             max_reply_line: 2048,
             max_reply_lines: 100,
+            discard_ehlo_keywords: Vec::new(),
         }
     }
 }
@@ -314,7 +318,8 @@ impl ClientSession {
             }
             Expect::Ehlo => {
                 if r.class() == 2 {
-                    let caps = Capabilities::from_ehlo(&r);
+                    let mut caps = Capabilities::from_ehlo(&r);
+                    caps.discard(&self.config.discard_ehlo_keywords);
                     let want_tls = self.config.tls != ClientTls::Disabled && !self.tls_active;
                     if want_tls && caps.starttls {
                         self.send(&Command::StartTls, Expect::StartTls);
