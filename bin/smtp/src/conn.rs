@@ -4,7 +4,9 @@
 //! session (greeting, EHLO/HELO, STARTTLS) until the engine says Ready,
 //! which is reported as `Opened`; then transactions one after another as
 //! qmgr queues them, content streamed from the spool in 64 KiB reads only
-//! while the socket keeps up (memory stays bounded); `Close` ends it with
+//! while the socket keeps up (memory stays bounded), with DATA or, when the
+//! server offers CHUNKING, as BDAT chunks of one read each (the session
+//! undoes the spool's dot-stuffing); `Close` ends it with
 //! QUIT. A failure anywhere fails what is in flight with deferrals (never a
 //! bounce: the peer did not say 5xx) and reports the connection closed; a
 //! misbehaving peer can only end its own connection.
@@ -68,6 +70,8 @@ struct Active {
     mail: Option<Reply>,
     source: Option<Source>,
     sending: bool,
+    /// The content goes with BDAT (for "in reply to" texts).
+    bdat: bool,
 }
 
 enum Phase {
@@ -585,6 +589,10 @@ impl SmtpConn {
         if self.stream.as_ref().is_some_and(|s| s.wants_write()) {
             return false;
         }
+        // BDAT without PIPELINING: the previous chunk's reply comes first.
+        if !self.session.as_ref().is_some_and(|s| s.wants_content()) {
+            return false;
+        }
         let mut buf = vec![0u8; 64 * 1024];
         let n = match active.source.as_mut() {
             Some(Source::Inline(bytes, pos)) => {
@@ -784,6 +792,7 @@ impl SmtpConn {
         };
         let n = p.txn.recipients.len();
         let setup = if self.uses == 0 { self.setup } else { 0.0 };
+        let bdat = self.session.as_ref().is_some_and(|s| s.uses_bdat());
         let started = self.session.as_mut().is_some_and(|s| s.send_message(&env));
         self.active = Some(Active {
             request: p.request,
@@ -795,6 +804,7 @@ impl SmtpConn {
             mail: None,
             source: Some(source),
             sending: false,
+            bdat,
         });
         self.stage = "mail";
         self.deadline = Some(now + self.settings.cmd_timeout);
@@ -813,6 +823,7 @@ impl SmtpConn {
             let (reply, stage) = match (&a.mail, &a.rcpt[i]) {
                 (Some(m), _) => (m.clone(), "MAIL FROM"),
                 (None, Some(rr)) if !rr.is_positive() => (rr.clone(), "RCPT TO"),
+                _ if a.bdat => (final_reply.clone(), "BDAT"),
                 _ => (final_reply.clone(), "end of DATA"),
             };
             let res = result_of(r.index, &reply);
@@ -850,7 +861,11 @@ impl SmtpConn {
                 conn_failed: false,
             },
         });
-        self.start_next(now);
+        // After a refused BDAT chunk, replies to chunks still in the
+        // pipeline are due first; the session says Ready after them.
+        if self.session.as_ref().is_some_and(|s| s.is_ready()) {
+            self.start_next(now);
+        }
     }
 
     /// The connection broke: defer what is in flight and queued, report closed.

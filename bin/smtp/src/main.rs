@@ -6,7 +6,8 @@
 //! sans-IO `smtp_proto::client_session` engine: EHLO with HELO fallback,
 //! STARTTLS per `smtp_tls_security_level` (certificates verified at
 //! `verify` and `secure`), PIPELINING, many messages per
-//! connection, content streamed from the spool as it is (wire format).
+//! connection, content streamed from the spool (wire format) with DATA, or
+//! with BDAT when the server offers CHUNKING.
 //! It reports a result per recipient and per connection, and logs each
 //! recipient as Postfix does (`to=<…>, relay=…, delay=…, dsn=…, status=…`).
 #![forbid(unsafe_code)]

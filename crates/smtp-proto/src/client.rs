@@ -5,7 +5,8 @@
 //! [`crate::command::parse_command`]; a property test checks the round trip),
 //! including ESMTP parameters with ENVID and ORCPT xtext-encoded (RFC 3461).
 //! Message content needs no writer: the spool already holds wire format
-//! (dot-stuffed, CRLF), so the client sends it as is and then `.CRLF`.
+//! (dot-stuffed, CRLF), so the client sends it as is and then `.CRLF`, or
+//! unstuffed in BDAT chunks ([`crate::client_session::unstuff`]).
 //! [`Capabilities`] reads a server's EHLO reply. Replies are read with
 //! [`crate::reply::ReplyParser`]; a whole client session is in
 //! [`crate::client_session`].
