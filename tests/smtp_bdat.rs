@@ -309,3 +309,50 @@ fn two_sluice_hops_with_bdat() {
         &format!("to=<u@far.test>, relay=127.0.0.1[127.0.0.1]:{pb}"),
     );
 }
+
+/// A 5xx to a chunk through the whole path: qmgr bounces the recipient and
+/// its notice to the (remote) sender goes out too, quoting the reply.
+#[test]
+fn a_refused_chunk_becomes_a_bounce_notice() {
+    let sink = bdat_sink();
+    let port = free_port();
+    let cf = format!(
+        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
+    );
+    let main = format!(
+        "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{}\n\
+         smtpd_reject_unlisted_recipient = no\ninet_protocols = ipv4\n",
+        sink.port
+    );
+    let mut inst = Instance::new(&cf, &main);
+    inst.start();
+    inst.wait_port(port);
+    let (code, out) = sluice_suite::swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--from",
+        "sender@far.test",
+        "--to",
+        "reject-bdat@far.test",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let line = inst.wait_log(20, "to=<reject-bdat@far.test>");
+    assert!(
+        line.contains("dsn=5.6.0, status=bounced") && line.contains("(in reply to BDAT command)"),
+        "{line}"
+    );
+    // The notice reaches the sink, from <>, for the sender.
+    let got = sink.wait(1);
+    let (cmds, content) = &got[0];
+    assert!(
+        cmds.contains("MAIL FROM:<>") && cmds.contains("RCPT TO:<sender@far.test>"),
+        "{cmds}"
+    );
+    let text = String::from_utf8_lossy(content);
+    assert!(
+        text.contains("reject-bdat@far.test") && text.contains("Chunk refused by the test sink"),
+        "{text}"
+    );
+    inst.stop();
+}

@@ -19,10 +19,11 @@
 //! ([`ClientSession::wants_content`]). A message without a final CRLF gets
 //! one either way, so DATA and BDAT deliver the same bytes. A failed chunk
 //! ends the transaction with its reply; chunks already in the pipeline are
-//! answered and ignored, and the next transaction starts with RSET. ESMTP parameters the
-//! server did not announce are dropped (SIZE, BODY, DSN's RET/ENVID/NOTIFY/
-//! ORCPT); a message that needs SMTPUTF8 from a server without it fails
-//! locally with 553 5.6.7, as Postfix does.
+//! answered and ignored, and the next transaction starts with RSET.
+//! ESMTP parameters the server did not announce are dropped (SIZE, BODY,
+//! DSN's RET/ENVID/NOTIFY/ORCPT), as are the EHLO keywords named in
+//! `discard_ehlo_keywords`; a message that needs SMTPUTF8 from a server
+//! without it fails locally with 553 5.6.7, as Postfix does.
 //! Limits: replies are read with a bounded [`ReplyParser`]. After STARTTLS's 220
 //! the session uses no input until [`ClientSession::tls_established`]; the shell
 //! must drop plaintext that arrived after the 220 (a server-side injection).
@@ -181,7 +182,7 @@ struct Tx {
     content_started: bool,
     /// The unstuffed chunk held back until we know whether it is the last.
     held: Vec<u8>,
-    /// The next content byte starts a line (for undoing dot-stuffing).
+    /// The content so far ends inside a line (for undoing dot-stuffing).
     mid_line: bool,
     /// BDAT chunks written whose reply has not come.
     chunks_out: usize,
