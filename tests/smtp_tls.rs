@@ -352,3 +352,20 @@ fn verify_end_to_end_through_qmgr() {
     );
     inst.stop();
 }
+
+#[test]
+fn an_unreadable_ca_file_stops_the_agent_at_verify() {
+    let mut inst = Instance::new(
+        "smtp unix - - n - - smtp -o smtp_tls_security_level=verify -o smtp_tls_CAfile=/nonexistent/ca.pem\n",
+        "",
+    );
+    inst.start();
+    let sock = inst.root().join("spool/private/smtp");
+    // Connecting starts the agent, which refuses to run.
+    let _ = Client::<Delivery>::connect(&sock, Duration::from_secs(2));
+    let line = inst.wait_log(20, "smtp_tls_CAfile: /nonexistent/ca.pem: ");
+    assert!(
+        line.contains("fatal") && line.contains("needed by smtp_tls_security_level = verify"),
+        "{line}"
+    );
+}

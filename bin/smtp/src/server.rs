@@ -102,12 +102,12 @@ pub fn load_roots(ctx: &Context) -> Result<Option<Arc<rustls::RootCertStore>>, S
     let path = if file.is_empty() {
         tls::SYSTEM_CA_FILE.to_string()
     } else {
-        file.clone()
+        file
     };
     match tls::load_trust_anchors(std::path::Path::new(&path)) {
         Ok(r) => Ok(Some(r)),
         Err(e) if level.authenticates() => Err(format!(
-            "smtp_tls_CAfile = {file}: {e} (needed by smtp_tls_security_level = {})",
+            "smtp_tls_CAfile: {e} (needed by smtp_tls_security_level = {})",
             if level == TlsLevel::Verify {
                 "verify"
             } else {
