@@ -1,10 +1,11 @@
 //! Interoperation with a real Postfix (Debian's) as the receiving MTA:
 //! Sluice relays to a throw-away Postfix instance on a loopback port,
 //! which accepts the mail into its hold queue; `postqueue -j` then shows
-//! the message with the envelope Sluice gave it. Needs root (Postfix's
-//! master runs as root) and modifies /etc/postfix/main.cf only to list the
-//! instance's directory in alternate_config_directories, as Postfix
-//! requires for `postfix -c`.
+//! the message with the envelope Sluice gave it; a body with dot lines and
+//! 8-bit text goes with BDAT (Postfix offers CHUNKING) and `postcat` shows
+//! it unchanged. Needs root (Postfix's master runs as root) and modifies
+//! /etc/postfix/main.cf only to list the instance's directory in
+//! alternate_config_directories, as Postfix requires for `postfix -c`.
 
 use std::path::Path;
 use std::process::Command;
@@ -179,6 +180,66 @@ fn mail_relayed_to_a_real_postfix_arrives_there() {
     assert!(
         json.contains("\"queue_name\": \"hold\"") || json.contains("\"queue_name\":\"hold\""),
         "{json}"
+    );
+    // Postfix's smtpd offers CHUNKING: a body with dot lines and 8-bit
+    // text goes with BDAT, and Postfix stores it unchanged.
+    let body = ".leading dot\r\n.\r\n..two\r\nmid.line\r\n\u{e9}t\u{e9}\r\nlast\r\n";
+    let msg = format!("From: alice@example.com\r\nSubject: chunks\r\n\r\n{body}");
+    let script = "import smtplib,sys\n\
+                  s=smtplib.SMTP('127.0.0.1',int(sys.argv[1]))\n\
+                  s.sendmail('alice@example.com',['carol@dest.test.example'],sys.stdin.buffer.read(),mail_options=['BODY=8BITMIME'])\n\
+                  s.quit()\n";
+    let mut child = Command::new("python3")
+        .args(["-c", script, &port.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(msg.as_bytes())
+            .unwrap();
+    }
+    assert!(child.wait().unwrap().success());
+    let sent = inst.wait_log(20, "to=<carol@dest.test.example>");
+    assert!(sent.contains("status=sent"), "{sent}");
+    let maillog = tmp.path().join("pf-maillog");
+    let bdat = wait_for(20, "Postfix's smtpd to log BDAT", || {
+        let log = std::fs::read_to_string(&maillog).ok()?;
+        log.lines()
+            .find(|l| l.contains("disconnect from") && l.contains("bdat="))
+            .map(str::to_string)
+    });
+    assert!(bdat.contains("bdat="), "{bdat}");
+    let qid = wait_for(20, "carol's message in Postfix's queue", || {
+        let out = Command::new("postqueue")
+            .arg("-c")
+            .arg(&pf.etc)
+            .arg("-j")
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.contains("carol@dest.test.example"))
+            .and_then(|l| l.split("\"queue_id\":").nth(1))
+            .and_then(|r| r.trim_start().split('"').nth(1))
+            .map(str::to_string)
+    });
+    let out = Command::new("postcat")
+        .arg("-c")
+        .arg(&pf.etc)
+        .args(["-bq", &qid])
+        .output()
+        .unwrap();
+    // postcat -b starts at the empty line after the headers.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("\n{}", body.replace("\r\n", "\n")),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     inst.stop();
 }

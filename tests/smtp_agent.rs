@@ -62,6 +62,7 @@ fn open(c: &mut Client<Delivery>, conn: u64, port: u16) -> Response {
     c.call(&Request::Open {
         conn,
         host: "sink.test".into(),
+        nexthop: "sink.test".into(),
         addrs: vec![format!("127.0.0.1:{port}").parse().unwrap()],
     })
     .unwrap()

@@ -946,6 +946,7 @@ impl Deliver {
                         l.send(&delivery::Request::Open {
                             conn: u64::from(conn.0),
                             host: hname.clone(),
+                            nexthop: nexthop.clone(),
                             addrs,
                         })
                     });

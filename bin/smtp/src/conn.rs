@@ -4,7 +4,9 @@
 //! session (greeting, EHLO/HELO, STARTTLS) until the engine says Ready,
 //! which is reported as `Opened`; then transactions one after another as
 //! qmgr queues them, content streamed from the spool in 64 KiB reads only
-//! while the socket keeps up (memory stays bounded); `Close` ends it with
+//! while the socket keeps up (memory stays bounded), with DATA or, when the
+//! server offers CHUNKING, as BDAT chunks of one read each (the session
+//! undoes the spool's dot-stuffing); `Close` ends it with
 //! QUIT. A failure anywhere fails what is in flight with deferrals (never a
 //! bounce: the peer did not say 5xx) and reports the connection closed; a
 //! misbehaving peer can only end its own connection.
@@ -21,7 +23,9 @@ use smtp_proto::client_session::{ClientAction, ClientSession, Envelope};
 use smtp_proto::command::{Body, MailParams, Notify, Orcpt, RcptParams, Ret};
 use smtp_proto::{Path, Reply};
 
-use crate::server::Settings;
+use rustls::pki_types::UnixTime;
+
+use crate::server::{CertMatch, Settings};
 
 /// A response to deliver to qmgr.
 pub struct Outcome {
@@ -66,6 +70,8 @@ struct Active {
     mail: Option<Reply>,
     source: Option<Source>,
     sending: bool,
+    /// The content goes with BDAT (for "in reply to" texts).
+    bdat: bool,
 }
 
 enum Phase {
@@ -83,6 +89,7 @@ pub struct SmtpConn {
     pub id: u64,
     open_request: u64,
     host: String,
+    nexthop: String,
     addrs: Vec<SocketAddr>,
     next_addr: usize,
     token: Token,
@@ -120,6 +127,7 @@ impl SmtpConn {
         id: u64,
         open_request: u64,
         host: String,
+        nexthop: String,
         addrs: Vec<SocketAddr>,
         token: Token,
         cx: &Cx<'_>,
@@ -130,6 +138,7 @@ impl SmtpConn {
             id,
             open_request,
             host,
+            nexthop,
             addrs,
             next_addr: 0,
             token,
@@ -374,6 +383,107 @@ impl SmtpConn {
         self.done = true;
     }
 
+    /// Classes the server's certificate, logs it as Postfix does, and ends
+    /// the connection when the security level wants more than it proved.
+    fn tls_peer_ok(&mut self) -> bool {
+        let Some(stream) = self.stream.as_ref() else {
+            return false;
+        };
+        let chain = stream.peer_certificates();
+        let trust = match &self.settings.roots {
+            Some(roots) => {
+                let patterns = self.cert_patterns();
+                tls::check_peer(&chain, roots, &patterns, UnixTime::now())
+            }
+            None if chain.is_empty() => tls::PeerTrust::Anonymous,
+            None => tls::PeerTrust::Untrusted("no trust anchors".into()),
+        };
+        if let Some(i) = stream.tls_info() {
+            msg_info!(
+                "{} TLS connection established to {}: {} with cipher {}",
+                trust.word(),
+                self.relay,
+                i.version,
+                i.cipher
+            );
+        }
+        if !self.settings.tls_level.authenticates() {
+            return true;
+        }
+        let why = match trust {
+            tls::PeerTrust::Verified(_) => return true,
+            tls::PeerTrust::Anonymous => "Server certificate not trusted: none presented".into(),
+            tls::PeerTrust::Untrusted(e) => {
+                msg_info!(
+                    "server certificate verification failed for {}: {e}",
+                    self.relay
+                );
+                format!("Server certificate not trusted ({e})")
+            }
+            tls::PeerTrust::Trusted(names) => {
+                let wanted = self.cert_patterns().join(", ");
+                msg_info!(
+                    "server certificate verification failed for {}: certificate names [{}] do not match {wanted}",
+                    self.relay,
+                    names.join(", ")
+                );
+                format!(
+                    "Server certificate not verified (names [{}] do not match {wanted})",
+                    names.join(", ")
+                )
+            }
+        };
+        self.tls_refused(format!("{why}, host {}", self.relay));
+        false
+    }
+
+    /// The names a certificate may carry, in Postfix's internal form:
+    /// `.domain` stands for any name below the domain.
+    fn cert_patterns(&self) -> Vec<String> {
+        let nexthop = nexthop_domain(&self.nexthop);
+        let mut v: Vec<String> = Vec::new();
+        for m in &self.settings.cert_match {
+            let p = match m {
+                CertMatch::Hostname => self.host.clone(),
+                CertMatch::Nexthop => nexthop.to_string(),
+                CertMatch::DotNexthop => format!(".{nexthop}"),
+            };
+            if !v.contains(&p) && !p.trim_start_matches('.').is_empty() {
+                v.push(p);
+            }
+        }
+        v
+    }
+
+    /// The level required an authenticated server and this one is not:
+    /// a handshake failure for the scheduler's feedback, the mail deferred
+    /// with 4.7.5 as Postfix does.
+    fn tls_refused(&mut self, why: String) {
+        self.outcomes.push(Outcome {
+            request: self.open_request,
+            response: Response::OpenFailed {
+                conn: self.id,
+                handshake: true,
+                reason: format!("4.7.5 {why}"),
+            },
+        });
+        while let Some(p) = self.queue.pop_front() {
+            let results = all(&p.txn, 454, "4.7.5", &why);
+            self.outcomes.push(Outcome {
+                request: p.request,
+                response: Response::Sent {
+                    conn: self.id,
+                    results,
+                    conn_failed: true,
+                },
+            });
+        }
+        if let Some(s) = self.stream.as_mut() {
+            s.close();
+        }
+        self.done = true;
+    }
+
     /// One round of reading, feeding, acting and writing; true if it did something.
     fn session_step(&mut self, now: Instant) -> bool {
         let mut progressed = false;
@@ -418,13 +528,8 @@ impl SmtpConn {
                 return progressed;
             }
             self.handshaking = false;
-            if let Some(i) = stream.tls_info() {
-                msg_info!(
-                    "Anonymous TLS connection established to {}: {} with cipher {}",
-                    self.relay,
-                    i.version,
-                    i.cipher
-                );
+            if !self.tls_peer_ok() {
+                return false;
             }
             if let Some(s) = self.session.as_mut() {
                 s.tls_established();
@@ -482,6 +587,10 @@ impl SmtpConn {
             return false;
         }
         if self.stream.as_ref().is_some_and(|s| s.wants_write()) {
+            return false;
+        }
+        // BDAT without PIPELINING: the previous chunk's reply comes first.
+        if !self.session.as_ref().is_some_and(|s| s.wants_content()) {
             return false;
         }
         let mut buf = vec![0u8; 64 * 1024];
@@ -683,6 +792,7 @@ impl SmtpConn {
         };
         let n = p.txn.recipients.len();
         let setup = if self.uses == 0 { self.setup } else { 0.0 };
+        let bdat = self.session.as_ref().is_some_and(|s| s.uses_bdat());
         let started = self.session.as_mut().is_some_and(|s| s.send_message(&env));
         self.active = Some(Active {
             request: p.request,
@@ -694,6 +804,7 @@ impl SmtpConn {
             mail: None,
             source: Some(source),
             sending: false,
+            bdat,
         });
         self.stage = "mail";
         self.deadline = Some(now + self.settings.cmd_timeout);
@@ -712,6 +823,7 @@ impl SmtpConn {
             let (reply, stage) = match (&a.mail, &a.rcpt[i]) {
                 (Some(m), _) => (m.clone(), "MAIL FROM"),
                 (None, Some(rr)) if !rr.is_positive() => (rr.clone(), "RCPT TO"),
+                _ if a.bdat => (final_reply.clone(), "BDAT"),
                 _ => (final_reply.clone(), "end of DATA"),
             };
             let res = result_of(r.index, &reply);
@@ -749,7 +861,11 @@ impl SmtpConn {
                 conn_failed: false,
             },
         });
-        self.start_next(now);
+        // After a refused BDAT chunk, replies to chunks still in the
+        // pipeline are due first; the session says Ready after them.
+        if self.session.as_ref().is_some_and(|s| s.is_ready()) {
+            self.start_next(now);
+        }
     }
 
     /// The connection broke: defer what is in flight and queued, report closed.
@@ -827,6 +943,19 @@ impl SmtpConn {
                 },
             });
         }
+    }
+}
+
+/// The domain of a next hop as qmgr names it: `[name]:port`, `name:port`
+/// or `name` → `name` (Postfix matches the bracketed name for relays).
+fn nexthop_domain(nexthop: &str) -> &str {
+    let n = nexthop.trim();
+    if let Some(rest) = n.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("");
+    }
+    match n.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => n,
     }
 }
 
@@ -1012,6 +1141,15 @@ mod tests {
         assert_eq!(secs(1.5), "1.5");
         assert_eq!(secs(12.34), "12.3");
         assert_eq!(secs(123.4), "123");
+    }
+
+    #[test]
+    fn nexthop_domains() {
+        assert_eq!(nexthop_domain("example.com"), "example.com");
+        assert_eq!(nexthop_domain("[mx.example.com]:2525"), "mx.example.com");
+        assert_eq!(nexthop_domain("[mx.example.com]"), "mx.example.com");
+        assert_eq!(nexthop_domain("example.com:587"), "example.com");
+        assert_eq!(nexthop_domain("[ipv6:::1]:25"), "ipv6:::1");
     }
 
     #[test]

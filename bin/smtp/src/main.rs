@@ -4,8 +4,10 @@
 //! connections to open and which transactions to run on each (the
 //! `sluice-delivery` protocol); this program speaks SMTP on them with the
 //! sans-IO `smtp_proto::client_session` engine: EHLO with HELO fallback,
-//! STARTTLS per `smtp_tls_security_level`, PIPELINING, many messages per
-//! connection, content streamed from the spool as it is (wire format).
+//! STARTTLS per `smtp_tls_security_level` (certificates verified at
+//! `verify` and `secure`), PIPELINING, many messages per
+//! connection, content streamed from the spool (wire format) with DATA, or
+//! with BDAT when the server offers CHUNKING.
 //! It reports a result per recipient and per connection, and logs each
 //! recipient as Postfix does (`to=<…>, relay=…, delay=…, dsn=…, status=…`).
 #![forbid(unsafe_code)]
@@ -16,7 +18,7 @@ mod server;
 fn main() {
     daemon::run(
         daemon::Options::default(),
-        |_ctx| Ok(()),
+        server::load_roots,
         server::AgentServer::new,
     )
 }

@@ -13,12 +13,52 @@ use smtp_proto::client_session::{ClientConfig, ClientTls};
 
 use crate::conn::{Outcome, SmtpConn};
 
+/// `smtp_tls_security_level`, as Postfix defines the levels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsLevel {
+    /// No STARTTLS.
+    None,
+    /// STARTTLS when offered, any certificate.
+    May,
+    /// STARTTLS required, any certificate.
+    Encrypt,
+    /// STARTTLS required, chain verified, names per `smtp_tls_verify_cert_match`.
+    Verify,
+    /// STARTTLS required, chain verified, names per `smtp_tls_secure_cert_match`.
+    Secure,
+}
+
+impl TlsLevel {
+    /// Whether the server's certificate must be verified.
+    pub fn authenticates(self) -> bool {
+        matches!(self, TlsLevel::Verify | TlsLevel::Secure)
+    }
+}
+
+/// One `smtp_tls_*_cert_match` strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertMatch {
+    /// The server's host name (the MX name or the relay's name).
+    Hostname,
+    /// The next-hop domain.
+    Nexthop,
+    /// Any name below the next-hop domain.
+    DotNexthop,
+}
+
 /// Settings from main.cf.
 pub struct Settings {
     /// The session engine's settings.
     pub client: ClientConfig,
     /// TLS client configuration when TLS may be used.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// `smtp_tls_security_level`.
+    pub tls_level: TlsLevel,
+    /// Trust anchors to class server certificates with (always there for
+    /// verify and secure; for may and encrypt only to log Trusted/Untrusted).
+    pub roots: Option<Arc<rustls::RootCertStore>>,
+    /// The names a certificate must match at this level.
+    pub cert_match: Vec<CertMatch>,
     /// `smtp_bind_address`.
     pub bind: Option<std::net::IpAddr>,
     /// `smtp_connect_timeout`.
@@ -35,16 +75,86 @@ pub struct Settings {
     pub queue_root: PathBuf,
 }
 
+fn tls_level(cfg: &config::Config, service: &str) -> TlsLevel {
+    match cfg.transport(service).choice("smtp_tls_security_level") {
+        "may" => TlsLevel::May,
+        "encrypt" => TlsLevel::Encrypt,
+        "verify" => TlsLevel::Verify,
+        "secure" => TlsLevel::Secure,
+        _ => TlsLevel::None,
+    }
+}
+
+/// Privileged initialisation (before any chroot): the trust anchors.
+///
+/// A CA file that cannot be read is fatal at verify and secure, where
+/// nothing could be delivered without it; at may and encrypt it only costs
+/// the Trusted/Untrusted distinction in the logs.
+pub fn load_roots(ctx: &Context) -> Result<Option<Arc<rustls::RootCertStore>>, String> {
+    let level = tls_level(&ctx.config, &ctx.args.service);
+    if level == TlsLevel::None {
+        return Ok(None);
+    }
+    let file = ctx
+        .config
+        .transport(&ctx.args.service)
+        .str("smtp_tls_CAfile");
+    let path = if file.is_empty() {
+        tls::SYSTEM_CA_FILE.to_string()
+    } else {
+        file
+    };
+    match tls::load_trust_anchors(std::path::Path::new(&path)) {
+        Ok(r) => Ok(Some(r)),
+        Err(e) if level.authenticates() => Err(format!(
+            "smtp_tls_CAfile: {e} (needed by smtp_tls_security_level = {})",
+            if level == TlsLevel::Verify {
+                "verify"
+            } else {
+                "secure"
+            }
+        )),
+        Err(e) => {
+            msg_warn!("smtp_tls_CAfile: {e}: server certificates are not checked");
+            Ok(None)
+        }
+    }
+}
+
 impl Settings {
-    fn from(cfg: &config::Config, chrooted: bool, service: &str) -> Result<Settings, String> {
+    fn from(
+        cfg: &config::Config,
+        chrooted: bool,
+        service: &str,
+        roots: Option<Arc<rustls::RootCertStore>>,
+    ) -> Result<Settings, String> {
         let t = cfg.transport(service);
-        let level = t.choice("smtp_tls_security_level");
-        let tls = match level {
-            "none" => ClientTls::Disabled,
-            "may" => ClientTls::Opportunistic,
-            "encrypt" => ClientTls::Required,
-            other => return Err(format!("smtp_tls_security_level = {other}: certificate verification is not built yet; use may or encrypt")),
+        let tls_level = tls_level(cfg, service);
+        let tls = match tls_level {
+            TlsLevel::None => ClientTls::Disabled,
+            TlsLevel::May => ClientTls::Opportunistic,
+            _ => ClientTls::Required,
         };
+        let match_param = match tls_level {
+            TlsLevel::Secure => "smtp_tls_secure_cert_match",
+            _ => "smtp_tls_verify_cert_match",
+        };
+        // The values were checked at load against the table's words.
+        let cert_match = t
+            .list(match_param)
+            .iter()
+            .filter_map(|w| match w.to_ascii_lowercase().as_str() {
+                "hostname" => Some(CertMatch::Hostname),
+                "nexthop" => Some(CertMatch::Nexthop),
+                "dot-nexthop" => Some(CertMatch::DotNexthop),
+                _ => None,
+            })
+            .collect::<Vec<_>>();
+        if tls_level.authenticates() && cert_match.is_empty() {
+            return Err(format!(
+                "{match_param} is empty: no certificate name could match"
+            ));
+        }
         let bind = cfg.str("smtp_bind_address");
         let bind = if bind.is_empty() {
             None
@@ -58,9 +168,15 @@ impl Settings {
             client: ClientConfig {
                 helo_name: cfg.str("smtp_helo_name"),
                 tls,
+                discard_ehlo_keywords: t.list("smtp_discard_ehlo_keywords"),
                 ..ClientConfig::default()
             },
+            // Certificates are checked after the handshake (as Postfix
+            // does), so that may and encrypt can still say what they got.
             tls: (tls != ClientTls::Disabled).then(tls::insecure_client_config),
+            tls_level,
+            roots,
+            cert_match,
             bind,
             connect_timeout: t.time("smtp_connect_timeout"),
             helo_timeout: t.time("smtp_helo_timeout"),
@@ -93,10 +209,15 @@ pub struct AgentServer {
 
 impl AgentServer {
     /// Reads the settings.
-    pub fn new(ctx: &Context, (): ()) -> Result<Self, String> {
+    pub fn new(ctx: &Context, roots: Option<Arc<rustls::RootCertStore>>) -> Result<Self, String> {
         let chrooted = ctx.args.chroot && sys::is_root();
         Ok(AgentServer {
-            settings: Arc::new(Settings::from(&ctx.config, chrooted, &ctx.args.service)?),
+            settings: Arc::new(Settings::from(
+                &ctx.config,
+                chrooted,
+                &ctx.args.service,
+                roots,
+            )?),
             clients: BTreeMap::new(),
             conns: BTreeMap::new(),
             by_id: BTreeMap::new(),
@@ -114,7 +235,12 @@ impl AgentServer {
 
     fn handle(&mut self, cx: &mut Cx<'_>, client: Token, req: Tagged<Request>) {
         match req.body {
-            Request::Open { conn, host, addrs } => {
+            Request::Open {
+                conn,
+                host,
+                nexthop,
+                addrs,
+            } => {
                 if self.by_id.contains_key(&(client, conn)) {
                     self.respond(
                         client,
@@ -134,6 +260,7 @@ impl AgentServer {
                     conn,
                     req.id,
                     host,
+                    nexthop,
                     addrs,
                     token,
                     cx,

@@ -310,9 +310,12 @@ static PARAMS: &[ParamSpec] = &[
     p("smtp_rset_timeout", SEC, "20s", "Time limit for the RSET reply."),
     p("smtp_quit_timeout", SEC, "300s", "Time limit for the QUIT reply."),
     p("smtp_skip_5xx_greeting", B, "yes", "Try the next server when one greets with 5xx."),
+    p("smtp_discard_ehlo_keywords", L, "", "EHLO keywords the SMTP client ignores in server replies (e.g. chunking, pipelining, starttls)."),
     p("smtp_line_length_limit", I, "998", "Longest line sent; longer ones are folded."),
     p("smtp_tls_security_level", T::Enum(&["none", "may", "encrypt", "verify", "secure"]), "none", "STARTTLS policy of the SMTP client."),
-    p("smtp_tls_CAfile", S, "", "PEM file of trusted roots for verify and secure (empty: the system roots)."),
+    p("smtp_tls_CAfile", S, "", "PEM file of trusted roots for verify and secure (empty: /etc/ssl/certs/ca-certificates.crt)."),
+    p("smtp_tls_verify_cert_match", T::EnumList(&["hostname", "nexthop", "dot-nexthop"]), "hostname", "Names the server certificate must match at the verify level."),
+    p("smtp_tls_secure_cert_match", T::EnumList(&["hostname", "nexthop", "dot-nexthop"]), "nexthop, dot-nexthop", "Names the server certificate must match at the secure level."),
     p("smtp_tls_loglevel", I, "0", "TLS logging detail of the SMTP client."),
     // Local delivery.
     p("alias_maps", M, "hash:/etc/aliases", "Alias tables used by local delivery."),

@@ -86,6 +86,8 @@ pub enum ParamType {
     MapRef,
     /// One word of a fixed set (compared without case).
     Enum(&'static [&'static str]),
+    /// A list of words of a fixed set, e.g. `nexthop, dot-nexthop`.
+    EnumList(&'static [&'static str]),
     /// Concurrency feedback: `1/concurrency`, `1/sqrt_concurrency` or a number.
     Feedback,
     /// A TCP address to listen on, `address:port` or `[v6]:port`; empty for none.
@@ -106,6 +108,7 @@ impl ParamType {
             ParamType::CidrList => "list of networks and tables".into(),
             ParamType::MapRef => "list of type:name tables".into(),
             ParamType::Enum(c) => format!("one of {}", c.join(", ")),
+            ParamType::EnumList(c) => format!("list of {}", c.join(", ")),
             ParamType::Feedback => {
                 "feedback (1/concurrency, 1/sqrt_concurrency or a number)".into()
             }
@@ -126,6 +129,9 @@ impl ParamType {
             ParamType::CidrList => parse_net_list(text).map(drop),
             ParamType::MapRef => parse_maps(text).map(drop),
             ParamType::Enum(c) => parse_enum(text, c).map(drop),
+            ParamType::EnumList(c) => split_list(text)?
+                .iter()
+                .try_for_each(|w| parse_enum(w, c).map(drop)),
             ParamType::Feedback => parse_feedback(text).map(drop),
             ParamType::Listen => parse_listen(text).map(drop),
         }
@@ -545,6 +551,32 @@ pub fn parse_net_list(text: &str) -> Result<Vec<NetEntry>, ValueProblem> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn enum_lists() {
+        let t = ParamType::EnumList(&["hostname", "nexthop", "dot-nexthop"]);
+        assert!(t.check("nexthop, dot-nexthop").is_ok());
+        assert!(t.check("Hostname").is_ok());
+        assert!(t.check("").is_ok());
+        assert_eq!(
+            t.check("nexthop, example.com"),
+            Err(ValueProblem::Enum(&["hostname", "nexthop", "dot-nexthop"]))
+        );
+    }
+
+    #[test]
+    fn a_bad_enum_list_names_file_line_and_parameter() {
+        let text = "myhostname = a.example\nsmtp_tls_secure_cert_match = nexthop, bogus\n";
+        let e = crate::Config::parse(text, std::path::Path::new("/etc/sluice/main.cf"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/etc/sluice/main.cf")
+                && e.contains('2')
+                && e.contains("smtp_tls_secure_cert_match"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn integers() {

@@ -23,7 +23,7 @@ pub enum Delivery {}
 
 impl crate::Protocol for Delivery {
     const NAME: &'static str = "sluice-delivery";
-    const VERSION: u32 = 1;
+    const VERSION: u32 = 2;
     type Request = Request;
     type Response = Response;
 }
@@ -37,6 +37,9 @@ pub enum Request {
         conn: u64,
         /// The host name (for logs and TLS).
         host: String,
+        /// The next-hop destination the host serves (the domain, or the
+        /// relay as in `[name]:port`), for TLS's `secure` name check.
+        nexthop: String,
         /// Its addresses with the port.
         addrs: Vec<SocketAddr>,
     },

@@ -5,7 +5,8 @@
 //! [`crate::command::parse_command`]; a property test checks the round trip),
 //! including ESMTP parameters with ENVID and ORCPT xtext-encoded (RFC 3461).
 //! Message content needs no writer: the spool already holds wire format
-//! (dot-stuffed, CRLF), so the client sends it as is and then `.CRLF`.
+//! (dot-stuffed, CRLF), so the client sends it as is and then `.CRLF`, or
+//! unstuffed in BDAT chunks ([`crate::client_session::unstuff`]).
 //! [`Capabilities`] reads a server's EHLO reply. Replies are read with
 //! [`crate::reply::ReplyParser`]; a whole client session is in
 //! [`crate::client_session`].
@@ -170,6 +171,26 @@ impl Capabilities {
         }
         c
     }
+
+    /// Forgets keywords as Postfix's `smtp_discard_ehlo_keywords` does
+    /// (names without case; `silent-discard` and unknown names are ignored).
+    pub fn discard(&mut self, keywords: &[String]) {
+        for k in keywords {
+            match k.to_ascii_uppercase().as_str() {
+                "PIPELINING" => self.pipelining = false,
+                "SIZE" => self.size = None,
+                "8BITMIME" => self.eight_bit_mime = false,
+                "SMTPUTF8" => self.smtputf8 = false,
+                "ENHANCEDSTATUSCODES" => self.enhanced_status_codes = false,
+                "CHUNKING" => self.chunking = false,
+                "BINARYMIME" => self.binarymime = false,
+                "DSN" => self.dsn = false,
+                "STARTTLS" => self.starttls = false,
+                "AUTH" => self.auth.clear(),
+                _ => {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -238,6 +259,13 @@ mod tests {
         );
         let c = Capabilities::from_ehlo(&r);
         assert!(c.pipelining && c.eight_bit_mime && c.chunking && c.starttls && !c.dsn);
+        let mut d = c.clone();
+        d.discard(&[
+            "chunking".into(),
+            "Pipelining".into(),
+            "silent-discard".into(),
+        ]);
+        assert!(!d.chunking && !d.pipelining && d.eight_bit_mime && d.starttls);
         assert_eq!(c.size, Some(Some(1000)));
         assert_eq!(c.auth, ["PLAIN", "LOGIN"]);
         let r = Reply::multiline(250, None, vec!["mx".into(), "SIZE".into()]);

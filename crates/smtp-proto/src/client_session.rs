@@ -9,15 +9,25 @@
 //! before a transaction when the previous one did not finish, and QUIT.
 //!
 //! Message content comes from the spool in wire format (CRLF, dot-stuffed), so
-//! [`ClientSession::send_content`] copies it as is and
-//! [`ClientSession::end_content`] adds the final `.CRLF`. ESMTP parameters the
-//! server did not announce are dropped (SIZE, BODY, DSN's RET/ENVID/NOTIFY/
-//! ORCPT); a message that needs SMTPUTF8 from a server without it fails
-//! locally with 553 5.6.7, as Postfix does.
+//! with DATA [`ClientSession::send_content`] copies it as is and
+//! [`ClientSession::end_content`] adds the final `.CRLF`. When the server
+//! offers CHUNKING (RFC 3030) the content goes in BDAT chunks instead, with
+//! the dot-stuffing undone (a dot that starts a line is dropped), each chunk
+//! as one `send_content` gave it (one is held back so that the last can say
+//! LAST); with PIPELINING the chunks follow MAIL and RCPT without waiting,
+//! without it each chunk waits for the reply to the one before
+//! ([`ClientSession::wants_content`]). A message without a final CRLF gets
+//! one either way, so DATA and BDAT deliver the same bytes. A failed chunk
+//! ends the transaction with its reply; chunks already in the pipeline are
+//! answered and ignored, and the next transaction starts with RSET.
+//! ESMTP parameters the server did not announce are dropped (SIZE, BODY,
+//! DSN's RET/ENVID/NOTIFY/ORCPT), as are the EHLO keywords named in
+//! `discard_ehlo_keywords`; a message that needs SMTPUTF8 from a server
+//! without it fails locally with 553 5.6.7, as Postfix does.
 //! Limits: replies are read with a bounded [`ReplyParser`]. After STARTTLS's 220
 //! the session uses no input until [`ClientSession::tls_established`]; the shell
 //! must drop plaintext that arrived after the 220 (a server-side injection).
-//! BDAT and AUTH are not used by this client yet. Nothing here logs or panics.
+//! AUTH is not used by this client yet. Nothing here logs or panics.
 
 use std::collections::VecDeque;
 
@@ -49,6 +59,9 @@ pub struct ClientConfig {
     pub max_reply_line: usize,
     /// Most lines in one reply.
     pub max_reply_lines: usize,
+    /// EHLO keywords to act as if the server had not sent
+    /// (Postfix `smtp_discard_ehlo_keywords`).
+    pub discard_ehlo_keywords: Vec<String>,
 }
 
 impl Default for ClientConfig {
@@ -58,6 +71,7 @@ impl Default for ClientConfig {
             tls: ClientTls::Opportunistic,
             max_reply_line: 2048,
             max_reply_lines: 100,
+            discard_ehlo_keywords: Vec::new(),
         }
     }
 }
@@ -130,6 +144,10 @@ enum Expect {
     Rcpt(usize),
     Data,
     DataEnd,
+    /// The reply to a BDAT chunk that is not the last.
+    Bdat,
+    /// The reply to BDAT ... LAST: the message's final reply.
+    BdatLast,
     /// The end of an empty message sent only because the server said 354 with no recipient accepted.
     DiscardEnd,
     Quit,
@@ -157,6 +175,17 @@ struct Tx {
     mail_reply: Option<Reply>,
     accepted: usize,
     last_two: [u8; 2],
+    /// The content goes in BDAT chunks.
+    bdat: bool,
+    /// BDAT content has been asked for (without PIPELINING, only once a
+    /// recipient is accepted).
+    content_started: bool,
+    /// The unstuffed chunk held back until we know whether it is the last.
+    held: Vec<u8>,
+    /// The content so far ends inside a line (for undoing dot-stuffing).
+    mid_line: bool,
+    /// BDAT chunks written whose reply has not come.
+    chunks_out: usize,
 }
 
 /// One SMTP client connection.
@@ -210,6 +239,27 @@ impl ClientSession {
     /// True when the session can take a message.
     pub fn is_ready(&self) -> bool {
         self.phase == Phase::Idle
+    }
+
+    /// Whether the message goes (or the next would go) with BDAT.
+    pub fn uses_bdat(&self) -> bool {
+        self.caps.as_ref().is_some_and(|c| c.chunking)
+    }
+
+    /// Whether [`ClientSession::send_content`] or
+    /// [`ClientSession::end_content`] may be called now: in the content
+    /// phase, and for BDAT without PIPELINING, once the previous chunk's
+    /// reply is in.
+    pub fn wants_content(&self) -> bool {
+        if self.phase != Phase::Content {
+            return false;
+        }
+        let pipelining = self.caps.as_ref().is_some_and(|c| c.pipelining);
+        match &self.tx {
+            Some(tx) if tx.bdat && !pipelining => tx.chunks_out == 0,
+            Some(_) => true,
+            None => false,
+        }
     }
 
     /// True once closed.
@@ -314,7 +364,8 @@ impl ClientSession {
             }
             Expect::Ehlo => {
                 if r.class() == 2 {
-                    let caps = Capabilities::from_ehlo(&r);
+                    let mut caps = Capabilities::from_ehlo(&r);
+                    caps.discard(&self.config.discard_ehlo_keywords);
                     let want_tls = self.config.tls != ClientTls::Disabled && !self.tls_active;
                     if want_tls && caps.starttls {
                         self.send(&Command::StartTls, Expect::StartTls);
@@ -417,11 +468,35 @@ impl ClientSession {
                 self.finish_tx(Some(r));
                 self.maybe_idle();
             }
+            Expect::Bdat | Expect::BdatLast => self.on_bdat_reply(r, expect == Expect::BdatLast),
             Expect::Quit => {
                 self.phase = Phase::Closed;
                 self.actions.push_back(Action::Close);
             }
         }
+    }
+
+    fn on_bdat_reply(&mut self, r: Reply, last: bool) {
+        let Some(tx) = self.tx.as_mut() else {
+            // A chunk that was in the pipeline when an earlier one failed.
+            self.maybe_idle();
+            return;
+        };
+        tx.chunks_out = tx.chunks_out.saturating_sub(1);
+        let accepted = if tx.mail_failed { 0 } else { tx.accepted };
+        if r.class() == 2 && !last {
+            return;
+        }
+        if r.class() == 2 {
+            self.needs_rset = false;
+        }
+        // RFC 3030 §2: after a failed chunk no more may be sent; the reply
+        // (or, with no recipient accepted, the MAIL/RCPT outcome) is final.
+        if self.phase == Phase::Content {
+            self.phase = Phase::Talking;
+        }
+        self.finish_tx((accepted > 0).then_some(r));
+        self.maybe_idle();
     }
 
     fn idle(&mut self) {
@@ -456,6 +531,13 @@ impl ClientSession {
             let skip = mail_failed || (expect == Expect::Data && accepted == 0);
             if !skip {
                 self.send(&cmd, expect);
+                return;
+            }
+        } else if !mail_failed && accepted > 0 {
+            if let Some(tx) = self.tx.as_mut().filter(|t| t.bdat && !t.content_started) {
+                tx.content_started = true;
+                self.phase = Phase::Content;
+                self.actions.push_back(Action::SendContent);
                 return;
             }
         }
@@ -502,7 +584,11 @@ impl ClientSession {
             params.envid = None;
         }
         self.phase = Phase::Talking;
-        self.tx = Some(Tx::default());
+        let bdat = caps.chunking;
+        self.tx = Some(Tx {
+            bdat,
+            ..Tx::default()
+        });
         if self.needs_rset {
             self.pending.push_back((Command::Rset, Expect::Rset));
         }
@@ -522,11 +608,19 @@ impl ClientSession {
             };
             self.pending.push_back((cmd, Expect::Rcpt(i)));
         }
-        self.pending.push_back((Command::Data, Expect::Data));
+        if !bdat {
+            self.pending.push_back((Command::Data, Expect::Data));
+        }
         if caps.pipelining {
-            // RFC 2920: RSET, MAIL, RCPT… and DATA form one group.
+            // RFC 2920: RSET, MAIL, RCPT… and DATA form one group; with
+            // CHUNKING the BDAT chunks follow at once (RFC 3030 §4.2).
             while let Some((cmd, expect)) = self.pending.pop_front() {
                 self.send(&cmd, expect);
+            }
+            if let Some(tx) = self.tx.as_mut().filter(|t| t.bdat) {
+                tx.content_started = true;
+                self.phase = Phase::Content;
+                self.actions.push_back(Action::SendContent);
             }
         } else if let Some((cmd, expect)) = self.pending.pop_front() {
             self.send(&cmd, expect);
@@ -535,27 +629,61 @@ impl ClientSession {
     }
 
     /// Writes message content (wire format from the spool) after [`ClientAction::SendContent`].
+    ///
+    /// With BDAT, call it only while [`ClientSession::wants_content`] says so.
     pub fn send_content(&mut self, chunk: &[u8]) {
-        if self.phase != Phase::Content || chunk.is_empty() {
+        if !self.wants_content() || chunk.is_empty() {
             return;
         }
-        self.output.extend_from_slice(chunk);
+        let Some(tx) = &mut self.tx else { return };
+        let mut two = [tx.last_two[1], chunk[chunk.len() - 1]];
+        if chunk.len() >= 2 {
+            two[0] = chunk[chunk.len() - 2];
+        }
+        tx.last_two = two;
+        if !tx.bdat {
+            self.output.extend_from_slice(chunk);
+            return;
+        }
+        let mut plain = Vec::with_capacity(chunk.len());
+        tx.mid_line = unstuff(chunk, tx.mid_line, &mut plain);
+        if plain.is_empty() {
+            return;
+        }
+        let ready = std::mem::replace(&mut tx.held, plain);
+        if !ready.is_empty() {
+            self.send_chunk(ready, false);
+        }
+    }
+
+    fn send_chunk(&mut self, bytes: Vec<u8>, last: bool) {
+        let cmd = Command::Bdat {
+            size: bytes.len() as u64,
+            last,
+        };
+        self.send(&cmd, if last { Expect::BdatLast } else { Expect::Bdat });
+        self.output.extend_from_slice(&bytes);
         if let Some(tx) = &mut self.tx {
-            let mut two = [tx.last_two[1], chunk[chunk.len() - 1]];
-            if chunk.len() >= 2 {
-                two[0] = chunk[chunk.len() - 2];
-            }
-            tx.last_two = two;
+            tx.chunks_out += 1;
         }
     }
 
     /// Ends the content with `.CRLF` (adding a CRLF first if the content lacked one).
     pub fn end_content(&mut self) {
-        if self.phase != Phase::Content {
+        if !self.wants_content() {
             return;
         }
         let ends_crlf = self.tx.as_ref().is_some_and(|t| t.last_two == *b"\r\n");
         let empty = self.tx.as_ref().is_some_and(|t| t.last_two == [0, 0]);
+        if let Some(tx) = self.tx.as_mut().filter(|t| t.bdat) {
+            let mut last = std::mem::take(&mut tx.held);
+            if !ends_crlf && !empty {
+                last.extend_from_slice(b"\r\n");
+            }
+            self.send_chunk(last, true);
+            self.phase = Phase::Talking;
+            return;
+        }
         if !ends_crlf && !empty {
             self.output.extend_from_slice(b"\r\n");
         }
@@ -563,6 +691,34 @@ impl ClientSession {
         self.expect.push_back(Expect::DataEnd);
         self.phase = Phase::Talking;
     }
+}
+
+/// Appends `wire` to `out` without dot-stuffing: a dot that starts a line
+/// (after LF, as the spool's readers count lines) is dropped. `mid_line`
+/// says whether the previous chunk ended inside a line; the same for this
+/// one is returned.
+pub fn unstuff(wire: &[u8], mut mid_line: bool, out: &mut Vec<u8>) -> bool {
+    let mut rest = wire;
+    while !rest.is_empty() {
+        if !mid_line && rest[0] == b'.' {
+            rest = &rest[1..];
+            mid_line = true;
+            continue;
+        }
+        mid_line = true;
+        match rest.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                out.extend_from_slice(&rest[..=i]);
+                rest = &rest[i + 1..];
+                mid_line = false;
+            }
+            None => {
+                out.extend_from_slice(rest);
+                rest = &[];
+            }
+        }
+    }
+    mid_line
 }
 
 #[cfg(test)]

@@ -48,6 +48,8 @@ struct Pair {
     content: Vec<u8>,
     /// Bytes the client wrote, all of them.
     client_wrote: Vec<u8>,
+    /// How much of `content` was given to the client, while sending it.
+    sending: Option<usize>,
 }
 
 impl Pair {
@@ -60,6 +62,7 @@ impl Pair {
             log: Vec::new(),
             content: b"Subject: t\r\n\r\n.dot\r\nbody\r\n".to_vec(),
             client_wrote: Vec::new(),
+            sending: None,
         }
     }
 
@@ -76,19 +79,26 @@ impl Pair {
             while let Some(a) = self.c.poll_action() {
                 progress = true;
                 match &a {
-                    ClientAction::SendContent => {
-                        let content = self.content.clone();
-                        for piece in content.chunks(5) {
-                            self.c.send_content(piece);
-                        }
-                        self.c.end_content();
-                    }
+                    ClientAction::SendContent => self.sending = Some(0),
                     ClientAction::StartTls => {
                         self.c.tls_established();
                     }
                     _ => {}
                 }
                 self.log.push(a);
+            }
+            // Five bytes at a time, as fast as the client takes them.
+            while let Some(pos) = self.sending.filter(|_| self.c.wants_content()) {
+                progress = true;
+                if pos < self.content.len() {
+                    let end = (pos + 5).min(self.content.len());
+                    let piece = self.content[pos..end].to_vec();
+                    self.c.send_content(&piece);
+                    self.sending = Some(end);
+                } else {
+                    self.c.end_content();
+                    self.sending = None;
+                }
             }
             let cout = self.c.take_output();
             if !cout.is_empty() {
@@ -171,7 +181,11 @@ impl Pair {
 
 #[test]
 fn pipelined_messages_over_one_connection() {
-    let mut p = Pair::new(ServerConfig::default(), ClientConfig::default());
+    let scfg = ServerConfig {
+        chunking: false,
+        ..ServerConfig::default()
+    };
+    let mut p = Pair::new(scfg, ClientConfig::default());
     p.run();
     assert!(p.c.is_ready());
     assert!(p.c.capabilities().unwrap().pipelining);
@@ -216,6 +230,7 @@ fn without_pipelining_one_command_at_a_time() {
     let scfg = ServerConfig {
         pipelining: false,
         dsn: false,
+        chunking: false,
         ..ServerConfig::default()
     };
     let mut p = Pair::new(scfg, ClientConfig::default());
@@ -407,4 +422,213 @@ fn content_without_final_crlf_is_terminated() {
     assert!(actions(&mut c)
         .iter()
         .any(|a| matches!(a, ClientAction::MessageDone(r) if r.code == 250)));
+}
+
+#[test]
+fn unstuffing_across_every_split() {
+    let wire = b"..a\r\n...\r\nb.c\r\n.\r\n\r\n..\r\nend";
+    let want = b".a\r\n..\r\nb.c\r\n\r\n\r\n.\r\nend";
+    for cut in 0..=wire.len() {
+        for cut2 in cut..=wire.len() {
+            let mut out = Vec::new();
+            let mut mid = false;
+            for piece in [&wire[..cut], &wire[cut..cut2], &wire[cut2..]] {
+                mid = unstuff(piece, mid, &mut out);
+            }
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(want),
+                "cuts {cut} {cut2}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bdat_round_trip_with_dots_and_a_bare_last_line() {
+    for pipelining in [true, false] {
+        let scfg = ServerConfig {
+            pipelining,
+            ..ServerConfig::default()
+        };
+        let mut p = Pair::new(scfg, ClientConfig::default());
+        // Spool form: stuffed, the last line without CRLF.
+        p.content =
+            b"Subject: t\r\n\r\n..leading dot\r\n..\r\n...\r\nmid.dot\r\n\xc3\xa9t\xe9\r\nlast"
+                .to_vec();
+        p.run();
+        assert!(p.c.uses_bdat());
+        assert!(p
+            .c
+            .send_message(&env("a@x.com", &["b@y.com", "reject@y.com"])));
+        p.run();
+        assert_eq!(p.done_codes(), [250], "pipelining {pipelining}");
+        let wrote = String::from_utf8_lossy(&p.client_wrote).to_string();
+        assert!(!wrote.contains("DATA\r\n"), "{wrote}");
+        // The server's BDAT receiver stuffs again for its spool: the same
+        // bytes as the sender's spool, plus the CRLF the last line lacked.
+        let mut want = p.content.clone();
+        want.extend_from_slice(b"\r\n");
+        assert_eq!(p.received, [want]);
+        // On the wire the chunks are not stuffed.
+        let (payload, chunks) = bdat_payload(&p.client_wrote);
+        assert_eq!(
+            String::from_utf8_lossy(&payload),
+            "Subject: t\r\n\r\n.leading dot\r\n.\r\n..\r\nmid.dot\r\n\u{e9}t\u{fffd}\r\nlast\r\n"
+        );
+        assert!(chunks > 2 && wrote.contains(" LAST\r\n"), "{wrote}");
+        // A second message on the same connection.
+        assert!(p.c.send_message(&env("c@x.com", &["d@y.com"])));
+        p.run();
+        assert_eq!(p.done_codes(), [250, 250]);
+        assert_eq!(p.received.len(), 2);
+    }
+}
+
+/// The bytes of every BDAT chunk the client wrote, and how many chunks.
+fn bdat_payload(wrote: &[u8]) -> (Vec<u8>, usize) {
+    let mut out = Vec::new();
+    let mut chunks = 0;
+    let mut rest = wrote;
+    while let Some(at) = rest.windows(5).position(|w| w == b"BDAT ") {
+        rest = &rest[at + 5..];
+        let eol = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size: usize = std::str::from_utf8(&rest[..eol])
+            .unwrap()
+            .trim_end_matches(" LAST")
+            .parse()
+            .unwrap();
+        out.extend_from_slice(&rest[eol + 2..eol + 2 + size]);
+        rest = &rest[eol + 2 + size..];
+        chunks += 1;
+    }
+    (out, chunks)
+}
+
+#[test]
+fn discarded_chunking_means_data() {
+    let ccfg = ClientConfig {
+        discard_ehlo_keywords: vec!["CHUNKING".into()],
+        ..ClientConfig::default()
+    };
+    let mut p = Pair::new(ServerConfig::default(), ccfg);
+    p.run();
+    assert!(!p.c.uses_bdat());
+    p.c.send_message(&env("a@x.com", &["b@y.com"]));
+    p.run();
+    assert_eq!(p.done_codes(), [250]);
+    let wrote = String::from_utf8_lossy(&p.client_wrote).to_string();
+    assert!(
+        wrote.contains("DATA\r\n") && !wrote.contains("BDAT"),
+        "{wrote}"
+    );
+    assert_eq!(p.received, [p.content.clone()]);
+}
+
+/// Runs a client golden dialog: `S: line` is a server reply line (CRLF
+/// added), `send: from to...` starts a message, `chunk: text` gives content
+/// (`\r`, `\n` and `\xNN` escapes), `end` ends it. The transcript shows the
+/// client's bytes (`C:`), the replies (`S:`) and the actions (`A:`).
+fn run_client_golden(text: &str) -> String {
+    let mut c = ClientSession::new(ClientConfig::default(), false);
+    let mut out = String::new();
+    let unescape = |t: &str| -> Vec<u8> {
+        let mut v = Vec::new();
+        let b = t.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            match (b[i], b.get(i + 1)) {
+                (b'\\', Some(b'r')) => {
+                    v.push(b'\r');
+                    i += 2;
+                }
+                (b'\\', Some(b'n')) => {
+                    v.push(b'\n');
+                    i += 2;
+                }
+                (b'\\', Some(b'x')) => {
+                    v.push(u8::from_str_radix(&t[i + 2..i + 4], 16).unwrap());
+                    i += 4;
+                }
+                (x, _) => {
+                    v.push(x);
+                    i += 1;
+                }
+            }
+        }
+        v
+    };
+    let show = |bytes: &[u8], out: &mut String| {
+        for line in bytes.split_inclusive(|&b| b == b'\n') {
+            out.push_str("C: ");
+            out.push_str(&line.escape_ascii().to_string());
+            out.push('\n');
+        }
+    };
+    for line in text.lines() {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        if let Some(reply) = line.strip_prefix("S: ") {
+            out.push_str(&format!("S: {reply}\n"));
+            c.feed(format!("{reply}\r\n").as_bytes());
+        } else if let Some(args) = line.strip_prefix("send: ") {
+            let mut w = args.split_whitespace();
+            let from = w.next().unwrap();
+            let to: Vec<&str> = w.collect();
+            let ok = c.send_message(&env(from, &to));
+            out.push_str(&format!("> send_message: {ok}\n"));
+        } else if let Some(t) = line.strip_prefix("chunk: ") {
+            out.push_str(&format!(
+                "> send_content (wants_content: {})\n",
+                c.wants_content()
+            ));
+            c.send_content(&unescape(t));
+        } else if line == "end" {
+            out.push_str(&format!(
+                "> end_content (wants_content: {})\n",
+                c.wants_content()
+            ));
+            c.end_content();
+        } else {
+            panic!("bad golden line: {line}");
+        }
+        while let Some(a) = c.poll_action() {
+            out.push_str(&format!("A: {a:?}\n"));
+        }
+        show(&c.take_output(), &mut out);
+    }
+    out
+}
+
+#[test]
+fn client_golden_dialogs() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/client");
+    let regen = std::env::var_os("SLUICE_REGEN").is_some_and(|v| v == "1");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .expect("testdata/client directory")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "in"))
+        .collect();
+    names.sort();
+    assert!(!names.is_empty());
+    let mut failed = Vec::new();
+    for path in names {
+        let got = run_client_golden(&std::fs::read_to_string(&path).unwrap());
+        let ref_path = path.with_extension("ref");
+        if regen {
+            std::fs::write(&ref_path, &got).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&ref_path)
+            .unwrap_or_else(|_| panic!("{} missing: run with SLUICE_REGEN=1", ref_path.display()));
+        if want != got {
+            eprintln!("--- {} differs; got:\n{got}", ref_path.display());
+            failed.push(ref_path);
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "golden mismatches (SLUICE_REGEN=1 to accept): {failed:?}"
+    );
 }

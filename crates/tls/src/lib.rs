@@ -8,15 +8,18 @@
 //! `tlsserver-mio` example, without its unbounded buffers.
 //!
 //! [`load_server_config`] reads the certificate chain and key named in
-//! main.cf and says which file is wrong when one is.
+//! main.cf and says which file is wrong when one is. [`check_peer`] classes
+//! a server's certificate for the client's `verify` and `secure` levels.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod config;
 mod stream;
+mod verify;
 
 pub use config::{insecure_client_config, load_server_config, server_name, TlsError};
 pub use stream::{ReadStatus, Stream};
+pub use verify::{check_peer, load_trust_anchors, PeerTrust, SYSTEM_CA_FILE};
 
 /// What a finished handshake agreed, for Received: headers and log lines.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -94,6 +94,16 @@ impl Stream {
         })
     }
 
+    /// The certificate chain the peer presented (end entity first); empty
+    /// before the handshake or without one.
+    pub fn peer_certificates(&self) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+        self.tls
+            .as_ref()
+            .and_then(|c| c.peer_certificates())
+            .map(|c| c.iter().map(|d| d.clone().into_owned()).collect())
+            .unwrap_or_default()
+    }
+
     /// Reads what is available, appending plaintext to `buf` while it is
     /// shorter than `limit`. Stops early at the limit: the caller consumes
     /// and calls again (mio is edge-triggered, so the caller must keep
