@@ -550,3 +550,134 @@ fn a_delayed_message_warns_its_sender_once() {
     );
     assert_eq!(count(good.dir.path()), 1);
 }
+
+#[test]
+fn notify_success_is_reported_when_the_next_hop_cannot() {
+    // RFC 3461: a server without DSN (smtp-sink -N) cannot carry NOTIFY=SUCCESS
+    // on, so the sender gets an "Action: relayed" report from us; a server
+    // with DSN gets the request and reports itself; NOTIFY=FAILURE gets none.
+    let good = sink_on(free_port(), &[]);
+    let nodsn = sink_on(free_port(), &["-N"]);
+    let dsn = sink_on(free_port(), &[]);
+    let extra = format!(
+        "transport_maps = inline:{{ remote.example = smtp:[127.0.0.1]:{}, dsn.example = smtp:[127.0.0.1]:{} }}\n",
+        nodsn.port, dsn.port
+    );
+    let (inst, port) = relay_instance(good.port, &extra);
+    let script = r#"
+import smtplib, sys
+s = smtplib.SMTP("127.0.0.1", int(sys.argv[1]))
+s.ehlo("client.test.example")
+s.mail("alice@example.com", ["ENVID=OK42"])
+s.rcpt("a@remote.example", ["NOTIFY=SUCCESS"])
+s.rcpt("b@dsn.example", ["NOTIFY=SUCCESS,FAILURE"])
+s.rcpt("c@remote.example", ["NOTIFY=FAILURE"])
+code, msg = s.data(b"Subject: report me\r\nFrom: alice@example.com\r\n\r\nbody\r\n")
+print(code, msg.decode())
+s.quit()
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &port.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("250"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = text.split("queued as ").nth(1).unwrap().trim().to_string();
+    let line = inst.wait_log(20, &format!("{id}: sender delivery status notification: "));
+    let notice = line.rsplit(' ').next().unwrap().to_string();
+    inst.wait_log(15, &format!("{notice}: to=<alice@example.com>"));
+    inst.wait_log(15, &format!("{id}: removed"));
+    let file = wait_for(15, "the report at the sink", || {
+        std::fs::read_dir(good.dir.path())
+            .ok()?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .next()
+    });
+    let parsed = inst.python("parse_dsn.py", &[file.to_str().unwrap()]);
+    let p = String::from_utf8_lossy(&parsed.stdout);
+    for needle in [
+        "subject: Successful Mail Delivery Report",
+        "original-envelope-id: OK42",
+        "final-recipient: rfc822; a@remote.example",
+        "action: relayed",
+        "status: 2.0.0",
+        "part: text/rfc822-headers",
+    ] {
+        assert!(p.contains(needle), "missing {needle:?} in:\n{p}");
+    }
+    assert!(
+        !p.contains("b@dsn.example") && !p.contains("c@remote.example"),
+        "{p}"
+    );
+    assert_eq!(count(good.dir.path()), 1, "one report only");
+    // The DSN-capable server got the request itself.
+    let dumped: String = std::fs::read_dir(dsn.dir.path())
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
+        .collect();
+    assert!(dumped.contains("NOTIFY=SUCCESS,FAILURE"), "{dumped}");
+}
+
+#[test]
+fn a_notice_owed_survives_retries_of_the_rest_of_the_message() {
+    // One recipient bounces while cleanup is away, the other keeps being
+    // retried: each retry restates the message at the journal head, and the
+    // owed notice must go with it, through a kill -9 of qmgr as well.
+    let good = sink_on(free_port(), &[]);
+    let bad = sink_on(free_port(), &["-f", "rcpt"]);
+    let dead = free_port();
+    let extra = format!(
+        "transport_maps = inline:{{ gone.example = smtp:[127.0.0.1]:{}, later.example = smtp:[127.0.0.1]:{dead} }}\n\
+         queue_run_delay = 1s\nminimal_backoff_time = 1s\nmaximal_backoff_time = 1s\nhost_retry_time = 1s\n",
+        bad.port
+    );
+    let (inst, port) = relay_instance(good.port, &extra);
+    let cf = inst.etc().join("master.cf");
+    let full = std::fs::read_to_string(&cf).unwrap();
+    let without: String = full
+        .lines()
+        .filter(|l| !l.starts_with("cleanup "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let (code, out) = swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--from",
+        "alice@example.com",
+        "--to",
+        "x@gone.example,y@later.example",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let id = out
+        .lines()
+        .find_map(|l| l.split("queued as ").nth(1))
+        .unwrap()
+        .trim()
+        .to_string();
+    std::fs::write(&cf, &without).unwrap();
+    assert!(inst.sluice(&["reload"]).status.success());
+    wait_for(10, "cleanup out of service", || {
+        inst.pids("cleanup").is_empty().then_some(())
+    });
+    inst.wait_log(15, &format!("{id}: to=<x@gone.example>"));
+    let tries = |inst: &Instance| {
+        inst.log()
+            .matches(&format!("{id}: to=<y@later.example>"))
+            .count()
+    };
+    wait_for(20, "three tries of the deferred recipient", || {
+        (tries(&inst) >= 3).then_some(())
+    });
+    let qmgr = inst.pids("qmgr");
+    sys::process::signal(qmgr[0], 9).unwrap();
+    std::fs::write(&cf, &full).unwrap();
+    assert!(inst.sluice(&["reload"]).status.success());
+    inst.wait_pid("qmgr", &qmgr);
+    inst.wait_log(30, &format!("{id}: sender non-delivery notification: "));
+    assert!(!inst.log().contains(&format!("{id}: removed")));
+}

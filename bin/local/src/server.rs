@@ -82,6 +82,7 @@ impl LocalServer {
                     conn,
                     results,
                     conn_failed: false,
+                    handoff: ipc::delivery::Handoff::Final,
                 }
             }
             Request::Close { conn } => {

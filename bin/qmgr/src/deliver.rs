@@ -773,9 +773,11 @@ impl Deliver {
                 delivery::Response::Sent {
                     results,
                     conn_failed,
+                    handoff,
                     ..
                 },
             ) => {
+                self.owe_success(qid, &results, handoff);
                 let mut out = Vec::new();
                 for r in results {
                     self.logged.insert((qid, r.index));
@@ -816,6 +818,43 @@ impl Deliver {
         if let Err(e) = self.sched.handle(now, ev) {
             msg_warn!("scheduler: {e:?}");
         }
+    }
+
+    /// RFC 3461: delivered recipients that asked NOTIFY=SUCCESS get a report
+    /// from us when delivery was final here or the next hop could not take
+    /// the request on; the journal keeps it owed until the notice is queued.
+    fn owe_success(
+        &mut self,
+        qid: u64,
+        results: &[delivery::RcptResult],
+        handoff: delivery::Handoff,
+    ) {
+        if handoff == delivery::Handoff::RelayedWithDsn {
+            return;
+        }
+        let Some(a) = self.msgs.get(&qid) else { return };
+        let rcpts: Vec<u32> = results
+            .iter()
+            .filter(|r| (200..300).contains(&r.code))
+            .filter(|r| {
+                a.head
+                    .envelope
+                    .recipients
+                    .get(r.index as usize)
+                    .is_some_and(|x| x.notify.wants_success())
+            })
+            .map(|r| r.index)
+            .collect();
+        let Some(first) = results.iter().find(|r| rcpts.contains(&r.index)) else {
+            return;
+        };
+        self.effects
+            .push(Effect::Journal(Box::new(queue::Record::Succeeded {
+                id: a.id,
+                rcpts,
+                relayed: handoff == delivery::Handoff::Relayed,
+                reason: first.text.clone(),
+            })));
     }
 
     fn agent_broken(&mut self, registry: &Registry, transport: &str) {

@@ -784,6 +784,11 @@ sender: <{}>
             Record::Bounced { rcpts, .. } => self.totals.bounced.add(now, rcpts.len() as u64),
             _ => {}
         }
+        self.write(rec);
+    }
+
+    /// Appends a record without counting it as a result (a restatement).
+    fn write(&mut self, rec: Record) {
         match self.journal.append(&rec) {
             Ok(lsn) => self.state.apply(lsn, &rec),
             Err(e) => self.journal_failed(e),
@@ -896,37 +901,53 @@ sender: <{}>
         }
     }
 
-    /// Queues the notice for a message's bounced recipients that have none
-    /// yet (after a crash too: the journal keeps them until `Notified`).
+    /// Queues the next notice a message owes: failures first, then
+    /// success reports (delivered here, then relayed), one at a time (after
+    /// a crash too: the journal keeps them until `Notified`).
     fn owe_notice(&mut self, head: queue::MessageHead) {
         let id = head.id;
         if self.notices_owed.contains(&id) {
             return;
         }
-        let Some(owed) = self.state.unnotified.get(&id) else {
-            return;
-        };
-        let failed: Vec<crate::bounce::Failed> = owed
-            .iter()
-            .map(|b| crate::bounce::Failed {
-                index: b.index,
-                status: b.status.to_string(),
-                reason: b.reason.clone(),
-            })
-            .collect();
-        let rcpts: Vec<u32> = failed.iter().map(|f| f.index).collect();
-        match self.notice(head, failed, NoticeKind::Failure) {
-            Some(reqs) => {
-                self.notices_owed.insert(id);
-                self.notices_queue.push_back(Notice {
-                    orig: id,
-                    rcpts,
-                    reqs,
-                    kind: NoticeKind::Failure,
-                });
+        for kind in [
+            NoticeKind::Failure,
+            NoticeKind::Success { relayed: false },
+            NoticeKind::Success { relayed: true },
+        ] {
+            let Some(owed) = self.state.unnotified.get(&id) else {
+                return;
+            };
+            let want = match kind {
+                NoticeKind::Success { relayed } => Some(relayed),
+                _ => None,
+            };
+            let items: Vec<crate::bounce::Failed> = owed
+                .iter()
+                .filter(|b| b.success == want)
+                .map(|b| crate::bounce::Failed {
+                    index: b.index,
+                    status: b.status.to_string(),
+                    reason: b.reason.clone(),
+                })
+                .collect();
+            if items.is_empty() {
+                continue;
             }
-            // Nobody wants one: settled.
-            None => self.append(Record::Notified { id, rcpts }),
+            let rcpts: Vec<u32> = items.iter().map(|f| f.index).collect();
+            match self.notice(head.clone(), items, kind) {
+                Some(reqs) => {
+                    self.notices_owed.insert(id);
+                    self.notices_queue.push_back(Notice {
+                        orig: id,
+                        rcpts,
+                        reqs,
+                        kind,
+                    });
+                    return;
+                }
+                // Nobody wants one: settled.
+                None => self.append(Record::Notified { id, rcpts }),
+            }
         }
     }
 
@@ -945,7 +966,13 @@ sender: <{}>
             id: n.orig,
             rcpts: n.rcpts,
         });
-        if self.remove_after_notice.remove(&n.orig) {
+        // Another kind of notice may be owed (failures and successes).
+        if self.state.unnotified.contains_key(&n.orig) {
+            if let Some((_, h)) = self.head(&n.orig) {
+                self.owe_notice(h);
+            }
+        }
+        if !self.notices_owed.contains(&n.orig) && self.remove_after_notice.remove(&n.orig) {
             self.remove_message(n.orig);
         }
     }
@@ -1244,8 +1271,27 @@ sender: <{}>
             // A retried message is restated at the head of the journal, so
             // the segments holding its older records can go.
             if next > 0 {
+                let owed = self.state.unnotified.get(&id).cloned();
                 if let Some(r) = self.state.rewritten(id, &rec, 0) {
                     self.append(r);
+                    // Notices still owed are restated after it too, or they
+                    // would go with the segments it lets go.
+                    for b in owed.unwrap_or_default() {
+                        self.write(match b.success {
+                            None => Record::Bounced {
+                                id,
+                                rcpts: vec![b.index],
+                                status: b.status,
+                                reason: b.reason,
+                            },
+                            Some(relayed) => Record::Succeeded {
+                                id,
+                                rcpts: vec![b.index],
+                                relayed,
+                                reason: b.reason,
+                            },
+                        });
+                    }
                     // Its Warned record may be in a segment that goes now.
                     if self.state.messages.get(&id).is_some_and(|m| m.warned) {
                         self.append(Record::Warned { id });

@@ -119,6 +119,21 @@ pub struct SmtpConn {
 const INBUF: usize = 64 * 1024;
 
 impl SmtpConn {
+    /// Whether the server took the DSN parameters (it then sends any
+    /// success notice itself), for qmgr's NOTIFY=SUCCESS handling.
+    fn handoff(&self) -> ipc::delivery::Handoff {
+        let dsn = self
+            .session
+            .as_ref()
+            .and_then(|s| s.capabilities())
+            .is_some_and(|c| c.dsn);
+        if dsn {
+            ipc::delivery::Handoff::RelayedWithDsn
+        } else {
+            ipc::delivery::Handoff::Relayed
+        }
+    }
+
     /// A connection that will start connecting on the first `drive`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -475,6 +490,7 @@ impl SmtpConn {
                     conn: self.id,
                     results,
                     conn_failed: true,
+                    handoff: self.handoff(),
                 },
             });
         }
@@ -767,6 +783,7 @@ impl SmtpConn {
                         conn: self.id,
                         results,
                         conn_failed: false,
+                        handoff: self.handoff(),
                     },
                 });
                 return self.start_next(now);
@@ -785,6 +802,7 @@ impl SmtpConn {
                         conn: self.id,
                         results,
                         conn_failed: false,
+                        handoff: self.handoff(),
                     },
                 });
                 return self.start_next(now);
@@ -859,6 +877,7 @@ impl SmtpConn {
                 conn: self.id,
                 results,
                 conn_failed: false,
+                handoff: self.handoff(),
             },
         });
         // After a refused BDAT chunk, replies to chunks still in the
@@ -911,6 +930,7 @@ impl SmtpConn {
                     conn: self.id,
                     results,
                     conn_failed: true,
+                    handoff: self.handoff(),
                 },
             });
         }
@@ -940,6 +960,7 @@ impl SmtpConn {
                     conn: self.id,
                     results,
                     conn_failed: true,
+                    handoff: self.handoff(),
                 },
             });
         }

@@ -205,6 +205,7 @@ pub struct AgentServer {
     /// (client, qmgr's conn id) → socket token.
     by_id: BTreeMap<(Token, u64), Token>,
     service: String,
+    chrooted: bool,
 }
 
 impl AgentServer {
@@ -222,6 +223,7 @@ impl AgentServer {
             conns: BTreeMap::new(),
             by_id: BTreeMap::new(),
             service: ctx.args.service.clone(),
+            chrooted,
         })
     }
 
@@ -285,6 +287,8 @@ impl AgentServer {
                             conn,
                             results,
                             conn_failed: true,
+                            // Nothing was delivered.
+                            handoff: ipc::delivery::Handoff::Relayed,
                         },
                     );
                 }
@@ -372,6 +376,22 @@ impl AgentServer {
 }
 
 impl Server for AgentServer {
+    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
+        // Open connections keep the settings they started with. The trust
+        // anchors were read before privileges were dropped: a new CA file,
+        // or verification where there was none, needs a restart.
+        let roots = self.settings.roots.clone();
+        let want_roots = tls_level(config, &self.service).authenticates();
+        match Settings::from(config, self.chrooted, &self.service, roots.clone()) {
+            Ok(_) if want_roots && roots.is_none() => msg_warn!(
+                "reload: certificate verification needs trust anchors read at start; restart smtp (sluice stop; sluice start)"
+            ),
+            Ok(s) => self.settings = Arc::new(s),
+            Err(e) => msg_warn!("reload: {e}; keeping the running settings"),
+        }
+        true
+    }
+
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Accepted) {
         let Accepted::Unix(stream) = conn else { return };
         let token = cx.token();

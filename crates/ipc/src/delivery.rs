@@ -23,7 +23,7 @@ pub enum Delivery {}
 
 impl crate::Protocol for Delivery {
     const NAME: &'static str = "sluice-delivery";
-    const VERSION: u32 = 2;
+    const VERSION: u32 = 3;
     type Request = Request;
     type Response = Response;
 }
@@ -133,6 +133,8 @@ pub enum Response {
         /// The connection failed during the transaction (the results are
         /// deferrals made up by the agent).
         conn_failed: bool,
+        /// Where delivered recipients went, for NOTIFY=SUCCESS (RFC 3461).
+        handoff: Handoff,
     },
     /// The connection is closed.
     Closed {
@@ -141,6 +143,17 @@ pub enum Response {
         /// Why, when it was not asked for.
         reason: String,
     },
+}
+
+/// What became of delivered recipients, for success notices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Handoff {
+    /// Final delivery here (mailbox, command, file): `Action: delivered`.
+    Final,
+    /// Relayed to a server that took the DSN parameters: it reports.
+    RelayedWithDsn,
+    /// Relayed to a server without DSN: `Action: relayed`, from us.
+    Relayed,
 }
 
 /// The outcome for one recipient.

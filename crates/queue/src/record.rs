@@ -167,6 +167,18 @@ pub enum Record {
         /// The message.
         id: QueueId,
     },
+    /// These delivered recipients asked NOTIFY=SUCCESS and their next hop
+    /// will not report: a success notice is owed (settled by `Notified`).
+    Succeeded {
+        /// The message.
+        id: QueueId,
+        /// Recipient indices.
+        rcpts: Vec<u32>,
+        /// Relayed to a server without DSN (`relayed`), else delivered here.
+        relayed: bool,
+        /// The delivery as logged.
+        reason: String,
+    },
 }
 
 impl Record {
@@ -179,6 +191,7 @@ impl Record {
             | Self::Bounced { id, .. }
             | Self::Held { id }
             | Self::Warned { id }
+            | Self::Succeeded { id, .. }
             | Self::Released { id }
             | Self::Removed { id }
             | Self::Notified { id, .. } => *id,

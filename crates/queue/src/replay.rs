@@ -101,6 +101,8 @@ pub struct Bounce {
     pub status: StatusCode,
     /// The reason as logged.
     pub reason: String,
+    /// For a success notice rather than a failure: `Some(relayed)`.
+    pub success: Option<bool>,
 }
 
 /// The state replay rebuilds.
@@ -208,9 +210,26 @@ impl Replay {
                         index,
                         status: *status,
                         reason: reason.clone(),
+                        success: None,
                     }));
                 } else {
                     self.strays += 1;
+                }
+            }
+            Record::Succeeded {
+                id,
+                rcpts,
+                relayed,
+                reason,
+            } => {
+                if self.messages.contains_key(id) {
+                    let owed = self.unnotified.entry(*id).or_default();
+                    owed.extend(rcpts.iter().map(|&index| Bounce {
+                        index,
+                        status: StatusCode::OK,
+                        reason: reason.clone(),
+                        success: Some(*relayed),
+                    }));
                 }
             }
             Record::Warned { id } => {
