@@ -111,3 +111,39 @@ fn operators_can_see_and_steer_every_message() {
         Some(2)
     );
 }
+
+#[test]
+fn queue_shape_counts_like_qshape() {
+    let port = free_port();
+    let mut inst = Instance::new(&receive_master_cf(port, ""), RECEIVE_MAIN_CF);
+    inst.start();
+    inst.wait_port(port);
+    send(port, "alice@example.com", "one@dest-a.example");
+    send(port, "bob@example.com", "two@dest-b.example");
+    send(port, "bob@example.com", "three@Dest-B.example");
+    wait_for(10, "three queued", || {
+        (queued(&inst).len() == 3).then_some(())
+    });
+    let rows = |out: &str| -> Vec<String> {
+        out.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    let t = rows(&ok(&inst, &["queue", "shape"]));
+    assert_eq!(t[0], "T 5 10 20 40 80 160 320 640 1280 1280+", "{t:?}");
+    assert_eq!(t[1], "TOTAL 3 3 0 0 0 0 0 0 0 0 0", "{t:?}");
+    assert_eq!(t[2], "dest-b.example 2 2 0 0 0 0 0 0 0 0 0", "{t:?}");
+    assert_eq!(t[3], "dest-a.example 1 1 0 0 0 0 0 0 0 0 0", "{t:?}");
+    let s = rows(&ok(&inst, &["queue", "shape", "-s", "-b", "3", "-t", "60"]));
+    assert_eq!(s, ["T 60 120 120+", "TOTAL 3 3 0 0", "example.com 3 3 0 0"]);
+    // Held mail is left out unless asked for, as qshape leaves out the hold queue.
+    ok(&inst, &["queue", "hold", "--sender", "bob@example.com"]);
+    let t = rows(&ok(&inst, &["queue", "shape"]));
+    assert_eq!(t[1], "TOTAL 1 1 0 0 0 0 0 0 0 0 0", "{t:?}");
+    let h = rows(&ok(&inst, &["queue", "shape", "hold"]));
+    assert_eq!(h[1], "TOTAL 2 2 0 0 0 0 0 0 0 0 0", "{h:?}");
+    let bad = inst.sluice(&["queue", "shape", "incoming-ish"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown queue state"));
+    inst.stop();
+}

@@ -12,6 +12,7 @@ mod lifecycle;
 mod map;
 mod queue;
 mod route;
+mod shape;
 mod top;
 
 use std::path::PathBuf;
@@ -115,6 +116,23 @@ enum QueueCmd {
         #[arg(long)]
         json: bool,
     },
+    /// The queue's shape by domain and age, as Postfix's qshape(1).
+    Shape {
+        /// By sender domain (messages) rather than recipient domain (recipients).
+        #[arg(short = 's')]
+        senders: bool,
+        /// Add rows for parent domains.
+        #[arg(short = 'p')]
+        parents: bool,
+        /// Width of the first age bucket, minutes.
+        #[arg(short = 't', default_value_t = 5)]
+        minutes: u64,
+        /// Number of age buckets.
+        #[arg(short = 'b', default_value_t = 10)]
+        buckets: usize,
+        /// Queue states to count: active, deferred, hold (default: active deferred).
+        states: Vec<String>,
+    },
     /// Make every deferred message due now.
     Flush,
     /// Show one message: envelope, recipients and their state, headers.
@@ -196,6 +214,29 @@ fn main() {
         Cmd::Queue {
             cmd: QueueCmd::List { json },
         } => queue::list(&dir, json),
+        Cmd::Queue {
+            cmd:
+                QueueCmd::Shape {
+                    senders,
+                    parents,
+                    minutes,
+                    buckets,
+                    states,
+                },
+        } => queue::shape(
+            &dir,
+            shape::Options {
+                senders,
+                parents,
+                minutes,
+                buckets,
+                states: if states.is_empty() {
+                    vec!["active".into(), "deferred".into()]
+                } else {
+                    states
+                },
+            },
+        ),
         Cmd::Queue {
             cmd: QueueCmd::Flush,
         } => queue::flush(&dir),

@@ -39,6 +39,38 @@ pub fn list(dir: &Path, json: bool) -> i32 {
     }
 }
 
+/// `sluice queue shape`.
+pub fn shape(dir: &Path, o: crate::shape::Options) -> i32 {
+    if let Some(bad) = o
+        .states
+        .iter()
+        .find(|s| !["active", "deferred", "hold"].contains(&s.as_str()))
+    {
+        eprintln!("sluice: unknown queue state {bad:?}: use active, deferred or hold");
+        return 2;
+    }
+    if !(1..=100_000).contains(&o.minutes) {
+        eprintln!("sluice: -t {}: between 1 and 100000 minutes", o.minutes);
+        return 2;
+    }
+    if !(2..=32).contains(&o.buckets) {
+        eprintln!("sluice: -b {}: between 2 and 32 buckets", o.buckets);
+        return 2;
+    }
+    match ask(dir, Request::List) {
+        Ok(Response::List(l)) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            print!("{}", crate::shape::shape(&l, now, &o));
+            0
+        }
+        Ok(other) => fail(format!("unexpected answer {other:?}")),
+        Err(e) => fail(e),
+    }
+}
+
 /// `sluice queue flush`.
 pub fn flush(dir: &Path) -> i32 {
     match ask(dir, Request::Flush) {
