@@ -681,3 +681,33 @@ fn a_notice_owed_survives_retries_of_the_rest_of_the_message() {
     inst.wait_log(30, &format!("{id}: sender non-delivery notification: "));
     assert!(!inst.log().contains(&format!("{id}: removed")));
 }
+
+#[test]
+fn deferral_reasons_survive_a_restart() {
+    // mailq shows the last reason under a deferred recipient; after a
+    // restart it comes from the journal.
+    let dead = free_port();
+    let (mut inst, port) = relay_instance(
+        dead,
+        "minimal_backoff_time = 1h\nmaximal_backoff_time = 1h\n",
+    );
+    let id = send(port, "later@remote.example");
+    inst.wait_log(15, &format!("{id}: to=<later@remote.example>, relay=none"));
+    let listed = |inst: &Instance| {
+        String::from_utf8_lossy(&inst.sluice(&["queue", "list"]).stdout).into_owned()
+    };
+    let before = listed(&inst);
+    assert!(before.contains("Connection refused"), "{before}");
+    inst.stop();
+    inst.start();
+    let after = wait_for(20, "qmgr back", || {
+        let l = listed(&inst);
+        l.contains(&id).then_some(l)
+    });
+    assert!(after.contains("Connection refused"), "{after}");
+    let shown = String::from_utf8_lossy(&inst.sluice(&["queue", "show", &id]).stdout).into_owned();
+    assert!(
+        shown.contains("<later@remote.example>: deferred (4.4.1 connect to"),
+        "{shown}"
+    );
+}

@@ -372,6 +372,32 @@ impl QmgrServer {
         });
     }
 
+    /// The last deferral reason of each deferred recipient: this qmgr's own,
+    /// else the message's latest `Deferred` record (after a restart).
+    fn reasons_of(&self, id: &QueueId) -> BTreeMap<u32, String> {
+        let mut out = BTreeMap::new();
+        if let Some(lsn) = self.state.messages.get(id).and_then(|m| m.last_deferred) {
+            if let Ok(Record::Deferred {
+                id: of,
+                rcpts,
+                status,
+                reason,
+                ..
+            }) = self.journal.read_at(lsn)
+            {
+                if of == *id {
+                    for i in rcpts {
+                        out.insert(i, format!("{status} {reason}"));
+                    }
+                }
+            }
+        }
+        if let Some(mine) = self.reasons.get(id) {
+            out.extend(mine.iter().map(|(i, r)| (*i, r.clone())));
+        }
+        out
+    }
+
     fn control(&mut self, req: queuectl::Request) -> queuectl::Response {
         match req {
             queuectl::Request::List => {
@@ -389,6 +415,7 @@ impl QmgrServer {
                         Record::Arrived(h) | Record::Rewritten { head: h, .. } => h,
                         _ => continue,
                     };
+                    let reasons = self.reasons_of(id);
                     out.push(QueuedMessage {
                         id: id.to_string(),
                         size: h.envelope.size,
@@ -406,7 +433,7 @@ impl QmgrServer {
                             .iter()
                             .filter_map(|i| {
                                 let r = h.envelope.recipients.get(*i as usize)?;
-                                let reason = self.reasons.get(id).and_then(|m| m.get(i)).cloned();
+                                let reason = reasons.get(i).cloned();
                                 Some(QueuedRecipient {
                                     address: r.address.clone(),
                                     reason,
@@ -647,6 +674,7 @@ sender: <{}>
             ));
         }
         let pending = self.state.pending(id, &rec);
+        let reasons = self.reasons_of(&id);
         out.push_str(
             "recipients:
 ",
@@ -654,7 +682,7 @@ sender: <{}>
         for (i, r) in env.recipients.iter().enumerate() {
             let i = i as u32;
             let st = if pending.contains(&i) {
-                match self.reasons.get(&id).and_then(|m| m.get(&i)) {
+                match reasons.get(&i) {
                     Some(why) => format!("deferred ({why})"),
                     None => "pending".to_string(),
                 }
@@ -865,11 +893,11 @@ sender: <{}>
         if arrival.elapsed().unwrap_or_default() < self.delay_warning {
             return;
         }
-        let reasons = self.reasons.get(&id);
+        let reasons = self.reasons_of(&id);
         let items: Vec<crate::bounce::Failed> = pending
             .iter()
             .map(|&i| {
-                let last = reasons.and_then(|r| r.get(&i)).cloned().unwrap_or_default();
+                let last = reasons.get(&i).cloned().unwrap_or_default();
                 // "4.4.1 connect to ..." as appended: status, then the reason.
                 let (status, reason) = match last.split_once(' ') {
                     Some((s, r)) if s.starts_with('4') => (s.to_string(), r.to_string()),

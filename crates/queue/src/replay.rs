@@ -40,6 +40,9 @@ pub struct LiveMessage {
     pub sender_key: u32,
     /// A delay warning was sent.
     pub warned: bool,
+    /// Its latest `Deferred` record, for the reason `mailq` shows after a
+    /// restart (records after a message's head are never garbage).
+    pub last_deferred: Option<Lsn>,
 }
 
 /// The sender key of an envelope sender (FNV-1a over the lower-cased bytes).
@@ -171,6 +174,7 @@ impl Replay {
                     held: false,
                     sender_key: sender_key(&h.envelope.sender),
                     warned: false,
+                    last_deferred: None,
                 };
                 self.set_head(h.id, m);
             }
@@ -187,6 +191,7 @@ impl Replay {
                     held: *held,
                     sender_key: sender_key(&head.envelope.sender),
                     warned: false,
+                    last_deferred: None,
                 };
                 self.set_head(head.id, m);
             }
@@ -251,6 +256,7 @@ impl Replay {
                 Some(m) => {
                     unschedule(&mut self.deferred, *id, m);
                     m.next_attempt = *next_attempt;
+                    m.last_deferred = Some(lsn);
                     schedule(&mut self.deferred, *id, m);
                 }
                 None => self.strays += 1,
@@ -280,7 +286,10 @@ impl Replay {
     fn set_head(&mut self, id: QueueId, mut m: LiveMessage) {
         // qmgr writes `Warned` again after a `Rewritten`, for when the
         // older records are gone; within one journal the flag carries over.
-        m.warned |= self.messages.get(&id).is_some_and(|o| o.warned);
+        if let Some(o) = self.messages.get(&id) {
+            m.warned |= o.warned;
+            m.last_deferred = m.last_deferred.or(o.last_deferred);
+        }
         self.removed.remove(&id);
         self.done.remove(&id);
         self.unnotified.remove(&id);
