@@ -2,14 +2,14 @@
 //! a running Sluice, relayed by the smtp agent to testkit's scripted sink,
 //! which refuses sessions over a limit with 421, greets late or never,
 //! answers per recipient, or drops the connection in the middle of a
-//! message. What is checked is what a postmaster would notice: every
+//! message, and to a port whose connects hang (smtp_connect_timeout). What is checked is what a postmaster would notice: every
 //! message arrives exactly once (or is still queued with the right reason),
 //! nothing is bounced that should not be, and the log says why.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sluice_suite::testkit::{Greeting, ScriptedSink};
+use sluice_suite::testkit::{Greeting, ScriptedSink, Unanswering};
 use sluice_suite::{free_port, swaks, wait_for, Instance};
 
 fn relay_instance(sink_port: u16, extra: &str) -> (Instance, u16) {
@@ -262,4 +262,29 @@ fn a_connection_dropped_during_the_content_defers_and_a_retry_delivers_it_whole(
     assert_eq!(got.len(), 1, "{got:?}");
     assert!(got[0].data.contains("THE-END-MARKER"), "{}", got[0].data);
     assert!(!inst.log().contains("status=bounced"));
+}
+
+#[test]
+fn a_host_that_never_answers_the_connect_defers_after_the_connect_timeout() {
+    let dead = Unanswering::start();
+    // host_retry_time = 0: the flush below is the retry (a flush does not
+    // clear the unreachable host's destdb record).
+    let (inst, port) = relay_instance(
+        dead.port,
+        "smtp_connect_timeout = 1s\nhost_retry_time = 0\n",
+    );
+    let id = send(port, "far@remote.example", &[]);
+    let line = inst.wait_log(30, &format!("{id}: to=<far@remote.example>"));
+    assert!(
+        line.contains("status=deferred") && line.contains("Connection timed out"),
+        "{line}"
+    );
+    assert_eq!(inst.queue_json().len(), 1);
+    // The host comes back (a server on the same port): a flush delivers.
+    let port_of_dead = dead.port;
+    drop(dead);
+    let sink = ScriptedSink::start_on(port_of_dead);
+    assert!(inst.sluice(&["queue", "flush"]).status.success());
+    inst.wait_log(30, &format!("{id}: removed"));
+    assert_eq!(sink.messages().len(), 1);
 }

@@ -2,7 +2,8 @@
 //! cannot produce on demand (a session limit answered with 421, a slow or
 //! missing greeting, replies chosen per recipient, a connection dropped in
 //! the middle of the message content), with a record of every session so a
-//! test can assert on what the server saw.
+//! test can assert on what the server saw; and [`Unanswering`], a port whose
+//! connects hang.
 //!
 //! One thread per connection over `std::net`. The script can be changed
 //! while the sink runs (a destination that recovers): the session limit
@@ -91,7 +92,12 @@ pub struct ScriptedSink {
 impl ScriptedSink {
     /// Starts a sink with no faults on a free loopback port.
     pub fn start() -> ScriptedSink {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the scripted sink");
+        Self::start_on(0)
+    }
+
+    /// Starts a sink with no faults on 127.0.0.1:`port` (0: a free one).
+    pub fn start_on(port: u16) -> ScriptedSink {
+        let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind the scripted sink");
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared {
             script: Mutex::new(Script {
@@ -192,6 +198,40 @@ enum Fill {
     Data,
     Idle,
     Gone,
+}
+
+/// A port where connects hang until the client gives up: a listener that
+/// never accepts, its accept queue filled, so the kernel drops further SYNs
+/// (what a host behind a dropping firewall looks like). Until dropped.
+pub struct Unanswering {
+    /// Its port.
+    pub port: u16,
+    _listener: std::net::TcpListener,
+    _fillers: Vec<TcpStream>,
+}
+
+impl Unanswering {
+    /// Binds and fills the accept queue; panics if the queue never fills.
+    pub fn start() -> Unanswering {
+        let listener = sys::net::tcp_listener("127.0.0.1:0".parse().unwrap(), 1)
+            .expect("bind the unanswering port");
+        let addr = listener.local_addr().unwrap();
+        let mut fillers = Vec::new();
+        for _ in 0..64 {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+                Ok(s) => fillers.push(s),
+                Err(e) if e.kind() == ErrorKind::TimedOut => {
+                    return Unanswering {
+                        port: addr.port(),
+                        _listener: listener,
+                        _fillers: fillers,
+                    }
+                }
+                Err(e) => panic!("filling the accept queue: {e}"),
+            }
+        }
+        panic!("the accept queue of {addr} never filled");
+    }
 }
 
 /// Reads lines from the client, noticing the sink's stop flag.
