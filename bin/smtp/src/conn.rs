@@ -321,7 +321,8 @@ impl SmtpConn {
                         self.session =
                             Some(ClientSession::new(self.settings.client.clone(), false));
                         self.deadline = Some(cx.now + self.settings.helo_timeout);
-                        self.stage = "helo";
+                        // "helo" once the greeting is in (see session_step).
+                        self.stage = "connect";
                         self.readable = true;
                         return;
                     }
@@ -503,6 +504,7 @@ impl SmtpConn {
     /// One round of reading, feeding, acting and writing; true if it did something.
     fn session_step(&mut self, now: Instant) -> bool {
         let mut progressed = false;
+        let mut eof = false;
         let Some(stream) = self.stream.as_mut() else {
             return false;
         };
@@ -514,7 +516,11 @@ impl SmtpConn {
                     } else {
                         progressed = true;
                     }
-                    if st.eof {
+                    // A server that refuses (421) often closes right after
+                    // its reply: act on the reply before on the close.
+                    if st.eof && !self.handshaking && !self.inbuf.is_empty() {
+                        eof = true;
+                    } else if st.eof {
                         let why = format!(
                             "lost connection with {} while {}",
                             self.relay,
@@ -559,6 +565,9 @@ impl SmtpConn {
         if used > 0 {
             self.inbuf.drain(..used);
             progressed = true;
+            if self.stage == "connect" {
+                self.stage = "helo";
+            }
         }
         while let Some(a) = self.session.as_mut().and_then(|s| s.poll_action()) {
             progressed = true;
@@ -566,6 +575,15 @@ impl SmtpConn {
             if self.done {
                 return false;
             }
+        }
+        if eof && !matches!(self.phase, Phase::Closed) {
+            let why = format!(
+                "lost connection with {} while {}",
+                self.relay,
+                self.stage_text()
+            );
+            self.fail(why);
+            return false;
         }
         // Content, only as fast as the socket takes it.
         progressed |= self.pump_content(now);
@@ -704,10 +722,9 @@ impl SmtpConn {
             }
             ClientAction::MessageDone(reply) => self.finish(reply, now),
             ClientAction::Failed(e) => {
-                let why = format!("{} {:?}", self.relay, e);
                 let handshake_phase = !self.opened;
                 if handshake_phase {
-                    msg_info!("{why}");
+                    msg_info!("{}", describe(&e, &self.relay));
                     self.outcomes.push(Outcome {
                         request: self.open_request,
                         response: Response::OpenFailed {
@@ -998,7 +1015,8 @@ fn describe(e: &smtp_proto::client_session::ClientError, relay: &str) -> String 
             r.text()
         ),
         E::TlsUnavailable(_) => format!("TLS is required, but was not offered by host {relay}"),
-        E::ServerClosing(r) => format!("host {relay} said: {} {}", r.code, r.text()),
+        // With the enhanced code: 4.7.0 (a session limit) tells the postmaster more than 421.
+        E::ServerClosing(r) => format!("host {relay} said: {r}"),
         E::BadReply(err) => format!("host {relay} sent a malformed reply: {err:?}"),
         E::Unexpected(r) => format!(
             "host {relay} sent an unexpected reply: {} {}",
