@@ -170,6 +170,13 @@ impl Deliver {
             .handle(now_ms(), Event::ConfigChanged(Box::new(cfg)))
     }
 
+    /// An operator flush: the scheduler forgets host retries and dead destinations.
+    pub fn flush(&mut self) {
+        if let Err(e) = self.sched.handle(now_ms(), Event::Flush) {
+            msg_warn!("scheduler: {e:?}");
+        }
+    }
+
     /// Messages in delivery (routing, scheduling or with an agent).
     pub fn active(&self) -> usize {
         self.msgs.len()

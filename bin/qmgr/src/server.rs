@@ -446,6 +446,8 @@ impl QmgrServer {
                 queuectl::Response::List(out)
             }
             queuectl::Request::Flush => {
+                // Unreachable hosts and dead destinations are tried again too.
+                self.deliver.flush();
                 // Due now: like Postfix's flush, in memory only; a restart
                 // returns deferred mail to its journaled schedule.
                 let due: Vec<QueueId> = std::mem::take(&mut self.retry)

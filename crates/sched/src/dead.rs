@@ -126,6 +126,23 @@ impl Scheduler {
         }
     }
 
+    /// An operator flush: host retry records go, dead destinations are retried now.
+    pub(crate) fn flush(&mut self, now: Time) {
+        self.hosts.forget_retries();
+        let dead: Vec<DestId> = self
+            .dests
+            .iter()
+            .filter(|(_, x)| x.dead.is_some())
+            .map(|(d, _)| d)
+            .collect();
+        for d in dead {
+            if let Some(x) = self.dests[d].dead.as_mut() {
+                x.retry_at = now;
+            }
+            self.dead_retry(now, d);
+        }
+    }
+
     pub(crate) fn dead_retry(&mut self, now: Time, d: DestId) {
         let Some(dest) = self.dests.get_mut(d) else {
             return;

@@ -118,6 +118,14 @@ impl DestDb {
         Some(t)
     }
 
+    /// Forgets every retry record (an operator flush).
+    pub fn forget_retries(&mut self) {
+        let ids: Vec<HostId> = self.hosts.iter().map(|(h, _)| h).collect();
+        for h in ids {
+            self.hosts[h].retry_at = None;
+        }
+    }
+
     /// The host worked: clear its retry record.
     pub fn worked(&mut self, h: HostId) {
         self.hosts[h].retry_at = None;

@@ -118,6 +118,10 @@ pub enum Event {
     LimitsChanged,
     /// New configuration (main.cf reload).
     ConfigChanged(Box<SchedConfig>),
+    /// The operator flushed the queue: unreachable hosts and dead
+    /// destinations are tried again now, as Postfix's flush unthrottles
+    /// its queues.
+    Flush,
 }
 
 /// A journal record the shell must write.

@@ -238,6 +238,7 @@ impl Scheduler {
                 }
             }
             Event::ConfigChanged(cfg) => self.reconfigure(*cfg)?,
+            Event::Flush => self.flush(now),
         }
         self.ensure_gc(now);
         self.schedule(now);

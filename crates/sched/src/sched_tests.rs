@@ -1114,3 +1114,38 @@ fn a_sender_goes_down_a_class_only_below_half_the_bound() {
     use Class::{Medium as M, Small as S};
     assert_eq!(served, [S, M, M, M, M, M, S, S]);
 }
+
+#[test]
+fn a_flush_retries_dead_destinations_and_skipped_hosts_now() {
+    // A dead destination: new mail is deferred as dead until the flush.
+    let mut c = cfg();
+    c.transports[0].connection_backlog_limit = 1;
+    c.transports[0].destination_recipient_limit = 1;
+    let mut s = Scheduler::new(c).unwrap();
+    add_read(&mut s, Time(0), 1, "a@x", "dead.example", 20);
+    let now = Time(30_000);
+    fail_all(&mut s, now, ConnFailure::Unreachable);
+    let d = s.dest_id(TransportId(0), "dead.example").unwrap();
+    assert!(s.dead_until(d).is_some());
+    let b = add_read(&mut s, now, 2, "b@x", "dead.example", 1);
+    assert!(opens(&b).is_empty(), "{b:?}");
+    s.handle(now, Event::Flush).unwrap();
+    actions(&mut s);
+    assert_eq!(s.dead_until(d), None);
+    let c = add_read(&mut s, now, 3, "c@x", "dead.example", 1);
+    assert_eq!(opens(&c).len(), 1, "tried at once: {c:?}");
+    s.check_invariants().unwrap();
+
+    // A host skipped after a failure (host_retry_time): tried again at the flush.
+    let mut c = cfg();
+    c.transports[0].host_retry_time = Duration::from_secs(600);
+    let mut s = Scheduler::new(c).unwrap();
+    add_read(&mut s, Time(0), 1, "a@x", "skip.example", 1);
+    fail_all(&mut s, Time(1), ConnFailure::Unreachable);
+    let b = add_read(&mut s, Time(2), 2, "b@x", "skip.example", 1);
+    assert!(opens(&b).is_empty(), "skipped: {b:?}");
+    s.handle(Time(3), Event::Flush).unwrap();
+    actions(&mut s);
+    let c = add_read(&mut s, Time(3), 3, "c@x", "skip.example", 1);
+    assert_eq!(opens(&c).len(), 1, "host retry forgotten: {c:?}");
+}
