@@ -202,23 +202,28 @@ impl QmgrServer {
         .map_err(|e| format!("scheduler configuration: {e:?}"))?;
         let mut deliver = Deliver::new(sched, names, root.clone());
         deliver.set_defer_transports(ctx.config.list("defer_transports"));
-        // Everything not held and due now is activated at start; the rest
-        // waits for its retry time.
+        // Everything not held and due now is activated at start, in id
+        // order; the rest waits for its retry time. Replay's deferred index
+        // is in (time, id) order already, so a million deferred messages
+        // make one bulk build here, not a sort and a million inserts.
         let now = crate::deliver::now_ms().0 / 1000;
         let mut to_activate = Admission::default();
-        let mut retry = BTreeSet::new();
-        let mut ids: Vec<(&QueueId, &queue::LiveMessage)> = rec.state.messages.iter().collect();
-        ids.sort_by_key(|(id, _)| **id);
-        for (id, m) in ids {
-            if m.held {
-                continue;
-            }
-            if m.next_attempt <= now {
-                to_activate.push(*id, m.sender_key);
+        let mut due: Vec<QueueId> = rec.state.incoming.clone();
+        let mut later = Vec::with_capacity(rec.state.deferred.len());
+        for (at, id, _) in rec.state.deferred.iter() {
+            if at <= now {
+                due.push(id);
             } else {
-                retry.insert((m.next_attempt, *id));
+                later.push((at, id));
             }
         }
+        due.sort_unstable();
+        for id in due {
+            if let Some(m) = rec.state.messages.get(&id) {
+                to_activate.push(id, m.sender_key);
+            }
+        }
+        let retry: BTreeSet<(u64, QueueId)> = later.into_iter().collect();
         Ok(QmgrServer {
             spool: rec.spool,
             journal: rec.journal,

@@ -16,8 +16,14 @@
 //! next (group commit). Each figure is the median of `--repeat` runs.
 //! `spool-bench replay [--messages N] [--dir PATH]` writes a journal of N
 //! deferred messages, then times `queue::replay` in a fresh process and
-//! reports its memory. Exits non-zero with a message on bad arguments or
-//! I/O errors; panics on nothing else.
+//! reports its memory. `spool-bench deferred --dir SPOOL [--messages N]
+//! [--size BYTES] [--delay SECS] [--spread SECS]` writes a real spool that
+//! qmgr starts on (`queue_directory = SPOOL`): N small messages stored
+//! inline in their `Arrived` records, each followed by a `Deferred` record
+//! (its first attempt failed) whose next attempt is `--delay` seconds from
+//! now plus up to `--spread`; for `scripts/bench restart` and the restart
+//! test. Exits non-zero with a message on bad arguments or I/O errors;
+//! panics on nothing else.
 
 use mail::{Envelope, QueueId, QueueIdGen, Recipient, StatusCode, Timestamp};
 use queue::{
@@ -36,6 +42,8 @@ struct Args {
     dir: PathBuf,
     child: bool,
     repeat: usize,
+    delay: u64,
+    spread: u64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -57,12 +65,14 @@ fn parse_args() -> Result<Args, String> {
         dir: PathBuf::from("spool-bench.tmp"),
         child: false,
         repeat: 3,
+        delay: 3600,
+        spread: 3600,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut val = || it.next().ok_or(format!("{arg} needs a value"));
         match arg.as_str() {
-            "accept" | "replay" => a.cmd = arg.clone(),
+            "accept" | "replay" | "deferred" => a.cmd = arg.clone(),
             "--messages" => a.messages = val()?.parse().map_err(|e| format!("--messages: {e}"))?,
             "--size" => a.size = val()?.parse().map_err(|e| format!("--size: {e}"))?,
             "--batches" => {
@@ -75,16 +85,19 @@ fn parse_args() -> Result<Args, String> {
             "--dir" => a.dir = PathBuf::from(val()?),
             "--child" => a.child = true,
             "--repeat" => a.repeat = val()?.parse().map_err(|e| format!("--repeat: {e}"))?,
+            "--delay" => a.delay = val()?.parse().map_err(|e| format!("--delay: {e}"))?,
+            "--spread" => a.spread = val()?.parse().map_err(|e| format!("--spread: {e}"))?,
             "-h" | "--help" => {
-                return Err("usage: spool-bench [accept|replay] [--messages N] [--size BYTES] \
-                            [--batches 1,20,100] [--repeat 3] [--modes simple,pool,pool-steady,pool-gc,inline,inline-gc] [--dir PATH]"
+                return Err("usage: spool-bench [accept|replay|deferred] [--messages N] [--size BYTES] \
+                            [--batches 1,20,100] [--repeat 3] [--modes simple,pool,pool-steady,pool-gc,inline,inline-gc] [--dir PATH] \
+                            [--delay SECS] [--spread SECS]"
                     .into())
             }
             other => return Err(format!("unknown argument {other}")),
         }
     }
     if a.messages == 0 {
-        a.messages = if a.cmd == "replay" { 1_000_000 } else { 4000 };
+        a.messages = if a.cmd == "accept" { 4000 } else { 1_000_000 };
     }
     Ok(a)
 }
@@ -452,13 +465,163 @@ fn replay_bench(a: &Args) -> Result<(), String> {
     }
 }
 
-fn main() {
-    let res = parse_args().and_then(|a| {
-        if a.cmd == "replay" {
-            replay_bench(&a)
-        } else {
-            accept(&a)
+/// Recipient domains of the deferred spool: a few, as a real backlog has
+/// (one destination down, or a few slow ones).
+const DOMAINS: [&str; 5] = [
+    "example.net",
+    "example.com",
+    "mail.example.org",
+    "customers.example",
+    "lists.example.edu",
+];
+
+/// The wire-form data cleanup would store for message `n`: its headers
+/// (Received first) and a body filled to about `size` bytes, CRLF lines,
+/// no final dot.
+fn deferred_data(n: u64, env: &Envelope, id: QueueId, size: usize) -> Vec<u8> {
+    let to = env.recipients.first().map_or("", |r| r.address.as_str());
+    let mut v = format!(
+        "Received: from client{c}.example.org (client{c}.example.org [192.0.2.{c}])\r\n\
+         \tby sluice.bench.test with ESMTP id {id}\r\n\
+         \tfor <{to}>; Sun, 22 Nov 2026 02:00:00 +0000\r\n\
+         From: <{from}>\r\nTo: <{to}>\r\nSubject: deferred message {n}\r\n\
+         Date: Sun, 22 Nov 2026 02:00:00 +0000\r\nMessage-ID: <{n}.{id}@example.org>\r\n\r\n",
+        c = n % 250 + 1,
+        from = env.sender,
+    )
+    .into_bytes();
+    while v.len() + 66 <= size {
+        v.extend_from_slice(b"Lorem ipsum dolor sit amet, consectetur adipiscing elit sed do.\r\n");
+    }
+    v
+}
+
+/// `deferred`: a spool qmgr starts on, written with the queue crate's own
+/// draft and journal writers, as cleanup and qmgr would have written it.
+fn deferred_spool(a: &Args) -> Result<(), String> {
+    let t0 = Instant::now();
+    let jdir = a.dir.join("journal");
+    if jdir.is_dir()
+        && !queue::list_segments(&jdir)
+            .map_err(|e| e.to_string())?
+            .is_empty()
+    {
+        return Err(format!(
+            "{} already holds a journal: give a new or empty directory",
+            a.dir.display()
+        ));
+    }
+    let cfg = SpoolConfig::default();
+    if a.size > cfg.inline_max {
+        return Err(format!(
+            "--size {} is over the inline limit of {} bytes: the messages must be stored inline",
+            a.size, cfg.inline_max
+        ));
+    }
+    // As qmgr's first start: the tree, and the first journal segment.
+    let mut r = recover(&a.dir, cfg).map_err(|e| e.to_string())?;
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_micros() as u64;
+    let now = now_us / 1_000_000;
+    let status: StatusCode = "4.4.1".parse().map_err(|e| format!("{e}"))?;
+    let mut ids = QueueIdGen::new(std::process::id());
+    let n = a.messages;
+    // A message's first attempt fails a little after it arrived, while
+    // later ones arrive: its Deferred record follows some later Arrived ones.
+    let mut failing: std::collections::VecDeque<(QueueId, u32, u64)> = Default::default();
+    let lag = 64;
+    let mut first = None;
+    let defer = |j: &mut Journal, (id, rcpts, i): (QueueId, u32, u64)| {
+        let domain = DOMAINS[(i % DOMAINS.len() as u64) as usize];
+        let rec = Record::Deferred {
+            id,
+            rcpts: (0..rcpts).collect(),
+            status,
+            reason: format!("connect to mx.{domain}[192.0.2.25]:25: Connection timed out"),
+            next_attempt: now + a.delay + (i.wrapping_mul(7919) % a.spread.max(1)),
+        };
+        j.append(&rec).map(drop).map_err(|e| e.to_string())
+    };
+    for i in 0..n {
+        // Arrived over the last hour, in order.
+        let arrival = now_us - 3_600_000_000 + i * 3_600_000_000 / n.max(1);
+        let id = ids.next(arrival);
+        first.get_or_insert(id);
+        let nrcpt = if i % 10 == 0 { 2 } else { 1 };
+        let env = Envelope {
+            sender: format!("user{i}@sender{}.example.org", i % 997),
+            recipients: (0..nrcpt)
+                .map(|k| {
+                    let d = DOMAINS[((i + k) % DOMAINS.len() as u64) as usize];
+                    Recipient::new(format!("rcpt{}@{d}", i % 50_000 + k))
+                })
+                .collect(),
+            client_addr: Some(format!("192.0.2.{}", i % 250 + 1)),
+            client_name: Some(format!("client{}.example.org", i % 250 + 1)),
+            helo: Some(format!("client{}.example.org", i % 250 + 1)),
+            arrival: Timestamp::from_micros(arrival),
+            ..Envelope::default()
+        };
+        let data = deferred_data(i, &env, id, a.size);
+        let mut d = r.spool.draft(id);
+        d.append(&r.spool, &data).map_err(|e| e.to_string())?;
+        let env = Envelope {
+            size: d.len(),
+            ..env
+        };
+        let data = d.commit(&r.spool, &env).map_err(|e| e.to_string())?;
+        if !matches!(data, DataRef::Inline(_)) {
+            return Err(format!("{id}: the draft was not stored inline"));
         }
+        let head = MessageHead {
+            id,
+            envelope: env,
+            data,
+        };
+        r.journal
+            .append(&Record::Arrived(head))
+            .map_err(|e| e.to_string())?;
+        failing.push_back((id, nrcpt as u32, i));
+        if failing.len() > lag {
+            if let Some(f) = failing.pop_front() {
+                defer(&mut r.journal, f)?;
+            }
+        }
+    }
+    while let Some(f) = failing.pop_front() {
+        defer(&mut r.journal, f)?;
+    }
+    // One group commit for everything: a sync per segment, one for the directory.
+    let f0 = queue::fsync_count();
+    r.journal.commit().map_err(|e| e.to_string())?;
+    let segs = r.journal.segments();
+    let bytes: u64 = segs
+        .iter()
+        .filter_map(|&s| std::fs::metadata(queue::segment_path(&jdir, s)).ok())
+        .map(|m| m.len())
+        .sum();
+    println!(
+        "deferred spool {}: {n} messages ({} MB of journal in {} segments, {} fsyncs) in {:.1} s; \
+         next attempts {}..{} (now {now}); first id {}",
+        a.dir.display(),
+        bytes >> 20,
+        segs.len(),
+        queue::fsync_count() - f0,
+        t0.elapsed().as_secs_f64(),
+        now + a.delay,
+        now + a.delay + a.spread.max(1) - 1,
+        first.map_or_else(|| "-".to_string(), |id| id.to_string())
+    );
+    Ok(())
+}
+
+fn main() {
+    let res = parse_args().and_then(|a| match a.cmd.as_str() {
+        "replay" => replay_bench(&a),
+        "deferred" => deferred_spool(&a),
+        _ => accept(&a),
     });
     if let Err(e) = res {
         eprintln!("spool-bench: {e}");
