@@ -955,6 +955,8 @@ mod tests {
     #[test]
     fn forward_files_are_checked_as_postfix_does() {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        // chown needs root's effective uid, which other tests switch away from.
+        let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join(".forward");
         std::fs::write(&f, "me\n").unwrap();
