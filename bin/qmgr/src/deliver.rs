@@ -876,29 +876,15 @@ impl Deliver {
             .collect();
         let now = now_ms();
         for k in keys {
+            // The agent's failure is not the destination's: no feedback.
             let ev = match self.agent_wait.remove(&k) {
-                Some(AgentWait::Open { conn }) => Event::ConnectionFailed {
+                Some(AgentWait::Open { conn }) => Event::ConnectionLost {
                     conn,
-                    failure: ConnFailure::Unreachable,
                     reason: format!("4.3.0 delivery agent {transport} is unavailable"),
                 },
-                Some(AgentWait::Send {
-                    conn, entry, rcpts, ..
-                }) => Event::DeliveryDone {
+                Some(AgentWait::Send { conn, .. }) => Event::ConnectionLost {
                     conn,
-                    entry,
-                    results: rcpts
-                        .into_iter()
-                        .map(|i| {
-                            (
-                                i,
-                                RcptStatus::Deferred(format!(
-                                    "4.3.0 delivery agent {transport} died"
-                                )),
-                            )
-                        })
-                        .collect(),
-                    conn_failed: true,
+                    reason: format!("4.3.0 delivery agent {transport} died"),
                 },
                 _ => continue,
             };

@@ -118,6 +118,16 @@ pub enum Event {
     LimitsChanged,
     /// New configuration (main.cf reload).
     ConfigChanged(Box<SchedConfig>),
+    /// The delivery agent holding the connection went away (it crashed or
+    /// its link broke): the transaction running on it, if any, is deferred
+    /// with `reason` and the rest rescheduled, with no feedback to the
+    /// destination, whose fault it was not.
+    ConnectionLost {
+        /// Connection.
+        conn: ConnId,
+        /// For the deferral log line.
+        reason: String,
+    },
     /// The operator flushed the queue: unreachable hosts and dead
     /// destinations are tried again now, as Postfix's flush unthrottles
     /// its queues.

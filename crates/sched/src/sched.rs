@@ -239,6 +239,7 @@ impl Scheduler {
             }
             Event::ConfigChanged(cfg) => self.reconfigure(*cfg)?,
             Event::Flush => self.flush(now),
+            Event::ConnectionLost { conn, reason } => self.connection_lost(now, conn, &reason)?,
         }
         self.ensure_gc(now);
         self.schedule(now);
@@ -906,6 +907,26 @@ impl Scheduler {
             }
         }
         self.negative(now, d);
+        Ok(())
+    }
+
+    fn connection_lost(&mut self, now: Time, c: ConnId, reason: &str) -> Result<(), SchedError> {
+        let conn = self
+            .conns
+            .get_mut(c)
+            .ok_or(SchedError::UnknownConnection(c))?;
+        // What was running may or may not have been delivered: deferred
+        // (at least once); what waited goes back to its queue.
+        let first = conn.in_flight.take();
+        let d = conn.dest;
+        if let Some(e) = first {
+            self.requeue(e);
+            self.dests[d].queue(self.entries[e].class).pop_front();
+        }
+        self.drop_conn(now, c);
+        if let Some(e) = first {
+            self.defer_entry(now, e, reason, None, true);
+        }
         Ok(())
     }
 

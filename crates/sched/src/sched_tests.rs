@@ -1149,3 +1149,40 @@ fn a_flush_retries_dead_destinations_and_skipped_hosts_now() {
     let c = add_read(&mut s, Time(3), 3, "c@x", "skip.example", 1);
     assert_eq!(opens(&c).len(), 1, "host retry forgotten: {c:?}");
 }
+
+#[test]
+fn a_lost_agent_defers_its_transactions_without_feedback() {
+    let mut c = cfg();
+    c.transports[0].destination_recipient_limit = 1;
+    let mut s = Scheduler::new(c).unwrap();
+    let a = add_read(&mut s, Time(0), 1, "a@x", "d.example", 10);
+    let conns = opens(&a);
+    assert!(!conns.is_empty());
+    let d = s.dest_id(TransportId(0), "d.example").unwrap();
+    let w0 = s.window(d);
+    // Every connection's agent goes away, several times over: a failed
+    // cohort's worth and more, which as connection failures would kill it.
+    let mut lost = 0;
+    for round in 0..4u64 {
+        let now = Time(1 + round);
+        let open: Vec<ConnId> = s.conns.iter().map(|(c, _)| c).collect();
+        for c in open {
+            s.handle(now, Event::ConnectionOpened { conn: c }).unwrap();
+            actions(&mut s);
+            s.handle(
+                now,
+                Event::ConnectionLost {
+                    conn: c,
+                    reason: "4.3.0 delivery agent smtp died".into(),
+                },
+            )
+            .unwrap();
+            lost += 1;
+        }
+        actions(&mut s);
+        s.check_invariants().unwrap();
+    }
+    assert!(lost >= 4);
+    assert_eq!(s.dead_until(d), None, "not the destination's fault");
+    assert_eq!(s.window(d), w0, "no negative feedback");
+}
