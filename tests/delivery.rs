@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use sluice_suite::{free_port, smtp_sink, swaks, wait_for, Instance, Sink};
+use sluice_suite::{free_port, relay_instance, smtp_sink, swaks, wait_for, Instance, Sink};
 
 fn sink_on(port: u16, extra: &[&str]) -> Sink {
     smtp_sink(&format!("127.0.0.1:{port}"), extra)
@@ -12,21 +12,6 @@ fn sink_on(port: u16, extra: &[&str]) -> Sink {
 
 fn count(sink_dir: &Path) -> usize {
     std::fs::read_dir(sink_dir).map(|d| d.count()).unwrap_or(0)
-}
-
-fn relay_instance(sink_port: u16, extra: &str) -> (Instance, u16) {
-    let port = free_port();
-    let cf = format!(
-        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
-         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
-    );
-    let main = format!(
-        "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{sink_port}\nsmtpd_reject_unlisted_recipient = no\n{extra}"
-    );
-    let mut inst = Instance::new(&cf, &main);
-    inst.start();
-    inst.wait_port(port);
-    (inst, port)
 }
 
 fn send(port: u16, to: &str) -> String {

@@ -10,22 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use sluice_suite::testkit::{Greeting, ScriptedSink, Unanswering};
-use sluice_suite::{free_port, swaks, wait_for, Instance};
-
-fn relay_instance(sink_port: u16, extra: &str) -> (Instance, u16) {
-    let port = free_port();
-    let cf = format!(
-        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
-         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
-    );
-    let main = format!(
-        "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{sink_port}\nsmtpd_reject_unlisted_recipient = no\n{extra}"
-    );
-    let mut inst = Instance::new(&cf, &main);
-    inst.start();
-    inst.wait_port(port);
-    (inst, port)
-}
+use sluice_suite::{relay_instance, swaks, wait_for, Instance};
 
 /// Sends one message with swaks; returns its queue id.
 fn send(port: u16, to: &str, extra: &[&str]) -> String {

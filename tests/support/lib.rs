@@ -429,3 +429,20 @@ pub fn dnsmasq(records: &[&str]) -> Option<(Kill, std::net::SocketAddr)> {
         .expect("start dnsmasq");
     Some((Kill(child), format!("127.0.0.1:{port}").parse().unwrap()))
 }
+
+/// A relaying instance: smtpd on a free port, every service, and
+/// `relayhost = [127.0.0.1]:sink_port`; `extra` is appended to main.cf.
+pub fn relay_instance(sink_port: u16, extra: &str) -> (Instance, u16) {
+    let port = free_port();
+    let cf = format!(
+        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
+    );
+    let main = format!(
+        "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{sink_port}\nsmtpd_reject_unlisted_recipient = no\n{extra}"
+    );
+    let mut inst = Instance::new(&cf, &main);
+    inst.start();
+    inst.wait_port(port);
+    (inst, port)
+}
