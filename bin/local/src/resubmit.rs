@@ -6,8 +6,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
+use ipc::cleanup::Origin;
 use ipc::delivery::Transaction;
+use ipc::submission::Submission;
 use mail::{Envelope, Recipient};
 
 use crate::mailbox::Failure;
@@ -53,9 +54,6 @@ pub fn submit(
         .map(|r| r.address.as_str())
         .collect();
     let to = to.join(", ");
-    let fail = |what: String| Failure::defer("4.3.0", format!("forwarding to {to}: {what}"));
-    let mut client = ipc::Client::<Cleanup>::connect(socket, TIMEOUT)
-        .map_err(|e| fail(format!("connect to {}: {e}", socket.display())))?;
     let origin = if notice {
         Origin::Local {
             user: "MAILER-DAEMON".into(),
@@ -67,41 +65,15 @@ pub fn submit(
             full_name: None,
         }
     };
-    let begin = Request::Begin {
-        envelope: Box::new(envelope),
-        origin,
-        hold: false,
-    };
-    let answer = |r: Result<Response, ipc::IpcError>| match r {
-        Ok(Response::Failed {
-            code,
-            enhanced,
-            text,
-        }) if code >= 500 => Err(Failure::bounce(
-            "5.3.0",
-            format!("forwarding to {to}: {code} {enhanced} {text}"),
-        )),
-        Ok(Response::Failed {
-            code,
-            enhanced,
-            text,
-        }) => Err(fail(format!("{code} {enhanced} {text}"))),
-        Ok(other) => Ok(other),
-        Err(e) => Err(fail(format!("cleanup: {e}"))),
-    };
-    match answer(client.call(&begin))? {
-        Response::Started { .. } => {}
-        other => return Err(fail(format!("unexpected answer from cleanup: {other:?}"))),
-    }
-    for chunk in content.chunks(MAX_CHUNK) {
-        client
-            .send(&Request::Data {
-                bytes: chunk.to_vec(),
-            })
-            .map_err(|e| fail(format!("cleanup: {e}")))?;
-    }
-    match answer(client.call(&Request::End))? {
-        Response::Queued { queue_id } => Ok(queue_id),
-        other => Err(fail(format!("unexpected answer from cleanup: {other:?}"))),
-    }
+    let queued = Submission::begin(socket, TIMEOUT, envelope, origin).and_then(|mut s| {
+        s.data(content)?;
+        s.end()
+    });
+    queued.map_err(|e| {
+        if e.is_permanent() {
+            Failure::bounce("5.3.0", format!("forwarding to {to}: {e}"))
+        } else {
+            Failure::defer("4.3.0", format!("forwarding to {to}: {e}"))
+        }
+    })
 }

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use config::Config;
-use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
+use ipc::cleanup::Origin;
 use ipc::queuectl::{self, QueueCtl};
+use ipc::submission::SubmitError;
 use mail::{Envelope, Recipient};
 
 use crate::args::Args;
@@ -45,7 +46,7 @@ pub fn qualify(addr: &str, origin: &str) -> Result<String, String> {
 
 /// A connection to cleanup's submission socket.
 pub struct Submission {
-    client: ipc::Client<Cleanup>,
+    inner: ipc::submission::Submission,
 }
 
 impl Submission {
@@ -56,63 +57,36 @@ impl Submission {
         full_name: Option<String>,
     ) -> Result<Self, (i32, String)> {
         let sock = PathBuf::from(cfg.str("queue_directory")).join("public/submit");
-        let mut client =
-            ipc::Client::<Cleanup>::connect(&sock, Duration::from_secs(300)).map_err(|e| {
-                (
-                    ex::TEMPFAIL,
-                    format!(
-                        "the mail system is not accepting mail: connect to {}: {e}",
-                        sock.display()
-                    ),
-                )
-            })?;
         let origin = Origin::Local {
             user: login(),
             full_name,
         };
-        match client.call(&Request::Begin {
-            envelope: Box::new(envelope),
-            origin,
-            hold: false,
-        }) {
-            Ok(Response::Started { .. }) => Ok(Submission { client }),
-            Ok(Response::Failed {
-                code,
-                enhanced,
-                text,
-            }) => Err((code_to_exit(code), format!("{code} {enhanced} {text}"))),
-            Ok(other) => Err((
-                ex::SOFTWARE,
-                format!("unexpected answer from cleanup: {other:?}"),
+        match ipc::submission::Submission::begin(&sock, Duration::from_secs(300), envelope, origin)
+        {
+            Ok(inner) => Ok(Submission { inner }),
+            Err(SubmitError::Connect(e)) => Err((
+                ex::TEMPFAIL,
+                format!("the mail system is not accepting mail: connect to {e}"),
             )),
-            Err(e) => Err((ex::TEMPFAIL, format!("cleanup: {e}"))),
+            Err(e @ SubmitError::Refused { code, .. }) => Err((code_to_exit(code), e.to_string())),
+            Err(e @ SubmitError::Unexpected(_)) => Err((ex::SOFTWARE, e.to_string())),
+            Err(e @ SubmitError::Link(_)) => Err((ex::TEMPFAIL, e.to_string())),
         }
     }
 
     /// Sends content (wire format).
     pub fn data(&mut self, bytes: &[u8]) -> Result<(), (i32, String)> {
-        for chunk in bytes.chunks(MAX_CHUNK) {
-            self.client
-                .send(&Request::Data {
-                    bytes: chunk.to_vec(),
-                })
-                .map_err(|e| (ex::TEMPFAIL, format!("cleanup: {e}")))?;
-        }
-        Ok(())
+        self.inner
+            .data(bytes)
+            .map_err(|e| (ex::TEMPFAIL, e.to_string()))
     }
 
     /// Ends the message; `Ok(queue id)` once it is queued.
-    pub fn end(mut self) -> Result<String, (u16, String)> {
-        match self.client.call(&Request::End) {
-            Ok(Response::Queued { queue_id }) => Ok(queue_id),
-            Ok(Response::Failed {
-                code,
-                enhanced,
-                text,
-            }) => Err((code, format!("{code} {enhanced} {text}"))),
-            Ok(other) => Err((451, format!("unexpected answer from cleanup: {other:?}"))),
-            Err(e) => Err((451, format!("cleanup: {e}"))),
-        }
+    pub fn end(self) -> Result<String, (u16, String)> {
+        self.inner.end().map_err(|e| match e {
+            SubmitError::Refused { code, .. } => (code, e.to_string()),
+            other => (451, other.to_string()),
+        })
     }
 }
 

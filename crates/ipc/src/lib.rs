@@ -25,6 +25,7 @@ pub mod qmgr;
 pub mod queuectl;
 pub mod router;
 pub mod status;
+pub mod submission;
 
 pub use client::Client;
 pub use endpoint::Endpoint;
