@@ -23,7 +23,7 @@ use ipc::{IpcError, Protocol, Tagged};
 use mio::{Interest, Token};
 use sys::creds::PeerCred;
 
-use crate::conn::Conn as ClientConn;
+use ipc::Endpoint as ClientConn;
 use crate::convert;
 
 struct Client {
@@ -140,7 +140,8 @@ impl RouterServer {
         let Some(c) = self.clients.get_mut(&token) else {
             return;
         };
-        if let Err(e) = c.ep.reply(id, r) {
+        // Answers go out in one write per batch (see `serve`).
+        if let Err(e) = c.ep.queue_reply(id, r) {
             // The next readiness event finds the error again and drops it.
             msg_warn!("{}: client pid {}: {e}", Proto::NAME, c.peer.pid);
         }

@@ -157,9 +157,20 @@ impl Endpoint {
         self.write_ready()
     }
 
-    /// Queues a response to request `id`.
+    /// Queues a response to request `id` and tries to write it at once.
     pub fn reply<T: Serialize>(&mut self, id: u64, body: &T) -> Result<(), IpcError> {
         self.send(&Tagged { id, body })
+    }
+
+    /// Queues a response without writing: a server that answers a batch of
+    /// pipelined requests calls [`Endpoint::write_ready`] once after it, so
+    /// a thousand answers cost a few system calls, not a thousand.
+    pub fn queue_reply<T: Serialize>(&mut self, id: u64, body: &T) -> Result<(), IpcError> {
+        if self.out.len() - self.out_pos > MAX_OUTGOING {
+            return Err(IpcError::Backlog);
+        }
+        self.out.extend_from_slice(&encode(&Tagged { id, body }));
+        Ok(())
     }
 
     /// Writes as much queued output as the socket takes.
@@ -175,6 +186,10 @@ impl Endpoint {
         }
         if self.out_pos == self.out.len() {
             self.out.clear();
+            self.out_pos = 0;
+        } else if self.out_pos > 1 << 20 {
+            // Keep a slow reader's buffer from holding what it already took.
+            self.out.drain(..self.out_pos);
             self.out_pos = 0;
         }
         Ok(())
