@@ -114,6 +114,18 @@ impl RouterServer {
                 let r = convert::resolved(r);
                 self.reply(token, req.id, &r);
             }
+            Request::Rewrite {
+                addresses,
+                smtputf8,
+            } => {
+                let r = Response::Rewritten(
+                    addresses
+                        .iter()
+                        .map(|a| convert::rewrite(self.router.rewrite_recipient(a, smtputf8)))
+                        .collect(),
+                );
+                self.reply(token, req.id, &r);
+            }
             Request::Hosts { nexthop } => {
                 let job = self.dns.hosts(&nexthop, cx.now);
                 self.jobs.insert(job, (token, req.id));

@@ -148,17 +148,37 @@ impl Router {
     /// Resolves one recipient address to one or more routes (more when
     /// virtual aliases expand it). `smtputf8`: the client may send UTF-8.
     pub fn resolve(&self, text: &str, smtputf8: bool) -> Result<Vec<Route>, ResolveError> {
-        let addr = self.canonicalize(text, smtputf8)?;
-        let addr = self.canonical(addr, smtputf8)?;
+        let (_, finals) = self.mapped(text, smtputf8)?;
+        Ok(finals.iter().map(|a| self.route(a)).collect())
+    }
+
+    /// What cleanup does to an envelope recipient before the message is
+    /// queued (Postfix's cleanup_map11/cleanup_map1n): canonical maps, then
+    /// recursive virtual alias expansion, duplicates dropped. `None` when
+    /// no table changed the address, so the recipient stays as given.
+    pub fn rewrite_recipient(
+        &self,
+        text: &str,
+        smtputf8: bool,
+    ) -> Result<Option<Vec<String>>, ResolveError> {
+        let (given, finals) = self.mapped(text, smtputf8)?;
+        match finals.as_slice() {
+            [one] if *one == given => Ok(None),
+            _ => Ok(Some(finals.iter().map(Addr::to_string).collect())),
+        }
+    }
+
+    /// The address after parsing, and the addresses canonical and virtual
+    /// alias mapping make of it, without duplicates, in table order.
+    fn mapped(&self, text: &str, smtputf8: bool) -> Result<(Addr, Vec<Addr>), ResolveError> {
+        let given = self.canonicalize(text, smtputf8)?;
+        let addr = self.canonical(given.clone(), smtputf8)?;
         let mut finals = Vec::new();
         let mut chain = Vec::new();
         self.expand(addr, smtputf8, &mut chain, &mut finals)?;
         let mut seen = BTreeSet::new();
-        Ok(finals
-            .into_iter()
-            .filter(|a| seen.insert(a.internal().to_lowercase()))
-            .map(|a| self.route(&a))
-            .collect())
+        finals.retain(|a| seen.insert(a.internal().to_lowercase()));
+        Ok((given, finals))
     }
 
     /// The class of the address as given (after `%`/`!` rewriting, before

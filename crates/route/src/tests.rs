@@ -691,3 +691,49 @@ fn bench_in_process() {
         n as f64 / secs
     );
 }
+
+#[test]
+fn cleanup_rewrites_recipients_through_canonical_and_virtual_maps() {
+    let r = site();
+    let rw = |a: &str| r.rewrite_recipient(a, false);
+    let some = |v: &[&str]| Ok(Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>()));
+    // No table matches: the recipient stays as given.
+    assert_eq!(rw("alice@example.com"), Ok(None));
+    assert_eq!(rw("someone@remote.test"), Ok(None));
+    // One to one, canonical then canonical again (one lookup per map).
+    assert_eq!(rw("oldname@example.com"), some(&["final@example.com"]));
+    assert_eq!(rw("joe@old.test"), some(&["joe@new.test"]));
+    // One to many, nested, in table order, duplicates dropped.
+    assert_eq!(
+        rw("team@virt.test"),
+        some(&["alice@example.com", "bob@example.com", "dave@example.com"])
+    );
+    // The address listed in its own expansion is kept, and only once.
+    assert_eq!(
+        rw("list@virt.test"),
+        some(&["list@virt.test", "carol@remote.test"])
+    );
+    assert_eq!(rw("x@catch.test"), some(&["x@elsewhere.test"]));
+    // Loops and broken results are temporary errors; bad syntax is permanent.
+    let e = rw("loop1@virt.test").unwrap_err();
+    assert!(
+        matches!(e, ResolveError::AliasLoop(_)) && e.is_temporary(),
+        "{e}"
+    );
+    let e = rw("bad@virt.test").unwrap_err();
+    assert!(e.is_temporary(), "{e}");
+    let e = rw("a b@example.com").unwrap_err();
+    assert!(!e.is_temporary(), "{e}");
+}
+
+#[test]
+fn rewriting_is_settled_after_one_pass() {
+    // qmgr resolves what cleanup wrote; an address cleanup produced must
+    // not expand again (except one that lists itself, which qmgr keeps).
+    let r = site();
+    for a in ["team@virt.test", "oldname@example.com", "x@catch.test"] {
+        for out in r.rewrite_recipient(a, false).unwrap().unwrap() {
+            assert_eq!(r.rewrite_recipient(&out, false), Ok(None), "{a} -> {out}");
+        }
+    }
+}
