@@ -86,6 +86,8 @@ pub enum ParamType {
     MapRef,
     /// One word of a fixed set (compared without case).
     Enum(&'static [&'static str]),
+    /// A list, possibly empty, of words of a fixed set (compared without case).
+    Words(&'static [&'static str]),
     /// Concurrency feedback: `1/concurrency`, `1/sqrt_concurrency` or a number.
     Feedback,
 }
@@ -104,6 +106,7 @@ impl ParamType {
             ParamType::CidrList => "list of networks and tables".into(),
             ParamType::MapRef => "list of type:name tables".into(),
             ParamType::Enum(c) => format!("one of {}", c.join(", ")),
+            ParamType::Words(c) => format!("list of {}", c.join(", ")),
             ParamType::Feedback => {
                 "feedback (1/concurrency, 1/sqrt_concurrency or a number)".into()
             }
@@ -123,6 +126,9 @@ impl ParamType {
             ParamType::CidrList => parse_net_list(text).map(drop),
             ParamType::MapRef => parse_maps(text).map(drop),
             ParamType::Enum(c) => parse_enum(text, c).map(drop),
+            ParamType::Words(c) => split_list(text)?
+                .iter()
+                .try_for_each(|w| parse_enum(w, c).map(drop)),
             ParamType::Feedback => parse_feedback(text).map(drop),
         }
     }
