@@ -19,7 +19,8 @@ const ALIASES: &str = "virtual_alias_domains = virt.example\n\
     { one@virt.example = single@remote.example }, \
     { self@remote.example = self@remote.example, copy@remote.example } }\n\
     virtual_alias_expansion_limit = 3\n\
-    transport_maps = inline:{ c@mx.test.example = error:5.1.1 mailbox unavailable }\n";
+    transport_maps = inline:{ c@mx.test.example = error:5.1.1 mailbox unavailable }\n\
+    sender_canonical_maps = inline:{ joe@example.com = joseph@example.com }\n";
 
 /// An instance relaying to a sink; `router` false leaves the router out.
 fn instance(sink_port: u16, extra: &str, router: bool) -> (Instance, u16) {
@@ -234,6 +235,31 @@ fn loops_limits_and_a_missing_router_refuse_the_message_at_data() {
     assert!(
         out.contains("<** 451 4.3.0 Error: address rewriting service unavailable"),
         "{out}"
+    );
+}
+
+#[test]
+fn the_envelope_sender_goes_through_sender_canonical_maps() {
+    let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
+    let (inst, port) = instance(sink.port, "", true);
+    let (code, out) = swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--from",
+        "joe@example.com",
+        "--to",
+        "one@virt.example",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let id = queued_id(&out);
+    inst.wait_log(20, &format!("{id}: from=<joseph@example.com>"));
+    let text = wait_for(20, "the message at the sink", || {
+        dumps(&sink).into_iter().next().map(|(_, t)| t)
+    });
+    assert!(
+        text.contains("X-Mail-Args: <joseph@example.com>")
+            && text.contains("X-Rcpt-Args: <single@remote.example>"),
+        "{text}"
     );
 }
 

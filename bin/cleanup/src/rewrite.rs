@@ -1,7 +1,7 @@
-//! Envelope recipients after canonical and virtual alias mapping.
+//! The envelope after canonical and virtual alias mapping.
 //!
-//! cleanup asks the router once per message (all recipients in one
-//! request, sent at `Begin` so that the answer comes while the content
+//! cleanup asks the router once per message (the sender and all recipients
+//! in one request, sent at `Begin` so that the answer comes while the content
 //! streams) and applies the answer here before the message is committed,
 //! as Postfix's cleanup does: a one-to-one rewrite replaces the recipient,
 //! a one-to-many expansion replaces it with the list; each new recipient
@@ -9,9 +9,11 @@
 //! it came from as ORCPT when it had none, for DSNs and `orig_to=`.
 //! Duplicates are dropped with Postfix's key (address, ORCPT, NOTIFY), so
 //! two original recipients that expand to one address still get their
-//! own DSNs. A temporary failure (loop, limit, broken table) refuses the
-//! whole message with a 4xx: the table is wrong, not the mail. A malformed
-//! address is left as it is, for qmgr to bounce as before.
+//! own DSNs. The sender goes through sender_canonical_maps and
+//! canonical_maps (envelope only: headers are not rewritten). A temporary
+//! failure (loop, limit, broken table) refuses the whole message with a
+//! 4xx: the table is wrong, not the mail. A malformed address is left as
+//! it is, for qmgr to bounce (or, for a sender, to use) as before.
 
 use std::collections::HashSet;
 
@@ -59,20 +61,39 @@ pub fn apply(rcpts: &[Recipient], answers: Vec<Rewrite>) -> Result<Vec<Recipient
             Rewrite::Failed {
                 temporary: true,
                 text,
-            } => {
-                let text = text
-                    .split_once(' ')
-                    .filter(|(code, _)| code.starts_with("4."))
-                    .map_or(text.as_str(), |(_, t)| t);
-                return Err((
-                    451,
-                    "4.3.0",
-                    format!("Error: address mapping for <{}>: {text}", r.address),
-                ));
-            }
+            } => return Err(refusal(&r.address, &text)),
         }
     }
     Ok(out)
+}
+
+/// The sender to queue: `Some` when canonical mapping rewrote it.
+pub fn sender(given: &str, answer: Rewrite) -> Result<Option<String>, Refusal> {
+    match answer {
+        Rewrite::Into(mut v) if v.len() == 1 => Ok(v.pop()),
+        Rewrite::Into(_) => Err(unavailable()),
+        Rewrite::Same
+        | Rewrite::Failed {
+            temporary: false, ..
+        } => Ok(None),
+        Rewrite::Failed {
+            temporary: true,
+            text,
+        } => Err(refusal(given, &text)),
+    }
+}
+
+/// A 451 naming the address whose mapping failed and why.
+fn refusal(address: &str, text: &str) -> Refusal {
+    let text = text
+        .split_once(' ')
+        .filter(|(code, _)| code.starts_with("4."))
+        .map_or(text, |(_, t)| t);
+    (
+        451,
+        "4.3.0",
+        format!("Error: address mapping for <{address}>: {text}"),
+    )
 }
 
 /// The refusal when the router cannot be asked or answers nonsense: mail is
@@ -203,5 +224,23 @@ mod tests {
             apply(&rcpts, vec![Rewrite::Same]).unwrap_err(),
             unavailable()
         );
+    }
+
+    #[test]
+    fn the_sender_is_replaced_only_by_one_address() {
+        assert_eq!(sender("joe@x.test", Rewrite::Same), Ok(None));
+        assert_eq!(
+            sender("joe@x.test", into(&["joseph@x.test"])),
+            Ok(Some("joseph@x.test".into()))
+        );
+        assert_eq!(
+            sender("joe@x.test", into(&["a@x.test", "b@x.test"])),
+            Err(unavailable())
+        );
+        let bad = Rewrite::Failed {
+            temporary: true,
+            text: "4.3.0 table result for joe@x.test is not an address".into(),
+        };
+        assert_eq!(sender("joe@x.test", bad).unwrap_err().0, 451);
     }
 }

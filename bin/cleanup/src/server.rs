@@ -1,9 +1,9 @@
 //! cleanup's clients, their messages in progress, and the links to the
 //! router (address mapping) and qmgr.
 //!
-//! At `Begin`, the envelope recipients go to the router in one request
-//! (canonical and virtual alias mapping, unless `receive_override_options`
-//! says `no_address_mappings`); its answer normally arrives while the
+//! At `Begin`, the envelope sender and recipients go to the router in one
+//! request (canonical and virtual alias mapping, when maps are set and
+//! `receive_override_options` does not say `no_address_mappings`); its answer normally arrives while the
 //! content streams. At `End` the message waits for that answer if it has
 //! not come, then is committed with the rewritten recipients. A router
 //! that cannot be reached, or that goes away with answers owed, makes the
@@ -32,8 +32,8 @@ enum Mapping {
     Off,
     /// Asked; the router's answer has not come.
     Waiting,
-    /// The answer: the recipients to queue, or why not.
-    Done(Result<Vec<mail::Recipient>, Refusal>),
+    /// The answer: the sender (when rewritten) and recipients to queue, or why not.
+    Done(Result<(Option<String>, Vec<mail::Recipient>), Refusal>),
 }
 
 struct Msg {
@@ -191,12 +191,13 @@ impl CleanupServer {
                         let _ = d.abort(&self.spool);
                     }
                 }
-                let mapping = if self.address_mappings && !envelope.recipients.is_empty() {
+                let mapping = if self.address_mappings {
                     Mapping::Waiting
                 } else {
                     Mapping::Off
                 };
                 let ask = matches!(mapping, Mapping::Waiting).then(|| router::Request::Rewrite {
+                    sender: envelope.sender.clone(),
                     addresses: envelope
                         .recipients
                         .iter()
@@ -291,7 +292,12 @@ impl CleanupServer {
     ) -> Option<Response> {
         if m.error.is_none() {
             match std::mem::replace(&mut m.mapping, Mapping::Off) {
-                Mapping::Done(Ok(rcpts)) => m.envelope.recipients = rcpts,
+                Mapping::Done(Ok((sender, rcpts))) => {
+                    if let Some(s) = sender {
+                        m.envelope.sender = s;
+                    }
+                    m.envelope.recipients = rcpts;
+                }
                 Mapping::Done(Err(e)) => m.error = Some(e),
                 Mapping::Waiting => m.error = Some(rewrite::unavailable()),
                 Mapping::Off => {}
@@ -370,7 +376,7 @@ impl CleanupServer {
         cx: &mut Cx<'_>,
         client: Token,
         id: QueueId,
-        result: Result<Vec<mail::Recipient>, Refusal>,
+        result: Result<(Option<String>, Vec<mail::Recipient>), Refusal>,
     ) {
         let Some(c) = self.clients.get_mut(&client) else {
             return;
@@ -404,15 +410,19 @@ impl CleanupServer {
             else {
                 continue;
             };
-            let rcpts = self
+            let Some(m) = self
                 .clients
                 .get(&client)
                 .and_then(|c| c.msg.as_ref())
                 .filter(|m| m.id == id)
-                .map(|m| m.envelope.recipients.clone());
-            let Some(rcpts) = rcpts else { continue };
+            else {
+                continue;
+            };
             let result = match resp {
-                router::Response::Rewritten(answers) => rewrite::apply(&rcpts, answers),
+                router::Response::Rewritten { sender, recipients } => {
+                    rewrite::sender(&m.envelope.sender, sender)
+                        .and_then(|s| Ok((s, rewrite::apply(&m.envelope.recipients, recipients)?)))
+                }
                 other => {
                     msg_warn!("{id}: router: unexpected answer {other:?}");
                     Err(rewrite::unavailable())
@@ -606,6 +616,7 @@ impl CleanupServer {
 /// front of an after-queue content filter).
 fn address_mappings(config: &config::Config) -> bool {
     let maps = [
+        "sender_canonical_maps",
         "recipient_canonical_maps",
         "canonical_maps",
         "virtual_alias_maps",

@@ -45,7 +45,7 @@ pub fn resolved(
     }
 }
 
-/// cleanup's mapping of one recipient, as the protocol carries it.
+/// cleanup's mapping of one address, as the protocol carries it.
 pub fn rewrite(r: Result<Option<Vec<String>>, route::ResolveError>) -> proto::Rewrite {
     match r {
         Ok(None) => proto::Rewrite::Same,

@@ -8,8 +8,8 @@
 //! a client may send many before reading, and answers come back in any
 //! order, matched by the [`crate::Tagged`] id. Table answers come at once;
 //! DNS answers when the name servers reply, never holding up others.
-//! cleanup asks [`Request::Rewrite`] once per message, with every envelope
-//! recipient, before the message is queued (Postfix's cleanup does
+//! cleanup asks [`Request::Rewrite`] once per message, with the sender and
+//! every envelope recipient, before the message is queued (Postfix's cleanup does
 //! canonical and virtual alias mapping, not the queue manager).
 
 use std::net::IpAddr;
@@ -47,8 +47,11 @@ pub enum Request {
     /// Reload the tables now (as SIGHUP does), answered once done.
     Reload,
     /// The canonical and virtual alias mapping of a message's envelope
-    /// recipients, all in one request; answered with [`Response::Rewritten`].
+    /// sender and recipients, all in one request; answered with
+    /// [`Response::Rewritten`].
     Rewrite {
+        /// The sender as given ("" for the null sender).
+        sender: String,
         /// The recipients as given, external form.
         addresses: Vec<String>,
         /// The message is SMTPUTF8.
@@ -78,8 +81,13 @@ pub enum Response {
     },
     /// The reload is done.
     Reloaded,
-    /// The answer to [`Request::Rewrite`]: one entry per address, in order.
-    Rewritten(Vec<Rewrite>),
+    /// The answer to [`Request::Rewrite`].
+    Rewritten {
+        /// The sender (`Into` has exactly one address).
+        sender: Rewrite,
+        /// One entry per recipient, in order.
+        recipients: Vec<Rewrite>,
+    },
 }
 
 /// What canonical and virtual alias mapping made of one recipient.
@@ -176,6 +184,7 @@ mod tests {
             },
             Request::Reload,
             Request::Rewrite {
+                sender: "joe@example.test".into(),
                 addresses: vec!["team@virt.test".into(), "b@example.test".into()],
                 smtputf8: false,
             },
@@ -224,14 +233,17 @@ mod tests {
                 text: "4.4.3 DNS lookup timed out".into(),
             },
             Response::Reloaded,
-            Response::Rewritten(vec![
-                Rewrite::Same,
-                Rewrite::Into(vec!["a@x.test".into(), "b@y.test".into()]),
-                Rewrite::Failed {
-                    temporary: true,
-                    text: "4.3.0 virtual alias loop: a -> b -> a".into(),
-                },
-            ]),
+            Response::Rewritten {
+                sender: Rewrite::Into(vec!["joseph@example.test".into()]),
+                recipients: vec![
+                    Rewrite::Same,
+                    Rewrite::Into(vec!["a@x.test".into(), "b@y.test".into()]),
+                    Rewrite::Failed {
+                        temporary: true,
+                        text: "4.3.0 virtual alias loop: a -> b -> a".into(),
+                    },
+                ],
+            },
         ];
         for r in resps {
             let f = encode(&Tagged {

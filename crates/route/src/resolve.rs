@@ -168,6 +168,26 @@ impl Router {
         }
     }
 
+    /// What cleanup does to the envelope sender (Postfix's cleanup_map11 on
+    /// the sender): `sender_canonical_maps`, then `canonical_maps`, one
+    /// lookup each. `None` for the null sender and when no table changed
+    /// the address.
+    pub fn rewrite_sender(
+        &self,
+        text: &str,
+        smtputf8: bool,
+    ) -> Result<Option<String>, ResolveError> {
+        let Some(mut given) = address::parse(text, smtputf8)? else {
+            return Ok(None);
+        };
+        if given.domain.is_empty() && self.s.append_at_myorigin {
+            given.domain = self.s.myorigin.clone();
+        }
+        let maps = [&self.s.sender_canonical_maps, &self.s.canonical_maps];
+        let out = self.canonical_with(&maps, given.clone(), smtputf8)?;
+        Ok((out != given).then(|| out.to_string()))
+    }
+
     /// The address after parsing, and the addresses canonical and virtual
     /// alias mapping make of it, without duplicates, in table order.
     fn mapped(&self, text: &str, smtputf8: bool) -> Result<(Addr, Vec<Addr>), ResolveError> {
@@ -259,8 +279,19 @@ impl Router {
     }
 
     /// recipient_canonical_maps then canonical_maps: one lookup each.
-    fn canonical(&self, mut a: Addr, smtputf8: bool) -> Result<Addr, ResolveError> {
-        for maps in [&self.s.recipient_canonical_maps, &self.s.canonical_maps] {
+    fn canonical(&self, a: Addr, smtputf8: bool) -> Result<Addr, ResolveError> {
+        let maps = [&self.s.recipient_canonical_maps, &self.s.canonical_maps];
+        self.canonical_with(&maps, a, smtputf8)
+    }
+
+    /// One lookup in each of `list`, in order, each on the previous result.
+    fn canonical_with(
+        &self,
+        list: &[&tables::Tables],
+        mut a: Addr,
+        smtputf8: bool,
+    ) -> Result<Addr, ResolveError> {
+        for maps in list {
             if maps.is_empty() {
                 continue;
             }

@@ -727,6 +727,26 @@ fn cleanup_rewrites_recipients_through_canonical_and_virtual_maps() {
 }
 
 #[test]
+fn cleanup_rewrites_the_sender_through_sender_canonical_then_canonical_maps() {
+    let mut s = Settings::minimal("mail.example.com");
+    s.myorigin = "example.com".into();
+    s.sender_canonical_maps = maps("joe@example.com joseph@example.com\n@old.test @new.test\n");
+    s.canonical_maps = maps("joseph@example.com j.smith@example.com\n");
+    s.recipient_canonical_maps = maps("ann@example.com recipient-only@example.com\n");
+    let r = Router::new(s);
+    let rw = |a: &str| r.rewrite_sender(a, false);
+    assert_eq!(
+        rw("joe@example.com"),
+        Ok(Some("j.smith@example.com".into()))
+    );
+    assert_eq!(rw("joe"), Ok(Some("j.smith@example.com".into())));
+    assert_eq!(rw("kim@old.test"), Ok(Some("kim@new.test".into())));
+    assert_eq!(rw("ann@example.com"), Ok(None));
+    assert_eq!(rw(""), Ok(None));
+    assert_eq!(rw("other@example.net"), Ok(None));
+}
+
+#[test]
 fn rewriting_is_settled_after_one_pass() {
     // qmgr resolves what cleanup wrote; an address cleanup produced must
     // not expand again (except one that lists itself, which qmgr keeps).
