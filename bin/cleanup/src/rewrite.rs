@@ -42,6 +42,10 @@ pub fn apply(rcpts: &[Recipient], answers: Vec<Rewrite>) -> Result<Vec<Recipient
             | Rewrite::Failed {
                 temporary: false, ..
             } => keep(r.clone(), &mut out),
+            // An alias with an empty value: the table is wrong.
+            Rewrite::Into(addresses) if addresses.is_empty() => {
+                return Err(refusal(&r.address, "virtual alias expands to no address"))
+            }
             Rewrite::Into(addresses) => {
                 let orcpt = r
                     .orcpt
@@ -224,6 +228,8 @@ mod tests {
             apply(&rcpts, vec![Rewrite::Same]).unwrap_err(),
             unavailable()
         );
+        let e = apply(&rcpts, vec![Rewrite::Same, into(&[])]).unwrap_err();
+        assert_eq!((e.0, e.1), (451, "4.3.0"), "{}", e.2);
     }
 
     #[test]

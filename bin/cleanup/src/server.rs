@@ -3,9 +3,10 @@
 //!
 //! At `Begin`, the envelope sender and recipients go to the router in one
 //! request (canonical and virtual alias mapping, when maps are set and
-//! `receive_override_options` does not say `no_address_mappings`); its answer normally arrives while the
-//! content streams. At `End` the message waits for that answer if it has
-//! not come, then is committed with the rewritten recipients. A router
+//! `receive_override_options` does not say `no_address_mappings`); its
+//! answer normally arrives while the content streams. At `End` the message
+//! waits for that answer if it has not come, then is committed with the
+//! rewritten sender and recipients. A router
 //! that cannot be reached, or that goes away with answers owed, makes the
 //! message a 451: never queued without its mapping.
 
