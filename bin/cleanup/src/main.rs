@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod headers;
+mod rewrite;
 mod server;
 
 fn main() {

@@ -1,4 +1,14 @@
-//! cleanup's clients, their messages in progress, and the link to qmgr.
+//! cleanup's clients, their messages in progress, and the links to the
+//! router (address mapping) and qmgr.
+//!
+//! At `Begin`, the envelope sender and recipients go to the router in one
+//! request (canonical and virtual alias mapping, when maps are set and
+//! `receive_override_options` does not say `no_address_mappings`); its
+//! answer normally arrives while the content streams. At `End` the message
+//! waits for that answer if it has not come, then is committed with the
+//! rewritten sender and recipients. A router
+//! that cannot be reached, or that goes away with answers owed, makes the
+//! message a 451: never queued without its mapping.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -7,13 +17,25 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use daemon::{msg_info, msg_warn, Conn, Context, Cx, Server};
 use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
 use ipc::qmgr::{self, Qmgr};
-use ipc::{Endpoint, Hello, HelloReply, Tagged};
+use ipc::router::{self, Router};
+use ipc::{Endpoint, Hello, HelloReply, Link, Tagged};
 use mail::{Envelope, QueueId, QueueIdGen, Timestamp};
 use mio::{Interest, Token};
 use queue::{Draft, FileMode, MessageHead, Spool, SpoolConfig};
 use sys::creds::PeerCred;
 
 use crate::headers::{self, Fed, HeaderBuffer};
+use crate::rewrite::{self, Refusal};
+
+/// Where a message's address mapping stands.
+enum Mapping {
+    /// Not asked for (no_address_mappings), or applied already.
+    Off,
+    /// Asked; the router's answer has not come.
+    Waiting,
+    /// The answer: the sender (when rewritten) and recipients to queue, or why not.
+    Done(Result<(Option<String>, Vec<mail::Recipient>), Refusal>),
+}
 
 struct Msg {
     id: QueueId,
@@ -25,6 +47,9 @@ struct Msg {
     /// The first failure; reported at End.
     error: Option<(u16, &'static str, String)>,
     arrival: SystemTime,
+    mapping: Mapping,
+    /// The id of the client's `End`, while it waits for the mapping.
+    ended: Option<u64>,
 }
 
 struct Client {
@@ -48,6 +73,13 @@ struct QmgrLink {
     pending: BTreeMap<u64, Pending>,
 }
 
+/// The router connection and the messages whose mapping it owes.
+struct RouterLink {
+    link: Link<Router>,
+    /// Request id → the client and message asking.
+    waiting: BTreeMap<u64, (Token, QueueId)>,
+}
+
 /// The cleanup service.
 pub struct CleanupServer {
     spool: Spool,
@@ -55,6 +87,9 @@ pub struct CleanupServer {
     clients: BTreeMap<Token, Client>,
     qmgr: Option<QmgrLink>,
     qmgr_path: PathBuf,
+    router: Option<RouterLink>,
+    router_path: PathBuf,
+    address_mappings: bool,
     hostname: String,
     origin_domain: String,
     always_add: bool,
@@ -98,6 +133,9 @@ impl CleanupServer {
             clients: BTreeMap::new(),
             qmgr: None,
             qmgr_path: root.join("private/qmgr"),
+            router: None,
+            router_path: root.join("private/router"),
+            address_mappings: address_mappings(&ctx.config),
             hostname: ctx.config.str("myhostname"),
             origin_domain: ctx.config.str("myorigin"),
             always_add: ctx.config.bool("always_add_missing_headers"),
@@ -154,6 +192,20 @@ impl CleanupServer {
                         let _ = d.abort(&self.spool);
                     }
                 }
+                let mapping = if self.address_mappings {
+                    Mapping::Waiting
+                } else {
+                    Mapping::Off
+                };
+                let ask = matches!(mapping, Mapping::Waiting).then(|| router::Request::Rewrite {
+                    sender: envelope.sender.clone(),
+                    addresses: envelope
+                        .recipients
+                        .iter()
+                        .map(|r| r.address.clone())
+                        .collect(),
+                    smtputf8: envelope.smtputf8,
+                });
                 c.msg = Some(Msg {
                     id,
                     envelope: *envelope,
@@ -163,7 +215,12 @@ impl CleanupServer {
                     draft: Some(draft),
                     error: None,
                     arrival: SystemTime::now(),
+                    mapping,
+                    ended: None,
                 });
+                if let Some(ask) = ask {
+                    self.ask_router(cx, token, id, &ask);
+                }
                 Some(Response::Started {
                     queue_id: id.to_string(),
                 })
@@ -206,38 +263,12 @@ impl CleanupServer {
                     let out = header_block(&mut m, &headers, &hostname, &origin_domain, always_add);
                     write(&self.spool, &mut m, &out, size_limit);
                 }
-                if let Some((code, enhanced, text)) = m.error.take() {
-                    if let Some(d) = m.draft.take() {
-                        let _ = d.abort(&self.spool);
-                    }
-                    msg_info!("{}: reject: {code} {enhanced} {text}", m.id);
-                    return Some(failed(code, enhanced, &text));
+                if matches!(m.mapping, Mapping::Waiting) && m.error.is_none() {
+                    m.ended = Some(req.id);
+                    c.msg = Some(m);
+                    return None;
                 }
-                let draft = m.draft.take()?;
-                m.envelope.size = draft.len();
-                m.envelope.arrival = Timestamp::from_micros(
-                    m.arrival
-                        .duration_since(UNIX_EPOCH)
-                        .map(|d| d.as_micros() as u64)
-                        .unwrap_or(0),
-                );
-                let data = match draft.commit(&self.spool, &m.envelope) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        msg_warn!("{}: {e}", m.id);
-                        return Some(if e.is_disk_full() {
-                            failed(452, "4.3.1", "Insufficient system storage")
-                        } else {
-                            failed(451, "4.3.0", "Error: queue file write error")
-                        });
-                    }
-                };
-                let head = MessageHead {
-                    id: m.id,
-                    envelope: m.envelope,
-                    data,
-                };
-                self.send_to_qmgr(cx, token, req.id, head, m.hold)
+                self.finish(cx, token, req.id, m)
             }
             Request::Abort => {
                 let c = self.clients.get_mut(&token)?;
@@ -248,6 +279,171 @@ impl CleanupServer {
                 }
                 None
             }
+        }
+    }
+
+    /// Commits a message whose content is complete and whose mapping is
+    /// known, and hands it to qmgr; or refuses it.
+    fn finish(
+        &mut self,
+        cx: &mut Cx<'_>,
+        token: Token,
+        request: u64,
+        mut m: Msg,
+    ) -> Option<Response> {
+        if m.error.is_none() {
+            match std::mem::replace(&mut m.mapping, Mapping::Off) {
+                Mapping::Done(Ok((sender, rcpts))) => {
+                    if let Some(s) = sender {
+                        m.envelope.sender = s;
+                    }
+                    m.envelope.recipients = rcpts;
+                }
+                Mapping::Done(Err(e)) => m.error = Some(e),
+                Mapping::Waiting => m.error = Some(rewrite::unavailable()),
+                Mapping::Off => {}
+            }
+        }
+        if let Some((code, enhanced, text)) = m.error.take() {
+            if let Some(d) = m.draft.take() {
+                let _ = d.abort(&self.spool);
+            }
+            msg_info!("{}: reject: {code} {enhanced} {text}", m.id);
+            return Some(failed(code, enhanced, &text));
+        }
+        let draft = m.draft.take()?;
+        m.envelope.size = draft.len();
+        m.envelope.arrival = Timestamp::from_micros(
+            m.arrival
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_micros() as u64)
+                .unwrap_or(0),
+        );
+        let data = match draft.commit(&self.spool, &m.envelope) {
+            Ok(d) => d,
+            Err(e) => {
+                msg_warn!("{}: {e}", m.id);
+                return Some(if e.is_disk_full() {
+                    failed(452, "4.3.1", "Insufficient system storage")
+                } else {
+                    failed(451, "4.3.0", "Error: queue file write error")
+                });
+            }
+        };
+        let head = MessageHead {
+            id: m.id,
+            envelope: m.envelope,
+            data,
+        };
+        self.send_to_qmgr(cx, token, request, head, m.hold)
+    }
+
+    /// Sends a message's recipients to the router; a router that cannot
+    /// be reached settles the mapping as a temporary failure.
+    fn ask_router(&mut self, cx: &mut Cx<'_>, client: Token, id: QueueId, ask: &router::Request) {
+        if self.router.is_none() {
+            let t = cx.token();
+            match Link::<Router>::connect(&self.router_path, cx.registry, t) {
+                Ok(link) => {
+                    self.router = Some(RouterLink {
+                        link,
+                        waiting: BTreeMap::new(),
+                    })
+                }
+                Err(e) => {
+                    msg_warn!("connect to router {}: {e}", self.router_path.display());
+                    self.settle(cx, client, id, Err(rewrite::unavailable()));
+                    return;
+                }
+            }
+        }
+        let r = self.router.as_mut().expect("connected above");
+        match r.link.send(ask) {
+            Ok(req) => {
+                r.waiting.insert(req, (client, id));
+            }
+            Err(e) => {
+                msg_warn!("router link: {e}");
+                self.settle(cx, client, id, Err(rewrite::unavailable()));
+                self.break_router(cx);
+            }
+        }
+    }
+
+    /// Records a message's mapping; finishes the message if its client is
+    /// waiting at End.
+    fn settle(
+        &mut self,
+        cx: &mut Cx<'_>,
+        client: Token,
+        id: QueueId,
+        result: Result<(Option<String>, Vec<mail::Recipient>), Refusal>,
+    ) {
+        let Some(c) = self.clients.get_mut(&client) else {
+            return;
+        };
+        // The answer may be for a message the client has since abandoned.
+        let Some(m) = c.msg.as_mut().filter(|m| m.id == id) else {
+            return;
+        };
+        m.mapping = Mapping::Done(result);
+        let Some(request) = m.ended else { return };
+        let m = c.msg.take().expect("checked above");
+        if let Some(resp) = self.finish(cx, client, request, m) {
+            self.answer(client, request, resp);
+        }
+    }
+
+    fn router_ready(&mut self, cx: &mut Cx<'_>) {
+        let Some(r) = self.router.as_mut() else {
+            return;
+        };
+        let answers = match r.link.ready() {
+            Ok(a) => a,
+            Err(e) => {
+                msg_warn!("router link: {e}");
+                self.break_router(cx);
+                return;
+            }
+        };
+        for (req, resp) in answers {
+            let Some((client, id)) = self.router.as_mut().and_then(|r| r.waiting.remove(&req))
+            else {
+                continue;
+            };
+            let Some(m) = self
+                .clients
+                .get(&client)
+                .and_then(|c| c.msg.as_ref())
+                .filter(|m| m.id == id)
+            else {
+                continue;
+            };
+            let result = match resp {
+                router::Response::Rewritten { sender, recipients } => {
+                    rewrite::sender(&m.envelope.sender, sender)
+                        .and_then(|s| Ok((s, rewrite::apply(&m.envelope.recipients, recipients)?)))
+                }
+                other => {
+                    msg_warn!("{id}: router: unexpected answer {other:?}");
+                    Err(rewrite::unavailable())
+                }
+            };
+            self.settle(cx, client, id, result);
+        }
+        if self.router.as_ref().is_some_and(|r| r.link.is_closed()) {
+            msg_warn!("router link: closed");
+            self.break_router(cx);
+        }
+    }
+
+    fn break_router(&mut self, cx: &mut Cx<'_>) {
+        let Some(mut r) = self.router.take() else {
+            return;
+        };
+        r.link.deregister(cx.registry);
+        for (_, (client, id)) in std::mem::take(&mut r.waiting) {
+            self.settle(cx, client, id, Err(rewrite::unavailable()));
         }
     }
 
@@ -414,6 +610,26 @@ impl CleanupServer {
     }
 }
 
+/// Whether recipients go through canonical and virtual alias mapping:
+/// only when there are maps (as Postfix's cleanup, which skips what is not
+/// configured: mail then costs no router round trip), and not when
+/// `receive_override_options` has `no_address_mappings` (the cleanup in
+/// front of an after-queue content filter).
+fn address_mappings(config: &config::Config) -> bool {
+    let maps = [
+        "sender_canonical_maps",
+        "recipient_canonical_maps",
+        "canonical_maps",
+        "virtual_alias_maps",
+    ]
+    .iter()
+    .any(|p| !config.maps(p).is_empty());
+    maps && !config
+        .list("receive_override_options")
+        .iter()
+        .any(|o| o.eq_ignore_ascii_case("no_address_mappings"))
+}
+
 fn remove_data(spool: &Spool, head: &MessageHead) {
     let _ = spool.remove_data(head.id, head.data.storage());
 }
@@ -578,6 +794,7 @@ impl Server for CleanupServer {
         self.origin_domain = config.str("myorigin");
         self.always_add = config.bool("always_add_missing_headers");
         self.size_limit = config.size("message_size_limit");
+        self.address_mappings = address_mappings(config);
         true
     }
 
@@ -603,6 +820,14 @@ impl Server for CleanupServer {
     fn ready(&mut self, cx: &mut Cx<'_>, token: Token, _readable: bool, _writable: bool) {
         if self.qmgr.as_ref().is_some_and(|l| l.token == token) {
             self.qmgr_ready(cx);
+            return;
+        }
+        if self
+            .router
+            .as_ref()
+            .is_some_and(|r| r.link.token() == token)
+        {
+            self.router_ready(cx);
             return;
         }
         match self.serve(cx, token) {

@@ -581,7 +581,14 @@ impl Deliver {
                     return;
                 };
                 a.unresolved = a.unresolved.saturating_sub(1);
-                match resp {
+                let address = a
+                    .head
+                    .envelope
+                    .recipients
+                    .get(rcpt as usize)
+                    .map(|r| r.address.clone())
+                    .unwrap_or_default();
+                match own_route(resp, &address) {
                     router::Response::Resolved { routes, .. } if routes.len() == 1 => {
                         let r = &routes[0];
                         match r.transport.as_str() {
@@ -642,7 +649,10 @@ impl Deliver {
                     }
                     router::Response::Resolved { .. } => {
                         let next = now_ms().0 / 1000 + 300;
-                        self.defer_now(qid, &[rcpt], "4.3.0 the address expands to several recipients; expansion belongs in cleanup (virtual_alias_maps), which does not do it yet", next);
+                        // cleanup expands aliases before mail is queued, so
+                        // only an old queue file, or a table changed since
+                        // the message arrived, gets here.
+                        self.defer_now(qid, &[rcpt], "4.3.0 the address now expands to several recipients: virtual aliases are expanded by cleanup when mail is received, and this message was queued without that expansion (an older queue file, or virtual_alias_maps changed since)", next);
                     }
                     router::Response::Failed {
                         temporary: true,
@@ -1290,6 +1300,28 @@ fn transaction(m: &Active, recipients: &[u32], root: &std::path::Path) -> delive
     }
 }
 
+/// A recipient that cleanup queued after expanding it may resolve to
+/// several routes only when its alias lists itself ("a -> a, b"): cleanup
+/// queued the others already, so the route of the address itself is the
+/// answer.
+fn own_route(resp: router::Response, address: &str) -> router::Response {
+    match resp {
+        router::Response::Resolved { class, routes } if routes.len() > 1 => {
+            match routes
+                .iter()
+                .position(|r| r.address.eq_ignore_ascii_case(address))
+            {
+                Some(i) => router::Response::Resolved {
+                    class,
+                    routes: vec![routes[i].clone()],
+                },
+                None => router::Response::Resolved { class, routes },
+            }
+        }
+        other => other,
+    }
+}
+
 /// Splits "4.4.1 text" into the status code and the text, with a default code.
 fn split_status(reason: &str, default: &str) -> (String, String) {
     let mut it = reason.splitn(2, ' ');
@@ -1306,20 +1338,16 @@ fn split_status(reason: &str, default: &str) -> (String, String) {
 }
 
 fn log_rcpt(m: &Active, i: u32, relay: &str, status: &str, word: &str, text: &str) {
-    let addr = m
-        .head
-        .envelope
-        .recipients
-        .get(i as usize)
-        .map(|r| r.address.as_str())
-        .unwrap_or("");
+    let rcpt = m.head.envelope.recipients.get(i as usize);
+    let addr = rcpt.map(|r| r.address.as_str()).unwrap_or("");
+    let orig = mail::orig_to(addr, rcpt.and_then(|r| r.orcpt.as_deref()));
     let now_us = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
         .unwrap_or(0);
     let delay = now_us.saturating_sub(m.head.envelope.arrival.as_micros()) as f64 / 1e6;
     msg_info!(
-        "{}: to=<{addr}>, relay={relay}, delay={}, delays={}/0/0/0, dsn={status}, status={word} ({text})",
+        "{}: to=<{addr}>{orig}, relay={relay}, delay={}, delays={}/0/0/0, dsn={status}, status={word} ({text})",
         m.id,
         fmt_secs(delay),
         fmt_secs(delay)

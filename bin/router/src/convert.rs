@@ -45,6 +45,22 @@ pub fn resolved(
     }
 }
 
+/// cleanup's mapping of one address, as the protocol carries it.
+pub fn rewrite(r: Result<Option<Vec<String>>, route::ResolveError>) -> proto::Rewrite {
+    match r {
+        Ok(None) => proto::Rewrite::Same,
+        Ok(Some(v)) => proto::Rewrite::Into(v),
+        Err(e) if e.is_temporary() => proto::Rewrite::Failed {
+            temporary: true,
+            text: format!("4.3.0 {e}"),
+        },
+        Err(e) => proto::Rewrite::Failed {
+            temporary: false,
+            text: format!("5.1.3 Bad recipient address syntax: {e}"),
+        },
+    }
+}
+
 /// The answer to a hosts request.
 pub fn hosts(r: Result<dns::HostList, dns::DnsError>) -> proto::Response {
     match r {

@@ -1,6 +1,6 @@
 //! The router's event-loop shell: clients, the DNS transport, reloads.
 //!
-//! Resolve requests are answered as they are read (tables are in memory);
+//! Resolve and rewrite requests are answered as they are read (tables are in memory);
 //! hosts requests start a DNS job and are answered when it ends, in any
 //! order, by request id, so a slow domain never holds up anything else.
 //! A reload builds the new tables first and swaps them in only when they
@@ -23,8 +23,8 @@ use ipc::{IpcError, Protocol, Tagged};
 use mio::{Interest, Token};
 use sys::creds::PeerCred;
 
-use ipc::Endpoint as ClientConn;
 use crate::convert;
+use ipc::Endpoint as ClientConn;
 
 struct Client {
     ep: ClientConn,
@@ -112,6 +112,24 @@ impl RouterServer {
                     .classify(&address, smtputf8)
                     .and_then(|c| Ok((c, self.router.resolve(&address, smtputf8)?)));
                 let r = convert::resolved(r);
+                self.reply(token, req.id, &r);
+            }
+            Request::Rewrite {
+                sender,
+                addresses,
+                smtputf8,
+            } => {
+                let r = Response::Rewritten {
+                    sender: convert::rewrite(
+                        self.router
+                            .rewrite_sender(&sender, smtputf8)
+                            .map(|s| s.map(|s| vec![s])),
+                    ),
+                    recipients: addresses
+                        .iter()
+                        .map(|a| convert::rewrite(self.router.rewrite_recipient(a, smtputf8)))
+                        .collect(),
+                };
                 self.reply(token, req.id, &r);
             }
             Request::Hosts { nexthop } => {

@@ -1068,12 +1068,9 @@ fn log_result(
     d: [f64; 4],
     status: &str,
 ) {
-    let addr = txn
-        .recipients
-        .iter()
-        .find(|x| x.index == r.index)
-        .map(|x| x.address.as_str())
-        .unwrap_or("");
+    let rcpt = txn.recipients.iter().find(|x| x.index == r.index);
+    let addr = rcpt.map(|x| x.address.as_str()).unwrap_or("");
+    let orig = mail::orig_to(addr, rcpt.and_then(|x| x.orcpt.as_deref()));
     let total: f64 = d.iter().sum();
     let cu = if conn_use > 0 {
         format!(", conn_use={conn_use}")
@@ -1081,7 +1078,7 @@ fn log_result(
         String::new()
     };
     msg_info!(
-        "{}: to=<{addr}>, relay={relay}{cu}, delay={}, delays={}/{}/{}/{}, dsn={}, status={status} ({})",
+        "{}: to=<{addr}>{orig}, relay={relay}{cu}, delay={}, delays={}/{}/{}/{}, dsn={}, status={status} ({})",
         txn.queue_id,
         secs(total),
         secs(d[0]),

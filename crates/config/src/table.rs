@@ -234,6 +234,7 @@ static PARAMS: &[ParamSpec] = &[
     p("virtual_alias_domains", L, "$virtual_alias_maps", "Domains whose every address is aliased through virtual_alias_maps."),
     p("virtual_alias_recursion_limit", I, "1000", "Deepest nesting of virtual alias expansion."),
     p("virtual_alias_expansion_limit", I, "1000", "Most addresses one virtual alias expands to."),
+    p("receive_override_options", T::EnumList(&["no_address_mappings"]), "", "Processing that cleanup leaves out: no_address_mappings skips canonical and virtual alias mapping (the cleanup in front of an after-queue content filter)."),
     p("canonical_maps", M, "", "Tables rewriting sender and recipient addresses."),
     p("sender_canonical_maps", M, "", "Tables rewriting sender addresses."),
     p("recipient_canonical_maps", M, "", "Tables rewriting recipient addresses."),

@@ -286,6 +286,12 @@ fn bad_values_are_refused_with_file_line_and_parameter() {
             ValueProblem::Enum(&["ipv4", "ipv6", "all"]),
         ),
         (
+            "myhostname = h.test\nreceive_override_options = no_address_mappings, no_milters",
+            2,
+            "receive_override_options",
+            ValueProblem::Enum(&["no_address_mappings"]),
+        ),
+        (
             "alias_maps = /etc/aliases",
             1,
             "alias_maps",

@@ -8,6 +8,9 @@
 //! a client may send many before reading, and answers come back in any
 //! order, matched by the [`crate::Tagged`] id. Table answers come at once;
 //! DNS answers when the name servers reply, never holding up others.
+//! cleanup asks [`Request::Rewrite`] once per message, with the sender and
+//! every envelope recipient, before the message is queued (Postfix's cleanup does
+//! canonical and virtual alias mapping, not the queue manager).
 
 use std::net::IpAddr;
 
@@ -19,7 +22,7 @@ pub enum Router {}
 
 impl crate::Protocol for Router {
     const NAME: &'static str = "sluice-router";
-    const VERSION: u32 = 1;
+    const VERSION: u32 = 2;
     type Request = Request;
     type Response = Response;
 }
@@ -43,6 +46,17 @@ pub enum Request {
     },
     /// Reload the tables now (as SIGHUP does), answered once done.
     Reload,
+    /// The canonical and virtual alias mapping of a message's envelope
+    /// sender and recipients, all in one request; answered with
+    /// [`Response::Rewritten`].
+    Rewrite {
+        /// The sender as given ("" for the null sender).
+        sender: String,
+        /// The recipients as given, external form.
+        addresses: Vec<String>,
+        /// The message is SMTPUTF8.
+        smtputf8: bool,
+    },
 }
 
 /// The router's answers.
@@ -67,6 +81,30 @@ pub enum Response {
     },
     /// The reload is done.
     Reloaded,
+    /// The answer to [`Request::Rewrite`].
+    Rewritten {
+        /// The sender (`Into` has exactly one address).
+        sender: Rewrite,
+        /// One entry per recipient, in order.
+        recipients: Vec<Rewrite>,
+    },
+}
+
+/// What canonical and virtual alias mapping made of one recipient.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Rewrite {
+    /// No table matched: the recipient stays as given.
+    Same,
+    /// The addresses it becomes (one for a one-to-one rewrite), without
+    /// duplicates, in table order.
+    Into(Vec<String>),
+    /// The mapping failed.
+    Failed {
+        /// A retry later may succeed (a loop, a limit, a broken table).
+        temporary: bool,
+        /// An enhanced status code and text.
+        text: String,
+    },
 }
 
 /// How an address was classed.
@@ -145,6 +183,11 @@ mod tests {
                 nexthop: "[192.0.2.1]:2525".into(),
             },
             Request::Reload,
+            Request::Rewrite {
+                sender: "joe@example.test".into(),
+                addresses: vec!["team@virt.test".into(), "b@example.test".into()],
+                smtputf8: false,
+            },
         ];
         for (i, r) in reqs.into_iter().enumerate() {
             let f = encode(&Tagged {
@@ -190,6 +233,17 @@ mod tests {
                 text: "4.4.3 DNS lookup timed out".into(),
             },
             Response::Reloaded,
+            Response::Rewritten {
+                sender: Rewrite::Into(vec!["joseph@example.test".into()]),
+                recipients: vec![
+                    Rewrite::Same,
+                    Rewrite::Into(vec!["a@x.test".into(), "b@y.test".into()]),
+                    Rewrite::Failed {
+                        temporary: true,
+                        text: "4.3.0 virtual alias loop: a -> b -> a".into(),
+                    },
+                ],
+            },
         ];
         for r in resps {
             let f = encode(&Tagged {

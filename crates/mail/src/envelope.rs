@@ -69,6 +69,32 @@ impl Recipient {
             orcpt: None,
         }
     }
+
+    /// The original recipient ORCPT names (its address, without the
+    /// `type;`), for logging as Postfix's `orig_to=`.
+    pub fn original(&self) -> Option<&str> {
+        let o = self.orcpt.as_deref()?;
+        Some(o.split_once(';').map_or(o, |(_, a)| a))
+    }
+}
+
+/// `, orig_to=<original>` for a delivery log line, as Postfix logs it:
+/// only when the ORCPT names an address other than the recipient's.
+pub fn orig_to(address: &str, orcpt: Option<&str>) -> String {
+    match orcpt.map(|o| o.split_once(';').map_or(o, |(_, a)| a)) {
+        Some(o) if !o.eq_ignore_ascii_case(address) => format!(", orig_to=<{o}>"),
+        _ => String::new(),
+    }
+}
+
+/// The ORCPT to record for a recipient that address mapping rewrote: the
+/// address it had, typed `rfc822`, or `utf-8` (RFC 6533) when not ASCII.
+pub fn orcpt_of(address: &str) -> String {
+    if address.is_ascii() {
+        format!("rfc822;{address}")
+    } else {
+        format!("utf-8;{address}")
+    }
 }
 
 /// The static envelope of one message.
@@ -134,6 +160,16 @@ mod tests {
         let back: Envelope = postcard::from_bytes(&bytes).unwrap();
         assert_eq!(back, env);
         assert_eq!(back.arrival.as_micros(), 1_700_000_000_654_321);
+        assert_eq!(back.recipients[1].original(), Some("x@y"));
+        assert_eq!(back.recipients[0].original(), None);
+        assert_eq!(orcpt_of("team@v.test"), "rfc822;team@v.test");
+        assert_eq!(
+            orig_to("a@r.test", Some("rfc822;team@v.test")),
+            ", orig_to=<team@v.test>"
+        );
+        assert_eq!(orig_to("a@r.test", Some("rfc822;A@R.test")), "");
+        assert_eq!(orig_to("a@r.test", None), "");
+        assert_eq!(orcpt_of("ü@例え.jp"), "utf-8;ü@例え.jp");
     }
 
     #[test]

@@ -16,5 +16,5 @@ pub mod notice;
 mod queue_id;
 
 pub use dsn::{DsnAction, Notify, ParseStatusError, Ret, StatusCode};
-pub use envelope::{BodyType, Envelope, Recipient, Timestamp};
+pub use envelope::{orcpt_of, orig_to, BodyType, Envelope, Recipient, Timestamp};
 pub use queue_id::{ParseQueueIdError, QueueId, QueueIdGen};

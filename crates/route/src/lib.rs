@@ -3,7 +3,8 @@
 //! The sans-IO core of router(8). [`Router::resolve`] takes a recipient as
 //! it arrived and answers (transport, next hop, rewritten address, class,
 //! flags) for each address it becomes, following Postfix's rules and
-//! parameters: `recipient_canonical_maps`/`canonical_maps`,
+//! parameters: `recipient_canonical_maps`/`canonical_maps`
+//! (`sender_canonical_maps` for the sender, in [`Router::rewrite_sender`]),
 //! `virtual_alias_maps` (recursive, loop-checked, limited),
 //! `mydestination` → `local_transport`, `virtual_alias_domains`,
 //! `relay_domains` → `relay_transport`, `relayhost`, `default_transport`,

@@ -148,17 +148,57 @@ impl Router {
     /// Resolves one recipient address to one or more routes (more when
     /// virtual aliases expand it). `smtputf8`: the client may send UTF-8.
     pub fn resolve(&self, text: &str, smtputf8: bool) -> Result<Vec<Route>, ResolveError> {
-        let addr = self.canonicalize(text, smtputf8)?;
-        let addr = self.canonical(addr, smtputf8)?;
+        let (_, finals) = self.mapped(text, smtputf8)?;
+        Ok(finals.iter().map(|a| self.route(a)).collect())
+    }
+
+    /// What cleanup does to an envelope recipient before the message is
+    /// queued (Postfix's cleanup_map11/cleanup_map1n): canonical maps, then
+    /// recursive virtual alias expansion, duplicates dropped. `None` when
+    /// no table changed the address, so the recipient stays as given.
+    pub fn rewrite_recipient(
+        &self,
+        text: &str,
+        smtputf8: bool,
+    ) -> Result<Option<Vec<String>>, ResolveError> {
+        let (given, finals) = self.mapped(text, smtputf8)?;
+        match finals.as_slice() {
+            [one] if *one == given => Ok(None),
+            _ => Ok(Some(finals.iter().map(Addr::to_string).collect())),
+        }
+    }
+
+    /// What cleanup does to the envelope sender (Postfix's cleanup_map11 on
+    /// the sender): `sender_canonical_maps`, then `canonical_maps`, one
+    /// lookup each. `None` for the null sender and when no table changed
+    /// the address.
+    pub fn rewrite_sender(
+        &self,
+        text: &str,
+        smtputf8: bool,
+    ) -> Result<Option<String>, ResolveError> {
+        let Some(mut given) = address::parse(text, smtputf8)? else {
+            return Ok(None);
+        };
+        if given.domain.is_empty() && self.s.append_at_myorigin {
+            given.domain = self.s.myorigin.clone();
+        }
+        let maps = [&self.s.sender_canonical_maps, &self.s.canonical_maps];
+        let out = self.canonical_with(&maps, given.clone(), smtputf8)?;
+        Ok((out != given).then(|| out.to_string()))
+    }
+
+    /// The address after parsing, and the addresses canonical and virtual
+    /// alias mapping make of it, without duplicates, in table order.
+    fn mapped(&self, text: &str, smtputf8: bool) -> Result<(Addr, Vec<Addr>), ResolveError> {
+        let given = self.canonicalize(text, smtputf8)?;
+        let addr = self.canonical(given.clone(), smtputf8)?;
         let mut finals = Vec::new();
         let mut chain = Vec::new();
         self.expand(addr, smtputf8, &mut chain, &mut finals)?;
         let mut seen = BTreeSet::new();
-        Ok(finals
-            .into_iter()
-            .filter(|a| seen.insert(a.internal().to_lowercase()))
-            .map(|a| self.route(&a))
-            .collect())
+        finals.retain(|a| seen.insert(a.internal().to_lowercase()));
+        Ok((given, finals))
     }
 
     /// The class of the address as given (after `%`/`!` rewriting, before
@@ -239,8 +279,19 @@ impl Router {
     }
 
     /// recipient_canonical_maps then canonical_maps: one lookup each.
-    fn canonical(&self, mut a: Addr, smtputf8: bool) -> Result<Addr, ResolveError> {
-        for maps in [&self.s.recipient_canonical_maps, &self.s.canonical_maps] {
+    fn canonical(&self, a: Addr, smtputf8: bool) -> Result<Addr, ResolveError> {
+        let maps = [&self.s.recipient_canonical_maps, &self.s.canonical_maps];
+        self.canonical_with(&maps, a, smtputf8)
+    }
+
+    /// One lookup in each of `list`, in order, each on the previous result.
+    fn canonical_with(
+        &self,
+        list: &[&tables::Tables],
+        mut a: Addr,
+        smtputf8: bool,
+    ) -> Result<Addr, ResolveError> {
+        for maps in list {
             if maps.is_empty() {
                 continue;
             }

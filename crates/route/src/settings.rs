@@ -134,6 +134,8 @@ pub struct Settings {
     pub canonical_maps: Tables,
     /// `recipient_canonical_maps`.
     pub recipient_canonical_maps: Tables,
+    /// `sender_canonical_maps`.
+    pub sender_canonical_maps: Tables,
     /// `virtual_alias_maps`.
     pub virtual_alias_maps: Tables,
     /// `transport_maps`.
@@ -206,6 +208,7 @@ impl Settings {
         let propagate = cfg.list("propagate_unmatched_extensions");
         let canonical_maps = maps("canonical_maps")?;
         let recipient_canonical_maps = maps("recipient_canonical_maps")?;
+        let sender_canonical_maps = maps("sender_canonical_maps")?;
         let virtual_alias_maps = maps("virtual_alias_maps")?;
         let transport_maps = maps("transport_maps")?;
         let local = maps("local_recipient_maps")?;
@@ -231,6 +234,7 @@ impl Settings {
             expansion_limit: cfg.int("virtual_alias_expansion_limit").max(1) as usize,
             canonical_maps,
             recipient_canonical_maps,
+            sender_canonical_maps,
             virtual_alias_maps,
             transport_maps,
             local_recipient_maps,

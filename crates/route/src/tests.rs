@@ -691,3 +691,69 @@ fn bench_in_process() {
         n as f64 / secs
     );
 }
+
+#[test]
+fn cleanup_rewrites_recipients_through_canonical_and_virtual_maps() {
+    let r = site();
+    let rw = |a: &str| r.rewrite_recipient(a, false);
+    let some = |v: &[&str]| Ok(Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>()));
+    // No table matches: the recipient stays as given.
+    assert_eq!(rw("alice@example.com"), Ok(None));
+    assert_eq!(rw("someone@remote.test"), Ok(None));
+    // One to one, canonical then canonical again (one lookup per map).
+    assert_eq!(rw("oldname@example.com"), some(&["final@example.com"]));
+    assert_eq!(rw("joe@old.test"), some(&["joe@new.test"]));
+    // One to many, nested, in table order, duplicates dropped.
+    assert_eq!(
+        rw("team@virt.test"),
+        some(&["alice@example.com", "bob@example.com", "dave@example.com"])
+    );
+    // The address listed in its own expansion is kept, and only once.
+    assert_eq!(
+        rw("list@virt.test"),
+        some(&["list@virt.test", "carol@remote.test"])
+    );
+    assert_eq!(rw("x@catch.test"), some(&["x@elsewhere.test"]));
+    // Loops and broken results are temporary errors; bad syntax is permanent.
+    let e = rw("loop1@virt.test").unwrap_err();
+    assert!(
+        matches!(e, ResolveError::AliasLoop(_)) && e.is_temporary(),
+        "{e}"
+    );
+    let e = rw("bad@virt.test").unwrap_err();
+    assert!(e.is_temporary(), "{e}");
+    let e = rw("a b@example.com").unwrap_err();
+    assert!(!e.is_temporary(), "{e}");
+}
+
+#[test]
+fn cleanup_rewrites_the_sender_through_sender_canonical_then_canonical_maps() {
+    let mut s = Settings::minimal("mail.example.com");
+    s.myorigin = "example.com".into();
+    s.sender_canonical_maps = maps("joe@example.com joseph@example.com\n@old.test @new.test\n");
+    s.canonical_maps = maps("joseph@example.com j.smith@example.com\n");
+    s.recipient_canonical_maps = maps("ann@example.com recipient-only@example.com\n");
+    let r = Router::new(s);
+    let rw = |a: &str| r.rewrite_sender(a, false);
+    assert_eq!(
+        rw("joe@example.com"),
+        Ok(Some("j.smith@example.com".into()))
+    );
+    assert_eq!(rw("joe"), Ok(Some("j.smith@example.com".into())));
+    assert_eq!(rw("kim@old.test"), Ok(Some("kim@new.test".into())));
+    assert_eq!(rw("ann@example.com"), Ok(None));
+    assert_eq!(rw(""), Ok(None));
+    assert_eq!(rw("other@example.net"), Ok(None));
+}
+
+#[test]
+fn rewriting_is_settled_after_one_pass() {
+    // qmgr resolves what cleanup wrote; an address cleanup produced must
+    // not expand again (except one that lists itself, which qmgr keeps).
+    let r = site();
+    for a in ["team@virt.test", "oldname@example.com", "x@catch.test"] {
+        for out in r.rewrite_recipient(a, false).unwrap().unwrap() {
+            assert_eq!(r.rewrite_recipient(&out, false), Ok(None), "{a} -> {out}");
+        }
+    }
+}
