@@ -704,3 +704,58 @@ fn deferral_reasons_survive_a_restart() {
         "{shown}"
     );
 }
+
+#[test]
+fn retries_back_off_by_age_and_expired_mail_bounces() {
+    // Unreachable next hop: the time between attempts grows with the
+    // message's age (Postfix's rule, so a restart does not reset it), and
+    // after maximal_queue_lifetime the sender gets the notice. A kill -9 of
+    // qmgr in the middle changes neither.
+    let good = sink_on(free_port(), &[]);
+    let dead = free_port();
+    let extra = format!(
+        "transport_maps = inline:{{ remote.example = smtp:[127.0.0.1]:{dead} }}\n\
+         minimal_backoff_time = 1s\nmaximal_backoff_time = 4s\nmaximal_queue_lifetime = 14s\n\
+         host_retry_time = 0\nqueue_run_delay = 1s\n"
+    );
+    let (inst, port) = relay_instance(good.port, &extra);
+    let id = send(port, "gone@remote.example");
+    // The delay= of each deferral is the message's age at that attempt.
+    let ages = |inst: &Instance| -> Vec<f64> {
+        inst.log()
+            .lines()
+            .filter(|l| {
+                l.contains(&format!("{id}: to=<gone@remote.example>"))
+                    && l.contains("status=deferred")
+            })
+            .filter_map(|l| l.split("delay=").nth(1)?.split(',').next()?.parse().ok())
+            .collect()
+    };
+    wait_for(20, "three attempts", || {
+        (ages(&inst).len() >= 3).then_some(())
+    });
+    let qmgr = inst.pids("qmgr");
+    sys::process::signal(qmgr[0], 9).unwrap();
+    inst.wait_pid("qmgr", &qmgr);
+    inst.wait_log(40, "status=bounced");
+    inst.wait_log(20, &format!("{id}: sender non-delivery notification: "));
+    let a = ages(&inst);
+    assert!(a.len() >= 4, "{a:?}");
+    let gaps: Vec<f64> = a.windows(2).map(|w| w[1] - w[0]).collect();
+    // 1 s, then the age (about 1, 2, 4 s), capped at 4 s; never shorter
+    // than the minimum, never much longer than the cap.
+    assert!(gaps.iter().all(|g| (0.9..=5.5).contains(g)), "{gaps:?}");
+    assert!(
+        gaps.iter().any(|g| *g >= 1.9),
+        "the wait grows with the age: {gaps:?}"
+    );
+    let bounced = inst
+        .log()
+        .lines()
+        .find(|l| {
+            l.contains(&format!("{id}: to=<gone@remote.example>")) && l.contains("status=bounced")
+        })
+        .map(String::from)
+        .unwrap();
+    assert!(bounced.contains("expired"), "{bounced}");
+}

@@ -567,13 +567,20 @@ impl Scheduler {
         now >= self.msgs[m].arrival + self.cfg.maximal_queue_lifetime
     }
 
-    /// Back-off for a message: minimal_backoff_time doubled per attempt, capped.
-    fn backoff(&self, now: Time, m: MsgId) -> Time {
+    /// Back-off for a message, as Postfix's qmgr: its age, so the time
+    /// between attempts doubles whatever restarts happen (the shell need not
+    /// count attempts), and at least minimal_backoff_time doubled per
+    /// attempt the caller reports; within minimal_backoff_time ..
+    /// maximal_backoff_time.
+    pub(crate) fn backoff(&self, now: Time, m: MsgId) -> Time {
         let min = self.cfg.minimal_backoff_time;
         let k = self.msgs[m].attempts.min(30);
-        let d = min
-            .saturating_mul(1u32 << k)
-            .min(self.cfg.maximal_backoff_time);
+        let by_attempts = min.saturating_mul(1u32 << k);
+        let age = now.since(self.msgs[m].arrival);
+        let d = by_attempts
+            .max(age)
+            .min(self.cfg.maximal_backoff_time)
+            .max(min);
         now + d
     }
 

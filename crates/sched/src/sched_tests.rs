@@ -1186,3 +1186,26 @@ fn a_lost_agent_defers_its_transactions_without_feedback() {
     assert_eq!(s.dead_until(d), None, "not the destination's fault");
     assert_eq!(s.window(d), w0, "no negative feedback");
 }
+
+#[test]
+fn backoff_is_the_messages_age_as_in_postfix() {
+    // The shell reports no attempt count: the age alone doubles the wait.
+    let mut c = cfg();
+    c.minimal_backoff_time = Duration::from_secs(10);
+    c.maximal_backoff_time = Duration::from_secs(300);
+    let mut s = Scheduler::new(c).unwrap();
+    add(&mut s, Time(0), 1, "a@x", 1);
+    actions(&mut s);
+    let m = s.msg_index[&QueueId(1)];
+    assert_eq!(
+        s.backoff(Time(1_000), m),
+        Time(11_000),
+        "young: the minimum"
+    );
+    assert_eq!(
+        s.backoff(Time(40_000), m),
+        Time(80_000),
+        "40 s old: 40 s more"
+    );
+    assert_eq!(s.backoff(Time(1_000_000), m), Time(1_300_000), "capped");
+}
