@@ -275,7 +275,19 @@ impl Scheduler {
             if let Some(c) = idle {
                 return Plan::Conn(c);
             }
-            // 3. A new connection, if the window and a worker allow.
+            // 3. A new connection, if the window and a worker allow. Choice:
+            // a destination whose connections are all still opening (it may
+            // be dead: each attempt can hold a worker for the connect
+            // timeout) gets no second one while other destinations wait for
+            // workers; a first success lifts this.
+            let unproven = !dest.conns.is_empty()
+                && dest
+                    .conns
+                    .iter()
+                    .all(|&c| self.conns[c].state != ConnState::Open);
+            if unproven && (free == 0 || !tr.waiting.is_empty()) {
+                return Plan::Block(Park::Transport);
+            }
             if dest.window_room() {
                 let close_idle = if free > 0 {
                     Some(None)
