@@ -1158,7 +1158,7 @@ impl Deliver {
                                     mail::StatusCode::new(4, 4, 1).expect("valid")
                                 }),
                                 reason: text,
-                                next_attempt: next_attempt.0 / 1000,
+                                next_attempt: next_attempt.0.div_ceil(1000),
                             }
                         }
                         sched::Record::Bounced {
@@ -1181,7 +1181,7 @@ impl Deliver {
                     queue_id,
                     next_attempt,
                 } => {
-                    self.finish(queue_id.0, next_attempt.map(|t| t.0 / 1000));
+                    self.finish(queue_id.0, next_attempt.map(|t| t.0.div_ceil(1000)));
                 }
                 Action::Notice(n) => self.notice(n),
             }
