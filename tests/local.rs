@@ -671,3 +671,22 @@ fn a_deferred_target_is_retried_alone() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn a_recipient_cleanup_rewrote_is_logged_with_orig_to() {
+    // virtual_alias_maps are applied by cleanup; local logs the address the
+    // sender used as Postfix does: to=<user>, orig_to=<alias>.
+    let me = user();
+    let (inst, port, spool, _) = instance(
+        "",
+        &format!("virtual_alias_maps = inline:{{ team@mx.test.example = {me}@mx.test.example }}"),
+    );
+    let id = send(port, "team@mx.test.example", None);
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@mx.test.example>"));
+    assert!(
+        line.contains(", orig_to=<team@mx.test.example>, relay=local")
+            && line.contains("status=sent"),
+        "{line}"
+    );
+    assert!(spool.join(&me).exists());
+}

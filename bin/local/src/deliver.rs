@@ -218,6 +218,8 @@ pub struct Delivery<'a> {
     pub wire: &'a [u8],
     /// When qmgr's request arrived.
     pub started: Instant,
+    /// The recipient's ORCPT, for `orig_to=` when cleanup rewrote it.
+    pub orcpt: Option<&'a str>,
 }
 
 impl Delivery<'_> {
@@ -456,7 +458,10 @@ impl Delivery<'_> {
             Err(f) if f.code < 500 => (f.enhanced, "deferred", f.text.as_str()),
             Err(f) => (f.enhanced, "bounced", f.text.as_str()),
         };
-        let orig = orig.map(|o| format!(", orig_to=<{o}>")).unwrap_or_default();
+        let orig = match orig {
+            Some(o) => format!(", orig_to=<{o}>"),
+            None => mail::orig_to(to, self.orcpt),
+        };
         msg_info!(
             "{}: to=<{to}>{orig}, relay=local, delay={}, delays={}/0/0/{}, dsn={dsn}, status={status} ({text})",
             self.txn.queue_id,
@@ -1072,6 +1077,7 @@ mod tests {
             txn: &txn,
             wire: b"Subject: hi\r\n\r\n..dot\r\n",
             started: Instant::now(),
+            orcpt: None,
         };
         assert_eq!(
             d.recipient("Nobody+x@MX.test.example").unwrap(),
@@ -1147,6 +1153,7 @@ mod tests {
             txn: &txn,
             wire: b"Subject: hi\r\n\r\nFrom here\r\n",
             started: Instant::now(),
+            orcpt: None,
         };
         let e = d
             .recipient("no-such-user-here@mx.test.example")

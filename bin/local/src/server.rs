@@ -120,12 +120,17 @@ impl LocalServer {
             txn,
             wire: &wire,
             started,
+            orcpt: None,
         };
         txn.recipients
             .iter()
             .map(|r| {
                 let mut progress =
                     crate::progress::Progress::load(&self.progress_dir, &txn.queue_id, r.index);
+                let d = Delivery {
+                    orcpt: r.orcpt.as_deref(),
+                    ..d
+                };
                 (r, d.deliver(&r.address, &mut progress))
             })
             .map(|(r, result)| match result {
