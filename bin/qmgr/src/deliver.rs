@@ -336,7 +336,7 @@ impl Deliver {
             match self
                 .router
                 .as_mut()
-                .map(|r| r.send(&router::Request::Resolve { address, smtputf8 }))
+                .map(|r| r.send(&router::Request::ResolveQueued { address, smtputf8 }))
             {
                 Some(Ok(req)) => {
                     self.router_wait

@@ -114,6 +114,14 @@ impl RouterServer {
                 let r = convert::resolved(r);
                 self.reply(token, req.id, &r);
             }
+            Request::ResolveQueued { address, smtputf8 } => {
+                let r = self
+                    .router
+                    .classify(&address, smtputf8)
+                    .and_then(|c| Ok((c, vec![self.router.resolve_queued(&address, smtputf8)?])));
+                let r = convert::resolved(r);
+                self.reply(token, req.id, &r);
+            }
             Request::Rewrite {
                 sender,
                 addresses,

@@ -22,7 +22,7 @@ pub enum Router {}
 
 impl crate::Protocol for Router {
     const NAME: &'static str = "sluice-router";
-    const VERSION: u32 = 2;
+    const VERSION: u32 = 3;
     type Request = Request;
     type Response = Response;
 }
@@ -36,6 +36,16 @@ pub enum Request {
         /// The address, external form, with or without angle brackets.
         address: String,
         /// The client may use UTF-8 (SMTPUTF8); otherwise non-ASCII is an error.
+        smtputf8: bool,
+    },
+    /// Resolve a queued envelope recipient, which cleanup has mapped
+    /// already: no canonical or virtual alias mapping again, as Postfix's
+    /// qmgr asks trivial-rewrite (a chain `a -> b`, `b -> c` in
+    /// canonical_maps must not route `b` by `c`). One route.
+    ResolveQueued {
+        /// The address, external form.
+        address: String,
+        /// The message may use UTF-8 (SMTPUTF8).
         smtputf8: bool,
     },
     /// The ordered hosts and addresses of a next hop (`domain`,

@@ -152,6 +152,13 @@ impl Router {
         Ok(finals.iter().map(|a| self.route(a)).collect())
     }
 
+    /// Resolves a recipient that cleanup has mapped already: trivial-rewrite's
+    /// resolve only (no canonical or virtual alias mapping).
+    pub fn resolve_queued(&self, text: &str, smtputf8: bool) -> Result<Route, ResolveError> {
+        let a = self.canonicalize(text, smtputf8)?;
+        Ok(self.route(&a))
+    }
+
     /// What cleanup does to an envelope recipient before the message is
     /// queued (Postfix's cleanup_map11/cleanup_map1n): canonical maps, then
     /// recursive virtual alias expansion, duplicates dropped. `None` when

@@ -757,3 +757,18 @@ fn rewriting_is_settled_after_one_pass() {
         }
     }
 }
+
+#[test]
+fn a_queued_recipient_is_resolved_without_mapping_again() {
+    // qmgr's view: cleanup made oldname@ into final@ (recipient canonical,
+    // then canonical); resolving the queued address must not map it again.
+    let r = site();
+    let q = r.resolve_queued("newname@example.com", false).unwrap();
+    assert_eq!(q.address, "newname@example.com");
+    let mapped = r.resolve("newname@example.com", false).unwrap();
+    assert_eq!(mapped[0].address, "final@example.com", "Resolve still maps");
+    // An alias of a virtual alias domain that cleanup did not expand is no
+    // such user, as Postfix's trivial-rewrite answers qmgr.
+    let t = r.resolve_queued("team@virt.test", false).unwrap();
+    assert!(t.unknown && t.transport == "error", "{t:?}");
+}
