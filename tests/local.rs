@@ -690,3 +690,75 @@ fn a_recipient_cleanup_rewrote_is_logged_with_orig_to() {
     );
     assert!(spool.join(&me).exists());
 }
+
+#[test]
+fn a_mailbox_locked_by_another_writer_is_waited_for() {
+    // Python's mailbox module holds the mbox (fcntl and dotlock, as mail
+    // readers do) while writing its own message; local must not write in
+    // between, and delivers once the lock is gone.
+    let (inst, port, spool, _) =
+        instance("", "minimal_backoff_time = 1s\nmaximal_backoff_time = 2s\n");
+    let me = user();
+    let mbox = spool.join(&me);
+    let script = r#"
+import mailbox, sys, time, email.message
+box = mailbox.mbox(sys.argv[1])
+box.lock()
+m = email.message.Message()
+m["From"] = "writer@example.com"
+m["Subject"] = "written under lock"
+m.set_payload("held\n")
+box.add(m)
+box.flush()
+print("locked", flush=True)
+time.sleep(3)
+box.unlock()
+box.close()
+"#;
+    // The writer is the mailbox's owner, as a mail reader would be.
+    let mut cmd = Command::new("python3");
+    if sys::is_root() {
+        use std::os::unix::process::CommandExt;
+        let u = sys::privilege::lookup_user(&me).unwrap().unwrap();
+        cmd.uid(u.uid).gid(u.gid);
+    }
+    let mut writer = cmd
+        .args(["-c", script, mbox.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(writer.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    let rcpt = format!("{me}@mx.test.example");
+    let id = send(port, &rcpt, None);
+    let sent = inst.wait_log(30, &format!("{id}: to=<{rcpt}>, relay=local, "));
+    let sent = if sent.contains("status=sent") {
+        sent
+    } else {
+        wait_for(30, "delivery after the lock", || {
+            inst.log()
+                .lines()
+                .find(|l| l.contains(&format!("{id}: to=<{rcpt}>")) && l.contains("status=sent"))
+                .map(String::from)
+        })
+    };
+    assert!(writer.wait().unwrap().success());
+    assert!(sent.contains("delivered to mailbox"), "{sent}");
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import mailbox,sys\nb=mailbox.mbox(sys.argv[1])\nprint('|'.join(str(m['Subject']) for m in b))",
+        )
+        .arg(&mbox)
+        .output()
+        .unwrap();
+    let subjects = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let parts: Vec<&str> = subjects.split('|').collect();
+    assert_eq!(parts.len(), 2, "{subjects}");
+    assert_eq!(parts[0], "written under lock", "{subjects}");
+}
