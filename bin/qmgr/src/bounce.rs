@@ -20,7 +20,7 @@ use mail::Envelope;
 
 /// The notice itself is built by [`mail::notice`] (`report_of`), which local(8) shares
 /// for the notices it sends to `owner-` aliases.
-pub use mail::notice::{Context, Failed};
+pub use mail::notice::{Context, Failed, Kind};
 
 /// Who gets a notice about a failed message, and from which sender.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,14 +53,19 @@ pub fn who(sender: &str, postmaster: &str, myorigin: &str) -> Notify {
     }
 }
 
-/// The recipients that asked (or did not refuse) to hear of failures.
-pub fn wanted<'a>(env: &Envelope, failed: &'a [Failed]) -> Vec<&'a Failed> {
-    failed
+/// The recipients that asked (or did not refuse) to hear of this kind of
+/// notice. A failure is reported for an index the envelope lacks, rather
+/// than lost; the other kinds only when asked for.
+pub fn wanted<'a>(env: &Envelope, items: &'a [Failed], kind: Kind) -> Vec<&'a Failed> {
+    items
         .iter()
-        .filter(|f| {
-            env.recipients
-                .get(f.index as usize)
-                .is_none_or(|r| r.notify.wants_failure())
+        .filter(|f| match env.recipients.get(f.index as usize) {
+            None => kind == Kind::Failure,
+            Some(r) => match kind {
+                Kind::Failure => r.notify.wants_failure(),
+                Kind::Delay => r.notify.wants_delay(),
+                Kind::Success { .. } => r.notify.wants_success(),
+            },
         })
         .collect()
 }
@@ -119,7 +124,10 @@ mod tests {
                 reason: "no such user".into(),
             })
             .collect();
-        let w = wanted(&env(), &failed);
-        assert_eq!(w.iter().map(|f| f.index).collect::<Vec<_>>(), [0]);
+        let who = |k| -> Vec<u32> { wanted(&env(), &failed, k).iter().map(|f| f.index).collect() };
+        assert_eq!(who(Kind::Failure), [0]);
+        // NOTIFY left to us means failures and delays, never successes.
+        assert_eq!(who(Kind::Delay), [0]);
+        assert!(who(Kind::Success { relayed: true }).is_empty());
     }
 }

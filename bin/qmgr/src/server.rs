@@ -8,6 +8,7 @@ use daemon::{msg_info, msg_warn, Conn, Context, Cx, Server};
 use ipc::qmgr::{self, Qmgr};
 use ipc::queuectl::{self, QueueCtl, QueuedMessage, QueuedRecipient};
 use ipc::{Endpoint, Hello, HelloReply, Protocol, Tagged};
+use mail::notice::Kind as NoticeKind;
 use mail::QueueId;
 use mio::Token;
 use queue::{Journal, Lsn, Record, Replay, Spool, SpoolConfig, Storage, Syncer};
@@ -42,8 +43,6 @@ struct Notice {
     /// (`Notified`); a delay warning is journaled as `Warned`.
     kind: NoticeKind,
 }
-
-use mail::notice::Kind as NoticeKind;
 
 /// How notices are named in the log, as Postfix names them.
 fn notice_word(kind: NoticeKind) -> &'static str {
@@ -1039,21 +1038,7 @@ sender: <{}>
     ) -> Option<Vec<ipc::cleanup::Request>> {
         use crate::bounce;
         let env = &head.envelope;
-        let wanted: Vec<&bounce::Failed> = match kind {
-            NoticeKind::Failure => bounce::wanted(env, &failed),
-            NoticeKind::Delay | NoticeKind::Success { .. } => failed
-                .iter()
-                .filter(|f| {
-                    env.recipients.get(f.index as usize).is_some_and(|r| {
-                        if kind == NoticeKind::Delay {
-                            r.notify.wants_delay()
-                        } else {
-                            r.notify.wants_success()
-                        }
-                    })
-                })
-                .collect(),
-        };
+        let wanted = bounce::wanted(env, &failed, kind);
         if wanted.is_empty() {
             return None;
         }
