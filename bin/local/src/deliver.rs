@@ -11,7 +11,8 @@
 //! first `forward_path` file there is, read as the user; skipped with a
 //! warning unless it is a regular file owned by the user or root and not
 //! world-writable, as Postfix) replaces the mailbox with what it lists.
-//! Root's own mailbox is written as root, as Postfix does.
+//! Root's own mailbox is written as root only with `allow_mail_to_root`
+//! (Postfix always does); otherwise mail for root bounces with 5.7.1.
 //! Commands run as a child with the target uid/gid (std's `Command::uid`)
 //! and files are written with them; those are never root's: a command or
 //! file whose rights would be root's (root's `.forward` or

@@ -339,7 +339,6 @@ static PARAMS: &[ParamSpec] = &[
     p("strict_mailbox_ownership", B, "yes", "Defer delivery to an mbox not owned by its recipient."),
     p("owner_request_special", B, "yes", "Send the errors of alias name to alias owner-name when it exists; never split owner-name or name-request at a - delimiter."),
     p("expand_owner_alias", B, "no", "Use the value of alias owner-name (when one address) as the sender of name's deliveries, not owner-name@$myorigin."),
-    p("allow_root_delivery", B, "no", "Deliver to root's mailbox as root (Postfix refuses: alias root instead)."),
 ];
 
 /// All parameters in table order.
