@@ -45,6 +45,21 @@ pub enum Target {
     File(String, Origin, u32),
 }
 
+impl Target {
+    /// The target as a line of local's delivered-targets record: what it
+    /// names, in a fixed form (not where it was found, nor whose rights),
+    /// so that a record survives changes to this type.
+    pub fn key(&self) -> String {
+        let (kind, what) = match self {
+            Target::User(u) => ("user", u),
+            Target::Remote(r) => ("remote", r),
+            Target::Command(c, ..) => ("command", c),
+            Target::File(f, ..) => ("file", f),
+        };
+        format!("{kind}:{}", what.replace(['\r', '\n'], " "))
+    }
+}
+
 /// Reads a `:include:` file: its text and its owner's uid.
 pub type Include<'a> = &'a dyn Fn(&str) -> Result<(String, u32), Failure>;
 

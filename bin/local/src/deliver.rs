@@ -42,7 +42,7 @@ use crate::alias::{self, Origin, Target};
 use crate::content;
 use crate::mailbox::{self, Failure};
 use crate::pipe;
-use crate::progress::{self, Progress};
+use crate::progress::Progress;
 
 /// Settings from main.cf.
 pub struct Settings {
@@ -290,7 +290,7 @@ impl Delivery<'_> {
         let mut results = Vec::new();
         let mut delivered = Vec::new();
         for t in &targets {
-            let key = progress::key(t);
+            let key = t.key();
             if progress.contains(&key) {
                 continue;
             }
@@ -348,7 +348,7 @@ impl Delivery<'_> {
         }
         let mut results = Vec::new();
         let mut delivered = Vec::new();
-        let batch = progress::key(&forward);
+        let batch = format!("forward:{}", forward.join(", ").replace(['\r', '\n'], " "));
         if !forward.is_empty() && !progress.contains(&batch) {
             let r = crate::resubmit::resubmit(
                 &self.settings.cleanup,
@@ -368,7 +368,7 @@ impl Delivery<'_> {
             results.push(r);
         }
         for t in here {
-            let key = progress::key(t);
+            let key = t.key();
             if progress.contains(&key) {
                 continue;
             }

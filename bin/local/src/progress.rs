@@ -112,11 +112,6 @@ impl Progress {
     }
 }
 
-/// A target as a line of the record (no line breaks, whatever it names).
-pub fn key(target: &impl std::fmt::Debug) -> String {
-    format!("{target:?}").replace(['\r', '\n'], " ")
-}
-
 /// Removes records older than `max_age` (their messages have left).
 pub fn sweep(dir: &Path, max_age: Duration) {
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -163,6 +158,7 @@ mod tests {
         bad.finish(true, &["a".into()]);
         assert!(!dir.path().join("x.0").exists());
         sweep(&rec, Duration::from_secs(3600));
-        assert_eq!(key(&Some("x\ny")), "Some(\"x\\ny\")");
+        let t = crate::alias::Target::Command("a\nb".into(), crate::alias::Origin::Forward, 7);
+        assert_eq!(t.key(), "command:a b");
     }
 }
