@@ -581,14 +581,7 @@ impl Deliver {
                     return;
                 };
                 a.unresolved = a.unresolved.saturating_sub(1);
-                let address = a
-                    .head
-                    .envelope
-                    .recipients
-                    .get(rcpt as usize)
-                    .map(|r| r.address.clone())
-                    .unwrap_or_default();
-                match own_route(resp, &address) {
+                match resp {
                     router::Response::Resolved { routes, .. } if routes.len() == 1 => {
                         let r = &routes[0];
                         match r.transport.as_str() {
@@ -648,11 +641,10 @@ impl Deliver {
                         }
                     }
                     router::Response::Resolved { .. } => {
+                        // ResolveQueued maps nothing, so one route: a router
+                        // answering otherwise is broken; try again later.
                         let next = now_ms().0 / 1000 + 300;
-                        // cleanup expands aliases before mail is queued, so
-                        // only an old queue file, or a table changed since
-                        // the message arrived, gets here.
-                        self.defer_now(qid, &[rcpt], "4.3.0 the address now expands to several recipients: virtual aliases are expanded by cleanup when mail is received, and this message was queued without that expansion (an older queue file, or virtual_alias_maps changed since)", next);
+                        self.defer_now(qid, &[rcpt], "4.3.0 the address resolver answered several routes for a queued recipient", next);
                     }
                     router::Response::Failed {
                         temporary: true,
@@ -999,11 +991,11 @@ impl Deliver {
                                 .insert((tname, id), AgentWait::Open { conn });
                         }
                         other => {
+                            // The agent's failure, not the destination's.
                             let _ = self.sched.handle(
                                 now_ms(),
-                                Event::ConnectionFailed {
+                                Event::ConnectionLost {
                                     conn,
-                                    failure: ConnFailure::Unreachable,
                                     reason: format!("4.3.0 delivery agent {tname} is unavailable"),
                                 },
                             );
@@ -1048,24 +1040,11 @@ impl Deliver {
                             );
                         }
                         other => {
-                            let results = recipients
-                                .into_iter()
-                                .map(|i| {
-                                    (
-                                        i,
-                                        RcptStatus::Deferred(
-                                            "4.3.0 delivery agent unavailable".into(),
-                                        ),
-                                    )
-                                })
-                                .collect();
                             let _ = self.sched.handle(
                                 now_ms(),
-                                Event::DeliveryDone {
+                                Event::ConnectionLost {
                                     conn,
-                                    entry,
-                                    results,
-                                    conn_failed: true,
+                                    reason: format!("4.3.0 delivery agent {tname} is unavailable"),
                                 },
                             );
                             if matches!(other, Some(Err(_))) {
@@ -1297,28 +1276,6 @@ fn transaction(m: &Active, recipients: &[u32], root: &std::path::Path) -> delive
             })
             .collect(),
         data,
-    }
-}
-
-/// A recipient that cleanup queued after expanding it may resolve to
-/// several routes only when its alias lists itself ("a -> a, b"): cleanup
-/// queued the others already, so the route of the address itself is the
-/// answer.
-fn own_route(resp: router::Response, address: &str) -> router::Response {
-    match resp {
-        router::Response::Resolved { class, routes } if routes.len() > 1 => {
-            match routes
-                .iter()
-                .position(|r| r.address.eq_ignore_ascii_case(address))
-            {
-                Some(i) => router::Response::Resolved {
-                    class,
-                    routes: vec![routes[i].clone()],
-                },
-                None => router::Response::Resolved { class, routes },
-            }
-        }
-        other => other,
     }
 }
 

@@ -379,6 +379,10 @@ impl QmgrServer {
     /// The last deferral reason of each deferred recipient: this qmgr's own,
     /// else the message's latest `Deferred` record (after a restart).
     fn reasons_of(&self, id: &QueueId) -> BTreeMap<u32, String> {
+        // What this qmgr appended includes the latest Deferred record.
+        if let Some(mine) = self.reasons.get(id) {
+            return mine.clone();
+        }
         let mut out = BTreeMap::new();
         if let Some(lsn) = self.state.messages.get(id).and_then(|m| m.last_deferred) {
             if let Ok(Record::Deferred {
@@ -395,9 +399,6 @@ impl QmgrServer {
                     }
                 }
             }
-        }
-        if let Some(mine) = self.reasons.get(id) {
-            out.extend(mine.iter().map(|(i, r)| (*i, r.clone())));
         }
         out
     }
@@ -1291,31 +1292,9 @@ sender: <{}>
             // A retried message is restated at the head of the journal, so
             // the segments holding its older records can go.
             if next > 0 {
-                let owed = self.state.unnotified.get(&id).cloned();
-                if let Some(r) = self.state.rewritten(id, &rec, 0) {
-                    self.append(r);
-                    // Notices still owed are restated after it too, or they
-                    // would go with the segments it lets go.
-                    for b in owed.unwrap_or_default() {
-                        self.write(match b.success {
-                            None => Record::Bounced {
-                                id,
-                                rcpts: vec![b.index],
-                                status: b.status,
-                                reason: b.reason,
-                            },
-                            Some(relayed) => Record::Succeeded {
-                                id,
-                                rcpts: vec![b.index],
-                                relayed,
-                                reason: b.reason,
-                            },
-                        });
-                    }
-                    // Its Warned record may be in a segment that goes now.
-                    if self.state.messages.get(&id).is_some_and(|m| m.warned) {
-                        self.append(Record::Warned { id });
-                    }
+                // Restatements are not new results: written, not counted.
+                for r in self.state.restatement(id, &rec, 0).unwrap_or_default() {
+                    self.write(r);
                 }
             }
             let head = match rec {

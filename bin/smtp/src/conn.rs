@@ -406,11 +406,9 @@ impl SmtpConn {
             return false;
         };
         let chain = stream.peer_certificates();
+        let patterns = self.cert_patterns();
         let trust = match &self.settings.roots {
-            Some(roots) => {
-                let patterns = self.cert_patterns();
-                tls::check_peer(&chain, roots, &patterns, UnixTime::now())
-            }
+            Some(roots) => tls::check_peer(&chain, roots, &patterns, UnixTime::now()),
             None if chain.is_empty() => tls::PeerTrust::Anonymous,
             None => tls::PeerTrust::Untrusted("no trust anchors".into()),
         };
@@ -437,7 +435,7 @@ impl SmtpConn {
                 format!("Server certificate not trusted ({e})")
             }
             tls::PeerTrust::Trusted(names) => {
-                let wanted = self.cert_patterns().join(", ");
+                let wanted = patterns.join(", ");
                 msg_info!(
                     "server certificate verification failed for {}: certificate names [{}] do not match {wanted}",
                     self.relay,

@@ -206,6 +206,8 @@ pub struct AgentServer {
     by_id: BTreeMap<(Token, u64), Token>,
     service: String,
     chrooted: bool,
+    /// `smtp_tls_CAfile` as read at start (reloads cannot read it again).
+    ca_file: String,
 }
 
 impl AgentServer {
@@ -224,6 +226,10 @@ impl AgentServer {
             by_id: BTreeMap::new(),
             service: ctx.args.service.clone(),
             chrooted,
+            ca_file: ctx
+                .config
+                .transport(&ctx.args.service)
+                .str("smtp_tls_CAfile"),
         })
     }
 
@@ -382,6 +388,12 @@ impl Server for AgentServer {
         // or verification where there was none, needs a restart.
         let roots = self.settings.roots.clone();
         let want_roots = tls_level(config, &self.service).authenticates();
+        let ca_file = config.transport(&self.service).str("smtp_tls_CAfile");
+        if ca_file != self.ca_file {
+            msg_warn!(
+                "reload: smtp_tls_CAfile changed: the trust anchors read at start stay until smtp restarts (sluice stop; sluice start)"
+            );
+        }
         match Settings::from(config, self.chrooted, &self.service, roots.clone()) {
             Ok(_) if want_roots && roots.is_none() => msg_warn!(
                 "reload: certificate verification needs trust anchors read at start; restart smtp (sluice stop; sluice start)"

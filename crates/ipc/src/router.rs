@@ -1,6 +1,7 @@
 //! The router protocol: where does a recipient go, which hosts serve it.
 //!
-//! qmgr asks [`Request::Resolve`] for each recipient of a new message and
+//! qmgr asks [`Request::ResolveQueued`] for each recipient of a message
+//! (cleanup has mapped them with [`Request::Rewrite`]) and
 //! [`Request::Hosts`] when it needs the servers of a next hop; smtpd asks
 //! `Resolve` for each RCPT TO (the `unknown` flag drives
 //! `reject_unlisted_recipient`; the class of the address as given, in

@@ -19,7 +19,7 @@ use crate::journal::{list_segments, segment_header, segment_path, Journal, SEG_H
 use crate::record::{decode_frame, FrameError, Lsn, Record, Storage, FRAME_HEADER};
 use crate::stats;
 use mail::{QueueId, StatusCode, Timestamp};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufReader, Read};
 use std::path::Path;
@@ -286,9 +286,10 @@ impl Replay {
     fn set_head(&mut self, id: QueueId, mut m: LiveMessage) {
         // qmgr writes `Warned` again after a `Rewritten`, for when the
         // older records are gone; within one journal the flag carries over.
+        // The last Deferred record does not: it may be in a segment that
+        // goes now, and the retry that restated the message writes a new one.
         if let Some(o) = self.messages.get(&id) {
             m.warned |= o.warned;
-            m.last_deferred = m.last_deferred.or(o.last_deferred);
         }
         self.removed.remove(&id);
         self.done.remove(&id);
@@ -316,6 +317,46 @@ impl Replay {
             next_attempt,
             held: m.held,
         })
+    }
+
+    /// Everything that restates `id` at the journal head, so that the
+    /// segments holding its older records can go: the `Rewritten` record,
+    /// then the notices it still owes (one record per kind, status and
+    /// reason), then `Warned` if it was warned. `None` if not live.
+    pub fn restatement(
+        &self,
+        id: QueueId,
+        head: &Record,
+        next_attempt: u64,
+    ) -> Option<Vec<Record>> {
+        let mut out = vec![self.rewritten(id, head, next_attempt)?];
+        let mut owed: BTreeMap<(Option<bool>, StatusCode, &str), Vec<u32>> = BTreeMap::new();
+        for b in self.unnotified.get(&id).into_iter().flatten() {
+            owed.entry((b.success, b.status, b.reason.as_str()))
+                .or_default()
+                .push(b.index);
+        }
+        for ((success, status, reason), rcpts) in owed {
+            let reason = reason.to_string();
+            out.push(match success {
+                None => Record::Bounced {
+                    id,
+                    rcpts,
+                    status,
+                    reason,
+                },
+                Some(relayed) => Record::Succeeded {
+                    id,
+                    rcpts,
+                    relayed,
+                    reason,
+                },
+            });
+        }
+        if self.messages.get(&id).is_some_and(|m| m.warned) {
+            out.push(Record::Warned { id });
+        }
+        Some(out)
     }
 
     /// The mailq view of the live queue, oldest first (reads each head record back).

@@ -533,3 +533,47 @@ fn bounces_without_a_queued_notice_survive_a_crash() {
     assert_eq!(owed[0].reason, "550 5.1.1 no such user");
     assert_eq!(owed[0].status.to_string(), "5.1.1");
 }
+
+#[test]
+fn a_restatement_carries_owed_notices_and_the_warning() {
+    // Retrying a message restates it at the journal head; what it still
+    // owes must come along, grouped, or it goes with the old segments.
+    let mut g = QueueIdGen::new(9);
+    let id = g.next(1);
+    let mut st = queue::Replay::default();
+    let mut env3 = env(10);
+    env3.recipients.push(Recipient::new("c@example.net"));
+    let head = Record::Arrived(MessageHead {
+        id,
+        envelope: env3,
+        data: DataRef::Inline(b"x\r\n".to_vec()),
+    });
+    st.apply(queue::Lsn::new(1, 0), &head);
+    let s5: mail::StatusCode = "5.1.1".parse().unwrap();
+    for (n, i) in [0u32, 1].into_iter().enumerate() {
+        st.apply(
+            queue::Lsn::new(1, 100 + n as u32),
+            &Record::Bounced {
+                id,
+                rcpts: vec![i],
+                status: s5,
+                reason: "no such user".into(),
+            },
+        );
+    }
+    st.apply(queue::Lsn::new(1, 200), &Record::Warned { id });
+    let recs = st.restatement(id, &head, 0).unwrap();
+    assert!(matches!(&recs[0], Record::Rewritten { remaining, .. } if remaining == &vec![2]));
+    assert!(
+        matches!(&recs[1], Record::Bounced { rcpts, .. } if rcpts == &vec![0, 1]),
+        "one record for both: {recs:?}"
+    );
+    assert!(matches!(&recs[2], Record::Warned { .. }));
+    assert_eq!(recs.len(), 3);
+    // Applied, it leaves the same debt.
+    for (n, r) in recs.iter().enumerate() {
+        st.apply(queue::Lsn::new(2, n as u32), r);
+    }
+    assert_eq!(st.unnotified[&id].len(), 2);
+    assert!(st.messages[&id].warned);
+}

@@ -748,8 +748,9 @@ fn cleanup_rewrites_the_sender_through_sender_canonical_then_canonical_maps() {
 
 #[test]
 fn rewriting_is_settled_after_one_pass() {
-    // qmgr resolves what cleanup wrote; an address cleanup produced must
-    // not expand again (except one that lists itself, which qmgr keeps).
+    // An address cleanup produced must not expand again, should it come
+    // through cleanup once more (forwarding, a content filter's reinjection),
+    // except one that lists itself.
     let r = site();
     for a in ["team@virt.test", "oldname@example.com", "x@catch.test"] {
         for out in r.rewrite_recipient(a, false).unwrap().unwrap() {

@@ -91,10 +91,9 @@ impl Scheduler {
                 if dest.park != Park::No {
                     continue;
                 }
-                let moved = self.stats.reclassed_entries;
-                self.settle_head(d, class);
+                let moved = self.settle_head(d, class);
                 if self.dests[d].queues[c].is_empty() {
-                    if self.stats.reclassed_entries != moved {
+                    if moved {
                         // Its entries went to other classes: the class
                         // order changed, so the next decision starts over.
                         return true;

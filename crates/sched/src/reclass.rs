@@ -85,17 +85,21 @@ impl Scheduler {
 
     /// Moves the entries at the head of `d`'s `class` queue whose key changed
     /// class to the tail of their class queue; the head is then current.
-    pub(crate) fn settle_head(&mut self, d: DestId, class: Class) {
+    /// Whether any moved.
+    pub(crate) fn settle_head(&mut self, d: DestId, class: Class) -> bool {
+        let mut moved = false;
         while let Some(e) = self.dests[d].queues[class.idx()].front() {
             let want = self.current_class(e);
             if want == class {
                 break;
             }
+            moved = true;
             self.dests[d].queue(class).pop_front();
             self.entries[e].class = want;
             self.dests[d].queue(want).push_back(e);
             self.ensure_ring(d, want);
             self.stats.reclassed_entries += 1;
         }
+        moved
     }
 }

@@ -874,14 +874,11 @@ impl Scheduler {
         failure: ConnFailure,
         reason: &str,
     ) -> Result<(), SchedError> {
-        let conn = self
-            .conns
-            .get_mut(c)
-            .ok_or(SchedError::UnknownConnection(c))?;
+        let conn = self.conns.get(c).ok_or(SchedError::UnknownConnection(c))?;
+        let (d, h, t) = (conn.dest, conn.host, conn.transport.0 as usize);
         // The delivery that opened the connection failed (Postfix defers it);
         // the others that were queued on the connection are rescheduled.
-        let first = conn.in_flight.take().or_else(|| conn.backlog.pop_front());
-        let (d, h, t) = (conn.dest, conn.host, conn.transport.0 as usize);
+        let first = self.take_first(c);
         if failure == ConnFailure::Unreachable {
             let retry = self.transports[t].cfg.host_retry_time;
             if let Some(until) = self.hosts.failed(h, now, retry) {
@@ -901,11 +898,11 @@ impl Scheduler {
                 .levels()
                 .flatten()
                 .any(|&o| o != h && !matches!(self.hosts.classify(o, now), HostClass::Skip));
-        if let Some(e) = first {
-            self.requeue(e);
-            if !other {
-                self.dests[d].queue(self.entries[e].class).pop_front();
-            }
+        if let (Some(e), true) = (first, other) {
+            // Another host may still take it: back at the head of its queue.
+            let class = self.entries[e].class;
+            self.dests[d].queue(class).push_front(e);
+            self.ensure_ring(d, class);
         }
         self.drop_conn(now, c);
         if let Some(e) = first {
@@ -918,23 +915,33 @@ impl Scheduler {
     }
 
     fn connection_lost(&mut self, now: Time, c: ConnId, reason: &str) -> Result<(), SchedError> {
-        let conn = self
-            .conns
-            .get_mut(c)
-            .ok_or(SchedError::UnknownConnection(c))?;
-        // What was running may or may not have been delivered: deferred
-        // (at least once); what waited goes back to its queue.
-        let first = conn.in_flight.take();
-        let d = conn.dest;
-        if let Some(e) = first {
-            self.requeue(e);
-            self.dests[d].queue(self.entries[e].class).pop_front();
+        if !self.conns.contains(c) {
+            return Err(SchedError::UnknownConnection(c));
         }
+        // What was running may or may not have been delivered: deferred (at
+        // least once), as is the first entry of a connection still opening,
+        // so that an agent failing every time cannot loop; what waited
+        // behind it goes back to its queue.
+        let first = self.take_first(c);
         self.drop_conn(now, c);
         if let Some(e) = first {
             self.defer_entry(now, e, reason, None, true);
         }
         Ok(())
+    }
+
+    /// Takes a failing connection's first entry (its transaction, or the one
+    /// it was opened for) off it, out of every queue and in-flight count.
+    fn take_first(&mut self, c: ConnId) -> Option<EntryId> {
+        let conn = &mut self.conns[c];
+        let e = conn.in_flight.take().or_else(|| conn.backlog.pop_front())?;
+        // requeue() settles the worker and in-flight counts; the entry then
+        // leaves the queue head it was put at.
+        self.requeue(e);
+        self.dests[self.entries[e].dest]
+            .queue(self.entries[e].class)
+            .pop_front();
+        Some(e)
     }
 
     fn delivery_done(

@@ -1156,33 +1156,46 @@ fn a_lost_agent_defers_its_transactions_without_feedback() {
     c.transports[0].destination_recipient_limit = 1;
     let mut s = Scheduler::new(c).unwrap();
     let a = add_read(&mut s, Time(0), 1, "a@x", "d.example", 10);
-    let conns = opens(&a);
-    assert!(!conns.is_empty());
+    assert!(!opens(&a).is_empty());
     let d = s.dest_id(TransportId(0), "d.example").unwrap();
     let w0 = s.window(d);
-    // Every connection's agent goes away, several times over: a failed
-    // cohort's worth and more, which as connection failures would kill it.
+    let deferred = |acts: &[Action]| {
+        acts.iter()
+            .filter(|a| matches!(a, Action::Journal(Record::Deferred { reason, .. }) if reason.contains("agent")))
+            .count()
+    };
+    // Rounds of every connection's agent going away, half of them before
+    // the connection opened: each loss defers one entry (never a loop that
+    // reopens at once), and none counts against the destination, although
+    // that many connection failures would kill it.
     let mut lost = 0;
+    let mut journaled = 0;
     for round in 0..4u64 {
         let now = Time(1 + round);
         let open: Vec<ConnId> = s.conns.iter().map(|(c, _)| c).collect();
-        for c in open {
-            s.handle(now, Event::ConnectionOpened { conn: c }).unwrap();
-            actions(&mut s);
-            s.handle(
-                now,
-                Event::ConnectionLost {
-                    conn: c,
-                    reason: "4.3.0 delivery agent smtp died".into(),
-                },
-            )
-            .unwrap();
+        for (i, c) in open.into_iter().enumerate() {
+            if i % 2 == 0 {
+                s.handle(now, Event::ConnectionOpened { conn: c }).unwrap();
+                journaled += deferred(&actions(&mut s));
+            }
+            let reason = "4.3.0 delivery agent smtp died".to_string();
+            s.handle(now, Event::ConnectionLost { conn: c, reason })
+                .unwrap();
             lost += 1;
+            journaled += deferred(&actions(&mut s));
         }
-        actions(&mut s);
         s.check_invariants().unwrap();
     }
-    assert!(lost >= 4);
+    assert!(lost >= 4, "{lost} connections lost");
+    assert!(
+        journaled >= 1,
+        "deferred with the reason: {journaled} of {lost}"
+    );
+    assert_eq!(
+        s.stats().deferred_entries,
+        lost,
+        "one entry deferred per loss"
+    );
     assert_eq!(s.dead_until(d), None, "not the destination's fault");
     assert_eq!(s.window(d), w0, "no negative feedback");
 }

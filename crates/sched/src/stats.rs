@@ -7,7 +7,7 @@
 //! operator asks, and changes nothing. Panics: never.
 
 use crate::entry::Class;
-use crate::ids::{ConnId, DestId};
+use crate::ids::DestId;
 use crate::sched::Scheduler;
 use crate::time::Time;
 
@@ -100,11 +100,6 @@ impl Scheduler {
     pub fn destination(&self, transport: &str, nexthop: &str) -> Option<DestStats> {
         let t = self.transport_id(transport)?;
         self.dest_stats(self.dest_id(t, nexthop)?)
-    }
-
-    /// The destination a connection goes to, while it exists.
-    pub fn connection_destination(&self, c: ConnId) -> Option<DestId> {
-        self.conns.get(c).map(|x| x.dest)
     }
 
     /// The active queue per transport and class, in configuration order.
