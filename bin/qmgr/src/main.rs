@@ -13,7 +13,6 @@
 //! stays queued (`(queue active)` in the log) until the scheduler lands.
 #![forbid(unsafe_code)]
 
-mod admission;
 mod bounce;
 mod deliver;
 mod metrics;

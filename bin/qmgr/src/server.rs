@@ -13,8 +13,8 @@ use mail::QueueId;
 use mio::Token;
 use queue::{Journal, Lsn, Record, Replay, Spool, SpoolConfig, Storage, Syncer};
 
-use crate::admission::Admission;
 use crate::deliver::{Deliver, Effect};
+use sched::admission::Admission;
 use sys::creds::PeerCred;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -88,7 +88,7 @@ pub struct QmgrServer {
     delivering: bool,
     /// Messages to hand to delivery as soon as the loop can, and as
     /// `qmgr_message_active_limit` allows.
-    to_activate: Admission,
+    to_activate: Admission<u32, QueueId>,
     /// `qmgr_message_active_limit`.
     active_limit: usize,
     /// Messages a flush activated (defer_transports do not hold them).

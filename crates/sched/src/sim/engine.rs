@@ -17,6 +17,7 @@
 //! determinism check). Everything random comes from one seeded generator.
 //! Panics: never on scheduler output; scheduler errors are recorded.
 
+use crate::admission::Admission;
 use crate::event::{
     Action, ConnFailure, Event, NewMessage, Notice, QueueId, RcptStatus, RecipientGroup, Record,
 };
@@ -228,40 +229,6 @@ struct ConnState {
     incarnation: u64,
 }
 
-/// Messages held back by the active limit: qmgr's admission (bin/qmgr/src/admission.rs),
-/// per-sender FIFO lines served in turn.
-#[derive(Default)]
-struct Incoming {
-    lines: BTreeMap<String, VecDeque<u32>>,
-    ring: VecDeque<String>,
-}
-
-impl Incoming {
-    fn push(&mut self, i: u32, line: String) {
-        let l = self.lines.entry(line.clone()).or_default();
-        if l.is_empty() {
-            self.ring.push_back(line);
-        }
-        l.push_back(i);
-    }
-
-    fn pop(&mut self) -> Option<u32> {
-        let line = self.ring.pop_front()?;
-        let l = self.lines.get_mut(&line)?;
-        let i = l.pop_front();
-        if l.is_empty() {
-            self.lines.remove(&line);
-        } else {
-            self.ring.push_back(line);
-        }
-        i
-    }
-
-    fn is_empty(&self) -> bool {
-        self.ring.is_empty()
-    }
-}
-
 /// One simulation run.
 pub struct Sim {
     /// The scheduler under test.
@@ -271,7 +238,8 @@ pub struct Sim {
     servers: BTreeMap<String, ServerModel>,
     msgs: Vec<SimMessage>,
     state: BTreeMap<u32, MsgState>,
-    incoming: Incoming,
+    /// Held back by the active limit: qmgr's admission, the same code.
+    incoming: Admission<String, u32>,
     queue: BinaryHeap<Reverse<(Time, u64, Ev)>>,
     seq: u64,
     now: Time,
@@ -312,7 +280,7 @@ impl Sim {
             servers,
             msgs,
             state: BTreeMap::new(),
-            incoming: Incoming::default(),
+            incoming: Admission::default(),
             queue: BinaryHeap::new(),
             seq: 0,
             now: Time::ZERO,
@@ -418,9 +386,7 @@ impl Sim {
             .sum::<u64>();
         r.unfinished += self
             .incoming
-            .lines
-            .values()
-            .flatten()
+            .iter()
             .map(|&i| self.msgs[i as usize].rcpts.len() as u64)
             .sum::<u64>();
         self.report
