@@ -207,13 +207,13 @@ fn mail_relayed_to_a_real_postfix_arrives_there() {
     let sent = inst.wait_log(20, "to=<carol@dest.test.example>");
     assert!(sent.contains("status=sent"), "{sent}");
     let maillog = tmp.path().join("pf-maillog");
-    let bdat = wait_for(20, "Postfix's smtpd to log BDAT", || {
+    // Postfix's smtpd counts the BDAT commands it took in its disconnect line.
+    wait_for(20, "Postfix's smtpd to log BDAT", || {
         let log = std::fs::read_to_string(&maillog).ok()?;
         log.lines()
-            .find(|l| l.contains("disconnect from") && l.contains("bdat="))
-            .map(str::to_string)
+            .any(|l| l.contains("disconnect from") && l.contains("bdat="))
+            .then_some(())
     });
-    assert!(bdat.contains("bdat="), "{bdat}");
     let qid = wait_for(20, "carol's message in Postfix's queue", || {
         let out = Command::new("postqueue")
             .arg("-c")

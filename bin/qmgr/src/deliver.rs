@@ -842,28 +842,28 @@ impl Deliver {
             return;
         }
         let Some(a) = self.msgs.get(&qid) else { return };
-        let rcpts: Vec<u32> = results
-            .iter()
-            .filter(|r| (200..300).contains(&r.code))
-            .filter(|r| {
-                a.head
-                    .envelope
-                    .recipients
-                    .get(r.index as usize)
-                    .is_some_and(|x| x.notify.wants_success())
-            })
-            .map(|r| r.index)
-            .collect();
-        let Some(first) = results.iter().find(|r| rcpts.contains(&r.index)) else {
-            return;
-        };
-        self.effects
-            .push(Effect::Journal(Box::new(queue::Record::Succeeded {
-                id: a.id,
-                rcpts,
-                relayed: handoff == delivery::Handoff::Relayed,
-                reason: first.text.clone(),
-            })));
+        // One record per distinct reply, so each recipient's report quotes its own.
+        let mut by_text: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        for r in results {
+            let wants = a
+                .head
+                .envelope
+                .recipients
+                .get(r.index as usize)
+                .is_some_and(|x| x.notify.wants_success());
+            if (200..300).contains(&r.code) && wants {
+                by_text.entry(r.text.as_str()).or_default().push(r.index);
+            }
+        }
+        for (text, rcpts) in by_text {
+            self.effects
+                .push(Effect::Journal(Box::new(queue::Record::Succeeded {
+                    id: a.id,
+                    rcpts,
+                    relayed: handoff == delivery::Handoff::Relayed,
+                    reason: text.to_string(),
+                })));
+        }
     }
 
     fn agent_broken(&mut self, registry: &Registry, transport: &str) {
@@ -1101,19 +1101,17 @@ impl Deliver {
                     };
                     let id = m.id;
                     match &rec {
+                        // A record is one entry's, so one destination's:
+                        // one figure update per destination, not per recipient.
                         sched::Record::Delivered { recipients, .. } => {
                             let now = now_ms().0 / 1000;
-                            for i in recipients {
-                                if let Some(r) = m.routes.get(i) {
-                                    self.figures.delivered(now, &r.transport, &r.nexthop, 1);
-                                }
+                            for ((t, n), k) in by_route(m, recipients) {
+                                self.figures.delivered(now, t, n, k);
                             }
                         }
                         sched::Record::Deferred { recipients, .. } => {
-                            for i in recipients {
-                                if let Some(r) = m.routes.get(i) {
-                                    self.figures.deferred(id, &r.transport, &r.nexthop);
-                                }
+                            for ((t, n), _) in by_route(m, recipients) {
+                                self.figures.deferred(id, t, n);
                             }
                         }
                         sched::Record::Bounced { .. } => {}
@@ -1277,6 +1275,18 @@ fn transaction(m: &Active, recipients: &[u32], root: &std::path::Path) -> delive
             .collect(),
         data,
     }
+}
+
+/// How many of `recipients` go to each (transport, next hop).
+fn by_route<'a>(m: &'a Active, recipients: &[u32]) -> BTreeMap<(&'a str, &'a str), u64> {
+    let mut out = BTreeMap::new();
+    for i in recipients {
+        if let Some(r) = m.routes.get(i) {
+            *out.entry((r.transport.as_str(), r.nexthop.as_str()))
+                .or_default() += 1;
+        }
+    }
+    out
 }
 
 /// Splits "4.4.1 text" into the status code and the text, with a default code.

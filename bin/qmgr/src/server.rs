@@ -128,6 +128,8 @@ pub struct QmgrServer {
     queue_root: PathBuf,
     /// Where main.cf and master.cf are, for reloads.
     config_dir: PathBuf,
+    /// `metrics_listen` as bound at start (a reload cannot bind again).
+    metrics_listen: String,
     /// Recipient results since start, for `sluice status` and metrics.
     totals: crate::metrics::Totals,
     /// The `metrics_listen` socket, bound before privileges were dropped,
@@ -185,6 +187,7 @@ impl QmgrServer {
             config::load_master_cf(&ctx.config_dir.join("master.cf")).unwrap_or_default();
         let seed = u64::from(std::process::id()) ^ crate::deliver::now_ms().0;
         let scfg = crate::schedconf::build(&ctx.config, &services, seed);
+        let active_limit = scfg.qmgr_message_active_limit as usize;
         let names: BTreeSet<String> = scfg.transports.iter().map(|t| t.name.clone()).collect();
         let delivering = !names.is_empty();
         if !delivering {
@@ -236,7 +239,7 @@ impl QmgrServer {
             deliver,
             delivering,
             to_activate,
-            active_limit: ctx.config.int("qmgr_message_active_limit").max(1) as usize,
+            active_limit,
             flushing: std::collections::HashSet::new(),
             retry,
             removals: Vec::new(),
@@ -255,6 +258,7 @@ impl QmgrServer {
             names: notice_names(&ctx.config),
             queue_root: root.clone(),
             config_dir: ctx.config_dir.clone(),
+            metrics_listen: ctx.config.str("metrics_listen"),
             totals: crate::metrics::Totals::default(),
             metrics_socket,
             http: None,
@@ -1362,18 +1366,28 @@ impl Server for QmgrServer {
     fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
         // In place: qmgr holds the active queue, and the journal replay a
         // restart costs is not needed for new parameter values.
-        let services =
-            config::load_master_cf(&self.config_dir.join("master.cf")).unwrap_or_default();
+        let services = match config::load_master_cf(&self.config_dir.join("master.cf")) {
+            Ok(s) => s,
+            Err(e) => {
+                msg_warn!("reload: {e}; keeping the running configuration");
+                return true;
+            }
+        };
         let seed = u64::from(std::process::id()) ^ crate::deliver::now_ms().0;
         let scfg = crate::schedconf::build(config, &services, seed);
-        if let Err(e) = self.deliver.reconfigure(scfg) {
-            msg_warn!(
+        let limit = scfg.qmgr_message_active_limit as usize;
+        match self.deliver.reconfigure(scfg) {
+            // qmgr's admission and the scheduler must agree on the limit.
+            Ok(()) => self.active_limit = limit,
+            Err(e) => msg_warn!(
                 "reload: scheduler: {e}; those changes need a restart (sluice stop; sluice start)"
-            );
+            ),
+        }
+        if config.str("metrics_listen") != self.metrics_listen {
+            msg_warn!("reload: metrics_listen changed: it takes effect when qmgr restarts");
         }
         self.deliver
             .set_defer_transports(config.list("defer_transports"));
-        self.active_limit = config.int("qmgr_message_active_limit").max(1) as usize;
         self.run_delay = config.time("queue_run_delay").as_secs().max(1);
         self.names = notice_names(config);
         self.delay_warning = config.time("delay_warning_time");

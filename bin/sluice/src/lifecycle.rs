@@ -171,7 +171,8 @@ pub fn status(dir: &Path, json: bool) -> i32 {
         .unwrap_or(0);
     // The queue's figures; without them (qmgr not answering) status still
     // reports master and its services.
-    let summary = crate::top::Qmgr::new(dir).and_then(|mut q| q.summary(crate::top::STATUS_TOP));
+    let summary = crate::top::Qmgr::new(dir, std::time::Duration::from_secs(10))
+        .and_then(|mut q| q.summary(crate::top::STATUS_TOP));
     if json {
         println!("{}", status_json(&st, now, summary.as_ref().ok()));
         return 0;

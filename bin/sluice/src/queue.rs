@@ -3,21 +3,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ipc::queuectl::{self, QueueCtl, Request, Response};
+use ipc::queuectl::{self, Request, Response};
 
-use crate::{fail, load_config};
+use crate::fail;
 
 /// Asks qmgr over its socket.
 fn ask(dir: &Path, req: Request) -> Result<Response, String> {
-    let (cfg, _) = load_config(dir, true)?;
-    let sock = Path::new(&cfg.str("queue_directory")).join("private/qmgr");
-    let mut c = ipc::Client::<QueueCtl>::connect(&sock, Duration::from_secs(30)).map_err(|e| {
-        format!(
-            "cannot reach the queue manager at {}: {e} (is the mail system running?)",
-            sock.display()
-        )
-    })?;
-    c.call(&req).map_err(|e| format!("queue manager: {e}"))
+    crate::top::Qmgr::new(dir, Duration::from_secs(30))?.call(&req)
 }
 
 /// `sluice queue list [--json]`.

@@ -16,40 +16,40 @@ use crate::{fail, load_config};
 /// Destinations shown by `sluice status`.
 pub const STATUS_TOP: u32 = 10;
 
-/// A connection to qmgr's control socket.
+/// A connection to qmgr's control socket (`sluice queue`, `status`, `top`).
 pub struct Qmgr {
     sock: std::path::PathBuf,
+    timeout: Duration,
     client: Option<ipc::Client<QueueCtl>>,
 }
 
 impl Qmgr {
-    /// For the queue of the configuration in `dir`.
-    pub fn new(dir: &Path) -> Result<Qmgr, String> {
+    /// For the queue of the configuration in `dir`; `timeout` per request.
+    pub fn new(dir: &Path, timeout: Duration) -> Result<Qmgr, String> {
         let (cfg, _) = load_config(dir, true)?;
         Ok(Qmgr {
             sock: Path::new(&cfg.str("queue_directory")).join("private/qmgr"),
+            timeout,
             client: None,
         })
     }
 
-    /// Asks for the summary with `top` destinations, reconnecting if the
-    /// last connection broke (qmgr restarted).
-    pub fn summary(&mut self, top: u32) -> Result<Summary, String> {
+    /// Asks qmgr, reconnecting once if the last connection broke (qmgr restarted).
+    pub fn call(&mut self, req: &Request) -> Result<Response, String> {
         for attempt in 0..2 {
             if self.client.is_none() {
-                let c = ipc::Client::<QueueCtl>::connect(&self.sock, Duration::from_secs(10))
-                    .map_err(|e| {
+                let c =
+                    ipc::Client::<QueueCtl>::connect(&self.sock, self.timeout).map_err(|e| {
                         format!(
-                            "cannot reach the queue manager at {}: {e} (is the mail system running?)",
-                            self.sock.display()
-                        )
+                        "cannot reach the queue manager at {}: {e} (is the mail system running?)",
+                        self.sock.display()
+                    )
                     })?;
                 self.client = Some(c);
             }
             let c = self.client.as_mut().expect("connected above");
-            match c.call(&Request::Summary { top }) {
-                Ok(Response::Summary(s)) => return Ok(*s),
-                Ok(other) => return Err(format!("unexpected answer {other:?}")),
+            match c.call(req) {
+                Ok(r) => return Ok(r),
                 Err(e) => {
                     self.client = None;
                     if attempt == 1 {
@@ -59,6 +59,14 @@ impl Qmgr {
             }
         }
         Err("queue manager: no answer".into())
+    }
+
+    /// The summary with `top` destinations.
+    pub fn summary(&mut self, top: u32) -> Result<Summary, String> {
+        match self.call(&Request::Summary { top })? {
+            Response::Summary(s) => Ok(*s),
+            other => Err(format!("unexpected answer {other:?}")),
+        }
     }
 }
 
@@ -249,7 +257,7 @@ pub fn top(dir: &Path, once: bool, interval: f64, destinations: u32) -> i32 {
         eprintln!("sluice: --interval must be a number of seconds, at least 0.1");
         return 2;
     }
-    let mut q = match Qmgr::new(dir) {
+    let mut q = match Qmgr::new(dir, Duration::from_secs(10)) {
         Ok(q) => q,
         Err(e) => return fail(e),
     };

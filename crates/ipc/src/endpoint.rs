@@ -150,11 +150,17 @@ impl Endpoint {
 
     /// Queues a message and tries to write it at once.
     pub fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), IpcError> {
+        self.queue(msg)?;
+        self.write_ready()
+    }
+
+    /// Queues a message without writing; bounded like everything queued.
+    fn queue<T: Serialize>(&mut self, msg: &T) -> Result<(), IpcError> {
         if self.out.len() - self.out_pos > MAX_OUTGOING {
             return Err(IpcError::Backlog);
         }
         self.out.extend_from_slice(&encode(msg));
-        self.write_ready()
+        Ok(())
     }
 
     /// Queues a response to request `id` and tries to write it at once.
@@ -166,11 +172,7 @@ impl Endpoint {
     /// pipelined requests calls [`Endpoint::write_ready`] once after it, so
     /// a thousand answers cost a few system calls, not a thousand.
     pub fn queue_reply<T: Serialize>(&mut self, id: u64, body: &T) -> Result<(), IpcError> {
-        if self.out.len() - self.out_pos > MAX_OUTGOING {
-            return Err(IpcError::Backlog);
-        }
-        self.out.extend_from_slice(&encode(&Tagged { id, body }));
-        Ok(())
+        self.queue(&Tagged { id, body })
     }
 
     /// Writes as much queued output as the socket takes.

@@ -323,7 +323,6 @@ mod tests {
             assert!(r.contains(needle), "missing {needle:?} in\n{r}");
         }
         assert!(!r.contains("body line"), "RET=HDRS returns headers only");
-        assert!(!r.contains("quiet@remote.example"));
         assert!(r.ends_with("--\r\n"));
         assert!(
             !r.lines().any(|l| l.starts_with('.')),
