@@ -34,14 +34,20 @@ pub fn resolved(
             class: class(c),
             routes: routes.into_iter().map(route).collect(),
         },
-        Err(e) if e.is_temporary() => proto::Response::Failed {
-            temporary: true,
-            text: format!("4.3.0 {e}"),
-        },
-        Err(e) => proto::Response::Failed {
-            temporary: false,
-            text: format!("5.1.3 Bad recipient address syntax: {e}"),
-        },
+        Err(e) => {
+            let (temporary, text) = failure(&e);
+            proto::Response::Failed { temporary, text }
+        }
+    }
+}
+
+/// A resolve or rewrite error as the protocol carries it: whether to try
+/// again, and the text with its enhanced status.
+fn failure(e: &route::ResolveError) -> (bool, String) {
+    if e.is_temporary() {
+        (true, format!("4.3.0 {e}"))
+    } else {
+        (false, format!("5.1.3 Bad recipient address syntax: {e}"))
     }
 }
 
@@ -50,14 +56,10 @@ pub fn rewrite(r: Result<Option<Vec<String>>, route::ResolveError>) -> proto::Re
     match r {
         Ok(None) => proto::Rewrite::Same,
         Ok(Some(v)) => proto::Rewrite::Into(v),
-        Err(e) if e.is_temporary() => proto::Rewrite::Failed {
-            temporary: true,
-            text: format!("4.3.0 {e}"),
-        },
-        Err(e) => proto::Rewrite::Failed {
-            temporary: false,
-            text: format!("5.1.3 Bad recipient address syntax: {e}"),
-        },
+        Err(e) => {
+            let (temporary, text) = failure(&e);
+            proto::Rewrite::Failed { temporary, text }
+        }
     }
 }
 

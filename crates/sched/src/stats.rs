@@ -58,20 +58,19 @@ impl Scheduler {
             .iter()
             .map(|(i, d)| (d.entries, d.dead.is_some(), i))
             .collect();
-        let key = |s: &Scheduler, (n, dead, i): &(u32, bool, DestId)| {
+        // Borrowed, not cloned: the key is made on every comparison.
+        fn key<'a>(
+            s: &'a Scheduler,
+            (n, dead, i): &(u32, bool, DestId),
+        ) -> (std::cmp::Reverse<u32>, bool, u32, &'a str) {
             let d = &s.dests[*i];
-            (
-                std::cmp::Reverse(*n),
-                !*dead,
-                d.transport.0,
-                d.nexthop.clone(),
-            )
-        };
+            (std::cmp::Reverse(*n), !*dead, d.transport.0, &d.nexthop)
+        }
         if ids.len() > top_n && top_n > 0 {
             ids.select_nth_unstable_by(top_n - 1, |a, b| key(self, a).cmp(&key(self, b)));
         }
         ids.truncate(top_n);
-        ids.sort_by_key(|a| key(self, a));
+        ids.sort_by(|a, b| key(self, a).cmp(&key(self, b)));
         ids.into_iter()
             .filter_map(|(_, _, i)| self.dest_stats(i))
             .collect()
