@@ -27,8 +27,14 @@ fn bdat_sink() -> BdatSink {
         .arg(dir.path())
         .spawn()
         .expect("python3");
+    // Its own greeting, not another process's on the same port.
     wait_for(10, "the BDAT sink", || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        let mut banner = [0u8; 64];
+        let n = std::io::Read::read(&mut s, &mut banner).ok()?;
+        String::from_utf8_lossy(&banner[..n])
+            .contains("bdat-sink")
+            .then_some(())
     });
     BdatSink {
         _child: Kill(child),

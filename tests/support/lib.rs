@@ -234,8 +234,23 @@ pub fn running(pid: i32) -> bool {
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().unwrap().port()
+    // Below the kernel's ephemeral range (32768 and up by default): a port
+    // the kernel hands out for bind(0) or as a connection's source port can
+    // be taken again between this call and the test's own bind, so that the
+    // test then talks to some other process. Each test process walks its
+    // own stretch of the range, and a port in use is skipped.
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 12000;
+    const SPAN: u32 = 20000;
+    let base = (std::process::id() * 997) % SPAN;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (base + n) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// master.cf for a receiving instance: smtpd on 127.0.0.1:`port`, cleanup,
@@ -368,8 +383,11 @@ pub fn smtp_sink(addr: &str, extra: &[&str]) -> Sink {
         .arg("64")
         .spawn()
         .expect("smtp-sink is installed by scripts/test");
+    let mut child = child;
     wait_for(10, "smtp-sink", || {
-        std::net::TcpStream::connect(addr).ok().map(drop)
+        // Listening, and it is ours: a sink that could not bind has exited.
+        let up = std::net::TcpStream::connect(addr).is_ok();
+        (up && matches!(child.try_wait(), Ok(None))).then_some(())
     });
     let port = addr
         .rsplit(':')
