@@ -7,127 +7,19 @@
 //! /etc/postfix/main.cf only to list the instance's directory in
 //! alternate_config_directories, as Postfix requires for `postfix -c`.
 
-use std::path::Path;
 use std::process::Command;
 
+use sluice_suite::postfix::{Postfix, PostfixOptions};
 use sluice_suite::{free_port, swaks, wait_for, Instance};
-
-struct Postfix {
-    etc: std::path::PathBuf,
-}
-
-impl Drop for Postfix {
-    fn drop(&mut self) {
-        let _ = Command::new("postfix")
-            .arg("-c")
-            .arg(&self.etc)
-            .arg("stop")
-            .output();
-        // Leave /etc/postfix/main.cf as it was.
-        let main = Path::new("/etc/postfix/main.cf");
-        if let Ok(text) = std::fs::read_to_string(main) {
-            let dir = self.etc.display().to_string();
-            let cleaned = text
-                .replace(&format!(", {dir}"), "")
-                .replace(&format!("alternate_config_directories = {dir}\n"), "");
-            let _ = std::fs::write(main, cleaned);
-        }
-    }
-}
-
-fn allow_config_dir(etc: &Path) {
-    let main = Path::new("/etc/postfix/main.cf");
-    let text = std::fs::read_to_string(main).unwrap_or_default();
-    let dir = etc.display().to_string();
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("alternate_config_directories"));
-    let new = match line {
-        Some(l) if l.contains(&dir) => return,
-        Some(l) => text.replace(l, &format!("{l}, {dir}")),
-        None => format!("{text}\nalternate_config_directories = {dir}\n"),
-    };
-    std::fs::write(main, new).unwrap();
-}
-
-fn start_postfix(root: &Path, port: u16) -> Option<Postfix> {
-    if Command::new("postfix").arg("-h").output().is_err() {
-        eprintln!("skipped: postfix is not installed");
-        return None;
-    }
-    let etc = root.join("pf-etc");
-    let data = root.join("pf-data");
-    std::fs::create_dir_all(&etc).unwrap();
-    std::fs::create_dir_all(&data).unwrap();
-    let postfix = sys::privilege::lookup_user("postfix")
-        .unwrap()
-        .expect("postfix user");
-    std::os::unix::fs::chown(&data, Some(postfix.uid), Some(postfix.gid)).unwrap();
-    let spool = root.join("pf-spool");
-    std::fs::create_dir_all(&spool).unwrap();
-    // Postfix's daemons (user postfix) must reach their directories.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::write(
-        etc.join("main.cf"),
-        format!(
-            "compatibility_level = 3.6\nqueue_directory = {spool}\ndata_directory = {data}\nmail_owner = postfix\n\
-             setgid_group = postdrop\nmyhostname = pf.test.example\nmydestination = dest.test.example\n\
-             local_recipient_maps =\nalias_maps =\nalias_database =\ninet_interfaces = 127.0.0.1\ninet_protocols = ipv4\n\
-             mynetworks = 127.0.0.0/8\nsmtpd_end_of_data_restrictions = check_client_access static:HOLD\n\
-             maillog_file = {root}/pf-maillog\nmaillog_file_prefixes = {root}\n",
-            spool = spool.display(),
-            data = data.display(),
-            root = root.display()
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        etc.join("master.cf"),
-        format!(
-            "127.0.0.1:{port} inet n - n - - smtpd\ncleanup unix n - n - 0 cleanup\nqmgr unix n - n 300 1 qmgr\n\
-             rewrite unix - - n - - trivial-rewrite\nbounce unix - - n - 0 bounce\ndefer unix - - n - 0 bounce\n\
-             trace unix - - n - 0 bounce\nshowq unix n - n - - showq\nanvil unix - - n - 1 anvil\n\
-             proxymap unix - - n - - proxymap\npostlog unix-dgram n - n - 1 postlogd\n"
-        ),
-    )
-    .unwrap();
-    allow_config_dir(&etc);
-    let out = Command::new("postfix")
-        .arg("-c")
-        .arg(&etc)
-        .arg("start")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "postfix start: {}{}",
-        String::from_utf8_lossy(&out.stderr),
-        std::fs::read_to_string(root.join("pf-maillog")).unwrap_or_default()
-    );
-    let pf = Postfix { etc };
-    wait_for(20, "Postfix's smtpd", || {
-        std::net::TcpStream::connect(("127.0.0.1", port))
-            .ok()
-            .map(drop)
-    });
-    Some(pf)
-}
 
 #[test]
 fn mail_relayed_to_a_real_postfix_arrives_there() {
-    if !sys::is_root() {
-        eprintln!("skipped: needs root to run a Postfix instance");
-        return;
-    }
     let pf_port = free_port();
     let tmp = tempfile::Builder::new()
         .prefix("sluice-pf")
         .tempdir()
         .unwrap();
-    let Some(pf) = start_postfix(tmp.path(), pf_port) else {
-        return;
-    };
+    let pf = Postfix::start(tmp.path(), pf_port, &PostfixOptions::default());
     let port = free_port();
     let cf = format!(
         "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
@@ -162,16 +54,8 @@ fn mail_relayed_to_a_real_postfix_arrives_there() {
         "{sent}"
     );
     // Postfix has it, on hold, with Sluice's envelope.
-    let json = wait_for(20, "the message in Postfix's queue", || {
-        let out = Command::new("postqueue")
-            .arg("-c")
-            .arg(&pf.etc)
-            .arg("-j")
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        text.contains("bob@dest.test.example").then_some(text)
-    });
+    pf.wait_queued("bob@dest.test.example");
+    let json = pf.queue_json();
     assert!(
         json.contains("\"sender\": \"alice@example.com\"")
             || json.contains("\"sender\":\"alice@example.com\""),
@@ -206,40 +90,19 @@ fn mail_relayed_to_a_real_postfix_arrives_there() {
     assert!(child.wait().unwrap().success());
     let sent = inst.wait_log(20, "to=<carol@dest.test.example>");
     assert!(sent.contains("status=sent"), "{sent}");
-    let maillog = tmp.path().join("pf-maillog");
     // Postfix's smtpd counts the BDAT commands it took in its disconnect line.
     wait_for(20, "Postfix's smtpd to log BDAT", || {
-        let log = std::fs::read_to_string(&maillog).ok()?;
-        log.lines()
+        pf.log()
+            .lines()
             .any(|l| l.contains("disconnect from") && l.contains("bdat="))
             .then_some(())
     });
-    let qid = wait_for(20, "carol's message in Postfix's queue", || {
-        let out = Command::new("postqueue")
-            .arg("-c")
-            .arg(&pf.etc)
-            .arg("-j")
-            .output()
-            .ok()?;
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .find(|l| l.contains("carol@dest.test.example"))
-            .and_then(|l| l.split("\"queue_id\":").nth(1))
-            .and_then(|r| r.trim_start().split('"').nth(1))
-            .map(str::to_string)
-    });
-    let out = Command::new("postcat")
-        .arg("-c")
-        .arg(&pf.etc)
-        .args(["-bq", &qid])
-        .output()
-        .unwrap();
+    let qid = pf.wait_queued("carol@dest.test.example");
+    let out = pf.postcat("-bq", &qid);
     // postcat -b starts at the empty line after the headers.
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out),
         format!("\n{}", body.replace("\r\n", "\n")),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     inst.stop();
 }

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod postfix;
 pub mod testkit;
 
 use std::os::unix::process::CommandExt;

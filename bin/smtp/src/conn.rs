@@ -586,13 +586,17 @@ impl SmtpConn {
         // Content, only as fast as the socket takes it.
         progressed |= self.pump_content(now);
         if let (Some(stream), Some(session)) = (self.stream.as_mut(), self.session.as_mut()) {
+            // Output left from a socket that was full holds the content
+            // back (pump_content waits for it): draining it is progress,
+            // or a connection woken by a writable event would flush it and
+            // stop, with nothing left to make the socket signal again.
+            let backlog = stream.wants_write();
             let out = session.take_output();
             if !out.is_empty() {
-                let _ = stream.write(&out);
                 progressed = true;
             }
-            match stream.flush() {
-                Ok(_) => {}
+            match stream.write(&out).and_then(|()| stream.flush()) {
+                Ok(all_out) => progressed |= backlog && all_out,
                 Err(e) => {
                     let why = format!(
                         "lost connection with {} while {}: {e}",

@@ -52,6 +52,7 @@ impl Stream {
         cfg: Arc<rustls::ServerConfig>,
     ) -> Result<(), rustls::Error> {
         self.tls = Some(Connection::Server(ServerConnection::new(cfg)?));
+        self.unbounded();
         Ok(())
     }
 
@@ -62,7 +63,19 @@ impl Stream {
         name: rustls::pki_types::ServerName<'static>,
     ) -> Result<(), rustls::Error> {
         self.tls = Some(Connection::Client(ClientConnection::new(cfg, name)?));
+        self.unbounded();
         Ok(())
+    }
+
+    /// rustls keeps at most 64 KiB of unsent TLS by default and takes only
+    /// part of a larger write (a 64 KiB BDAT chunk with its command), so
+    /// `write` would fail halfway through a piece of content. Callers bound
+    /// what they queue themselves (they wait for [`Stream::wants_write`] to
+    /// clear before queueing more), so rustls's own limit is lifted.
+    fn unbounded(&mut self) {
+        if let Some(c) = &mut self.tls {
+            c.set_buffer_limit(None);
+        }
     }
 
     /// Whether TLS is on (handshake possibly still running).
