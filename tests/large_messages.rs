@@ -185,7 +185,11 @@ fn large_messages_reach_a_real_postfix_with_bdat_and_data_in_clear_and_over_tls(
     inst.start();
     inst.wait_port(port);
     let dir = tempfile::tempdir().unwrap();
-    let cases = [(5, "data-tls.test"), (25, "bdat-clear.test"), (50, "bdat-tls.test")];
+    let cases = [
+        (5, "data-tls.test"),
+        (25, "bdat-clear.test"),
+        (50, "bdat-tls.test"),
+    ];
     let mut bodies = Vec::new();
     for (mb, domain) in cases {
         let path = dir.path().join(format!("m{mb}.eml"));

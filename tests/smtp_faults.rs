@@ -273,3 +273,60 @@ fn a_host_that_never_answers_the_connect_defers_after_the_connect_timeout() {
     inst.wait_log(30, &format!("{id}: removed"));
     assert_eq!(sink.messages().len(), 1);
 }
+
+/// A destination whose server answers 421 at RCPT ends each of its
+/// connections in the middle of a transaction; the scheduler reuses the
+/// connection ids at once while the agent is still reporting on the old
+/// connections. Mail for other destinations must not notice: none of it
+/// is deferred, and qmgr and the agent never disagree about a connection.
+#[test]
+fn a_destination_answering_421_at_rcpt_does_not_disturb_the_others() {
+    let bad = ScriptedSink::start();
+    bad.rcpt_reply("@bad.test", "421 4.7.0 <bad.test>: try again later");
+    let good_port = sluice_suite::free_port();
+    let good = sluice_suite::smtp_sink(&format!("127.0.0.1:{good_port}"), &[]);
+    let (inst, port) = relay_instance(
+        good_port,
+        &format!(
+            "relay_domains = bad.test, good.test\n\
+             transport_maps = inline:{{ bad.test=relay:[127.0.0.1]:{} }}\n",
+            bad.port
+        ),
+    );
+    // Interleaved: two for the good destination, then one for the bad.
+    let script = "import smtplib,sys\n\
+                  s=smtplib.SMTP('127.0.0.1',int(sys.argv[1]))\n\
+                  for i in range(60):\n\
+                  \x20   to='bad%d@bad.test' % i if i % 3 == 2 else 'good%d@good.test' % i\n\
+                  \x20   s.sendmail('alice@example.com',[to],'Subject: %d\\r\\n\\r\\nbody\\r\\n' % i)\n\
+                  s.quit()\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &port.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(60, "40 messages at the good sink", || {
+        (sluice_suite::dumped(&good) == 40).then_some(())
+    });
+    // Every bad recipient was tried and deferred with the server's reason.
+    let log = wait_for(60, "20 deferrals for bad.test", || {
+        let log = inst.log();
+        (log.lines()
+            .filter(|l| l.contains("@bad.test>") && l.contains("status=deferred"))
+            .count()
+            >= 20)
+            .then_some(log)
+    });
+    let good_deferred: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("@good.test>") && l.contains("status=deferred"))
+        .collect();
+    assert!(good_deferred.is_empty(), "{good_deferred:#?}");
+    for bad_word in ["UnknownConnection", "already exists", "UnknownEntry"] {
+        assert!(!log.contains(bad_word), "{bad_word} in the log:\n{log}");
+    }
+}

@@ -17,6 +17,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::agentconn::{AgentConns, Wire};
 use daemon::{msg_info, msg_warn, Cx};
 use ipc::delivery::{self, Delivery};
 use ipc::router::{self, Router};
@@ -25,8 +26,7 @@ use mail::QueueId;
 use mio::{Registry, Token};
 use queue::{DataRef, MessageHead};
 use sched::{
-    Action, ConnFailure, ConnId, EntryId, Event, NewMessage, RcptStatus, RecipientGroup, Scheduler,
-    Time,
+    Action, ConnFailure, EntryId, Event, NewMessage, RcptStatus, RecipientGroup, Scheduler, Time,
 };
 
 /// Something the server must do for the delivery side.
@@ -59,11 +59,8 @@ enum RouterWait {
 }
 
 enum AgentWait {
-    Open {
-        conn: ConnId,
-    },
+    Open,
     Send {
-        conn: ConnId,
         entry: EntryId,
         qid: u64,
         rcpts: Vec<u32>,
@@ -114,7 +111,8 @@ pub struct Deliver {
     next_qid: u64,
     hosts: HashMap<String, Hosts>,
     host_waiters: HashMap<String, Vec<u64>>,
-    conns: HashMap<ConnId, String>,
+    /// The agents' names of the scheduler's connections.
+    conns: AgentConns,
     /// Recipients whose result an agent logged already.
     logged: HashSet<(u64, u32)>,
     effects: Vec<Effect>,
@@ -141,7 +139,7 @@ impl Deliver {
             next_qid: 1,
             hosts: HashMap::new(),
             host_waiters: HashMap::new(),
-            conns: HashMap::new(),
+            conns: AgentConns::default(),
             logged: HashSet::new(),
             effects: Vec::new(),
             defer_transports: BTreeSet::new(),
@@ -751,34 +749,42 @@ impl Deliver {
     fn agent_answer(&mut self, transport: &str, id: u64, resp: delivery::Response) {
         let now = now_ms();
         let wait = self.agent_wait.remove(&(transport.to_string(), id));
+        if matches!(wait, Some(AgentWait::Close)) {
+            return;
+        }
+        // An answer about a connection the scheduler has forgotten: what
+        // it carried is back in the scheduler's queues already.
+        let Some(conn) = self.conns.resolve(transport, resp.conn()) else {
+            if let delivery::Response::Sent { results, .. } = &resp {
+                if results.iter().any(|r| r.code < 400 || r.code >= 500) {
+                    msg_warn!(
+                        "delivery agent {transport}: results for connection {} that was closed; the recipients will be tried again",
+                        resp.conn()
+                    );
+                }
+            }
+            return;
+        };
         let ev = match (wait, resp) {
-            (Some(AgentWait::Open { conn }), delivery::Response::Opened { .. }) => {
+            (Some(AgentWait::Open), delivery::Response::Opened { .. }) => {
                 Event::ConnectionOpened { conn }
             }
             (
-                Some(AgentWait::Open { conn }),
+                Some(AgentWait::Open),
                 delivery::Response::OpenFailed {
                     handshake, reason, ..
                 },
-            ) => {
-                self.conns.remove(&conn);
-                Event::ConnectionFailed {
-                    conn,
-                    failure: if handshake {
-                        ConnFailure::Handshake
-                    } else {
-                        ConnFailure::Unreachable
-                    },
-                    reason,
-                }
-            }
+            ) => Event::ConnectionFailed {
+                conn,
+                failure: if handshake {
+                    ConnFailure::Handshake
+                } else {
+                    ConnFailure::Unreachable
+                },
+                reason,
+            },
             (
-                Some(AgentWait::Send {
-                    conn,
-                    entry,
-                    qid,
-                    rcpts,
-                }),
+                Some(AgentWait::Send { entry, qid, rcpts }),
                 delivery::Response::Sent {
                     results,
                     conn_failed,
@@ -813,18 +819,13 @@ impl Deliver {
                     conn_failed,
                 }
             }
-            (Some(AgentWait::Close), _) => return,
-            (_, delivery::Response::Closed { conn, .. }) => {
-                let conn = ConnId(conn as u32);
-                self.conns.remove(&conn);
-                Event::ConnectionClosed { conn }
-            }
+            (_, delivery::Response::Closed { .. }) => Event::ConnectionClosed { conn },
             (_, other) => {
                 msg_warn!("delivery agent {transport}: unexpected answer {other:?}");
                 return;
             }
         };
-        if let Err(e) = self.sched.handle(now, ev) {
+        if let Err(e) = self.conns.handle(&mut self.sched, now, ev) {
             msg_warn!("scheduler: {e:?}");
         }
     }
@@ -870,38 +871,17 @@ impl Deliver {
         if let Some(mut l) = self.agents.remove(transport) {
             l.deregister(registry);
         }
-        let keys: Vec<(String, u64)> = self
-            .agent_wait
-            .keys()
-            .filter(|(t, _)| t == transport)
-            .cloned()
-            .collect();
+        self.agent_wait.retain(|(t, _), _| t != transport);
+        // The agent's failure is not the destination's: no feedback. What
+        // a connection had in flight is deferred (it may have gone), the
+        // rest goes back to its queue.
         let now = now_ms();
-        for k in keys {
-            // The agent's failure is not the destination's: no feedback.
-            let ev = match self.agent_wait.remove(&k) {
-                Some(AgentWait::Open { conn }) => Event::ConnectionLost {
-                    conn,
-                    reason: format!("4.3.0 delivery agent {transport} is unavailable"),
-                },
-                Some(AgentWait::Send { conn, .. }) => Event::ConnectionLost {
-                    conn,
-                    reason: format!("4.3.0 delivery agent {transport} died"),
-                },
-                _ => continue,
+        for conn in self.conns.of_transport(transport) {
+            let ev = Event::ConnectionLost {
+                conn,
+                reason: format!("4.3.0 delivery agent {transport} died"),
             };
-            let _ = self.sched.handle(now, ev);
-        }
-        // Connections of that agent are gone with it.
-        let dead: Vec<ConnId> = self
-            .conns
-            .iter()
-            .filter(|(_, t)| *t == transport)
-            .map(|(c, _)| *c)
-            .collect();
-        for c in dead {
-            self.conns.remove(&c);
-            let _ = self.sched.handle(now, Event::ConnectionClosed { conn: c });
+            let _ = self.conns.handle(&mut self.sched, now, ev);
         }
     }
 
@@ -976,9 +956,10 @@ impl Deliver {
                         .and_then(|h| h.addrs.get(&hname))
                         .cloned()
                         .unwrap_or_default();
+                    let wire = self.conns.open(conn, &tname);
                     let sent = self.agent(cx, &tname).map(|l| {
                         l.send(&delivery::Request::Open {
-                            conn: u64::from(conn.0),
+                            conn: wire,
                             host: hname.clone(),
                             nexthop: nexthop.clone(),
                             addrs,
@@ -986,13 +967,12 @@ impl Deliver {
                     });
                     match sent {
                         Some(Ok(id)) => {
-                            self.conns.insert(conn, tname.clone());
-                            self.agent_wait
-                                .insert((tname, id), AgentWait::Open { conn });
+                            self.agent_wait.insert((tname, id), AgentWait::Open);
                         }
                         other => {
                             // The agent's failure, not the destination's.
-                            let _ = self.sched.handle(
+                            let _ = self.conns.handle(
+                                &mut self.sched,
                                 now_ms(),
                                 Event::ConnectionLost {
                                     conn,
@@ -1014,7 +994,11 @@ impl Deliver {
                     recipients,
                 } => {
                     let qid = queue_id.0;
-                    let Some(tname) = self.conns.get(&conn).cloned() else {
+                    let Some(Wire {
+                        transport: tname,
+                        id: wire,
+                    }) = self.conns.wire(conn).cloned()
+                    else {
                         continue;
                     };
                     let Some(m) = self.msgs.get(&qid) else {
@@ -1023,7 +1007,7 @@ impl Deliver {
                     let txn = transaction(m, &recipients, &self.queue_root);
                     let sent = self.agent(cx, &tname).map(|l| {
                         l.send(&delivery::Request::Send {
-                            conn: u64::from(conn.0),
+                            conn: wire,
                             txn: Box::new(txn),
                         })
                     });
@@ -1032,7 +1016,6 @@ impl Deliver {
                             self.agent_wait.insert(
                                 (tname, id),
                                 AgentWait::Send {
-                                    conn,
                                     entry,
                                     qid,
                                     rcpts: recipients,
@@ -1040,7 +1023,8 @@ impl Deliver {
                             );
                         }
                         other => {
-                            let _ = self.sched.handle(
+                            let _ = self.conns.handle(
+                                &mut self.sched,
                                 now_ms(),
                                 Event::ConnectionLost {
                                     conn,
@@ -1054,12 +1038,16 @@ impl Deliver {
                     }
                 }
                 Action::Close { conn } => {
-                    if let Some(tname) = self.conns.remove(&conn) {
-                        if let Some(Ok(id)) = self.agents.get_mut(&tname).map(|l| {
-                            l.send(&delivery::Request::Close {
-                                conn: u64::from(conn.0),
-                            })
-                        }) {
+                    if let Some(Wire {
+                        transport: tname,
+                        id: wire,
+                    }) = self.conns.forget(conn)
+                    {
+                        if let Some(Ok(id)) = self
+                            .agents
+                            .get_mut(&tname)
+                            .map(|l| l.send(&delivery::Request::Close { conn: wire }))
+                        {
                             self.agent_wait.insert((tname, id), AgentWait::Close);
                         }
                     }

@@ -13,6 +13,7 @@
 //! stays queued (`(queue active)` in the log) until the scheduler lands.
 #![forbid(unsafe_code)]
 
+mod agentconn;
 mod bounce;
 mod deliver;
 mod metrics;

@@ -145,6 +145,18 @@ pub enum Response {
     },
 }
 
+impl Response {
+    /// The connection the answer is about.
+    pub fn conn(&self) -> u64 {
+        match self {
+            Response::Opened { conn, .. }
+            | Response::OpenFailed { conn, .. }
+            | Response::Sent { conn, .. }
+            | Response::Closed { conn, .. } => *conn,
+        }
+    }
+}
+
 /// What became of delivered recipients, for success notices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Handoff {
