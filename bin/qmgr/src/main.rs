@@ -15,6 +15,7 @@
 
 mod bounce;
 mod deliver;
+mod journal;
 mod metrics;
 mod schedconf;
 mod server;
