@@ -16,6 +16,7 @@
 mod agentconn;
 mod bounce;
 mod deliver;
+mod journal;
 mod metrics;
 mod schedconf;
 mod server;

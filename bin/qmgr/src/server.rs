@@ -11,9 +11,10 @@ use ipc::{Endpoint, Hello, HelloReply, Protocol, Tagged};
 use mail::notice::Kind as NoticeKind;
 use mail::QueueId;
 use mio::Token;
-use queue::{Journal, Lsn, Record, Replay, Spool, SpoolConfig, Storage, Syncer};
+use queue::{Record, Replay, Spool, SpoolConfig, Syncer};
 
 use crate::deliver::{Deliver, Effect};
+use crate::journal::{Ack, Event, Writer};
 use sched::admission::Admission;
 use sys::creds::PeerCred;
 
@@ -59,28 +60,17 @@ struct Client {
     kind: Kind,
 }
 
-/// An `Arrived` waiting for its group commit.
-struct Ack {
-    end: Lsn,
-    client: Token,
-    request: u64,
-    id: QueueId,
-    summary: String,
-    hold: bool,
-}
-
 /// The queue manager.
 pub struct QmgrServer {
     spool: Spool,
-    journal: Journal,
-    syncer: Option<Syncer>,
+    /// The journal, group commit, and what waits for durability.
+    writer: Writer,
     waker: Option<Arc<mio::Waker>>,
     waker_token: Token,
     /// Live messages and their done recipients, as replay left them and
     /// as arrivals and results keep them.
     state: Replay,
     clients: BTreeMap<Token, Client>,
-    acks: Vec<Ack>,
     me: u32,
     /// Delivery: router, scheduler, agents.
     deliver: Deliver,
@@ -95,8 +85,6 @@ pub struct QmgrServer {
     flushing: std::collections::HashSet<QueueId>,
     /// Deferred messages by retry time (seconds since the epoch).
     retry: BTreeSet<(u64, QueueId)>,
-    /// Data to delete once the `Removed` record is durable.
-    removals: Vec<(Lsn, QueueId, Storage)>,
     /// `queue_run_delay`, for messages that left delivery with nothing due.
     run_delay: u64,
     /// When journal garbage was last collected.
@@ -157,12 +145,19 @@ impl QmgrServer {
         let r = &rec.report;
         for t in &rec.state.torn {
             msg_warn!(
-                "journal segment {}: cut {} bytes of torn or corrupt tail at offset {} ({:?})",
+                "journal segment {}: {} {} bytes of torn or corrupt tail at offset {} ({:?})",
                 t.segment,
+                if t.cut { "cut" } else { "ignored" },
                 t.dropped,
                 t.offset,
                 t.cause
             );
+        }
+        for (p, why) in &r.left {
+            msg_warn!("{}: left for the next recovery: {why}", p.display());
+        }
+        if let Some(e) = &r.commit_failed {
+            msg_warn!("journal: adopted messages not yet durable: {e}; trying again");
         }
         for p in &r.partial {
             msg_info!("removed partial message file {}", p.display());
@@ -228,13 +223,11 @@ impl QmgrServer {
         let retry: BTreeSet<(u64, QueueId)> = later.into_iter().collect();
         Ok(QmgrServer {
             spool: rec.spool,
-            journal: rec.journal,
-            syncer: None,
+            writer: Writer::new(rec.journal),
             waker: None,
             waker_token: Token(0),
             state: rec.state,
             clients: BTreeMap::new(),
-            acks: Vec::new(),
             me: sys::current_ids().0,
             deliver,
             delivering,
@@ -242,7 +235,6 @@ impl QmgrServer {
             active_limit,
             flushing: std::collections::HashSet::new(),
             retry,
-            removals: Vec::new(),
             run_delay: ctx.config.time("queue_run_delay").as_secs().max(1),
             last_gc: std::time::Instant::now(),
             reasons: std::collections::HashMap::new(),
@@ -342,42 +334,28 @@ impl QmgrServer {
         );
         let storage = head.data.storage();
         let arrived = Record::Arrived(head);
-        let refuse = |e: &queue::Error| qmgr::Response::Failed {
-            reason: e.to_string(),
-            disk_full: e.is_disk_full(),
-        };
-        match self.journal.append(&arrived) {
-            Ok(lsn) => self.state.apply(lsn, &arrived),
-            Err(e) => {
-                msg_warn!("{id}: journal: {e}");
-                let _ = self.spool.remove_data(id, storage);
-                self.reply(token, request, refuse(&e));
-                return;
-            }
-        }
-        if hold {
-            let held = Record::Held { id };
-            match self.journal.append(&held) {
-                Ok(l) => self.state.apply(l, &held),
-                Err(e) => {
-                    // Arrived is in the journal already: take it back, and
-                    // let the data go only once that is durable.
-                    msg_warn!("{id}: journal: {e}");
-                    self.append(Record::Removed { id });
-                    self.removals.push((self.journal.end(), id, storage));
-                    self.reply(token, request, refuse(&e));
-                    return;
-                }
-            }
-        }
-        self.acks.push(Ack {
-            end: self.journal.end(),
+        let ack = Ack {
+            end: queue::Lsn::default(),
             client: token,
             request,
             id,
+            storage,
             summary,
             hold,
-        });
+        };
+        if let Err(r) = self.writer.arrive(ack, &arrived, &mut self.state) {
+            if !r.taken_back {
+                let _ = self.spool.remove_data(id, storage);
+            }
+            self.reply(
+                token,
+                request,
+                qmgr::Response::Failed {
+                    reason: r.reason,
+                    disk_full: r.disk_full,
+                },
+            );
+        }
     }
 
     /// The last deferral reason of each deferred recipient: this qmgr's own,
@@ -395,7 +373,7 @@ impl QmgrServer {
                 status,
                 reason,
                 ..
-            }) = self.journal.read_at(lsn)
+            }) = self.writer.read_at(lsn)
             {
                 if of == *id {
                     for i in rcpts {
@@ -412,7 +390,7 @@ impl QmgrServer {
             queuectl::Request::List => {
                 let mut out: Vec<QueuedMessage> = Vec::new();
                 for (id, m) in &self.state.messages {
-                    let head = match self.journal.read_at(m.head) {
+                    let head = match self.writer.read_at(m.head) {
                         Ok(r) => r,
                         Err(e) => {
                             msg_warn!("{id}: reading its journal record: {e}");
@@ -510,7 +488,7 @@ impl QmgrServer {
                     self.deliver.forget(id);
                     msg_info!("{id}: removed by the administrator");
                     if let Some(st) = storage {
-                        self.removals.push((self.journal.end(), *id, st));
+                        self.writer.remove_later(*id, st);
                     }
                 }
                 self.retry.retain(|(_, id)| !ids.contains(id));
@@ -571,7 +549,7 @@ impl QmgrServer {
     /// The head record (envelope and data) of a live message.
     fn head(&self, id: &QueueId) -> Option<(Record, queue::MessageHead)> {
         let m = self.state.messages.get(id)?;
-        let rec = self.journal.read_at(m.head).ok()?;
+        let rec = self.writer.read_at(m.head).ok()?;
         let h = match &rec {
             Record::Arrived(h) | Record::Rewritten { head: h, .. } => h.clone(),
             _ => return None,
@@ -736,60 +714,54 @@ sender: <{}>
 
     /// Everything appended in this pass goes into one commit.
     fn commit_pending(&mut self) {
-        if self.journal.has_pending() {
-            self.kick();
-        }
+        self.writer
+            .commit(std::time::Instant::now(), &mut self.state);
+        self.journal_events();
         for c in self.clients.values_mut() {
             let _ = c.ep.write_ready();
         }
     }
 
-    /// Starts a group commit if records are waiting and none is running.
-    fn kick(&mut self) {
-        let Some(s) = self.syncer.as_mut() else {
-            // No sync thread (it failed to start): commit inline.
-            match self.journal.commit() {
-                Ok(end) => self.durable(end),
-                Err(e) => self.journal_failed(e),
-            }
-            return;
-        };
-        if let Err(e) = s.kick(&mut self.journal) {
-            self.journal_failed(e);
-        }
-    }
-
+    /// The sync thread finished a commit.
     fn synced(&mut self) {
-        let Some(s) = self.syncer.as_mut() else {
-            return;
-        };
-        match s.poll(&mut self.journal) {
-            Ok(Some(end)) => self.durable(end),
-            Ok(None) => {}
-            Err(e) => self.journal_failed(e),
-        }
+        self.writer
+            .synced(std::time::Instant::now(), &mut self.state);
+        self.journal_events();
     }
 
-    fn durable(&mut self, end: Lsn) {
-        let (done, waiting): (Vec<Ack>, Vec<Ack>) = std::mem::take(&mut self.acks)
-            .into_iter()
-            .partition(|a| a.end <= end);
-        self.acks = waiting;
-        for a in done {
-            msg_info!("{}", a.summary);
-            self.reply(a.client, a.request, qmgr::Response::Committed);
-            if !a.hold {
-                self.admit(a.id);
-            }
-        }
-        // Data of removed messages goes once their Removed record is safe.
-        let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.removals)
-            .into_iter()
-            .partition(|(l, _, _)| *l <= end);
-        self.removals = keep;
-        for (_, id, storage) in gone {
-            if let Err(e) = self.spool.remove_data(id, storage) {
-                msg_warn!("{id}: removing its data: {e}");
+    /// Answers arrivals, frees data, and logs the journal's state changes.
+    fn journal_events(&mut self) {
+        for ev in self.writer.take_events() {
+            match ev {
+                Event::Committed(a) => {
+                    msg_info!("{}", a.summary);
+                    self.reply(a.client, a.request, qmgr::Response::Committed);
+                    if !a.hold {
+                        self.admit(a.id);
+                    }
+                }
+                Event::Refused(a, r) => self.reply(
+                    a.client,
+                    a.request,
+                    qmgr::Response::Failed {
+                        reason: r.reason,
+                        disk_full: r.disk_full,
+                    },
+                ),
+                Event::Remove(id, storage) => {
+                    if let Err(e) = self.spool.remove_data(id, storage) {
+                        msg_warn!("{id}: removing its data: {e}");
+                    }
+                }
+                Event::Stalled(r) => msg_warn!(
+                    "journal: {}; mail is refused and delivery paused, results kept in memory, until it can be written (trying every {} s)",
+                    r.reason,
+                    crate::journal::RETRY.as_secs()
+                ),
+                Event::Resumed(d) => msg_info!(
+                    "journal: writable again after {:.1} s; accepting mail",
+                    d.as_secs_f64()
+                ),
             }
         }
     }
@@ -827,10 +799,13 @@ sender: <{}>
     }
 
     /// Appends a record without counting it as a result (a restatement).
+    ///
+    /// Appending needs no disk (the writer keeps what it cannot write
+    /// yet); it fails only for a record too large to encode, which is then
+    /// not kept: the delivery it reports is done again later.
     fn write(&mut self, rec: Record) {
-        match self.journal.append(&rec) {
-            Ok(lsn) => self.state.apply(lsn, &rec),
-            Err(e) => self.journal_failed(e),
+        if let Err(e) = self.writer.append(&rec, &mut self.state) {
+            msg_warn!("journal: {e}; record not kept");
         }
     }
 
@@ -844,7 +819,7 @@ sender: <{}>
                         continue;
                     };
                     let head_lsn = m.head;
-                    let (pending, head) = match self.journal.read_at(head_lsn) {
+                    let (pending, head) = match self.writer.read_at(head_lsn) {
                         Ok(rec) => (self.state.pending(id, &rec), rec),
                         Err(e) => {
                             msg_warn!("{id}: reading its journal record: {e}; trying again later");
@@ -885,7 +860,7 @@ sender: <{}>
         self.append(Record::Removed { id });
         self.deliver.forget(&id);
         msg_info!("{id}: removed");
-        self.removals.push((self.journal.end(), id, storage));
+        self.writer.remove_later(id, storage);
     }
 
     /// Warns the sender once that a message is delayed, after
@@ -1256,6 +1231,10 @@ sender: <{}>
             self.to_activate.clear();
             return;
         }
+        // Results could not be journaled: start nothing new until they can.
+        if self.writer.stalled().is_some() {
+            return;
+        }
         let now = crate::deliver::now_ms().0 / 1000;
         while let Some(&(at, id)) = self.retry.first() {
             if at > now {
@@ -1284,7 +1263,7 @@ sender: <{}>
                 continue;
             }
             let (head_lsn, next) = (m.head, m.next_attempt);
-            let rec = match self.journal.read_at(head_lsn) {
+            let rec = match self.writer.read_at(head_lsn) {
                 Ok(r) => r,
                 Err(e) => {
                     msg_warn!("{id}: reading its journal record: {e}; trying again later");
@@ -1324,29 +1303,6 @@ sender: <{}>
             || crate::metrics::prometheus(&self.summary(METRICS_TOP)),
         );
         self.http = Some(h);
-    }
-
-    fn journal_failed(&mut self, e: queue::Error) {
-        // A failed fsync leaves the records' fate unknown: refuse them all
-        // (the clients retry; at worst a message is queued twice) and stop,
-        // so that master restarts qmgr and recovery decides from the disk.
-        msg_warn!("journal commit failed: {e}");
-        let disk_full = e.is_disk_full();
-        for a in std::mem::take(&mut self.acks) {
-            self.state.messages.remove(&a.id);
-            self.reply(
-                a.client,
-                a.request,
-                qmgr::Response::Failed {
-                    reason: e.to_string(),
-                    disk_full,
-                },
-            );
-        }
-        for c in self.clients.values_mut() {
-            let _ = c.ep.write_ready();
-        }
-        daemon::msg_fatal!("journal: {e}");
     }
 }
 
@@ -1404,7 +1360,7 @@ impl Server for QmgrServer {
                 match Syncer::spawn(move || {
                     let _ = notify.wake();
                 }) {
-                    Ok(s) => self.syncer = Some(s),
+                    Ok(s) => self.writer.set_syncer(s),
                     Err(e) => msg_warn!("journal sync thread: {e}; committing inline"),
                 }
                 self.waker = Some(w);
@@ -1488,7 +1444,7 @@ impl Server for QmgrServer {
         if self.last_gc.elapsed() >= std::time::Duration::from_secs(60) {
             self.last_gc = std::time::Instant::now();
             self.deliver.prune_figures();
-            match queue::collect_garbage(&self.spool, &mut self.journal, &self.state) {
+            match queue::collect_garbage(&self.spool, self.writer.journal_mut(), &self.state) {
                 Ok(gone) if !gone.is_empty() => msg_info!(
                     "journal: deleted {} segment(s) with nothing live",
                     gone.len()
@@ -1517,6 +1473,10 @@ impl Server for QmgrServer {
         }
         // Journal garbage collection, once a minute.
         at(self.last_gc + std::time::Duration::from_secs(60));
+        // A stalled journal is tried again.
+        if let Some(t) = self.writer.next_deadline() {
+            at(t);
+        }
         if let Some(t) = self.http.as_ref().and_then(|h| h.next_deadline()) {
             at(t);
         }
@@ -1528,12 +1488,9 @@ impl Server for QmgrServer {
     }
 
     fn shutdown(&mut self) {
-        if let Some(s) = self.syncer.as_mut() {
-            match s.wait_all(&mut self.journal) {
-                Ok(end) => self.durable(end),
-                Err(e) => msg_warn!("journal: {e}"),
-            }
-        }
+        self.writer
+            .shutdown(std::time::Instant::now(), &mut self.state);
+        self.journal_events();
         for c in self.clients.values_mut() {
             let _ = c.ep.write_ready();
         }

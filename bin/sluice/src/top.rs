@@ -16,6 +16,10 @@ use crate::{fail, load_config};
 /// Destinations shown by `sluice status`.
 pub const STATUS_TOP: u32 = 10;
 
+/// How long qmgr may take to answer the handshake: it answers at once
+/// when it runs, whatever the size of the queue.
+const HELLO_DEADLINE: Duration = Duration::from_secs(2);
+
 /// A connection to qmgr's control socket (`sluice queue`, `status`, `top`).
 pub struct Qmgr {
     sock: std::path::PathBuf,
@@ -34,18 +38,36 @@ impl Qmgr {
         })
     }
 
+    /// Connects and shakes hands within `HELLO_DEADLINE`: master holds
+    /// qmgr's socket, so a connect succeeds even while qmgr is down (or
+    /// throttled after a crash), and only the missing answer tells.
+    fn connect(&self) -> Result<ipc::Client<QueueCtl>, String> {
+        let sock = self.sock.display();
+        let hello = self.timeout.min(HELLO_DEADLINE);
+        let c = ipc::Client::<QueueCtl>::connect(&self.sock, hello).map_err(|e| match e {
+            ipc::IpcError::Timeout | ipc::IpcError::Closed => format!(
+                "queue manager is not running or not answering at {sock} (see the mail log; `sluice status` shows the daemons)"
+            ),
+            ipc::IpcError::Io(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+                ) =>
+            {
+                format!("queue manager is not running: nothing listens at {sock} (is the mail system started?)")
+            }
+            e => format!("cannot reach the queue manager at {sock}: {e}"),
+        })?;
+        c.set_timeout(self.timeout)
+            .map_err(|e| format!("queue manager at {sock}: {e}"))?;
+        Ok(c)
+    }
+
     /// Asks qmgr, reconnecting once if the last connection broke (qmgr restarted).
     pub fn call(&mut self, req: &Request) -> Result<Response, String> {
         for attempt in 0..2 {
             if self.client.is_none() {
-                let c =
-                    ipc::Client::<QueueCtl>::connect(&self.sock, self.timeout).map_err(|e| {
-                        format!(
-                        "cannot reach the queue manager at {}: {e} (is the mail system running?)",
-                        self.sock.display()
-                    )
-                    })?;
-                self.client = Some(c);
+                self.client = Some(self.connect()?);
             }
             let c = self.client.as_mut().expect("connected above");
             match c.call(req) {

@@ -51,6 +51,14 @@ impl<P: Protocol> Client<P> {
         }
     }
 
+    /// Waits at most `timeout` for each read or write from now on (e.g. a
+    /// short deadline for the handshake, a longer one for the requests).
+    pub fn set_timeout(&self, timeout: Duration) -> Result<(), IpcError> {
+        self.stream.set_read_timeout(Some(timeout))?;
+        self.stream.set_write_timeout(Some(timeout))?;
+        Ok(())
+    }
+
     /// Sends a request without waiting; returns its id.
     pub fn send(&mut self, req: &P::Request) -> Result<u64, IpcError> {
         let id = self.next_id;

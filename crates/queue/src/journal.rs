@@ -4,20 +4,26 @@
 //! number) followed by framed records (see `record`). `append` encodes a
 //! record into an in-memory buffer and returns its position; `commit` writes
 //! the buffer and makes everything appended so far durable with one
-//! `fdatasync` per touched segment (plus one directory fsync after a segment
-//! was created), so a caller that batches N records pays one sync for all.
+//! `fdatasync` per touched segment, oldest first (plus one directory fsync
+//! after a segment was created), so a caller that batches N records pays
+//! one sync for all.
 //! `prepare_commit` / `SyncTicket::run` split a commit so the sync can run on
 //! another thread (see `syncer`) while appends go on.
 //!
-//! Only one process (qmgr) may hold a `Journal` on a spool. After a failed
-//! commit the journal's state on disk is unknown: drop it and recover (the
-//! fsync-failure rule of PostgreSQL). Nothing here panics on disk contents.
+//! Only one process (qmgr) may hold a `Journal` on a spool. A failed commit
+//! (a full disk, a failed write or sync) loses nothing: the records stay in
+//! memory at their positions and the next commit writes them again, from
+//! the last durable byte (PostgreSQL's fsync-failure lesson: never trust
+//! the page cache after a failed sync, write the data again). File
+//! operations go through `disk::Disk`, where tests inject faults. Nothing
+//! here panics on disk contents.
 
+use crate::disk::{Disk, DiskFile, OsDisk};
 use crate::error::{corrupt, Corruption, Error, IoContext, Result};
 use crate::record::{check_frame, encode_frame, Lsn, Record, FRAME_HEADER};
 use crate::stats;
 use std::collections::BTreeSet;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -84,8 +90,8 @@ pub fn list_segments(dir: &Path) -> Result<Vec<u32>> {
 /// What one commit must sync; `run` it here or on a sync thread.
 #[derive(Debug)]
 pub struct SyncTicket {
-    files: Vec<(Arc<File>, PathBuf)>,
-    dir: Option<(File, PathBuf)>,
+    files: Vec<(Arc<dyn DiskFile>, PathBuf)>,
+    dir: Option<(Arc<dyn Disk>, PathBuf)>,
     end: Lsn,
 }
 
@@ -98,7 +104,7 @@ impl SyncTicket {
         }
         if let Some((d, p)) = &self.dir {
             stats::count_fsync();
-            d.sync_all().ctx("fsync", p)?;
+            d.sync_dir(p).ctx("fsync", p)?;
         }
         Ok(self.end)
     }
@@ -109,19 +115,52 @@ impl SyncTicket {
     }
 }
 
+/// The part of one segment that is not yet durable.
+#[derive(Debug)]
+struct Tail {
+    seq: u32,
+    /// Created on the first write: an idle journal writes nothing.
+    file: Option<Arc<dyn DiskFile>>,
+    /// Offset of `bytes[0]` in the segment; everything before is durable.
+    base: u32,
+    /// Encoded records (and the header of a new segment) not yet durable.
+    bytes: Vec<u8>,
+    /// `bytes[..handed]` are written to the OS; always a frame boundary.
+    handed: usize,
+}
+
+impl Tail {
+    fn new(seq: u32) -> Self {
+        let mut bytes = Vec::with_capacity(64 << 10);
+        bytes.extend_from_slice(&segment_header(seq));
+        Self {
+            seq,
+            file: None,
+            base: 0,
+            bytes,
+            handed: 0,
+        }
+    }
+
+    fn end(&self) -> u32 {
+        self.base + self.bytes.len() as u32
+    }
+}
+
 /// The journal, open for appending.
+///
+/// Records not yet durable stay in memory, at the positions `append` gave
+/// them, until a sync covers them: a failed write is cut back to the last
+/// record boundary (`ftruncate`) and a failed sync makes every undurable
+/// byte be written again, so after any failure the journal can simply be
+/// committed again, and acknowledged records keep their positions.
 #[derive(Debug)]
 pub struct Journal {
     dir: PathBuf,
     cfg: JournalConfig,
-    seq: u32,
-    file: Arc<File>,
-    /// Bytes of the current segment already handed to the OS.
-    written: u32,
-    /// Encoded records not yet written, starting at offset `written`.
-    buf: Vec<u8>,
-    /// Closed segments written but not yet synced.
-    unsynced: Vec<(Arc<File>, PathBuf)>,
+    disk: Arc<dyn Disk>,
+    /// Segments with undurable bytes, oldest first; the last is the current one.
+    tails: Vec<Tail>,
     dir_dirty: bool,
     durable: Lsn,
     segments: BTreeSet<u32>,
@@ -131,28 +170,31 @@ impl Journal {
     /// Opens `dir` for appending in a new segment after every existing one.
     ///
     /// Replay first (`replay::replay`): appending never continues an old
-    /// segment, so a torn tail is never followed by good records.
+    /// segment, so a torn tail is never followed by good records. Nothing
+    /// is written until the first commit with records in it.
     pub fn open(dir: &Path, cfg: JournalConfig) -> Result<Self> {
-        fs::create_dir_all(dir).ctx("mkdir", dir)?;
+        Self::open_on(dir, cfg, Arc::new(OsDisk))
+    }
+
+    /// `open`, with the segment files' operations going to `disk`.
+    pub fn open_on(dir: &Path, cfg: JournalConfig, disk: Arc<dyn Disk>) -> Result<Self> {
+        if !dir.is_dir() {
+            fs::create_dir_all(dir).ctx("mkdir", dir)?;
+        }
         let existing = list_segments(dir)?;
         let seq = existing.last().map_or(1, |s| s.saturating_add(1));
-        let mut j = Self {
+        let mut segments: BTreeSet<u32> = existing.into_iter().collect();
+        segments.insert(seq);
+        Ok(Self {
             dir: dir.to_path_buf(),
             cfg: cfg.clamped(),
-            seq,
-            file: Arc::new(create_segment(dir, seq)?),
-            written: 0,
-            buf: Vec::with_capacity(64 << 10),
-            unsynced: Vec::new(),
-            dir_dirty: true,
-            durable: Lsn::new(seq, 0),
-            segments: existing.into_iter().collect(),
-        };
-        j.segments.insert(seq);
-        j.buf.extend_from_slice(&segment_header(seq));
-        // Written now so an idle restart leaves a valid empty segment, not a torn one.
-        j.write_out()?;
-        Ok(j)
+            disk,
+            tails: vec![Tail::new(seq)],
+            dir_dirty: false,
+            // The header alone needs no sync: nothing acknowledged is in it.
+            durable: Lsn::new(seq, SEG_HEADER),
+            segments,
+        })
     }
 
     /// The directory of the segments.
@@ -160,14 +202,27 @@ impl Journal {
         &self.dir
     }
 
+    fn cur(&self) -> &Tail {
+        self.tails
+            .last()
+            .expect("journal: the current segment always has a tail")
+    }
+
+    fn cur_mut(&mut self) -> &mut Tail {
+        self.tails
+            .last_mut()
+            .expect("journal: the current segment always has a tail")
+    }
+
     /// The current (appending) segment number.
     pub fn current_segment(&self) -> u32 {
-        self.seq
+        self.cur().seq
     }
 
     /// The position after the last appended record.
     pub fn end(&self) -> Lsn {
-        Lsn::new(self.seq, self.written + self.buf.len() as u32)
+        let t = self.cur();
+        Lsn::new(t.seq, t.end())
     }
 
     /// Everything before this position is durable.
@@ -175,89 +230,164 @@ impl Journal {
         self.durable
     }
 
-    /// Whether records were appended since the last sync was prepared.
+    /// Whether records were appended that are not yet durable.
     pub fn has_pending(&self) -> bool {
-        !self.buf.is_empty() || !self.unsynced.is_empty() || self.end() > self.durable
+        self.end() > self.durable || self.dir_dirty
+    }
+
+    /// Bytes appended and not yet durable (kept in memory until they are).
+    pub fn pending_bytes(&self) -> usize {
+        self.tails.iter().map(|t| t.bytes.len()).sum()
     }
 
     /// Buffers `rec`; gives its position. Durable once `commit` returns a larger `Lsn`.
+    ///
+    /// No I/O: fails only for a record that cannot be encoded within
+    /// `max_record`, and then appends nothing.
     pub fn append(&mut self, rec: &Record) -> Result<Lsn> {
-        let before = self.buf.len();
-        encode_frame(rec, self.cfg.max_record, &mut self.buf)?;
-        let frame_len = (self.buf.len() - before) as u64;
-        let start = self.written as u64 + before as u64;
-        if start + frame_len > self.cfg.segment_size as u64 && start > SEG_HEADER as u64 {
-            let frame = self.buf.split_off(before);
-            self.rotate()?;
-            let at = self.end();
-            self.buf.extend_from_slice(&frame);
-            return Ok(at);
+        let max = self.cfg.max_record;
+        let seg_size = self.cfg.segment_size as u64;
+        let t = self.cur_mut();
+        let before = t.bytes.len();
+        encode_frame(rec, max, &mut t.bytes)?;
+        let frame_len = (t.bytes.len() - before) as u64;
+        let start = t.base as u64 + before as u64;
+        if start + frame_len > seg_size && start > SEG_HEADER as u64 {
+            let frame = t.bytes.split_off(before);
+            let Some(next) = t.seq.checked_add(1) else {
+                return Err(Error::TooLarge {
+                    size: u32::MAX as u64 + 1,
+                    limit: u32::MAX as u64,
+                });
+            };
+            // Closed here; its sync waits for the next commit.
+            let mut n = Tail::new(next);
+            n.bytes.extend_from_slice(&frame);
+            self.tails.push(n);
+            self.segments.insert(next);
+            return Ok(Lsn::new(next, SEG_HEADER));
         }
-        Ok(Lsn::new(self.seq, start as u32))
+        Ok(Lsn::new(t.seq, start as u32))
     }
 
-    /// Closes the current segment and starts the next; its sync waits for the commit.
-    fn rotate(&mut self) -> Result<()> {
-        self.write_out()?;
-        let next = self.seq.checked_add(1).ok_or(Error::TooLarge {
-            size: u32::MAX as u64 + 1,
-            limit: u32::MAX as u64,
-        })?;
-        let file = Arc::new(create_segment(&self.dir, next)?);
-        let old = std::mem::replace(&mut self.file, file);
-        self.unsynced.push((old, segment_path(&self.dir, self.seq)));
-        self.seq = next;
-        self.segments.insert(next);
-        self.written = 0;
-        self.dir_dirty = true;
-        self.buf.extend_from_slice(&segment_header(next));
-        Ok(())
+    /// The oldest segment with bytes not yet durable.
+    fn oldest_undurable(&self) -> Option<usize> {
+        let durable = self.durable;
+        self.tails
+            .iter()
+            .position(|t| Lsn::new(t.seq, t.end()) > durable)
     }
 
-    /// Hands buffered bytes to the OS (no sync).
-    fn write_out(&mut self) -> Result<()> {
-        if self.buf.is_empty() {
+    /// Hands the buffered bytes of tail `i` to the OS (no sync).
+    ///
+    /// On failure the segment is cut back to the last record boundary
+    /// written, so what is on disk is always whole records of this journal
+    /// followed by nothing, and the same bytes are written again next time.
+    fn write_out(&mut self, i: usize) -> Result<()> {
+        let t = &mut self.tails[i];
+        if t.handed == t.bytes.len() {
             return Ok(());
         }
-        let path = segment_path(&self.dir, self.seq);
-        self.file
-            .write_all_at(&self.buf, self.written as u64)
-            .ctx("write", &path)?;
-        self.written += self.buf.len() as u32;
-        self.buf.clear();
+        let path = segment_path(&self.dir, t.seq);
+        let file = match &t.file {
+            Some(f) => f.clone(),
+            None => {
+                let f = self.disk.create(&path).ctx("create", &path)?;
+                t.file = Some(f.clone());
+                self.dir_dirty = true;
+                f
+            }
+        };
+        let mut at = t.handed;
+        while at < t.bytes.len() {
+            match file.write_at(&t.bytes[at..], t.base as u64 + at as u64) {
+                Ok(0) => {
+                    let e = std::io::Error::new(std::io::ErrorKind::WriteZero, "wrote nothing");
+                    return Err(cut_back(&*file, t, &path, e));
+                }
+                Ok(n) => at += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(cut_back(&*file, t, &path, e)),
+            }
+        }
+        t.handed = at;
         Ok(())
     }
 
     /// Writes what is buffered and gives what must be synced; `None` when all is durable.
+    ///
+    /// One segment per ticket, oldest first: a later segment's records are
+    /// not written before an earlier one's are durable, so after a crash
+    /// (even one after a failed sync lost data) replay finds a prefix of
+    /// what was appended, never records after a gap. After an error
+    /// nothing is lost: commit again later.
     pub fn prepare_commit(&mut self) -> Result<Option<SyncTicket>> {
-        self.write_out()?;
-        let end = self.end();
-        if end == self.durable && self.unsynced.is_empty() && !self.dir_dirty {
-            return Ok(None);
-        }
-        let mut files = std::mem::take(&mut self.unsynced);
-        files.push((self.file.clone(), segment_path(&self.dir, self.seq)));
-        let dir = if std::mem::take(&mut self.dir_dirty) {
-            Some((
-                File::open(&self.dir).ctx("open", &self.dir)?,
-                self.dir.clone(),
-            ))
-        } else {
-            None
+        let Some(i) = self.oldest_undurable() else {
+            if !std::mem::take(&mut self.dir_dirty) {
+                return Ok(None);
+            }
+            return Ok(Some(SyncTicket {
+                files: Vec::new(),
+                dir: Some((self.disk.clone(), self.dir.clone())),
+                end: self.durable,
+            }));
         };
+        self.write_out(i)?;
+        let t = &self.tails[i];
+        let file = t.file.clone().expect("journal: write_out created the file");
+        let files = vec![(file, segment_path(&self.dir, t.seq))];
+        let end = Lsn::new(t.seq, t.end());
+        let dir =
+            std::mem::take(&mut self.dir_dirty).then(|| (self.disk.clone(), self.dir.clone()));
         Ok(Some(SyncTicket { files, dir, end }))
     }
 
-    /// Records that a ticket's sync succeeded.
+    /// Records that a ticket's sync succeeded: its bytes leave memory.
     pub fn mark_durable(&mut self, end: Lsn) {
-        self.durable = self.durable.max(end);
+        if end < self.durable {
+            return;
+        }
+        self.durable = end;
+        let last = self.tails.len() - 1;
+        let mut i = 0;
+        self.tails.retain(|t| {
+            i += 1;
+            i - 1 == last || t.seq >= end.segment()
+        });
+        for t in &mut self.tails {
+            if t.seq == end.segment() && end.offset() > t.base {
+                let n = ((end.offset() - t.base) as usize).min(t.bytes.len());
+                t.bytes.drain(..n);
+                t.base += n as u32;
+                t.handed = t.handed.saturating_sub(n);
+            }
+        }
+    }
+
+    /// Records that a ticket's sync failed: its bytes may not be on disk
+    /// (a failed `fdatasync` can drop dirty pages), so every undurable byte
+    /// is written again, and the directory synced again, at the next commit.
+    pub fn sync_failed(&mut self) {
+        for t in &mut self.tails {
+            t.handed = 0;
+        }
+        if self.tails.iter().any(|t| t.file.is_some()) {
+            self.dir_dirty = true;
+        }
     }
 
     /// Makes every appended record durable; gives the durable end.
+    ///
+    /// After an error the records are still pending: commit again later.
     pub fn commit(&mut self) -> Result<Lsn> {
-        if let Some(t) = self.prepare_commit()? {
-            let end = t.run()?;
-            self.mark_durable(end);
+        while let Some(t) = self.prepare_commit()? {
+            match t.run() {
+                Ok(end) => self.mark_durable(end),
+                Err(e) => {
+                    self.sync_failed();
+                    return Err(e);
+                }
+            }
         }
         Ok(self.durable)
     }
@@ -265,29 +395,31 @@ impl Journal {
     /// Reads back the record at `lsn` (e.g. a deferred message's head record).
     pub fn read_at(&self, lsn: Lsn) -> Result<Record> {
         let (seg, off) = (lsn.segment(), lsn.offset());
-        if seg == self.seq && off >= self.written {
-            let start = (off - self.written) as usize;
-            let bytes = self.buf.get(start..).ok_or(Error::NoRecord(lsn))?;
+        let tail = self.tails.iter().find(|t| t.seq == seg);
+        if let Some(t) = tail.filter(|t| off >= t.base) {
+            let start = (off - t.base) as usize;
+            let bytes = t.bytes.get(start..).ok_or(Error::NoRecord(lsn))?;
             return decode_at(bytes, self.cfg.max_record, &self.dir, lsn);
         }
         let path = segment_path(&self.dir, seg);
-        let opened;
-        let file = if seg == self.seq {
-            &*self.file
-        } else {
-            opened = File::open(&path).ctx("open", &path)?;
-            &opened
-        };
         let mut hdr = [0u8; FRAME_HEADER];
-        file.read_exact_at(&mut hdr, off as u64)
-            .map_err(|_| Error::NoRecord(lsn))?;
+        let mut frame = Vec::new();
+        let read = |buf: &mut [u8]| -> Result<()> {
+            match tail.and_then(|t| t.file.as_ref()) {
+                Some(f) => f.read_exact_at(buf, off as u64),
+                None => File::open(&path)
+                    .ctx("open", &path)?
+                    .read_exact_at(buf, off as u64),
+            }
+            .map_err(|_| Error::NoRecord(lsn))
+        };
+        read(&mut hdr)?;
         let len = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
         if len == 0 || len > self.cfg.max_record {
             return Err(corrupt(&path, Corruption::Bounds));
         }
-        let mut frame = vec![0u8; FRAME_HEADER + len as usize];
-        file.read_exact_at(&mut frame, off as u64)
-            .map_err(|_| Error::NoRecord(lsn))?;
+        frame.resize(FRAME_HEADER + len as usize, 0);
+        read(&mut frame)?;
         decode_at(&frame, self.cfg.max_record, &path, lsn)
     }
 
@@ -300,12 +432,10 @@ impl Journal {
     ///
     /// Call `Spool::checkpoint` first, so no removal they record can be undone.
     pub fn delete_segments_before(&mut self, seq: u32) -> Result<Vec<u32>> {
-        let doomed: Vec<u32> = self
-            .segments
-            .iter()
-            .copied()
-            .filter(|&s| s < seq && s != self.seq)
-            .collect();
+        let oldest_tail = self.tails.first().map_or(u32::MAX, |t| t.seq);
+        // A segment with undurable bytes is never garbage.
+        let seq = seq.min(oldest_tail);
+        let doomed: Vec<u32> = self.segments.iter().copied().filter(|&s| s < seq).collect();
         for &s in &doomed {
             let p = segment_path(&self.dir, s);
             match fs::remove_file(&p) {
@@ -323,11 +453,22 @@ impl Journal {
         }
         if !doomed.is_empty() {
             stats::count_fsync();
-            File::open(&self.dir)
-                .and_then(|d| d.sync_all())
-                .ctx("fsync", &self.dir)?;
+            self.disk.sync_dir(&self.dir).ctx("fsync", &self.dir)?;
         }
         Ok(doomed)
+    }
+}
+
+/// Cuts a segment back to its last good length after a failed write.
+fn cut_back(file: &dyn DiskFile, t: &Tail, path: &Path, e: std::io::Error) -> Error {
+    // Shrinking needs no space. Should it fail too, the bytes past the cut
+    // are a prefix of these same records, which replay cuts as a torn tail
+    // and the next write overwrites.
+    let _ = file.set_len(t.base as u64 + t.handed as u64);
+    Error::Io {
+        op: "write",
+        path: path.to_path_buf(),
+        source: e,
     }
 }
 
@@ -341,14 +482,4 @@ pub(crate) fn segment_header(seq: u32) -> [u8; SEG_HEADER as usize] {
     h[..8].copy_from_slice(&SEG_MAGIC);
     h[8..].copy_from_slice(&(seq as u64).to_le_bytes());
     h
-}
-
-fn create_segment(dir: &Path, seq: u32) -> Result<File> {
-    let path = segment_path(dir, seq);
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .ctx("create", &path)
 }

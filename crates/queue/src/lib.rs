@@ -53,6 +53,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod disk;
 mod error;
 mod index;
 mod journal;
@@ -76,9 +77,9 @@ pub use pool::{Claim, Pool, PoolConfig};
 pub use record::{
     decode_frame, encode_frame, DataRef, FrameError, Lsn, MessageHead, Record, Storage,
 };
-pub use recover::{collect_garbage, recover, Recovered, RecoveryReport};
+pub use recover::{collect_garbage, recover, recover_on, Recovered, RecoveryReport};
 pub use replay::{
-    replay, sender_key, Bounce, LiveMessage, QueueEntry, Replay, TailCause, TornTail,
+    replay, replay_on, sender_key, Bounce, LiveMessage, QueueEntry, Replay, TailCause, TornTail,
 };
 pub use spool::{Draft, FileMode, MessageData, Spool, SpoolConfig};
 pub use stats::fsync_count;

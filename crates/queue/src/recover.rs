@@ -12,20 +12,25 @@
 //! record is appended and committed for it. A committed file with a bad
 //! checksum was never acknowledged (its sync never finished) and is removed.
 //! Everything done is in the `RecoveryReport`, for the caller to log.
+//! Recovery needs no free space (a queue manager restarted on a full disk
+//! comes up and serves the queue): whatever it cannot write now it leaves,
+//! reported, for later.
 //! Only live messages' own files are checked by name, not opened, so a
 //! large queue recovers without reading its data. Panics on nothing.
 
+use crate::disk::{Disk, OsDisk};
 use crate::error::{Error, IoContext, Result};
 use crate::journal::Journal;
 use crate::msgfile::{self, try_lock, FileState, MessageFile};
 use crate::pool::list_slots;
 use crate::record::{DataRef, MessageHead, Record, Storage};
-use crate::replay::{replay, Replay};
+use crate::replay::{replay_on, Replay};
 use crate::spool::{Spool, SpoolConfig};
 use mail::QueueId;
 use std::collections::HashSet;
 use std::fs::{self, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What recovery found and did, for the log.
 #[derive(Debug, Default)]
@@ -42,6 +47,12 @@ pub struct RecoveryReport {
     pub missing: Vec<QueueId>,
     /// Files left alone because another process is writing them.
     pub busy: Vec<PathBuf>,
+    /// Files that could not be cleaned up now (left for the next
+    /// recovery), and why.
+    pub left: Vec<(PathBuf, String)>,
+    /// The commit of adopted messages' records failed (a full disk): they
+    /// stay pending in the journal for the caller's next commit.
+    pub commit_failed: Option<Error>,
     /// Free pool slots after recovery.
     pub free_slots: usize,
 }
@@ -61,9 +72,19 @@ pub struct Recovered {
 
 /// Recovers the spool at `root` (creating it when absent).
 pub fn recover(root: &Path, cfg: SpoolConfig) -> Result<Recovered> {
+    recover_on(root, cfg, Arc::new(OsDisk))
+}
+
+/// `recover`, with the journal's file operations going to `disk`.
+///
+/// Needs no free space: cutting torn tails, zeroing and unlinking are
+/// skipped when they fail (and reported), the new segment is created by
+/// the first commit, and a failed commit of adopted records leaves them
+/// pending (`RecoveryReport::commit_failed`).
+pub fn recover_on(root: &Path, cfg: SpoolConfig, disk: Arc<dyn Disk>) -> Result<Recovered> {
     let spool = Spool::open(root, cfg)?;
-    let mut state = replay(&spool.journal_dir(), cfg.journal.max_record)?;
-    let mut journal = Journal::open(&spool.journal_dir(), cfg.journal)?;
+    let mut state = replay_on(&spool.journal_dir(), cfg.journal.max_record, &*disk)?;
+    let mut journal = Journal::open_on(&spool.journal_dir(), cfg.journal, disk)?;
     let mut report = RecoveryReport::default();
     let mut found: HashSet<QueueId> = HashSet::new();
 
@@ -77,7 +98,9 @@ pub fn recover(root: &Path, cfg: SpoolConfig) -> Result<Recovered> {
         .map(|(id, _)| *id)
         .collect();
     report.missing.sort_unstable();
-    journal.commit()?;
+    if let Err(e) = journal.commit() {
+        report.commit_failed = Some(e);
+    }
     spool.checkpoint()?;
     state.finish(journal.current_segment());
     state.removed = HashSet::new();
@@ -169,8 +192,10 @@ fn reconcile_pool(
         if zap {
             // Committed or junk slots have no writer; the lock only guards junk being rewritten.
             if let Some(_lock) = try_lock(&f, &path)? {
-                msgfile::zap(&f, &path)?;
-                spool.pool().mark_free(n);
+                match msgfile::zap(&f, &path) {
+                    Ok(()) => spool.pool().mark_free(n),
+                    Err(e) => report.left.push((path.clone(), e.to_string())),
+                }
             } else {
                 report.busy.push(path.clone());
             }
@@ -240,13 +265,11 @@ fn reconcile_msg(
                         Err(e) => return Err(e),
                     }
                     // Unlink while holding the lock: a writer that locks later sees the inode gone.
-                    fs::remove_file(&path).ctx("unlink", &path)?;
-                    touched = true;
+                    unlink(&path, &mut touched, report);
                     continue;
                 }
             }
-            fs::remove_file(&path).ctx("unlink", &path)?;
-            touched = true;
+            unlink(&path, &mut touched, report);
         }
         if touched {
             crate::stats::count_fsync();
@@ -256,6 +279,17 @@ fn reconcile_msg(
         }
     }
     Ok(())
+}
+
+/// Unlinks a file recovery does not want; a failure leaves it for next time.
+fn unlink(path: &Path, touched: &mut bool, report: &mut RecoveryReport) {
+    match fs::remove_file(path) {
+        Ok(()) => *touched = true,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => report
+            .left
+            .push((path.to_path_buf(), format!("unlink: {e}"))),
+    }
 }
 
 /// Deletes the journal segments nothing live needs any more; gives their numbers.

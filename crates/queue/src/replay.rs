@@ -2,7 +2,7 @@
 //!
 //! Segments are read in order; within each, records are trusted up to the
 //! first frame that is short, oversized, fails its crc or does not decode.
-//! That tail is truncated (and synced) and reported as a `TornTail`, and
+//! That tail is truncated (and synced) if the disk lets it, and reported as a `TornTail`, and
 //! replay goes on with the next segment: a crash can only tear the end of a
 //! segment because appends never continue an old one. A segment too short
 //! for its header (a crash during rotation) is deleted and reported; one
@@ -13,6 +13,7 @@
 //! full head record is read back with `Journal::read_at` when needed.
 //! Nothing here panics on disk contents.
 
+use crate::disk::{Disk, OsDisk};
 use crate::error::{Error, IoContext, Result};
 use crate::index::{DeferredIndex, SegmentRefs};
 use crate::journal::{list_segments, segment_header, segment_path, Journal, SEG_HEADER};
@@ -20,7 +21,7 @@ use crate::record::{decode_frame, FrameError, Lsn, Record, Storage, FRAME_HEADER
 use crate::stats;
 use mail::{QueueId, StatusCode, Timestamp};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{BufReader, Read};
 use std::path::Path;
 
@@ -93,6 +94,10 @@ pub struct TornTail {
     pub dropped: u64,
     /// Why.
     pub cause: TailCause,
+    /// Whether the bad bytes were cut off (a failed truncation leaves them,
+    /// harmlessly: appends never continue an old segment, and the next
+    /// replay stops at the same place).
+    pub cut: bool,
 }
 
 /// A bounced recipient still owed a notice.
@@ -428,6 +433,11 @@ fn unschedule(ix: &mut DeferredIndex, id: QueueId, m: &LiveMessage) {
 /// `current` is the segment appends will go to next (for dead-segment
 /// accounting); pass `u32::MAX` when unknown.
 pub fn replay(dir: &Path, max_record: u32) -> Result<Replay> {
+    replay_on(dir, max_record, &OsDisk)
+}
+
+/// `replay`, truncating torn tails through `disk`.
+pub fn replay_on(dir: &Path, max_record: u32, disk: &dyn Disk) -> Result<Replay> {
     let mut st = Replay {
         replaying: true,
         ..Replay::default()
@@ -435,14 +445,20 @@ pub fn replay(dir: &Path, max_record: u32) -> Result<Replay> {
     fs::create_dir_all(dir).ctx("mkdir", dir)?;
     let segs = list_segments(dir)?;
     for &seq in &segs {
-        replay_segment(dir, seq, max_record, &mut st)?;
+        replay_segment(dir, seq, max_record, disk, &mut st)?;
     }
     let next = segs.last().map_or(1, |s| s.saturating_add(1));
     st.finish(next);
     Ok(st)
 }
 
-fn replay_segment(dir: &Path, seq: u32, max_record: u32, st: &mut Replay) -> Result<()> {
+fn replay_segment(
+    dir: &Path,
+    seq: u32,
+    max_record: u32,
+    disk: &dyn Disk,
+    st: &mut Replay,
+) -> Result<()> {
     let path = segment_path(dir, seq);
     let file = File::open(&path).ctx("open", &path)?;
     let len = file.metadata().ctx("fstat", &path)?.len();
@@ -450,13 +466,15 @@ fn replay_segment(dir: &Path, seq: u32, max_record: u32, st: &mut Replay) -> Res
     let mut rd = BufReader::with_capacity(256 << 10, file);
     let mut hdr = [0u8; SEG_HEADER as usize];
     if len < SEG_HEADER as u64 || rd.read_exact(&mut hdr).is_err() {
+        // Unlinking needs no space; should it fail, the next replay finds it again.
+        let cut = fs::remove_file(&path).is_ok();
         st.torn.push(TornTail {
             segment: seq,
             offset: 0,
             dropped: len,
             cause: TailCause::ShortHeader,
+            cut,
         });
-        fs::remove_file(&path).ctx("unlink", &path)?;
         return Ok(());
     }
     if hdr != segment_header(seq) {
@@ -465,6 +483,7 @@ fn replay_segment(dir: &Path, seq: u32, max_record: u32, st: &mut Replay) -> Res
             offset: 0,
             dropped: len,
             cause: TailCause::ForeignHeader,
+            cut: false,
         });
         return Ok(());
     }
@@ -480,19 +499,23 @@ fn replay_segment(dir: &Path, seq: u32, max_record: u32, st: &mut Replay) -> Res
                 off += n as u64;
             }
             Err(e) => {
+                // Recovery must not need to write: a tail that cannot be
+                // cut now (read-only or failing disk) is left, and ignored.
+                let cut = disk
+                    .open(&path)
+                    .and_then(|f| {
+                        f.set_len(off)?;
+                        stats::count_fsync();
+                        f.sync_data()
+                    })
+                    .is_ok();
                 st.torn.push(TornTail {
                     segment: seq,
                     offset: off as u32,
                     dropped: len - off,
                     cause: TailCause::Frame(e),
+                    cut,
                 });
-                let f = OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .ctx("open", &path)?;
-                f.set_len(off).ctx("truncate", &path)?;
-                stats::count_fsync();
-                f.sync_all().ctx("fsync", &path)?;
                 break;
             }
         }

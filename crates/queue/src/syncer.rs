@@ -5,9 +5,10 @@
 //! loop calls `kick` after appending, and `poll` when woken by the `notify`
 //! callback (e.g. a mio `Waker`); `poll` gives the new durable position so
 //! the loop can acknowledge every record below it. At most one sync is in
-//! flight. A failed sync is returned by `poll` and leaves the journal
-//! unusable (drop it and recover). Panics on nothing; the thread exits when
-//! the `Syncer` is dropped.
+//! flight. A failed write (from `kick`) or sync (from `poll`) is returned
+//! and loses nothing: the records stay pending in the journal, to be
+//! written again by the next `kick`. Panics on nothing; the thread exits
+//! when the `Syncer` is dropped.
 
 use crate::error::{Error, Result};
 use crate::journal::{Journal, SyncTicket};
@@ -75,7 +76,9 @@ impl Syncer {
         Ok(true)
     }
 
-    /// Collects a finished sync (non-blocking) and starts the next; gives the new durable end.
+    /// Collects a finished sync (non-blocking); gives the new durable end.
+    ///
+    /// Call `kick` after it for what was appended meanwhile.
     pub fn poll(&mut self, journal: &mut Journal) -> Result<Option<Lsn>> {
         if !self.in_flight {
             return Ok(None);
@@ -89,10 +92,16 @@ impl Syncer {
 
     fn finished(&mut self, res: Result<Lsn>, journal: &mut Journal) -> Result<Lsn> {
         self.in_flight = false;
-        let end = res?;
-        journal.mark_durable(end);
-        self.kick(journal)?;
-        Ok(journal.durable())
+        match res {
+            Ok(end) => {
+                journal.mark_durable(end);
+                Ok(journal.durable())
+            }
+            Err(e) => {
+                journal.sync_failed();
+                Err(e)
+            }
+        }
     }
 
     /// Blocks until everything appended so far is durable (shutdown, tests).
@@ -103,6 +112,7 @@ impl Syncer {
             }
             let res = self.rx.recv().map_err(|_| Error::SyncerGone)?;
             self.finished(res, journal)?;
+            self.kick(journal)?;
         }
     }
 }

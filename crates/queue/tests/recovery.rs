@@ -315,10 +315,15 @@ fn recovery_of_an_empty_or_fresh_spool() {
     );
     let first = r.journal.current_segment();
     drop(r);
-    // An idle restart leaves a valid empty segment, which is garbage, not a torn tail.
+    // An idle start writes nothing (a full disk must not stop it): no
+    // segment, no torn tail, and the next start uses the same number.
+    assert!(queue::list_segments(&root.join("journal"))
+        .unwrap()
+        .is_empty());
     let r = recover(root, SpoolConfig::default()).unwrap();
     assert!(r.state.torn.is_empty(), "{:?}", r.state.torn);
-    assert_eq!(r.state.dead_segments, vec![first]);
+    assert!(r.state.dead_segments.is_empty());
+    assert_eq!(r.journal.current_segment(), first);
 }
 
 #[test]
