@@ -105,3 +105,33 @@ fn a_stopped_qmgr_gives_451_within_the_deadline_and_nothing_is_queued() {
     assert!(took < Duration::from_secs(6), "451 after {took:?}");
     inst.wait_log(5, "qmgr did not commit within cleanup_qmgr_timeout (2s)");
 }
+
+#[test]
+fn a_stopped_cleanup_gives_451_within_smtpd_cleanup_timeout() {
+    let (inst, port) = instance("smtpd_cleanup_timeout = 2s\n");
+    let (r, _) = send(port, "bob@mx.test.example");
+    assert!(r.starts_with("250"), "{r}");
+    let pids = inst.pids("cleanup");
+    assert!(!pids.is_empty(), "no cleanup process after a message");
+    let _cont: Vec<Continue> = pids
+        .iter()
+        .map(|&p| {
+            sys::process::signal(p, 19).expect("SIGSTOP cleanup");
+            Continue(p)
+        })
+        .collect();
+    let (mut c, _) = SmtpClient::connect(port);
+    c.expect("EHLO client.example", "250");
+    c.expect("MAIL FROM:<a@example.com>", "250");
+    c.expect("RCPT TO:<bob@mx.test.example>", "250");
+    // The session's link to cleanup is new: DATA waits for cleanup's
+    // start of message, and gets 451 at the deadline instead.
+    let (r, took) = c.timed("DATA");
+    assert!(r.starts_with("451 4.3.0 "), "{r}");
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(6),
+        "451 after {took:?} with smtpd_cleanup_timeout = 2s"
+    );
+    inst.wait_log(5, "within smtpd_cleanup_timeout (2s)");
+    c.expect("QUIT", "221");
+}
