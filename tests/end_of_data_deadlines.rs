@@ -84,7 +84,10 @@ fn a_stopped_qmgr_gives_451_within_the_deadline_and_nothing_is_queued() {
         took >= Duration::from_millis(1500) && took < Duration::from_secs(6),
         "451 after {took:?} with cleanup_qmgr_timeout = 2s"
     );
-    inst.wait_log(5, "no queue manager answered within cleanup_qmgr_timeout (2s)");
+    inst.wait_log(
+        5,
+        "no queue manager answered within cleanup_qmgr_timeout (2s)",
+    );
     // qmgr comes back: the refused message was never committed, so it is
     // not queued behind the client's back; the next one is.
     drop(cont);

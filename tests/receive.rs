@@ -561,9 +561,21 @@ fn mail_from_is_refused_when_the_queue_file_system_is_short_of_space() {
     // two thirds of it (Postfix's 1.5 times rule, queue_minfree = 0); then
     // a SIZE= that does not fit.
     for (extra, size, code) in [
-        (format!("queue_minfree = {more}\n"), None, "452 4.3.1 Insufficient system storage"),
-        (format!("message_size_limit = {more}\n"), None, "452 4.3.1 Insufficient system storage"),
-        ("message_size_limit = 0\n".to_string(), Some(more), "452 4.3.1 Insufficient system storage"),
+        (
+            format!("queue_minfree = {more}\n"),
+            None,
+            "452 4.3.1 Insufficient system storage",
+        ),
+        (
+            format!("message_size_limit = {more}\n"),
+            None,
+            "452 4.3.1 Insufficient system storage",
+        ),
+        (
+            "message_size_limit = 0\n".to_string(),
+            Some(more),
+            "452 4.3.1 Insufficient system storage",
+        ),
         ("message_size_limit = 0\n".to_string(), Some(1000), "250"),
     ] {
         let (inst, port) = instance(&extra, "");

@@ -87,7 +87,10 @@ fn a_slow_router_delays_only_the_session_that_asked() {
         "answered after {waited:?}, before the router did"
     );
     let second = a.reply();
-    assert!(second.starts_with("501"), "pipelined reply out of order: {second}");
+    assert!(
+        second.starts_with("501"),
+        "pipelined reply out of order: {second}"
+    );
     a.expect("QUIT", "221");
 }
 

@@ -554,7 +554,10 @@ impl CleanupServer {
         };
         let _ = cx.registry.deregister(link.ep.stream());
         for (_, p) in std::mem::take(&mut link.pending) {
-            msg_info!("{}: reject: 451 4.3.0 Error: queue manager unavailable", p.id);
+            msg_info!(
+                "{}: reject: 451 4.3.0 Error: queue manager unavailable",
+                p.id
+            );
             // The data may be durable, but without its Arrived record the
             // message is not queued as far as the client knows. If qmgr
             // wrote the record before dying, recovery keeps the message and

@@ -2,9 +2,11 @@
 //! the link to cleanup.
 //!
 //! Bytes from the client go into `inbuf` (bounded) and are fed to the
-//! session; the session's questions are answered from the policy or, for
-//! DATA and end of message, by cleanup over a non-blocking IPC link, so a
-//! slow cleanup delays only its own client. While the link has more than
+//! session; the session's questions are answered from the policy (after
+//! the router's answer, when reject_unlisted_recipient needs one: the
+//! server asks it for the session over its one link), or, for DATA and end
+//! of message, by cleanup over a non-blocking IPC link, so a slow router or
+//! cleanup delays only its own client, and each wait has a deadline. While the link has more than
 //! `LINK_BACKLOG` bytes unsent, no more input is fed: memory stays bounded
 //! and TCP pushes back on the client.
 
@@ -344,7 +346,11 @@ impl Conn {
                 msg_warn!(
                     "{}: cleanup did not answer {} within smtpd_cleanup_timeout ({}s)",
                     self.txn.queue_id.as_deref().unwrap_or("NOQUEUE"),
-                    if what == Waiting::Started { "the start of a message" } else { "the end of data" },
+                    if what == Waiting::Started {
+                        "the start of a message"
+                    } else {
+                        "the end of data"
+                    },
                     self.cleanup_timeout.as_secs()
                 );
                 // Closing the link makes cleanup drop the message unless it
@@ -527,7 +533,11 @@ impl Conn {
                         reply.code,
                         reply.enhanced.map(|e| e.to_string()).unwrap_or_default(),
                         reply.text(),
-                        if self.session.is_esmtp() { "ESMTP" } else { "SMTP" },
+                        if self.session.is_esmtp() {
+                            "ESMTP"
+                        } else {
+                            "SMTP"
+                        },
                         self.session.helo_name().unwrap_or("")
                     );
                     let _ = self.session.decide(reply);
@@ -686,11 +696,9 @@ impl Conn {
                         .as_ref()
                         .map(|o| format!("{};{}", o.addr_type, o.addr)),
                 });
-                let _ = self.session.decide(Reply::enhanced(
-                    250,
-                    EnhancedCode::RECIPIENT_OK,
-                    "Ok",
-                ));
+                let _ = self
+                    .session
+                    .decide(Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"));
             }
             policy::Verdict::Refuse {
                 code,

@@ -248,7 +248,10 @@ impl Server for SmtpServer {
 
     fn next_deadline(&self) -> Option<Instant> {
         let sessions = self.conns.values().map(|c| c.deadline()).min();
-        sessions.into_iter().chain(self.router.next_deadline()).min()
+        sessions
+            .into_iter()
+            .chain(self.router.next_deadline())
+            .min()
     }
 
     fn clients(&self) -> usize {

@@ -10,7 +10,13 @@ use crate::SysError;
 pub fn free_space(path: &Path) -> Result<u64, SysError> {
     let st = nix::sys::statvfs::statvfs(path)
         .map_err(|e| SysError::new(format!("statvfs {}", path.display()), e))?;
-    Ok(u64::from(st.blocks_available()).saturating_mul(u64::from(st.fragment_size())))
+    // Both are u64 on 64-bit Linux and narrower elsewhere.
+    #[allow(clippy::useless_conversion)]
+    let (blocks, size) = (
+        u64::from(st.blocks_available()),
+        u64::from(st.fragment_size()),
+    );
+    Ok(blocks.saturating_mul(size))
 }
 
 #[cfg(test)]
