@@ -551,3 +551,45 @@ fn sendmail_bs_speaks_smtp_on_stdin() {
     );
     assert_eq!(inst.queue_json().len(), 1);
 }
+
+#[test]
+fn mail_from_is_refused_when_the_queue_file_system_is_short_of_space() {
+    use sluice_suite::smtp_client::SmtpClient;
+    let free = sys::fs::free_space(std::env::temp_dir().as_path()).expect("statvfs");
+    let more = free.saturating_mul(4);
+    // queue_minfree above the free space; then message_size_limit over
+    // two thirds of it (Postfix's 1.5 times rule, queue_minfree = 0); then
+    // a SIZE= that does not fit.
+    for (extra, size, code) in [
+        (
+            format!("queue_minfree = {more}\n"),
+            None,
+            "452 4.3.1 Insufficient system storage",
+        ),
+        (
+            format!("message_size_limit = {more}\n"),
+            None,
+            "452 4.3.1 Insufficient system storage",
+        ),
+        (
+            "message_size_limit = 0\n".to_string(),
+            Some(more),
+            "452 4.3.1 Insufficient system storage",
+        ),
+        ("message_size_limit = 0\n".to_string(), Some(1000), "250"),
+    ] {
+        let (inst, port) = instance(&extra, "");
+        let (mut c, _) = SmtpClient::connect(port);
+        c.expect("EHLO client.example", "250");
+        let cmd = match size {
+            Some(n) => format!("MAIL FROM:<a@example.com> SIZE={n}"),
+            None => "MAIL FROM:<a@example.com>".to_string(),
+        };
+        let r = c.expect(&cmd, code);
+        if code.starts_with("452") {
+            inst.wait_log(5, "NOQUEUE: reject: MAIL from unknown[127.0.0.1]: 452 4.3.1 Insufficient system storage");
+            assert!(r.contains("Insufficient system storage"), "{r}");
+        }
+        c.expect("QUIT", "221");
+    }
+}

@@ -8,7 +8,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod fake_router;
 pub mod postfix;
+pub mod smtp_client;
 pub mod testkit;
 
 use std::os::unix::process::CommandExt;

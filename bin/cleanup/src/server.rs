@@ -7,12 +7,25 @@
 //! answer normally arrives while the content streams. At `End` the message
 //! waits for that answer if it has not come, then is committed with the
 //! rewritten sender and recipients. A router
-//! that cannot be reached, or that goes away with answers owed, makes the
-//! message a 451: never queued without its mapping.
+//! that cannot be reached, that goes away with answers owed, or that has
+//! not answered `cleanup_router_timeout` after End, makes the message a
+//! 451: never queued without its mapping.
+//!
+//! Every End is answered within deadlines. The message data is committed
+//! (its envelope written and synced, which makes it a file qmgr's recovery
+//! would adopt) only once a qmgr process has answered the link's hello: a
+//! qmgr that is stopped, throttled by master or stuck in recovery leaves
+//! the message uncommitted, and after `cleanup_qmgr_timeout` the draft is
+//! removed and the client gets 451 4.3.0: nothing is queued behind its back.
+//! Once `Arrived` is sent, qmgr may have it; if no `Committed` comes within
+//! `cleanup_qmgr_timeout` the client gets 451 4.3.0 all the same, the data
+//! stays (qmgr may journal it, or adopt it at recovery: a retrying client
+//! then makes a duplicate, never a loss, as with Postfix), and the link is
+//! dropped so that later messages wait for a live qmgr before committing.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use daemon::{msg_info, msg_warn, Conn, Context, Cx, Server};
 use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
@@ -48,8 +61,9 @@ struct Msg {
     error: Option<(u16, &'static str, String)>,
     arrival: SystemTime,
     mapping: Mapping,
-    /// The id of the client's `End`, while it waits for the mapping.
-    ended: Option<u64>,
+    /// The id of the client's `End`, while it waits for the mapping, and
+    /// when it stops waiting (`cleanup_router_timeout`).
+    ended: Option<(u64, Instant)>,
 }
 
 struct Client {
@@ -63,6 +77,17 @@ struct Pending {
     client: Token,
     request: u64,
     id: QueueId,
+    /// When the client gets 451 without it (`cleanup_qmgr_timeout`).
+    deadline: Instant,
+}
+
+/// A complete message whose data is not committed yet because no qmgr
+/// has answered the link's hello.
+struct Parked {
+    client: Token,
+    request: u64,
+    msg: Msg,
+    deadline: Instant,
 }
 
 struct QmgrLink {
@@ -89,6 +114,9 @@ pub struct CleanupServer {
     qmgr_path: PathBuf,
     router: Option<RouterLink>,
     router_path: PathBuf,
+    parked: Vec<Parked>,
+    router_timeout: Duration,
+    qmgr_timeout: Duration,
     address_mappings: bool,
     hostname: String,
     origin_domain: String,
@@ -135,6 +163,9 @@ impl CleanupServer {
             qmgr_path: root.join("private/qmgr"),
             router: None,
             router_path: root.join("private/router"),
+            parked: Vec::new(),
+            router_timeout: ctx.config.time("cleanup_router_timeout"),
+            qmgr_timeout: ctx.config.time("cleanup_qmgr_timeout"),
             address_mappings: address_mappings(&ctx.config),
             hostname: ctx.config.str("myhostname"),
             origin_domain: ctx.config.str("myorigin"),
@@ -264,7 +295,7 @@ impl CleanupServer {
                     write(&self.spool, &mut m, &out, size_limit);
                 }
                 if matches!(m.mapping, Mapping::Waiting) && m.error.is_none() {
-                    m.ended = Some(req.id);
+                    m.ended = Some((req.id, cx.now + self.router_timeout));
                     c.msg = Some(m);
                     return None;
                 }
@@ -311,6 +342,40 @@ impl CleanupServer {
             msg_info!("{}: reject: {code} {enhanced} {text}", m.id);
             return Some(failed(code, enhanced, &text));
         }
+        if !self.qmgr.as_ref().is_some_and(|l| l.greeted) {
+            if self.qmgr.is_none() {
+                match open_qmgr(cx, &self.qmgr_path) {
+                    Ok(l) => self.qmgr = Some(l),
+                    Err(e) => {
+                        msg_warn!("connect to qmgr: {e}");
+                        if let Some(d) = m.draft.take() {
+                            let _ = d.abort(&self.spool);
+                        }
+                        return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
+                    }
+                }
+            }
+            // Committed only once a qmgr answers: see the module header.
+            self.parked.push(Parked {
+                client: token,
+                request,
+                msg: m,
+                deadline: cx.now + self.qmgr_timeout,
+            });
+            return None;
+        }
+        self.commit(cx, token, request, m)
+    }
+
+    /// Commits a message's data and announces it to qmgr (whose link is
+    /// greeted).
+    fn commit(
+        &mut self,
+        cx: &mut Cx<'_>,
+        token: Token,
+        request: u64,
+        mut m: Msg,
+    ) -> Option<Response> {
         let draft = m.draft.take()?;
         m.envelope.size = draft.len();
         m.envelope.arrival = Timestamp::from_micros(
@@ -387,7 +452,7 @@ impl CleanupServer {
             return;
         };
         m.mapping = Mapping::Done(result);
-        let Some(request) = m.ended else { return };
+        let Some((request, _)) = m.ended else { return };
         let m = c.msg.take().expect("checked above");
         if let Some(resp) = self.finish(cx, client, request, m) {
             self.answer(client, request, resp);
@@ -455,17 +520,11 @@ impl CleanupServer {
         head: MessageHead,
         hold: bool,
     ) -> Option<Response> {
-        if self.qmgr.is_none() {
-            match open_qmgr(cx, &self.qmgr_path) {
-                Ok(l) => self.qmgr = Some(l),
-                Err(e) => {
-                    msg_warn!("connect to qmgr: {e}");
-                    remove_data(&self.spool, &head);
-                    return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
-                }
-            }
-        }
-        let link = self.qmgr.as_mut().expect("opened above");
+        let Some(link) = self.qmgr.as_mut() else {
+            // Gone since the message was parked or committed: nothing was sent.
+            remove_data(&self.spool, &head);
+            return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
+        };
         let id = link.next_id;
         link.next_id += 1;
         let qid = head.id;
@@ -483,6 +542,7 @@ impl CleanupServer {
                 client,
                 request,
                 id: qid,
+                deadline: cx.now + self.qmgr_timeout,
             },
         );
         None
@@ -494,6 +554,10 @@ impl CleanupServer {
         };
         let _ = cx.registry.deregister(link.ep.stream());
         for (_, p) in std::mem::take(&mut link.pending) {
+            msg_info!(
+                "{}: reject: 451 4.3.0 Error: queue manager unavailable",
+                p.id
+            );
             // The data may be durable, but without its Arrived record the
             // message is not queued as far as the client knows. If qmgr
             // wrote the record before dying, recovery keeps the message and
@@ -503,6 +567,34 @@ impl CleanupServer {
                 p.request,
                 failed(451, "4.3.0", "Error: queue manager unavailable"),
             );
+        }
+        // Messages never committed: their drafts go, nothing was handed over.
+        for p in std::mem::take(&mut self.parked) {
+            self.unpark_failed(p);
+        }
+    }
+
+    fn unpark_failed(&mut self, p: Parked) {
+        if let Some(d) = p.msg.draft {
+            let _ = d.abort(&self.spool);
+        }
+        msg_info!(
+            "{}: reject: 451 4.3.0 Error: queue manager unavailable",
+            p.msg.id
+        );
+        self.answer(
+            p.client,
+            p.request,
+            failed(451, "4.3.0", "Error: queue manager unavailable"),
+        );
+    }
+
+    /// qmgr answered the hello: the parked messages are committed and sent.
+    fn unpark(&mut self, cx: &mut Cx<'_>) {
+        for p in std::mem::take(&mut self.parked) {
+            if let Some(resp) = self.commit(cx, p.client, p.request, p.msg) {
+                self.answer(p.client, p.request, resp);
+            }
         }
     }
 
@@ -515,6 +607,7 @@ impl CleanupServer {
     }
 
     fn qmgr_ready(&mut self, cx: &mut Cx<'_>) {
+        let was_greeted = self.qmgr.as_ref().is_some_and(|l| l.greeted);
         let result = (|| -> Result<Vec<(u64, qmgr::Response)>, ipc::IpcError> {
             let Some(link) = self.qmgr.as_mut() else {
                 return Ok(vec![]);
@@ -544,6 +637,9 @@ impl CleanupServer {
         })();
         match result {
             Ok(answers) => {
+                if !was_greeted && self.qmgr.as_ref().is_some_and(|l| l.greeted) {
+                    self.unpark(cx);
+                }
                 for (id, resp) in answers {
                     let Some(p) = self.qmgr.as_mut().and_then(|l| l.pending.remove(&id)) else {
                         continue;
@@ -599,6 +695,15 @@ impl CleanupServer {
     }
 
     fn drop_client(&mut self, cx: &mut Cx<'_>, token: Token) {
+        let (gone, keep): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| p.client == token);
+        self.parked = keep;
+        for p in gone {
+            if let Some(d) = p.msg.draft {
+                let _ = d.abort(&self.spool);
+            }
+        }
         if let Some(mut c) = self.clients.remove(&token) {
             let _ = cx.registry.deregister(c.ep.stream());
             if let Some(m) = c.msg.take() {
@@ -795,6 +900,8 @@ impl Server for CleanupServer {
         self.always_add = config.bool("always_add_missing_headers");
         self.size_limit = config.size("message_size_limit");
         self.address_mappings = address_mappings(config);
+        self.router_timeout = config.time("cleanup_router_timeout");
+        self.qmgr_timeout = config.time("cleanup_qmgr_timeout");
         true
     }
 
@@ -846,6 +953,61 @@ impl Server for CleanupServer {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        None
+        let mapping = self
+            .clients
+            .values()
+            .filter_map(|c| c.msg.as_ref().and_then(|m| m.ended).map(|(_, d)| d));
+        let parked = self.parked.iter().map(|p| p.deadline);
+        let pending = self
+            .qmgr
+            .iter()
+            .flat_map(|l| l.pending.values().map(|p| p.deadline));
+        mapping.chain(parked).chain(pending).min()
+    }
+
+    fn timeout(&mut self, cx: &mut Cx<'_>) {
+        let now = cx.now;
+        // Mappings the router did not give in time.
+        let late: Vec<(Token, QueueId)> = self
+            .clients
+            .iter()
+            .filter_map(|(t, c)| {
+                let m = c.msg.as_ref()?;
+                m.ended.filter(|(_, d)| *d <= now).map(|_| (*t, m.id))
+            })
+            .collect();
+        for (client, id) in late {
+            msg_warn!(
+                "{id}: router did not answer the address mapping within cleanup_router_timeout ({}s)",
+                self.router_timeout.as_secs()
+            );
+            self.settle(cx, client, id, Err(rewrite::unavailable()));
+        }
+        // Messages no qmgr has said hello for: never committed.
+        let (late, keep): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| p.deadline <= now);
+        self.parked = keep;
+        for p in late {
+            msg_warn!(
+                "{}: no queue manager answered within cleanup_qmgr_timeout ({}s)",
+                p.msg.id,
+                self.qmgr_timeout.as_secs()
+            );
+            self.unpark_failed(p);
+        }
+        // Announced messages qmgr did not commit in time.
+        let stalled = self
+            .qmgr
+            .as_ref()
+            .is_some_and(|l| l.pending.values().any(|p| p.deadline <= now));
+        if stalled {
+            msg_warn!(
+                "qmgr did not commit within cleanup_qmgr_timeout ({}s): dropping the link; \
+                 the messages it owes may still be queued",
+                self.qmgr_timeout.as_secs()
+            );
+            self.break_qmgr(cx);
+        }
     }
 }

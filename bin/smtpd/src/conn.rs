@@ -2,9 +2,11 @@
 //! the link to cleanup.
 //!
 //! Bytes from the client go into `inbuf` (bounded) and are fed to the
-//! session; the session's questions are answered from the policy or, for
-//! DATA and end of message, by cleanup over a non-blocking IPC link, so a
-//! slow cleanup delays only its own client. While the link has more than
+//! session; the session's questions are answered from the policy (after
+//! the router's answer, when reject_unlisted_recipient needs one: the
+//! server asks it for the session over its one link), or, for DATA and end
+//! of message, by cleanup over a non-blocking IPC link, so a slow router or
+//! cleanup delays only its own client, and each wait has a deadline. While the link has more than
 //! `LINK_BACKLOG` bytes unsent, no more input is fed: memory stays bounded
 //! and TCP pushes back on the client.
 
@@ -29,8 +31,8 @@ pub struct Shared {
     pub settings: Settings,
     /// The TLS server configuration, if TLS is on.
     pub tls: Option<Arc<rustls::ServerConfig>>,
-    /// The router, for reject_unlisted_recipient.
-    pub router: crate::settings::RouterLink,
+    /// Free space on the queue file system, for MAIL FROM.
+    pub space: crate::space::QueueSpace,
 }
 
 const INBUF_LIMIT: usize = 64 * 1024;
@@ -42,8 +44,9 @@ struct Link {
     token: Token,
     greeted: bool,
     next_id: u64,
-    /// The request whose answer the session waits for.
-    waiting: Option<(u64, Waiting)>,
+    /// The request whose answer the session waits for, and until when
+    /// (`smtpd_cleanup_timeout`).
+    waiting: Option<(u64, Waiting, Instant)>,
     broken: bool,
 }
 
@@ -78,6 +81,11 @@ pub struct Conn {
     txn: Txn,
     deadline: Instant,
     timeout: std::time::Duration,
+    cleanup_timeout: std::time::Duration,
+    /// A RCPT waiting for the router's answer before the policy runs.
+    pending_rcpt: Option<(smtp_proto::Mailbox, smtp_proto::command::RcptParams)>,
+    /// The question for the router, until the server has sent it.
+    router_question: Option<(String, bool)>,
     handshaking: bool,
     closing: bool,
     eof: bool,
@@ -126,6 +134,9 @@ impl Conn {
             txn: Txn::default(),
             deadline: now + s.timeout,
             timeout: s.timeout,
+            cleanup_timeout: s.cleanup_timeout,
+            pending_rcpt: None,
+            router_question: None,
             handshaking,
             closing: false,
             eof: false,
@@ -149,9 +160,25 @@ impl Conn {
         self.session.stats().summary()
     }
 
-    /// When this session times out.
+    /// When this session times out, or gives up waiting for cleanup.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        match self.link.as_ref().and_then(|l| l.waiting) {
+            Some((_, _, d)) => d.min(self.deadline),
+            None => self.deadline,
+        }
+    }
+
+    /// The question the session waits to have sent to the router: the
+    /// recipient and whether the transaction uses SMTPUTF8.
+    pub fn take_router_question(&mut self) -> Option<(String, bool)> {
+        self.router_question.take()
+    }
+
+    /// The router's answer to the session's question: the RCPT is decided.
+    pub fn router_answer(&mut self, shared: &Shared, answer: crate::router::Answer) {
+        if let Some((to, params)) = self.pending_rcpt.take() {
+            self.check_recipient(shared, to, params, Some(&answer));
+        }
     }
 
     /// The token of the cleanup link, if open.
@@ -232,7 +259,7 @@ impl Conn {
                 }
             }
             while let Some(resp) = link.ep.recv::<Tagged<Response>>()? {
-                let Some((id, what)) = link.waiting else {
+                let Some((id, what, _)) = link.waiting else {
                     continue;
                 };
                 if resp.id != id {
@@ -311,8 +338,27 @@ impl Conn {
         link.broken = true;
     }
 
-    /// The client was silent for smtpd_timeout.
+    /// The client was silent for smtpd_timeout, or cleanup did not answer
+    /// within smtpd_cleanup_timeout.
     pub fn timed_out(&mut self, cx: &mut Cx<'_>) {
+        if let Some((_, what, d)) = self.link.as_ref().and_then(|l| l.waiting) {
+            if d <= cx.now {
+                msg_warn!(
+                    "{}: cleanup did not answer {} within smtpd_cleanup_timeout ({}s)",
+                    self.txn.queue_id.as_deref().unwrap_or("NOQUEUE"),
+                    if what == Waiting::Started {
+                        "the start of a message"
+                    } else {
+                        "the end of data"
+                    },
+                    self.cleanup_timeout.as_secs()
+                );
+                // Closing the link makes cleanup drop the message unless it
+                // has already handed it to qmgr (see smtpd(8)).
+                self.break_link(cx.registry);
+                return;
+            }
+        }
         if self.closing {
             // It did not even take our goodbye within the grace period.
             self.failed = true;
@@ -475,6 +521,28 @@ impl Conn {
                         return;
                     }
                 }
+                if let Some(reply) = shared.space.check(
+                    cx.now,
+                    shared.settings.queue_minfree,
+                    shared.settings.size_limit,
+                    params.size,
+                ) {
+                    msg_info!(
+                        "NOQUEUE: reject: MAIL from {}: {} {} {}; proto={} helo=<{}>",
+                        self.client_label(),
+                        reply.code,
+                        reply.enhanced.map(|e| e.to_string()).unwrap_or_default(),
+                        reply.text(),
+                        if self.session.is_esmtp() {
+                            "ESMTP"
+                        } else {
+                            "SMTP"
+                        },
+                        self.session.helo_name().unwrap_or("")
+                    );
+                    let _ = self.session.decide(reply);
+                    return;
+                }
                 self.txn = Txn {
                     sender: match &from {
                         Path::Null => String::new(),
@@ -499,76 +567,20 @@ impl Conn {
             }
             Action::CheckRecipient { to, params } => {
                 self.last_verb = "RCPT";
-                let sender = self.session.sender().and_then(|p| p.mailbox()).cloned();
-                let q = policy::Query {
-                    client_addr: self.peer.ip(),
-                    client_name: "unknown",
-                    helo: self.session.helo_name(),
-                    sender: sender.as_ref(),
-                    recipient: &to,
-                };
-                match shared.settings.policy.check(
-                    &q,
-                    &crate::settings::Lookups {
-                        tables: &shared.settings.tables,
-                        router: shared
-                            .settings
-                            .policy
-                            .needs_router()
-                            .then_some(&shared.router),
-                        smtputf8: self.txn.smtputf8,
-                    },
-                ) {
-                    policy::Verdict::Accept { hold, discard } => {
-                        self.txn.hold |= hold;
-                        self.txn.discard |= discard;
-                        self.txn.recipients.push(Recipient {
-                            address: to.to_string(),
-                            notify: match params.notify {
-                                None => Notify::Default,
-                                Some(n) if n.is_never() => Notify::Never,
-                                Some(n) => Notify::On {
-                                    success: n.success,
-                                    failure: n.failure,
-                                    delay: n.delay,
-                                },
-                            },
-                            orcpt: params
-                                .orcpt
-                                .as_ref()
-                                .map(|o| format!("{};{}", o.addr_type, o.addr)),
-                        });
-                        let _ = self.session.decide(Reply::enhanced(
-                            250,
-                            EnhancedCode::RECIPIENT_OK,
-                            "Ok",
-                        ));
-                    }
-                    policy::Verdict::Refuse {
-                        code,
-                        enhanced,
-                        text,
-                        by: _,
-                    } => {
-                        msg_info!(
-                            "NOQUEUE: reject: RCPT from {}: {code} {enhanced} {text}; from=<{}> to=<{}> proto={} helo=<{}>",
-                            self.client_label(),
-                            self.txn.sender,
-                            to,
-                            if self.session.is_esmtp() { "ESMTP" } else { "SMTP" },
-                            self.session.helo_name().unwrap_or("")
-                        );
-                        let enh =
-                            EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::NOT_AUTHORIZED);
-                        let _ = self.session.decide(Reply::enhanced(code, enh, text));
-                    }
+                if shared.settings.policy.asks_router(&to) {
+                    // The router answers asynchronously; the session waits
+                    // (and so do its pipelined commands, in order).
+                    self.router_question = Some((to.to_string(), self.txn.smtputf8));
+                    self.pending_rcpt = Some((to, params));
+                    return;
                 }
+                self.check_recipient(shared, to, params, None);
             }
             Action::CheckData { bdat } => {
                 self.last_verb = if bdat { "BDAT" } else { "DATA" };
                 self.begin_message(cx, shared);
             }
-            Action::Data(bytes) => self.send_link(Request::Data { bytes }, None),
+            Action::Data(bytes) => self.send_link(cx.now, Request::Data { bytes }, None),
             Action::MessageEnd(_summary) => {
                 self.last_verb = "END-OF-MESSAGE";
                 if self.link.is_none() {
@@ -595,7 +607,7 @@ impl Conn {
                     ));
                     return;
                 }
-                self.send_link(Request::End, Some(Waiting::Queued));
+                self.send_link(cx.now, Request::End, Some(Waiting::Queued));
             }
             Action::TransactionAborted(reason) => {
                 if let AbortReason::Refused(refusal, _) = reason {
@@ -639,6 +651,71 @@ impl Conn {
             }
             Action::Event(ev) => {
                 msg_info!("{:?} from {}", ev, self.client_label());
+            }
+        }
+    }
+
+    /// Runs the policy for one recipient, with the router's answer when
+    /// it was needed, and answers the RCPT.
+    fn check_recipient(
+        &mut self,
+        shared: &Shared,
+        to: smtp_proto::Mailbox,
+        params: smtp_proto::command::RcptParams,
+        unlisted: Option<&crate::router::Answer>,
+    ) {
+        let sender = self.session.sender().and_then(|p| p.mailbox()).cloned();
+        let q = policy::Query {
+            client_addr: self.peer.ip(),
+            client_name: "unknown",
+            helo: self.session.helo_name(),
+            sender: sender.as_ref(),
+            recipient: &to,
+        };
+        let lookups = crate::settings::Lookups {
+            tables: &shared.settings.tables,
+            unlisted,
+        };
+        match shared.settings.policy.check(&q, &lookups) {
+            policy::Verdict::Accept { hold, discard } => {
+                self.txn.hold |= hold;
+                self.txn.discard |= discard;
+                self.txn.recipients.push(Recipient {
+                    address: to.to_string(),
+                    notify: match params.notify {
+                        None => Notify::Default,
+                        Some(n) if n.is_never() => Notify::Never,
+                        Some(n) => Notify::On {
+                            success: n.success,
+                            failure: n.failure,
+                            delay: n.delay,
+                        },
+                    },
+                    orcpt: params
+                        .orcpt
+                        .as_ref()
+                        .map(|o| format!("{};{}", o.addr_type, o.addr)),
+                });
+                let _ = self
+                    .session
+                    .decide(Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"));
+            }
+            policy::Verdict::Refuse {
+                code,
+                enhanced,
+                text,
+                by: _,
+            } => {
+                msg_info!(
+                    "NOQUEUE: reject: RCPT from {}: {code} {enhanced} {text}; from=<{}> to=<{}> proto={} helo=<{}>",
+                    self.client_label(),
+                    self.txn.sender,
+                    to,
+                    if self.session.is_esmtp() { "ESMTP" } else { "SMTP" },
+                    self.session.helo_name().unwrap_or("")
+                );
+                let enh = EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::NOT_AUTHORIZED);
+                let _ = self.session.decide(Reply::enhanced(code, enh, text));
             }
         }
     }
@@ -691,10 +768,10 @@ impl Conn {
             },
             hold: self.txn.hold,
         };
-        self.send_link(begin, Some(Waiting::Started));
+        self.send_link(cx.now, begin, Some(Waiting::Started));
     }
 
-    fn send_link(&mut self, req: Request, wait: Option<Waiting>) {
+    fn send_link(&mut self, now: Instant, req: Request, wait: Option<Waiting>) {
         let Some(link) = self.link.as_mut() else {
             return;
         };
@@ -720,7 +797,7 @@ impl Conn {
                 let id = link.next_id;
                 link.next_id += 1;
                 if let Some(w) = wait {
-                    link.waiting = Some((id, w));
+                    link.waiting = Some((id, w, now + self.cleanup_timeout));
                 }
                 link.ep.send(&Tagged { id, body: req })
             }

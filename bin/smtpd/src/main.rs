@@ -9,8 +9,10 @@
 #![forbid(unsafe_code)]
 
 mod conn;
+mod router;
 mod server;
 mod settings;
+mod space;
 
 fn main() {
     // One process serves many sessions: max_use (counted in clients) would

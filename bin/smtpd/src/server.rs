@@ -10,6 +10,7 @@ use ipc::anvil::{Anvil, Request as AnvilReq, Response as AnvilResp};
 use mio::{Interest, Token};
 
 use crate::conn::{Conn, Shared};
+use crate::router::{Answer, RouterLink};
 use crate::settings;
 
 /// All sessions of this process.
@@ -22,6 +23,8 @@ pub struct SmtpServer {
     /// replaces its link must not leave the old token behind).
     link_of: BTreeMap<Token, Token>,
     anvil: Option<ipc::Client<Anvil>>,
+    /// The router, for reject_unlisted_recipient; one link for all sessions.
+    router: RouterLink,
     /// Sessions anvil counts (not the exempt ones).
     counted: std::collections::BTreeSet<Token>,
     anvil_warned: bool,
@@ -35,8 +38,9 @@ impl SmtpServer {
         let chrooted = ctx.args.chroot && sys::is_root();
         let s = settings::build(&ctx.config, tls.is_some(), chrooted)?;
         Ok(SmtpServer {
+            router: RouterLink::new(&s.queue_root, s.router_timeout),
             shared: Shared {
-                router: settings::RouterLink::new(&s.queue_root),
+                space: crate::space::QueueSpace::new(s.queue_root.clone()),
                 settings: s,
                 tls,
             },
@@ -121,6 +125,7 @@ impl SmtpServer {
         if let Some(lt) = self.link_of.remove(&token) {
             self.links.remove(&lt);
         }
+        self.router.forget(token);
         c.shutdown(cx.registry);
         msg_info!("disconnect from {} {}", c.client_label(), c.stats());
         if self.counted.remove(&token) {
@@ -131,10 +136,26 @@ impl SmtpServer {
         }
     }
 
+    /// Hands the router's answers (or failures) to the sessions waiting.
+    fn router_answers(&mut self, cx: &mut Cx<'_>, answers: Vec<(Token, Answer)>) {
+        for (token, answer) in answers {
+            if let Some(c) = self.conns.get_mut(&token) {
+                c.router_answer(&self.shared, answer);
+            }
+            self.after_io(cx, token);
+        }
+    }
+
     fn after_io(&mut self, cx: &mut Cx<'_>, token: Token) {
         let done = match self.conns.get_mut(&token) {
             Some(c) => {
                 c.drive(cx, &self.shared);
+                while let Some((address, smtputf8)) = c.take_router_question() {
+                    if let Err(e) = self.router.ask(cx, token, address, smtputf8) {
+                        c.router_answer(&self.shared, Err(e));
+                        c.drive(cx, &self.shared);
+                    }
+                }
                 let now = c.link_token();
                 let before = self.link_of.get(&token).copied();
                 if now != before {
@@ -190,6 +211,11 @@ impl Server for SmtpServer {
     }
 
     fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, writable: bool) {
+        if self.router.token() == Some(token) {
+            let answers = self.router.ready(cx);
+            self.router_answers(cx, answers);
+            return;
+        }
         if let Some(&owner) = self.links.get(&token) {
             if let Some(c) = self.conns.get_mut(&owner) {
                 c.link_ready(cx);
@@ -204,6 +230,8 @@ impl Server for SmtpServer {
     }
 
     fn timeout(&mut self, cx: &mut Cx<'_>) {
+        let late = self.router.expired(cx.now);
+        self.router_answers(cx, late);
         let expired: Vec<Token> = self
             .conns
             .iter()
@@ -219,7 +247,11 @@ impl Server for SmtpServer {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.conns.values().map(|c| c.deadline()).min()
+        let sessions = self.conns.values().map(|c| c.deadline()).min();
+        sessions
+            .into_iter()
+            .chain(self.router.next_deadline())
+            .min()
     }
 
     fn clients(&self) -> usize {
@@ -229,7 +261,10 @@ impl Server for SmtpServer {
     fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
         match settings::build(config, self.shared.tls.is_some(), self.chrooted) {
             // Sessions in progress keep their protocol settings; new ones get these.
-            Ok(s) => self.shared.settings = s,
+            Ok(s) => {
+                self.router.set_timeout(s.router_timeout);
+                self.shared.settings = s;
+            }
             Err(e) => msg_warn!("reload: {e}; keeping the running settings"),
         }
         true

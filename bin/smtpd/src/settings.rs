@@ -18,6 +18,12 @@ pub struct Settings {
     pub tables: Tables,
     /// `smtpd_timeout`.
     pub timeout: Duration,
+    /// `smtpd_router_timeout`.
+    pub router_timeout: Duration,
+    /// `smtpd_cleanup_timeout`.
+    pub cleanup_timeout: Duration,
+    /// `queue_minfree`.
+    pub queue_minfree: u64,
     /// `smtpd_client_connection_count_limit` (0 = none).
     pub conn_count_limit: u32,
     /// `smtpd_client_connection_rate_limit` (0 = none).
@@ -117,6 +123,9 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         policy,
         tables,
         timeout: cfg.time("smtpd_timeout"),
+        router_timeout: cfg.time("smtpd_router_timeout"),
+        cleanup_timeout: cfg.time("smtpd_cleanup_timeout"),
+        queue_minfree: cfg.size("queue_minfree"),
         conn_count_limit: cfg
             .int("smtpd_client_connection_count_limit")
             .clamp(0, i64::from(u32::MAX)) as u32,
@@ -143,60 +152,13 @@ impl policy::Lookup for Tables {
     }
 }
 
-/// A blocking connection to the router, opened when first needed.
-///
-/// Router answers for table-backed recipients take microseconds, so smtpd
-/// asks synchronously, as Postfix's smtpd asks trivial-rewrite.
-pub struct RouterLink {
-    path: std::path::PathBuf,
-    client: std::cell::RefCell<Option<ipc::Client<ipc::router::Router>>>,
-}
-
-impl RouterLink {
-    /// A link to the router socket under `queue_root`.
-    pub fn new(queue_root: &std::path::Path) -> Self {
-        RouterLink {
-            path: queue_root.join("private/router"),
-            client: std::cell::RefCell::new(None),
-        }
-    }
-
-    /// Whether the router knows no such recipient.
-    pub fn unlisted(&self, address: &str, smtputf8: bool) -> Result<bool, String> {
-        use ipc::router::{Request, Response};
-        let mut slot = self.client.borrow_mut();
-        if slot.is_none() {
-            let c = ipc::Client::connect(&self.path, Duration::from_secs(30))
-                .map_err(|e| format!("router {}: {e}", self.path.display()))?;
-            *slot = Some(c);
-        }
-        let c = slot.as_mut().expect("connected above");
-        match c.call(&Request::Resolve {
-            address: address.to_string(),
-            smtputf8,
-        }) {
-            Ok(Response::Resolved { routes, .. }) => Ok(routes.iter().any(|r| r.unknown)),
-            Ok(Response::Failed {
-                temporary: false, ..
-            }) => Ok(true),
-            Ok(Response::Failed { text, .. }) => Err(text),
-            Ok(other) => Err(format!("unexpected router answer {other:?}")),
-            Err(e) => {
-                *slot = None;
-                Err(format!("router: {e}"))
-            }
-        }
-    }
-}
-
-/// What the policy consults: the compiled tables and the router.
+/// What the policy consults: the compiled tables and the router's answer
+/// about the recipient, fetched before the policy runs.
 pub struct Lookups<'a> {
     /// Access tables.
     pub tables: &'a Tables,
-    /// The router, when the policy needs it.
-    pub router: Option<&'a RouterLink>,
-    /// The transaction uses SMTPUTF8.
-    pub smtputf8: bool,
+    /// The router's answer, when `Policy::asks_router` said to ask.
+    pub unlisted: Option<&'a crate::router::Answer>,
 }
 
 impl policy::Lookup for Lookups<'_> {
@@ -204,10 +166,12 @@ impl policy::Lookup for Lookups<'_> {
         policy::Lookup::lookup(self.tables, table, key)
     }
 
-    fn unlisted(&self, recipient: &smtp_proto::Mailbox) -> Result<bool, String> {
-        match self.router {
-            Some(r) => r.unlisted(&recipient.to_string(), self.smtputf8),
-            None => Ok(false),
+    fn unlisted(&self, _recipient: &smtp_proto::Mailbox) -> Result<bool, String> {
+        match self.unlisted {
+            Some(answer) => answer.clone(),
+            // The policy and smtpd share `asks_router`, so this is not
+            // reached; if it were, a temporary refusal is the safe answer.
+            None => Err("the router was not asked".into()),
         }
     }
 }

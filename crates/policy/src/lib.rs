@@ -244,14 +244,26 @@ impl Policy {
                 .any(|(_, l)| l.contains(&Restriction::RejectUnlistedRecipient))
     }
 
-    fn unlisted_step(&self, q: &Query<'_>, lookup: &dyn Lookup) -> Step {
-        // Only our own domains have recipient lists (Postfix: the local,
-        // virtual and relay address classes); remote ones are not asked.
-        let ours = match &q.recipient.domain {
+    /// Whether the recipient's domain has recipient lists, so that
+    /// reject_unlisted_recipient asks about it: only our own domains
+    /// (Postfix: the local, virtual and relay address classes); remote
+    /// ones are never asked.
+    pub fn has_recipient_list(&self, rcpt: &Mailbox) -> bool {
+        match &rcpt.domain {
             Domain::Name(d) => self.is_local_domain(d) || self.is_relay_domain(d),
             _ => false,
-        };
-        if !ours {
+        }
+    }
+
+    /// Whether checking this recipient may consult [`Lookup::unlisted`]:
+    /// a caller whose router answers asynchronously asks it first, and
+    /// only then.
+    pub fn asks_router(&self, rcpt: &Mailbox) -> bool {
+        self.needs_router() && self.has_recipient_list(rcpt)
+    }
+
+    fn unlisted_step(&self, q: &Query<'_>, lookup: &dyn Lookup) -> Step {
+        if !self.has_recipient_list(q.recipient) {
             return Step::Dunno;
         }
         match lookup.unlisted(q.recipient) {

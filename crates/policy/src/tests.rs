@@ -283,3 +283,44 @@ fn unlisted_recipients_are_refused_even_from_mynetworks() {
     assert!(explicit.needs_router());
     assert!(!accepted(&explicit.check(&q, &known)));
 }
+
+/// A router that must not be asked.
+struct NoRouter;
+
+impl Lookup for NoRouter {
+    fn lookup(&self, t: &MapRef, k: &str) -> Result<Option<String>, String> {
+        StaticOnly.lookup(t, k)
+    }
+    fn unlisted(&self, r: &Mailbox) -> Result<bool, String> {
+        panic!("the router was asked about {r}, which asks_router says it never is")
+    }
+}
+
+#[test]
+fn the_router_is_asked_only_about_domains_with_recipient_lists() {
+    let p = policy("relay_domains = relay.example.net\n");
+    let client = "127.0.0.1".parse().unwrap();
+    for (rcpt, asks) in [
+        ("root@mx.example.org", true),
+        ("someone@relay.example.net", true),
+        ("someone@sub.relay.example.net", true),
+        ("someone@elsewhere.example.com", false),
+        ("someone@[192.0.2.1]", false),
+    ] {
+        let r = mbox(rcpt);
+        assert_eq!(p.asks_router(&r), asks, "{rcpt}");
+        if !asks {
+            // smtpd does not ask first, so the policy must not need it.
+            let q = Query {
+                client_addr: client,
+                client_name: "unknown",
+                helo: None,
+                sender: None,
+                recipient: &r,
+            };
+            assert!(accepted(&p.check(&q, &NoRouter)), "{rcpt}");
+        }
+    }
+    let off = policy("smtpd_reject_unlisted_recipient = no\n");
+    assert!(!off.asks_router(&mbox("root@mx.example.org")));
+}

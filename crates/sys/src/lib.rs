@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod creds;
+pub mod fs;
 pub mod lock;
 pub mod net;
 pub mod privilege;
