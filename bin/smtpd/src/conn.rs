@@ -99,12 +99,11 @@ impl Conn {
         let wrapper = s.wrapper && shared.tls.is_some();
         let session = match refuse {
             Some(text) => {
-                let mut sess = Session::new(s.proto.clone(), wrapper);
-                sess.close(Some(Reply::enhanced(
-                    421,
-                    EnhancedCode::TEMP_SECURITY,
-                    text,
-                )));
+                // The 421 is the greeting, as in Postfix: after a 220 the
+                // client would take the 421 for the answer to its EHLO.
+                let reply = Reply::enhanced(421, EnhancedCode::TEMP_SECURITY, text);
+                let mut sess = Session::new_refusing(s.proto.clone(), wrapper, reply);
+                sess.close(None);
                 sess
             }
             None => Session::new(s.proto.clone(), wrapper),
