@@ -35,6 +35,10 @@ pub struct Shared {
 
 const INBUF_LIMIT: usize = 64 * 1024;
 const LINK_BACKLOG: usize = 1 << 20;
+/// Bytes one session may read in one turn of the loop: a client that sends
+/// as fast as we read must not keep the other sessions of this process
+/// waiting until it stops (a 64 MiB stream held them for seconds).
+const TURN_BUDGET: usize = 256 * 1024;
 
 /// The connection to cleanup for this session's messages.
 struct Link {
@@ -78,6 +82,8 @@ pub struct Conn {
     txn: Txn,
     deadline: Instant,
     timeout: std::time::Duration,
+    /// The turn's budget ran out with input maybe left in the socket.
+    rearm: bool,
     handshaking: bool,
     closing: bool,
     eof: bool,
@@ -125,6 +131,7 @@ impl Conn {
             txn: Txn::default(),
             deadline: now + s.timeout,
             timeout: s.timeout,
+            rearm: false,
             handshaking,
             closing: false,
             eof: false,
@@ -156,6 +163,12 @@ impl Conn {
     /// The token of the cleanup link, if open.
     pub fn link_token(&self) -> Option<Token> {
         self.link.as_ref().map(|l| l.token)
+    }
+
+    /// True (once) when the socket must be registered again: the turn's
+    /// budget ran out, and the kernel will not say again that input waits.
+    pub fn take_rearm(&mut self) -> bool {
+        std::mem::take(&mut self.rearm)
     }
 
     /// Whether the session is over and can be dropped.
@@ -379,6 +392,7 @@ impl Conn {
         if let Err(e) = self.stream.flush() {
             self.lost(e);
         }
+        let mut budget = TURN_BUDGET;
         loop {
             loop {
                 let mut used = 0;
@@ -417,11 +431,18 @@ impl Conn {
             {
                 break;
             }
-            let before = self.inbuf.len();
-            self.read(cx);
-            if self.inbuf.len() == before {
+            if budget == 0 {
+                // Others' turn; the socket is armed again to come back here.
+                self.rearm = true;
                 break;
             }
+            let before = self.inbuf.len();
+            self.read(cx);
+            let got = self.inbuf.len() - before;
+            if got == 0 {
+                break;
+            }
+            budget = budget.saturating_sub(got);
         }
         if self.eof && !self.closing {
             if self.txn.queue_id.is_some() || self.session.is_waiting() {
