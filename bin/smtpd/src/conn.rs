@@ -82,6 +82,10 @@ pub struct Conn {
     txn: Txn,
     deadline: Instant,
     timeout: std::time::Duration,
+    /// `smtpd_per_record_deadline`, and the bytes of the record in progress.
+    per_record: bool,
+    record_len: usize,
+    record_bytes: usize,
     /// The turn's budget ran out with input maybe left in the socket.
     rearm: bool,
     handshaking: bool,
@@ -131,6 +135,9 @@ impl Conn {
             txn: Txn::default(),
             deadline: now + s.timeout,
             timeout: s.timeout,
+            per_record: s.per_record,
+            record_len: s.record_len,
+            record_bytes: 0,
             rearm: false,
             handshaking,
             closing: false,
@@ -187,10 +194,11 @@ impl Conn {
         if self.inbuf.len() >= INBUF_LIMIT {
             return;
         }
+        let start = self.inbuf.len();
         match self.stream.read(&mut self.inbuf, INBUF_LIMIT) {
             Ok(st) => {
                 if st.bytes > 0 {
-                    self.deadline = cx.now + self.timeout;
+                    self.restart_deadline(cx.now, start);
                 }
                 if st.eof {
                     self.eof = true;
@@ -221,6 +229,25 @@ impl Conn {
             }
             self.session.tls_established();
         }
+    }
+
+    /// Input arrived at `inbuf[start..]`: the timeout starts again, per read
+    /// or, with smtpd_per_record_deadline, once a record is complete (a
+    /// client trickling one byte at a time is then ended after smtpd_timeout).
+    fn restart_deadline(&mut self, now: Instant, start: usize) {
+        let new = &self.inbuf[start..];
+        if self.per_record {
+            self.record_bytes += new.len();
+            let line_end = new.iter().rposition(|&b| b == b'\n');
+            match line_end {
+                Some(i) => self.record_bytes = new.len() - i - 1,
+                None if self.record_bytes >= self.record_len => {
+                    self.record_bytes %= self.record_len
+                }
+                None => return,
+            }
+        }
+        self.deadline = now + self.timeout;
     }
 
     /// The cleanup link is ready.

@@ -18,6 +18,11 @@ pub struct Settings {
     pub tables: Tables,
     /// `smtpd_timeout`.
     pub timeout: Duration,
+    /// `smtpd_per_record_deadline`: the timeout restarts only when a record
+    /// (a line, or `record_len` bytes of one) is complete, not on every byte.
+    pub per_record: bool,
+    /// The longest record: `line_length_limit`, as Postfix's reads split lines.
+    pub record_len: usize,
     /// `smtpd_client_connection_count_limit` (0 = none).
     pub conn_count_limit: u32,
     /// `smtpd_client_connection_rate_limit` (0 = none).
@@ -112,11 +117,14 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
     } else {
         PathBuf::from(cfg.str("queue_directory"))
     };
+    let record_len = proto.max_command_line;
     Ok(Settings {
         proto: Arc::new(proto),
         policy,
         tables,
         timeout: cfg.time("smtpd_timeout"),
+        per_record: cfg.bool("smtpd_per_record_deadline"),
+        record_len,
         conn_count_limit: cfg
             .int("smtpd_client_connection_count_limit")
             .clamp(0, i64::from(u32::MAX)) as u32,
