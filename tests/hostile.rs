@@ -106,7 +106,16 @@ fn thousand_clients_over_their_limits_get_421_and_a_normal_client_is_served() {
         &inst,
         port,
         "flood",
-        &["--heavy", "8", "--per-heavy", "100", "--light", "200", "--hold", "5"],
+        &[
+            "--heavy",
+            "8",
+            "--per-heavy",
+            "100",
+            "--light",
+            "200",
+            "--hold",
+            "5",
+        ],
     );
     assert_eq!(run.int("flood_connected"), 1000, "{}", run.text);
     // smtpd_client_connection_count_limit (50): the 51st to 100th session
@@ -126,7 +135,12 @@ fn thousand_clients_over_their_limits_get_421_and_a_normal_client_is_served() {
     // unanswered in the listen queue.
     assert_eq!(run.int("flood_ehlo_250"), 600, "{}", run.text);
     assert_eq!(run.int("flood_no_greeting"), 0, "{}", run.text);
-    assert_eq!(run.int("flood_closed_by_server_while_held"), 0, "{}", run.text);
+    assert_eq!(
+        run.int("flood_closed_by_server_while_held"),
+        0,
+        "{}",
+        run.text
+    );
     run.assert_normal_served(5);
     assert_eq!(
         inst.queue_json().len() as i64,
@@ -204,7 +218,12 @@ fn a_64_mib_line_gets_an_error_reply_and_memory_stays_bounded() {
         "{}",
         run.text
     );
-    assert_eq!(run.get("longline_cmd_then_noop"), "250 2.0.0 Ok", "{}", run.text);
+    assert_eq!(
+        run.get("longline_cmd_then_noop"),
+        "250 2.0.0 Ok",
+        "{}",
+        run.text
+    );
     // In DATA (message_size_limit is 10 MB): refused after the end of data,
     // nothing queued, the session goes on.
     assert!(
@@ -212,7 +231,12 @@ fn a_64_mib_line_gets_an_error_reply_and_memory_stays_bounded() {
         "{}",
         run.text
     );
-    assert_eq!(run.get("longline_data_then_noop"), "250 2.0.0 Ok", "{}", run.text);
+    assert_eq!(
+        run.get("longline_data_then_noop"),
+        "250 2.0.0 Ok",
+        "{}",
+        run.text
+    );
     run.assert_normal_served(1);
     assert_eq!(
         inst.queue_json().len() as i64,
@@ -243,7 +267,12 @@ fn pipelined_rcpts_without_reading_get_452_beyond_the_limit_and_are_not_buffered
     inst.wait_port(port);
     // 10,000 RCPTs, DATA, a message and QUIT written without reading.
     let run = attack(&inst, port, "pipeline", &["--rcpts", "10000"]);
-    assert_eq!(run.int("pipe_rcpt_250"), 1000, "smtpd_recipient_limit\n{}", run.text);
+    assert_eq!(
+        run.int("pipe_rcpt_250"),
+        1000,
+        "smtpd_recipient_limit\n{}",
+        run.text
+    );
     assert_eq!(run.int("pipe_rcpt_452"), 9000, "{}", run.text);
     assert_eq!(
         run.get("pipe_reply[452 4.5.3]"),
@@ -252,7 +281,8 @@ fn pipelined_rcpts_without_reading_get_452_beyond_the_limit_and_are_not_buffered
         run.text
     );
     assert!(
-        run.get("pipe_reply[250 2.0.0]").starts_with("1 250 2.0.0 Ok: queued as "),
+        run.get("pipe_reply[250 2.0.0]")
+            .starts_with("1 250 2.0.0 Ok: queued as "),
         "the message to the first 1,000 is accepted\n{}",
         run.text
     );

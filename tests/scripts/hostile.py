@@ -19,6 +19,7 @@ rss_base_kb (before the attack), rss_peak_kb (during it), rss_end_kb
 and the scenario's own counts.
 """
 import argparse
+import errno
 import os
 import resource
 import selectors
@@ -170,12 +171,15 @@ def flood(a, port):
     state = {}
     connect_failed = 0
     for addr, kind in targets:
-        try:
-            s = connect(addr, port)
-        except OSError:
-            connect_failed += 1
-            continue
+        # Without waiting: a server whose listen queue is full leaves the
+        # handshake to the kernel's SYN retries, which take minutes.
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((addr, 0))
         s.setblocking(False)
+        if s.connect_ex((HOST, port)) not in (0, errno.EINPROGRESS):
+            connect_failed += 1
+            s.close()
+            continue
         state[s] = {"addr": addr, "kind": kind, "r": LineReader(), "greet": None, "ehlo": None}
         sel.register(s, selectors.EVENT_READ)
     out("flood_connected", len(state))
