@@ -139,6 +139,27 @@ impl Instance {
     /// `sluice start`, asserting success.
     pub fn start(&mut self) {
         let out = self.sluice(&["start"]);
+        self.started_ok(out);
+    }
+
+    /// `sluice start` with the open-files limit (RLIMIT_NOFILE) at `n`, the
+    /// limit most systems give a service; master and its children inherit it.
+    pub fn start_with_open_files(&mut self, n: u64) {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+            .arg(bin_dir().join("sluice"))
+            .arg("-c")
+            .arg(self.etc())
+            .arg("start");
+        if let Some((uid, gid)) = self.run_as {
+            cmd.uid(uid).gid(gid);
+        }
+        let out = cmd.output().expect("run sh");
+        self.started_ok(out);
+    }
+
+    fn started_ok(&mut self, out: Output) {
         assert!(
             out.status.success(),
             "sluice start failed: {}",

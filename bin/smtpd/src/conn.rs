@@ -37,6 +37,10 @@ pub struct Shared {
 
 const INBUF_LIMIT: usize = 64 * 1024;
 const LINK_BACKLOG: usize = 1 << 20;
+/// Bytes one session may read in one turn of the loop: a client that sends
+/// as fast as we read must not keep the other sessions of this process
+/// waiting until it stops (a 64 MiB stream held them for seconds).
+const TURN_BUDGET: usize = 256 * 1024;
 
 /// The connection to cleanup for this session's messages.
 struct Link {
@@ -86,6 +90,12 @@ pub struct Conn {
     pending_rcpt: Option<(smtp_proto::Mailbox, smtp_proto::command::RcptParams)>,
     /// The question for the router, until the server has sent it.
     router_question: Option<(String, bool)>,
+    /// `smtpd_per_record_deadline`, and the bytes of the record in progress.
+    per_record: bool,
+    record_len: usize,
+    record_bytes: usize,
+    /// The turn's budget ran out with input maybe left in the socket.
+    rearm: bool,
     handshaking: bool,
     closing: bool,
     eof: bool,
@@ -107,12 +117,11 @@ impl Conn {
         let wrapper = s.wrapper && shared.tls.is_some();
         let session = match refuse {
             Some(text) => {
-                let mut sess = Session::new(s.proto.clone(), wrapper);
-                sess.close(Some(Reply::enhanced(
-                    421,
-                    EnhancedCode::TEMP_SECURITY,
-                    text,
-                )));
+                // The 421 is the greeting, as in Postfix: after a 220 the
+                // client would take the 421 for the answer to its EHLO.
+                let reply = Reply::enhanced(421, EnhancedCode::TEMP_SECURITY, text);
+                let mut sess = Session::new_refusing(s.proto.clone(), wrapper, reply);
+                sess.close(None);
                 sess
             }
             None => Session::new(s.proto.clone(), wrapper),
@@ -137,6 +146,10 @@ impl Conn {
             cleanup_timeout: s.cleanup_timeout,
             pending_rcpt: None,
             router_question: None,
+            per_record: s.per_record,
+            record_len: s.record_len,
+            record_bytes: 0,
+            rearm: false,
             handshaking,
             closing: false,
             eof: false,
@@ -186,6 +199,12 @@ impl Conn {
         self.link.as_ref().map(|l| l.token)
     }
 
+    /// True (once) when the socket must be registered again: the turn's
+    /// budget ran out, and the kernel will not say again that input waits.
+    pub fn take_rearm(&mut self) -> bool {
+        std::mem::take(&mut self.rearm)
+    }
+
     /// Whether the session is over and can be dropped.
     pub fn is_done(&self) -> bool {
         self.failed || ((self.closing || self.eof) && !self.stream.wants_write())
@@ -202,10 +221,11 @@ impl Conn {
         if self.inbuf.len() >= INBUF_LIMIT {
             return;
         }
+        let start = self.inbuf.len();
         match self.stream.read(&mut self.inbuf, INBUF_LIMIT) {
             Ok(st) => {
                 if st.bytes > 0 {
-                    self.deadline = cx.now + self.timeout;
+                    self.restart_deadline(cx.now, start);
                 }
                 if st.eof {
                     self.eof = true;
@@ -236,6 +256,25 @@ impl Conn {
             }
             self.session.tls_established();
         }
+    }
+
+    /// Input arrived at `inbuf[start..]`: the timeout starts again, per read
+    /// or, with smtpd_per_record_deadline, once a record is complete (a
+    /// client trickling one byte at a time is then ended after smtpd_timeout).
+    fn restart_deadline(&mut self, now: Instant, start: usize) {
+        let new = &self.inbuf[start..];
+        if self.per_record {
+            self.record_bytes += new.len();
+            let line_end = new.iter().rposition(|&b| b == b'\n');
+            match line_end {
+                Some(i) => self.record_bytes = new.len() - i - 1,
+                None if self.record_bytes >= self.record_len => {
+                    self.record_bytes %= self.record_len
+                }
+                None => return,
+            }
+        }
+        self.deadline = now + self.timeout;
     }
 
     /// The cleanup link is ready.
@@ -426,6 +465,7 @@ impl Conn {
         if let Err(e) = self.stream.flush() {
             self.lost(e);
         }
+        let mut budget = TURN_BUDGET;
         loop {
             loop {
                 let mut used = 0;
@@ -464,11 +504,18 @@ impl Conn {
             {
                 break;
             }
-            let before = self.inbuf.len();
-            self.read(cx);
-            if self.inbuf.len() == before {
+            if budget == 0 {
+                // Others' turn; the socket is armed again to come back here.
+                self.rearm = true;
                 break;
             }
+            let before = self.inbuf.len();
+            self.read(cx);
+            let got = self.inbuf.len() - before;
+            if got == 0 {
+                break;
+            }
+            budget = budget.saturating_sub(got);
         }
         if self.eof && !self.closing {
             if self.txn.queue_id.is_some() || self.session.is_waiting() {

@@ -14,11 +14,24 @@ mod server;
 mod settings;
 mod space;
 
+/// Descriptors a process needs besides its sessions: stdio, log, epoll,
+/// master's pipes, listeners, anvil, router, with room to spare.
+const FIXED_FDS: u64 = 64;
+
 fn main() {
     // One process serves many sessions: max_use (counted in clients) would
     // restart it every hundred connections, so only max_idle applies.
+    // A session holds its socket and, once it sends mail, a link to cleanup.
+    // Past the open-file limit accept() fails and clients wait unanswered in
+    // the listen queue (at the usual 1024, about a thousand sessions): a full
+    // process says it is busy instead, and master starts another, up to the
+    // service's process limit.
+    let max_clients = sys::process::open_files_limit().map_or(usize::MAX, |n| {
+        usize::try_from((n.saturating_sub(FIXED_FDS) / 2).max(1)).unwrap_or(usize::MAX)
+    });
     let opts = daemon::Options {
         honour_max_use: false,
+        max_clients,
         ..daemon::Options::default()
     };
     daemon::run(

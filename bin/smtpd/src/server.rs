@@ -156,6 +156,12 @@ impl SmtpServer {
                         c.drive(cx, &self.shared);
                     }
                 }
+                if c.take_rearm() {
+                    let interest = Interest::READABLE | Interest::WRITABLE;
+                    if let Err(e) = cx.registry.reregister(c.socket(), token, interest) {
+                        msg_warn!("register client again: {e}");
+                    }
+                }
                 let now = c.link_token();
                 let before = self.link_of.get(&token).copied();
                 if now != before {
@@ -202,12 +208,7 @@ impl Server for SmtpServer {
             self.finish(cx, token);
             return;
         }
-        if let Some(c) = self.conns.get_mut(&token) {
-            c.drive(cx, &self.shared);
-        }
-        if self.conns.get(&token).is_some_and(|c| c.is_done()) {
-            self.finish(cx, token);
-        }
+        self.after_io(cx, token);
     }
 
     fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, writable: bool) {

@@ -24,6 +24,11 @@ pub struct Settings {
     pub cleanup_timeout: Duration,
     /// `queue_minfree`.
     pub queue_minfree: u64,
+    /// `smtpd_per_record_deadline`: the timeout restarts only when a record
+    /// (a line, or `record_len` bytes of one) is complete, not on every byte.
+    pub per_record: bool,
+    /// The longest record: `line_length_limit`, as Postfix's reads split lines.
+    pub record_len: usize,
     /// `smtpd_client_connection_count_limit` (0 = none).
     pub conn_count_limit: u32,
     /// `smtpd_client_connection_rate_limit` (0 = none).
@@ -118,6 +123,7 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
     } else {
         PathBuf::from(cfg.str("queue_directory"))
     };
+    let record_len = proto.max_command_line;
     Ok(Settings {
         proto: Arc::new(proto),
         policy,
@@ -126,6 +132,8 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         router_timeout: cfg.time("smtpd_router_timeout"),
         cleanup_timeout: cfg.time("smtpd_cleanup_timeout"),
         queue_minfree: cfg.size("queue_minfree"),
+        per_record: cfg.bool("smtpd_per_record_deadline"),
+        record_len,
         conn_count_limit: cfg
             .int("smtpd_client_connection_count_limit")
             .clamp(0, i64::from(u32::MAX)) as u32,

@@ -103,6 +103,13 @@ pub fn alive(pid: i32) -> bool {
         )
 }
 
+/// The soft limit on open descriptors (RLIMIT_NOFILE); `None` when unlimited.
+pub fn open_files_limit() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    (soft != RLIM_INFINITY).then_some(soft)
+}
+
 /// Detaches from the controlling terminal and process group.
 pub fn new_session() -> Result<(), SysError> {
     nix::unistd::setsid()
