@@ -1,8 +1,10 @@
 //! Local delivery of a large message (25 MB, with `From ` lines, `>From `
-//! lines and lines that start with dots) to an mbox and to a Maildir (an
-//! alias target ending in `/`, as in Postfix): the mailboxes are checked
-//! byte for byte and read back with Python's mailbox module, and local(8)'s
-//! peak memory (VmHWM) shows it streamed the message instead of holding it.
+//! lines and lines that start with dots) to an mbox, to a Maildir (an
+//! alias target ending in `/`, as in Postfix), to a command, and forwarded
+//! through cleanup (to an address that virtual_alias_maps brings back to
+//! a second Maildir): everything is checked byte for byte, the mailboxes
+//! are read back with Python's mailbox module, and local(8)'s peak memory
+//! (VmHWM) shows it streamed the message instead of holding it.
 //! Unprivileged: as root the instance runs as `nobody`.
 
 use std::io::Write;
@@ -17,7 +19,7 @@ const BODY_SIZE: usize = 25 * 1024 * 1024;
 
 /// local's peak resident set may not exceed this while it delivers the
 /// 25 MB message. Measured with this test: local peaks at about 6 MB
-/// (debug build) having delivered it to both mailboxes, against 83 MB
+/// (debug build) having delivered it to all its targets, against 83 MB
 /// when it read the whole message and made an unstuffed or quoted copy
 /// of it (the code before streaming, mbox alone). 20 MB leaves room for
 /// allocator and build differences and is still below the size of one
@@ -141,8 +143,19 @@ fn a_25_mb_message_is_streamed_to_mbox_and_maildir() {
     let spool = open_dir(&inst.root().join("mail"));
     let scratch = open_dir(&inst.root().join("scratch"));
     let maildir = scratch.join("Maildir");
+    let copies = scratch.join("Copies");
+    let piped = scratch.join("piped");
     let alias_file = inst.root().join("aliases");
-    std::fs::write(&alias_file, format!("bigdir: {}/\n", maildir.display())).unwrap();
+    std::fs::write(
+        &alias_file,
+        format!(
+            "bigdir: {}/\nbigcopies: {}/\nbigpipe: \"|cat > {}\"\nbigfwd: big@far.example\n",
+            maildir.display(),
+            copies.display(),
+            piped.display()
+        ),
+    )
+    .unwrap();
     let mut f = std::fs::OpenOptions::new()
         .append(true)
         .open(inst.etc().join("main.cf"))
@@ -150,7 +163,8 @@ fn a_25_mb_message_is_streamed_to_mbox_and_maildir() {
     write!(
         f,
         "myhostname = mx.test.example\nmail_spool_directory = {}\nalias_maps = hash:{}\n\
-         local_recipient_maps =\nmessage_size_limit = 60000000\n",
+         local_recipient_maps =\nmessage_size_limit = 60000000\n\
+         virtual_alias_maps = inline:{{ big@far.example = bigcopies@mx.test.example }}\n",
         spool.display(),
         alias_file.display()
     )
@@ -162,22 +176,39 @@ fn a_25_mb_message_is_streamed_to_mbox_and_maildir() {
     let h = "mx.test.example";
     let body = body();
     let data = inst.root().join("message");
-    for (to, name) in [
+    let targets = [
         (format!("{me}@{h}"), "mbox"),
         (format!("bigdir@{h}"), "maildir"),
-    ] {
+        (format!("bigpipe@{h}"), "command"),
+        (format!("bigfwd@{h}"), "forward"),
+    ];
+    let mut forwarded = String::new();
+    for (to, name) in &targets {
         std::fs::write(
             &data,
             format!("From: alice@example.com\nTo: {to}\nSubject: large {name}\n\n{body}"),
         )
         .unwrap();
-        send(port, &to, &data);
+        send(port, to, &data);
         let line = inst.wait_log(300, &format!("to=<{to}>, relay=local"));
+        let want = if *name == "forward" {
+            "forwarded as "
+        } else {
+            "delivered to "
+        };
         assert!(
-            line.contains("dsn=2.0.0, status=sent (delivered to "),
+            line.contains(&format!("dsn=2.0.0, status=sent ({want}")),
             "{line}"
         );
+        if let Some(id) = line.split("forwarded as ").nth(1) {
+            forwarded = id.trim_end_matches(')').to_string();
+        }
     }
+    let line = inst.wait_log(300, &format!("{forwarded}: to=<bigcopies@{h}>"));
+    assert!(
+        line.contains("status=sent (delivered to maildir)"),
+        "{line}"
+    );
     let peak = local_peak_kb(&inst);
     eprintln!("local's peak resident set: {peak} kB");
     assert!(
@@ -208,25 +239,54 @@ fn a_25_mb_message_is_streamed_to_mbox_and_maildir() {
         "the mbox body differs from the body sent, quoted"
     );
 
-    // The Maildir file, byte for byte after the headers.
-    let new: Vec<PathBuf> = std::fs::read_dir(maildir.join("new"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert_eq!(new.len(), 1, "{new:?}");
-    assert_eq!(std::fs::read_dir(maildir.join("tmp")).unwrap().count(), 0);
-    let text = std::fs::read(&new[0]).unwrap();
-    let (headers, rest) = split(&text);
+    // The Maildir files, byte for byte after the headers: the forwarded
+    // copy also says which alias it came through.
+    let maildirs = [
+        (&maildir, "bigdir", None),
+        (&copies, "bigcopies", Some("bigfwd")),
+    ];
+    for (dir, rcpt, via) in maildirs {
+        let new: Vec<PathBuf> = std::fs::read_dir(dir.join("new"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(new.len(), 1, "{new:?}");
+        assert_eq!(std::fs::read_dir(dir.join("tmp")).unwrap().count(), 0);
+        let text = std::fs::read(&new[0]).unwrap();
+        let (headers, rest) = split(&text);
+        let headers = String::from_utf8_lossy(headers);
+        assert!(
+            headers.starts_with(&format!(
+                "Return-Path: <alice@example.com>\nDelivered-To: {rcpt}@{h}\n"
+            )),
+            "{headers}"
+        );
+        if let Some(via) = via {
+            let mark = format!("\nDelivered-To: {via}@{h}\n");
+            assert!(headers.contains(&mark), "{headers}");
+        }
+        assert!(
+            rest == body.as_bytes(),
+            "the body in {} differs",
+            dir.display()
+        );
+    }
+
+    // The command's input: the From line, local's headers, the message.
+    let text = std::fs::read(&piped).unwrap();
+    assert!(text.starts_with(prefix));
+    let nl = text.iter().position(|&b| b == b'\n').unwrap();
+    let (headers, rest) = split(&text[nl + 1..]);
     let headers = String::from_utf8_lossy(headers);
     assert!(
         headers.starts_with(&format!(
-            "Return-Path: <alice@example.com>\nDelivered-To: bigdir@{h}\n"
+            "Return-Path: <alice@example.com>\nDelivered-To: bigpipe@{h}\n"
         )),
         "{headers}"
     );
     assert!(
         rest == body.as_bytes(),
-        "the Maildir body differs from the body sent"
+        "the command's input differs from the body"
     );
 
     // What a mail reader sees: Python's mailbox module, against the body

@@ -352,6 +352,47 @@ mod tests {
         assert!(append_mbox(&dir.path().join("link"), b"x", 0, me).is_err());
     }
 
+    /// An entry written in pieces that passes the limit, or whose message
+    /// cannot be read, midway: the mailbox is cut back to what it was.
+    #[test]
+    fn an_entry_that_fails_midway_is_truncated_back() {
+        let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let mbox = dir.path().join("u");
+        let me = Some(sys::current_ids().0);
+        append_mbox(&mbox, b"From a\n\n", 0, me).unwrap();
+        let pieces = |w: &mut dyn Write| -> Result<(), CopyError> {
+            for _ in 0..10 {
+                w.write_all(&[b'x'; 1000]).map_err(CopyError::Write)?;
+            }
+            Ok(())
+        };
+        let full = append_mbox_with(&mbox, 5000, me, pieces).unwrap_err();
+        assert_eq!((full.code, full.enhanced), (552, "5.2.2"), "{full:?}");
+        assert_eq!(std::fs::read(&mbox).unwrap(), b"From a\n\n");
+        let unread = append_mbox_with(&mbox, 0, me, |w| {
+            w.write_all(b"From b\nhalf").map_err(CopyError::Write)?;
+            Err(CopyError::Read(io::Error::other("spool gone")))
+        })
+        .unwrap_err();
+        assert_eq!((unread.code, unread.enhanced), (450, "4.3.0"));
+        assert!(unread.text.contains("spool gone"), "{}", unread.text);
+        assert_eq!(std::fs::read(&mbox).unwrap(), b"From a\n\n");
+        append_mbox_with(&mbox, 20_000, me, pieces).unwrap();
+        assert_eq!(std::fs::metadata(&mbox).unwrap().len(), 8 + 10_000);
+        // A Maildir file that cannot be finished is not left in tmp/.
+        let md = dir.path().join("md");
+        let e = deliver_maildir_with(&md, "h", |w| {
+            w.write_all(b"half").map_err(CopyError::Write)?;
+            Err(CopyError::Read(io::Error::other("spool gone")))
+        })
+        .unwrap_err();
+        assert_eq!(e.enhanced, "4.3.0");
+        for sub in ["tmp", "new"] {
+            assert_eq!(std::fs::read_dir(md.join(sub)).unwrap().count(), 0);
+        }
+    }
+
     #[test]
     fn a_held_dotlock_makes_the_next_writer_wait() {
         let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -231,6 +231,40 @@ mod tests {
         }
     }
 
+    /// Input that breaks off after a first piece, as a message whose
+    /// queue file cannot be read midway.
+    struct Broken;
+
+    impl Input for Broken {
+        fn feed(&self, w: &mut dyn Write) -> Result<(), String> {
+            let _ = w.write_all(b"first half\n");
+            let _ = w.flush();
+            // Let the command read it: it must not get to act on it.
+            std::thread::sleep(Duration::from_millis(200));
+            Err("spool gone".into())
+        }
+    }
+
+    #[test]
+    fn a_message_that_cannot_be_read_kills_the_command_and_defers() {
+        let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let cmd = format!("cat > {0}.part && mv {0}.part {0}", out.display());
+        let job = PipeJob {
+            command: &cmd,
+            input: Broken,
+            env: vec![],
+            ids: None,
+            dir: std::env::temp_dir(),
+            timeout: Duration::from_secs(10),
+        };
+        let e = run(&job).unwrap_err();
+        assert_eq!((e.code, e.enhanced), (450, "4.3.0"));
+        assert!(e.text.contains("spool gone"), "{}", e.text);
+        assert!(!out.exists(), "the command finished with half a message");
+    }
+
     #[test]
     fn commands_run_with_a_clean_environment_and_a_time_limit() {
         let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -424,4 +424,46 @@ mod tests {
             );
         }
     }
+
+    /// The parts a caller streams the original between give the report's
+    /// bytes, whether the original ends with a line end or not.
+    #[test]
+    fn parts_around_the_original_make_the_report() {
+        let mut e = env();
+        e.ret = Some(crate::Ret::Full);
+        let failed = Failed {
+            index: 0,
+            status: "5.3.0".into(),
+            reason: "Command died with status 1".into(),
+        };
+        let cx = Context {
+            hostname: "mx.test.example",
+            to: "owner@example.com",
+            date: "now",
+            arrival: "then",
+            retry_until: None,
+        };
+        for msg in [
+            &b"Subject: hi\r\n\r\nbody\r\n"[..],
+            b"Subject: hi\r\n\r\nno end",
+            b"",
+        ] {
+            let whole = report_of(Kind::Failure, &e, "Q", &[&failed], msg, cx);
+            let parts = parts_of(Kind::Failure, &e, "Q", &[&failed], cx);
+            assert!(!parts.headers_only);
+            let ended = msg.is_empty() || msg.ends_with(b"\r\n");
+            let streamed = [parts.head.clone(), msg.to_vec(), parts.tail(ended)].concat();
+            assert_eq!(streamed, whole);
+            let text = String::from_utf8(whole).unwrap();
+            assert!(text.contains("Content-Type: message/rfc822\r\n"), "{text}");
+            let end = "\r\n\r\n--Q.0/mx.test.example--\r\n";
+            assert!(
+                text.ends_with(&format!("{}{end}", String::from_utf8_lossy(msg).trim_end())),
+                "{text:?}"
+            );
+        }
+        e.ret = Some(crate::Ret::Hdrs);
+        assert!(parts_of(Kind::Failure, &e, "Q", &[&failed], cx).headers_only);
+        assert_eq!(header_section(b"A: b\r\n\r\nbody\r\n"), b"A: b\r\n");
+    }
 }
