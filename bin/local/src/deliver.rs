@@ -41,8 +41,10 @@ use ipc::delivery::Transaction;
 use crate::alias::{self, Origin, Target};
 use crate::content;
 use crate::mailbox::{self, Failure};
+use crate::message::Message;
 use crate::pipe;
 use crate::progress::Progress;
+use crate::resubmit::Piece;
 
 /// Settings from main.cf.
 pub struct Settings {
@@ -215,8 +217,8 @@ pub struct Delivery<'a> {
     pub alias_uids: &'a [u32],
     /// The transaction.
     pub txn: &'a Transaction,
-    /// Its content, wire format.
-    pub wire: &'a [u8],
+    /// Its content, wire format, read a chunk at a time.
+    pub wire: &'a Message,
     /// When qmgr's request arrived.
     pub started: Instant,
     /// The recipient's ORCPT, for `orig_to=` when cleanup rewrote it.
@@ -234,7 +236,7 @@ impl Delivery<'_> {
     /// says an earlier attempt delivered; the result's text for qmgr.
     pub fn deliver(&self, address: &str, progress: &mut Progress) -> Result<Done, Failure> {
         let addr = address.to_lowercase();
-        if content::delivered_to(self.wire, &addr) {
+        if content::delivered_to(self.wire.head(), &addr) {
             let f = Failure::bounce("5.4.6", format!("mail forwarding loop for {addr}"));
             self.log(&addr, None, Err(&f));
             return Err(f);
@@ -414,11 +416,11 @@ impl Delivery<'_> {
             status: f.enhanced.to_string(),
             reason: f.text.clone(),
         };
-        let report = mail::notice::report(
+        let parts = mail::notice::parts_of(
+            mail::notice::Kind::Failure,
             &env,
             &self.txn.queue_id,
             &[&failed],
-            self.wire,
             mail::notice::Context {
                 hostname: &self.settings.myhostname,
                 to: owner,
@@ -427,6 +429,19 @@ impl Delivery<'_> {
                 retry_until: None,
             },
         );
+        // The original goes in as it is read, never whole.
+        let headers = mail::notice::header_section(self.wire.head());
+        let (original, ended) = if parts.headers_only {
+            let ended = headers.is_empty() || headers.ends_with(b"\r\n");
+            (Piece::Bytes(headers), ended)
+        } else {
+            let ended = self.wire.ends_with_crlf().map_err(|e| {
+                Failure::defer("4.3.0", format!("{}; cannot read the message: {e}", f.text))
+            })?;
+            (Piece::Message(self.wire), ended)
+        };
+        let tail = parts.tail(ended);
+        let report = [Piece::Bytes(&parts.head), original, Piece::Bytes(&tail)];
         let notice = mail::Envelope {
             sender: String::new(),
             recipients: vec![mail::Recipient::new(owner.as_str())],
@@ -497,13 +512,7 @@ impl Delivery<'_> {
             }
             Target::File(f, _, uid) => {
                 let (ids, _) = self.rights(*uid)?;
-                let entry = self.mbox_entry(addr);
-                let _guard = match ids {
-                    Some((uid, gid)) => Some(switch(uid, gid)?),
-                    None => None,
-                };
-                mailbox::append_mbox(std::path::Path::new(f), &entry, s.size_limit, None)?;
-                Ok(format!("delivered to file: {f}"))
+                self.file(f, addr, ids)
             }
         }
     }
@@ -590,7 +599,7 @@ impl Delivery<'_> {
         };
         let job = pipe::PipeJob {
             command,
-            input: &self.pipe_input(addr),
+            input: self.command_input(addr),
             env: vec![
                 ("SENDER", self.txn.sender.clone()),
                 ("RECIPIENT", addr.to_string()),
@@ -736,13 +745,7 @@ impl Delivery<'_> {
                         Some((0, _)) => self.rights(0)?.0,
                         _ => ids,
                     };
-                    let _guard = match ids {
-                        Some((uid, gid)) => Some(switch(uid, gid)?),
-                        None => None,
-                    };
-                    let entry = self.mbox_entry(addr);
-                    mailbox::append_mbox(std::path::Path::new(f), &entry, s.size_limit, None)
-                        .map(|()| format!("delivered to file: {f}"))
+                    self.file(f, addr, ids)
                 }
             };
             match r {
@@ -779,12 +782,9 @@ impl Delivery<'_> {
                 Some((uid, gid)) => Some(switch(uid, gid)?),
                 None => None,
             };
-            let mut bytes = self.headers(addr);
-            bytes.extend(content::plain(self.wire));
-            mailbox::deliver_maildir(&dir, &bytes, &s.myhostname)?;
+            self.maildir(&dir, addr)?;
             return Ok("delivered to maildir".into());
         }
-        let entry = self.mbox_entry(addr);
         let owner = ids.map_or(sys::current_ids().0, |(uid, _)| uid);
         if !s.home_mailbox.is_empty() {
             // Under the user's home every step is the user's: root must not
@@ -795,7 +795,7 @@ impl Delivery<'_> {
                 None => None,
             };
             let _dotlock = mailbox::DotLock::take(&mbox)?;
-            mailbox::append_mbox(&mbox, &entry, s.size_limit, Some(owner))?;
+            self.append(&mbox, addr, Some(owner))?;
             return Ok("delivered to mailbox".into());
         }
         // The spool is root's: the lock and an empty mailbox are made with
@@ -809,46 +809,8 @@ impl Delivery<'_> {
             Some((uid, gid)) => Some(switch(uid, gid)?),
             None => None,
         };
-        mailbox::append_mbox(&mbox, &entry, s.size_limit, Some(owner))?;
+        self.append(&mbox, addr, Some(owner))?;
         Ok("delivered to mailbox".into())
-    }
-
-    fn headers(&self, addr: &str) -> Vec<u8> {
-        format!(
-            "Return-Path: <{}>\nDelivered-To: {}\n",
-            clean(&self.txn.sender),
-            clean(addr)
-        )
-        .into_bytes()
-    }
-
-    fn pipe_input(&self, addr: &str) -> Vec<u8> {
-        let mut b = self.envelope_line();
-        b.extend(self.headers(addr));
-        b.extend(content::plain(self.wire));
-        b
-    }
-
-    fn envelope_line(&self) -> Vec<u8> {
-        let sender = if self.txn.sender.is_empty() {
-            "MAILER-DAEMON".to_string()
-        } else {
-            clean(&self.txn.sender).replace(' ', "_")
-        };
-        format!(
-            "From {sender}  {}\n",
-            sys::time::asctime_stamp(SystemTime::now())
-        )
-        .into_bytes()
-    }
-
-    /// A complete mbox entry: From line, headers, quoted content, blank line.
-    fn mbox_entry(&self, addr: &str) -> Vec<u8> {
-        let mut b = self.envelope_line();
-        b.extend(self.headers(addr));
-        b.extend(content::mbox_quoted(self.wire));
-        b.push(b'\n');
-        b
     }
 }
 
@@ -890,7 +852,7 @@ pub(crate) fn clean(addr: &str) -> String {
         .collect()
 }
 
-fn switch(uid: u32, gid: u32) -> Result<sys::privilege::EffectiveIds, Failure> {
+pub(crate) fn switch(uid: u32, gid: u32) -> Result<sys::privilege::EffectiveIds, Failure> {
     sys::privilege::switch_effective(uid, gid)
         .map_err(|e| Failure::defer("4.3.0", format!("cannot switch to uid {uid}: {e}")))
 }
@@ -1076,7 +1038,7 @@ mod tests {
             aliases: &aliases,
             alias_uids: &[],
             txn: &txn,
-            wire: b"Subject: hi\r\n\r\n..dot\r\n",
+            wire: &Message::inline(b"Subject: hi\r\n\r\n..dot\r\n".to_vec()),
             started: Instant::now(),
             orcpt: None,
         };
@@ -1152,7 +1114,7 @@ mod tests {
             aliases: &aliases,
             alias_uids: &[],
             txn: &txn,
-            wire: b"Subject: hi\r\n\r\nFrom here\r\n",
+            wire: &Message::inline(b"Subject: hi\r\n\r\nFrom here\r\n".to_vec()),
             started: Instant::now(),
             orcpt: None,
         };

@@ -10,11 +10,13 @@
 //! a per-recipient result; nothing here logs or panics.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::message::CopyError;
 
 /// Why a delivery did not happen, as a recipient result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,14 +130,28 @@ pub fn create_owned(mbox: &Path, uid: u32, gid: u32) -> Result<(), Failure> {
     }
 }
 
-/// Appends `bytes` (a complete mbox entry) to `mbox` as the current
-/// (effective) user. `limit` 0 means no size limit. `owner`, when given,
-/// is the uid the file must belong to (a mailbox; not an alias's /file).
+/// Appends `bytes` (a complete mbox entry): [`append_mbox_with`] for
+/// content already in memory.
+#[cfg(test)]
 pub fn append_mbox(
     mbox: &Path,
     bytes: &[u8],
     limit: u64,
     owner: Option<u32>,
+) -> Result<(), Failure> {
+    append_mbox_with(mbox, limit, owner, |w| {
+        w.write_all(bytes).map_err(CopyError::Write)
+    })
+}
+
+/// Appends the mbox entry that `write` writes to `mbox` as the current
+/// (effective) user. `limit` 0 means no size limit. `owner`, when given,
+/// is the uid the file must belong to (a mailbox; not an alias's /file).
+pub fn append_mbox_with(
+    mbox: &Path,
+    limit: u64,
+    owner: Option<u32>,
+    write: impl FnOnce(&mut dyn Write) -> Result<(), CopyError>,
 ) -> Result<(), Failure> {
     let show = mbox.display();
     let mut f = OpenOptions::new()
@@ -158,23 +174,61 @@ pub fn append_mbox(
     sys::lock::fcntl_lock_exclusive(&f)
         .map_err(|e| Failure::defer("4.2.0", format!("cannot lock mailbox {show}: {e}")))?;
     let size = f.metadata().map(|m| m.len()).unwrap_or(meta.len());
-    if limit > 0 && size + bytes.len() as u64 > limit {
-        return Err(Failure {
+    let mut limited = Limited {
+        file: &mut f,
+        room: if limit > 0 {
+            limit.saturating_sub(size)
+        } else {
+            u64::MAX
+        },
+        full: false,
+    };
+    let written = write(&mut limited);
+    let full = limited.full;
+    let failure = match written {
+        Ok(()) => match f.sync_all() {
+            Ok(()) => return Ok(()),
+            Err(e) => Failure::defer("4.2.0", format!("cannot update mailbox {show}: {e}")),
+        },
+        Err(_) if full => Failure {
             code: 552,
             enhanced: "5.2.2",
             text: format!(
                 "cannot update mailbox {show}: mailbox full (mailbox_size_limit {limit})"
             ),
-        });
+        },
+        Err(CopyError::Write(e)) => {
+            Failure::defer("4.2.0", format!("cannot update mailbox {show}: {e}"))
+        }
+        Err(CopyError::Read(e)) => Failure::defer("4.3.0", format!("cannot read the message: {e}")),
+    };
+    let _ = f.set_len(size);
+    Err(failure)
+}
+
+/// A mailbox being appended to, refusing to grow past its limit.
+struct Limited<'a> {
+    file: &'a mut File,
+    /// Bytes that may still be written.
+    room: u64,
+    /// A write was refused for want of room.
+    full: bool,
+}
+
+impl Write for Limited<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if buf.len() as u64 > self.room {
+            self.full = true;
+            return Err(io::Error::other("mailbox_size_limit exceeded"));
+        }
+        let n = self.file.write(buf)?;
+        self.room -= n as u64;
+        Ok(n)
     }
-    if let Err(e) = f.write_all(bytes).and_then(|()| f.sync_all()) {
-        let _ = f.set_len(size);
-        return Err(Failure::defer(
-            "4.2.0",
-            format!("cannot update mailbox {show}: {e}"),
-        ));
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
     }
-    Ok(())
 }
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -191,10 +245,22 @@ pub fn maildir_name(now: SystemTime, pid: u32, counter: u64, host: &str) -> Stri
     )
 }
 
-/// Delivers `bytes` into the Maildir `dir` (creating `tmp`, `new`, `cur`
-/// as needed) as the current user. Returns the file's path in `new`.
+/// Delivers `bytes` into the Maildir `dir`: [`deliver_maildir_with`] for
+/// content already in memory.
+#[cfg(test)]
 pub fn deliver_maildir(dir: &Path, bytes: &[u8], host: &str) -> Result<PathBuf, Failure> {
-    let fail = |what: &str, p: &Path, e: std::io::Error| {
+    deliver_maildir_with(dir, host, |w| w.write_all(bytes).map_err(CopyError::Write))
+}
+
+/// Delivers what `write` writes into the Maildir `dir` (creating `tmp`,
+/// `new`, `cur` as needed) as the current user. Returns the file's path
+/// in `new`.
+pub fn deliver_maildir_with(
+    dir: &Path,
+    host: &str,
+    write: impl FnOnce(&mut dyn Write) -> Result<(), CopyError>,
+) -> Result<PathBuf, Failure> {
+    let fail = |what: &str, p: &Path, e: io::Error| {
         Failure::defer("4.2.0", format!("{what} {}: {e}", p.display()))
     };
     for sub in ["tmp", "new", "cur"] {
@@ -213,20 +279,26 @@ pub fn deliver_maildir(dir: &Path, bytes: &[u8], host: &str) -> Result<PathBuf, 
     );
     let tmp = dir.join("tmp").join(&name);
     let new = dir.join("new").join(&name);
-    let write = || -> std::io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &new)?;
-        File::open(dir.join("new"))?.sync_all()
-    };
-    write().map_err(|e| {
+    let written = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(CopyError::Write)
+        .and_then(|mut f| {
+            write(&mut f)?;
+            f.sync_all().map_err(CopyError::Write)?;
+            std::fs::rename(&tmp, &new).map_err(CopyError::Write)?;
+            File::open(dir.join("new"))
+                .and_then(|d| d.sync_all())
+                .map_err(CopyError::Write)
+        });
+    written.map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        fail("cannot deliver to maildir", dir, e)
+        match e {
+            CopyError::Write(e) => fail("cannot deliver to maildir", dir, e),
+            CopyError::Read(e) => Failure::defer("4.3.0", format!("cannot read the message: {e}")),
+        }
     })?;
     Ok(new)
 }
@@ -278,6 +350,47 @@ mod tests {
         assert_eq!(wrong.code, 450);
         std::os::unix::fs::symlink(&mbox, dir.path().join("link")).unwrap();
         assert!(append_mbox(&dir.path().join("link"), b"x", 0, me).is_err());
+    }
+
+    /// An entry written in pieces that passes the limit, or whose message
+    /// cannot be read, midway: the mailbox is cut back to what it was.
+    #[test]
+    fn an_entry_that_fails_midway_is_truncated_back() {
+        let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let mbox = dir.path().join("u");
+        let me = Some(sys::current_ids().0);
+        append_mbox(&mbox, b"From a\n\n", 0, me).unwrap();
+        let pieces = |w: &mut dyn Write| -> Result<(), CopyError> {
+            for _ in 0..10 {
+                w.write_all(&[b'x'; 1000]).map_err(CopyError::Write)?;
+            }
+            Ok(())
+        };
+        let full = append_mbox_with(&mbox, 5000, me, pieces).unwrap_err();
+        assert_eq!((full.code, full.enhanced), (552, "5.2.2"), "{full:?}");
+        assert_eq!(std::fs::read(&mbox).unwrap(), b"From a\n\n");
+        let unread = append_mbox_with(&mbox, 0, me, |w| {
+            w.write_all(b"From b\nhalf").map_err(CopyError::Write)?;
+            Err(CopyError::Read(io::Error::other("spool gone")))
+        })
+        .unwrap_err();
+        assert_eq!((unread.code, unread.enhanced), (450, "4.3.0"));
+        assert!(unread.text.contains("spool gone"), "{}", unread.text);
+        assert_eq!(std::fs::read(&mbox).unwrap(), b"From a\n\n");
+        append_mbox_with(&mbox, 20_000, me, pieces).unwrap();
+        assert_eq!(std::fs::metadata(&mbox).unwrap().len(), 8 + 10_000);
+        // A Maildir file that cannot be finished is not left in tmp/.
+        let md = dir.path().join("md");
+        let e = deliver_maildir_with(&md, "h", |w| {
+            w.write_all(b"half").map_err(CopyError::Write)?;
+            Err(CopyError::Read(io::Error::other("spool gone")))
+        })
+        .unwrap_err();
+        assert_eq!(e.enhanced, "4.3.0");
+        for sub in ["tmp", "new"] {
+            assert_eq!(std::fs::read_dir(md.join(sub)).unwrap().count(), 0);
+        }
     }
 
     #[test]

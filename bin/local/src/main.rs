@@ -14,10 +14,12 @@ mod alias;
 mod content;
 mod deliver;
 mod mailbox;
+mod message;
 mod pipe;
 mod progress;
 mod resubmit;
 mod server;
+mod targets;
 
 /// Tests that touch files take this: the root test switches the whole
 /// process's effective uid for a moment, which other threads would see.

@@ -6,6 +6,10 @@
 //! when we are root, killed after `command_time_limit`. Exit status 0 is
 //! delivered, 75 (EX_TEMPFAIL) deferred, anything else bounced; a time-out
 //! is deferred. The first line of the command's output goes into the reason.
+//! The message is written to the command's input as it is read (a
+//! [`Input`] streams it), so a large one is never held whole; a message
+//! that cannot be read ends the command (killed, so that it cannot act on
+//! half a message) and defers.
 
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -28,12 +32,27 @@ pub enum Ended {
     TimedOut,
 }
 
+/// What a command reads on its standard input.
+pub trait Input: Sync {
+    /// Writes all of the input to `w`. A write that fails ends it quietly
+    /// (a command need not read its input); `Err` only when the input
+    /// itself could not be read, with the reason.
+    fn feed(&self, w: &mut dyn Write) -> Result<(), String>;
+}
+
+impl Input for &[u8] {
+    fn feed(&self, w: &mut dyn Write) -> Result<(), String> {
+        let _ = w.write_all(self);
+        Ok(())
+    }
+}
+
 /// One pipe delivery.
-pub struct PipeJob<'a> {
+pub struct PipeJob<'a, I: Input = &'a [u8]> {
     /// The command line.
     pub command: &'a str,
     /// The message (LF line ends).
-    pub input: &'a [u8],
+    pub input: I,
     /// The environment.
     pub env: Vec<(&'static str, String)>,
     /// uid and gid to run as (root only).
@@ -76,7 +95,7 @@ pub fn map_status(command: &str, ended: Ended, output: &str) -> Result<(), Failu
 }
 
 /// Runs the job and maps its end to a result.
-pub fn run(job: &PipeJob<'_>) -> Result<(), Failure> {
+pub fn run<I: Input>(job: &PipeJob<'_, I>) -> Result<(), Failure> {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(job.command)
@@ -96,15 +115,8 @@ pub fn run(job: &PipeJob<'_>) -> Result<(), Failure> {
         .spawn()
         .map_err(|e| Failure::defer("4.3.0", format!("cannot run \"{}\": {e}", job.command)))?;
     let pid = child.id() as i32;
-    let input = job.input.to_vec();
     let stdin = child.stdin.take();
-    let writer = std::thread::spawn(move || {
-        if let Some(mut s) = stdin {
-            // A command that does not read its input is its own business.
-            let _ = s.write_all(&input);
-        }
-    });
-    let readers: Vec<_> = [
+    let outputs: Vec<_> = [
         child
             .stdout
             .take()
@@ -116,52 +128,74 @@ pub fn run(job: &PipeJob<'_>) -> Result<(), Failure> {
     ]
     .into_iter()
     .flatten()
-    .map(|mut s| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = (&mut s).take(4096).read_to_end(&mut buf);
-            // Drain the rest so the command never blocks on a full pipe.
-            let _ = std::io::copy(&mut s, &mut std::io::sink());
-            buf
-        })
-    })
     .collect();
-    let deadline = Instant::now() + job.timeout;
-    let ended = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => {
-                break match (st.code(), st.signal()) {
-                    (Some(c), _) => Ended::Exit(c),
-                    (None, Some(s)) => Ended::Signal(s),
-                    _ => Ended::Exit(1),
+    // Scoped: the writer reads the message where it is, borrowed.
+    std::thread::scope(|scope| {
+        let writer = scope.spawn(move || {
+            let mut s = stdin?;
+            let fed = job.input.feed(&mut s);
+            if fed.is_err() {
+                // Half a message must not be acted upon.
+                let _ = sys::process::signal(-pid, 9);
+            }
+            fed.err()
+        });
+        let readers: Vec<_> = outputs
+            .into_iter()
+            .map(|mut s| {
+                scope.spawn(move || {
+                    let mut buf = Vec::new();
+                    let _ = (&mut s).take(4096).read_to_end(&mut buf);
+                    // Drain the rest so the command never blocks on a full pipe.
+                    let _ = std::io::copy(&mut s, &mut std::io::sink());
+                    buf
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + job.timeout;
+        let ended = loop {
+            match child.try_wait() {
+                Ok(Some(st)) => {
+                    break match (st.code(), st.signal()) {
+                        (Some(c), _) => Ended::Exit(c),
+                        (None, Some(s)) => Ended::Signal(s),
+                        _ => Ended::Exit(1),
+                    }
+                }
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = sys::process::signal(-pid, 9);
+                    let _ = child.wait();
+                    break Ended::TimedOut;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => {
+                    let _ = sys::process::signal(-pid, 9);
+                    return Err(Failure::defer(
+                        "4.3.0",
+                        format!("waiting for \"{}\": {e}", job.command),
+                    ));
                 }
             }
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = sys::process::signal(-pid, 9);
-                let _ = child.wait();
-                break Ended::TimedOut;
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(e) => {
-                return Err(Failure::defer(
-                    "4.3.0",
-                    format!("waiting for \"{}\": {e}", job.command),
-                ))
-            }
+        };
+        // The process group may still hold the pipes open: it is gone or
+        // killed by now unless the command left children behind, which we end.
+        let _ = sys::process::signal(-pid, 9);
+        let unread = writer.join().unwrap_or(None);
+        let mut output = Vec::new();
+        for r in readers {
+            output.extend(r.join().unwrap_or_default());
         }
-    };
-    // The process group may still hold the pipes open: it is gone or
-    // killed by now unless the command left children behind, which we end.
-    let _ = sys::process::signal(-pid, 9);
-    let _ = writer.join();
-    let mut output = Vec::new();
-    for r in readers {
-        output.extend(r.join().unwrap_or_default());
-    }
-    let text = String::from_utf8_lossy(&output);
-    let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    let first: String = first.chars().take(200).collect();
-    map_status(job.command, ended, first.trim())
+        if let Some(e) = unread {
+            return Err(Failure::defer(
+                "4.3.0",
+                format!("cannot read the message for \"{}\": {e}", job.command),
+            ));
+        }
+        let text = String::from_utf8_lossy(&output);
+        let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let first: String = first.chars().take(200).collect();
+        map_status(job.command, ended, first.trim())
+    })
 }
 
 #[cfg(test)]
@@ -195,6 +229,40 @@ mod tests {
             dir: std::env::temp_dir(),
             timeout,
         }
+    }
+
+    /// Input that breaks off after a first piece, as a message whose
+    /// queue file cannot be read midway.
+    struct Broken;
+
+    impl Input for Broken {
+        fn feed(&self, w: &mut dyn Write) -> Result<(), String> {
+            let _ = w.write_all(b"first half\n");
+            let _ = w.flush();
+            // Let the command read it: it must not get to act on it.
+            std::thread::sleep(Duration::from_millis(200));
+            Err("spool gone".into())
+        }
+    }
+
+    #[test]
+    fn a_message_that_cannot_be_read_kills_the_command_and_defers() {
+        let _serial = crate::SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let cmd = format!("cat > {0}.part && mv {0}.part {0}", out.display());
+        let job = PipeJob {
+            command: &cmd,
+            input: Broken,
+            env: vec![],
+            ids: None,
+            dir: std::env::temp_dir(),
+            timeout: Duration::from_secs(10),
+        };
+        let e = run(&job).unwrap_err();
+        assert_eq!((e.code, e.enhanced), (450, "4.3.0"));
+        assert!(e.text.contains("spool gone"), "{}", e.text);
+        assert!(!out.exists(), "the command finished with half a message");
     }
 
     #[test]

@@ -2,26 +2,42 @@
 //! through cleanup, as Postfix's local(8) does. It keeps the sender, the
 //! DSN options and the content, with a `Delivered-To:` header on top so
 //! that a copy coming back to this recipient is caught as a loop.
+//!
+//! The content goes to cleanup as it is read from the spool, in `Data`
+//! frames of at most `MAX_CHUNK` bytes (cleanup takes frames cut anywhere,
+//! even inside a header), over a blocking socket whose buffer is the only
+//! backlog; a message that cannot be read midway is abandoned by closing
+//! the connection without `End`, which makes cleanup discard the draft.
 
 use std::path::Path;
 use std::time::Duration;
 
 use ipc::cleanup::Origin;
 use ipc::delivery::Transaction;
-use ipc::submission::Submission;
+use ipc::submission::{Submission, SubmitError};
 use mail::{Envelope, Recipient};
 
 use crate::mailbox::Failure;
+use crate::message::Message;
 
 /// How long cleanup may take to answer one request.
 const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A piece of the content handed to cleanup, wire format.
+#[derive(Debug, Clone, Copy)]
+pub enum Piece<'a> {
+    /// Bytes made here (a header, a notice's text).
+    Bytes(&'a [u8]),
+    /// The message being delivered, read a chunk at a time.
+    Message(&'a Message),
+}
 
 /// Queues `wire` (the stored content) for `to`, on behalf of recipient
 /// `addr`, from the transaction's sender; the new queue id on success.
 pub fn resubmit(
     socket: &Path,
     txn: &Transaction,
-    wire: &[u8],
+    wire: &Message,
     addr: &str,
     to: &[String],
 ) -> Result<String, Failure> {
@@ -34,19 +50,29 @@ pub fn resubmit(
         smtputf8: txn.smtputf8,
         ..Envelope::default()
     };
-    let mut content = format!("Delivered-To: {}\r\n", crate::deliver::clean(addr)).into_bytes();
-    content.extend_from_slice(wire);
-    submit(socket, envelope, false, &content)
+    let delivered = format!("Delivered-To: {}\r\n", crate::deliver::clean(addr)).into_bytes();
+    submit(
+        socket,
+        envelope,
+        false,
+        &[Piece::Bytes(&delivered), Piece::Message(wire)],
+    )
 }
 
-/// Queues `content` (wire format) with `envelope` through cleanup: a
-/// forwarded copy, or a non-delivery notice (`notice`: from
-/// MAILER-DAEMON, as qmgr's). The new queue id on success.
+/// Why a submission failed.
+enum Failed {
+    Submit(SubmitError),
+    Read(std::io::Error),
+}
+
+/// Queues `content` (wire format, the pieces in order) with `envelope`
+/// through cleanup: a forwarded copy, or a non-delivery notice (`notice`:
+/// from MAILER-DAEMON, as qmgr's). The new queue id on success.
 pub fn submit(
     socket: &Path,
     envelope: Envelope,
     notice: bool,
-    content: &[u8],
+    content: &[Piece<'_>],
 ) -> Result<String, Failure> {
     let to: Vec<&str> = envelope
         .recipients
@@ -65,15 +91,28 @@ pub fn submit(
             full_name: None,
         }
     };
-    let queued = Submission::begin(socket, TIMEOUT, envelope, origin).and_then(|mut s| {
-        s.data(content)?;
-        s.end()
-    });
-    queued.map_err(|e| {
-        if e.is_permanent() {
+    let queued = Submission::begin(socket, TIMEOUT, envelope, origin)
+        .map_err(Failed::Submit)
+        .and_then(|mut s| {
+            for piece in content {
+                match piece {
+                    Piece::Bytes(b) => s.data(b).map_err(Failed::Submit)?,
+                    Piece::Message(m) => m.chunks(|c| s.data(c)).map_err(|e| match e {
+                        Ok(read) => Failed::Read(read),
+                        Err(e) => Failed::Submit(e),
+                    })?,
+                }
+            }
+            s.end().map_err(Failed::Submit)
+        });
+    queued.map_err(|e| match e {
+        Failed::Submit(e) if e.is_permanent() => {
             Failure::bounce("5.3.0", format!("forwarding to {to}: {e}"))
-        } else {
-            Failure::defer("4.3.0", format!("forwarding to {to}: {e}"))
         }
+        Failed::Submit(e) => Failure::defer("4.3.0", format!("forwarding to {to}: {e}")),
+        Failed::Read(e) => Failure::defer(
+            "4.3.0",
+            format!("forwarding to {to}: cannot read the message: {e}"),
+        ),
     })
 }

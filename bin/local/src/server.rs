@@ -4,7 +4,9 @@
 //! name for qmgr's bookkeeping: `Open` always succeeds (relay `local`),
 //! `Send` delivers every recipient at once, in this process, before the
 //! next request is read (as Postfix's local, one delivery at a time; run
-//! more processes for more parallelism), `Close` forgets it. Aliases are
+//! more processes for more parallelism), `Close` forgets it. The message
+//! is opened once per transaction and read from the spool for each target
+//! ([`crate::message`]), never held whole. Aliases are
 //! reopened for every transaction so edits take effect without a reload.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,11 +14,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use daemon::{msg_info, msg_warn, Conn as Accepted, Context, Cx, Server};
-use ipc::delivery::{Data, Delivery as Proto, RcptResult, Request, Response, Transaction};
+use ipc::delivery::{Delivery as Proto, RcptResult, Request, Response, Transaction};
 use ipc::{Endpoint, Tagged};
 use mio::Token;
 
 use crate::deliver::{Delivery, Settings};
+use crate::message::Message;
 
 /// All of this process's clients.
 pub struct LocalServer {
@@ -98,7 +101,7 @@ impl LocalServer {
 
     fn transaction(&self, txn: &Transaction) -> Vec<RcptResult> {
         let started = Instant::now();
-        let wire = match self.read(&txn.data) {
+        let wire = match Message::open(&txn.data, &self.queue_root) {
             Ok(w) => w,
             Err(e) => {
                 let text = format!("cannot read the message: {e}");
@@ -171,27 +174,6 @@ impl LocalServer {
             .collect();
         let tables = tables::Tables::open(&refs).map_err(|e| format!("alias_maps: {e}"))?;
         Ok((tables, uids))
-    }
-
-    fn read(&self, data: &Data) -> Result<Vec<u8>, String> {
-        match data {
-            Data::Inline(b) => Ok(b.clone()),
-            Data::File(rel) => {
-                let f = queue::MessageFile::open(&self.queue_root.join(rel))
-                    .map_err(|e| e.to_string())?;
-                let mut out = Vec::new();
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    let n = f
-                        .read_data_at(&mut buf, out.len() as u64)
-                        .map_err(|e| e.to_string())?;
-                    if n == 0 {
-                        return Ok(out);
-                    }
-                    out.extend_from_slice(&buf[..n]);
-                }
-            }
-        }
     }
 
     fn serve(&mut self, token: Token) -> Result<bool, ipc::IpcError> {

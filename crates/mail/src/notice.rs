@@ -76,6 +76,49 @@ pub fn report_of(
     original: &[u8],
     cx: Context<'_>,
 ) -> Vec<u8> {
+    let parts = parts_of(kind, env, queue_id, items, cx);
+    let body = if parts.headers_only {
+        header_section(original)
+    } else {
+        original
+    };
+    let mut bytes = parts.head.clone();
+    bytes.extend_from_slice(body);
+    bytes.extend(parts.tail(body.is_empty() || body.ends_with(b"\r\n")));
+    bytes
+}
+
+/// A notice cut where the original goes, for a caller that writes a large
+/// original between the parts without holding it (local's notices to an
+/// alias owner): `head`, then the original ([`header_section`] of it when
+/// `headers_only`), then [`Parts::tail`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parts {
+    /// Everything before the original.
+    pub head: Vec<u8>,
+    /// Only the original's header section goes in.
+    pub headers_only: bool,
+    boundary: String,
+}
+
+impl Parts {
+    /// Everything after the original; `ended` says whether what went in
+    /// was empty or ended with CRLF (else a line end is added).
+    pub fn tail(&self, ended: bool) -> Vec<u8> {
+        let mut t = if ended { Vec::new() } else { b"\r\n".to_vec() };
+        t.extend_from_slice(format!("\r\n--{}--\r\n", self.boundary).as_bytes());
+        t
+    }
+}
+
+/// The [`Parts`] of a notice of any kind (see [`report_of`]).
+pub fn parts_of(
+    kind: Kind,
+    env: &Envelope,
+    queue_id: &str,
+    items: &[&Failed],
+    cx: Context<'_>,
+) -> Parts {
     let failed = items;
     let Context {
         hostname,
@@ -209,22 +252,15 @@ pub fn report_of(
     }
     line("Content-Transfer-Encoding: 8bit");
     line("");
-    let mut bytes = out.into_bytes();
-    let body = if headers_only {
-        header_section(original)
-    } else {
-        original
-    };
-    bytes.extend_from_slice(body);
-    if !body.is_empty() && !body.ends_with(b"\r\n") {
-        bytes.extend_from_slice(b"\r\n");
+    Parts {
+        head: out.into_bytes(),
+        headers_only,
+        boundary,
     }
-    bytes.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-    bytes
 }
 
 /// The header lines of a wire-format message (without the empty line).
-fn header_section(msg: &[u8]) -> &[u8] {
+pub fn header_section(msg: &[u8]) -> &[u8] {
     if msg.starts_with(b"\r\n") {
         return &[];
     }
@@ -387,5 +423,47 @@ mod tests {
                 "{r}"
             );
         }
+    }
+
+    /// The parts a caller streams the original between give the report's
+    /// bytes, whether the original ends with a line end or not.
+    #[test]
+    fn parts_around_the_original_make_the_report() {
+        let mut e = env();
+        e.ret = Some(crate::Ret::Full);
+        let failed = Failed {
+            index: 0,
+            status: "5.3.0".into(),
+            reason: "Command died with status 1".into(),
+        };
+        let cx = Context {
+            hostname: "mx.test.example",
+            to: "owner@example.com",
+            date: "now",
+            arrival: "then",
+            retry_until: None,
+        };
+        for msg in [
+            &b"Subject: hi\r\n\r\nbody\r\n"[..],
+            b"Subject: hi\r\n\r\nno end",
+            b"",
+        ] {
+            let whole = report_of(Kind::Failure, &e, "Q", &[&failed], msg, cx);
+            let parts = parts_of(Kind::Failure, &e, "Q", &[&failed], cx);
+            assert!(!parts.headers_only);
+            let ended = msg.is_empty() || msg.ends_with(b"\r\n");
+            let streamed = [parts.head.clone(), msg.to_vec(), parts.tail(ended)].concat();
+            assert_eq!(streamed, whole);
+            let text = String::from_utf8(whole).unwrap();
+            assert!(text.contains("Content-Type: message/rfc822\r\n"), "{text}");
+            let end = "\r\n\r\n--Q.0/mx.test.example--\r\n";
+            assert!(
+                text.ends_with(&format!("{}{end}", String::from_utf8_lossy(msg).trim_end())),
+                "{text:?}"
+            );
+        }
+        e.ret = Some(crate::Ret::Hdrs);
+        assert!(parts_of(Kind::Failure, &e, "Q", &[&failed], cx).headers_only);
+        assert_eq!(header_section(b"A: b\r\n\r\nbody\r\n"), b"A: b\r\n");
     }
 }
