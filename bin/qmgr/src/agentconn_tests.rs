@@ -183,12 +183,10 @@ impl World {
                 }
                 Action::MessageDone {
                     queue_id,
-                    next_attempt,
+                    next_attempt: Some(t),
                 } => {
-                    if let Some(t) = next_attempt {
-                        if !self.pending[&queue_id.0].is_empty() {
-                            self.retry.insert(queue_id.0, t);
-                        }
+                    if !self.pending[&queue_id.0].is_empty() {
+                        self.retry.insert(queue_id.0, t);
                     }
                 }
                 _ => {}
