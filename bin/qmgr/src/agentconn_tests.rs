@@ -183,13 +183,9 @@ impl World {
                 }
                 Action::MessageDone {
                     queue_id,
-                    next_attempt,
-                } => {
-                    if let Some(t) = next_attempt {
-                        if !self.pending[&queue_id.0].is_empty() {
-                            self.retry.insert(queue_id.0, t);
-                        }
-                    }
+                    next_attempt: Some(t),
+                } if !self.pending[&queue_id.0].is_empty() => {
+                    self.retry.insert(queue_id.0, t);
                 }
                 _ => {}
             }
