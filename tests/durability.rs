@@ -9,7 +9,9 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use sluice_suite::{free_port, receive_master_cf, swaks, wait_for, Instance, RECEIVE_MAIN_CF};
+use sluice_suite::{
+    free_port, receive_master_cf, swaks, wait_for, Instance, OnTmpfs, RECEIVE_MAIN_CF,
+};
 
 fn acknowledged(path: &std::path::Path) -> BTreeSet<String> {
     std::fs::read_to_string(path)
@@ -130,36 +132,17 @@ fn kill_9_at_random_points_loses_no_acknowledged_message() {
 
 #[test]
 fn disk_full_gives_452_and_recovers() {
-    if !sys::is_root() {
-        eprintln!("skipped: needs root to mount a tmpfs");
-        return;
-    }
     let port = free_port();
     // A size limit that fits the small file system: with the default
     // (10 MB), Postfix's rule of 1.5 times message_size_limit free would
     // refuse every MAIL FROM on 4 MB.
-    let mut inst = Instance::new(
+    let inst = Instance::new(
         &receive_master_cf(port, ""),
         &format!("{RECEIVE_MAIN_CF}message_size_limit = 1000000\n"),
     );
-    let mnt = inst.root().join("small");
-    std::fs::create_dir(&mnt).unwrap();
-    let st = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4m,mode=0777", "tmpfs"])
-        .arg(&mnt)
-        .status()
-        .unwrap();
-    assert!(st.success(), "mount tmpfs");
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let _guard = Unmount(mnt.clone());
+    // Needs root (fails saying so otherwise); unmounted after the instance stops.
+    let mut inst = OnTmpfs::mount(inst, "small", 4);
+    let mnt = inst.mnt().to_path_buf();
     let main = inst.etc().join("main.cf");
     let text = std::fs::read_to_string(&main).unwrap().replace(
         &format!("queue_directory = {}/spool", inst.root().display()),

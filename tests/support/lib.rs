@@ -246,6 +246,91 @@ impl Drop for Instance {
     }
 }
 
+/// An instance with a small tmpfs mounted inside its directory (the
+/// full-disk tests; root only). Dropping it stops the instance first and
+/// unmounts after, so a failing test leaves neither daemons nor a mount.
+pub struct OnTmpfs {
+    inst: Option<Instance>,
+    mnt: PathBuf,
+}
+
+impl OnTmpfs {
+    /// Mounts a tmpfs of `mb` MB on `sub` under the instance's root;
+    /// fails saying why when not root or when mount(8) fails.
+    pub fn mount(inst: Instance, sub: &str, mb: u32) -> OnTmpfs {
+        assert!(
+            sys::is_root(),
+            "this test mounts a tmpfs for a full disk and needs root: run it as root (scripts/test does in CI)"
+        );
+        let mnt = inst.root().join(sub);
+        std::fs::create_dir_all(&mnt).unwrap();
+        let out = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={mb}m,mode=0777"),
+                "tmpfs",
+            ])
+            .arg(&mnt)
+            .output()
+            .expect("run mount(8)");
+        assert!(
+            out.status.success(),
+            "mount a tmpfs on {}: {}",
+            mnt.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        OnTmpfs {
+            inst: Some(inst),
+            mnt,
+        }
+    }
+
+    /// Where the tmpfs is mounted.
+    pub fn mnt(&self) -> &Path {
+        &self.mnt
+    }
+}
+
+impl std::ops::Deref for OnTmpfs {
+    type Target = Instance;
+    fn deref(&self) -> &Instance {
+        self.inst
+            .as_ref()
+            .expect("the instance lives as long as its tmpfs")
+    }
+}
+
+impl std::ops::DerefMut for OnTmpfs {
+    fn deref_mut(&mut self) -> &mut Instance {
+        self.inst
+            .as_mut()
+            .expect("the instance lives as long as its tmpfs")
+    }
+}
+
+impl Drop for OnTmpfs {
+    fn drop(&mut self) {
+        // The instance's pid files may be on the tmpfs: stop it while they are there.
+        if let Some(inst) = self.inst.as_mut() {
+            if inst.started {
+                let pid = sys::lock::read_pid(&inst.root().join("spool/pid/master.pid"))
+                    .or_else(|| sys::lock::read_pid(&self.mnt.join("spool/pid/master.pid")));
+                let _ = inst.sluice(&["stop"]);
+                if let Some(pid) = pid {
+                    let _ = sys::process::signal(pid, 9);
+                }
+                inst.started = false;
+            }
+        }
+        // Lazily: a daemon that has not exited yet may still hold a file.
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        // Now its temporary directory can go, the mount point included.
+        drop(self.inst.take());
+    }
+}
+
 /// Whether a process is alive and not a zombie.
 pub fn running(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -184,10 +184,8 @@ impl World {
                 Action::MessageDone {
                     queue_id,
                     next_attempt: Some(t),
-                } => {
-                    if !self.pending[&queue_id.0].is_empty() {
-                        self.retry.insert(queue_id.0, t);
-                    }
+                } if !self.pending[&queue_id.0].is_empty() => {
+                    self.retry.insert(queue_id.0, t);
                 }
                 _ => {}
             }
