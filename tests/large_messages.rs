@@ -7,7 +7,6 @@
 //! from /proc afterwards.
 
 use std::path::Path;
-use std::process::Command;
 
 use sluice_suite::postfix::{Postfix, PostfixOptions};
 use sluice_suite::*;
@@ -47,20 +46,7 @@ fn write_message(path: &Path, mb: usize, subject: &str) -> Vec<u8> {
 
 /// Sends the message in `path` with Python's smtplib (it dot-stuffs).
 fn send(port: u16, to: &str, path: &Path) {
-    let script = "import smtplib,sys\n\
-                  s=smtplib.SMTP('127.0.0.1',int(sys.argv[1]))\n\
-                  s.sendmail('big@example.org',[sys.argv[2]],open(sys.argv[3],'rb').read())\n\
-                  s.quit()\n";
-    let out = Command::new("python3")
-        .args(["-c", script, &port.to_string(), to])
-        .arg(path)
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "smtplib: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    smtplib_send(port, "big@example.org", to, path);
 }
 
 /// Peak resident memory (VmHWM, kB) of master and every process it

@@ -11,17 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sluice_suite::{free_port, smtp_sink, swaks, wait_for, Instance};
-
-/// The user the instance (and so local) runs as.
-fn user() -> String {
-    if sys::is_root() {
-        std::env::var("SLUICE_TEST_USER").unwrap_or_else(|_| "nobody".into())
-    } else {
-        let (uid, _) = sys::current_ids();
-        sys::privilege::lookup_uid(uid).unwrap().unwrap().name
-    }
-}
+use sluice_suite::{free_port, instance_user, smtp_sink, swaks, wait_for, Instance};
 
 fn open_dir(p: &Path) -> PathBuf {
     std::fs::create_dir_all(p).unwrap();
@@ -90,7 +80,7 @@ const BODY: &str = "From the start\n>From quoted\n.leading dot\n..two dots\n\nla
 #[test]
 fn mbox_is_byte_exact_and_readable_by_python() {
     let (inst, port, spool, _) = instance("", "");
-    let me = user();
+    let me = instance_user();
     let rcpt = format!("{me}+tag@mx.test.example");
     let data = inst.root().join("message");
     std::fs::write(
@@ -159,7 +149,7 @@ fn mbox_is_byte_exact_and_readable_by_python() {
 
 #[test]
 fn aliases_commands_and_failures() {
-    let me = user();
+    let me = instance_user();
     let aliases = format!(
         "# test aliases\npostmaster: {me}\nteam: postmaster,\n  \"|cat > SCRATCH/piped; echo $RECIPIENT $EXTENSION >> SCRATCH/piped\"\n\
          tempfail: |exit 75\nbroken: \"|echo broken pipe; exit 1\"\nloop1: loop2\nloop2: loop1\n\
@@ -249,7 +239,7 @@ fn aliases_commands_and_failures() {
 fn mailbox_size_limit_bounces() {
     let (inst, port, spool, _) =
         instance("", "mailbox_size_limit = 300\nmessage_size_limit = 300\n");
-    let me = user();
+    let me = instance_user();
     std::fs::write(spool.join(&me), "x".repeat(290)).unwrap();
     if sys::is_root() {
         let u = sys::privilege::lookup_user(&me).unwrap().unwrap();
@@ -284,7 +274,7 @@ fn test_user(name: &str, home: &Path) -> sys::privilege::Identity {
 /// As root, with a test user created here: local runs as root and writes
 /// the user's Maildir as the user.
 #[test]
-fn as_root_maildir_is_written_as_the_user() {
+fn as_root_maildir_is_written_as_the_instance_user() {
     if !sys::is_root() {
         eprintln!("skipped: needs root");
         return;
@@ -540,7 +530,7 @@ for m in mailbox.mbox(sys.argv[1]):
 /// original sender.
 #[test]
 fn owner_aliases_get_the_errors_of_their_lists() {
-    let me = user();
+    let me = instance_user();
     let h = "mx.test.example";
     let aliases = format!(
         "list: :include:SCRATCH/members, \"|echo no thanks; exit 67\"\nowner-list: {me}\n\
@@ -626,7 +616,7 @@ fn owner_aliases_get_the_errors_of_their_lists() {
 /// delivers only to that one, not again to those that already have it.
 #[test]
 fn a_deferred_target_is_retried_alone() {
-    let me = user();
+    let me = instance_user();
     let h = "mx.test.example";
     let aliases =
         format!("split: {me}, \"|test -e SCRATCH/go || exit 75; cat > SCRATCH/split-out\"\n");
@@ -675,7 +665,7 @@ fn a_deferred_target_is_retried_alone() {
 fn a_recipient_cleanup_rewrote_is_logged_with_orig_to() {
     // virtual_alias_maps are applied by cleanup; local logs the address the
     // sender used as Postfix does: to=<user>, orig_to=<alias>.
-    let me = user();
+    let me = instance_user();
     let (inst, port, spool, _) = instance(
         "",
         &format!("virtual_alias_maps = inline:{{ team@mx.test.example = {me}@mx.test.example }}"),
@@ -697,7 +687,7 @@ fn a_mailbox_locked_by_another_writer_is_waited_for() {
     // between, and delivers once the lock is gone.
     let (inst, port, spool, _) =
         instance("", "minimal_backoff_time = 1s\nmaximal_backoff_time = 2s\n");
-    let me = user();
+    let me = instance_user();
     let mbox = spool.join(&me);
     let script = r#"
 import mailbox, sys, time, email.message

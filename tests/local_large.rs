@@ -12,7 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sluice_suite::{free_port, Instance};
+use sluice_suite::{free_port, instance_user, smtplib_send, Instance};
 
 /// The message's body size.
 const BODY_SIZE: usize = 25 * 1024 * 1024;
@@ -25,16 +25,6 @@ const BODY_SIZE: usize = 25 * 1024 * 1024;
 /// allocator and build differences and is still below the size of one
 /// copy of the message, so passing it means no copy was held.
 const LOCAL_PEAK_LIMIT_KB: u64 = 20 * 1024;
-
-/// The user the instance (and so local) runs as.
-fn user() -> String {
-    if sys::is_root() {
-        std::env::var("SLUICE_TEST_USER").unwrap_or_else(|_| "nobody".into())
-    } else {
-        let (uid, _) = sys::current_ids();
-        sys::privilege::lookup_uid(uid).unwrap().unwrap().name
-    }
-}
 
 fn open_dir(p: &Path) -> PathBuf {
     std::fs::create_dir_all(p).unwrap();
@@ -103,24 +93,7 @@ fn local_peak_kb(inst: &Instance) -> u64 {
 /// Sends `data` (LF line ends) with Python's smtplib, which makes it wire
 /// format (CRLF, dot-stuffed) as any client would.
 fn send(port: u16, to: &str, data: &Path) {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import smtplib, sys\n\
-             s = smtplib.SMTP('127.0.0.1', int(sys.argv[1]), timeout=300)\n\
-             s.sendmail('alice@example.com', [sys.argv[2]], open(sys.argv[3]).read())\n\
-             s.quit()\n",
-        )
-        .arg(port.to_string())
-        .arg(to)
-        .arg(data)
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "smtplib: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    smtplib_send(port, "alice@example.com", to, data);
 }
 
 /// Splits a delivered message at its first empty line: (headers, body).
@@ -172,7 +145,7 @@ fn a_25_mb_message_is_streamed_to_mbox_and_maildir() {
     inst.start();
     inst.wait_port(port);
 
-    let me = user();
+    let me = instance_user();
     let h = "mx.test.example";
     let body = body();
     let data = inst.root().join("message");

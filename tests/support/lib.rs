@@ -417,6 +417,41 @@ impl Instance {
     }
 }
 
+/// The user a test instance (and so its local delivery) runs as: as root
+/// `$SLUICE_TEST_USER` (default `nobody`), otherwise the current user.
+pub fn instance_user() -> String {
+    if sys::is_root() {
+        std::env::var("SLUICE_TEST_USER").unwrap_or_else(|_| "nobody".into())
+    } else {
+        let (uid, _) = sys::current_ids();
+        sys::privilege::lookup_uid(uid).unwrap().unwrap().name
+    }
+}
+
+/// Sends the message in file `data` from `from` to `to` with Python's
+/// smtplib (which dot-stuffs it), asserting it was accepted.
+pub fn smtplib_send(port: u16, from: &str, to: &str, data: &Path) {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import smtplib, sys\n\
+             s = smtplib.SMTP('127.0.0.1', int(sys.argv[1]), timeout=300)\n\
+             s.sendmail(sys.argv[2], [sys.argv[3]], open(sys.argv[4], 'rb').read())\n\
+             s.quit()\n",
+        )
+        .arg(port.to_string())
+        .arg(from)
+        .arg(to)
+        .arg(data)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "smtplib: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Runs swaks with `args`, returning (exit status, transcript).
 pub fn swaks(args: &[&str]) -> (i32, String) {
     let out = Command::new("swaks")
