@@ -428,15 +428,16 @@ pub fn instance_user() -> String {
     }
 }
 
-/// Sends the message in file `data` from `from` to `to` with Python's
-/// smtplib (which dot-stuffs it), asserting it was accepted.
+/// Sends the message in file `data` (ASCII text, LF or CRLF line ends)
+/// from `from` to `to` with Python's smtplib, which sends it with CRLF and
+/// dot-stuffs it, asserting it was accepted.
 pub fn smtplib_send(port: u16, from: &str, to: &str, data: &Path) {
     let out = Command::new("python3")
         .arg("-c")
         .arg(
             "import smtplib, sys\n\
              s = smtplib.SMTP('127.0.0.1', int(sys.argv[1]), timeout=300)\n\
-             s.sendmail(sys.argv[2], [sys.argv[3]], open(sys.argv[4], 'rb').read())\n\
+             s.sendmail(sys.argv[2], [sys.argv[3]], open(sys.argv[4]).read())\n\
              s.quit()\n",
         )
         .arg(port.to_string())
