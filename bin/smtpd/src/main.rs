@@ -8,11 +8,13 @@
 //! The certificate and key are read before privileges are dropped.
 #![forbid(unsafe_code)]
 
+mod anvil;
 mod conn;
 mod router;
 mod server;
 mod settings;
 mod space;
+mod tagged;
 
 /// Descriptors a process needs besides its sessions: stdio, log, epoll,
 /// master's pipes, listeners, anvil, router, with room to spare.

@@ -1,14 +1,18 @@
 //! The smtpd event loop's state: sessions by token, anvil, deadlines.
+//!
+//! A client whose connection anvil must count is held, unread and not yet
+//! greeted, until anvil's answer (or its deadline) decides the greeting.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use daemon::{msg_info, msg_warn, Conn as Accepted, Context, Cx, Server};
-use ipc::anvil::{Anvil, Request as AnvilReq, Response as AnvilResp};
+use mio::net::TcpStream;
 use mio::{Interest, Token};
 
+use crate::anvil::{AnvilLink, Counts};
 use crate::conn::{Conn, Shared};
 use crate::router::{Answer, RouterLink};
 use crate::settings;
@@ -22,12 +26,14 @@ pub struct SmtpServer {
     /// session token → the link token it has in `links` (a session that
     /// replaces its link must not leave the old token behind).
     link_of: BTreeMap<Token, Token>,
-    anvil: Option<ipc::Client<Anvil>>,
+    /// anvil, for the client connection limits; one link for all sessions.
+    anvil: AnvilLink,
+    /// Clients waiting for anvil's counts before their greeting.
+    pending: BTreeMap<Token, (TcpStream, SocketAddr)>,
     /// The router, for reject_unlisted_recipient; one link for all sessions.
     router: RouterLink,
     /// Sessions anvil counts (not the exempt ones).
     counted: std::collections::BTreeSet<Token>,
-    anvil_warned: bool,
     service: String,
     chrooted: bool,
 }
@@ -39,6 +45,8 @@ impl SmtpServer {
         let s = settings::build(&ctx.config, tls.is_some(), chrooted)?;
         Ok(SmtpServer {
             router: RouterLink::new(&s.queue_root, s.router_timeout),
+            anvil: AnvilLink::new(&s.queue_root, s.anvil_timeout),
+            pending: BTreeMap::new(),
             shared: Shared {
                 space: crate::space::QueueSpace::new(s.queue_root.clone()),
                 settings: s,
@@ -47,63 +55,31 @@ impl SmtpServer {
             conns: BTreeMap::new(),
             links: BTreeMap::new(),
             link_of: BTreeMap::new(),
-            anvil: None,
             counted: std::collections::BTreeSet::new(),
-            anvil_warned: false,
             service: ctx.args.service.clone(),
             chrooted,
         })
     }
 
-    fn anvil_call(&mut self, req: AnvilReq) -> Option<(u32, u32)> {
-        if self.anvil.is_none() {
-            let path = self.shared.settings.queue_root.join("private/anvil");
-            match ipc::Client::<Anvil>::connect(&path, Duration::from_secs(5)) {
-                Ok(c) => self.anvil = Some(c),
-                Err(e) => {
-                    if !self.anvil_warned {
-                        msg_warn!(
-                            "connect to anvil service {}: {e}: client limits not enforced",
-                            path.display()
-                        );
-                        self.anvil_warned = true;
-                    }
-                    return None;
-                }
-            }
-        }
-        match self.anvil.as_mut().map(|c| c.call(&req)) {
-            Some(Ok(AnvilResp::Counts { count, rate })) => Some((count, rate)),
-            Some(Err(e)) => {
-                msg_warn!("anvil: {e}");
-                self.anvil = None;
-                None
-            }
-            None => None,
-        }
-    }
-
-    /// Counts a new client with anvil; the refusal text if it is over its
-    /// limits. `counted` tells whether anvil now counts it (so the
-    /// disconnection must be reported too).
-    fn over_limits(&mut self, addr: SocketAddr, counted: &mut bool) -> Option<String> {
+    /// Whether anvil must count this client: limits are set and it is not
+    /// exempt (as in Postfix, exempt clients are not even counted).
+    fn limited(&self, addr: SocketAddr) -> bool {
         let s = &self.shared.settings;
         if s.conn_count_limit == 0 && s.conn_rate_limit == 0 {
-            return None;
+            return false;
         }
         let ip = addr.ip();
-        let exempt = s.limit_exceptions.iter().any(|c| c.contains(ip));
+        !s.limit_exceptions.iter().any(|c| c.contains(ip))
+    }
+
+    /// The refusal text if anvil's counts put the client over its limits;
+    /// no counts (anvil silent or gone) is no limit, as in Postfix.
+    fn over_limits(&self, addr: SocketAddr, counts: Counts) -> Option<String> {
+        let s = &self.shared.settings;
+        let (count, rate) = counts?;
+        let ip = addr.ip();
         let (count_limit, rate_limit, unit) =
             (s.conn_count_limit, s.conn_rate_limit, s.rate_unit.as_secs());
-        // As in Postfix, exempt clients are not even counted.
-        if exempt {
-            return None;
-        }
-        let (count, rate) = self.anvil_call(AnvilReq::Connect {
-            service: self.service.clone(),
-            client: ip.to_string(),
-        })?;
-        *counted = true;
         if count_limit > 0 && count > count_limit {
             msg_warn!(
                 "Connection concurrency limit exceeded: {count} from unknown[{ip}] for service {}",
@@ -118,6 +94,38 @@ impl SmtpServer {
         None
     }
 
+    /// Starts the session of an accepted client: its greeting, then its input.
+    fn start(
+        &mut self,
+        cx: &mut Cx<'_>,
+        token: Token,
+        stream: TcpStream,
+        peer: SocketAddr,
+        refuse: Option<String>,
+    ) {
+        let mut c = Conn::new(stream, peer, &self.shared, refuse, cx.now);
+        let registered =
+            cx.registry
+                .register(c.socket(), token, Interest::READABLE | Interest::WRITABLE);
+        self.conns.insert(token, c);
+        if let Err(e) = registered {
+            msg_warn!("register client: {e}");
+            self.finish(cx, token);
+            return;
+        }
+        self.after_io(cx, token);
+    }
+
+    /// Starts the sessions whose counts came (or will not come).
+    fn anvil_answers(&mut self, cx: &mut Cx<'_>, answers: Vec<(Token, Counts)>) {
+        for (token, counts) in answers {
+            if let Some((stream, peer)) = self.pending.remove(&token) {
+                let refuse = self.over_limits(peer, counts);
+                self.start(cx, token, stream, peer, refuse);
+            }
+        }
+    }
+
     fn finish(&mut self, cx: &mut Cx<'_>, token: Token) {
         let Some(mut c) = self.conns.remove(&token) else {
             return;
@@ -126,13 +134,12 @@ impl SmtpServer {
             self.links.remove(&lt);
         }
         self.router.forget(token);
+        self.anvil.forget(token);
         c.shutdown(cx.registry);
         msg_info!("disconnect from {} {}", c.client_label(), c.stats());
         if self.counted.remove(&token) {
-            let _ = self.anvil_call(AnvilReq::Disconnect {
-                service: self.service.clone(),
-                client: c.peer.ip().to_string(),
-            });
+            self.anvil
+                .disconnect(cx, &self.service, c.peer.ip().to_string());
         }
     }
 
@@ -192,29 +199,30 @@ impl Server for SmtpServer {
         };
         let _ = stream.set_nodelay(true);
         msg_info!("connect from unknown[{}]", peer.ip());
-        let mut counted = false;
-        let refuse = self.over_limits(peer, &mut counted);
         let token = cx.token();
-        if counted {
+        // Once the connection is sent, anvil counts it (even if it answers
+        // too late): the disconnection is reported in any case.
+        if self.limited(peer)
+            && self
+                .anvil
+                .connect(cx, token, &self.service, peer.ip().to_string())
+        {
             self.counted.insert(token);
-        }
-        let mut c = Conn::new(stream, peer, &self.shared, refuse, cx.now);
-        let registered =
-            cx.registry
-                .register(c.socket(), token, Interest::READABLE | Interest::WRITABLE);
-        self.conns.insert(token, c);
-        if let Err(e) = registered {
-            msg_warn!("register client: {e}");
-            self.finish(cx, token);
+            self.pending.insert(token, (stream, peer));
             return;
         }
-        self.after_io(cx, token);
+        self.start(cx, token, stream, peer, None);
     }
 
     fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, writable: bool) {
         if self.router.token() == Some(token) {
             let answers = self.router.ready(cx);
             self.router_answers(cx, answers);
+            return;
+        }
+        if self.anvil.token() == Some(token) {
+            let answers = self.anvil.ready(cx);
+            self.anvil_answers(cx, answers);
             return;
         }
         if let Some(&owner) = self.links.get(&token) {
@@ -233,6 +241,8 @@ impl Server for SmtpServer {
     fn timeout(&mut self, cx: &mut Cx<'_>) {
         let late = self.router.expired(cx.now);
         self.router_answers(cx, late);
+        let late = self.anvil.expired(cx.now);
+        self.anvil_answers(cx, late);
         let expired: Vec<Token> = self
             .conns
             .iter()
@@ -252,11 +262,12 @@ impl Server for SmtpServer {
         sessions
             .into_iter()
             .chain(self.router.next_deadline())
+            .chain(self.anvil.next_deadline())
             .min()
     }
 
     fn clients(&self) -> usize {
-        self.conns.len()
+        self.conns.len() + self.pending.len()
     }
 
     fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
@@ -264,6 +275,7 @@ impl Server for SmtpServer {
             // Sessions in progress keep their protocol settings; new ones get these.
             Ok(s) => {
                 self.router.set_timeout(s.router_timeout);
+                self.anvil.set_timeout(s.anvil_timeout);
                 self.shared.settings = s;
             }
             Err(e) => msg_warn!("reload: {e}; keeping the running settings"),
@@ -277,5 +289,8 @@ impl Server for SmtpServer {
         for c in self.conns.values_mut() {
             c.say_goodbye();
         }
+        // Clients still waiting for their greeting are only closed: no
+        // reply was due to them yet.
+        self.pending.clear();
     }
 }

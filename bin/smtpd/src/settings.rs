@@ -20,6 +20,8 @@ pub struct Settings {
     pub timeout: Duration,
     /// `smtpd_router_timeout`.
     pub router_timeout: Duration,
+    /// `smtpd_anvil_timeout`.
+    pub anvil_timeout: Duration,
     /// `smtpd_cleanup_timeout`.
     pub cleanup_timeout: Duration,
     /// `queue_minfree`.
@@ -130,6 +132,7 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         tables,
         timeout: cfg.time("smtpd_timeout"),
         router_timeout: cfg.time("smtpd_router_timeout"),
+        anvil_timeout: cfg.time("smtpd_anvil_timeout"),
         cleanup_timeout: cfg.time("smtpd_cleanup_timeout"),
         queue_minfree: cfg.size("queue_minfree"),
         per_record: cfg.bool("smtpd_per_record_deadline"),

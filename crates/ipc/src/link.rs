@@ -24,11 +24,11 @@ pub struct Link<P: Protocol> {
 
 impl<P: Protocol> Link<P> {
     /// Connects to the Unix socket at `path`, registers it under `token` and
-    /// sends the hello.
+    /// sends the hello. The connect does not block: a server too busy or
+    /// stopped to take it (its backlog full) is an error at once (EAGAIN),
+    /// not a wait in the caller's event loop.
     pub fn connect(path: &Path, registry: &Registry, token: Token) -> Result<Self, IpcError> {
-        let std = std::os::unix::net::UnixStream::connect(path)?;
-        std.set_nonblocking(true)?;
-        let mut ep = Endpoint::new(mio::net::UnixStream::from_std(std));
+        let mut ep = Endpoint::new(mio::net::UnixStream::connect(path)?);
         registry.register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)?;
         ep.send(&Hello::of::<P>())?;
         Ok(Link {
