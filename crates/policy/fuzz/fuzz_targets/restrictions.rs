@@ -30,10 +30,20 @@ fuzz_target!(|input: (&str, &str, &str, &str, [u8; 17])| {
     let (main_cf, value, sender, rcpt, addr) = input;
     let _ = parse_list(main_cf);
     let _ = parse_action(value);
-    let Ok(loaded) = config::Config::with_hostname("mx.fuzz.example").with_text(main_cf, Path::new("main.cf"), &[]) else { return };
-    let Ok(p) = Policy::from_config(&loaded.config) else { return };
+    let Ok(loaded) = config::Config::with_hostname("mx.fuzz.example").with_text(
+        main_cf,
+        Path::new("main.cf"),
+        &[],
+    ) else {
+        return;
+    };
+    let Ok(p) = Policy::from_config(&loaded.config) else {
+        return;
+    };
     let _ = p.tables();
-    let Ok(recipient) = parse_mailbox(rcpt, addr[0] & 1 == 1) else { return };
+    let Ok(recipient) = parse_mailbox(rcpt, addr[0] & 1 == 1) else {
+        return;
+    };
     let sender = parse_mailbox(sender, addr[0] & 1 == 1).ok();
     let client_addr = if addr[0] & 2 == 0 {
         IpAddr::V4(Ipv4Addr::new(addr[1], addr[2], addr[3], addr[4]))
@@ -42,12 +52,22 @@ fuzz_target!(|input: (&str, &str, &str, &str, [u8; 17])| {
         b.copy_from_slice(&addr[1..]);
         IpAddr::V6(Ipv6Addr::from(b))
     };
-    let q = Query { client_addr, client_name: "unknown", helo: Some(value), sender: sender.as_ref(), recipient: &recipient };
+    let q = Query {
+        client_addr,
+        client_name: "unknown",
+        helo: Some(value),
+        sender: sender.as_ref(),
+        recipient: &recipient,
+    };
     let _ = p.in_mynetworks(client_addr);
     let _ = p.authorized_destination(&recipient);
     if let Verdict::Refuse { code, enhanced, .. } = p.check(&q, &Answer(value)) {
         assert!((400..600).contains(&code), "refusal code {code}");
         let class = enhanced.split('.').next().unwrap_or("");
-        assert_eq!(class, &code.to_string()[..1], "enhanced {enhanced} for {code}");
+        assert_eq!(
+            class,
+            &code.to_string()[..1],
+            "enhanced {enhanced} for {code}"
+        );
     }
 });

@@ -49,7 +49,11 @@ fn segment(data: &[u8]) -> Vec<u8> {
 }
 
 fn root() -> PathBuf {
-    let base = if std::path::Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    let base = if std::path::Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
     base.join(format!("sluice-fuzz-journal-{}", std::process::id()))
 }
 
@@ -82,7 +86,11 @@ fuzz_target!(|data: &[u8]| {
     // and the same live messages.
     let second = recover(&root, cfg).expect("fuzz: second recovery of a recovered spool");
     assert!(
-        !second.state.torn.iter().any(|t| matches!(t.cause, TailCause::Frame(_))),
+        !second
+            .state
+            .torn
+            .iter()
+            .any(|t| matches!(t.cause, TailCause::Frame(_))),
         "torn frame after recovery: {:?}",
         second.state.torn
     );

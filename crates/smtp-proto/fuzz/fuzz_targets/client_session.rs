@@ -8,16 +8,39 @@
 use libfuzzer_sys::fuzz_target;
 use smtp_proto::address::parse_mailbox;
 use smtp_proto::client_session::ClientTls;
-use smtp_proto::{ClientAction, ClientConfig, ClientSession, Envelope, MailParams, Path, RcptParams};
+use smtp_proto::{
+    ClientAction, ClientConfig, ClientSession, Envelope, MailParams, Path, RcptParams,
+};
 
-const KEYWORDS: [&str; 7] = ["PIPELINING", "CHUNKING", "SIZE 10240000", "DSN", "SMTPUTF8", "8BITMIME", "STARTTLS"];
+const KEYWORDS: [&str; 7] = [
+    "PIPELINING",
+    "CHUNKING",
+    "SIZE 10240000",
+    "DSN",
+    "SMTPUTF8",
+    "8BITMIME",
+    "STARTTLS",
+];
 
 fn envelope(utf8: bool) -> Envelope {
-    let to = |s: &str| (parse_mailbox(s, false).expect("fuzz: literal"), RcptParams::default());
+    let to = |s: &str| {
+        (
+            parse_mailbox(s, false).expect("fuzz: literal"),
+            RcptParams::default(),
+        )
+    };
     Envelope {
         from: Path::Mailbox(parse_mailbox("a@example.org", false).expect("fuzz: literal")),
-        params: MailParams { size: Some(40), smtputf8: utf8, ..MailParams::default() },
-        recipients: vec![to("b@example.net"), to("c@example.net"), to("d@example.net")],
+        params: MailParams {
+            size: Some(40),
+            smtputf8: utf8,
+            ..MailParams::default()
+        },
+        recipients: vec![
+            to("b@example.net"),
+            to("c@example.net"),
+            to("d@example.net"),
+        ],
     }
 }
 
@@ -26,8 +49,17 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let (caps, flags, step, data) = (data[0], data[1], usize::from(data[2]).max(1), &data[3..]);
-    let tls = [ClientTls::Disabled, ClientTls::Opportunistic, ClientTls::Required][usize::from(flags & 3) % 3];
-    let cfg = ClientConfig { tls, max_reply_line: 512, max_reply_lines: 20, ..ClientConfig::default() };
+    let tls = [
+        ClientTls::Disabled,
+        ClientTls::Opportunistic,
+        ClientTls::Required,
+    ][usize::from(flags & 3) % 3];
+    let cfg = ClientConfig {
+        tls,
+        max_reply_line: 512,
+        max_reply_lines: 20,
+        ..ClientConfig::default()
+    };
     let mut c = ClientSession::new(cfg, flags & 4 != 0);
     let mut input = Vec::new();
     if flags & 8 == 0 {
@@ -88,11 +120,19 @@ fuzz_target!(|data: &[u8]| {
             progress = true;
         }
         wrote += c.take_output().len();
-        assert!(wrote <= 64 * 1024 + 4 * input.len(), "client wrote {wrote} bytes for {} in", input.len());
+        assert!(
+            wrote <= 64 * 1024 + 4 * input.len(),
+            "client wrote {wrote} bytes for {} in",
+            input.len()
+        );
         if !progress {
             break;
         }
     }
     // The session never stalls: it uses every byte or closes.
-    assert!(at == input.len() || c.is_closed(), "stalled at {at} of {}", input.len());
+    assert!(
+        at == input.len() || c.is_closed(),
+        "stalled at {at} of {}",
+        input.len()
+    );
 });
