@@ -52,6 +52,20 @@ impl SmtpClient {
         (r, start.elapsed())
     }
 
+    /// Sends each command, asserting its reply starts with its code;
+    /// the command whose reply took longest, and how long.
+    pub fn slowest<'a>(&mut self, script: &[(&'a str, &str)]) -> (&'a str, Duration) {
+        let mut slowest = ("", Duration::ZERO);
+        for &(cmd, code) in script {
+            let (r, took) = self.timed(cmd);
+            assert!(r.starts_with(code), "{cmd}: {r}");
+            if took > slowest.1 {
+                slowest = (cmd, took);
+            }
+        }
+        slowest
+    }
+
     /// Sends a command and asserts its reply starts with `code`.
     pub fn expect(&mut self, command: &str, code: &str) -> String {
         let (r, _) = self.timed(command);

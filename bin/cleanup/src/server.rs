@@ -66,6 +66,15 @@ struct Msg {
     ended: Option<(u64, Instant)>,
 }
 
+impl Msg {
+    /// Drops the uncommitted message file, if it has one.
+    fn discard(&mut self, spool: &Spool) {
+        if let Some(d) = self.draft.take() {
+            let _ = d.abort(spool);
+        }
+    }
+}
+
 struct Client {
     ep: Endpoint,
     peer: PeerCred,
@@ -218,10 +227,8 @@ impl CleanupServer {
                 }
                 let draft = self.spool.draft(id);
                 let c = self.clients.get_mut(&token)?;
-                if let Some(old) = c.msg.take() {
-                    if let Some(d) = old.draft {
-                        let _ = d.abort(&self.spool);
-                    }
+                if let Some(mut old) = c.msg.take() {
+                    old.discard(&self.spool);
                 }
                 let mapping = if self.address_mappings {
                     Mapping::Waiting
@@ -303,10 +310,8 @@ impl CleanupServer {
             }
             Request::Abort => {
                 let c = self.clients.get_mut(&token)?;
-                if let Some(m) = c.msg.take() {
-                    if let Some(d) = m.draft {
-                        let _ = d.abort(&self.spool);
-                    }
+                if let Some(mut m) = c.msg.take() {
+                    m.discard(&self.spool);
                 }
                 None
             }
@@ -336,9 +341,7 @@ impl CleanupServer {
             }
         }
         if let Some((code, enhanced, text)) = m.error.take() {
-            if let Some(d) = m.draft.take() {
-                let _ = d.abort(&self.spool);
-            }
+            m.discard(&self.spool);
             msg_info!("{}: reject: {code} {enhanced} {text}", m.id);
             return Some(failed(code, enhanced, &text));
         }
@@ -348,9 +351,7 @@ impl CleanupServer {
                     Ok(l) => self.qmgr = Some(l),
                     Err(e) => {
                         msg_warn!("connect to qmgr: {e}");
-                        if let Some(d) = m.draft.take() {
-                            let _ = d.abort(&self.spool);
-                        }
+                        m.discard(&self.spool);
                         return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
                     }
                 }
@@ -574,10 +575,8 @@ impl CleanupServer {
         }
     }
 
-    fn unpark_failed(&mut self, p: Parked) {
-        if let Some(d) = p.msg.draft {
-            let _ = d.abort(&self.spool);
-        }
+    fn unpark_failed(&mut self, mut p: Parked) {
+        p.msg.discard(&self.spool);
         msg_info!(
             "{}: reject: 451 4.3.0 Error: queue manager unavailable",
             p.msg.id
@@ -699,17 +698,13 @@ impl CleanupServer {
             .into_iter()
             .partition(|p| p.client == token);
         self.parked = keep;
-        for p in gone {
-            if let Some(d) = p.msg.draft {
-                let _ = d.abort(&self.spool);
-            }
+        for mut p in gone {
+            p.msg.discard(&self.spool);
         }
         if let Some(mut c) = self.clients.remove(&token) {
             let _ = cx.registry.deregister(c.ep.stream());
-            if let Some(m) = c.msg.take() {
-                if let Some(d) = m.draft {
-                    let _ = d.abort(&self.spool);
-                }
+            if let Some(mut m) = c.msg.take() {
+                m.discard(&self.spool);
             }
         }
     }
