@@ -227,7 +227,49 @@ pub enum Record {
     },
 }
 
+/// Where a record's inline message data lies in the journal: segment
+/// `journal/<segment>.log`, `len` bytes from byte `offset`, exactly the
+/// wire-format bytes cleanup stored. Agents read inline messages from
+/// there by reference, as they read message files, so the bytes need not
+/// stay in qmgr's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DataSpan {
+    /// The segment number.
+    pub segment: u32,
+    /// Offset of the first data byte in the segment file.
+    pub offset: u32,
+    /// The data's length.
+    pub len: u32,
+}
+
 impl Record {
+    /// The inline data the record carries, and how many bytes of its
+    /// encoding follow the data (postcard writes fields in order, with no
+    /// tags, and a byte string as its length then its bytes).
+    pub(crate) fn inline_data(&self) -> Option<(&[u8], usize)> {
+        match self {
+            Self::Arrived(MessageHead {
+                data: DataRef::Inline(b),
+                ..
+            }) => Some((b, 0)),
+            Self::Rewritten {
+                head:
+                    MessageHead {
+                        data: DataRef::Inline(b),
+                        ..
+                    },
+                remaining,
+                next_attempt,
+                held,
+            } => {
+                let tail = postcard::to_allocvec(&(remaining, next_attempt, held))
+                    .map_or(0, |v| v.len());
+                Some((b, tail))
+            }
+            _ => None,
+        }
+    }
+
     /// The queue id the record is about.
     pub fn id(&self) -> QueueId {
         match self {
