@@ -14,8 +14,8 @@
 //! owner of the `:include:` file they came from, else none (uid 0, which
 //! local turns into `default_privs`). A `.forward` starts with its user's.
 
-use mail::StatusCode;
 use crate::mailbox::Failure;
+use mail::StatusCode;
 
 /// How deep aliases may nest.
 pub const MAX_DEPTH: usize = 20;
@@ -222,7 +222,10 @@ mod tests {
                 500,
             )),
             "/etc/mail/self" => Ok((":include:/etc/mail/self".to_string(), 0)),
-            _ => Err(Failure::defer(StatusCode::known(4, 3, 0), format!("cannot read {p}"))),
+            _ => Err(Failure::defer(
+                StatusCode::known(4, 3, 0),
+                format!("cannot read {p}"),
+            )),
         };
         expand(
             name,

@@ -241,7 +241,10 @@ impl Delivery<'_> {
     pub fn deliver(&self, address: &str, progress: &mut Progress) -> Result<Done, Failure> {
         let addr = address.to_lowercase();
         if content::delivered_to(self.wire.head(), &addr) {
-            let f = Failure::bounce(StatusCode::known(5, 4, 6), format!("mail forwarding loop for {addr}"));
+            let f = Failure::bounce(
+                StatusCode::known(5, 4, 6),
+                format!("mail forwarding loop for {addr}"),
+            );
             self.log(&addr, None, Err(&f));
             return Err(f);
         }
@@ -440,7 +443,10 @@ impl Delivery<'_> {
             (Piece::Bytes(headers), ended)
         } else {
             let ended = self.wire.ends_with_crlf().map_err(|e| {
-                Failure::defer(StatusCode::known(4, 3, 0), format!("{}; cannot read the message: {e}", f.text))
+                Failure::defer(
+                    StatusCode::known(4, 3, 0),
+                    format!("{}; cannot read the message: {e}", f.text),
+                )
             })?;
             (Piece::Message(self.wire), ended)
         };
@@ -537,7 +543,12 @@ impl Delivery<'_> {
                 std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text)?;
                 Ok(owner)
             })
-            .map_err(|e| Failure::defer(StatusCode::known(4, 3, 0), format!("cannot read :include:{path}: {e}")))?;
+            .map_err(|e| {
+                Failure::defer(
+                    StatusCode::known(4, 3, 0),
+                    format!("cannot read :include:{path}: {e}"),
+                )
+            })?;
         Ok((text, owner))
     }
 
@@ -555,7 +566,10 @@ impl Delivery<'_> {
                     StatusCode::known(4, 3, 0),
                     format!("mail system configuration error: no user has uid {uid}"),
                 )),
-                Err(e) => Err(Failure::defer(StatusCode::known(4, 3, 0), format!("uid {uid}: {e}"))),
+                Err(e) => Err(Failure::defer(
+                    StatusCode::known(4, 3, 0),
+                    format!("uid {uid}: {e}"),
+                )),
             };
         }
         let who = &self.settings.default_privs;
@@ -565,7 +579,10 @@ impl Delivery<'_> {
                 StatusCode::known(4, 3, 0),
                 format!("default_privs {who}: no such user, or root"),
             )),
-            Err(e) => Err(Failure::defer(StatusCode::known(4, 3, 0), format!("default_privs {who}: {e}"))),
+            Err(e) => Err(Failure::defer(
+                StatusCode::known(4, 3, 0),
+                format!("default_privs {who}: {e}"),
+            )),
         }
     }
 
@@ -625,7 +642,12 @@ impl Delivery<'_> {
                     format!("unknown user: \"{name}\""),
                 ))
             }
-            Err(e) => return Err(Failure::defer(StatusCode::known(4, 3, 0), format!("user {name}: {e}"))),
+            Err(e) => {
+                return Err(Failure::defer(
+                    StatusCode::known(4, 3, 0),
+                    format!("user {name}: {e}"),
+                ))
+            }
         };
         let ids = s.as_root.then_some((u.uid, u.gid));
         if let Some(text) = self.read_forward(&u, ext, ids)? {
@@ -658,7 +680,12 @@ impl Delivery<'_> {
             let meta = match std::fs::symlink_metadata(&path) {
                 Ok(m) => m,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Failure::defer(StatusCode::known(4, 3, 0), format!("cannot read {path}: {e}"))),
+                Err(e) => {
+                    return Err(Failure::defer(
+                        StatusCode::known(4, 3, 0),
+                        format!("cannot read {path}: {e}"),
+                    ))
+                }
             };
             if let Some(problem) = forward_problem(&meta, &path, u.uid) {
                 msg_warn!("{}: {problem}: skipping", self.txn.queue_id);
@@ -681,7 +708,10 @@ impl Delivery<'_> {
             });
             return match read {
                 Ok(_) => Ok(Some(text)),
-                Err(e) => Err(Failure::defer(StatusCode::known(4, 3, 0), format!("cannot read {path}: {e}"))),
+                Err(e) => Err(Failure::defer(
+                    StatusCode::known(4, 3, 0),
+                    format!("cannot read {path}: {e}"),
+                )),
             };
         }
         Ok(None)
@@ -814,7 +844,9 @@ fn settled(
     delivered: &[String],
     progress: &mut Progress,
 ) -> Result<Done, Failure> {
-    let deferred = results.iter().any(|r| matches!(r, Err(f) if !f.is_permanent()));
+    let deferred = results
+        .iter()
+        .any(|r| matches!(r, Err(f) if !f.is_permanent()));
     progress.finish(deferred, delivered);
     if results.is_empty() {
         return Ok("delivered on an earlier attempt".into());
@@ -838,8 +870,12 @@ fn worst(results: Vec<Result<Done, Failure>>) -> Result<Done, Failure> {
 }
 
 pub(crate) fn switch(uid: u32, gid: u32) -> Result<sys::privilege::EffectiveIds, Failure> {
-    sys::privilege::switch_effective(uid, gid)
-        .map_err(|e| Failure::defer(StatusCode::known(4, 3, 0), format!("cannot switch to uid {uid}: {e}")))
+    sys::privilege::switch_effective(uid, gid).map_err(|e| {
+        Failure::defer(
+            StatusCode::known(4, 3, 0),
+            format!("cannot switch to uid {uid}: {e}"),
+        )
+    })
 }
 
 #[cfg(test)]

@@ -129,8 +129,12 @@ pub fn create_owned(mbox: &Path, uid: u32, gid: u32) -> Result<(), Failure> {
         .custom_flags(sys::O_NOFOLLOW)
         .open(mbox)
     {
-        Ok(f) => std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
-            .map_err(|e| Failure::defer(StatusCode::known(4, 2, 0), format!("cannot chown {}: {e}", mbox.display()))),
+        Ok(f) => std::os::unix::fs::fchown(&f, Some(uid), Some(gid)).map_err(|e| {
+            Failure::defer(
+                StatusCode::known(4, 2, 0),
+                format!("cannot chown {}: {e}", mbox.display()),
+            )
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(Failure::defer(
             StatusCode::known(4, 2, 0),
@@ -169,10 +173,18 @@ pub fn append_mbox_with(
         .mode(0o600)
         .custom_flags(sys::O_NOFOLLOW)
         .open(mbox)
-        .map_err(|e| Failure::defer(StatusCode::known(4, 2, 0), format!("cannot open mailbox {show}: {e}")))?;
-    let meta = f
-        .metadata()
-        .map_err(|e| Failure::defer(StatusCode::known(4, 2, 0), format!("cannot stat mailbox {show}: {e}")))?;
+        .map_err(|e| {
+            Failure::defer(
+                StatusCode::known(4, 2, 0),
+                format!("cannot open mailbox {show}: {e}"),
+            )
+        })?;
+    let meta = f.metadata().map_err(|e| {
+        Failure::defer(
+            StatusCode::known(4, 2, 0),
+            format!("cannot stat mailbox {show}: {e}"),
+        )
+    })?;
     let owned = owner.is_none_or(|o| meta.uid() == o);
     if !meta.file_type().is_file() || meta.nlink() != 1 || !owned {
         return Err(Failure::defer(
@@ -180,8 +192,12 @@ pub fn append_mbox_with(
             format!("mailbox {show}: not a regular file with one link owned by its user"),
         ));
     }
-    sys::lock::fcntl_lock_exclusive(&f)
-        .map_err(|e| Failure::defer(StatusCode::known(4, 2, 0), format!("cannot lock mailbox {show}: {e}")))?;
+    sys::lock::fcntl_lock_exclusive(&f).map_err(|e| {
+        Failure::defer(
+            StatusCode::known(4, 2, 0),
+            format!("cannot lock mailbox {show}: {e}"),
+        )
+    })?;
     let size = f.metadata().map(|m| m.len()).unwrap_or(meta.len());
     let mut limited = Limited {
         file: &mut f,
@@ -197,16 +213,23 @@ pub fn append_mbox_with(
     let failure = match written {
         Ok(()) => match f.sync_all() {
             Ok(()) => return Ok(()),
-            Err(e) => Failure::defer(StatusCode::known(4, 2, 0), format!("cannot update mailbox {show}: {e}")),
+            Err(e) => Failure::defer(
+                StatusCode::known(4, 2, 0),
+                format!("cannot update mailbox {show}: {e}"),
+            ),
         },
         Err(_) if full => Failure::bounce(
             StatusCode::known(5, 2, 2),
             format!("cannot update mailbox {show}: mailbox full (mailbox_size_limit {limit})"),
         ),
-        Err(CopyError::Write(e)) => {
-            Failure::defer(StatusCode::known(4, 2, 0), format!("cannot update mailbox {show}: {e}"))
-        }
-        Err(CopyError::Read(e)) => Failure::defer(StatusCode::known(4, 3, 0), format!("cannot read the message: {e}")),
+        Err(CopyError::Write(e)) => Failure::defer(
+            StatusCode::known(4, 2, 0),
+            format!("cannot update mailbox {show}: {e}"),
+        ),
+        Err(CopyError::Read(e)) => Failure::defer(
+            StatusCode::known(4, 3, 0),
+            format!("cannot read the message: {e}"),
+        ),
     };
     let _ = f.set_len(size);
     Err(failure)
@@ -267,7 +290,10 @@ pub fn deliver_maildir_with(
     write: impl FnOnce(&mut dyn Write) -> Result<(), CopyError>,
 ) -> Result<PathBuf, Failure> {
     let fail = |what: &str, p: &Path, e: io::Error| {
-        Failure::defer(StatusCode::known(4, 2, 0), format!("{what} {}: {e}", p.display()))
+        Failure::defer(
+            StatusCode::known(4, 2, 0),
+            format!("{what} {}: {e}", p.display()),
+        )
     };
     for sub in ["tmp", "new", "cur"] {
         let p = dir.join(sub);
@@ -303,7 +329,10 @@ pub fn deliver_maildir_with(
         let _ = std::fs::remove_file(&tmp);
         match e {
             CopyError::Write(e) => fail("cannot deliver to maildir", dir, e),
-            CopyError::Read(e) => Failure::defer(StatusCode::known(4, 3, 0), format!("cannot read the message: {e}")),
+            CopyError::Read(e) => Failure::defer(
+                StatusCode::known(4, 3, 0),
+                format!("cannot read the message: {e}"),
+            ),
         }
     })?;
     Ok(new)

@@ -112,9 +112,12 @@ pub fn run<I: Input>(job: &PipeJob<'_, I>) -> Result<(), Failure> {
         // std drops supplementary groups when root changes uid.
         cmd.uid(uid).gid(gid);
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Failure::defer(StatusCode::known(4, 3, 0), format!("cannot run \"{}\": {e}", job.command)))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        Failure::defer(
+            StatusCode::known(4, 3, 0),
+            format!("cannot run \"{}\": {e}", job.command),
+        )
+    })?;
     let pid = child.id() as i32;
     let stdin = child.stdin.take();
     let outputs: Vec<_> = [

@@ -107,10 +107,14 @@ pub fn submit(
             s.end().map_err(Failed::Submit)
         });
     queued.map_err(|e| match e {
-        Failed::Submit(e) if e.is_permanent() => {
-            Failure::bounce(StatusCode::known(5, 3, 0), format!("forwarding to {to}: {e}"))
-        }
-        Failed::Submit(e) => Failure::defer(StatusCode::known(4, 3, 0), format!("forwarding to {to}: {e}")),
+        Failed::Submit(e) if e.is_permanent() => Failure::bounce(
+            StatusCode::known(5, 3, 0),
+            format!("forwarding to {to}: {e}"),
+        ),
+        Failed::Submit(e) => Failure::defer(
+            StatusCode::known(4, 3, 0),
+            format!("forwarding to {to}: {e}"),
+        ),
         Failed::Read(e) => Failure::defer(
             StatusCode::known(4, 3, 0),
             format!("forwarding to {to}: cannot read the message: {e}"),

@@ -116,16 +116,36 @@ impl LocalAgent {
         let tables = tables::Tables::open(&refs).map_err(|e| format!("alias_maps: {e}"))?;
         Ok((tables, uids))
     }
-
 }
 
 impl Agent for LocalAgent {
-    fn open(&mut self, _cx: &mut Cx<'_>, out: &mut Answers, id: ConnId, request: u64, _: OpenRequest) {
+    fn open(
+        &mut self,
+        _cx: &mut Cx<'_>,
+        out: &mut Answers,
+        id: ConnId,
+        request: u64,
+        _: OpenRequest,
+    ) {
         let relay = "local".to_string();
-        out.answer(id, request, Response::Opened { conn: id.conn, relay });
+        out.answer(
+            id,
+            request,
+            Response::Opened {
+                conn: id.conn,
+                relay,
+            },
+        );
     }
 
-    fn send(&mut self, _cx: &mut Cx<'_>, out: &mut Answers, id: ConnId, request: u64, txn: Transaction) {
+    fn send(
+        &mut self,
+        _cx: &mut Cx<'_>,
+        out: &mut Answers,
+        id: ConnId,
+        request: u64,
+        txn: Transaction,
+    ) {
         let results = self.transaction(&txn);
         let sent = Response::Sent {
             conn: id.conn,
@@ -137,7 +157,14 @@ impl Agent for LocalAgent {
     }
 
     fn close(&mut self, _cx: &mut Cx<'_>, out: &mut Answers, id: ConnId, request: u64) {
-        out.answer(id, request, Response::Closed { conn: id.conn, reason: None });
+        out.answer(
+            id,
+            request,
+            Response::Closed {
+                conn: id.conn,
+                reason: None,
+            },
+        );
     }
 
     fn abandon(&mut self, _cx: &mut Cx<'_>, _id: ConnId) {}

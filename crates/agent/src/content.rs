@@ -72,8 +72,8 @@ impl Content {
                 if p.is_absolute() || p.components().any(|c| c.as_os_str() == "..") {
                     return Err(ContentError::BadPath(rel.clone()));
                 }
-                let f = queue::MessageFile::open(&queue_root.join(p))
-                    .map_err(ContentError::Spool)?;
+                let f =
+                    queue::MessageFile::open(&queue_root.join(p)).map_err(ContentError::Spool)?;
                 Source::File(Box::new(f))
             }
             Data::Journal(span) => {
@@ -210,8 +210,11 @@ mod tests {
         }
         // A segment that is gone (qmgr removed it) is an error, not an empty message.
         let (span, _) = want[0];
-        std::fs::remove_file(queue::segment_path(&root.path().join("journal"), span.segment))
-            .unwrap();
+        std::fs::remove_file(queue::segment_path(
+            &root.path().join("journal"),
+            span.segment,
+        ))
+        .unwrap();
         let e = Content::open(&Data::Journal(span), root.path()).unwrap_err();
         assert!(e.to_string().contains(".log"), "{e}");
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use daemon::msg_info;
 use ipc::delivery::Transaction;
-use mail::logline::{DeliveryLine, Delays, Disposition};
+use mail::logline::{Delays, DeliveryLine, Disposition};
 use mail::Status;
 
 /// When the agent got a transaction and started on it.
@@ -104,10 +104,7 @@ impl Logger {
         delays: Delays,
         status: &Status,
     ) {
-        msg_info!(
-            "{}",
-            self.line(txn, to, orig_to, relay, 0, delays, status)
-        );
+        msg_info!("{}", self.line(txn, to, orig_to, relay, 0, delays, status));
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -80,15 +80,37 @@ impl Answers {
 /// A delivery agent's callbacks; answers go to `out`.
 pub trait Agent {
     /// Open connection `id` (qmgr waits for `Opened` or `OpenFailed`).
-    fn open(&mut self, cx: &mut Cx<'_>, out: &mut Answers, id: ConnId, request: u64, open: OpenRequest);
+    fn open(
+        &mut self,
+        cx: &mut Cx<'_>,
+        out: &mut Answers,
+        id: ConnId,
+        request: u64,
+        open: OpenRequest,
+    );
     /// Run `txn` on connection `id` once it is free (answer `Sent`).
-    fn send(&mut self, cx: &mut Cx<'_>, out: &mut Answers, id: ConnId, request: u64, txn: Transaction);
+    fn send(
+        &mut self,
+        cx: &mut Cx<'_>,
+        out: &mut Answers,
+        id: ConnId,
+        request: u64,
+        txn: Transaction,
+    );
     /// Close connection `id` once its transactions are done (answer `Closed`).
     fn close(&mut self, cx: &mut Cx<'_>, out: &mut Answers, id: ConnId, request: u64);
     /// qmgr is gone: drop connection `id` without a word.
     fn abandon(&mut self, cx: &mut Cx<'_>, id: ConnId);
     /// A socket the agent registered is ready.
-    fn ready(&mut self, _cx: &mut Cx<'_>, _out: &mut Answers, _token: Token, _readable: bool, _writable: bool) {}
+    fn ready(
+        &mut self,
+        _cx: &mut Cx<'_>,
+        _out: &mut Answers,
+        _token: Token,
+        _readable: bool,
+        _writable: bool,
+    ) {
+    }
     /// The deadline from `next_deadline` has passed.
     fn timeout(&mut self, _cx: &mut Cx<'_>, _out: &mut Answers) {}
     /// When `timeout` should next run.
@@ -266,7 +288,10 @@ impl<A: Agent> AgentServer<A> {
 impl<A: Agent> Server for AgentServer<A> {
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
         let Conn::Unix(stream) = conn else {
-            msg_warn!("{}: refusing a TCP client on a delivery service", self.service);
+            msg_warn!(
+                "{}: refusing a TCP client on a delivery service",
+                self.service
+            );
             return;
         };
         let token = cx.token();

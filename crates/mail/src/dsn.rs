@@ -309,14 +309,28 @@ mod tests {
     #[test]
     fn statuses_from_reasons_and_replies() {
         let s = Status::from_reason("4.4.1 connect to x: refused", StatusCode::SYSTEM_TEMP);
-        assert_eq!((s.code, s.text.as_str()), (StatusCode::NO_ANSWER, "connect to x: refused"));
+        assert_eq!(
+            (s.code, s.text.as_str()),
+            (StatusCode::NO_ANSWER, "connect to x: refused")
+        );
         assert_eq!(s.to_string(), "4.4.1 connect to x: refused");
         assert!(s.is_transient() && !s.is_permanent() && !s.is_success());
         let s = Status::from_reason("no code here", StatusCode::known(5, 0, 0));
-        assert_eq!((s.code.to_string(), s.text.as_str()), ("5.0.0".into(), "no code here"));
+        assert_eq!(
+            (s.code.to_string(), s.text.as_str()),
+            ("5.0.0".into(), "no code here")
+        );
         let s = Status::from_reason("9.9.9 odd", StatusCode::SYSTEM_TEMP);
-        assert_eq!((s.code, s.text.as_str()), (StatusCode::SYSTEM_TEMP, "9.9.9 odd"));
-        assert_eq!(Status::from_reason("5.1.1", StatusCode::OK).code.to_string(), "5.1.1");
+        assert_eq!(
+            (s.code, s.text.as_str()),
+            (StatusCode::SYSTEM_TEMP, "9.9.9 odd")
+        );
+        assert_eq!(
+            Status::from_reason("5.1.1", StatusCode::OK)
+                .code
+                .to_string(),
+            "5.1.1"
+        );
         assert_eq!(StatusCode::of_reply(250), StatusCode::OK);
         assert_eq!(StatusCode::of_reply(421).to_string(), "4.0.0");
         assert_eq!(StatusCode::of_reply(554).to_string(), "5.0.0");

@@ -97,14 +97,15 @@ pub fn open_span(dir: &Path, span: &DataSpan) -> Result<File> {
     let path = segment_path(dir, span.segment);
     let file = File::open(&path).ctx("open", &path)?;
     let mut hdr = [0u8; SEG_HEADER as usize];
-    file.read_exact_at(&mut hdr, 0).map_err(|e| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => corrupt(&path, Corruption::Truncated),
-        _ => Error::Io {
-            op: "read",
-            path: path.clone(),
-            source: e,
-        },
-    })?;
+    file.read_exact_at(&mut hdr, 0)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => corrupt(&path, Corruption::Truncated),
+            _ => Error::Io {
+                op: "read",
+                path: path.clone(),
+                source: e,
+            },
+        })?;
     if hdr != segment_header(span.segment) {
         return Err(corrupt(&path, Corruption::Magic));
     }

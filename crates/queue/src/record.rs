@@ -262,8 +262,8 @@ impl Record {
                 next_attempt,
                 held,
             } => {
-                let tail = postcard::to_allocvec(&(remaining, next_attempt, held))
-                    .map_or(0, |v| v.len());
+                let tail =
+                    postcard::to_allocvec(&(remaining, next_attempt, held)).map_or(0, |v| v.len());
                 Some((b, tail))
             }
             _ => None,

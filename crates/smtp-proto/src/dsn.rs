@@ -149,7 +149,10 @@ mod tests {
     fn parameters_survive_server_envelope_client() {
         let opts = ParseOptions::default();
         let cases = [
-            ("MAIL FROM:<a@b.example> RET=HDRS ENVID=Q+2B1 BODY=8BITMIME", " SIZE=10 BODY=8BITMIME RET=HDRS ENVID=Q+2B1"),
+            (
+                "MAIL FROM:<a@b.example> RET=HDRS ENVID=Q+2B1 BODY=8BITMIME",
+                " SIZE=10 BODY=8BITMIME RET=HDRS ENVID=Q+2B1",
+            ),
             ("MAIL FROM:<a@b.example> RET=FULL", " SIZE=10 RET=FULL"),
             ("MAIL FROM:<a@b.example> BODY=7BIT", " SIZE=10"),
         ];
@@ -169,7 +172,10 @@ mod tests {
             assert_eq!(out, sent, "{line}");
         }
         let cases = [
-            ("RCPT TO:<c@d.example> NOTIFY=SUCCESS,DELAY ORCPT=rfc822;x+2By@d.example", " NOTIFY=SUCCESS,DELAY ORCPT=rfc822;x+2By@d.example"),
+            (
+                "RCPT TO:<c@d.example> NOTIFY=SUCCESS,DELAY ORCPT=rfc822;x+2By@d.example",
+                " NOTIFY=SUCCESS,DELAY ORCPT=rfc822;x+2By@d.example",
+            ),
             ("RCPT TO:<c@d.example> NOTIFY=NEVER", " NOTIFY=NEVER"),
             ("RCPT TO:<c@d.example>", ""),
         ];
