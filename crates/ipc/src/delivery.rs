@@ -198,3 +198,71 @@ pub struct RcptResult {
     /// the server's reply (or the agent's reason), one line, as logged.
     pub status: mail::Status,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode, encode, Tagged};
+
+    #[test]
+    fn typed_results_and_journal_spans_cross_the_wire() {
+        let txn = Transaction {
+            queue_id: "4Q".into(),
+            sender: "a@example.org".into(),
+            ret: Some(mail::Ret::Hdrs),
+            envid: Some("E1".into()),
+            body: mail::BodyType::EightBitMime,
+            smtputf8: false,
+            size: 42,
+            arrival_us: 1_700_000_000_000_000,
+            recipients: vec![TxnRecipient {
+                index: 3,
+                address: "b@example.net".into(),
+                notify: mail::Notify::Never,
+                orcpt: Some("rfc822;c@example.net".into()),
+            }],
+            data: Data::Journal(queue::DataSpan {
+                segment: 7,
+                offset: 4096,
+                len: 42,
+            }),
+        };
+        let req = Tagged {
+            id: 9,
+            body: Request::Send {
+                conn: 1,
+                txn: Box::new(txn.clone()),
+            },
+        };
+        let f = encode(&req);
+        assert_eq!(decode::<Tagged<Request>>(&f[4..]).unwrap(), req);
+        let lost = mail::Status::new(mail::StatusCode::CONNECTION_LOST, "lost connection");
+        let results = txn.results(&lost);
+        assert_eq!(
+            results,
+            vec![RcptResult {
+                index: 3,
+                status: lost.clone()
+            }]
+        );
+        let resp = Tagged {
+            id: 9,
+            body: Response::Sent {
+                conn: 1,
+                results,
+                conn_failed: true,
+                handoff: Handoff::Relayed,
+            },
+        };
+        let f = encode(&resp);
+        assert_eq!(decode::<Tagged<Response>>(&f[4..]).unwrap(), resp);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = decode::<Tagged<Request>>(&bytes);
+            let _ = decode::<Tagged<Response>>(&bytes);
+        }
+    }
+}
