@@ -274,28 +274,6 @@ impl Journal {
     /// No I/O: fails only for a record that cannot be encoded within
     /// `max_record`, and then appends nothing.
     pub fn append(&mut self, rec: &Record) -> Result<Lsn> {
-        self.append_frame(rec).map(|(lsn, _)| lsn)
-    }
-
-    /// [`Journal::append`], and where the record's inline message data
-    /// will lie in its segment (`None` for a record without): what an
-    /// agent is given to read the message by reference.
-    pub fn append_with_span(&mut self, rec: &Record) -> Result<(Lsn, Option<DataSpan>)> {
-        let (lsn, frame_len) = self.append_frame(rec)?;
-        let span = rec.inline_data().map(|(data, after)| {
-            // The frame ends within the segment, whose offsets fit a u32.
-            let end = lsn.offset() as u64 + frame_len;
-            DataSpan {
-                segment: lsn.segment(),
-                offset: (end - after as u64 - data.len() as u64) as u32,
-                len: data.len() as u32,
-            }
-        });
-        Ok((lsn, span))
-    }
-
-    /// Buffers `rec`; gives its position and its frame's length.
-    fn append_frame(&mut self, rec: &Record) -> Result<(Lsn, u64)> {
         let max = self.cfg.max_record;
         let seg_size = self.cfg.segment_size as u64;
         let t = self.cur_mut();
@@ -316,9 +294,17 @@ impl Journal {
             n.bytes.extend_from_slice(&frame);
             self.tails.push(n);
             self.segments.insert(next);
-            return Ok((Lsn::new(next, SEG_HEADER), frame_len));
+            return Ok(Lsn::new(next, SEG_HEADER));
         }
-        Ok((Lsn::new(t.seq, start as u32), frame_len))
+        Ok(Lsn::new(t.seq, start as u32))
+    }
+
+    /// [`Journal::append`], and where the record's inline message data
+    /// will lie in its segment (`None` for a record without): what an
+    /// agent is given to read the message by reference.
+    pub fn append_with_span(&mut self, rec: &Record) -> Result<(Lsn, Option<DataSpan>)> {
+        let lsn = self.append(rec)?;
+        Ok((lsn, rec.data_span(lsn)))
     }
 
     /// The oldest segment with bytes not yet durable.

@@ -246,7 +246,7 @@ impl Record {
     /// The inline data the record carries, and how many bytes of its
     /// encoding follow the data (postcard writes fields in order, with no
     /// tags, and a byte string as its length then its bytes).
-    pub(crate) fn inline_data(&self) -> Option<(&[u8], usize)> {
+    fn inline_data(&self) -> Option<(&[u8], usize)> {
         match self {
             Self::Arrived(MessageHead {
                 data: DataRef::Inline(b),
@@ -261,13 +261,23 @@ impl Record {
                 remaining,
                 next_attempt,
                 held,
-            } => {
-                let tail =
-                    postcard::to_allocvec(&(remaining, next_attempt, held)).map_or(0, |v| v.len());
-                Some((b, tail))
-            }
+            } => Some((b, encoded_len(&(remaining, next_attempt, held)))),
             _ => None,
         }
+    }
+
+    /// Where the record's inline data lies in the journal when the
+    /// record's frame starts at `at`; `None` for a record without. For
+    /// records read back with their positions (replay, `Journal::read_at`)
+    /// as for those just appended.
+    pub fn data_span(&self, at: Lsn) -> Option<DataSpan> {
+        let (data, after) = self.inline_data()?;
+        let end = at.offset() as usize + FRAME_HEADER + encoded_len(self);
+        Some(DataSpan {
+            segment: at.segment(),
+            offset: (end - after - data.len()) as u32,
+            len: data.len() as u32,
+        })
     }
 
     /// The queue id the record is about.
@@ -285,6 +295,12 @@ impl Record {
             | Self::Notified { id, .. } => *id,
         }
     }
+}
+
+/// The length of `v`'s postcard encoding, counted without a copy.
+fn encoded_len<T: Serialize>(v: &T) -> usize {
+    // Counting cannot fail: only writing into a full buffer can.
+    postcard::serialize_with_flavor(v, postcard::ser_flavors::Size::default()).unwrap_or(0)
 }
 
 /// Why bytes are not a valid frame.
