@@ -756,7 +756,7 @@ impl Deliver {
         // it carried is back in the scheduler's queues already.
         let Some(conn) = self.conns.resolve(transport, resp.conn()) else {
             if let delivery::Response::Sent { results, .. } = &resp {
-                if results.iter().any(|r| r.code < 400 || r.code >= 500) {
+                if results.iter().any(|r| !r.status.is_transient()) {
                     msg_warn!(
                         "delivery agent {transport}: results for connection {} that was closed; the recipients will be tried again",
                         resp.conn()
@@ -781,7 +781,8 @@ impl Deliver {
                 } else {
                     ConnFailure::Unreachable
                 },
-                reason,
+                // The scheduler's reasons are still "code text" strings.
+                reason: reason.to_string(),
             },
             (
                 Some(AgentWait::Send { entry, qid, rcpts }),
@@ -796,10 +797,12 @@ impl Deliver {
                 let mut out = Vec::new();
                 for r in results {
                     self.logged.insert((qid, r.index));
-                    let st = match r.code {
-                        200..=299 => RcptStatus::Delivered,
-                        500..=599 => RcptStatus::Bounced(format!("{} {}", r.enhanced, r.text)),
-                        _ => RcptStatus::Deferred(format!("{} {}", r.enhanced, r.text)),
+                    let st = if r.status.is_success() {
+                        RcptStatus::Delivered
+                    } else if r.status.is_permanent() {
+                        RcptStatus::Bounced(r.status.to_string())
+                    } else {
+                        RcptStatus::Deferred(r.status.to_string())
                     };
                     out.push((r.index, st));
                 }
@@ -852,8 +855,11 @@ impl Deliver {
                 .recipients
                 .get(r.index as usize)
                 .is_some_and(|x| x.notify.wants_success());
-            if (200..300).contains(&r.code) && wants {
-                by_text.entry(r.text.as_str()).or_default().push(r.index);
+            if r.status.is_success() && wants {
+                by_text
+                    .entry(r.status.text.as_str())
+                    .or_default()
+                    .push(r.index);
             }
         }
         for (text, rcpts) in by_text {
@@ -1293,28 +1299,34 @@ fn split_status(reason: &str, default: &str) -> (String, String) {
 }
 
 fn log_rcpt(m: &Active, i: u32, relay: &str, status: &str, word: &str, text: &str) {
+    use mail::logline::{Delays, DeliveryLine, Disposition};
     let rcpt = m.head.envelope.recipients.get(i as usize);
-    let addr = rcpt.map(|r| r.address.as_str()).unwrap_or("");
-    let orig = mail::orig_to(addr, rcpt.and_then(|r| r.orcpt.as_deref()));
+    let to = rcpt.map(|r| r.address.as_str()).unwrap_or("");
     let now_us = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
         .unwrap_or(0);
-    let delay = now_us.saturating_sub(m.head.envelope.arrival.as_micros()) as f64 / 1e6;
-    msg_info!(
-        "{}: to=<{addr}>{orig}, relay={relay}, delay={}, delays={}/0/0/0, dsn={status}, status={word} ({text})",
-        m.id,
-        fmt_secs(delay),
-        fmt_secs(delay)
-    );
-}
-
-fn fmt_secs(s: f64) -> String {
-    if s < 10.0 {
-        format!("{}", (s * 100.0).round() / 100.0)
-    } else if s < 100.0 {
-        format!("{s:.1}")
-    } else {
-        format!("{s:.0}")
-    }
+    let age = now_us.saturating_sub(m.head.envelope.arrival.as_micros());
+    let zero = std::time::Duration::ZERO;
+    let (disposition, class) = match word {
+        "bounced" => (Disposition::Bounced, 500),
+        "sent" => (Disposition::Sent, 200),
+        _ => (Disposition::Deferred, 400),
+    };
+    let code = status
+        .parse()
+        .unwrap_or_else(|_| mail::StatusCode::of_reply(class));
+    let status = mail::Status::new(code, text);
+    let line = DeliveryLine {
+        queue_id: &m.id.to_string(),
+        to,
+        orig_to: mail::orig_to(to, rcpt.and_then(|r| r.orcpt.as_deref())),
+        relay,
+        conn_use: 0,
+        delays: Delays::of_age(std::time::Duration::from_micros(age), zero, zero, zero),
+        resolution: mail::logline::DEFAULT_RESOLUTION,
+        status: &status,
+        disposition,
+    };
+    msg_info!("{line}");
 }
