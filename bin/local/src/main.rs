@@ -32,7 +32,7 @@ fn main() {
         |_ctx| Ok(()),
         |ctx, ()| {
             let local = server::LocalAgent::new(ctx)?;
-            Ok(agent::AgentServer::new(local, &ctx.args.service))
+            Ok(agent::AgentServer::serve(local, &ctx.args.service))
         },
     )
 }

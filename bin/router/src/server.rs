@@ -216,12 +216,19 @@ impl Handler<Proto> for RouterServer {
         peer.uid == 0 || peer.uid == sys::current_ids().0
     }
 
-    fn gone(&mut self, client: ClientId) {
+    fn gone(&mut self, _cx: &mut Cx<'_>, client: ClientId) {
         // Jobs for it run on (their answers fill the cache) but answer nobody.
         self.jobs.retain(|_, (c, _)| *c != client);
     }
 
-    fn ready(&mut self, cx: &mut Cx<'_>, out: &mut Out<'_>, token: Token) {
+    fn ready(
+        &mut self,
+        cx: &mut Cx<'_>,
+        out: &mut Out<'_>,
+        token: Token,
+        _readable: bool,
+        _writable: bool,
+    ) {
         if self.waker.as_ref().is_some_and(|(_, t)| *t == token) {
             while let Ok((req, r)) = self.native_rx.try_recv() {
                 self.dns.native_done(&req, r, cx.now);

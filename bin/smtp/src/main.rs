@@ -26,7 +26,7 @@ fn main() {
         settings::load_roots,
         |ctx, roots| {
             let smtp = server::SmtpAgent::new(ctx, roots)?;
-            Ok(agent::AgentServer::new(smtp, &ctx.args.service))
+            Ok(agent::AgentServer::serve(smtp, &ctx.args.service))
         },
     )
 }

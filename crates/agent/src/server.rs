@@ -1,23 +1,23 @@
 //! The agent side of the delivery protocol, for any agent.
 //!
-//! Accepts qmgr's connections, does the handshake, decodes each tagged
-//! request and hands it to the [`Agent`], which answers through
+//! A [`daemon::ipcserver::Handler`] for `sluice-delivery`: the IPC server
+//! accepts qmgr's connections, does the handshake and decodes each tagged
+//! request; this hands it to the [`Agent`], which answers through
 //! [`Answers`] at once or later (from a socket event or a timer of its
-//! own); the answers are written back here, each with its request's id.
-//! The skeleton keeps the set of connections qmgr has open with this
+//! own), and the answers go back with their requests' ids. The skeleton keeps the set of connections qmgr has open with this
 //! process, so every agent refuses a duplicate `Open`, defers a `Send`
 //! on a connection that is not open and confirms a `Close` of one that is
 //! already gone in the same way. When qmgr goes away its connections are
 //! abandoned: nobody is left to hear about them. A frame that does not
 //! decode ends that client's link (logged), never the process.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use daemon::{msg_warn, Conn, Cx, Server};
+use daemon::ipcserver::{ClientId, Handler, IpcServer, Replies};
+use daemon::{msg_warn, Cx};
 use ipc::delivery::{Delivery, Handoff, Request, Response, Transaction};
-use ipc::{Endpoint, IpcError, Tagged};
 use mail::{Status, StatusCode};
 use mio::Token;
 
@@ -25,7 +25,7 @@ use mio::Token;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnId {
     /// qmgr's link to this process.
-    pub client: Token,
+    pub client: ClientId,
     /// qmgr's id for the connection.
     pub conn: u64,
 }
@@ -44,7 +44,7 @@ pub struct OpenRequest {
 /// Answers for qmgr, written out by the skeleton after each callback.
 #[derive(Debug, Default)]
 pub struct Answers {
-    out: Vec<(Token, u64, Response)>,
+    out: Vec<(ClientId, u64, Response)>,
 }
 
 impl Answers {
@@ -125,24 +125,23 @@ pub trait Agent {
     fn reload(&mut self, cx: &mut Cx<'_>, config: &config::Config) -> bool;
 }
 
-/// Serves `sluice-delivery` for an [`Agent`].
+/// Serves `sluice-delivery` for an [`Agent`] (inside an [`IpcServer`]).
 pub struct AgentServer<A: Agent> {
     agent: A,
     service: String,
-    clients: BTreeMap<Token, Endpoint>,
     /// Connections qmgr has opened and not yet seen closed.
     open: BTreeSet<ConnId>,
 }
 
 impl<A: Agent> AgentServer<A> {
-    /// Serves `agent` for master.cf service `service` (named in warnings).
-    pub fn new(agent: A, service: &str) -> Self {
-        AgentServer {
+    /// The daemon serving `agent` for master.cf service `service` (named
+    /// in warnings).
+    pub fn serve(agent: A, service: &str) -> IpcServer<Delivery, Self> {
+        IpcServer::new(AgentServer {
             agent,
             service: service.to_string(),
-            clients: BTreeMap::new(),
             open: BTreeSet::new(),
-        }
+        })
     }
 
     /// The agent, for inspection.
@@ -150,26 +149,31 @@ impl<A: Agent> AgentServer<A> {
         &self.agent
     }
 
-    /// Writes answers; a connection reported failed or closed is no longer open.
-    fn deliver(&mut self, out: Answers) {
-        for (client, request, response) in out.out {
+    /// Sends answers; a connection reported failed or closed is no longer open.
+    fn deliver(&mut self, out: &mut Replies<'_, Delivery>, answers: Answers) {
+        for (client, request, response) in answers.out {
             if let Response::OpenFailed { conn, .. } | Response::Closed { conn, .. } = &response {
                 self.open.remove(&ConnId {
                     client,
                     conn: *conn,
                 });
             }
-            if let Some(ep) = self.clients.get_mut(&client) {
-                if let Err(e) = ep.queue_reply(request, &response) {
-                    msg_warn!("{}: qmgr link: {e}", self.service);
-                }
-            }
+            out.send(client, request, &response);
         }
     }
+}
 
-    fn handle(&mut self, cx: &mut Cx<'_>, client: Token, req: Tagged<Request>) {
+impl<A: Agent> Handler<Delivery> for AgentServer<A> {
+    fn request(
+        &mut self,
+        cx: &mut Cx<'_>,
+        replies: &mut Replies<'_, Delivery>,
+        client: ClientId,
+        request: u64,
+        req: Request,
+    ) {
         let mut out = Answers::default();
-        match req.body {
+        match req {
             Request::Open {
                 conn,
                 host,
@@ -183,7 +187,7 @@ impl<A: Agent> AgentServer<A> {
                         nexthop,
                         addrs,
                     };
-                    self.agent.open(cx, &mut out, id, req.id, open);
+                    self.agent.open(cx, &mut out, id, request, open);
                 } else {
                     // Not OpenFailed: that would forget the open one.
                     msg_warn!("{}: qmgr opened connection {conn} twice", self.service);
@@ -191,72 +195,44 @@ impl<A: Agent> AgentServer<A> {
                         StatusCode::SYSTEM_TEMP,
                         format!("connection {conn} already exists"),
                     );
-                    if let Some(ep) = self.clients.get_mut(&client) {
-                        let resp = Response::OpenFailed {
+                    replies.send(
+                        client,
+                        request,
+                        &Response::OpenFailed {
                             conn,
                             handshake: false,
                             reason,
-                        };
-                        if let Err(e) = ep.reply(req.id, &resp) {
-                            msg_warn!("{}: qmgr link: {e}", self.service);
-                        }
-                    }
+                        },
+                    );
                 }
             }
             Request::Send { conn, txn } => {
                 let id = ConnId { client, conn };
                 if self.open.contains(&id) {
-                    self.agent.send(cx, &mut out, id, req.id, *txn);
+                    self.agent.send(cx, &mut out, id, request, *txn);
                 } else {
                     let why = Status::new(StatusCode::NETWORK_TEMP, "connection is not open");
                     // Nothing was delivered, so the hand-off does not matter.
-                    out.all(id, req.id, &txn, &why, true, Handoff::Relayed);
+                    out.all(id, request, &txn, &why, true, Handoff::Relayed);
                 }
             }
             Request::Close { conn } => {
                 let id = ConnId { client, conn };
                 if self.open.contains(&id) {
-                    self.agent.close(cx, &mut out, id, req.id);
+                    self.agent.close(cx, &mut out, id, request);
                 } else {
-                    out.answer(id, req.id, Response::Closed { conn, reason: None });
+                    out.answer(id, request, Response::Closed { conn, reason: None });
                 }
             }
         }
-        self.deliver(out);
+        self.deliver(replies, out);
     }
 
-    fn serve(&mut self, cx: &mut Cx<'_>, token: Token) -> Result<bool, IpcError> {
-        let Some(ep) = self.clients.get_mut(&token) else {
-            return Ok(false);
-        };
-        let open = ep.read_ready()?;
-        if !ep.accept_hello::<Delivery>()? {
-            return Ok(open);
-        }
-        loop {
-            let Some(ep) = self.clients.get_mut(&token) else {
-                return Ok(false);
-            };
-            let Some(req) = ep.recv::<Tagged<Request>>()? else {
-                break;
-            };
-            self.handle(cx, token, req);
-        }
-        let Some(ep) = self.clients.get_mut(&token) else {
-            return Ok(false);
-        };
-        ep.write_ready()?;
-        Ok(!ep.is_eof() || ep.wants_write())
-    }
-
-    fn drop_client(&mut self, cx: &mut Cx<'_>, token: Token) {
-        if let Some(mut ep) = self.clients.remove(&token) {
-            let _ = cx.registry.deregister(ep.stream());
-        }
+    fn gone(&mut self, cx: &mut Cx<'_>, client: ClientId) {
         let orphans: Vec<ConnId> = self
             .open
             .iter()
-            .filter(|id| id.client == token)
+            .filter(|id| id.client == client)
             .copied()
             .collect();
         for id in orphans {
@@ -265,75 +241,31 @@ impl<A: Agent> AgentServer<A> {
         }
     }
 
-    /// Flushes what answers left in the clients' buffers.
-    fn flush(&mut self, cx: &mut Cx<'_>) {
-        let broken: Vec<Token> = self
-            .clients
-            .iter_mut()
-            .filter(|(_, ep)| ep.wants_write())
-            .filter_map(|(t, ep)| match ep.write_ready() {
-                Ok(_) => None,
-                Err(e) => {
-                    msg_warn!("{}: qmgr link: {e}", self.service);
-                    Some(*t)
-                }
-            })
-            .collect();
-        for t in broken {
-            self.drop_client(cx, t);
-        }
-    }
-}
-
-impl<A: Agent> Server for AgentServer<A> {
-    fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
-        let Conn::Unix(stream) = conn else {
-            msg_warn!(
-                "{}: refusing a TCP client on a delivery service",
-                self.service
-            );
-            return;
-        };
-        let token = cx.token();
-        let Ok(ep) = Endpoint::registered(stream, cx.registry, token) else {
-            return;
-        };
-        self.clients.insert(token, ep);
-        // qmgr may have written before we registered: serve at once.
-        self.ready(cx, token, true, true);
+    fn ready(
+        &mut self,
+        cx: &mut Cx<'_>,
+        replies: &mut Replies<'_, Delivery>,
+        token: Token,
+        readable: bool,
+        writable: bool,
+    ) {
+        let mut out = Answers::default();
+        self.agent.ready(cx, &mut out, token, readable, writable);
+        self.deliver(replies, out);
     }
 
-    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, writable: bool) {
-        if !self.clients.contains_key(&token) {
-            let mut out = Answers::default();
-            self.agent.ready(cx, &mut out, token, readable, writable);
-            self.deliver(out);
-            self.flush(cx);
-            return;
-        }
-        match self.serve(cx, token) {
-            Ok(true) => {}
-            Ok(false) => self.drop_client(cx, token),
-            Err(e) => {
-                msg_warn!("{}: qmgr link: {e}", self.service);
-                self.drop_client(cx, token);
-            }
-        }
-    }
-
-    fn timeout(&mut self, cx: &mut Cx<'_>) {
+    fn timeout(&mut self, cx: &mut Cx<'_>, replies: &mut Replies<'_, Delivery>) {
         let mut out = Answers::default();
         self.agent.timeout(cx, &mut out);
-        self.deliver(out);
-        self.flush(cx);
+        self.deliver(replies, out);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
         self.agent.next_deadline()
     }
 
-    fn clients(&self) -> usize {
-        self.clients.len() + self.agent.busy()
+    fn busy(&self) -> usize {
+        self.agent.busy()
     }
 
     fn reload(&mut self, cx: &mut Cx<'_>, config: &config::Config) -> bool {

@@ -82,9 +82,22 @@ pub trait Handler<P: Protocol> {
     /// event sources.
     fn start(&mut self, _cx: &mut Cx<'_>) {}
     /// A socket the handler registered itself is ready.
-    fn ready(&mut self, _cx: &mut Cx<'_>, _out: &mut Replies<'_, P>, _token: Token) {}
+    fn ready(
+        &mut self,
+        _cx: &mut Cx<'_>,
+        _out: &mut Replies<'_, P>,
+        _token: Token,
+        _readable: bool,
+        _writable: bool,
+    ) {
+    }
     /// A client left: whatever is owed to it is owed to nobody now.
-    fn gone(&mut self, _client: ClientId) {}
+    fn gone(&mut self, _cx: &mut Cx<'_>, _client: ClientId) {}
+    /// Work in progress beyond the clients (e.g. an agent's own
+    /// connections), counted for the process's busy state.
+    fn busy(&self) -> usize {
+        0
+    }
     /// Periodic work; called at or after `next_deadline`.
     fn timeout(&mut self, _cx: &mut Cx<'_>, _out: &mut Replies<'_, P>) {}
     /// When `timeout` should next run.
@@ -159,7 +172,7 @@ impl<P: Protocol, H: Handler<P>> IpcServer<P, H> {
         if let Some(mut c) = self.clients.remove(&token) {
             let _ = cx.registry.deregister(c.ep.stream());
             self.touched.remove(&token);
-            self.handler.gone(ClientId(token));
+            self.handler.gone(cx, ClientId(token));
         }
     }
 
@@ -230,9 +243,9 @@ impl<P: Protocol, H: Handler<P>> Server for IpcServer<P, H> {
         self.ready(cx, token, true, true);
     }
 
-    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, _readable: bool, _writable: bool) {
+    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, writable: bool) {
         if !self.clients.contains_key(&token) {
-            self.with_replies(cx, |h, cx, out| h.ready(cx, out, token));
+            self.with_replies(cx, |h, cx, out| h.ready(cx, out, token, readable, writable));
             return;
         }
         match self.serve(cx, token) {
@@ -255,7 +268,7 @@ impl<P: Protocol, H: Handler<P>> Server for IpcServer<P, H> {
     }
 
     fn clients(&self) -> usize {
-        self.clients.len()
+        self.clients.len() + self.handler.busy()
     }
 
     fn reload(&mut self, cx: &mut Cx<'_>, config: &config::Config) -> bool {
