@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use config::{Config, ServiceDef, ServiceKind};
 use daemon::{msg_info, msg_warn, DaemonArgs};
-use evloop::signals::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+use evloop::signals::{SIGCHLD, SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use evloop::{Signals, Timers};
 use ipc::control::{self, MasterStatus, ProcessStatus, ServiceStatus};
 use ipc::status::{self, StatusRecord, RECORD_LEN};
@@ -116,7 +116,7 @@ impl Supervisor {
         let signals = Signals::new(
             poll.registry(),
             SIGNALS,
-            &[SIGCHLD, SIGHUP, SIGTERM, SIGINT],
+            &[SIGCHLD, SIGHUP, SIGTERM, SIGINT, SIGUSR1],
         )
         .map_err(|e| format!("signals: {e}"))?;
         let (sr, sw) = sys::process::pipe().map_err(|e| e.to_string())?;
@@ -249,6 +249,7 @@ impl Supervisor {
                             match sig {
                                 SIGCHLD => self.reap(),
                                 SIGHUP => self.reload(),
+                                SIGUSR1 => self.reopen_logs(),
                                 _ => self.begin_stop(Some(sig)),
                             }
                         }
@@ -490,10 +491,33 @@ impl Supervisor {
         }
     }
 
+    /// Opens `maillog_file` again (logrotate moved it) and has every child
+    /// do the same; a child for which the file did not move does nothing.
+    fn reopen_logs(&mut self) {
+        match daemon::log::reopen() {
+            Ok(true) => msg_info!("reopened the mail log"),
+            Ok(false) => {}
+            Err(e) => msg_warn!("{e}"),
+        }
+        // A child that has not reported yet may not handle SIGUSR1 yet
+        // (its default action is to exit); it opened the log moments ago.
+        let started = self.services.values().flat_map(|s| {
+            s.procs
+                .iter()
+                .filter(|(_, p)| p.state != ProcState::Starting)
+                .map(|(pid, _)| *pid)
+        });
+        let pids: Vec<i32> = started.chain(self.retired.keys().copied()).collect();
+        for pid in pids {
+            let _ = sys::process::signal(pid, SIGUSR1);
+        }
+    }
+
     fn reload(&mut self) {
         if self.stopping {
             return;
         }
+        self.reopen_logs();
         let new = match load(&self.config_dir) {
             Ok(l) => l,
             Err(e) => {
