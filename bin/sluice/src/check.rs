@@ -4,6 +4,12 @@
 //! Like `postfix check`, it does not stop at the first problem: it reports
 //! each one on its own line (`sluice: error: …` or `sluice: warning: …`) and
 //! exits 1 if any was an error, 0 otherwise.
+//!
+//! An error here is whatever would make a daemon exit at start or at its
+//! first client: a bad value, a restriction list smtpd cannot build, a
+//! lookup table that does not open or parse, a master.cf command that does
+//! not exist. Each is named with its file, line and parameter, so that
+//! `ExecStartPre=sluice check` stops a broken configuration before it runs.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -61,6 +67,7 @@ pub fn check(dir: &Path) -> i32 {
     if let Some(cfg) = &cfg {
         let owner = check_owner(cfg, &mut r);
         check_services(cfg, &services, &mut r);
+        check_restrictions_and_tables(dir, cfg, &services, &mut r);
         check_queue(cfg, owner, &mut r);
         check_log(cfg, &mut r);
     }
@@ -169,6 +176,98 @@ fn check_services(cfg: &Config, services: &[ServiceDef], r: &mut Report) {
                     s.line, s.name
                 ));
             }
+        }
+    }
+}
+
+/// Where `param`'s value comes from, as the start of a message.
+fn origin(dir: &Path, cfg: &Config, param: &str) -> String {
+    match cfg.origin(param) {
+        Some((file, line)) if line > 0 => format!("{}, line {line}", file.display()),
+        Some((file, _)) => file.display().to_string(),
+        None => format!("{} (default value)", dir.join("main.cf").display()),
+    }
+}
+
+/// smtpd's restriction lists and every lookup table: main.cf's values,
+/// then each master.cf service's `-o` overrides of them.
+fn check_restrictions_and_tables(
+    dir: &Path,
+    cfg: &Config,
+    services: &[ServiceDef],
+    r: &mut Report,
+) {
+    let map_params: Vec<&'static str> = Config::params()
+        .filter(|p| p.ty == config::ParamType::MapRef)
+        .map(|p| p.name)
+        .collect();
+    for list in policy::LISTS {
+        check_restriction_list(cfg, list, &origin(dir, cfg, list), r);
+    }
+    for param in &map_params {
+        check_maps(cfg, param, &origin(dir, cfg, param), r);
+    }
+    for s in services {
+        if s.overrides.is_empty() {
+            continue;
+        }
+        let mut c = cfg.clone();
+        // A bad override is reported by check_services.
+        if s.overrides
+            .iter()
+            .any(|(k, v)| c.set_override(k, v).is_err())
+        {
+            continue;
+        }
+        for (k, _) in &s.overrides {
+            let at = format!("master.cf, line {}: service {}: -o {k}", s.line, s.name);
+            if policy::LISTS.contains(&k.as_str()) {
+                check_restriction_list(&c, k, &at, r);
+            } else if map_params.contains(&k.as_str()) {
+                check_maps(&c, k, &at, r);
+            }
+        }
+    }
+}
+
+/// One restriction list as smtpd builds it, and the access tables it names.
+fn check_restriction_list(cfg: &Config, list: &str, at: &str, r: &mut Report) {
+    match policy::parse_list(&cfg.str(list)) {
+        Ok(items) => {
+            for item in items {
+                if let policy::Restriction::CheckClientAccess(m)
+                | policy::Restriction::CheckSenderAccess(m)
+                | policy::Restriction::CheckRecipientAccess(m) = item
+                {
+                    if let Err(e) = tables::Table::open(&m) {
+                        r.error(format!("{at}: parameter \"{list}\": {e}"));
+                    }
+                }
+            }
+        }
+        Err(e) => r.error(format!("{at}: parameter \"{list}\": {}", e.message)),
+    }
+}
+
+/// Every table of a `type:table` list parameter.
+fn check_maps(cfg: &Config, param: &str, at: &str, r: &mut Report) {
+    for m in cfg.maps(param) {
+        match tables::Table::open(&m) {
+            Ok(t) => {
+                for w in t.warnings() {
+                    r.warn(format!("{at}: parameter \"{param}\": {w}"));
+                }
+            }
+            // As local(8), a missing alias file only means no aliases; the
+            // router, which reads the same file as a recipient table, exits.
+            Err(e)
+                if param == "alias_maps"
+                    && matches!(e.problem, tables::TableProblem::Io(_))
+                    && !tables::source_exists(&m) =>
+            {
+                r.warn(format!("{at}: parameter \"{param}\": {e}"))
+            }
+            Err(e) => r.error(format!("{at}: parameter \"{param}\": {e}")),
         }
     }
 }
