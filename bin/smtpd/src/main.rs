@@ -10,6 +10,7 @@
 
 mod anvil;
 mod conn;
+mod misconfigured;
 mod router;
 mod server;
 mod settings;
@@ -39,6 +40,6 @@ fn main() {
     daemon::run(
         opts,
         |ctx| settings::load_tls(&ctx.config),
-        server::SmtpServer::new,
+        |ctx, tls| Ok(misconfigured::Smtpd::new(server::SmtpServer::new(ctx, tls))),
     )
 }
