@@ -187,3 +187,27 @@ fn smtpd_with_an_unknown_restriction_answers_451_4_3_5_until_fixed() {
         (code == 0).then_some(out)
     });
 }
+
+#[test]
+fn smtpd_whose_certificate_does_not_load_answers_451_4_3_5() {
+    let port = free_port();
+    let mut inst = Instance::new(
+        &receive_master_cf(port, ""),
+        &format!(
+            "{RECEIVE_MAIN_CF}smtpd_tls_security_level = may\nsmtpd_tls_cert_file = /nonexistent/cert.pem\n"
+        ),
+    );
+    inst.start();
+    let (code, out) = swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--quit-after",
+        "EHLO",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("451 4.3.5 Server configuration error"),
+        "{out}"
+    );
+    inst.wait_log(10, "/nonexistent/cert.pem");
+}

@@ -211,7 +211,7 @@ fn check_finds_restrictions_and_tables_that_would_stop_a_daemon() {
          submission inet n - n - - smtpd -o smtpd_client_restrictions=permit_sasl_wizardry\n",
         "",
     );
-    // main.cf's fixed lines end at 7; `config` appends these as 8, 9, 10.
+    // main.cf's fixed lines end at 7; `config` appends these from line 8.
     let set = inst.sluice(&[
         "config",
         "smtpd_recipient_restrictions=permit_mynetworks, reject_bogus_thing",
@@ -220,6 +220,8 @@ fn check_finds_restrictions_and_tables_that_would_stop_a_daemon() {
             "smtpd_sender_restrictions=check_sender_access texthash:{}",
             missing.display()
         ),
+        "smtpd_tls_security_level=may",
+        "smtpd_tls_cert_file=/nonexistent/cert.pem",
     ]);
     assert!(set.status.success(), "{set:?}");
     let out = inst.sluice(&["check"]);
@@ -260,6 +262,15 @@ fn check_finds_restrictions_and_tables_that_would_stop_a_daemon() {
             "service submission",
             "smtpd_client_restrictions",
             "permit_sasl_wizardry"
+        ]),
+        "{err}"
+    );
+    assert!(
+        line_with(&[
+            "master.cf, line 2",
+            "service submission",
+            "smtpd_tls_cert_file",
+            "/nonexistent/cert.pem"
         ]),
         "{err}"
     );

@@ -7,8 +7,8 @@
 //!
 //! An error here is whatever would make a daemon exit at start or at its
 //! first client: a bad value, a restriction list smtpd cannot build, a
-//! lookup table that does not open or parse, a master.cf command that does
-//! not exist. Each is named with its file, line and parameter, so that
+//! lookup table that does not open or parse, smtpd's certificate or key
+//! that does not load, a master.cf command that does not exist. Each is named with its file, line and parameter, so that
 //! `ExecStartPre=sluice check` stops a broken configuration before it runs.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -207,6 +207,17 @@ fn check_restrictions_and_tables(
     for param in &map_params {
         check_maps(cfg, param, &origin(dir, cfg, param), r);
     }
+    let smtpd_tls = |c: &Config, at: &str, r: &mut Report| {
+        if let Err(e) = smtpd_tls(c) {
+            r.error(format!("{at}: {e}"));
+        }
+    };
+    if services
+        .iter()
+        .any(|s| s.command == "smtpd" && s.overrides.is_empty())
+    {
+        smtpd_tls(cfg, &origin(dir, cfg, "smtpd_tls_cert_file"), r);
+    }
     for s in services {
         if s.overrides.is_empty() {
             continue;
@@ -219,6 +230,13 @@ fn check_restrictions_and_tables(
         {
             continue;
         }
+        if s.command == "smtpd" {
+            smtpd_tls(
+                &c,
+                &format!("master.cf, line {}: service {}", s.line, s.name),
+                r,
+            );
+        }
         for (k, _) in &s.overrides {
             let at = format!("master.cf, line {}: service {}: -o {k}", s.line, s.name);
             if policy::LISTS.contains(&k.as_str()) {
@@ -228,6 +246,25 @@ fn check_restrictions_and_tables(
             }
         }
     }
+}
+
+/// smtpd's certificate and key, loaded as smtpd loads them at start
+/// when TLS is on.
+fn smtpd_tls(cfg: &Config) -> Result<(), String> {
+    let level = cfg.choice("smtpd_tls_security_level");
+    if level == "none" && !cfg.bool("smtpd_tls_wrappermode") {
+        return Ok(());
+    }
+    let cert = cfg.str("smtpd_tls_cert_file");
+    if cert.is_empty() {
+        return Err(format!(
+            "parameter \"smtpd_tls_security_level\": {level} needs smtpd_tls_cert_file"
+        ));
+    }
+    let key = cfg.str("smtpd_tls_key_file");
+    tls::load_server_config(cert.as_ref(), key.as_ref())
+        .map(drop)
+        .map_err(|e| format!("parameter \"smtpd_tls_cert_file\": {e}"))
 }
 
 /// One restriction list as smtpd builds it, and the access tables it names.

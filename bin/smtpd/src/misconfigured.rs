@@ -1,7 +1,8 @@
 //! smtpd with a configuration it cannot use: each client is told so.
 //!
 //! A restriction list or an access table that does not parse is found when
-//! the sessions' settings are built. Exiting then (as smtpd once did) makes
+//! the sessions' settings are built, a certificate that does not load
+//! before privileges are dropped. Exiting then (as smtpd once did) makes
 //! master start another process for the next client, which exits too, and
 //! no client ever gets a reply. As Postfix's smtpd, this process stays up
 //! and answers every client `451 4.3.5 Server configuration error`, a
