@@ -189,8 +189,8 @@ fn origin(dir: &Path, cfg: &Config, param: &str) -> String {
     }
 }
 
-/// smtpd's restriction lists and every lookup table: main.cf's values,
-/// then each master.cf service's `-o` overrides of them.
+/// smtpd's restriction lists and certificate, and every lookup table:
+/// main.cf's values, then each master.cf service's `-o` overrides of them.
 fn check_restrictions_and_tables(
     dir: &Path,
     cfg: &Config,
@@ -207,7 +207,7 @@ fn check_restrictions_and_tables(
     for param in &map_params {
         check_maps(cfg, param, &origin(dir, cfg, param), r);
     }
-    let smtpd_tls = |c: &Config, at: &str, r: &mut Report| {
+    let check_tls = |c: &Config, at: &str, r: &mut Report| {
         if let Err(e) = smtpd_tls(c) {
             r.error(format!("{at}: {e}"));
         }
@@ -216,7 +216,7 @@ fn check_restrictions_and_tables(
         .iter()
         .any(|s| s.command == "smtpd" && s.overrides.is_empty())
     {
-        smtpd_tls(cfg, &origin(dir, cfg, "smtpd_tls_cert_file"), r);
+        check_tls(cfg, &origin(dir, cfg, "smtpd_tls_cert_file"), r);
     }
     for s in services {
         if s.overrides.is_empty() {
@@ -231,7 +231,7 @@ fn check_restrictions_and_tables(
             continue;
         }
         if s.command == "smtpd" {
-            smtpd_tls(
+            check_tls(
                 &c,
                 &format!("master.cf, line {}: service {}", s.line, s.name),
                 r,
