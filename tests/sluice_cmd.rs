@@ -208,7 +208,8 @@ fn check_finds_restrictions_and_tables_that_would_stop_a_daemon() {
     let missing = tables.path().join("no-such-access");
     let inst = Instance::new(
         "anvil unix - - n - 1 anvil\n\
-         submission inet n - n - - smtpd -o smtpd_client_restrictions=permit_sasl_wizardry\n",
+         submission inet n - n - - smtpd -o smtpd_client_restrictions=permit_sasl_wizardry\n\
+         smtp unix - - n - - smtp -o smtp_tls_security_level=verify -o smtp_tls_CAfile=/nonexistent/ca.pem\n",
         "",
     );
     // main.cf's fixed lines end at 7; `config` appends these from line 8.
@@ -271,6 +272,15 @@ fn check_finds_restrictions_and_tables_that_would_stop_a_daemon() {
             "service submission",
             "smtpd_tls_cert_file",
             "/nonexistent/cert.pem"
+        ]),
+        "{err}"
+    );
+    assert!(
+        line_with(&[
+            "master.cf, line 3",
+            "service smtp",
+            "smtp_tls_CAfile",
+            "/nonexistent/ca.pem"
         ]),
         "{err}"
     );

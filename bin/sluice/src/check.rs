@@ -8,7 +8,8 @@
 //! An error here is whatever would make a daemon exit at start or at its
 //! first client: a bad value, a restriction list smtpd cannot build, a
 //! lookup table that does not open or parse, smtpd's certificate or key
-//! that does not load, a master.cf command that does not exist. Each is named with its file, line and parameter, so that
+//! that does not load, the smtp agent's CA file when it verifies servers,
+//! a master.cf command that does not exist. Each is named with its file, line and parameter, so that
 //! `ExecStartPre=sluice check` stops a broken configuration before it runs.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -218,6 +219,20 @@ fn check_restrictions_and_tables(
     {
         check_tls(cfg, &origin(dir, cfg, "smtpd_tls_cert_file"), r);
     }
+    for s in services.iter().filter(|s| s.command == "smtp") {
+        let mut c = cfg.clone();
+        if s.overrides
+            .iter()
+            .all(|(k, v)| c.set_override(k, v).is_ok())
+        {
+            if let Err(e) = smtp_trust_anchors(&c, &s.name) {
+                r.error(format!(
+                    "master.cf, line {}: service {}: {e}",
+                    s.line, s.name
+                ));
+            }
+        }
+    }
     for s in services {
         if s.overrides.is_empty() {
             continue;
@@ -265,6 +280,29 @@ fn smtpd_tls(cfg: &Config) -> Result<(), String> {
     tls::load_server_config(cert.as_ref(), key.as_ref())
         .map(drop)
         .map_err(|e| format!("parameter \"smtpd_tls_cert_file\": {e}"))
+}
+
+/// The smtp agent's CA file, which it cannot start without when the
+/// service's TLS level verifies certificates (smtp(8)).
+fn smtp_trust_anchors(cfg: &Config, service: &str) -> Result<(), String> {
+    let t = cfg.transport(service);
+    let level = t.choice("smtp_tls_security_level");
+    if level != "verify" && level != "secure" {
+        return Ok(());
+    }
+    let file = t.str("smtp_tls_CAfile");
+    let path = if file.is_empty() {
+        tls::SYSTEM_CA_FILE.to_string()
+    } else {
+        file
+    };
+    tls::load_trust_anchors(Path::new(&path))
+        .map(drop)
+        .map_err(|e| {
+            format!(
+                "parameter \"smtp_tls_CAfile\": {e} (needed by smtp_tls_security_level = {level})"
+            )
+        })
 }
 
 /// One restriction list as smtpd builds it, and the access tables it names.
