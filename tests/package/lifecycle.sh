@@ -119,6 +119,8 @@ check "another message after the rotation" \
 	swaks --silent 2 --server 127.0.0.1:25 --from tester@example.com \
 	--to alice@localhost --h-Subject "package test after rotation"
 wait_for 30 "its delivery is logged in the new file" grep -q "to=<alice@localhost>.*status=sent" /var/log/sluice.log
+check "qmgr (running as sluice) writes the new file" grep -q "sluice/qmgr.*from=<tester@example.com>" /var/log/sluice.log
+check "no daemon had to restart to reopen it" sh -c '! grep -q "leaving when idle" /var/log/sluice.log'
 
 # 3. A deferred message and a local edit survive an upgrade.
 check "main.cf: deferred.test goes to a closed port" \

@@ -495,7 +495,10 @@ impl Supervisor {
     /// do the same; a child for which the file did not move does nothing.
     fn reopen_logs(&mut self) {
         match daemon::log::reopen() {
-            Ok(true) => msg_info!("reopened the mail log"),
+            Ok(true) => {
+                msg_info!("reopened the mail log");
+                self.share_log_file();
+            }
             Ok(false) => {}
             Err(e) => msg_warn!("{e}"),
         }
@@ -510,6 +513,29 @@ impl Supervisor {
         let pids: Vec<i32> = started.chain(self.retired.keys().copied()).collect();
         for pid in pids {
             let _ = sys::process::signal(pid, SIGUSR1);
+        }
+    }
+
+    /// Lets the daemons that run as mail_owner open the new log file
+    /// themselves, as they opened the old one as root before dropping
+    /// privileges: mail_owner's group may append to it. Each of them holds
+    /// a descriptor that writes the log already, so this gives them nothing
+    /// new; without it qmgr, which is never idle, would have to restart.
+    fn share_log_file(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        let Some(owner) = &self.owner else {
+            return;
+        };
+        let path = self.loaded.config.str("maillog_file");
+        let shared = std::os::unix::fs::chown(&path, None, Some(owner.gid)).and_then(|()| {
+            let mode = std::fs::metadata(&path)?.permissions().mode() & 0o7777;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode | 0o020))
+        });
+        if let Err(e) = shared {
+            msg_warn!(
+                "maillog_file {path}: group {} may not write it: {e}",
+                owner.gid
+            );
         }
     }
 

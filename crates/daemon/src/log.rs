@@ -136,8 +136,8 @@ fn open_log_file(path: &Path) -> std::io::Result<File> {
 
 /// Opens `maillog_file` again by name (after logrotate moved it away) and
 /// logs to the new file from now on. Returns false when there is no log
-/// file to reopen or it was not moved; on an error (a daemon that dropped its privileges may no
-/// longer open it) the old descriptor stays in use.
+/// file or it was not moved; on an error (a daemon that dropped its
+/// privileges may not open it) the old descriptor stays in use.
 pub fn reopen() -> std::io::Result<bool> {
     let path = MAILLOG_FILE
         .lock()

@@ -367,8 +367,9 @@ fn event_loop<S: Server>(
                     for sig in signals.drain() {
                         if sig == SIGUSR1 {
                             // master passes on `sluice reload` and logrotate's
-                            // SIGUSR1. Without the privileges to open the log
-                            // again, leave when idle: the next process opens it.
+                            // SIGUSR1, once it has let mail_owner append to the
+                            // new file. Still unable to open it (chrooted), leave
+                            // when idle: the next process opens it as root.
                             if let Err(e) = crate::log::reopen() {
                                 msg_info!("{e}: leaving when idle");
                                 retiring = true;
