@@ -265,23 +265,25 @@ impl CleanupServer {
                 if bytes.len() > MAX_CHUNK {
                     return Some(failed(451, "4.3.0", "Error: oversized data frame"));
                 }
-                let hostname = self.hostname.clone();
-                let origin_domain = self.origin_domain.clone();
-                let always_add = self.always_add;
-                let size_limit = self.size_limit;
                 let c = self.clients.get_mut(&token)?;
                 let m = c.msg.as_mut()?;
-                let out = match m.headers.feed(&bytes) {
-                    Fed::Holding => return None,
-                    Fed::Through(b) => b,
+                // Written as they come: the body is not copied again to
+                // follow the header block in one buffer.
+                match m.headers.feed(&bytes) {
+                    Fed::Holding => {}
+                    Fed::Through => write(&self.spool, m, &bytes, self.size_limit),
                     Fed::Complete { headers, rest } => {
-                        let mut out =
-                            header_block(m, &headers, &hostname, &origin_domain, always_add);
-                        out.extend_from_slice(&rest);
-                        out
+                        let head = header_block(
+                            m,
+                            &headers,
+                            &self.hostname,
+                            &self.origin_domain,
+                            self.always_add,
+                        );
+                        write(&self.spool, m, &head, self.size_limit);
+                        write(&self.spool, m, &rest, self.size_limit);
                     }
-                };
-                write(&self.spool, m, &out, size_limit);
+                }
                 None
             }
             Request::End => {
