@@ -1,9 +1,11 @@
 //! The non-blocking end of an IPC connection, for mio event loops.
 //!
-//! The loop calls [`Endpoint::read_ready`] when the socket is readable and
+//! The loop calls [`Endpoint::read_event`] (or [`Endpoint::read_ready`],
+//! which reads on to EAGAIN) when the socket is readable and
 //! [`Endpoint::write_ready`] when it is writable; frames come out of
-//! [`Endpoint::recv`] and go in through [`Endpoint::send`]. Both buffers are
-//! bounded: a peer that sends frames over the limit or stops reading its
+//! [`Endpoint::recv`], decoded where they were read, and go in through
+//! [`Endpoint::send`], encoded straight into the output buffer. Both buffers
+//! are bounded: a peer that sends frames over the limit or stops reading its
 //! answers gets an error, which the caller turns into closing the connection.
 
 use std::io::Write;
