@@ -2,7 +2,8 @@
 //! other daemons from their event loop: qmgr to the router, the delivery
 //! agents and cleanup (notices); smtpd to cleanup (a pool of links shared
 //! by its sessions), the router and anvil; cleanup to qmgr and the router.
-//! No daemon has a client of its own.
+//! No daemon has a client of its own; tools and one-shot submissions
+//! (sendmail, local's forwarding) use the blocking [`crate::Client`].
 //!
 //! Requests go out at once, tagged with increasing ids, the handshake in
 //! front of the first; answers come back in any order, matched by id.
