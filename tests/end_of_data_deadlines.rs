@@ -127,8 +127,9 @@ fn a_stopped_cleanup_gives_451_within_smtpd_cleanup_timeout() {
     c.expect("EHLO client.example", "250");
     c.expect("MAIL FROM:<a@example.com>", "250");
     c.expect("RCPT TO:<bob@mx.test.example>", "250");
-    // The session's link to cleanup is new: DATA waits for cleanup's
-    // start of message, and gets 451 at the deadline instead.
+    // The session's link to cleanup (the first message's, kept by the
+    // pool): DATA waits for cleanup's start of message, and gets 451 at
+    // the deadline instead.
     let (r, took) = c.timed("DATA");
     assert!(r.starts_with("451 4.3.0 "), "{r}");
     assert!(

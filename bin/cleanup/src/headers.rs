@@ -41,15 +41,16 @@ pub enum Fed {
         /// The empty line and everything after it that was fed.
         rest: Vec<u8>,
     },
-    /// Past the header section already: pass these bytes through.
-    Through(Vec<u8>),
+    /// Past the header section already: the bytes fed pass through as
+    /// they are (the caller writes them; nothing is copied here).
+    Through,
 }
 
 impl HeaderBuffer {
     /// Feeds content bytes.
     pub fn feed(&mut self, bytes: &[u8]) -> Fed {
         if self.done {
-            return Fed::Through(bytes.to_vec());
+            return Fed::Through;
         }
         let start = self.buf.len().saturating_sub(3);
         self.buf.extend_from_slice(bytes);
@@ -135,11 +136,11 @@ mod tests {
         for cut in 0..msg.len() {
             let mut h = HeaderBuffer::default();
             let mut got = None;
-            for part in [&msg[..cut], &msg[cut..]] {
-                match h.feed(part) {
+            for piece in [&msg[..cut], &msg[cut..]] {
+                match h.feed(piece) {
                     Fed::Holding => {}
                     Fed::Complete { headers, rest } => got = Some((headers, rest)),
-                    Fed::Through(b) => got.as_mut().unwrap().1.extend(b),
+                    Fed::Through => got.as_mut().unwrap().1.extend(piece),
                 }
             }
             let (headers, rest) = got.expect("complete");
@@ -179,6 +180,6 @@ mod tests {
         let mut h = HeaderBuffer::default();
         let big = vec![b'x'; MAX_HEADER_BYTES + 10];
         assert!(matches!(h.feed(&big), Fed::Complete { ref headers, .. } if headers.is_empty()));
-        assert_eq!(h.feed(b"more"), Fed::Through(b"more".to_vec()));
+        assert_eq!(h.feed(b"more"), Fed::Through);
     }
 }

@@ -31,9 +31,9 @@ use daemon::{msg_info, msg_warn, Conn, Context, Cx, Server};
 use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
 use ipc::qmgr::{self, Qmgr};
 use ipc::router::{self, Router};
-use ipc::{Endpoint, Hello, HelloReply, Link, Tagged};
+use ipc::{Endpoint, Link, Tagged};
 use mail::{Envelope, QueueId, QueueIdGen, Timestamp};
-use mio::{Interest, Token};
+use mio::Token;
 use queue::{Draft, FileMode, MessageHead, Spool, SpoolConfig};
 use sys::creds::PeerCred;
 
@@ -99,11 +99,9 @@ struct Parked {
     deadline: Instant,
 }
 
+/// The qmgr connection and the messages whose commit it owes.
 struct QmgrLink {
-    ep: Endpoint,
-    token: Token,
-    greeted: bool,
-    next_id: u64,
+    link: Link<Qmgr>,
     pending: BTreeMap<u64, Pending>,
 }
 
@@ -267,23 +265,25 @@ impl CleanupServer {
                 if bytes.len() > MAX_CHUNK {
                     return Some(failed(451, "4.3.0", "Error: oversized data frame"));
                 }
-                let hostname = self.hostname.clone();
-                let origin_domain = self.origin_domain.clone();
-                let always_add = self.always_add;
-                let size_limit = self.size_limit;
                 let c = self.clients.get_mut(&token)?;
                 let m = c.msg.as_mut()?;
-                let out = match m.headers.feed(&bytes) {
-                    Fed::Holding => return None,
-                    Fed::Through(b) => b,
+                // Written as they come: the body is not copied again to
+                // follow the header block in one buffer.
+                match m.headers.feed(&bytes) {
+                    Fed::Holding => {}
+                    Fed::Through => write(&self.spool, m, &bytes, self.size_limit),
                     Fed::Complete { headers, rest } => {
-                        let mut out =
-                            header_block(m, &headers, &hostname, &origin_domain, always_add);
-                        out.extend_from_slice(&rest);
-                        out
+                        let head = header_block(
+                            m,
+                            &headers,
+                            &self.hostname,
+                            &self.origin_domain,
+                            self.always_add,
+                        );
+                        write(&self.spool, m, &head, self.size_limit);
+                        write(&self.spool, m, &rest, self.size_limit);
                     }
-                };
-                write(&self.spool, m, &out, size_limit);
+                }
                 None
             }
             Request::End => {
@@ -345,7 +345,7 @@ impl CleanupServer {
             msg_info!("{}: reject: {code} {enhanced} {text}", m.id);
             return Some(failed(code, enhanced, &text));
         }
-        if !self.qmgr.as_ref().is_some_and(|l| l.greeted) {
+        if !self.qmgr.as_ref().is_some_and(|l| l.link.is_greeted()) {
             if self.qmgr.is_none() {
                 match open_qmgr(cx, &self.qmgr_path) {
                     Ok(l) => self.qmgr = Some(l),
@@ -464,7 +464,7 @@ impl CleanupServer {
         let Some(r) = self.router.as_mut() else {
             return;
         };
-        let answers = match r.link.ready() {
+        let answers = match r.link.event(true, cx.closed) {
             Ok(a) => a,
             Err(e) => {
                 msg_warn!("router link: {e}");
@@ -526,17 +526,15 @@ impl CleanupServer {
             remove_data(&self.spool, &head);
             return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
         };
-        let id = link.next_id;
-        link.next_id += 1;
         let qid = head.id;
-        if let Err(e) = link.ep.send(&Tagged {
-            id,
-            body: qmgr::Request::Arrived { head, hold },
-        }) {
-            msg_warn!("qmgr link: {e}");
-            self.break_qmgr(cx);
-            return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
-        }
+        let id = match link.link.send(&qmgr::Request::Arrived { head, hold }) {
+            Ok(id) => id,
+            Err(e) => {
+                msg_warn!("qmgr link: {e}");
+                self.break_qmgr(cx);
+                return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
+            }
+        };
         link.pending.insert(
             id,
             Pending {
@@ -553,7 +551,7 @@ impl CleanupServer {
         let Some(mut link) = self.qmgr.take() else {
             return;
         };
-        let _ = cx.registry.deregister(link.ep.stream());
+        link.link.deregister(cx.registry);
         for (_, p) in std::mem::take(&mut link.pending) {
             msg_info!(
                 "{}: reject: 451 4.3.0 Error: queue manager unavailable",
@@ -605,38 +603,15 @@ impl CleanupServer {
         }
     }
 
-    fn qmgr_ready(&mut self, cx: &mut Cx<'_>) {
-        let was_greeted = self.qmgr.as_ref().is_some_and(|l| l.greeted);
-        let result = (|| -> Result<Vec<(u64, qmgr::Response)>, ipc::IpcError> {
-            let Some(link) = self.qmgr.as_mut() else {
-                return Ok(vec![]);
-            };
-            link.ep.read_ready()?;
-            link.ep.write_ready()?;
-            if !link.greeted {
-                match link.ep.recv::<HelloReply>()? {
-                    Some(HelloReply::Accepted) => link.greeted = true,
-                    Some(HelloReply::Refused { protocol, version }) => {
-                        return Err(ipc::IpcError::Refused {
-                            wanted: "sluice-qmgr".into(),
-                            got: format!("{protocol} {version}"),
-                        })
-                    }
-                    None => return Ok(vec![]),
-                }
-            }
-            let mut out = Vec::new();
-            while let Some(r) = link.ep.recv::<Tagged<qmgr::Response>>()? {
-                out.push((r.id, r.body));
-            }
-            if link.ep.is_eof() {
-                return Err(ipc::IpcError::Closed);
-            }
-            Ok(out)
-        })();
+    fn qmgr_ready(&mut self, cx: &mut Cx<'_>, readable: bool) {
+        let was_greeted = self.qmgr.as_ref().is_some_and(|l| l.link.is_greeted());
+        let result = match self.qmgr.as_mut() {
+            Some(l) => l.link.event(readable, cx.closed),
+            None => return,
+        };
         match result {
             Ok(answers) => {
-                if !was_greeted && self.qmgr.as_ref().is_some_and(|l| l.greeted) {
+                if !was_greeted && self.qmgr.as_ref().is_some_and(|l| l.link.is_greeted()) {
                     self.unpark(cx);
                 }
                 for (id, resp) in answers {
@@ -658,6 +633,10 @@ impl CleanupServer {
                     };
                     self.answer(p.client, p.request, r);
                 }
+                if self.qmgr.as_ref().is_some_and(|l| l.link.is_closed()) {
+                    msg_warn!("qmgr link: {}", ipc::IpcError::Closed);
+                    self.break_qmgr(cx);
+                }
             }
             Err(e) => {
                 msg_warn!("qmgr link: {e}");
@@ -666,11 +645,22 @@ impl CleanupServer {
         }
     }
 
-    fn serve(&mut self, cx: &mut Cx<'_>, token: Token) -> Result<bool, ipc::IpcError> {
+    fn serve(
+        &mut self,
+        cx: &mut Cx<'_>,
+        token: Token,
+        readable: bool,
+    ) -> Result<bool, ipc::IpcError> {
+        let closed = cx.closed;
         let Some(c) = self.clients.get_mut(&token) else {
             return Ok(false);
         };
-        let open = c.ep.read_ready()?;
+        // A writable event (the client took our answers) brings nothing to read.
+        let open = if readable || closed {
+            c.ep.read_event(closed)?
+        } else {
+            !c.ep.is_eof()
+        };
         if !c.ep.accept_hello::<Cleanup>()? {
             return Ok(open);
         }
@@ -689,7 +679,9 @@ impl CleanupServer {
         let Some(c) = self.clients.get_mut(&token) else {
             return Ok(false);
         };
-        c.ep.write_ready()?;
+        if c.ep.wants_write() {
+            c.ep.write_ready()?;
+        }
         Ok(!c.ep.is_eof() || c.ep.wants_write())
     }
 
@@ -868,20 +860,11 @@ fn compact_time(t: SystemTime) -> String {
 }
 
 fn open_qmgr(cx: &mut Cx<'_>, path: &std::path::Path) -> Result<QmgrLink, String> {
-    let std = std::os::unix::net::UnixStream::connect(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    std.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let mut ep = Endpoint::new(mio::net::UnixStream::from_std(std));
     let token = cx.token();
-    cx.registry
-        .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
-        .map_err(|e| e.to_string())?;
-    ep.send(&Hello::of::<Qmgr>()).map_err(|e| e.to_string())?;
+    let link = Link::<Qmgr>::connect(path, cx.registry, token)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(QmgrLink {
-        ep,
-        token,
-        greeted: false,
-        next_id: 1,
+        link,
         pending: BTreeMap::new(),
     })
 }
@@ -919,9 +902,9 @@ impl Server for CleanupServer {
         self.ready(cx, token, true, true);
     }
 
-    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, _readable: bool, _writable: bool) {
-        if self.qmgr.as_ref().is_some_and(|l| l.token == token) {
-            self.qmgr_ready(cx);
+    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, _writable: bool) {
+        if self.qmgr.as_ref().is_some_and(|l| l.link.token() == token) {
+            self.qmgr_ready(cx, readable);
             return;
         }
         if self
@@ -932,7 +915,7 @@ impl Server for CleanupServer {
             self.router_ready(cx);
             return;
         }
-        match self.serve(cx, token) {
+        match self.serve(cx, token, readable) {
             Ok(true) => {}
             Ok(false) => self.drop_client(cx, token),
             Err(e) => {

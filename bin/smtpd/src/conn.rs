@@ -1,5 +1,6 @@
-//! One SMTP session: the socket, the protocol engine, the transaction and
-//! the link to cleanup.
+//! One SMTP session: the socket, the protocol engine, the transaction and,
+//! while a message is in progress, a link to cleanup from the process's
+//! pool (`pool.rs`).
 //!
 //! Bytes from the client go into `inbuf` (bounded) and are fed to the
 //! session; the session's questions are answered from the policy (after
@@ -16,13 +17,14 @@ use std::time::Instant;
 
 use daemon::{msg_info, msg_warn, Cx};
 use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
-use ipc::{Endpoint, Hello, HelloReply, Tagged};
+use ipc::Link;
 use mail::{BodyType, Envelope, Notify, Recipient, Ret};
-use mio::{Interest, Registry, Token};
+use mio::Token;
 use smtp_proto::command::Body;
 use smtp_proto::server::{AbortReason, Action, Session};
 use smtp_proto::{EnhancedCode, Path, Reply};
 
+use crate::pool::Pool;
 use crate::settings::Settings;
 
 /// What every session shares.
@@ -42,16 +44,14 @@ const LINK_BACKLOG: usize = 1 << 20;
 /// waiting until it stops (a 64 MiB stream held them for seconds).
 const TURN_BUDGET: usize = 256 * 1024;
 
-/// The connection to cleanup for this session's messages.
-struct Link {
-    ep: Endpoint,
-    token: Token,
-    greeted: bool,
-    next_id: u64,
+/// The pool's link this session holds for its message in progress.
+struct Held {
+    link: Link<Cleanup>,
+    /// Kept from an earlier message (its cleanup may have gone since).
+    kept: bool,
     /// The request whose answer the session waits for, and until when
     /// (`smtpd_cleanup_timeout`).
     waiting: Option<(u64, Waiting, Instant)>,
-    broken: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -81,7 +81,9 @@ pub struct Conn {
     /// The client's address.
     pub peer: SocketAddr,
     inbuf: Vec<u8>,
-    link: Option<Link>,
+    /// Its token in the event loop, as the pool's links know their holder.
+    token: Token,
+    link: Option<Held>,
     txn: Txn,
     deadline: Instant,
     timeout: std::time::Duration,
@@ -96,6 +98,9 @@ pub struct Conn {
     record_bytes: usize,
     /// The turn's budget ran out with input maybe left in the socket.
     rearm: bool,
+    /// The last read emptied the socket: reading again before the next
+    /// event would only fail with EAGAIN.
+    drained: bool,
     handshaking: bool,
     closing: bool,
     eof: bool,
@@ -107,6 +112,7 @@ impl Conn {
     /// A new session; `refuse` makes it a 421 greeting (client over its limits).
     pub fn new(
         sock: mio::net::TcpStream,
+        token: Token,
         peer: SocketAddr,
         shared: &Shared,
         refuse: Option<String>,
@@ -139,6 +145,7 @@ impl Conn {
             session,
             peer,
             inbuf: Vec::new(),
+            token,
             link: None,
             txn: Txn::default(),
             deadline: now + s.timeout,
@@ -150,6 +157,7 @@ impl Conn {
             record_len: s.record_len,
             record_bytes: 0,
             rearm: false,
+            drained: false,
             handshaking,
             closing: false,
             eof: false,
@@ -194,11 +202,6 @@ impl Conn {
         }
     }
 
-    /// The token of the cleanup link, if open.
-    pub fn link_token(&self) -> Option<Token> {
-        self.link.as_ref().map(|l| l.token)
-    }
-
     /// True (once) when the socket must be registered again: the turn's
     /// budget ran out, and the kernel will not say again that input waits.
     pub fn take_rearm(&mut self) -> bool {
@@ -213,6 +216,7 @@ impl Conn {
     /// The client socket is ready.
     pub fn socket_ready(&mut self, cx: &mut Cx<'_>, readable: bool, _writable: bool) {
         if readable {
+            self.drained = false;
             self.read(cx);
         }
     }
@@ -222,8 +226,12 @@ impl Conn {
             return;
         }
         let start = self.inbuf.len();
-        match self.stream.read(&mut self.inbuf, INBUF_LIMIT) {
+        match self
+            .stream
+            .read_event(&mut self.inbuf, INBUF_LIMIT, cx.closed)
+        {
             Ok(st) => {
+                self.drained = st.drained;
                 if st.bytes > 0 {
                     self.restart_deadline(cx.now, start);
                 }
@@ -234,7 +242,9 @@ impl Conn {
             Err(e) => {
                 if self.handshaking {
                     msg_warn!("TLS handshake failed with {}: {e}", self.client_label());
-                } else {
+                } else if !self.closing {
+                    // After QUIT a reset is how many clients hang up
+                    // (smtp-source among them); Postfix logs nothing then.
                     msg_info!(
                         "lost connection after {} from {}: {e}",
                         self.last_verb,
@@ -277,94 +287,105 @@ impl Conn {
         self.deadline = now + self.timeout;
     }
 
-    /// The cleanup link is ready.
-    pub fn link_ready(&mut self, cx: &mut Cx<'_>) {
-        let Some(link) = self.link.as_mut() else {
+    /// An event on the cleanup link this session holds.
+    pub fn link_ready(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, readable: bool) {
+        let Some(held) = self.link.as_mut() else {
             return;
         };
-        let result = (|| -> Result<(), ipc::IpcError> {
-            link.ep.read_ready()?;
-            link.ep.write_ready()?;
-            if !link.greeted {
-                match link.ep.recv::<HelloReply>()? {
-                    Some(HelloReply::Accepted) => link.greeted = true,
-                    Some(HelloReply::Refused { protocol, version }) => {
-                        return Err(ipc::IpcError::Refused {
-                            wanted: "sluice-cleanup".into(),
-                            got: format!("{protocol} {version}"),
-                        })
-                    }
-                    None => return Ok(()),
-                }
+        let answers = match held.link.event(readable, cx.closed) {
+            Ok(a) => a,
+            Err(e) => {
+                msg_warn!("cleanup link: {e}");
+                self.break_link(cx, pool);
+                return;
             }
-            while let Some(resp) = link.ep.recv::<Tagged<Response>>()? {
-                let Some((id, what, _)) = link.waiting else {
-                    continue;
-                };
-                if resp.id != id {
-                    continue;
+        };
+        let mut done = false;
+        for (id, resp) in answers {
+            let Some(held) = self.link.as_mut() else {
+                break;
+            };
+            // Answers to anything else (nothing else is owed) are dropped.
+            let Some((wid, what, _)) = held.waiting.filter(|w| w.0 == id) else {
+                continue;
+            };
+            held.waiting = None;
+            match (what, resp) {
+                (Waiting::Started, Response::Started { queue_id }) => {
+                    msg_info!(
+                        "{queue_id}: client={}",
+                        format_args!("unknown[{}]", self.peer.ip())
+                    );
+                    self.txn.queue_id = Some(queue_id);
+                    let _ = self.session.decide(Reply::new(
+                        354,
+                        None,
+                        "End data with <CR><LF>.<CR><LF>",
+                    ));
                 }
-                link.waiting = None;
-                match (what, resp.body) {
-                    (Waiting::Started, Response::Started { queue_id }) => {
+                (Waiting::Queued, Response::Queued { queue_id }) => {
+                    let text = format!("Ok: queued as {queue_id}");
+                    let _ = self
+                        .session
+                        .decide(Reply::enhanced(250, EnhancedCode::OK, text));
+                    self.txn = Txn::default();
+                    done = true;
+                }
+                (
+                    _,
+                    Response::Failed {
+                        code,
+                        enhanced,
+                        text,
+                    },
+                ) => {
+                    let enh = EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::TEMP_SYSTEM);
+                    if let Some(q) = &self.txn.queue_id {
                         msg_info!(
-                            "{queue_id}: client={}",
-                            format_args!("unknown[{}]", self.peer.ip())
+                            "{q}: reject: END-OF-MESSAGE from unknown[{}]: {code} {enhanced} {text}",
+                            self.peer.ip()
                         );
-                        self.txn.queue_id = Some(queue_id);
-                        let _ = self.session.decide(Reply::new(
-                            354,
-                            None,
-                            "End data with <CR><LF>.<CR><LF>",
-                        ));
                     }
-                    (Waiting::Queued, Response::Queued { queue_id }) => {
-                        let text = format!("Ok: queued as {queue_id}");
-                        let _ = self
-                            .session
-                            .decide(Reply::enhanced(250, EnhancedCode::OK, text));
-                        self.txn = Txn::default();
+                    let _ = self.session.decide(Reply::enhanced(code, enh, text));
+                    self.txn = Txn::default();
+                    done = true;
+                }
+                (_, other) => {
+                    msg_warn!("cleanup link: unexpected cleanup answer {other:?} to request {wid}");
+                    // Answered as if the link had failed: nothing was acknowledged.
+                    if let Some(h) = self.link.as_mut() {
+                        h.waiting = Some((wid, what, cx.now));
                     }
-                    (
-                        _,
-                        Response::Failed {
-                            code,
-                            enhanced,
-                            text,
-                        },
-                    ) => {
-                        let enh =
-                            EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::TEMP_SYSTEM);
-                        if let Some(q) = &self.txn.queue_id {
-                            msg_info!("{q}: reject: END-OF-MESSAGE from unknown[{}]: {code} {enhanced} {text}", self.peer.ip());
-                        }
-                        let _ = self.session.decide(Reply::enhanced(code, enh, text));
-                        self.txn = Txn::default();
-                    }
-                    (_, other) => {
-                        return Err(ipc::IpcError::Decode(format!(
-                            "unexpected cleanup answer {other:?}"
-                        )));
-                    }
+                    self.break_link(cx, pool);
+                    return;
                 }
             }
-            if link.ep.is_eof() {
-                return Err(ipc::IpcError::Closed);
-            }
-            Ok(())
-        })();
-        if let Err(e) = result {
-            msg_warn!("cleanup link: {e}");
-            self.break_link(cx.registry);
+        }
+        if done {
+            self.release_link(cx, pool);
+        } else if self.link.as_ref().is_some_and(|h| h.link.is_closed()) {
+            msg_warn!("cleanup link: {}", ipc::IpcError::Closed);
+            self.break_link(cx, pool);
         }
     }
 
-    fn break_link(&mut self, registry: &Registry) {
-        let Some(mut link) = self.link.take() else {
+    /// Gives the link back to the pool: for the next message if nothing is
+    /// owed on it, else to be closed (cleanup then drops a message it has
+    /// not handed to qmgr yet).
+    fn release_link(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
+        if let Some(held) = self.link.take() {
+            let clean = held.waiting.is_none();
+            pool.give_back(cx, held.link, clean);
+        }
+    }
+
+    /// The link failed: closed, and a session waiting on it answered 451.
+    fn break_link(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
+        let Some(held) = self.link.take() else {
             return;
         };
-        let _ = registry.deregister(link.ep.stream());
-        if link.waiting.is_some() {
+        pool.give_back(cx, held.link, false);
+        if held.waiting.is_some() {
             // The session is waiting on cleanup: answer for it. Nothing was
             // acknowledged, so the client keeps the message and retries.
             let _ = self.session.decide(Reply::enhanced(
@@ -374,12 +395,11 @@ impl Conn {
             ));
             self.txn = Txn::default();
         }
-        link.broken = true;
     }
 
     /// The client was silent for smtpd_timeout, or cleanup did not answer
     /// within smtpd_cleanup_timeout.
-    pub fn timed_out(&mut self, cx: &mut Cx<'_>) {
+    pub fn timed_out(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
         if let Some((_, what, d)) = self.link.as_ref().and_then(|l| l.waiting) {
             if d <= cx.now {
                 msg_warn!(
@@ -394,7 +414,7 @@ impl Conn {
                 );
                 // Closing the link makes cleanup drop the message unless it
                 // has already handed it to qmgr (see smtpd(8)).
-                self.break_link(cx.registry);
+                self.break_link(cx, pool);
                 return;
             }
         }
@@ -415,7 +435,7 @@ impl Conn {
         )));
         self.closing = true;
         self.deadline = cx.now + std::time::Duration::from_secs(10);
-        self.abort_link_txn();
+        self.abort_link_txn(cx, pool);
         self.flush_output();
     }
 
@@ -430,37 +450,41 @@ impl Conn {
     }
 
     /// Releases the sockets.
-    pub fn shutdown(&mut self, registry: &Registry) {
-        self.abort_link_txn();
-        if let Some(mut l) = self.link.take() {
-            let _ = registry.deregister(l.ep.stream());
+    pub fn shutdown(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
+        self.abort_link_txn(cx, pool);
+        // Dropping the socket closes it, which also takes it out of the
+        // poll set and sends the FIN after what is queued: in plaintext
+        // neither epoll_ctl nor shutdown(2) is needed first.
+        if self.stream.is_tls() {
+            self.stream.close();
+        } else {
+            let _ = self.stream.flush();
         }
-        let _ = registry.deregister(self.stream.socket());
-        self.stream.close();
     }
 
-    fn abort_link_txn(&mut self) {
+    /// Ends the message in progress, if any: cleanup is told to drop it
+    /// and the link goes back to the pool.
+    fn abort_link_txn(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
         if self.txn.queue_id.is_some() {
-            if let Some(l) = self.link.as_mut() {
-                let id = l.next_id;
-                l.next_id += 1;
-                let _ = l.ep.send(&Tagged {
-                    id,
-                    body: Request::Abort,
-                });
+            if let Some(held) = self.link.as_mut() {
+                if held.link.send(&Request::Abort).is_err() {
+                    // Not usable for the next message either.
+                    held.waiting = Some((0, Waiting::Queued, cx.now));
+                }
             }
         }
         self.txn = Txn::default();
+        self.release_link(cx, pool);
     }
 
     fn link_backlogged(&self) -> bool {
         self.link
             .as_ref()
-            .is_some_and(|l| l.ep.pending_output() > LINK_BACKLOG)
+            .is_some_and(|h| h.link.pending_output() > LINK_BACKLOG)
     }
 
     /// Runs the session on what has arrived and answers what it can.
-    pub fn drive(&mut self, cx: &mut Cx<'_>, shared: &Shared) {
+    pub fn drive(&mut self, cx: &mut Cx<'_>, shared: &Shared, pool: &mut Pool) {
         // Replies still waiting for the socket go first.
         if let Err(e) = self.stream.flush() {
             self.lost(e);
@@ -482,10 +506,16 @@ impl Conn {
                 let mut acted = false;
                 while let Some(a) = self.session.poll_action() {
                     acted = true;
-                    self.act(cx, shared, a);
+                    self.act(cx, shared, pool, a);
                 }
                 if used == 0 && !acted {
                     break;
+                }
+            }
+            if let Some(held) = self.link.as_mut().filter(|h| h.link.pending_output() > 0) {
+                if let Err(e) = held.link.flush() {
+                    msg_warn!("cleanup link: {e}");
+                    self.break_link(cx, pool);
                 }
             }
             if self.session.should_flush() || self.inbuf.is_empty() || self.session.is_closed() {
@@ -495,8 +525,10 @@ impl Conn {
             }
             // Reading stopped at the buffer limit; the socket may hold more
             // and mio will not say so again (edge-triggered): read on while
-            // there is room and something comes.
+            // there is room and something comes. A socket the last read
+            // emptied has nothing: new input brings a new event.
             if self.failed
+                || self.drained
                 || self.eof
                 || self.handshaking
                 || self.inbuf.len() >= INBUF_LIMIT / 2
@@ -525,7 +557,7 @@ impl Conn {
                     self.client_label()
                 );
             }
-            self.abort_link_txn();
+            self.abort_link_txn(cx, pool);
             self.closing = true;
         }
     }
@@ -554,7 +586,7 @@ impl Conn {
         self.failed = true;
     }
 
-    fn act(&mut self, cx: &mut Cx<'_>, shared: &Shared, a: Action) {
+    fn act(&mut self, cx: &mut Cx<'_>, shared: &Shared, pool: &mut Pool, a: Action) {
         match a {
             Action::CheckSender { from, params } => {
                 self.last_verb = "MAIL";
@@ -625,9 +657,9 @@ impl Conn {
             }
             Action::CheckData { bdat } => {
                 self.last_verb = if bdat { "BDAT" } else { "DATA" };
-                self.begin_message(cx, shared);
+                self.begin_message(cx, pool);
             }
-            Action::Data(bytes) => self.send_link(cx.now, Request::Data { bytes }, None),
+            Action::Data(bytes) => self.send_data(cx, pool, bytes),
             Action::MessageEnd(_summary) => {
                 self.last_verb = "END-OF-MESSAGE";
                 if self.link.is_none() {
@@ -646,7 +678,7 @@ impl Conn {
                         self.client_label(),
                         "discarded by access table"
                     );
-                    self.abort_link_txn();
+                    self.abort_link_txn(cx, pool);
                     let _ = self.session.decide(Reply::enhanced(
                         250,
                         EnhancedCode::OK,
@@ -654,7 +686,7 @@ impl Conn {
                     ));
                     return;
                 }
-                self.send_link(cx.now, Request::End, Some(Waiting::Queued));
+                self.send_end(cx, pool);
             }
             Action::TransactionAborted(reason) => {
                 if let AbortReason::Refused(refusal, _) = reason {
@@ -671,7 +703,7 @@ impl Conn {
                         self.session.helo_name().unwrap_or("")
                     );
                 }
-                self.abort_link_txn();
+                self.abort_link_txn(cx, pool);
             }
             Action::StartTls => {
                 self.last_verb = "STARTTLS";
@@ -767,24 +799,7 @@ impl Conn {
         }
     }
 
-    fn begin_message(&mut self, cx: &mut Cx<'_>, shared: &Shared) {
-        if self.link.as_ref().is_some_and(|l| l.broken) {
-            self.link = None;
-        }
-        if self.link.is_none() {
-            match open_link(cx, &shared.settings) {
-                Ok(l) => self.link = Some(l),
-                Err(e) => {
-                    msg_warn!("connect to cleanup service: {e}");
-                    let _ = self.session.decide(Reply::enhanced(
-                        451,
-                        EnhancedCode::TEMP_SYSTEM,
-                        "Error: queue file write error",
-                    ));
-                    return;
-                }
-            }
-        }
+    fn begin_message(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
         let tls = self
             .stream
             .tls_info()
@@ -815,73 +830,97 @@ impl Conn {
             },
             hold: self.txn.hold,
         };
-        self.send_link(cx.now, begin, Some(Waiting::Started));
-    }
-
-    fn send_link(&mut self, now: Instant, req: Request, wait: Option<Waiting>) {
-        let Some(link) = self.link.as_mut() else {
-            return;
-        };
-        let result = match req {
-            Request::Data { bytes } if bytes.len() > MAX_CHUNK => {
-                let mut r = Ok(());
-                for chunk in bytes.chunks(MAX_CHUNK) {
-                    let id = link.next_id;
-                    link.next_id += 1;
-                    r = link.ep.send(&Tagged {
-                        id,
-                        body: Request::Data {
-                            bytes: chunk.to_vec(),
-                        },
-                    });
-                    if r.is_err() {
-                        break;
+        // A kept link whose cleanup has gone since (its close not read
+        // yet) fails at once: the message then takes a new connection.
+        let mut fresh = false;
+        loop {
+            if self.link.is_none() {
+                match pool.take(cx, self.token, fresh) {
+                    Ok((link, kept)) => {
+                        self.link = Some(Held {
+                            link,
+                            kept,
+                            waiting: None,
+                        })
+                    }
+                    Err(e) => {
+                        msg_warn!("connect to cleanup service: {e}");
+                        let _ = self.session.decide(Reply::enhanced(
+                            451,
+                            EnhancedCode::TEMP_SYSTEM,
+                            "Error: queue file write error",
+                        ));
+                        return;
                     }
                 }
-                r
             }
-            req => {
-                let id = link.next_id;
-                link.next_id += 1;
-                if let Some(w) = wait {
-                    link.waiting = Some((id, w, now + self.cleanup_timeout));
+            let held = self.link.as_mut().expect("taken above");
+            match held.link.send(&begin) {
+                Ok(id) => {
+                    held.waiting = Some((id, Waiting::Started, cx.now + self.cleanup_timeout));
+                    return;
                 }
-                link.ep.send(&Tagged { id, body: req })
-            }
-        };
-        if let Err(e) = result {
-            msg_warn!("cleanup link: {e}");
-            link.broken = true;
-            if link.waiting.take().is_some() {
-                let _ = self.session.decide(Reply::enhanced(
-                    451,
-                    EnhancedCode::TEMP_SYSTEM,
-                    "Error: queue file write error",
-                ));
-                self.txn = Txn::default();
+                Err(_) if held.kept && !fresh => {
+                    self.release_link_failed(cx, pool);
+                    fresh = true;
+                }
+                Err(e) => {
+                    msg_warn!("cleanup link: {e}");
+                    self.release_link_failed(cx, pool);
+                    let _ = self.session.decide(Reply::enhanced(
+                        451,
+                        EnhancedCode::TEMP_SYSTEM,
+                        "Error: queue file write error",
+                    ));
+                    return;
+                }
             }
         }
     }
-}
 
-fn open_link(cx: &mut Cx<'_>, s: &Settings) -> Result<Link, String> {
-    let path = s.queue_root.join("private/cleanup");
-    let std = std::os::unix::net::UnixStream::connect(&path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    std.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let mut ep = Endpoint::new(mio::net::UnixStream::from_std(std));
-    let token = cx.token();
-    cx.registry
-        .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
-        .map_err(|e| e.to_string())?;
-    ep.send(&Hello::of::<Cleanup>())
-        .map_err(|e| e.to_string())?;
-    Ok(Link {
-        ep,
-        token,
-        greeted: false,
-        next_id: 1,
-        waiting: None,
-        broken: false,
-    })
+    fn release_link_failed(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
+        if let Some(held) = self.link.take() {
+            pool.give_back(cx, held.link, false);
+        }
+    }
+
+    /// Content for cleanup. A link that fails here is closed; the end of
+    /// data then finds no link and is answered 451.
+    fn send_data(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, bytes: Vec<u8>) {
+        let Some(held) = self.link.as_mut() else {
+            return;
+        };
+        let sent = if bytes.len() > MAX_CHUNK {
+            bytes.chunks(MAX_CHUNK).try_for_each(|c| {
+                held.link
+                    .send(&Request::Data { bytes: c.to_vec() })
+                    .map(drop)
+            })
+        } else {
+            // Queued only: the end of data (or the end of this turn) writes
+            // it, so a small message's content and End go in one write.
+            held.link.send_later(&Request::Data { bytes }).map(drop)
+        };
+        if let Err(e) = sent {
+            msg_warn!("cleanup link: {e}");
+            self.break_link(cx, pool);
+        }
+    }
+
+    /// The end of the content: cleanup answers once the message is durable.
+    fn send_end(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
+        let Some(held) = self.link.as_mut() else {
+            return;
+        };
+        let deadline = cx.now + self.cleanup_timeout;
+        match held.link.send(&Request::End) {
+            Ok(id) => held.waiting = Some((id, Waiting::Queued, deadline)),
+            Err(e) => {
+                msg_warn!("cleanup link: {e}");
+                // Owed an answer that will not come: answered 451 now.
+                held.waiting = Some((0, Waiting::Queued, deadline));
+                self.break_link(cx, pool);
+            }
+        }
+    }
 }

@@ -11,6 +11,7 @@
 mod anvil;
 mod conn;
 mod misconfigured;
+mod pool;
 mod router;
 mod server;
 mod settings;
@@ -24,7 +25,9 @@ const FIXED_FDS: u64 = 64;
 fn main() {
     // One process serves many sessions: max_use (counted in clients) would
     // restart it every hundred connections, so only max_idle applies.
-    // A session holds its socket and, once it sends mail, a link to cleanup.
+    // A session holds its socket and, while it sends a message, a link to
+    // cleanup (idle links are kept for the next message, no more than
+    // sessions have had at once).
     // Past the open-file limit accept() fails and clients wait unanswered in
     // the listen queue (at the usual 1024, about a thousand sessions): a full
     // process says it is busy instead, and master starts another, up to the

@@ -1,4 +1,5 @@
-//! The smtpd event loop's state: sessions by token, anvil, deadlines.
+//! The smtpd event loop's state: sessions by token, the pool of cleanup
+//! links, anvil and the router, deadlines.
 //!
 //! A client whose connection anvil must count is held, unread and not yet
 //! greeted, until anvil's answer (or its deadline) decides the greeting.
@@ -14,6 +15,7 @@ use mio::{Interest, Token};
 
 use crate::anvil::{AnvilLink, Counts};
 use crate::conn::{Conn, Shared};
+use crate::pool::Pool;
 use crate::router::{Answer, RouterLink};
 use crate::settings;
 
@@ -21,11 +23,8 @@ use crate::settings;
 pub struct SmtpServer {
     shared: Shared,
     conns: BTreeMap<Token, Conn>,
-    /// cleanup link token → session token.
-    links: BTreeMap<Token, Token>,
-    /// session token → the link token it has in `links` (a session that
-    /// replaces its link must not leave the old token behind).
-    link_of: BTreeMap<Token, Token>,
+    /// The links to cleanup, lent to sessions one message at a time.
+    pool: Pool,
     /// anvil, for the client connection limits; one link for all sessions.
     anvil: AnvilLink,
     /// Clients waiting for anvil's counts before their greeting.
@@ -45,6 +44,7 @@ impl SmtpServer {
         let s = settings::build(&ctx.config, tls.is_some(), chrooted)?;
         Ok(SmtpServer {
             router: RouterLink::new(&s.queue_root, s.router_timeout),
+            pool: Pool::new(&s.queue_root, s.ipc_idle),
             anvil: AnvilLink::new(&s.queue_root, s.anvil_timeout),
             pending: BTreeMap::new(),
             shared: Shared {
@@ -53,8 +53,6 @@ impl SmtpServer {
                 tls,
             },
             conns: BTreeMap::new(),
-            links: BTreeMap::new(),
-            link_of: BTreeMap::new(),
             counted: std::collections::BTreeSet::new(),
             service: ctx.args.service.clone(),
             chrooted,
@@ -103,7 +101,7 @@ impl SmtpServer {
         peer: SocketAddr,
         refuse: Option<String>,
     ) {
-        let mut c = Conn::new(stream, peer, &self.shared, refuse, cx.now);
+        let mut c = Conn::new(stream, token, peer, &self.shared, refuse, cx.now);
         let registered =
             cx.registry
                 .register(c.socket(), token, Interest::READABLE | Interest::WRITABLE);
@@ -130,12 +128,9 @@ impl SmtpServer {
         let Some(mut c) = self.conns.remove(&token) else {
             return;
         };
-        if let Some(lt) = self.link_of.remove(&token) {
-            self.links.remove(&lt);
-        }
         self.router.forget(token);
         self.anvil.forget(token);
-        c.shutdown(cx.registry);
+        c.shutdown(cx, &mut self.pool);
         msg_info!("disconnect from {} {}", c.client_label(), c.stats());
         if self.counted.remove(&token) {
             self.anvil
@@ -156,29 +151,17 @@ impl SmtpServer {
     fn after_io(&mut self, cx: &mut Cx<'_>, token: Token) {
         let done = match self.conns.get_mut(&token) {
             Some(c) => {
-                c.drive(cx, &self.shared);
+                c.drive(cx, &self.shared, &mut self.pool);
                 while let Some((address, smtputf8)) = c.take_router_question() {
                     if let Err(e) = self.router.ask(cx, token, address, smtputf8) {
                         c.router_answer(&self.shared, Err(e));
-                        c.drive(cx, &self.shared);
+                        c.drive(cx, &self.shared, &mut self.pool);
                     }
                 }
                 if c.take_rearm() {
                     let interest = Interest::READABLE | Interest::WRITABLE;
                     if let Err(e) = cx.registry.reregister(c.socket(), token, interest) {
                         msg_warn!("register client again: {e}");
-                    }
-                }
-                let now = c.link_token();
-                let before = self.link_of.get(&token).copied();
-                if now != before {
-                    if let Some(old) = before {
-                        self.links.remove(&old);
-                        self.link_of.remove(&token);
-                    }
-                    if let Some(lt) = now {
-                        self.links.insert(lt, token);
-                        self.link_of.insert(token, lt);
                     }
                 }
                 c.is_done()
@@ -225,11 +208,14 @@ impl Server for SmtpServer {
             self.anvil_answers(cx, answers);
             return;
         }
-        if let Some(&owner) = self.links.get(&token) {
+        if let Some(owner) = self.pool.owner(token) {
             if let Some(c) = self.conns.get_mut(&owner) {
-                c.link_ready(cx);
+                c.link_ready(cx, &mut self.pool, readable);
             }
             self.after_io(cx, owner);
+            return;
+        }
+        if self.pool.idle_event(cx, token, readable) {
             return;
         }
         if let Some(c) = self.conns.get_mut(&token) {
@@ -243,6 +229,7 @@ impl Server for SmtpServer {
         self.router_answers(cx, late);
         let late = self.anvil.expired(cx.now);
         self.anvil_answers(cx, late);
+        self.pool.expire(cx);
         let expired: Vec<Token> = self
             .conns
             .iter()
@@ -251,7 +238,7 @@ impl Server for SmtpServer {
             .collect();
         for t in expired {
             if let Some(c) = self.conns.get_mut(&t) {
-                c.timed_out(cx);
+                c.timed_out(cx, &mut self.pool);
             }
             self.after_io(cx, t);
         }
@@ -263,6 +250,7 @@ impl Server for SmtpServer {
             .into_iter()
             .chain(self.router.next_deadline())
             .chain(self.anvil.next_deadline())
+            .chain(self.pool.next_deadline())
             .min()
     }
 
@@ -276,6 +264,7 @@ impl Server for SmtpServer {
             Ok(s) => {
                 self.router.set_timeout(s.router_timeout);
                 self.anvil.set_timeout(s.anvil_timeout);
+                self.pool.set_ttl(s.ipc_idle);
                 self.shared.settings = s;
             }
             Err(e) => msg_warn!("reload: {e}; keeping the running settings"),

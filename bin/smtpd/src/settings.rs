@@ -24,6 +24,8 @@ pub struct Settings {
     pub anvil_timeout: Duration,
     /// `smtpd_cleanup_timeout`.
     pub cleanup_timeout: Duration,
+    /// `ipc_idle`: how long an unused link to cleanup is kept.
+    pub ipc_idle: Duration,
     /// `queue_minfree`.
     pub queue_minfree: u64,
     /// `smtpd_per_record_deadline`: the timeout restarts only when a record
@@ -134,6 +136,7 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         router_timeout: cfg.time("smtpd_router_timeout"),
         anvil_timeout: cfg.time("smtpd_anvil_timeout"),
         cleanup_timeout: cfg.time("smtpd_cleanup_timeout"),
+        ipc_idle: cfg.time("ipc_idle"),
         queue_minfree: cfg.size("queue_minfree"),
         per_record: cfg.bool("smtpd_per_record_deadline"),
         record_len,

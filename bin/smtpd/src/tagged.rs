@@ -124,7 +124,7 @@ impl<P: Protocol> TaggedLink<P> {
         let Some(link) = self.link.as_mut() else {
             return out;
         };
-        match link.ready() {
+        match link.event(true, cx.closed) {
             Ok(answers) => {
                 if !answers.is_empty() {
                     self.outage = false;

@@ -28,6 +28,9 @@ enum Sink {
 struct Logger {
     ident: String,
     host: String,
+    /// Read once: getpid(2) is a system call on every line otherwise, and
+    /// a daemon never forks without exec.
+    pid: u32,
     sinks: Vec<Sink>,
 }
 
@@ -112,6 +115,7 @@ pub fn init(setup: &LogSetup) -> std::io::Result<()> {
     *LOGGER.lock().unwrap_or_else(|p| p.into_inner()) = Some(Logger {
         ident,
         host: short_host(),
+        pid: std::process::id(),
         sinks,
     });
     match err {
@@ -197,14 +201,7 @@ pub fn write(level: Level, text: &str) {
         return;
     };
     let stamp = sys::time::syslog_stamp(std::time::SystemTime::now());
-    let line = format_line(
-        &stamp,
-        &logger.host,
-        &logger.ident,
-        std::process::id(),
-        level,
-        text,
-    );
+    let line = format_line(&stamp, &logger.host, &logger.ident, logger.pid, level, text);
     for sink in &mut logger.sinks {
         match sink {
             Sink::File(f) => {

@@ -26,6 +26,8 @@ use crate::{msg_fatal, msg_info, msg_warn};
 const SIGNALS: Token = Token(0);
 const LIFE: Token = Token(1);
 const FIRST_LISTENER: usize = 2;
+/// How often at most a changed use count alone is reported to master.
+const USES_REPORT: Duration = Duration::from_secs(1);
 /// Tokens below this are the skeleton's; daemons get theirs from [`Cx::token`].
 const FIRST_DAEMON_TOKEN: usize = 1 << 16;
 
@@ -57,6 +59,10 @@ pub struct Cx<'a> {
     pub registry: &'a Registry,
     /// The time of this loop iteration.
     pub now: Instant,
+    /// The event being handled says the peer closed its side (read-closed):
+    /// for [`ipc::Endpoint::read_event`], which otherwise stops reading at
+    /// the first short read.
+    pub closed: bool,
     next_token: &'a mut usize,
 }
 
@@ -299,13 +305,16 @@ fn event_loop<S: Server>(
     };
     let mut uses: u64 = 0;
     let mut next_token = FIRST_DAEMON_TOKEN;
-    let mut last_state = None;
+    let mut last_state: Option<(ChildState, u64)> = None;
+    let mut last_report = clock.now();
+    let pid = std::process::id() as i32;
     let mut idle_since = clock.now();
     let mut retiring = false;
     {
         let mut cx = Cx {
             registry: poll.registry(),
             now: clock.now(),
+            closed: false,
             next_token: &mut next_token,
         };
         server.start(&mut cx);
@@ -319,11 +328,20 @@ fn event_loop<S: Server>(
         } else {
             ChildState::Available
         };
-        // Report changes of state, and of the use count (master shows it,
-        // and a process that has served is no longer a failed start).
-        if last_state != Some((state, uses)) {
+        // Report changes of state at once, and of the use count (master
+        // shows it, and a process that has served is no longer a failed
+        // start) at once the first time, then at most once a second: a
+        // record per accepted client cost master a wakeup per message.
+        let now = clock.now();
+        let report = match last_state {
+            None => true,
+            Some((s, _)) if s != state => true,
+            Some((_, u)) if u == uses => false,
+            Some((_, u)) => u == 0 || now >= last_report + USES_REPORT,
+        };
+        if report {
             let rec = StatusRecord {
-                pid: std::process::id() as i32,
+                pid,
                 state,
                 uses: uses as u32,
             };
@@ -332,6 +350,7 @@ fn event_loop<S: Server>(
                 break;
             }
             last_state = Some((state, uses));
+            last_report = now;
         }
         let want_listen = !exhausted && clients < opts.max_clients;
         if want_listen != listening {
@@ -345,6 +364,11 @@ fn event_loop<S: Server>(
             break;
         }
         let mut deadline = server.next_deadline();
+        if last_state.is_some_and(|(_, u)| u != uses) {
+            // A use count not reported yet goes out within the second.
+            let due = last_report + USES_REPORT;
+            deadline = Some(deadline.map_or(due, |d| d.min(due)));
+        }
         if !max_idle.is_zero() && clients == 0 {
             let idle_end = idle_since + max_idle;
             if idle_end <= now {
@@ -359,6 +383,7 @@ fn event_loop<S: Server>(
         let mut cx = Cx {
             registry: poll.registry(),
             now,
+            closed: false,
             next_token: &mut next_token,
         };
         for ev in events.iter() {
@@ -421,12 +446,16 @@ fn event_loop<S: Server>(
                         uses,
                     );
                 }
-                t => server.ready(
-                    &mut cx,
-                    t,
-                    ev.is_readable() || ev.is_read_closed(),
-                    ev.is_writable(),
-                ),
+                t => {
+                    cx.closed = ev.is_read_closed() || ev.is_error();
+                    server.ready(
+                        &mut cx,
+                        t,
+                        ev.is_readable() || ev.is_read_closed(),
+                        ev.is_writable(),
+                    );
+                    cx.closed = false;
+                }
             }
         }
         // Deadlines may be computed from the clock as it is when asked, so

@@ -57,7 +57,10 @@ pub enum Request {
     },
     /// Content, wire format, at most [`MAX_CHUNK`] bytes.
     Data {
-        /// The bytes.
+        /// The bytes: one byte string, copied whole (bincode writes it as
+        /// it wrote the `Vec<u8>` before, byte for byte, so the version
+        /// stands; serde's `Vec<u8>` went through them one at a time).
+        #[serde(with = "queue::byte_string")]
         bytes: Vec<u8>,
     },
     /// The content is complete; answer once it is durable.

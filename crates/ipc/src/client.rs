@@ -5,7 +5,7 @@
 //! responses to other ids that arrive first are kept for their own `call`.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::marker::PhantomData;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -88,16 +88,13 @@ impl<P: Protocol> Client<P> {
     }
 
     fn read_frame<T: serde::de::DeserializeOwned>(&mut self) -> Result<T, IpcError> {
-        let mut buf = [0u8; 16 * 1024];
         loop {
-            if let Some(payload) = self.frames.next_frame()? {
-                return decode(&payload);
+            if let Some(payload) = self.frames.next_payload()? {
+                return decode(payload);
             }
-            let n = self.stream.read(&mut buf)?;
-            if n == 0 {
+            if self.frames.read_from(&mut self.stream)?.bytes == 0 {
                 return Err(IpcError::Closed);
             }
-            self.frames.push(&buf[..n]);
         }
     }
 }

@@ -1,18 +1,20 @@
 //! The non-blocking end of an IPC connection, for mio event loops.
 //!
-//! The loop calls [`Endpoint::read_ready`] when the socket is readable and
+//! The loop calls [`Endpoint::read_event`] (or [`Endpoint::read_ready`],
+//! which reads on to EAGAIN) when the socket is readable and
 //! [`Endpoint::write_ready`] when it is writable; frames come out of
-//! [`Endpoint::recv`] and go in through [`Endpoint::send`]. Both buffers are
-//! bounded: a peer that sends frames over the limit or stops reading its
+//! [`Endpoint::recv`], decoded where they were read, and go in through
+//! [`Endpoint::send`], encoded straight into the output buffer. Both buffers
+//! are bounded: a peer that sends frames over the limit or stops reading its
 //! answers gets an error, which the caller turns into closing the connection.
 
-use std::io::{Read, Write};
+use std::io::Write;
 
 use mio::net::UnixStream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::{decode, encode, FrameBuf, Hello, HelloReply, IpcError, Protocol, Tagged};
+use crate::{decode, encode_into, FrameBuf, Hello, HelloReply, IpcError, Protocol, Tagged};
 
 /// Outgoing bytes we hold for a slow reader before giving up on it.
 pub const MAX_OUTGOING: usize = 32 << 20;
@@ -79,22 +81,37 @@ impl Endpoint {
 
     /// Reads everything available; returns false once the peer has closed.
     pub fn read_ready(&mut self) -> Result<bool, IpcError> {
-        let mut buf = [0u8; 16 * 1024];
+        self.fill(true)
+    }
+
+    /// Reads what an edge-triggered readable event announced: stops at the
+    /// first read that leaves the socket empty (returns less than it could
+    /// take), which saves the read that would fail with EAGAIN, since data
+    /// arriving later raises a new event. `closed` is the event's
+    /// read-closed flag: the peer's end of file came with the data and no
+    /// new event will tell of it, so then it reads on to the end.
+    pub fn read_event(&mut self, closed: bool) -> Result<bool, IpcError> {
+        self.fill(closed)
+    }
+
+    fn fill(&mut self, to_eagain: bool) -> Result<bool, IpcError> {
         self.stalled = false;
         loop {
-            match self.stream.read(&mut buf) {
-                Ok(0) => {
+            match self.frames.read_from(&mut self.stream) {
+                Ok(f) if f.bytes == 0 => {
                     self.eof = true;
                     return Ok(false);
                 }
-                Ok(n) => {
-                    self.frames.push(&buf[..n]);
+                Ok(f) => {
                     // Stop reading while a whole frame's worth is waiting to
                     // be handled: backpressure instead of unbounded buffering.
                     if self.frames.pending() > READ_BOUND {
                         // The socket may hold more and, edge-triggered, will
                         // not say so again: `recv` reads on once this drains.
                         self.stalled = true;
+                        return Ok(true);
+                    }
+                    if !f.full && !to_eagain {
                         return Ok(true);
                     }
                 }
@@ -115,8 +132,8 @@ impl Endpoint {
     /// [`Endpoint::is_eof`] after draining rather than `read_ready`'s answer.
     pub fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, IpcError> {
         loop {
-            if let Some(p) = self.frames.next_frame()? {
-                return decode(&p).map(Some);
+            if let Some(p) = self.frames.next_payload()? {
+                return decode(p).map(Some);
             }
             if !self.stalled || self.eof {
                 return Ok(None);
@@ -159,8 +176,7 @@ impl Endpoint {
         if self.out.len() - self.out_pos > MAX_OUTGOING {
             return Err(IpcError::Backlog);
         }
-        self.out.extend_from_slice(&encode(msg));
-        Ok(())
+        encode_into(&mut self.out, msg)
     }
 
     /// Queues a response to request `id` and tries to write it at once.

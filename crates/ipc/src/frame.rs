@@ -2,8 +2,9 @@
 //!
 //! A frame is a big-endian u32 length and that many payload bytes. The
 //! decoder never holds more than one maximum-size frame plus one read's
-//! worth of input, so a peer cannot make us allocate without bound: a length
-//! over [`MAX_FRAME`] is an error before any payload is buffered.
+//! worth of input (its owner stops reading past that), so a peer cannot
+//! make us allocate without bound: a length over [`MAX_FRAME`] is an error
+//! before any payload is buffered.
 
 use crate::IpcError;
 
@@ -23,11 +24,33 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Bytes offered to one read: a small message's frames arrive in one.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Capacity kept after the buffer empties; a large frame's is released.
+const KEEP: usize = 256 * 1024;
+
 /// Accumulates bytes from a stream and yields whole frames.
+///
+/// The socket is read straight into the buffer and frames are decoded in
+/// place ([`FrameBuf::next_payload`]), so a payload is copied once, by the
+/// kernel, on its way in.
 #[derive(Debug, Default)]
 pub struct FrameBuf {
+    /// Initialised storage; `start..end` holds what is not yet returned.
     buf: Vec<u8>,
     start: usize,
+    end: usize,
+}
+
+/// What one read into a [`FrameBuf`] gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Filled {
+    /// Bytes read; 0 is end of file.
+    pub bytes: usize,
+    /// The read filled all the room it was offered: the socket may hold
+    /// more. A stream read that returns less has emptied the socket.
+    pub full: bool,
 }
 
 impl FrameBuf {
@@ -36,23 +59,57 @@ impl FrameBuf {
         Self::default()
     }
 
-    /// Appends bytes read from the peer.
-    pub fn push(&mut self, bytes: &[u8]) {
-        if self.start > 0 && self.start == self.buf.len() {
-            self.buf.clear();
+    /// Makes room for at least `want` bytes after `end`.
+    fn room(&mut self, want: usize) {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > KEEP {
+                self.buf = Vec::new();
+            }
+        }
+        if self.buf.len() - self.end >= want {
+            return;
+        }
+        if self.start > 0 {
+            // Only a partial frame is left to move.
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
             self.start = 0;
         }
-        self.buf.extend_from_slice(bytes);
+        if self.buf.len() - self.end < want {
+            let len = (self.end + want).max(self.buf.len() * 2);
+            self.buf.resize(len, 0);
+        }
+    }
+
+    /// Appends bytes read from the peer.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.room(bytes.len());
+        self.buf[self.end..self.end + bytes.len()].copy_from_slice(bytes);
+        self.end += bytes.len();
+    }
+
+    /// Reads once from `r` into the buffer.
+    pub fn read_from<R: std::io::Read>(&mut self, r: &mut R) -> std::io::Result<Filled> {
+        self.room(READ_CHUNK);
+        let offered = self.buf.len() - self.end;
+        let n = r.read(&mut self.buf[self.end..])?;
+        self.end += n;
+        Ok(Filled {
+            bytes: n,
+            full: n == offered,
+        })
     }
 
     /// Bytes buffered and not yet returned as frames.
     pub fn pending(&self) -> usize {
-        self.buf.len() - self.start
+        self.end - self.start
     }
 
-    /// The next whole frame's payload, if one has arrived.
-    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, IpcError> {
-        let avail = &self.buf[self.start..];
+    /// The next whole frame's payload, borrowed from the buffer.
+    pub fn next_payload(&mut self) -> Result<Option<&[u8]>, IpcError> {
+        let avail = &self.buf[self.start..self.end];
         if avail.len() < 4 {
             return Ok(None);
         }
@@ -63,15 +120,14 @@ impl FrameBuf {
         if avail.len() < 4 + len as usize {
             return Ok(None);
         }
-        let payload = avail[4..4 + len as usize].to_vec();
-        self.start += 4 + len as usize;
-        // Compact once the consumed prefix dominates, so a long-lived
-        // connection does not keep every byte it ever received.
-        if self.start > 64 * 1024 && self.start * 2 > self.buf.len() {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
-        Ok(Some(payload))
+        let at = self.start + 4;
+        self.start = at + len as usize;
+        Ok(Some(&self.buf[at..self.start]))
+    }
+
+    /// The next whole frame's payload, if one has arrived.
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, IpcError> {
+        Ok(self.next_payload()?.map(<[u8]>::to_vec))
     }
 }
 
@@ -101,6 +157,38 @@ mod tests {
             );
             assert_eq!(fb.pending(), 0);
         }
+    }
+
+    #[test]
+    fn reads_fill_in_place_and_say_when_the_socket_is_empty() {
+        let mut stream = frame(&[1u8; 100]);
+        stream.extend(frame(&vec![2u8; 3 * READ_CHUNK]));
+        let mut src = std::io::Cursor::new(stream);
+        let mut fb = FrameBuf::new();
+        let mut got = vec![];
+        loop {
+            let f = fb.read_from(&mut src).unwrap();
+            while let Some(p) = fb.next_payload().unwrap() {
+                got.push((p[0], p.len()));
+            }
+            if f.bytes == 0 {
+                break;
+            }
+        }
+        assert_eq!(got, vec![(1, 100), (2, 3 * READ_CHUNK)]);
+        assert_eq!(fb.pending(), 0);
+        // A short read is reported as such: nothing more is waiting.
+        let mut fb = FrameBuf::new();
+        let f = fb
+            .read_from(&mut std::io::Cursor::new(frame(b"x")))
+            .unwrap();
+        assert_eq!(
+            f,
+            Filled {
+                bytes: 5,
+                full: false
+            }
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub mod submission;
 
 pub use client::Client;
 pub use endpoint::Endpoint;
-pub use frame::{FrameBuf, MAX_FRAME};
+pub use frame::{Filled, FrameBuf, MAX_FRAME};
 pub use link::Link;
 
 use serde::de::DeserializeOwned;
@@ -156,9 +156,28 @@ impl From<std::io::Error> for IpcError {
 
 /// Serializes a message into a whole frame, length prefix included.
 pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
-    let payload = bincode::serde::encode_to_vec(msg, bincode::config::standard())
+    let mut out = Vec::new();
+    if let Err(e) = encode_into(&mut out, msg) {
+        panic!("ipc: {e}: a message of our own over MAX_FRAME");
+    }
+    out
+}
+
+/// Appends a message as a whole frame to `out`, serialized in place (no
+/// payload copied again to prefix its length). `BadFrame` when it would be
+/// over [`MAX_FRAME`]; `out` is then as it was.
+pub fn encode_into<T: Serialize>(out: &mut Vec<u8>, msg: &T) -> Result<(), IpcError> {
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    bincode::serde::encode_into_std_write(msg, out, bincode::config::standard())
         .expect("ipc: in-memory serialization of our own types cannot fail");
-    frame::frame(&payload)
+    let len = out.len() - at - 4;
+    if len == 0 || len > MAX_FRAME as usize {
+        out.truncate(at);
+        return Err(IpcError::BadFrame(u32::try_from(len).unwrap_or(u32::MAX)));
+    }
+    out[at..at + 4].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(())
 }
 
 /// Deserializes one frame's payload.

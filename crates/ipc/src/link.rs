@@ -1,9 +1,15 @@
 //! The non-blocking client side of a connection, for daemons that talk to
-//! other daemons from their event loop (qmgr to the router and the
-//! delivery agents, smtpd to cleanup, cleanup to qmgr).
+//! other daemons from their event loop: qmgr to the router, the delivery
+//! agents and cleanup (notices); smtpd to cleanup (a pool of links shared
+//! by its sessions), the router and anvil; cleanup to qmgr and the router.
+//! No daemon has a client of its own; tools and one-shot submissions
+//! (sendmail, local's forwarding) use the blocking [`crate::Client`].
 //!
 //! Requests go out at once, tagged with increasing ids, the handshake in
 //! front of the first; answers come back in any order, matched by id.
+//! [`Link::ready`] reads until the socket says EAGAIN; [`Link::event`]
+//! reads what one edge-triggered event announced and no more (see
+//! [`Endpoint::read_event`]), which saves a failed read per answer.
 
 use std::marker::PhantomData;
 use std::path::Path;
@@ -53,11 +59,48 @@ impl<P: Protocol> Link<P> {
         Ok(id)
     }
 
+    /// Queues a request without writing it (the next `send` or `flush`
+    /// does): requests that follow each other go out in one write.
+    pub fn send_later(&mut self, req: &P::Request) -> Result<u64, IpcError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.ep.queue_reply(id, req)?;
+        Ok(id)
+    }
+
+    /// Writes what is queued, as much as the socket takes.
+    pub fn flush(&mut self) -> Result<(), IpcError> {
+        self.ep.write_ready()
+    }
+
     /// Reads what arrived: the answers, by request id. `Err` when the
     /// connection is unusable (closed, refused, garbled).
     pub fn ready(&mut self) -> Result<Vec<(u64, P::Response)>, IpcError> {
-        let open = self.ep.read_ready()?;
-        self.ep.write_ready()?;
+        self.ep.read_ready()?;
+        self.answers()
+    }
+
+    /// Handles one event on the link: reads only when it is `readable`
+    /// (a peer that takes our data makes the socket writable: there is
+    /// nothing to read then), as [`Endpoint::read_event`] does with the
+    /// event's read-closed flag `closed`, and writes what waits. The
+    /// answers, by request id, as [`Link::ready`].
+    pub fn event(
+        &mut self,
+        readable: bool,
+        closed: bool,
+    ) -> Result<Vec<(u64, P::Response)>, IpcError> {
+        if readable || closed {
+            self.ep.read_event(closed)?;
+        }
+        self.answers()
+    }
+
+    fn answers(&mut self) -> Result<Vec<(u64, P::Response)>, IpcError> {
+        let open = !self.ep.is_eof();
+        if self.ep.wants_write() {
+            self.ep.write_ready()?;
+        }
         let mut out = Vec::new();
         if !self.greeted {
             match self.ep.recv::<HelloReply>()? {
@@ -81,6 +124,16 @@ impl<P: Protocol> Link<P> {
         // A close that came with answers: the caller handles them, then
         // sees `is_closed` (edge-triggered polling brings no further event).
         Ok(out)
+    }
+
+    /// Whether the server has accepted the handshake.
+    pub fn is_greeted(&self) -> bool {
+        self.greeted
+    }
+
+    /// Bytes sent and not yet taken by the socket.
+    pub fn pending_output(&self) -> usize {
+        self.ep.pending_output()
     }
 
     /// Whether the peer has closed the connection (after the answers read

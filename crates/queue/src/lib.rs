@@ -75,7 +75,8 @@ pub use msgfile::{
 };
 pub use pool::{Claim, Pool, PoolConfig};
 pub use record::{
-    decode_frame, encode_frame, DataRef, DataSpan, FrameError, Lsn, MessageHead, Record, Storage,
+    byte_string, decode_frame, encode_frame, DataRef, DataSpan, FrameError, Lsn, MessageHead,
+    Record, Storage,
 };
 pub use recover::{collect_garbage, recover, recover_on, Recovered, RecoveryReport};
 pub use replay::{

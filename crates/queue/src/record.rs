@@ -62,16 +62,18 @@ pub enum DataRef {
 /// string alike (a varint length, then the bytes), so the journal format is
 /// unchanged; but serde's `Vec<T>` decodes byte by byte, which was about
 /// 40% of qmgr's restart on a million inline messages, and a byte string
-/// is one copy.
-mod byte_string {
+/// is one copy. ipc's cleanup protocol carries content the same way.
+pub mod byte_string {
     use serde::de::{Deserializer, Error, SeqAccess, Visitor};
     use serde::Serializer;
     use std::fmt;
 
+    /// Writes bytes as one byte string.
     pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
         s.serialize_bytes(v)
     }
 
+    /// Reads a byte string (or a sequence of bytes) into a `Vec`.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         d.deserialize_byte_buf(Bytes)
     }

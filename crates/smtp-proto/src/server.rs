@@ -621,7 +621,9 @@ impl Session {
                     self.read_line(rest, quit_only)
                 }
                 State::ExpectData(mut rx) => {
-                    let mut out = Vec::new();
+                    // Content comes out about as long as it went in: one
+                    // allocation, no copies as the buffer grows.
+                    let mut out = Vec::with_capacity(rest.len());
                     let (n, end) = rx.feed(rest, &mut out);
                     if !out.is_empty() {
                         self.actions.push_back(Action::Data(out));
@@ -1021,7 +1023,7 @@ impl Session {
         let remaining = remaining - take as u64;
         if fail.is_none() {
             if let Some(rx) = self.tx.as_mut().and_then(|t| t.bdat.as_mut()) {
-                let mut out = Vec::new();
+                let mut out = Vec::with_capacity(take);
                 rx.feed(&rest[..take], &mut out);
                 if !out.is_empty() {
                     self.actions.push_back(Action::Data(out));

@@ -15,6 +15,9 @@ pub struct ReadStatus {
     pub bytes: usize,
     /// The peer closed the connection (or its TLS session).
     pub eof: bool,
+    /// The socket is known to be empty (a read returned EAGAIN, or less
+    /// than it could take): new input raises a new event.
+    pub drained: bool,
 }
 
 /// A TCP connection, plaintext or TLS.
@@ -122,8 +125,24 @@ impl Stream {
     /// and calls again (mio is edge-triggered, so the caller must keep
     /// reading until `bytes == 0` or it has room again).
     pub fn read(&mut self, buf: &mut Vec<u8>, limit: usize) -> io::Result<ReadStatus> {
+        self.read_event(buf, limit, true)
+    }
+
+    /// As [`Stream::read`] for one edge-triggered readable event, saving
+    /// the read that would fail with EAGAIN: in plaintext, a read that
+    /// returns less than it asked for has emptied the socket, and anything
+    /// arriving later raises a new event. `closed` is the event's
+    /// read-closed flag: the end of file came with the data and nothing
+    /// will announce it again, so then it reads to the end.
+    pub fn read_event(
+        &mut self,
+        buf: &mut Vec<u8>,
+        limit: usize,
+        closed: bool,
+    ) -> io::Result<ReadStatus> {
         let start = buf.len();
         let mut eof = false;
+        let mut drained = false;
         match &mut self.tls {
             None => {
                 let mut chunk = [0u8; 16 * 1024];
@@ -134,8 +153,17 @@ impl Stream {
                             eof = true;
                             break;
                         }
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Ok(n) => {
+                            buf.extend_from_slice(&chunk[..n]);
+                            if n < want && !closed {
+                                drained = true;
+                                break;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            drained = true;
+                            break;
+                        }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(e) => return Err(e),
                     }
@@ -172,7 +200,10 @@ impl Stream {
                                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
                             }
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            drained = true;
+                            break;
+                        }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(e) => return Err(e),
                     }
@@ -184,6 +215,7 @@ impl Stream {
         Ok(ReadStatus {
             bytes: buf.len() - start,
             eof,
+            drained,
         })
     }
 
