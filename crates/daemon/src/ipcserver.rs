@@ -177,11 +177,18 @@ impl<P: Protocol, H: Handler<P>> IpcServer<P, H> {
     }
 
     /// Reads and hands on what a client sent; false when it is gone.
-    fn serve(&mut self, cx: &mut Cx<'_>, token: Token) -> Result<bool, IpcError> {
+    fn serve(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool) -> Result<bool, IpcError> {
+        let closed = cx.closed;
         let Some(c) = self.clients.get_mut(&token) else {
             return Ok(false);
         };
-        let open = c.ep.read_ready()?;
+        // Only what the event announced: no read that ends in EAGAIN, and
+        // none at all for a writable event (the client took our answers).
+        let open = if readable || closed {
+            c.ep.read_event(closed)?
+        } else {
+            !c.ep.is_eof()
+        };
         if !c.ep.accept_hello::<P>()? {
             return Ok(open);
         }
@@ -248,7 +255,7 @@ impl<P: Protocol, H: Handler<P>> Server for IpcServer<P, H> {
             self.with_replies(cx, |h, cx, out| h.ready(cx, out, token, readable, writable));
             return;
         }
-        match self.serve(cx, token) {
+        match self.serve(cx, token, readable) {
             Ok(true) => {}
             Ok(false) => self.drop_client(cx, token),
             Err(e) => {
