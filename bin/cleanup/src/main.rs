@@ -24,6 +24,6 @@ fn main() {
     daemon::run(
         opts,
         |_ctx| Ok(()),
-        |ctx, ()| server::CleanupServer::new(ctx),
+        |ctx, ()| server::CleanupServer::new(ctx).map(daemon::ipcserver::IpcServer::new),
     )
 }

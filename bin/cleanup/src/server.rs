@@ -1,5 +1,7 @@
 //! cleanup's clients, their messages in progress, and the links to the
-//! router (address mapping) and qmgr.
+//! router (address mapping) and qmgr. The clients' sockets, handshake and
+//! framing are `daemon::ipcserver`'s; answers made later (a commit, a
+//! mapping, a deadline) go out by the request's id.
 //!
 //! At `Begin`, the envelope sender and recipients go to the router in one
 //! request (canonical and virtual alias mapping, when maps are set and
@@ -27,11 +29,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use daemon::{msg_info, msg_warn, Conn, Context, Cx, Server};
+use daemon::ipcserver::{ClientId, Handler, Replies};
+use daemon::{msg_info, msg_warn, Context, Cx};
 use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
 use ipc::qmgr::{self, Qmgr};
 use ipc::router::{self, Router};
-use ipc::{Endpoint, Link, Tagged};
+use ipc::Link;
 use mail::{Envelope, QueueId, QueueIdGen, Timestamp};
 use mio::Token;
 use queue::{Draft, FileMode, MessageHead, Spool, SpoolConfig};
@@ -75,15 +78,16 @@ impl Msg {
     }
 }
 
+/// A client (smtpd, sendmail, local, qmgr's notices) and its message in
+/// progress; its socket is `daemon::ipcserver`'s.
 struct Client {
-    ep: Endpoint,
     peer: PeerCred,
     msg: Option<Msg>,
 }
 
 /// A message waiting for qmgr's commit.
 struct Pending {
-    client: Token,
+    client: ClientId,
     request: u64,
     id: QueueId,
     /// When the client gets 451 without it (`cleanup_qmgr_timeout`).
@@ -93,7 +97,7 @@ struct Pending {
 /// A complete message whose data is not committed yet because no qmgr
 /// has answered the link's hello.
 struct Parked {
-    client: Token,
+    client: ClientId,
     request: u64,
     msg: Msg,
     deadline: Instant,
@@ -109,14 +113,17 @@ struct QmgrLink {
 struct RouterLink {
     link: Link<Router>,
     /// Request id → the client and message asking.
-    waiting: BTreeMap<u64, (Token, QueueId)>,
+    waiting: BTreeMap<u64, (ClientId, QueueId)>,
 }
 
 /// The cleanup service.
 pub struct CleanupServer {
     spool: Spool,
     ids: QueueIdGen,
-    clients: BTreeMap<Token, Client>,
+    clients: BTreeMap<ClientId, Client>,
+    /// Answers made outside a request's own turn (a commit, a mapping, a
+    /// deadline), sent at the end of the callback.
+    outbox: Vec<(ClientId, u64, Response)>,
     qmgr: Option<QmgrLink>,
     qmgr_path: PathBuf,
     router: Option<RouterLink>,
@@ -166,6 +173,7 @@ impl CleanupServer {
             spool,
             ids: QueueIdGen::new(std::process::id()),
             clients: BTreeMap::new(),
+            outbox: Vec::new(),
             qmgr: None,
             qmgr_path: root.join("private/qmgr"),
             router: None,
@@ -186,14 +194,20 @@ impl CleanupServer {
         peer.uid == 0 || peer.uid == self.me
     }
 
-    fn handle(&mut self, cx: &mut Cx<'_>, token: Token, req: Tagged<Request>) -> Option<Response> {
+    fn handle(
+        &mut self,
+        cx: &mut Cx<'_>,
+        token: ClientId,
+        request: u64,
+        req: Request,
+    ) -> Option<Response> {
         let trusted = self
             .clients
             .get(&token)
             .map(|c| self.trusted(&c.peer))
             .unwrap_or(false);
         let peer = self.clients.get(&token).map(|c| c.peer)?;
-        match req.body {
+        match req {
             Request::Begin {
                 envelope,
                 origin,
@@ -302,11 +316,11 @@ impl CleanupServer {
                     write(&self.spool, &mut m, &out, size_limit);
                 }
                 if matches!(m.mapping, Mapping::Waiting) && m.error.is_none() {
-                    m.ended = Some((req.id, cx.now + self.router_timeout));
+                    m.ended = Some((request, cx.now + self.router_timeout));
                     c.msg = Some(m);
                     return None;
                 }
-                self.finish(cx, token, req.id, m)
+                self.finish(cx, token, request, m)
             }
             Request::Abort => {
                 let c = self.clients.get_mut(&token)?;
@@ -323,7 +337,7 @@ impl CleanupServer {
     fn finish(
         &mut self,
         cx: &mut Cx<'_>,
-        token: Token,
+        token: ClientId,
         request: u64,
         mut m: Msg,
     ) -> Option<Response> {
@@ -373,7 +387,7 @@ impl CleanupServer {
     fn commit(
         &mut self,
         cx: &mut Cx<'_>,
-        token: Token,
+        token: ClientId,
         request: u64,
         mut m: Msg,
     ) -> Option<Response> {
@@ -406,7 +420,13 @@ impl CleanupServer {
 
     /// Sends a message's recipients to the router; a router that cannot
     /// be reached settles the mapping as a temporary failure.
-    fn ask_router(&mut self, cx: &mut Cx<'_>, client: Token, id: QueueId, ask: &router::Request) {
+    fn ask_router(
+        &mut self,
+        cx: &mut Cx<'_>,
+        client: ClientId,
+        id: QueueId,
+        ask: &router::Request,
+    ) {
         if self.router.is_none() {
             let t = cx.token();
             match Link::<Router>::connect(&self.router_path, cx.registry, t) {
@@ -441,7 +461,7 @@ impl CleanupServer {
     fn settle(
         &mut self,
         cx: &mut Cx<'_>,
-        client: Token,
+        client: ClientId,
         id: QueueId,
         result: Result<(Option<String>, Vec<mail::Recipient>), Refusal>,
     ) {
@@ -516,7 +536,7 @@ impl CleanupServer {
     fn send_to_qmgr(
         &mut self,
         cx: &mut Cx<'_>,
-        client: Token,
+        client: ClientId,
         request: u64,
         head: MessageHead,
         hold: bool,
@@ -595,11 +615,14 @@ impl CleanupServer {
         }
     }
 
-    fn answer(&mut self, token: Token, request: u64, resp: Response) {
-        if let Some(c) = self.clients.get_mut(&token) {
-            if let Err(e) = c.ep.reply(request, &resp) {
-                msg_warn!("client pid {}: {e}", c.peer.pid);
-            }
+    fn answer(&mut self, client: ClientId, request: u64, resp: Response) {
+        self.outbox.push((client, request, resp));
+    }
+
+    /// Sends what `answer` held back.
+    fn send_answers(&mut self, out: &mut Replies<'_, Cleanup>) {
+        for (client, request, resp) in self.outbox.drain(..) {
+            out.send(client, request, &resp);
         }
     }
 
@@ -645,47 +668,7 @@ impl CleanupServer {
         }
     }
 
-    fn serve(
-        &mut self,
-        cx: &mut Cx<'_>,
-        token: Token,
-        readable: bool,
-    ) -> Result<bool, ipc::IpcError> {
-        let closed = cx.closed;
-        let Some(c) = self.clients.get_mut(&token) else {
-            return Ok(false);
-        };
-        // A writable event (the client took our answers) brings nothing to read.
-        let open = if readable || closed {
-            c.ep.read_event(closed)?
-        } else {
-            !c.ep.is_eof()
-        };
-        if !c.ep.accept_hello::<Cleanup>()? {
-            return Ok(open);
-        }
-        loop {
-            let Some(c) = self.clients.get_mut(&token) else {
-                return Ok(false);
-            };
-            let Some(req) = c.ep.recv::<Tagged<Request>>()? else {
-                break;
-            };
-            let id = req.id;
-            if let Some(resp) = self.handle(cx, token, req) {
-                self.answer(token, id, resp);
-            }
-        }
-        let Some(c) = self.clients.get_mut(&token) else {
-            return Ok(false);
-        };
-        if c.ep.wants_write() {
-            c.ep.write_ready()?;
-        }
-        Ok(!c.ep.is_eof() || c.ep.wants_write())
-    }
-
-    fn drop_client(&mut self, cx: &mut Cx<'_>, token: Token) {
+    fn drop_client(&mut self, token: ClientId) {
         let (gone, keep): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut self.parked)
             .into_iter()
             .partition(|p| p.client == token);
@@ -694,7 +677,6 @@ impl CleanupServer {
             p.msg.discard(&self.spool);
         }
         if let Some(mut c) = self.clients.remove(&token) {
-            let _ = cx.registry.deregister(c.ep.stream());
             if let Some(mut m) = c.msg.take() {
                 m.discard(&self.spool);
             }
@@ -869,7 +851,7 @@ fn open_qmgr(cx: &mut Cx<'_>, path: &std::path::Path) -> Result<QmgrLink, String
     })
 }
 
-impl Server for CleanupServer {
+impl Handler<Cleanup> for CleanupServer {
     fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
         // Messages being received keep what they were accepted under; the
         // next ones get the new values.
@@ -883,51 +865,48 @@ impl Server for CleanupServer {
         true
     }
 
-    fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
-        let Conn::Unix(stream) = conn else { return };
-        let token = cx.token();
-        let Ok(ep) = Endpoint::registered(stream, cx.registry, token) else {
-            return;
-        };
-        // Dropping the endpoint closes it, which also leaves the poll set.
-        let Ok(peer) = ep.peer() else { return };
-        self.clients.insert(
-            token,
-            Client {
-                ep,
-                peer,
-                msg: None,
-            },
-        );
-        self.ready(cx, token, true, true);
+    fn request(
+        &mut self,
+        cx: &mut Cx<'_>,
+        out: &mut Replies<'_, Cleanup>,
+        from: ClientId,
+        id: u64,
+        req: Request,
+    ) {
+        if let std::collections::btree_map::Entry::Vacant(e) = self.clients.entry(from) {
+            let Some(peer) = out.peer(from).copied() else {
+                return;
+            };
+            e.insert(Client { peer, msg: None });
+        }
+        if let Some(resp) = self.handle(cx, from, id, req) {
+            self.answer(from, id, resp);
+        }
+        self.send_answers(out);
     }
 
-    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, _writable: bool) {
+    fn gone(&mut self, _cx: &mut Cx<'_>, client: ClientId) {
+        self.drop_client(client);
+    }
+
+    fn ready(
+        &mut self,
+        cx: &mut Cx<'_>,
+        out: &mut Replies<'_, Cleanup>,
+        token: Token,
+        readable: bool,
+        _writable: bool,
+    ) {
         if self.qmgr.as_ref().is_some_and(|l| l.link.token() == token) {
             self.qmgr_ready(cx, readable);
-            return;
-        }
-        if self
+        } else if self
             .router
             .as_ref()
             .is_some_and(|r| r.link.token() == token)
         {
             self.router_ready(cx);
-            return;
         }
-        match self.serve(cx, token, readable) {
-            Ok(true) => {}
-            Ok(false) => self.drop_client(cx, token),
-            Err(e) => {
-                let pid = self.clients.get(&token).map_or(0, |c| c.peer.pid);
-                msg_warn!("client pid {pid}: {e}");
-                self.drop_client(cx, token);
-            }
-        }
-    }
-
-    fn clients(&self) -> usize {
-        self.clients.len()
+        self.send_answers(out);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -943,10 +922,10 @@ impl Server for CleanupServer {
         mapping.chain(parked).chain(pending).min()
     }
 
-    fn timeout(&mut self, cx: &mut Cx<'_>) {
+    fn timeout(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Cleanup>) {
         let now = cx.now;
         // Mappings the router did not give in time.
-        let late: Vec<(Token, QueueId)> = self
+        let late: Vec<(ClientId, QueueId)> = self
             .clients
             .iter()
             .filter_map(|(t, c)| {
@@ -987,5 +966,6 @@ impl Server for CleanupServer {
             );
             self.break_qmgr(cx);
         }
+        self.send_answers(out);
     }
 }

@@ -192,16 +192,24 @@ impl<P: Protocol, H: Handler<P>> IpcServer<P, H> {
         if !c.ep.accept_hello::<P>()? {
             return Ok(open);
         }
-        let mut reqs = Vec::new();
-        while let Some(req) = c.ep.recv::<Tagged<P::Request>>()? {
-            reqs.push(req);
-        }
+        // Each request is handled as it is decoded, so a client streaming a
+        // large message (cleanup's Data) is never buffered whole here.
         let from = ClientId(token);
-        self.with_replies(cx, |h, cx, out| {
-            for req in reqs {
-                h.request(cx, out, from, req.id, req.body);
-            }
-        });
+        loop {
+            let Some(c) = self.clients.get_mut(&token) else {
+                return Ok(false);
+            };
+            let Some(req) = c.ep.recv::<Tagged<P::Request>>()? else {
+                break;
+            };
+            let mut out = Replies {
+                clients: &mut self.clients,
+                touched: &mut self.touched,
+                _p: std::marker::PhantomData,
+            };
+            self.handler.request(cx, &mut out, from, req.id, req.body);
+        }
+        self.flush(cx);
         let Some(c) = self.clients.get_mut(&token) else {
             return Ok(false);
         };
