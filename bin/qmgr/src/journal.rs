@@ -120,6 +120,7 @@ impl Writer {
     }
 
     /// Why writes fail, while they do.
+    #[cfg(test)]
     pub fn stalled(&self) -> Option<&Refusal> {
         self.stall.as_ref().map(|s| &s.why)
     }
