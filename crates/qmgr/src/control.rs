@@ -393,3 +393,113 @@ fn state_word(held: bool, next_attempt: u64) -> &'static str {
         "active"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ipc::queuectl::{Request, Response, Selector};
+    use queue::Record;
+
+    use crate::testkit::{settings, World};
+    use crate::Event;
+
+    fn ask(w: &mut World, body: Request) -> Response {
+        w.handle(Event::Control {
+            client: 7,
+            request: 1,
+            body,
+        });
+        w.replies.pop().expect("an answer")
+    }
+
+    #[test]
+    fn list_and_show_give_each_recipients_state_and_last_reason() {
+        let mut w = World::new(settings());
+        let id = w.arrive("alice@a.example", &["r1@b.example", "r2@c.example"]);
+        w.route_all(&[]);
+        w.deliver_all(|a| if a.starts_with("r1") { 250 } else { 450 });
+        let Response::List(l) = ask(&mut w, Request::List) else {
+            panic!("a list");
+        };
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].id, id.to_string());
+        assert_eq!(l[0].state, "deferred");
+        assert_eq!(l[0].recipients.len(), 1, "only the pending one");
+        assert_eq!(l[0].recipients[0].address, "r2@c.example");
+        assert_eq!(
+            l[0].recipients[0].reason.as_deref(),
+            Some("4.0.0 450 reply")
+        );
+        let Response::Shown(Ok(text)) = ask(&mut w, Request::Show { id: id.to_string() }) else {
+            panic!("shown");
+        };
+        assert!(text.contains("<r1@b.example>: done"), "{text}");
+        assert!(
+            text.contains("<r2@c.example>: deferred (4.0.0 450 reply)"),
+            "{text}"
+        );
+        assert!(text.contains("  Subject: test"), "{text}");
+        let Response::Shown(Err(e)) = ask(&mut w, Request::Show { id: "nope".into() }) else {
+            panic!("refused");
+        };
+        assert_eq!(e, "nope: not a queue id");
+    }
+
+    #[test]
+    fn hold_keeps_a_deferred_message_from_its_retry_and_delete_removes_it() {
+        let mut w = World::new(settings());
+        let id = w.arrive("alice@a.example", &["r@b.example"]);
+        w.settle(|_| 450);
+        let sel = || Selector::Ids(vec![id.to_string()]);
+        assert_eq!(ask(&mut w, Request::Hold(sel())), Response::Done(1));
+        assert_eq!(
+            ask(&mut w, Request::Hold(sel())),
+            Response::Done(0),
+            "held already"
+        );
+        w.wait(std::time::Duration::from_secs(3600));
+        assert!(w.router.is_empty(), "a held message is not retried");
+        assert_eq!(
+            ask(&mut w, Request::Delete(Selector::All)),
+            Response::Done(1)
+        );
+        assert!(!w.live(id));
+        assert_eq!(w.removed, [id]);
+        assert!(matches!(w.records(id).last(), Some(Record::Removed { .. })));
+    }
+
+    #[test]
+    fn requeue_and_flush_make_deferred_mail_due_now() {
+        let mut w = World::new(settings());
+        let a = w.arrive("alice@a.example", &["r@b.example"]);
+        let b = w.arrive("bob@a.example", &["r@c.example"]);
+        w.settle(|_| 450);
+        let sel = Selector::Domain("@B.example".into());
+        assert_eq!(ask(&mut w, Request::Requeue(sel)), Response::Done(1));
+        assert_eq!(w.router.len(), 1, "only the message for b.example");
+        w.settle(|_| 250);
+        assert!(!w.live(a) && w.live(b));
+        assert_eq!(ask(&mut w, Request::Flush), Response::Flushed(1));
+        w.settle(|_| 250);
+        assert!(!w.live(b));
+        assert!(w.logged("flush: 1 deferred messages made due"));
+    }
+
+    #[test]
+    fn the_summary_counts_messages_by_state_and_results() {
+        let mut w = World::new(settings());
+        w.arrive("alice@a.example", &["r@b.example"]);
+        let held = w.stage("bob@a.example", &["r@c.example"], true);
+        w.handle(Event::Committed {
+            id: held,
+            hold: true,
+        });
+        w.settle(|_| 450);
+        let Response::Summary(s) = ask(&mut w, Request::Summary { top: 5 }) else {
+            panic!("a summary");
+        };
+        assert_eq!((s.messages, s.deferred, s.hold), (2, 1, 1));
+        assert_eq!(s.deferrals.total, 1);
+        assert_eq!(s.destinations[0].destination, "b.example");
+        assert_eq!(s.destinations[0].deferred, 1);
+    }
+}

@@ -57,6 +57,9 @@ pub(crate) struct InDelivery {
     pub(crate) added: bool,
     /// Activated by a flush: defer_transports do not hold it back.
     pub(crate) flush: bool,
+    /// The earliest next attempt of recipients deferred while routing: the
+    /// message's, if the scheduler never sees it.
+    retry_at: Option<Time>,
 }
 
 /// The scheduler and what the agents are doing.
@@ -126,6 +129,7 @@ impl<S: Store> QueueManager<S> {
             groups: Vec::new(),
             added: false,
             flush,
+            retry_at: None,
         };
         d.by_id.insert(id, qid);
         let smtputf8 = a.head.envelope.smtputf8;
@@ -160,9 +164,11 @@ impl<S: Store> QueueManager<S> {
 
     /// Journals and logs recipients deferred before any delivery attempt.
     pub(crate) fn defer_now(&mut self, qid: u64, rcpts: &[u32], reason: &str, next: Time) {
-        let Some(a) = self.deliver.msgs.get(&qid) else {
+        let Some(a) = self.deliver.msgs.get_mut(&qid) else {
             return;
         };
+        a.retry_at = Some(a.retry_at.map_or(next, |t| t.min(next)));
+        let a = &*a;
         let (status, text) = split_status(reason, "4.3.0");
         let mut lines = Vec::new();
         for &i in rcpts {
@@ -210,11 +216,16 @@ impl<S: Store> QueueManager<S> {
         self.append(rec);
     }
 
-    /// The message leaves delivery.
+    /// The message leaves delivery; it is due again at the earliest of
+    /// `next` (the scheduler's) and its recipients deferred while routing.
     pub(crate) fn finish(&mut self, qid: u64, next: Option<Time>) {
         if let Some(a) = self.deliver.msgs.remove(&qid) {
             self.deliver.by_id.remove(&a.id);
             self.deliver.logged.retain(|(q, _)| *q != qid);
+            let next = match (next, a.retry_at) {
+                (Some(n), Some(r)) => Some(n.min(r)),
+                (n, r) => n.or(r),
+            };
             self.finished(a.id, next);
         }
     }
@@ -227,11 +238,20 @@ impl<S: Store> QueueManager<S> {
         if a.added || a.unresolved > 0 {
             return;
         }
-        let waiting = a
+        let mut stale: Vec<String> = a
             .routes
             .values()
-            .any(|r| self.needs_hosts(&r.transport) && !self.fresh_hosts(&r.nexthop));
-        if waiting {
+            .filter(|r| self.needs_hosts(&r.transport) && !self.fresh_hosts(&r.nexthop))
+            .map(|r| r.nexthop.clone())
+            .collect();
+        if !stale.is_empty() {
+            // A list that expired while another was awaited is asked again
+            // (once for every message waiting for it), or the message
+            // would wait for ever.
+            stale.dedup();
+            for nexthop in stale {
+                self.want_hosts(&nexthop, qid);
+            }
             return;
         }
         // Group recipients by (transport, nexthop).

@@ -32,6 +32,8 @@ mod dispatch;
 pub mod figures;
 mod logline;
 mod notices;
+#[cfg(test)]
+mod props;
 mod resolve;
 mod retry;
 mod store;

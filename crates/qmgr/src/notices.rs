@@ -312,9 +312,11 @@ impl<S: Store> QueueManager<S> {
         }
         self.notices.owed.remove(&n.orig);
         self.notices.remove_after.remove(&n.orig);
-        if self.state.messages.contains_key(&n.orig) {
-            self.retry
-                .schedule(self.now + self.settings.run_delay, n.orig);
+        // A message waiting for its retry builds the notice again then:
+        // its pending recipients are not tried early for the notice's sake.
+        let id = n.orig;
+        if self.state.messages.contains_key(&id) && !self.retry.is_scheduled(&id) {
+            self.retry.schedule(self.now + self.settings.run_delay, id);
         }
     }
 

@@ -232,7 +232,7 @@ impl<S: Store> QueueManager<S> {
     }
 
     /// Message `qid` waits for the host list of `nexthop`; asked once.
-    fn want_hosts(&mut self, nexthop: &str, qid: u64) {
+    pub(crate) fn want_hosts(&mut self, nexthop: &str, qid: u64) {
         let waiters = self
             .resolve
             .host_waiters
@@ -386,6 +386,45 @@ mod tests {
         }
         assert_eq!(asked, 1);
         assert!(!w.agent.is_empty());
+    }
+
+    #[test]
+    fn a_host_list_that_expires_while_another_is_awaited_is_asked_again() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r@b.example", "r@c.example"]);
+        let mut hosts_asked = Vec::new();
+        while let Some((request, body)) = w.router.pop_front() {
+            match body {
+                router::Request::ResolveQueued { address, .. } => {
+                    let d = address.rsplit_once('@').unwrap().1.to_string();
+                    w.handle(Event::RouterAnswer {
+                        request,
+                        response: crate::testkit::resolved(&address, "smtp", &d),
+                    });
+                }
+                router::Request::Hosts { nexthop } => hosts_asked.push((request, nexthop)),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(hosts_asked.len(), 2);
+        // b.example's list (TTL 300 s) comes at once, c.example's after it expired.
+        let (request, nexthop) = hosts_asked.remove(0);
+        w.handle(Event::RouterAnswer {
+            request,
+            response: crate::testkit::hosts(&nexthop),
+        });
+        w.wait(Duration::from_secs(301));
+        let (request, late) = hosts_asked.remove(0);
+        w.handle(Event::RouterAnswer {
+            request,
+            response: crate::testkit::hosts(&late),
+        });
+        assert!(
+            matches!(w.router.front(), Some((_, router::Request::Hosts { nexthop: n })) if *n == nexthop),
+            "the expired list is asked again"
+        );
+        w.settle(|_| 250);
+        assert!(!w.live(id));
     }
 
     #[test]

@@ -16,17 +16,28 @@ use sched::Time;
 #[derive(Debug, Default)]
 pub(crate) struct Retry {
     due: BTreeSet<(Time, QueueId)>,
+    /// Each scheduled message's time: one time per message.
+    at: HashMap<QueueId, Time>,
     attempts: HashMap<QueueId, u32>,
 }
 
 impl Retry {
-    /// Brings `id` back at `at`.
+    /// Brings `id` back at `at` (instead of any time it had).
     pub(crate) fn schedule(&mut self, at: Time, id: QueueId) {
+        if let Some(old) = self.at.insert(id, at) {
+            self.due.remove(&(old, id));
+        }
         self.due.insert((at, id));
+    }
+
+    /// Whether `id` waits for a retry time.
+    pub(crate) fn is_scheduled(&self, id: &QueueId) -> bool {
+        self.at.contains_key(id)
     }
 
     /// Builds the schedule from recovery's (time, id) order at once.
     pub(crate) fn bulk(&mut self, later: Vec<(Time, QueueId)>) {
+        self.at = later.iter().map(|&(t, id)| (id, t)).collect();
         self.due = later.into_iter().collect();
     }
 
@@ -43,6 +54,7 @@ impl Retry {
                 break;
             }
             self.due.pop_first();
+            self.at.remove(&id);
             out.push(id);
         }
         out
@@ -50,6 +62,7 @@ impl Retry {
 
     /// Takes every deferred message (a flush).
     pub(crate) fn take_all(&mut self) -> Vec<QueueId> {
+        self.at.clear();
         std::mem::take(&mut self.due)
             .into_iter()
             .map(|(_, id)| id)
@@ -58,7 +71,11 @@ impl Retry {
 
     /// Drops these messages from the schedule (deleted, or requeued now).
     pub(crate) fn unschedule(&mut self, ids: &[QueueId]) {
-        self.due.retain(|(_, id)| !ids.contains(id));
+        for id in ids {
+            if let Some(t) = self.at.remove(id) {
+                self.due.remove(&(t, *id));
+            }
+        }
     }
 
     /// Attempts made at `id` since qmgr started.
@@ -97,6 +114,21 @@ mod tests {
         // A millisecond early is early: no flooring to the second.
         assert!(r.pop_due(Time(5_500)).is_empty());
         assert_eq!(r.pop_due(Time(5_501)), [id(3)]);
+        assert_eq!(r.next(), None);
+    }
+
+    #[test]
+    fn a_message_has_one_retry_time() {
+        let mut r = Retry::default();
+        r.schedule(Time(1_000), id(1));
+        r.schedule(Time(9_000), id(1));
+        assert!(r.is_scheduled(&id(1)));
+        assert!(
+            r.pop_due(Time(1_000)).is_empty(),
+            "the later time replaced the earlier"
+        );
+        r.unschedule(&[id(1)]);
+        assert!(!r.is_scheduled(&id(1)));
         assert_eq!(r.next(), None);
     }
 

@@ -26,7 +26,16 @@ pub(crate) struct World {
     pub(crate) replies: Vec<queuectl::Response>,
     pub(crate) removed: Vec<QueueId>,
     pub(crate) cleanup_dropped: usize,
+    /// Every router and agent request ever made, with its time.
+    pub(crate) history: Vec<(Time, Asked)>,
     seq: u32,
+}
+
+/// A request to the router or an agent, as the history keeps it.
+#[derive(Debug, Clone)]
+pub(crate) enum Asked {
+    Router(router::Request),
+    Agent(delivery::Request),
 }
 
 /// Settings with one transport, `smtp`, and a short run delay.
@@ -68,6 +77,7 @@ impl World {
             replies: Vec::new(),
             removed: Vec::new(),
             cleanup_dropped: 0,
+            history: Vec::new(),
             seq: 0,
         };
         w.drain();
@@ -132,16 +142,26 @@ impl World {
         while let Some(a) = self.qm.poll_action() {
             match a {
                 Action::Log(l, t) => self.log.push((l, t)),
-                Action::ToRouter { request, body } => self.router.push_back((request, body)),
+                Action::ToRouter { request, body } => {
+                    self.history.push((self.now, Asked::Router(body.clone())));
+                    self.router.push_back((request, body));
+                }
                 Action::ToAgent {
                     transport,
                     request,
                     body,
-                } => self.agent.push_back((transport, request, body)),
+                } => {
+                    self.history.push((self.now, Asked::Agent(body.clone())));
+                    self.agent.push_back((transport, request, body));
+                }
                 Action::ToCleanup { notice, requests } => {
                     self.cleanup.push_back((notice, requests))
                 }
-                Action::DropCleanup => self.cleanup_dropped += 1,
+                Action::DropCleanup => {
+                    // Nothing sent on the closed link is answered.
+                    self.cleanup.clear();
+                    self.cleanup_dropped += 1;
+                }
                 Action::Reply { body, .. } => self.replies.push(body),
                 Action::RemoveData { id, storage } => {
                     assert_eq!(storage, Storage::Inline);
