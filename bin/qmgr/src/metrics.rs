@@ -278,11 +278,12 @@ impl Http {
         &mut self,
         registry: &Registry,
         token: Token,
+        now: Instant,
         mut new_token: impl FnMut() -> Token,
         render: impl FnOnce() -> String,
     ) {
         if token == self.token {
-            self.accept(registry, &mut new_token);
+            self.accept(registry, now, &mut new_token);
             return;
         }
         let Some(c) = self.conns.get_mut(&token) else {
@@ -381,7 +382,7 @@ impl Http {
         self.close(registry, token);
     }
 
-    fn accept(&mut self, registry: &Registry, new_token: &mut impl FnMut() -> Token) {
+    fn accept(&mut self, registry: &Registry, now: Instant, new_token: &mut impl FnMut() -> Token) {
         loop {
             match self.listener.accept() {
                 Ok((mut stream, _)) => {
@@ -403,7 +404,7 @@ impl Http {
                             head: Vec::new(),
                             out: Vec::new(),
                             sent: 0,
-                            deadline: Instant::now() + HTTP_TIMEOUT,
+                            deadline: now + HTTP_TIMEOUT,
                             answered: false,
                             draining: false,
                         },
@@ -426,9 +427,8 @@ impl Http {
         self.conns.values().map(|c| c.deadline).min()
     }
 
-    /// Closes connections past their deadline.
-    pub fn expire(&mut self, registry: &Registry) {
-        let now = Instant::now();
+    /// Closes connections past their deadline at `now`.
+    pub fn expire(&mut self, registry: &Registry, now: Instant) {
         let late: Vec<Token> = self
             .conns
             .iter()

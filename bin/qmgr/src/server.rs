@@ -384,10 +384,11 @@ impl QmgrServer {
             return;
         };
         let now = self.now(cx.now);
-        let registry = cx.registry;
+        let (registry, at) = (cx.registry, cx.now);
         h.ready(
             registry,
             token,
+            at,
             || cx.token(),
             || crate::metrics::prometheus(&self.qm.summary(now, METRICS_TOP)),
         );
@@ -529,7 +530,7 @@ impl Server for QmgrServer {
     fn timeout(&mut self, cx: &mut Cx<'_>) {
         let now = self.now(cx.now);
         if let Some(h) = self.http.as_mut() {
-            h.expire(cx.registry);
+            h.expire(cx.registry, cx.now);
         }
         if self.qm.poll_timeout().is_some_and(|t| t <= now) {
             self.qm.handle_timeout(now);
