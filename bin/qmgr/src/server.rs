@@ -98,6 +98,7 @@ fn settings(config: &config::Config, scfg: &sched::SchedConfig) -> Settings {
         hostname: config.str("myhostname"),
         origin,
         postmaster,
+        admission_by_sender: true,
     }
 }
 
@@ -303,6 +304,13 @@ impl QmgrServer {
                             msg_warn!("client pid {}: {e}", c.peer.pid);
                         }
                     }
+                    None
+                }
+                Action::DestinationDead { nexthop, retry_at } => {
+                    let secs = retry_at.0.saturating_sub(self.turn.1 .0) / 1000;
+                    msg_warn!(
+                        "destination {nexthop} is not responding: deliveries suspended for {secs}s"
+                    );
                     None
                 }
                 Action::RemoveData { id, storage } => {

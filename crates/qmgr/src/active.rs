@@ -54,8 +54,8 @@ impl<S: Store> QueueManager<S> {
         }
         due.sort_unstable();
         for id in due {
-            if let Some(m) = self.state.messages.get(&id) {
-                self.active.to_activate.push(id, m.sender_key);
+            if self.state.messages.contains_key(&id) {
+                self.admit(id);
             }
         }
         self.retry.bulk(later);
@@ -63,7 +63,10 @@ impl<S: Store> QueueManager<S> {
 
     /// Queues a message for delivery, in its sender's line.
     pub(crate) fn admit(&mut self, id: QueueId) {
-        let key = self.state.messages.get(&id).map_or(0, |m| m.sender_key);
+        let key = match self.state.messages.get(&id) {
+            Some(m) if self.settings.admission_by_sender => m.sender_key,
+            _ => 0,
+        };
         self.active.to_activate.push(id, key);
     }
 

@@ -688,12 +688,9 @@ impl<S: Store> QueueManager<S> {
                 destination,
                 retry_at,
             } => {
-                let nexthop = s.nexthop(destination).unwrap_or("?");
-                let secs = retry_at.0.saturating_sub(self.now.0) / 1000;
-                let text = format!(
-                    "destination {nexthop} is not responding: deliveries suspended for {secs}s"
-                );
-                self.warn(text);
+                let nexthop = s.nexthop(destination).unwrap_or("?").to_string();
+                self.actions
+                    .push_back(Action::DestinationDead { nexthop, retry_at });
                 return;
             }
             sched::Notice::DestinationRevived { destination } => format!(

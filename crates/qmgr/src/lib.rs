@@ -84,6 +84,9 @@ pub struct Settings {
     pub origin: String,
     /// `2bounce_notice_recipient`, qualified.
     pub postmaster: String,
+    /// Waiting messages are admitted in turn by sender (false: in arrival
+    /// order, the baseline the simulator compares with).
+    pub admission_by_sender: bool,
 }
 
 impl Default for Settings {
@@ -98,6 +101,7 @@ impl Default for Settings {
             hostname: "localhost".into(),
             origin: "localhost".into(),
             postmaster: "postmaster@localhost".into(),
+            admission_by_sender: true,
         }
     }
 }
@@ -216,6 +220,14 @@ pub enum Action {
         /// The answer.
         body: queuectl::Response,
     },
+    /// A destination stopped responding: its deliveries are suspended
+    /// until `retry_at` (the shell logs it; the simulator measures it).
+    DestinationDead {
+        /// Its next hop.
+        nexthop: String,
+        /// When it is tried again.
+        retry_at: Time,
+    },
     /// Remove a message's data once everything appended so far is durable.
     RemoveData {
         /// The message.
@@ -268,6 +280,18 @@ impl<S: Store> QueueManager<S> {
         } else {
             Scheduler::new(sched)
         }?;
+        Ok(Self::with_scheduler(now, settings, sched, store, state))
+    }
+
+    /// As [`QueueManager::new`], around a scheduler built by the caller
+    /// (another policy, for the simulator).
+    pub fn with_scheduler(
+        now: Time,
+        settings: Settings,
+        sched: Scheduler,
+        store: S,
+        state: Replay,
+    ) -> Self {
         let mut qm = QueueManager {
             store,
             state,
@@ -290,7 +314,12 @@ impl<S: Store> QueueManager<S> {
         }
         qm.recovered();
         qm.turn();
-        Ok(qm)
+        qm
+    }
+
+    /// The scheduler, for its figures.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.deliver.sched
     }
 
     /// Takes one event.

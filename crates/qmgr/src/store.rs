@@ -6,7 +6,7 @@
 //! queue state follows every append at once, as replay would have left it.
 //! [`MemStore`] keeps everything in memory, for tests and the simulator.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use mail::QueueId;
 use queue::{DataRef, Lsn, Record, Replay};
@@ -31,7 +31,8 @@ pub trait Store {
 /// A store in memory: every record appended, and message files by id.
 #[derive(Debug, Default)]
 pub struct MemStore {
-    records: BTreeMap<Lsn, Record>,
+    records: Vec<Record>,
+    at: HashMap<Lsn, usize>,
     files: HashMap<QueueId, Vec<u8>>,
     next: u32,
 }
@@ -44,7 +45,12 @@ impl MemStore {
 
     /// Every record appended, in order.
     pub fn records(&self) -> impl Iterator<Item = &Record> {
-        self.records.values()
+        self.records.iter()
+    }
+
+    /// The records appended after the first `n`.
+    pub fn records_since(&self, n: usize) -> &[Record] {
+        self.records.get(n..).unwrap_or(&[])
     }
 }
 
@@ -52,16 +58,17 @@ impl Store for MemStore {
     fn append(&mut self, rec: &Record, state: &mut Replay) -> Result<Lsn, String> {
         self.next += 1;
         let lsn = Lsn::new(1, self.next);
-        self.records.insert(lsn, rec.clone());
+        self.at.insert(lsn, self.records.len());
+        self.records.push(rec.clone());
         state.apply(lsn, rec);
         Ok(lsn)
     }
 
     fn read_at(&self, lsn: Lsn) -> Result<Record, String> {
-        self.records
+        self.at
             .get(&lsn)
-            .cloned()
-            .ok_or_else(|| format!("no record at {lsn:?}"))
+            .map(|&i| self.records[i].clone())
+            .ok_or_else(|| format!("no record at offset {}", lsn.0))
     }
 
     fn read_data(

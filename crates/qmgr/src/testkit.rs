@@ -163,6 +163,9 @@ impl World {
                     self.cleanup_dropped += 1;
                 }
                 Action::Reply { body, .. } => self.replies.push(body),
+                Action::DestinationDead { nexthop, .. } => self
+                    .log
+                    .push((Level::Warn, format!("destination {nexthop} is dead"))),
                 Action::RemoveData { id, storage } => {
                     assert_eq!(storage, Storage::Inline);
                     self.removed.push(id);

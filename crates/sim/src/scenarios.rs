@@ -6,10 +6,10 @@
 //! figures as `errors` and fails the tests.
 
 use super::engine::{OverLimit, Report, ServerModel, Sim, SimConfig, SimDest, SimMessage};
-use crate::config::{FeedbackFn, SchedConfig, TransportConfig};
-use crate::policy::{Fifo, Policy, ThreeClass, ThreeClassFixed};
-use crate::rng::Rng;
-use crate::time::Time;
+use sched::rng::Rng;
+use sched::{
+    FeedbackFn, Fifo, Policy, SchedConfig, ThreeClass, ThreeClassFixed, Time, TransportConfig,
+};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -742,7 +742,12 @@ pub fn dead(quick: bool, seed: u64) -> Output {
     };
     sc.sched.seed = seed;
     sc.sched.maximal_queue_lifetime = Duration::from_secs(if quick { 3 * 3600 } else { 5 * 3600 });
-    sc.end = Time::from_secs(if quick { 4 * 3600 } else { 6 * 3600 });
+    // Mail deferred just before it expires waits up to maximal_backoff_time
+    // (and a connect timeout) before it bounces, as in Postfix.
+    sc.end = Time::ZERO
+        + sc.sched.maximal_queue_lifetime
+        + sc.sched.maximal_backoff_time
+        + Duration::from_secs(600);
     let mut servers = BTreeMap::new();
     let baseline = run(
         sc.clone(),
