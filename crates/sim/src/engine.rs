@@ -248,6 +248,8 @@ pub struct Sim {
     settled: HashMap<QueueId, u32>,
     /// Messages with recipients deferred since the last look.
     deferred_now: BTreeSet<QueueId>,
+    /// Messages put on hold in a run without retries.
+    held: BTreeSet<QueueId>,
     /// Journal records read so far.
     seen: usize,
     queue: BinaryHeap<Reverse<(Time, u64, Ev)>>,
@@ -325,6 +327,7 @@ impl Sim {
             live: BTreeSet::new(),
             settled: HashMap::new(),
             deferred_now: BTreeSet::new(),
+            held: BTreeSet::new(),
             seen: 0,
             queue: BinaryHeap::new(),
             seq: 0,
@@ -649,14 +652,19 @@ impl Sim {
         }
     }
 
-    /// Without retries, deferred recipients are final: a message that left
-    /// delivery with some is deleted. Whether any was.
+    /// Without retries, deferred recipients are final: a message with some
+    /// is put on hold at once (it is not tried again, even when its next
+    /// attempt is already due as it leaves delivery) and deleted once it
+    /// has left delivery. Whether anything was done.
     fn give_up_deferred(&mut self) -> bool {
-        let mut gone = Vec::new();
+        let (mut hold, mut gone) = (Vec::new(), Vec::new());
         let mut keep = BTreeSet::new();
         for id in std::mem::take(&mut self.deferred_now) {
             if !self.live.contains(&id) {
                 continue;
+            }
+            if self.held.insert(id) {
+                hold.push(id.to_string());
             }
             if self.qm.is_active(&id) {
                 keep.insert(id);
@@ -665,15 +673,24 @@ impl Sim {
             }
         }
         self.deferred_now = keep;
-        if gone.is_empty() {
-            return false;
+        let acted = !hold.is_empty() || !gone.is_empty();
+        for (ids, delete) in [(hold, false), (gone, true)] {
+            if ids.is_empty() {
+                continue;
+            }
+            let sel = ipc::queuectl::Selector::Ids(ids);
+            let body = if delete {
+                ipc::queuectl::Request::Delete(sel)
+            } else {
+                ipc::queuectl::Request::Hold(sel)
+            };
+            self.handle(Event::Control {
+                client: 0,
+                request: 0,
+                body,
+            });
         }
-        self.handle(Event::Control {
-            client: 0,
-            request: 0,
-            body: ipc::queuectl::Request::Delete(ipc::queuectl::Selector::Ids(gone)),
-        });
-        true
+        acted
     }
 
     fn action(&mut self, a: Action) {

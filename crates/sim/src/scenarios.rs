@@ -742,12 +742,7 @@ pub fn dead(quick: bool, seed: u64) -> Output {
     };
     sc.sched.seed = seed;
     sc.sched.maximal_queue_lifetime = Duration::from_secs(if quick { 3 * 3600 } else { 5 * 3600 });
-    // Mail deferred just before it expires waits up to maximal_backoff_time
-    // (and a connect timeout) before it bounces, as in Postfix.
-    sc.end = Time::ZERO
-        + sc.sched.maximal_queue_lifetime
-        + sc.sched.maximal_backoff_time
-        + Duration::from_secs(600);
+    sc.end = Time::from_secs(if quick { 4 * 3600 } else { 6 * 3600 });
     let mut servers = BTreeMap::new();
     let baseline = run(
         sc.clone(),
