@@ -15,8 +15,8 @@
 //! schedules and dispatches them; the engine answers as the delivery agent
 //! (`Open`, `Send`, `Close`) and as cleanup (every notice is queued). The
 //! queue manager retries deferred mail at its next attempt; a run without
-//! retries deletes each message that leaves delivery with deferred
-//! recipients (they are final for it). The engine records what the
+//! retries holds each message at its first deferral and deletes it once it
+//! has left delivery (its deferred recipients are final for the run). The engine records what the
 //! scenarios report: latencies per message group, deferrals, concurrency over
 //! time for one destination, connections per host, dead-destination
 //! notices, invariant violations and a hash of the action trace (the
@@ -586,8 +586,7 @@ impl Sim {
 impl Sim {
     /// Carries out the queue manager's actions (answering at once as the
     /// router and as cleanup), reads what it journaled, and in a run without
-    /// retries deletes the messages that left delivery with deferred
-    /// recipients.
+    /// retries gives up messages with deferred recipients.
     fn drain(&mut self) {
         loop {
             while let Some(a) = self.qm.poll_action() {
