@@ -370,11 +370,15 @@ fn a_bounced_message_stays_queued_until_its_notice_is() {
     );
     assert_eq!(inst.queue_json().len(), 1);
 
-    // A crash now: the journal still says a notice is owed.
+    // A crash now: the journal still says a notice is owed. master.cf is
+    // put back first, whole (a rename, never a truncated file), because
+    // master restarts qmgr at once and qmgr reads it at start.
     let qmgr = inst.pids("qmgr");
     assert_eq!(qmgr.len(), 1);
+    let tmp = cf.with_extension("new");
+    std::fs::write(&tmp, &full).unwrap();
+    std::fs::rename(&tmp, &cf).unwrap();
     sys::process::signal(qmgr[0], 9).unwrap();
-    std::fs::write(&cf, &full).unwrap();
     assert!(inst.sluice(&["reload"]).status.success());
     inst.wait_pid("qmgr", &qmgr);
     assert!(inst.sluice(&["queue", "flush"]).status.success());

@@ -199,3 +199,89 @@ fn newaliases_names_file_and_line_of_each_problem() {
     assert!(out.status.success(), "{stdout}{stderr}");
     assert!(stdout.contains(&format!("{file}: 2 aliases")), "{stdout}");
 }
+
+#[test]
+fn check_finds_restrictions_and_tables_that_would_stop_a_daemon() {
+    let tables = tempfile::tempdir().unwrap();
+    let transport = tables.path().join("transport");
+    std::fs::write(&transport, "example.com smtp:[192.0.2.1]\nbroken.example\n").unwrap();
+    let missing = tables.path().join("no-such-access");
+    let inst = Instance::new(
+        "anvil unix - - n - 1 anvil\n\
+         submission inet n - n - - smtpd -o smtpd_client_restrictions=permit_sasl_wizardry\n\
+         smtp unix - - n - - smtp -o smtp_tls_security_level=verify -o smtp_tls_CAfile=/nonexistent/ca.pem\n",
+        "",
+    );
+    // main.cf's fixed lines end at 7; `config` appends these from line 8.
+    let set = inst.sluice(&[
+        "config",
+        "smtpd_recipient_restrictions=permit_mynetworks, reject_bogus_thing",
+        &format!("transport_maps=texthash:{}", transport.display()),
+        &format!(
+            "smtpd_sender_restrictions=check_sender_access texthash:{}",
+            missing.display()
+        ),
+        "smtpd_tls_security_level=may",
+        "smtpd_tls_cert_file=/nonexistent/cert.pem",
+    ]);
+    assert!(set.status.success(), "{set:?}");
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let main_cf = inst.etc().join("main.cf").display().to_string();
+    let line_with = |needles: &[&str]| err.lines().any(|l| needles.iter().all(|n| l.contains(n)));
+    assert!(
+        line_with(&[
+            &main_cf,
+            "line 8",
+            "smtpd_recipient_restrictions",
+            "reject_bogus_thing"
+        ]),
+        "{err}"
+    );
+    assert!(
+        line_with(&[
+            &main_cf,
+            "line 9",
+            "transport_maps",
+            &format!("{}, line 2", transport.display())
+        ]),
+        "{err}"
+    );
+    assert!(
+        line_with(&[
+            &main_cf,
+            "line 10",
+            "smtpd_sender_restrictions",
+            &missing.display().to_string()
+        ]),
+        "{err}"
+    );
+    assert!(
+        line_with(&[
+            "master.cf, line 2",
+            "service submission",
+            "smtpd_client_restrictions",
+            "permit_sasl_wizardry"
+        ]),
+        "{err}"
+    );
+    assert!(
+        line_with(&[
+            "master.cf, line 2",
+            "service submission",
+            "smtpd_tls_cert_file",
+            "/nonexistent/cert.pem"
+        ]),
+        "{err}"
+    );
+    assert!(
+        line_with(&[
+            "master.cf, line 3",
+            "service smtp",
+            "smtp_tls_CAfile",
+            "/nonexistent/ca.pem"
+        ]),
+        "{err}"
+    );
+}

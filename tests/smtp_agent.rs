@@ -101,7 +101,7 @@ fn many_messages_over_one_connection_reach_smtp_sink() {
         let (res, failed) = results(c.wait(id).unwrap());
         assert!(!failed);
         assert_eq!(res.len(), 2);
-        assert!(res.iter().all(|r| r.code == 250), "{res:?}");
+        assert!(res.iter().all(|r| r.status.is_success()), "{res:?}");
     }
     assert!(matches!(
         c.call(&Request::Close { conn: 1 }).unwrap(),
@@ -130,7 +130,7 @@ fn connect_failure_is_reported_as_unreachable() {
             conn: 7,
             handshake: false,
             reason,
-        } => assert!(reason.contains("Connection refused"), "{reason}"),
+        } => assert!(reason.text.contains("Connection refused"), "{reason}"),
         other => panic!("{other:?}"),
     }
 }
@@ -149,9 +149,9 @@ fn recipient_and_data_failures_become_per_recipient_results() {
         .unwrap(),
     );
     assert!(!failed);
-    assert_eq!(res[0].code / 100, 4, "{res:?}");
+    assert_eq!(res[0].status.code.class(), 4, "{res:?}");
     assert!(
-        res[0].text.contains("in reply to RCPT TO command"),
+        res[0].status.text.contains("in reply to RCPT TO command"),
         "{res:?}"
     );
     inst.wait_log(5, "T4: to=<x@dest.test>");
@@ -167,7 +167,7 @@ fn recipient_and_data_failures_become_per_recipient_results() {
         })
         .unwrap(),
     );
-    assert_eq!(res[0].code / 100, 5, "{res:?}");
+    assert_eq!(res[0].status.code.class(), 5, "{res:?}");
     inst.wait_log(5, "status=bounced");
     drop(s);
     // A peer that hangs up after DATA: the transaction fails with the connection.
@@ -182,8 +182,99 @@ fn recipient_and_data_failures_become_per_recipient_results() {
     );
     assert!(failed, "{res:?}");
     assert_eq!(
-        res[0].code / 100,
+        res[0].status.code.class(),
         4,
         "never a bounce for a lost connection: {res:?}"
     );
+}
+
+#[test]
+fn journal_data_is_read_by_reference_and_unknown_connections_are_answered() {
+    let s = sink(&[]);
+    let (inst, mut c) = agent();
+    // A small message as qmgr journals it: the agent reads its bytes from
+    // the segment file, by the span the journal gave.
+    let data = b"From: s@test.example\r\nSubject: J1\r\n\r\njournal body\r\n".to_vec();
+    let mut j = queue::Journal::open(
+        &inst.root().join("spool/journal"),
+        queue::JournalConfig::default(),
+    )
+    .unwrap();
+    let rec = queue::Record::Arrived(queue::MessageHead {
+        id: mail::QueueId::from_parts(1_700_000_000_000_000, 1, 1).unwrap(),
+        envelope: mail::Envelope {
+            sender: "s@test.example".into(),
+            recipients: vec![mail::Recipient::new("a@dest.test")],
+            ..mail::Envelope::default()
+        },
+        data: queue::DataRef::Inline(data.clone()),
+    });
+    let (_, span) = j.append_with_span(&rec).unwrap();
+    let span = span.unwrap();
+    j.commit().unwrap();
+    assert!(matches!(open(&mut c, 1, s.port), Response::Opened { .. }));
+    let mut t = txn("J1", &["a@dest.test"], "");
+    t.data = Data::Journal(span);
+    t.size = data.len() as u64;
+    let (res, _) = results(c.call(&Request::Send { conn: 1, txn: t }).unwrap());
+    assert!(res[0].status.is_success(), "{res:?}");
+    let msgs = wait_for(10, "the dump", || {
+        let m = dumped(s.dir.path());
+        (m.len() == 1).then_some(m)
+    });
+    assert!(
+        msgs[0].contains("Subject: J1") && msgs[0].contains("journal body"),
+        "{msgs:?}"
+    );
+    // A span past the segment's end is a local problem: deferred, nothing sent.
+    let mut t = txn("J2", &["a@dest.test"], "");
+    t.data = Data::Journal(queue::DataSpan {
+        len: span.len + 100_000,
+        ..span
+    });
+    let (res, failed) = results(c.call(&Request::Send { conn: 1, txn: t }).unwrap());
+    assert!(!failed, "the connection is fine: {res:?}");
+    assert_eq!(res[0].status.code.to_string(), "4.3.0", "{res:?}");
+    assert!(
+        res[0].status.text.contains("cannot read the message"),
+        "{res:?}"
+    );
+    // qmgr's bookkeeping errors are answered, and the open connection stays.
+    match open(&mut c, 1, s.port) {
+        Response::OpenFailed {
+            conn: 1, reason, ..
+        } => {
+            assert!(reason.text.contains("already exists"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let (res, failed) = results(
+        c.call(&Request::Send {
+            conn: 9,
+            txn: txn("J3", &["a@dest.test"], "x"),
+        })
+        .unwrap(),
+    );
+    assert!(failed, "{res:?}");
+    assert_eq!(res[0].status.to_string(), "4.4.0 connection is not open");
+    assert!(matches!(
+        c.call(&Request::Close { conn: 9 }).unwrap(),
+        Response::Closed {
+            conn: 9,
+            reason: None
+        }
+    ));
+    let (res, _) = results(
+        c.call(&Request::Send {
+            conn: 1,
+            txn: txn("J4", &["a@dest.test"], "still open"),
+        })
+        .unwrap(),
+    );
+    assert!(res[0].status.is_success(), "{res:?}");
+    let msgs = wait_for(10, "J4's dump", || {
+        let m = dumped(s.dir.path());
+        (m.len() >= 2).then_some(m)
+    });
+    assert_eq!(msgs.len(), 2, "nothing was sent for J2 or J3: {msgs:?}");
 }

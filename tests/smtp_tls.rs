@@ -205,7 +205,7 @@ fn assert_sent(r: &Response) {
         } => assert!(
             results
                 .iter()
-                .all(|r| r.code == 250 && r.text.contains("queued as")),
+                .all(|r| r.status.is_success() && r.status.text.contains("queued as")),
             "{results:?}"
         ),
         other => panic!("expected a delivery, got {other:?}"),
@@ -219,7 +219,7 @@ fn refused(r: Response) -> String {
             handshake: true,
             reason,
             ..
-        } => reason,
+        } => reason.to_string(),
         other => panic!("expected a handshake failure, got {other:?}"),
     }
 }

@@ -9,8 +9,8 @@ mod table;
 
 use std::time::Instant;
 
-use daemon::ipcserver::{Handler, IpcServer};
-use daemon::msg_info;
+use daemon::ipcserver::{ClientId, Handler, IpcServer, Replies};
+use daemon::{msg_info, Cx};
 use ipc::anvil::{Anvil, Request, Response};
 use sys::creds::PeerCred;
 
@@ -57,7 +57,15 @@ fn stamp() -> String {
 }
 
 impl Handler<Anvil> for AnvilHandler {
-    fn handle(&mut self, _peer: &PeerCred, req: Request, now: Instant) -> Response {
+    fn request(
+        &mut self,
+        cx: &mut Cx<'_>,
+        out: &mut Replies<'_, Anvil>,
+        from: ClientId,
+        id: u64,
+        req: Request,
+    ) {
+        let now = cx.now;
         let (count, rate) = match req {
             Request::Connect { service, client } => self.table.connect(&service, &client, now),
             Request::Disconnect { service, client } => {
@@ -65,7 +73,7 @@ impl Handler<Anvil> for AnvilHandler {
             }
             Request::Lookup { service, client } => self.table.lookup(&service, &client, now),
         };
-        Response::Counts { count, rate }
+        out.send(from, id, &Response::Counts { count, rate });
     }
 
     fn allow(&self, peer: &PeerCred) -> bool {
@@ -74,7 +82,8 @@ impl Handler<Anvil> for AnvilHandler {
         peer.uid == 0 || peer.uid == sys::current_ids().0
     }
 
-    fn timeout(&mut self, now: Instant) {
+    fn timeout(&mut self, cx: &mut Cx<'_>, _out: &mut Replies<'_, Anvil>) {
+        let now = cx.now;
         self.table.expire(now);
         self.next_expire = now + self.table.unit();
         if now >= self.next_report {
@@ -86,8 +95,9 @@ impl Handler<Anvil> for AnvilHandler {
         Some(self.next_report.min(self.next_expire))
     }
 
-    fn reload(&mut self, config: &config::Config) {
+    fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
         self.report_every = config.time("anvil_status_update_time");
+        true
     }
 
     fn shutdown(&mut self) {

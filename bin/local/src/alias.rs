@@ -15,6 +15,7 @@
 //! local turns into `default_privs`). A `.forward` starts with its user's.
 
 use crate::mailbox::Failure;
+use mail::StatusCode;
 
 /// How deep aliases may nest.
 pub const MAX_DEPTH: usize = 20;
@@ -139,7 +140,7 @@ fn items(
 ) -> Result<(), Failure> {
     if path.len() >= MAX_DEPTH {
         return Err(Failure::bounce(
-            "5.4.6",
+            StatusCode::known(5, 4, 6),
             format!("alias expansion of {} nests too deeply", path[0]),
         ));
     }
@@ -151,7 +152,7 @@ fn items(
             let key = format!(":include:{}", file.trim());
             if path.contains(&key) {
                 return Err(Failure::bounce(
-                    "5.4.6",
+                    StatusCode::known(5, 4, 6),
                     format!("alias expansion loop: {} -> {key}", path.join(" -> ")),
                 ));
             }
@@ -190,7 +191,7 @@ fn items(
                 out.push(Target::User(local));
             } else if path.contains(&local) {
                 return Err(Failure::bounce(
-                    "5.4.6",
+                    StatusCode::known(5, 4, 6),
                     format!("alias expansion loop: {} -> {local}", path.join(" -> ")),
                 ));
             } else {
@@ -221,7 +222,10 @@ mod tests {
                 500,
             )),
             "/etc/mail/self" => Ok((":include:/etc/mail/self".to_string(), 0)),
-            _ => Err(Failure::defer("4.3.0", format!("cannot read {p}"))),
+            _ => Err(Failure::defer(
+                StatusCode::known(4, 3, 0),
+                format!("cannot read {p}"),
+            )),
         };
         expand(
             name,
@@ -298,21 +302,21 @@ mod tests {
                 Command("/bin/own".into(), Origin::Alias, 1000)
             ]
         );
-        assert_eq!(run(&t, "selfinc").unwrap_err().enhanced, "5.4.6");
-        assert_eq!(run(&t, "badinc").unwrap_err().code, 450);
+        assert_eq!(run(&t, "selfinc").unwrap_err().status.to_string(), "5.4.6");
+        assert_eq!(run(&t, "badinc").unwrap_err().status.class(), 4);
     }
 
     #[test]
     fn loops_are_detected() {
         let t = [("a", "b"), ("b", "c"), ("c", "a")];
         let e = run(&t, "a").unwrap_err();
-        assert_eq!(e.enhanced, "5.4.6");
+        assert_eq!(e.status.to_string(), "5.4.6");
         assert!(e.text.contains("a -> b -> c -> a"), "{}", e.text);
         let names: Vec<String> = (0..30).map(|i| format!("n{i}")).collect();
         let deep: Vec<(&str, &str)> = names
             .windows(2)
             .map(|w| (w[0].as_str(), w[1].as_str()))
             .collect();
-        assert_eq!(run(&deep, "n0").unwrap_err().enhanced, "5.4.6");
+        assert_eq!(run(&deep, "n0").unwrap_err().status.to_string(), "5.4.6");
     }
 }

@@ -216,6 +216,14 @@ pub fn delivered_to(wire: &[u8], addr: &str) -> bool {
     check(&current)
 }
 
+/// An address as it may appear in a header line: no control characters
+/// (a peer's CR or LF must not start a header of its own).
+pub fn clean(addr: &str) -> String {
+    addr.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

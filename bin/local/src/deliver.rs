@@ -32,6 +32,7 @@
 //! delivered before another deferred are skipped on the retry
 //! ([`crate::progress`]).
 
+use mail::StatusCode;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -86,6 +87,8 @@ pub struct Settings {
     pub allow_root: bool,
     /// cleanup's socket, for forwarding to remote addresses.
     pub cleanup: PathBuf,
+    /// The delivery log line's settings.
+    pub logger: agent::Logger,
 }
 
 impl Settings {
@@ -116,6 +119,7 @@ impl Settings {
             as_root: sys::is_root(),
             allow_root: cfg.bool("allow_mail_to_root"),
             cleanup: PathBuf::from(cfg.str("queue_directory")).join("private/cleanup"),
+            logger: agent::Logger::from_config(cfg),
         }
     }
 }
@@ -237,7 +241,10 @@ impl Delivery<'_> {
     pub fn deliver(&self, address: &str, progress: &mut Progress) -> Result<Done, Failure> {
         let addr = address.to_lowercase();
         if content::delivered_to(self.wire.head(), &addr) {
-            let f = Failure::bounce("5.4.6", format!("mail forwarding loop for {addr}"));
+            let f = Failure::bounce(
+                StatusCode::known(5, 4, 6),
+                format!("mail forwarding loop for {addr}"),
+            );
             self.log(&addr, None, Err(&f));
             return Err(f);
         }
@@ -396,7 +403,7 @@ impl Delivery<'_> {
     /// target is tried again later.
     fn settle(&self, r: Result<Done, Failure>, addr: &str) -> Result<Done, Failure> {
         let f = match r {
-            Err(f) if f.code >= 500 => f,
+            Err(f) if f.is_permanent() => f,
             other => return other,
         };
         let owner = &self.txn.sender;
@@ -413,7 +420,7 @@ impl Delivery<'_> {
         };
         let failed = mail::notice::Failed {
             index: 0,
-            status: f.enhanced.to_string(),
+            status: f.status.to_string(),
             reason: f.text.clone(),
         };
         let parts = mail::notice::parts_of(
@@ -436,7 +443,10 @@ impl Delivery<'_> {
             (Piece::Bytes(headers), ended)
         } else {
             let ended = self.wire.ends_with_crlf().map_err(|e| {
-                Failure::defer("4.3.0", format!("{}; cannot read the message: {e}", f.text))
+                Failure::defer(
+                    StatusCode::known(4, 3, 0),
+                    format!("{}; cannot read the message: {e}", f.text),
+                )
             })?;
             (Piece::Message(self.wire), ended)
         };
@@ -456,35 +466,22 @@ impl Delivery<'_> {
                 Ok(format!("{}: notice to {owner} as {id}", f.text))
             }
             Err(e) => Err(Failure::defer(
-                "4.3.0",
+                StatusCode::known(4, 3, 0),
                 format!("{}; the notice to {owner} failed: {}", f.text, e.text),
             )),
         }
     }
 
     fn log(&self, to: &str, orig: Option<&str>, r: Result<&Done, &Failure>) {
-        let now_us = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_micros() as u64)
-            .unwrap_or(0);
-        let total = now_us.saturating_sub(self.txn.arrival_us) as f64 / 1e6;
-        let xfer = self.started.elapsed().as_secs_f64().min(total);
-        let (dsn, status, text) = match r {
-            Ok(t) => ("2.0.0", "sent", t.as_str()),
-            Err(f) if f.code < 500 => (f.enhanced, "deferred", f.text.as_str()),
-            Err(f) => (f.enhanced, "bounced", f.text.as_str()),
+        let status = match r {
+            Ok(t) => mail::Status::new(StatusCode::OK, t.as_str()),
+            Err(f) => f.to_status(),
         };
-        let orig = match orig {
-            Some(o) => format!(", orig_to=<{o}>"),
-            None => mail::orig_to(to, self.orcpt),
-        };
-        msg_info!(
-            "{}: to=<{to}>{orig}, relay=local, delay={}, delays={}/0/0/{}, dsn={dsn}, status={status} ({text})",
-            self.txn.queue_id,
-            secs(total),
-            secs(total - xfer),
-            secs(xfer),
-        );
+        let orig = orig.or_else(|| mail::orig_to(to, self.orcpt));
+        let delays = agent::Timing::at(self.started).delays(self.txn, Instant::now());
+        self.settings
+            .logger
+            .target(self.txn, to, orig, "local", delays, &status);
     }
 
     fn target(
@@ -499,11 +496,11 @@ impl Delivery<'_> {
             Target::User(u) => self.user(u, addr, ext, 0),
             Target::Remote(r) => self.resubmit(addr, r),
             Target::File(_, o, _) if !allowed(&s.files_from, *o) => Err(Failure::bounce(
-                "5.7.1",
+                StatusCode::known(5, 7, 1),
                 format!("alias {name}: mail to files is restricted"),
             )),
             Target::Command(_, o, _) if !allowed(&s.commands_from, *o) => Err(Failure::bounce(
-                "5.7.1",
+                StatusCode::known(5, 7, 1),
                 format!("alias {name}: mail to commands is restricted"),
             )),
             Target::Command(c, _, uid) => {
@@ -546,7 +543,12 @@ impl Delivery<'_> {
                 std::io::Read::read_to_string(&mut std::io::Read::take(f, 1 << 20), &mut text)?;
                 Ok(owner)
             })
-            .map_err(|e| Failure::defer("4.3.0", format!("cannot read :include:{path}: {e}")))?;
+            .map_err(|e| {
+                Failure::defer(
+                    StatusCode::known(4, 3, 0),
+                    format!("cannot read :include:{path}: {e}"),
+                )
+            })?;
         Ok((text, owner))
     }
 
@@ -561,20 +563,26 @@ impl Delivery<'_> {
             return match sys::privilege::lookup_uid(uid) {
                 Ok(Some(u)) => Ok((Some((u.uid, u.gid)), u.home)),
                 Ok(None) => Err(Failure::defer(
-                    "4.3.0",
+                    StatusCode::known(4, 3, 0),
                     format!("mail system configuration error: no user has uid {uid}"),
                 )),
-                Err(e) => Err(Failure::defer("4.3.0", format!("uid {uid}: {e}"))),
+                Err(e) => Err(Failure::defer(
+                    StatusCode::known(4, 3, 0),
+                    format!("uid {uid}: {e}"),
+                )),
             };
         }
         let who = &self.settings.default_privs;
         match sys::privilege::lookup_user(who) {
             Ok(Some(u)) if u.uid != 0 => Ok((Some((u.uid, u.gid)), u.home)),
             Ok(_) => Err(Failure::defer(
-                "4.3.0",
+                StatusCode::known(4, 3, 0),
                 format!("default_privs {who}: no such user, or root"),
             )),
-            Err(e) => Err(Failure::defer("4.3.0", format!("default_privs {who}: {e}"))),
+            Err(e) => Err(Failure::defer(
+                StatusCode::known(4, 3, 0),
+                format!("default_privs {who}: {e}"),
+            )),
         }
     }
 
@@ -630,11 +638,16 @@ impl Delivery<'_> {
             Ok(Some(u)) => u,
             Ok(None) => {
                 return Err(Failure::bounce(
-                    "5.1.1",
+                    StatusCode::known(5, 1, 1),
                     format!("unknown user: \"{name}\""),
                 ))
             }
-            Err(e) => return Err(Failure::defer("4.3.0", format!("user {name}: {e}"))),
+            Err(e) => {
+                return Err(Failure::defer(
+                    StatusCode::known(4, 3, 0),
+                    format!("user {name}: {e}"),
+                ))
+            }
         };
         let ids = s.as_root.then_some((u.uid, u.gid));
         if let Some(text) = self.read_forward(&u, ext, ids)? {
@@ -642,7 +655,7 @@ impl Delivery<'_> {
         }
         if s.as_root && u.uid == 0 && !s.allow_root {
             return Err(Failure::bounce(
-                "5.7.1",
+                StatusCode::known(5, 7, 1),
                 "mail for root is not delivered as root: alias root to a person (or set allow_mail_to_root = yes)",
             ));
         }
@@ -667,7 +680,12 @@ impl Delivery<'_> {
             let meta = match std::fs::symlink_metadata(&path) {
                 Ok(m) => m,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Failure::defer("4.3.0", format!("cannot read {path}: {e}"))),
+                Err(e) => {
+                    return Err(Failure::defer(
+                        StatusCode::known(4, 3, 0),
+                        format!("cannot read {path}: {e}"),
+                    ))
+                }
             };
             if let Some(problem) = forward_problem(&meta, &path, u.uid) {
                 msg_warn!("{}: {problem}: skipping", self.txn.queue_id);
@@ -690,7 +708,10 @@ impl Delivery<'_> {
             });
             return match read {
                 Ok(_) => Ok(Some(text)),
-                Err(e) => Err(Failure::defer("4.3.0", format!("cannot read {path}: {e}"))),
+                Err(e) => Err(Failure::defer(
+                    StatusCode::known(4, 3, 0),
+                    format!("cannot read {path}: {e}"),
+                )),
             };
         }
         Ok(None)
@@ -712,7 +733,7 @@ impl Delivery<'_> {
         let name = u.name.as_str();
         if depth >= 5 {
             return Err(Failure::bounce(
-                "5.4.6",
+                StatusCode::known(5, 4, 6),
                 format!("forwarding loop through {name}'s .forward"),
             ));
         }
@@ -732,11 +753,11 @@ impl Delivery<'_> {
                 Target::User(x) => self.user(x, addr, None, depth + 1),
                 Target::Remote(r) => self.resubmit(addr, r),
                 Target::Command(_, o, _) if !allowed(&s.commands_from, *o) => Err(Failure::bounce(
-                    "5.7.1",
+                    StatusCode::known(5, 7, 1),
                     format!("{name}'s .forward: mail to commands is restricted"),
                 )),
                 Target::File(_, o, _) if !allowed(&s.files_from, *o) => Err(Failure::bounce(
-                    "5.7.1",
+                    StatusCode::known(5, 7, 1),
                     format!("{name}'s .forward: mail to files is restricted"),
                 )),
                 Target::Command(c, _, _) => self.command(c, addr, name, ext, ids, u.home.clone()),
@@ -751,7 +772,9 @@ impl Delivery<'_> {
             match r {
                 Ok(d) => done.push(d),
                 Err(f) => {
-                    let worse = failed.as_ref().is_none_or(|old| f.code < old.code);
+                    let worse = failed
+                        .as_ref()
+                        .is_none_or(|old| !f.is_permanent() && old.is_permanent());
                     if worse {
                         failed = Some(f);
                     }
@@ -821,7 +844,9 @@ fn settled(
     delivered: &[String],
     progress: &mut Progress,
 ) -> Result<Done, Failure> {
-    let deferred = results.iter().any(|r| matches!(r, Err(f) if f.code < 500));
+    let deferred = results
+        .iter()
+        .any(|r| matches!(r, Err(f) if !f.is_permanent()));
     progress.finish(deferred, delivered);
     if results.is_empty() {
         return Ok("delivered on an earlier attempt".into());
@@ -832,10 +857,10 @@ fn settled(
 /// The recipient's result from its targets': deferred over bounced over
 /// delivered (then what was delivered where, joined).
 fn worst(results: Vec<Result<Done, Failure>>) -> Result<Done, Failure> {
-    let first = |class: u16| {
+    let first = |class: u8| {
         results
             .iter()
-            .find(|r| matches!(r, Err(f) if f.code / 100 == class))
+            .find(|r| matches!(r, Err(f) if f.status.class() == class))
     };
     if let Some(Err(f)) = first(4).or_else(|| first(5)) {
         return Err(f.clone());
@@ -844,29 +869,13 @@ fn worst(results: Vec<Result<Done, Failure>>) -> Result<Done, Failure> {
     Ok(done.join(", "))
 }
 
-/// An address as it may appear in a header line: no control characters
-/// (a peer's CR or LF must not start a header of its own).
-pub(crate) fn clean(addr: &str) -> String {
-    addr.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
-
 pub(crate) fn switch(uid: u32, gid: u32) -> Result<sys::privilege::EffectiveIds, Failure> {
-    sys::privilege::switch_effective(uid, gid)
-        .map_err(|e| Failure::defer("4.3.0", format!("cannot switch to uid {uid}: {e}")))
-}
-
-/// Postfix's delay format: two decimals under 10 s, one under 100, whole above.
-pub fn secs(s: f64) -> String {
-    let s = s.max(0.0);
-    if s < 10.0 {
-        format!("{}", (s * 100.0).round() / 100.0)
-    } else if s < 100.0 {
-        format!("{s:.1}")
-    } else {
-        format!("{s:.0}")
-    }
+    sys::privilege::switch_effective(uid, gid).map_err(|e| {
+        Failure::defer(
+            StatusCode::known(4, 3, 0),
+            format!("cannot switch to uid {uid}: {e}"),
+        )
+    })
 }
 
 #[cfg(test)]
@@ -964,14 +973,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn delays_follow_postfix() {
-        assert_eq!(secs(0.123), "0.12");
-        assert_eq!(secs(12.34), "12.3");
-        assert_eq!(secs(123.4), "123");
-        assert_eq!(secs(-1.0), "0");
-    }
-
     fn transaction() -> Transaction {
         Transaction {
             queue_id: "TESTID".into(),
@@ -1008,6 +1009,7 @@ mod tests {
             as_root,
             allow_root: true,
             cleanup: spool.join("no-cleanup-here"),
+            logger: agent::Logger::default(),
         }
     }
 
@@ -1084,7 +1086,7 @@ mod tests {
             ..d
         };
         let err = d3.recipient("root@mx.test.example").unwrap_err();
-        assert_eq!((err.code, err.enhanced), (550, "5.7.1"), "{err:?}");
+        assert_eq!(err.status.to_string(), "5.7.1", "{err:?}");
         // A mailbox_command for root runs as default_privs, never as root.
         let mut s2 = settings(dir.path(), true);
         s2.mailbox_command = format!("id -u > {}/cmd-uid", scratch.display());
@@ -1121,7 +1123,7 @@ mod tests {
         let e = d
             .recipient("no-such-user-here@mx.test.example")
             .unwrap_err();
-        assert_eq!((e.code, e.enhanced), (550, "5.1.1"));
+        assert_eq!(e.status.to_string(), "5.1.1");
         let hostile = [
             "",
             "@",
@@ -1135,7 +1137,7 @@ mod tests {
         for bad in hostile {
             assert!(d.recipient(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(clean("a\r\nX: y"), "a??X: y");
+        assert_eq!(crate::content::clean("a\r\nX: y"), "a??X: y");
         if sys::is_root() {
             return; // root's own mailbox is refused; covered above
         }
@@ -1147,6 +1149,6 @@ mod tests {
             .recipient(&addr)
             .and_then(|_| d.recipient(&addr))
             .unwrap_err();
-        assert_eq!(full.enhanced, "5.2.2");
+        assert_eq!(full.status.to_string(), "5.2.2");
     }
 }

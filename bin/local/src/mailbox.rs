@@ -9,6 +9,7 @@
 //! `new/<unique>`. Errors are returned as a [`Failure`] the caller maps to
 //! a per-recipient result; nothing here logs or panics.
 
+use mail::StatusCode;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
@@ -21,31 +22,39 @@ use crate::message::CopyError;
 /// Why a delivery did not happen, as a recipient result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
-    /// SMTP-style code: 4xx deferred, 5xx bounced.
-    pub code: u16,
-    /// Enhanced status code.
-    pub enhanced: &'static str,
+    /// Enhanced status code: class 4 deferred, 5 bounced.
+    pub status: StatusCode,
     /// The reason.
     pub text: String,
 }
 
 impl Failure {
     /// A temporary failure.
-    pub fn defer(enhanced: &'static str, text: impl Into<String>) -> Failure {
+    pub fn defer(status: StatusCode, text: impl Into<String>) -> Failure {
+        debug_assert!(!status.is_permanent(), "local: defer with {status}");
         Failure {
-            code: 450,
-            enhanced,
+            status,
             text: text.into(),
         }
     }
 
     /// A permanent failure.
-    pub fn bounce(enhanced: &'static str, text: impl Into<String>) -> Failure {
+    pub fn bounce(status: StatusCode, text: impl Into<String>) -> Failure {
+        debug_assert!(status.is_permanent(), "local: bounce with {status}");
         Failure {
-            code: 550,
-            enhanced,
+            status,
             text: text.into(),
         }
+    }
+
+    /// Whether the failure is permanent.
+    pub fn is_permanent(&self) -> bool {
+        self.status.is_permanent()
+    }
+
+    /// The status qmgr gets.
+    pub fn to_status(&self) -> mail::Status {
+        mail::Status::new(self.status, self.text.clone())
     }
 }
 
@@ -91,14 +100,14 @@ impl DotLock {
                 Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(None),
                 Err(e) => {
                     return Err(Failure::defer(
-                        "4.2.0",
+                        StatusCode::known(4, 2, 0),
                         format!("cannot create {}: {e}", path.display()),
                     ))
                 }
             }
         }
         Err(Failure::defer(
-            "4.2.0",
+            StatusCode::known(4, 2, 0),
             format!("{} is locked", mbox.display()),
         ))
     }
@@ -120,11 +129,15 @@ pub fn create_owned(mbox: &Path, uid: u32, gid: u32) -> Result<(), Failure> {
         .custom_flags(sys::O_NOFOLLOW)
         .open(mbox)
     {
-        Ok(f) => std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
-            .map_err(|e| Failure::defer("4.2.0", format!("cannot chown {}: {e}", mbox.display()))),
+        Ok(f) => std::os::unix::fs::fchown(&f, Some(uid), Some(gid)).map_err(|e| {
+            Failure::defer(
+                StatusCode::known(4, 2, 0),
+                format!("cannot chown {}: {e}", mbox.display()),
+            )
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(Failure::defer(
-            "4.2.0",
+            StatusCode::known(4, 2, 0),
             format!("cannot create {}: {e}", mbox.display()),
         )),
     }
@@ -160,19 +173,31 @@ pub fn append_mbox_with(
         .mode(0o600)
         .custom_flags(sys::O_NOFOLLOW)
         .open(mbox)
-        .map_err(|e| Failure::defer("4.2.0", format!("cannot open mailbox {show}: {e}")))?;
-    let meta = f
-        .metadata()
-        .map_err(|e| Failure::defer("4.2.0", format!("cannot stat mailbox {show}: {e}")))?;
+        .map_err(|e| {
+            Failure::defer(
+                StatusCode::known(4, 2, 0),
+                format!("cannot open mailbox {show}: {e}"),
+            )
+        })?;
+    let meta = f.metadata().map_err(|e| {
+        Failure::defer(
+            StatusCode::known(4, 2, 0),
+            format!("cannot stat mailbox {show}: {e}"),
+        )
+    })?;
     let owned = owner.is_none_or(|o| meta.uid() == o);
     if !meta.file_type().is_file() || meta.nlink() != 1 || !owned {
         return Err(Failure::defer(
-            "4.2.0",
+            StatusCode::known(4, 2, 0),
             format!("mailbox {show}: not a regular file with one link owned by its user"),
         ));
     }
-    sys::lock::fcntl_lock_exclusive(&f)
-        .map_err(|e| Failure::defer("4.2.0", format!("cannot lock mailbox {show}: {e}")))?;
+    sys::lock::fcntl_lock_exclusive(&f).map_err(|e| {
+        Failure::defer(
+            StatusCode::known(4, 2, 0),
+            format!("cannot lock mailbox {show}: {e}"),
+        )
+    })?;
     let size = f.metadata().map(|m| m.len()).unwrap_or(meta.len());
     let mut limited = Limited {
         file: &mut f,
@@ -188,19 +213,23 @@ pub fn append_mbox_with(
     let failure = match written {
         Ok(()) => match f.sync_all() {
             Ok(()) => return Ok(()),
-            Err(e) => Failure::defer("4.2.0", format!("cannot update mailbox {show}: {e}")),
-        },
-        Err(_) if full => Failure {
-            code: 552,
-            enhanced: "5.2.2",
-            text: format!(
-                "cannot update mailbox {show}: mailbox full (mailbox_size_limit {limit})"
+            Err(e) => Failure::defer(
+                StatusCode::known(4, 2, 0),
+                format!("cannot update mailbox {show}: {e}"),
             ),
         },
-        Err(CopyError::Write(e)) => {
-            Failure::defer("4.2.0", format!("cannot update mailbox {show}: {e}"))
-        }
-        Err(CopyError::Read(e)) => Failure::defer("4.3.0", format!("cannot read the message: {e}")),
+        Err(_) if full => Failure::bounce(
+            StatusCode::known(5, 2, 2),
+            format!("cannot update mailbox {show}: mailbox full (mailbox_size_limit {limit})"),
+        ),
+        Err(CopyError::Write(e)) => Failure::defer(
+            StatusCode::known(4, 2, 0),
+            format!("cannot update mailbox {show}: {e}"),
+        ),
+        Err(CopyError::Read(e)) => Failure::defer(
+            StatusCode::known(4, 3, 0),
+            format!("cannot read the message: {e}"),
+        ),
     };
     let _ = f.set_len(size);
     Err(failure)
@@ -261,7 +290,10 @@ pub fn deliver_maildir_with(
     write: impl FnOnce(&mut dyn Write) -> Result<(), CopyError>,
 ) -> Result<PathBuf, Failure> {
     let fail = |what: &str, p: &Path, e: io::Error| {
-        Failure::defer("4.2.0", format!("{what} {}: {e}", p.display()))
+        Failure::defer(
+            StatusCode::known(4, 2, 0),
+            format!("{what} {}: {e}", p.display()),
+        )
     };
     for sub in ["tmp", "new", "cur"] {
         let p = dir.join(sub);
@@ -297,7 +329,10 @@ pub fn deliver_maildir_with(
         let _ = std::fs::remove_file(&tmp);
         match e {
             CopyError::Write(e) => fail("cannot deliver to maildir", dir, e),
-            CopyError::Read(e) => Failure::defer("4.3.0", format!("cannot read the message: {e}")),
+            CopyError::Read(e) => Failure::defer(
+                StatusCode::known(4, 3, 0),
+                format!("cannot read the message: {e}"),
+            ),
         }
     })?;
     Ok(new)
@@ -345,9 +380,9 @@ mod tests {
         append_mbox(&mbox, b"From b\n\n", 0, me).unwrap();
         assert_eq!(std::fs::read(&mbox).unwrap(), b"From a\n\nFrom b\n\n");
         let full = append_mbox(&mbox, b"From c\n\n", 20, me).unwrap_err();
-        assert_eq!((full.code, full.enhanced), (552, "5.2.2"));
+        assert_eq!(full.status.to_string(), "5.2.2");
         let wrong = append_mbox(&mbox, b"x", 0, me.map(|u| u + 1)).unwrap_err();
-        assert_eq!(wrong.code, 450);
+        assert_eq!(wrong.status.class(), 4);
         std::os::unix::fs::symlink(&mbox, dir.path().join("link")).unwrap();
         assert!(append_mbox(&dir.path().join("link"), b"x", 0, me).is_err());
     }
@@ -368,14 +403,14 @@ mod tests {
             Ok(())
         };
         let full = append_mbox_with(&mbox, 5000, me, pieces).unwrap_err();
-        assert_eq!((full.code, full.enhanced), (552, "5.2.2"), "{full:?}");
+        assert_eq!(full.status.to_string(), "5.2.2", "{full:?}");
         assert_eq!(std::fs::read(&mbox).unwrap(), b"From a\n\n");
         let unread = append_mbox_with(&mbox, 0, me, |w| {
             w.write_all(b"From b\nhalf").map_err(CopyError::Write)?;
             Err(CopyError::Read(io::Error::other("spool gone")))
         })
         .unwrap_err();
-        assert_eq!((unread.code, unread.enhanced), (450, "4.3.0"));
+        assert_eq!(unread.status.to_string(), "4.3.0");
         assert!(unread.text.contains("spool gone"), "{}", unread.text);
         assert_eq!(std::fs::read(&mbox).unwrap(), b"From a\n\n");
         append_mbox_with(&mbox, 20_000, me, pieces).unwrap();
@@ -387,7 +422,7 @@ mod tests {
             Err(CopyError::Read(io::Error::other("spool gone")))
         })
         .unwrap_err();
-        assert_eq!(e.enhanced, "4.3.0");
+        assert_eq!(e.status.to_string(), "4.3.0");
         for sub in ["tmp", "new"] {
             assert_eq!(std::fs::read_dir(md.join(sub)).unwrap().count(), 0);
         }

@@ -30,6 +30,9 @@ fn main() {
     daemon::run(
         daemon::Options::default(),
         |_ctx| Ok(()),
-        server::LocalServer::new,
+        |ctx, ()| {
+            let local = server::LocalAgent::new(ctx)?;
+            Ok(agent::AgentServer::serve(local, &ctx.args.service))
+        },
     )
 }

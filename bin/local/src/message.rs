@@ -1,18 +1,18 @@
 //! The message being delivered, read from where qmgr says it is and never
 //! held whole.
 //!
-//! A small message comes inline in the request (qmgr inlines at most
-//! 64 KiB) and stays in memory; any other is a message file in the spool,
-//! read [`CHUNK`] bytes at a time for each target it is written to (mbox,
-//! Maildir, file, command, forwarded copy), so local's memory does not
-//! grow with the message: a 50 MB message costs what a 50 KB one does.
-//! Only the start of the header section is kept (at most [`HEAD_LIMIT`]
-//! bytes), for the `Delivered-To:` loop check and for notices that carry
-//! the headers alone.
+//! The data is an [`agent::Content`]: inline bytes, a message file, or a
+//! span of the journal, read [`CHUNK`] bytes at a time for each target it
+//! is written to (mbox, Maildir, file, command, forwarded copy), so
+//! local's memory does not grow with the message: a 50 MB message costs
+//! what a 50 KB one does. Only the start of the header section is kept (at
+//! most [`HEAD_LIMIT`] bytes), for the `Delivered-To:` loop check and for
+//! notices that carry the headers alone.
 
 use std::io::{self, Write};
 use std::path::Path;
 
+use agent::{Content, ContentError};
 use ipc::delivery::Data;
 
 use crate::content::Unwire;
@@ -38,45 +38,36 @@ pub enum CopyError {
 /// A message's content, wire format (CRLF, dot-stuffed).
 #[derive(Debug)]
 pub struct Message {
-    source: Source,
+    content: Content,
     /// The start of the message: its header section and the empty line
     /// after it, or at most [`HEAD_LIMIT`] bytes.
     head: Vec<u8>,
 }
 
-#[derive(Debug)]
-enum Source {
-    Inline(Vec<u8>),
-    File(Box<queue::MessageFile>),
-}
-
 impl Message {
-    /// A message held in memory (inline data, and tests).
+    /// A message held in memory (tests).
+    #[cfg(test)]
     pub fn inline(bytes: Vec<u8>) -> Message {
         let end = head_end(&bytes).unwrap_or(bytes.len()).min(HEAD_LIMIT);
         let head = bytes[..end].to_vec();
         Message {
-            source: Source::Inline(bytes),
+            content: Content::inline(bytes),
             head,
         }
     }
 
-    /// The message a request names: inline, or a message file under
-    /// `queue_root` (opened and its checksum verified, a chunk at a time).
+    /// The message a request names, under `queue_root`; its header section
+    /// is read at once.
     pub fn open(data: &Data, queue_root: &Path) -> Result<Message, String> {
-        let file = match data {
-            Data::Inline(b) => return Ok(Message::inline(b.clone())),
-            Data::File(rel) => {
-                queue::MessageFile::open(&queue_root.join(rel)).map_err(|e| e.to_string())?
-            }
-        };
+        let content = Content::open(data, queue_root).map_err(|e: ContentError| e.to_string())?;
         let mut m = Message {
-            source: Source::File(Box::new(file)),
+            content,
             head: Vec::new(),
         };
         let mut buf = vec![0u8; CHUNK];
         loop {
             let n = m
+                .content
                 .read_at(&mut buf, m.head.len() as u64)
                 .map_err(|e| e.to_string())?;
             m.head.extend_from_slice(&buf[..n]);
@@ -109,48 +100,23 @@ impl Message {
         }
         let mut last = [0u8; 2];
         let start = len.saturating_sub(2);
-        let n = self.read_at(&mut last[..(len - start) as usize], start)?;
+        let n = self
+            .content
+            .read_at(&mut last[..(len - start) as usize], start)?;
         Ok(last[..n] == *b"\r\n")
     }
 
     /// The size in bytes.
     pub fn len(&self) -> u64 {
-        match &self.source {
-            Source::Inline(b) => b.len() as u64,
-            Source::File(f) => f.data_len(),
-        }
-    }
-
-    fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
-        match &self.source {
-            Source::Inline(b) => {
-                let from = (pos as usize).min(b.len());
-                let n = buf.len().min(b.len() - from);
-                buf[..n].copy_from_slice(&b[from..from + n]);
-                Ok(n)
-            }
-            Source::File(f) => f.read_data_at(buf, pos),
-        }
+        self.content.len()
     }
 
     /// Hands the content, wire format, to `each` a chunk at a time.
     pub fn chunks<E>(
         &self,
-        mut each: impl FnMut(&[u8]) -> Result<(), E>,
+        each: impl FnMut(&[u8]) -> Result<(), E>,
     ) -> Result<(), Result<io::Error, E>> {
-        if let Source::Inline(b) = &self.source {
-            return each(b).map_err(Err);
-        }
-        let mut buf = vec![0u8; CHUNK];
-        let mut at = 0u64;
-        loop {
-            let n = self.read_at(&mut buf, at).map_err(Ok)?;
-            if n == 0 {
-                return Ok(());
-            }
-            at += n as u64;
-            each(&buf[..n]).map_err(Err)?;
-        }
+        self.content.chunks(each)
     }
 
     /// Writes the content in mailbox form (LF, unstuffed; mboxrd-quoted

@@ -11,6 +11,7 @@
 //! that cannot be read ends the command (killed, so that it cannot act on
 //! half a message) and defers.
 
+use mail::StatusCode;
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
@@ -73,22 +74,22 @@ pub fn map_status(command: &str, ended: Ended, output: &str) -> Result<(), Failu
     match ended {
         Ended::Exit(0) => Ok(()),
         Ended::Exit(EX_TEMPFAIL) => Err(Failure::defer(
-            "4.3.0",
+            StatusCode::known(4, 3, 0),
             format!("temporary failure. Command \"{command}\" exited with status 75{out}"),
         )),
         Ended::Exit(n) => Err(Failure::bounce(
-            "5.3.0",
+            StatusCode::known(5, 3, 0),
             format!("Command died with status {n}: \"{command}\"{out}"),
         )),
         Ended::Signal(s) => Err(Failure::bounce(
-            "5.3.0",
+            StatusCode::known(5, 3, 0),
             format!(
                 "Command died with signal {}: \"{command}\"{out}",
                 sys::process::signal_name(s)
             ),
         )),
         Ended::TimedOut => Err(Failure::defer(
-            "4.3.0",
+            StatusCode::known(4, 3, 0),
             format!("Command time limit exceeded: \"{command}\"{out}"),
         )),
     }
@@ -111,9 +112,12 @@ pub fn run<I: Input>(job: &PipeJob<'_, I>) -> Result<(), Failure> {
         // std drops supplementary groups when root changes uid.
         cmd.uid(uid).gid(gid);
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| Failure::defer("4.3.0", format!("cannot run \"{}\": {e}", job.command)))?;
+    let mut child = cmd.spawn().map_err(|e| {
+        Failure::defer(
+            StatusCode::known(4, 3, 0),
+            format!("cannot run \"{}\": {e}", job.command),
+        )
+    })?;
     let pid = child.id() as i32;
     let stdin = child.stdin.take();
     let outputs: Vec<_> = [
@@ -171,7 +175,7 @@ pub fn run<I: Input>(job: &PipeJob<'_, I>) -> Result<(), Failure> {
                 Err(e) => {
                     let _ = sys::process::signal(-pid, 9);
                     return Err(Failure::defer(
-                        "4.3.0",
+                        StatusCode::known(4, 3, 0),
                         format!("waiting for \"{}\": {e}", job.command),
                     ));
                 }
@@ -187,7 +191,7 @@ pub fn run<I: Input>(job: &PipeJob<'_, I>) -> Result<(), Failure> {
         }
         if let Some(e) = unread {
             return Err(Failure::defer(
-                "4.3.0",
+                StatusCode::known(4, 3, 0),
                 format!("cannot read the message for \"{}\": {e}", job.command),
             ));
         }
@@ -207,15 +211,15 @@ mod tests {
         let ok = map_status("c", Ended::Exit(0), "");
         assert_eq!(ok, Ok(()));
         let cases = [
-            (Ended::Exit(75), 450, "4.3.0"),
-            (Ended::Exit(1), 550, "5.3.0"),
-            (Ended::Exit(67), 550, "5.3.0"),
-            (Ended::Signal(9), 550, "5.3.0"),
-            (Ended::TimedOut, 450, "4.3.0"),
+            (Ended::Exit(75), "4.3.0"),
+            (Ended::Exit(1), "5.3.0"),
+            (Ended::Exit(67), "5.3.0"),
+            (Ended::Signal(9), "5.3.0"),
+            (Ended::TimedOut, "4.3.0"),
         ];
-        for (ended, code, enh) in cases {
+        for (ended, enh) in cases {
             let f = map_status("c", ended, "out").unwrap_err();
-            assert_eq!((f.code, f.enhanced), (code, enh), "{ended:?}");
+            assert_eq!(f.status.to_string(), enh, "{ended:?}");
             assert!(f.text.contains("Command output: out"), "{}", f.text);
         }
     }
@@ -260,7 +264,7 @@ mod tests {
             timeout: Duration::from_secs(10),
         };
         let e = run(&job).unwrap_err();
-        assert_eq!((e.code, e.enhanced), (450, "4.3.0"));
+        assert_eq!(e.status.to_string(), "4.3.0");
         assert!(e.text.contains("spool gone"), "{}", e.text);
         assert!(!out.exists(), "the command finished with half a message");
     }
@@ -284,7 +288,7 @@ mod tests {
         ));
         assert!(e.unwrap_err().text.contains("no such user"));
         let e = run(&job("exit 75", b"", Duration::from_secs(10))).unwrap_err();
-        assert_eq!(e.code, 450);
+        assert_eq!(e.status.class(), 4);
         let t = Instant::now();
         let e = run(&job("sleep 30", b"", Duration::from_millis(200))).unwrap_err();
         assert!(e.text.contains("time limit"), "{}", e.text);

@@ -9,6 +9,7 @@
 //! backlog; a message that cannot be read midway is abandoned by closing
 //! the connection without `End`, which makes cleanup discard the draft.
 
+use mail::StatusCode;
 use std::path::Path;
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ pub fn resubmit(
         smtputf8: txn.smtputf8,
         ..Envelope::default()
     };
-    let delivered = format!("Delivered-To: {}\r\n", crate::deliver::clean(addr)).into_bytes();
+    let delivered = format!("Delivered-To: {}\r\n", crate::content::clean(addr)).into_bytes();
     submit(
         socket,
         envelope,
@@ -106,12 +107,16 @@ pub fn submit(
             s.end().map_err(Failed::Submit)
         });
     queued.map_err(|e| match e {
-        Failed::Submit(e) if e.is_permanent() => {
-            Failure::bounce("5.3.0", format!("forwarding to {to}: {e}"))
-        }
-        Failed::Submit(e) => Failure::defer("4.3.0", format!("forwarding to {to}: {e}")),
+        Failed::Submit(e) if e.is_permanent() => Failure::bounce(
+            StatusCode::known(5, 3, 0),
+            format!("forwarding to {to}: {e}"),
+        ),
+        Failed::Submit(e) => Failure::defer(
+            StatusCode::known(4, 3, 0),
+            format!("forwarding to {to}: {e}"),
+        ),
         Failed::Read(e) => Failure::defer(
-            "4.3.0",
+            StatusCode::known(4, 3, 0),
             format!("forwarding to {to}: cannot read the message: {e}"),
         ),
     })

@@ -1,102 +1,50 @@
-//! The agent's clients (qmgr) and their delivery requests.
+//! The agent's callbacks: qmgr's delivery requests, one at a time.
 //!
-//! Speaks `sluice-delivery` like smtp(8). A "connection" here is only a
-//! name for qmgr's bookkeeping: `Open` always succeeds (relay `local`),
-//! `Send` delivers every recipient at once, in this process, before the
-//! next request is read (as Postfix's local, one delivery at a time; run
-//! more processes for more parallelism), `Close` forgets it. The message
-//! is opened once per transaction and read from the spool for each target
-//! ([`crate::message`]), never held whole. Aliases are
-//! reopened for every transaction so edits take effect without a reload.
+//! Served by the agent skeleton ([`agent::AgentServer`]) like smtp(8). A
+//! "connection" here is only a name for qmgr's bookkeeping: `Open` always
+//! succeeds (relay `local`), `Send` delivers every recipient at once, in
+//! this process, before the next request is read (as Postfix's local, one
+//! delivery at a time; run more processes for more parallelism), `Close`
+//! forgets it. The message is opened once per transaction and read from
+//! the spool for each target ([`crate::message`]), never held whole.
+//! Aliases are reopened for every transaction so edits take effect without
+//! a reload.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use daemon::{msg_info, msg_warn, Conn as Accepted, Context, Cx, Server};
-use ipc::delivery::{Delivery as Proto, RcptResult, Request, Response, Transaction};
-use ipc::{Endpoint, Tagged};
-use mio::Token;
+use agent::{Agent, Answers, ConnId, OpenRequest};
+use daemon::{msg_info, msg_warn, Context, Cx};
+use ipc::delivery::{Handoff, RcptResult, Response, Transaction};
+use mail::{Status, StatusCode};
 
 use crate::deliver::{Delivery, Settings};
 use crate::message::Message;
 
-/// All of this process's clients.
-pub struct LocalServer {
+/// The local delivery agent.
+pub struct LocalAgent {
     settings: Settings,
     queue_root: PathBuf,
     /// Where the delivered targets of deferred recipients are remembered.
     progress_dir: PathBuf,
-    clients: BTreeMap<Token, Endpoint>,
-    conns: BTreeSet<(Token, u64)>,
     service: String,
 }
 
-impl LocalServer {
-    /// Reads the settings.
-    pub fn new(ctx: &Context, (): ()) -> Result<Self, String> {
+impl LocalAgent {
+    /// Reads the settings; sweeps what deliveries of messages now gone left.
+    pub fn new(ctx: &Context) -> Result<Self, String> {
         let progress_dir = PathBuf::from(ctx.config.str("data_directory")).join("local");
         let lifetime = ctx
             .config
             .time("maximal_queue_lifetime")
             .max(ctx.config.time("bounce_queue_lifetime"));
         crate::progress::sweep(&progress_dir, lifetime + Duration::from_secs(86400));
-        Ok(LocalServer {
+        Ok(LocalAgent {
             progress_dir,
             settings: Settings::from(&ctx.config, &ctx.args.service),
             queue_root: PathBuf::from(ctx.config.str("queue_directory")),
-            clients: BTreeMap::new(),
-            conns: BTreeSet::new(),
             service: ctx.args.service.clone(),
         })
-    }
-
-    fn respond(&mut self, client: Token, id: u64, resp: Response) {
-        if let Some(ep) = self.clients.get_mut(&client) {
-            if let Err(e) = ep.reply(id, &resp) {
-                msg_warn!("qmgr: {e}");
-            }
-        }
-    }
-
-    fn handle(&mut self, client: Token, req: Tagged<Request>) {
-        let resp = match req.body {
-            Request::Open { conn, .. } => {
-                if self.conns.insert((client, conn)) {
-                    Response::Opened {
-                        conn,
-                        relay: "local".into(),
-                    }
-                } else {
-                    Response::OpenFailed {
-                        conn,
-                        handshake: false,
-                        reason: format!("connection {conn} already exists"),
-                    }
-                }
-            }
-            Request::Send { conn, txn } => {
-                let results = if self.conns.contains(&(client, conn)) {
-                    self.transaction(&txn)
-                } else {
-                    all(&txn, 450, "4.4.0", "connection is not open")
-                };
-                Response::Sent {
-                    conn,
-                    results,
-                    conn_failed: false,
-                    handoff: ipc::delivery::Handoff::Final,
-                }
-            }
-            Request::Close { conn } => {
-                self.conns.remove(&(client, conn));
-                Response::Closed {
-                    conn,
-                    reason: String::new(),
-                }
-            }
-        };
-        self.respond(client, req.id, resp);
     }
 
     fn transaction(&self, txn: &Transaction) -> Vec<RcptResult> {
@@ -106,14 +54,14 @@ impl LocalServer {
             Err(e) => {
                 let text = format!("cannot read the message: {e}");
                 msg_info!("{}: {text}", txn.queue_id);
-                return all(txn, 450, "4.3.0", &text);
+                return txn.results(&Status::new(StatusCode::SYSTEM_TEMP, text));
             }
         };
         let (aliases, alias_uids) = match self.aliases() {
             Ok(a) => a,
             Err(text) => {
                 msg_warn!("{}: {text}", txn.queue_id);
-                return all(txn, 450, "4.3.0", &text);
+                return txn.results(&Status::new(StatusCode::SYSTEM_TEMP, text));
             }
         };
         let d = Delivery {
@@ -134,21 +82,14 @@ impl LocalServer {
                     orcpt: r.orcpt.as_deref(),
                     ..d
                 };
-                (r, d.deliver(&r.address, &mut progress))
-            })
-            .map(|(r, result)| match result {
-                Ok(text) => RcptResult {
+                let status = match d.deliver(&r.address, &mut progress) {
+                    Ok(text) => Status::new(StatusCode::OK, text),
+                    Err(f) => f.to_status(),
+                };
+                RcptResult {
                     index: r.index,
-                    code: 250,
-                    enhanced: "2.0.0".into(),
-                    text,
-                },
-                Err(f) => RcptResult {
-                    index: r.index,
-                    code: f.code,
-                    enhanced: f.enhanced.into(),
-                    text: f.text,
-                },
+                    status,
+                }
             })
             .collect()
     }
@@ -175,87 +116,62 @@ impl LocalServer {
         let tables = tables::Tables::open(&refs).map_err(|e| format!("alias_maps: {e}"))?;
         Ok((tables, uids))
     }
-
-    fn serve(&mut self, token: Token) -> Result<bool, ipc::IpcError> {
-        let Some(ep) = self.clients.get_mut(&token) else {
-            return Ok(false);
-        };
-        let open = ep.read_ready()?;
-        if !ep.accept_hello::<Proto>()? {
-            return Ok(open);
-        }
-        loop {
-            let Some(ep) = self.clients.get_mut(&token) else {
-                return Ok(false);
-            };
-            let Some(req) = ep.recv::<Tagged<Request>>()? else {
-                break;
-            };
-            self.handle(token, req);
-        }
-        let Some(ep) = self.clients.get_mut(&token) else {
-            return Ok(false);
-        };
-        ep.write_ready()?;
-        Ok(!ep.is_eof() || ep.wants_write())
-    }
-
-    fn drop_client(&mut self, cx: &mut Cx<'_>, token: Token) {
-        if let Some(mut ep) = self.clients.remove(&token) {
-            let _ = cx.registry.deregister(ep.stream());
-        }
-        self.conns.retain(|(c, _)| *c != token);
-    }
 }
 
-/// The same result for every recipient.
-pub fn all(txn: &Transaction, code: u16, enhanced: &str, text: &str) -> Vec<RcptResult> {
-    txn.recipients
-        .iter()
-        .map(|r| RcptResult {
-            index: r.index,
-            code,
-            enhanced: enhanced.into(),
-            text: text.into(),
-        })
-        .collect()
-}
+impl Agent for LocalAgent {
+    fn open(
+        &mut self,
+        _cx: &mut Cx<'_>,
+        out: &mut Answers,
+        id: ConnId,
+        request: u64,
+        _: OpenRequest,
+    ) {
+        let relay = "local".to_string();
+        out.answer(
+            id,
+            request,
+            Response::Opened {
+                conn: id.conn,
+                relay,
+            },
+        );
+    }
 
-impl Server for LocalServer {
+    fn send(
+        &mut self,
+        _cx: &mut Cx<'_>,
+        out: &mut Answers,
+        id: ConnId,
+        request: u64,
+        txn: Transaction,
+    ) {
+        let results = self.transaction(&txn);
+        let sent = Response::Sent {
+            conn: id.conn,
+            results,
+            conn_failed: false,
+            handoff: Handoff::Final,
+        };
+        out.answer(id, request, sent);
+    }
+
+    fn close(&mut self, _cx: &mut Cx<'_>, out: &mut Answers, id: ConnId, request: u64) {
+        out.answer(
+            id,
+            request,
+            Response::Closed {
+                conn: id.conn,
+                reason: None,
+            },
+        );
+    }
+
+    fn abandon(&mut self, _cx: &mut Cx<'_>, _id: ConnId) {}
+
     fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
         // Deliveries run one at a time, so the next one sees the new settings.
         self.settings = Settings::from(config, &self.service);
         true
-    }
-
-    fn accept(&mut self, cx: &mut Cx<'_>, conn: Accepted) {
-        let Accepted::Unix(stream) = conn else { return };
-        let token = cx.token();
-        let Ok(ep) = Endpoint::registered(stream, cx.registry, token) else {
-            return;
-        };
-        self.clients.insert(token, ep);
-        self.ready(cx, token, true, true);
-    }
-
-    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, _readable: bool, _writable: bool) {
-        match self.serve(token) {
-            Ok(true) => {}
-            Ok(false) => self.drop_client(cx, token),
-            Err(e) => {
-                msg_warn!("{}: qmgr link: {e}", self.service);
-                self.drop_client(cx, token);
-            }
-        }
-    }
-
-    fn timeout(&mut self, _cx: &mut Cx<'_>) {}
-
-    fn next_deadline(&self) -> Option<Instant> {
-        None
-    }
-
-    fn clients(&self) -> usize {
-        self.clients.len()
     }
 }

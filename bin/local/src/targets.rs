@@ -10,7 +10,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use crate::deliver::{clean, switch, Delivery};
+use crate::content::clean;
+use crate::deliver::{switch, Delivery};
 use crate::mailbox::{self, Failure};
 use crate::message::{CopyError, Message};
 use crate::pipe;

@@ -1,12 +1,15 @@
 //! master(8): the Sluice process supervisor.
 //!
-//! Usage: `master [-c config_dir] [-f]`. Normally started by `sluice start`.
+//! Usage: `master [-c config_dir] [-f | -s]`. Normally started by `sluice start`.
 //! Reads master.cf and main.cf, takes the one-master-per-queue lock, opens
 //! every listening socket, and runs the supervisor loop (see `supervisor`).
-//! `-f` keeps it in the foreground with logs on stderr as well.
+//! `-f` keeps it in the foreground with logs on stderr as well. `-s`
+//! (supervised, as under systemd) keeps it in the foreground logging as a
+//! daemon does, and tells `$NOTIFY_SOCKET` when every service is open.
 #![forbid(unsafe_code)]
 
 mod listen;
+mod notify;
 mod service;
 mod supervisor;
 
@@ -16,7 +19,7 @@ use std::path::{Path, PathBuf};
 use daemon::{msg_fatal, msg_info, msg_warn};
 
 fn usage() -> ! {
-    eprintln!("usage: master [-c config_dir] [-f]");
+    eprintln!("usage: master [-c config_dir] [-f | -s]");
     std::process::exit(2)
 }
 
@@ -25,11 +28,13 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/etc/sluice"));
     let mut foreground = false;
+    let mut supervised = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "-c" => config_dir = args.next().map(PathBuf::from).unwrap_or_else(|| usage()),
             "-f" => foreground = true,
+            "-s" => supervised = true,
             _ => usage(),
         }
     }
@@ -109,7 +114,13 @@ fn main() {
         fatal_both(&e);
     }
 
-    if !foreground {
+    if supervised {
+        // The supervisor keeps our pid and our stderr; it only needs to
+        // hear that the services are open.
+        if let Err(e) = notify::notify(&format!("READY=1\nMAINPID={}", std::process::id())) {
+            msg_warn!("{e}");
+        }
+    } else if !foreground {
         // Everything that can fail at start-up has been said on stderr.
         if let Err(e) = sys::process::new_session() {
             msg_warn!("{e}");
@@ -132,6 +143,9 @@ fn main() {
         msg_warn!("running unprivileged as {who}: daemons keep this identity, no chroot, no privilege separation");
     }
     let code = sup.run();
+    if supervised {
+        let _ = notify::notify("STOPPING=1");
+    }
     sup.cleanup();
     std::process::exit(code);
 }

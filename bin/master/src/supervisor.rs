@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use config::{Config, ServiceDef, ServiceKind};
 use daemon::{msg_info, msg_warn, DaemonArgs};
-use evloop::signals::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+use evloop::signals::{SIGCHLD, SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use evloop::{Signals, Timers};
 use ipc::control::{self, MasterStatus, ProcessStatus, ServiceStatus};
 use ipc::status::{self, StatusRecord, RECORD_LEN};
@@ -116,7 +116,7 @@ impl Supervisor {
         let signals = Signals::new(
             poll.registry(),
             SIGNALS,
-            &[SIGCHLD, SIGHUP, SIGTERM, SIGINT],
+            &[SIGCHLD, SIGHUP, SIGTERM, SIGINT, SIGUSR1],
         )
         .map_err(|e| format!("signals: {e}"))?;
         let (sr, sw) = sys::process::pipe().map_err(|e| e.to_string())?;
@@ -249,6 +249,7 @@ impl Supervisor {
                             match sig {
                                 SIGCHLD => self.reap(),
                                 SIGHUP => self.reload(),
+                                SIGUSR1 => self.reopen_logs(),
                                 _ => self.begin_stop(Some(sig)),
                             }
                         }
@@ -490,10 +491,59 @@ impl Supervisor {
         }
     }
 
+    /// Opens `maillog_file` again (logrotate moved it) and has every child
+    /// do the same; a child for which the file did not move does nothing.
+    fn reopen_logs(&mut self) {
+        match daemon::log::reopen() {
+            Ok(true) => {
+                msg_info!("reopened the mail log");
+                self.share_log_file();
+            }
+            Ok(false) => {}
+            Err(e) => msg_warn!("{e}"),
+        }
+        // A child that has not reported yet may not handle SIGUSR1 yet
+        // (its default action is to exit); it opened the log moments ago.
+        let started = self.services.values().flat_map(|s| {
+            s.procs
+                .iter()
+                .filter(|(_, p)| p.state != ProcState::Starting)
+                .map(|(pid, _)| *pid)
+        });
+        let pids: Vec<i32> = started.chain(self.retired.keys().copied()).collect();
+        for pid in pids {
+            let _ = sys::process::signal(pid, SIGUSR1);
+        }
+    }
+
+    /// Lets the daemons that run as mail_owner open the new log file
+    /// themselves, as they opened the old one as root before dropping
+    /// privileges: mail_owner's group may append to it. Each of them holds
+    /// a descriptor that writes the log already, so this gives them nothing
+    /// new; without it qmgr, which is never idle, would have to restart.
+    fn share_log_file(&self) {
+        use std::os::unix::fs::PermissionsExt;
+        let Some(owner) = &self.owner else {
+            return;
+        };
+        let path = self.loaded.config.str("maillog_file");
+        let shared = std::os::unix::fs::chown(&path, None, Some(owner.gid)).and_then(|()| {
+            let mode = std::fs::metadata(&path)?.permissions().mode() & 0o7777;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode | 0o020))
+        });
+        if let Err(e) = shared {
+            msg_warn!(
+                "maillog_file {path}: group {} may not write it: {e}",
+                owner.gid
+            );
+        }
+    }
+
     fn reload(&mut self) {
         if self.stopping {
             return;
         }
+        self.reopen_logs();
         let new = match load(&self.config_dir) {
             Ok(l) => l,
             Err(e) => {

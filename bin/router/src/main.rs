@@ -41,11 +41,13 @@ fn main() {
                 msg_warn!("no DNS servers (dns_servers is empty and /etc/resolv.conf names none): DNS lookups will fail");
             }
             let dns = dns::Dns::new(dns::Resolver::new(rcfg), hcfg);
-            Ok(server::RouterServer::new(
-                route::Router::new(settings),
-                dns,
-                ctx.config_dir.clone(),
-                ctx.args.overrides.clone(),
+            Ok(daemon::ipcserver::IpcServer::new(
+                server::RouterServer::new(
+                    route::Router::new(settings),
+                    dns,
+                    ctx.config_dir.clone(),
+                    ctx.args.overrides.clone(),
+                ),
             ))
         },
     )

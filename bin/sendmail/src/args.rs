@@ -14,6 +14,8 @@ pub enum Mode {
     ListQueue,
     /// Make deferred mail due (`-q`).
     Flush,
+    /// Check and rebuild the aliases (`-bi`, newaliases).
+    Newaliases,
 }
 
 /// Parsed arguments.
@@ -36,10 +38,17 @@ pub struct Args {
 }
 
 impl Args {
-    /// Parses the arguments after the program name.
-    pub fn parse<I: IntoIterator<Item = String>>(args: I) -> Result<Args, String> {
+    /// Parses the arguments of the program invoked as `name`: as Sendmail
+    /// and Postfix, `mailq` is `sendmail -bp` and `newaliases` is
+    /// `sendmail -bi` (the names the package links to sendmail).
+    pub fn parse_as<I: IntoIterator<Item = String>>(name: &str, args: I) -> Result<Args, String> {
+        let mode = match name {
+            "mailq" => Mode::ListQueue,
+            "newaliases" => Mode::Newaliases,
+            _ => Mode::Deliver,
+        };
         let mut a = Args {
-            mode: Mode::Deliver,
+            mode,
             from_headers: false,
             ignore_dots: false,
             sender: None,
@@ -71,6 +80,7 @@ impl Args {
                 "-bm" => a.mode = Mode::Deliver,
                 "-bs" => a.mode = Mode::Smtp,
                 "-bp" => a.mode = Mode::ListQueue,
+                "-bi" | "-I" => a.mode = Mode::Newaliases,
                 "-q" => a.mode = Mode::Flush,
                 s if s.starts_with("-f") => a.sender = Some(value(&s[2..], "-f")?),
                 s if s.starts_with("-r") => a.sender = Some(value(&s[2..], "-r")?),
@@ -110,7 +120,7 @@ mod tests {
     use super::*;
 
     fn p(v: &[&str]) -> Result<Args, String> {
-        Args::parse(v.iter().map(|s| s.to_string()))
+        Args::parse_as("sendmail", v.iter().map(|s| s.to_string()))
     }
 
     #[test]
@@ -127,5 +137,26 @@ mod tests {
         assert!(p(&["-f"]).is_err());
         assert!(p(&["-Z"]).is_err());
         assert_eq!(p(&["-odi", "-v", "a"]).unwrap().recipients, ["a"]);
+        assert_eq!(p(&["-bi"]).unwrap().mode, Mode::Newaliases);
+    }
+
+    #[test]
+    fn program_name_chooses_the_mode() {
+        let none = || std::iter::empty::<String>();
+        assert_eq!(
+            Args::parse_as("mailq", none()).unwrap().mode,
+            Mode::ListQueue
+        );
+        assert_eq!(
+            Args::parse_as("newaliases", none()).unwrap().mode,
+            Mode::Newaliases
+        );
+        assert_eq!(
+            Args::parse_as("sendmail", none()).unwrap().mode,
+            Mode::Deliver
+        );
+        // An option still wins over the name, as in Postfix.
+        let q = Args::parse_as("mailq", ["-q".to_string()]).unwrap();
+        assert_eq!(q.mode, Mode::Flush);
     }
 }

@@ -4,7 +4,9 @@
 //! reads a message on stdin and submits it to cleanup over
 //! `$queue_directory/public/submit`; cleanup learns who we are from the
 //! socket (SO_PEERCRED), not from us. `-bs` speaks SMTP on stdin/stdout,
-//! `-bp` lists the queue (mailq), `-q` makes deferred mail due now.
+//! `-bp` lists the queue (mailq), `-q` makes deferred mail due now, `-bi`
+//! checks the aliases (newaliases). Invoked as `mailq` or `newaliases` (the
+//! package's links to it) it does what that name says.
 //!
 //! Exit codes (sysexits.h): 0 queued; 64 usage; 65 bad input; 67 bad
 //! recipient; 75 the mail system is not running or refused temporarily —
@@ -41,7 +43,12 @@ pub fn fatal(code: i32, msg: impl std::fmt::Display) -> i32 {
 }
 
 fn main() {
-    let args = match Args::parse(std::env::args().skip(1)) {
+    let name = std::env::args()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let args = match Args::parse_as(&name, std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => std::process::exit(fatal(ex::USAGE, e)),
     };
@@ -60,6 +67,7 @@ fn main() {
         Mode::Smtp => smtp::run(&cfg),
         Mode::ListQueue => submit::list_queue(&cfg),
         Mode::Flush => submit::flush(&cfg),
+        Mode::Newaliases => submit::newaliases(&dir),
     };
     std::process::exit(code)
 }

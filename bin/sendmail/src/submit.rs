@@ -239,6 +239,27 @@ pub fn flush(cfg: &Config) -> i32 {
     }
 }
 
+/// `-bi` (newaliases): `sluice newaliases`, as Postfix's sendmail runs
+/// newaliases(1). The `sluice` beside this program comes first, so a build
+/// tree and an installation each use their own; then the one on PATH.
+pub fn newaliases(dir: &std::path::Path) -> i32 {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("sluice")))
+        .filter(|p| p.is_file());
+    let program = beside.unwrap_or_else(|| std::path::PathBuf::from("sluice"));
+    match std::process::Command::new(&program)
+        .arg("-c")
+        .arg(dir)
+        .arg("newaliases")
+        .status()
+    {
+        Ok(s) if s.success() => 0,
+        Ok(s) => s.code().unwrap_or(ex::SOFTWARE),
+        Err(e) => fatal(ex::SOFTWARE, format!("{}: {e}", program.display())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

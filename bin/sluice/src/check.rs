@@ -4,6 +4,13 @@
 //! Like `postfix check`, it does not stop at the first problem: it reports
 //! each one on its own line (`sluice: error: …` or `sluice: warning: …`) and
 //! exits 1 if any was an error, 0 otherwise.
+//!
+//! An error here is whatever would make a daemon exit at start or at its
+//! first client: a bad value, a restriction list smtpd cannot build, a
+//! lookup table that does not open or parse, smtpd's certificate or key
+//! that does not load, the smtp agent's CA file when it verifies servers,
+//! a master.cf command that does not exist. Each is named with its file, line and parameter, so that
+//! `ExecStartPre=sluice check` stops a broken configuration before it runs.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -61,6 +68,7 @@ pub fn check(dir: &Path) -> i32 {
     if let Some(cfg) = &cfg {
         let owner = check_owner(cfg, &mut r);
         check_services(cfg, &services, &mut r);
+        check_restrictions_and_tables(dir, cfg, &services, &mut r);
         check_queue(cfg, owner, &mut r);
         check_log(cfg, &mut r);
     }
@@ -169,6 +177,172 @@ fn check_services(cfg: &Config, services: &[ServiceDef], r: &mut Report) {
                     s.line, s.name
                 ));
             }
+        }
+    }
+}
+
+/// Where `param`'s value comes from, as the start of a message.
+fn origin(dir: &Path, cfg: &Config, param: &str) -> String {
+    match cfg.origin(param) {
+        Some((file, line)) if line > 0 => format!("{}, line {line}", file.display()),
+        Some((file, _)) => file.display().to_string(),
+        None => format!("{} (default value)", dir.join("main.cf").display()),
+    }
+}
+
+/// smtpd's restriction lists and certificate, and every lookup table:
+/// main.cf's values, then each master.cf service's `-o` overrides of them.
+fn check_restrictions_and_tables(
+    dir: &Path,
+    cfg: &Config,
+    services: &[ServiceDef],
+    r: &mut Report,
+) {
+    let map_params: Vec<&'static str> = Config::params()
+        .filter(|p| p.ty == config::ParamType::MapRef)
+        .map(|p| p.name)
+        .collect();
+    for list in policy::LISTS {
+        check_restriction_list(cfg, list, &origin(dir, cfg, list), r);
+    }
+    for param in &map_params {
+        check_maps(cfg, param, &origin(dir, cfg, param), r);
+    }
+    let check_tls = |c: &Config, at: &str, r: &mut Report| {
+        if let Err(e) = smtpd_tls(c) {
+            r.error(format!("{at}: {e}"));
+        }
+    };
+    if services
+        .iter()
+        .any(|s| s.command == "smtpd" && s.overrides.is_empty())
+    {
+        check_tls(cfg, &origin(dir, cfg, "smtpd_tls_cert_file"), r);
+    }
+    for s in services.iter().filter(|s| s.command == "smtp") {
+        let mut c = cfg.clone();
+        if s.overrides
+            .iter()
+            .all(|(k, v)| c.set_override(k, v).is_ok())
+        {
+            if let Err(e) = smtp_trust_anchors(&c, &s.name) {
+                r.error(format!(
+                    "master.cf, line {}: service {}: {e}",
+                    s.line, s.name
+                ));
+            }
+        }
+    }
+    for s in services {
+        if s.overrides.is_empty() {
+            continue;
+        }
+        let mut c = cfg.clone();
+        // A bad override is reported by check_services.
+        if s.overrides
+            .iter()
+            .any(|(k, v)| c.set_override(k, v).is_err())
+        {
+            continue;
+        }
+        if s.command == "smtpd" {
+            check_tls(
+                &c,
+                &format!("master.cf, line {}: service {}", s.line, s.name),
+                r,
+            );
+        }
+        for (k, _) in &s.overrides {
+            let at = format!("master.cf, line {}: service {}: -o {k}", s.line, s.name);
+            if policy::LISTS.contains(&k.as_str()) {
+                check_restriction_list(&c, k, &at, r);
+            } else if map_params.contains(&k.as_str()) {
+                check_maps(&c, k, &at, r);
+            }
+        }
+    }
+}
+
+/// smtpd's certificate and key, loaded as smtpd loads them at start
+/// when TLS is on.
+fn smtpd_tls(cfg: &Config) -> Result<(), String> {
+    let level = cfg.choice("smtpd_tls_security_level");
+    if level == "none" && !cfg.bool("smtpd_tls_wrappermode") {
+        return Ok(());
+    }
+    let cert = cfg.str("smtpd_tls_cert_file");
+    if cert.is_empty() {
+        return Err(format!(
+            "parameter \"smtpd_tls_security_level\": {level} needs smtpd_tls_cert_file"
+        ));
+    }
+    let key = cfg.str("smtpd_tls_key_file");
+    tls::load_server_config(cert.as_ref(), key.as_ref())
+        .map(drop)
+        .map_err(|e| format!("parameter \"smtpd_tls_cert_file\": {e}"))
+}
+
+/// The smtp agent's CA file, which it cannot start without when the
+/// service's TLS level verifies certificates (smtp(8)).
+fn smtp_trust_anchors(cfg: &Config, service: &str) -> Result<(), String> {
+    let t = cfg.transport(service);
+    let level = t.choice("smtp_tls_security_level");
+    if level != "verify" && level != "secure" {
+        return Ok(());
+    }
+    let file = t.str("smtp_tls_CAfile");
+    let path = if file.is_empty() {
+        tls::SYSTEM_CA_FILE.to_string()
+    } else {
+        file
+    };
+    tls::load_trust_anchors(Path::new(&path))
+        .map(drop)
+        .map_err(|e| {
+            format!(
+                "parameter \"smtp_tls_CAfile\": {e} (needed by smtp_tls_security_level = {level})"
+            )
+        })
+}
+
+/// One restriction list as smtpd builds it, and the access tables it names.
+fn check_restriction_list(cfg: &Config, list: &str, at: &str, r: &mut Report) {
+    match policy::parse_list(&cfg.str(list)) {
+        Ok(items) => {
+            for item in items {
+                if let policy::Restriction::CheckClientAccess(m)
+                | policy::Restriction::CheckSenderAccess(m)
+                | policy::Restriction::CheckRecipientAccess(m) = item
+                {
+                    if let Err(e) = tables::Table::open(&m) {
+                        r.error(format!("{at}: parameter \"{list}\": {e}"));
+                    }
+                }
+            }
+        }
+        Err(e) => r.error(format!("{at}: parameter \"{list}\": {}", e.message)),
+    }
+}
+
+/// Every table of a `type:table` list parameter.
+fn check_maps(cfg: &Config, param: &str, at: &str, r: &mut Report) {
+    for m in cfg.maps(param) {
+        match tables::Table::open(&m) {
+            Ok(t) => {
+                for w in t.warnings() {
+                    r.warn(format!("{at}: parameter \"{param}\": {w}"));
+                }
+            }
+            // As local(8), a missing alias file only means no aliases; the
+            // router, which reads the same file as a recipient table, exits.
+            Err(e)
+                if param == "alias_maps"
+                    && matches!(e.problem, tables::TableProblem::Io(_))
+                    && !tables::source_exists(&m) =>
+            {
+                r.warn(format!("{at}: parameter \"{param}\": {e}"))
+            }
+            Err(e) => r.error(format!("{at}: parameter \"{param}\": {e}")),
         }
     }
 }

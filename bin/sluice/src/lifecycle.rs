@@ -1,7 +1,9 @@
 //! `sluice start | stop | reload | status`: talking to master.
 //!
 //! start runs `$daemon_directory/master` and waits until its control
-//! socket answers (or prints why it died); stop and reload signal the pid in
+//! socket answers (or prints why it died); under systemd (`$NOTIFY_SOCKET`
+//! set, as for a `Type=notify` unit) it becomes master instead, which stays
+//! in the foreground and tells systemd itself when it is ready; stop and reload signal the pid in
 //! `$queue_directory/pid/master.pid`, as `postfix stop` does, so they work
 //! even when the control socket does not; status asks the control socket.
 
@@ -66,8 +68,10 @@ pub fn start(dir: &Path, foreground: bool) -> i32 {
     }
     let mut cmd = Command::new(&p.master);
     cmd.arg("-c").arg(dir);
-    if foreground {
-        cmd.arg("-f");
+    let supervised = std::env::var_os("NOTIFY_SOCKET").is_some();
+    if foreground || supervised {
+        // systemd watches the pid it started: master must be that process.
+        cmd.arg(if foreground { "-f" } else { "-s" });
         let e = cmd.exec();
         return fail(format!("exec {}: {e}", p.master.display()));
     }
@@ -140,6 +144,22 @@ pub fn reload(dir: &Path) -> i32 {
     };
     eprintln!("sluice: refreshing the Sluice mail system");
     match sys::process::signal(pid, 1) {
+        Ok(()) => 0,
+        Err(e) => fail(e),
+    }
+}
+
+/// `sluice reopen`: SIGUSR1 to master, which opens `maillog_file` again
+/// and passes it on to its daemons (logrotate's postrotate command).
+pub fn reopen(dir: &Path) -> i32 {
+    let p = match paths(dir) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let Some(pid) = running_pid(&p) else {
+        return fail("the Sluice mail system is not running");
+    };
+    match sys::process::signal(pid, 10) {
         Ok(()) => 0,
         Err(e) => fail(e),
     }

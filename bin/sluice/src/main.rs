@@ -42,6 +42,8 @@ enum Cmd {
     Stop,
     /// Re-read main.cf and master.cf; restart only services whose definition changed.
     Reload,
+    /// Open maillog_file again after logrotate has moved it (master and every daemon).
+    Reopen,
     /// Show master, its services and their processes, and the queue's figures.
     Status {
         /// One JSON object, with the queue's sizes, rates and busiest destinations, for monitoring.
@@ -199,6 +201,7 @@ fn main() {
         Cmd::Start { foreground } => lifecycle::start(&dir, foreground),
         Cmd::Stop => lifecycle::stop(&dir),
         Cmd::Reload => lifecycle::reload(&dir),
+        Cmd::Reopen => lifecycle::reopen(&dir),
         Cmd::Status { json } => lifecycle::status(&dir, json),
         Cmd::Top {
             once,

@@ -14,18 +14,20 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use agent::{ConnId, Content, OpenRequest, Timing};
 use daemon::{msg_info, Cx};
-use ipc::delivery::{Data, RcptResult, Response, Transaction};
+use ipc::delivery::{Handoff, RcptResult, Response, Transaction};
+use mail::{Status, StatusCode};
 use mio::{Interest, Registry, Token};
-use smtp_proto::client_session::{ClientAction, ClientSession, Envelope};
-use smtp_proto::command::{Body, MailParams, Notify, Orcpt, RcptParams, Ret};
-use smtp_proto::{Path, Reply};
+use smtp_proto::client_session::{ClientAction, ClientSession};
+use smtp_proto::Reply;
 
 use rustls::pki_types::UnixTime;
 
-use crate::server::{CertMatch, Settings};
+use crate::results::{describe, envelope, nexthop_domain, relay, result_of};
+use crate::settings::{CertMatch, Settings};
 
 /// A response to deliver to qmgr.
 pub struct Outcome {
@@ -35,22 +37,15 @@ pub struct Outcome {
     pub response: Response,
 }
 
-/// Results for every recipient of `txn`, all the same.
-pub fn all(txn: &Transaction, code: u16, enhanced: &str, text: &str) -> Vec<RcptResult> {
-    txn.recipients
-        .iter()
-        .map(|r| RcptResult {
-            index: r.index,
-            code,
-            enhanced: enhanced.into(),
-            text: text.into(),
-        })
-        .collect()
+/// Why a connection was not set up, for what waited for it: 4.4.1 as
+/// Postfix says when a host cannot be reached or will not talk.
+fn unreached(why: impl Into<String>) -> Status {
+    Status::new(StatusCode::NO_ANSWER, why)
 }
 
-enum Source {
-    Inline(Vec<u8>, usize),
-    File(Box<queue::MessageFile>, u64),
+/// A connection lost with transactions in flight or queued.
+fn lost(why: impl Into<String>) -> Status {
+    Status::new(StatusCode::CONNECTION_LOST, why)
 }
 
 struct Pending {
@@ -62,13 +57,12 @@ struct Pending {
 struct Active {
     request: u64,
     txn: Transaction,
-    queued: Instant,
-    started: Instant,
-    conn_setup: f64,
+    timing: Timing,
     /// Reply per position in `txn.recipients`.
     rcpt: Vec<Option<Reply>>,
     mail: Option<Reply>,
-    source: Option<Source>,
+    /// The content and how far it has been sent.
+    source: Option<(Content, u64)>,
     sending: bool,
     /// The content goes with BDAT (for "in reply to" texts).
     bdat: bool,
@@ -83,10 +77,8 @@ enum Phase {
 /// One connection.
 pub struct SmtpConn {
     settings: Arc<Settings>,
-    /// The qmgr client this connection belongs to.
-    pub client: Token,
-    /// qmgr's id for it.
-    pub id: u64,
+    /// qmgr's name for it.
+    pub id: ConnId,
     open_request: u64,
     host: String,
     nexthop: String,
@@ -109,7 +101,7 @@ pub struct SmtpConn {
     readable: bool,
     writable: bool,
     connect_started: Instant,
-    setup: f64,
+    setup: Duration,
     errors: Vec<String>,
     done: bool,
     stage: &'static str,
@@ -121,40 +113,35 @@ const INBUF: usize = 64 * 1024;
 impl SmtpConn {
     /// Whether the server took the DSN parameters (it then sends any
     /// success notice itself), for qmgr's NOTIFY=SUCCESS handling.
-    fn handoff(&self) -> ipc::delivery::Handoff {
+    fn handoff(&self) -> Handoff {
         let dsn = self
             .session
             .as_ref()
             .and_then(|s| s.capabilities())
             .is_some_and(|c| c.dsn);
         if dsn {
-            ipc::delivery::Handoff::RelayedWithDsn
+            Handoff::RelayedWithDsn
         } else {
-            ipc::delivery::Handoff::Relayed
+            Handoff::Relayed
         }
     }
 
     /// A connection that will start connecting on the first `drive`.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         settings: Arc<Settings>,
-        client: Token,
-        id: u64,
+        id: ConnId,
         open_request: u64,
-        host: String,
-        nexthop: String,
-        addrs: Vec<SocketAddr>,
+        open: OpenRequest,
         token: Token,
         cx: &Cx<'_>,
     ) -> SmtpConn {
         SmtpConn {
             settings,
-            client,
             id,
             open_request,
-            host,
-            nexthop,
-            addrs,
+            host: open.host,
+            nexthop: open.nexthop,
+            addrs: open.addrs,
             next_addr: 0,
             token,
             stream: None,
@@ -173,7 +160,7 @@ impl SmtpConn {
             readable: false,
             writable: false,
             connect_started: cx.now,
-            setup: 0.0,
+            setup: Duration::ZERO,
             errors: Vec::new(),
             done: false,
             stage: "connect",
@@ -390,9 +377,9 @@ impl SmtpConn {
         self.outcomes.push(Outcome {
             request: self.open_request,
             response: Response::OpenFailed {
-                conn: self.id,
+                conn: self.id.conn,
                 handshake: false,
-                reason: reason.clone(),
+                reason: unreached(reason.clone()),
             },
         });
         self.fail_queued(&reason);
@@ -476,17 +463,19 @@ impl SmtpConn {
         self.outcomes.push(Outcome {
             request: self.open_request,
             response: Response::OpenFailed {
-                conn: self.id,
+                conn: self.id.conn,
                 handshake: true,
-                reason: format!("4.7.5 {why}"),
+                reason: Status::new(StatusCode::TLS_POLICY, why.clone()),
             },
         });
         while let Some(p) = self.queue.pop_front() {
-            let results = all(&p.txn, 454, "4.7.5", &why);
+            let results = p
+                .txn
+                .results(&Status::new(StatusCode::TLS_POLICY, why.clone()));
             self.outcomes.push(Outcome {
                 request: p.request,
                 response: Response::Sent {
-                    conn: self.id,
+                    conn: self.id.conn,
                     results,
                     conn_failed: true,
                     handoff: self.handoff(),
@@ -631,14 +620,8 @@ impl SmtpConn {
         }
         let mut buf = vec![0u8; 64 * 1024];
         let n = match active.source.as_mut() {
-            Some(Source::Inline(bytes, pos)) => {
-                let n = (bytes.len() - *pos).min(buf.len());
-                buf[..n].copy_from_slice(&bytes[*pos..*pos + n]);
-                *pos += n;
-                Ok(n)
-            }
-            Some(Source::File(f, pos)) => f
-                .read_data_at(&mut buf, *pos)
+            Some((content, pos)) => content
+                .read_at(&mut buf, *pos)
                 .inspect(|n| *pos += *n as u64),
             None => Ok(0),
         };
@@ -672,11 +655,11 @@ impl SmtpConn {
             ClientAction::Ready => {
                 if !self.opened {
                     self.opened = true;
-                    self.setup = now.duration_since(self.connect_started).as_secs_f64();
+                    self.setup = now.saturating_duration_since(self.connect_started);
                     self.outcomes.push(Outcome {
                         request: self.open_request,
                         response: Response::Opened {
-                            conn: self.id,
+                            conn: self.id.conn,
                             relay: self.relay.clone(),
                         },
                     });
@@ -730,9 +713,9 @@ impl SmtpConn {
                     self.outcomes.push(Outcome {
                         request: self.open_request,
                         response: Response::OpenFailed {
-                            conn: self.id,
+                            conn: self.id.conn,
                             handshake: true,
-                            reason: describe(&e, &self.relay),
+                            reason: unreached(describe(&e, &self.relay)),
                         },
                     });
                     self.fail_queued(&describe(&e, &self.relay));
@@ -756,8 +739,8 @@ impl SmtpConn {
                 self.outcomes.push(Outcome {
                     request,
                     response: Response::Closed {
-                        conn: self.id,
-                        reason: String::new(),
+                        conn: self.id.conn,
+                        reason: None,
                     },
                 });
                 self.fail_queued("connection closed");
@@ -783,23 +766,17 @@ impl SmtpConn {
             }
             return;
         };
-        let source = match &p.txn.data {
-            Data::Inline(b) => Ok(Source::Inline(b.clone(), 0)),
-            Data::File(rel) => queue::MessageFile::open(&self.settings.queue_root.join(rel))
-                .map(|f| Source::File(Box::new(f), 0))
-                .map_err(|e| e.to_string()),
-        };
-        let source = match source {
+        let source = match Content::open(&p.txn.data, &self.settings.queue_root) {
             Ok(s) => s,
             Err(e) => {
                 // A local problem, not the peer's: defer these recipients.
                 let text = format!("cannot read the message: {e}");
                 msg_info!("{}: {text}", p.txn.queue_id);
-                let results = all(&p.txn, 451, "4.3.0", &text);
+                let results = p.txn.results(&Status::new(StatusCode::SYSTEM_TEMP, text));
                 self.outcomes.push(Outcome {
                     request: p.request,
                     response: Response::Sent {
-                        conn: self.id,
+                        conn: self.id.conn,
                         results,
                         conn_failed: false,
                         handoff: self.handoff(),
@@ -811,14 +788,16 @@ impl SmtpConn {
         let env = match envelope(&p.txn) {
             Ok(e) => e,
             Err(text) => {
-                let results = all(&p.txn, 550, "5.1.3", &text);
+                let results = p.txn.results(&Status::new(StatusCode::BAD_ADDRESS, text));
+                let delays = Timing::at(now).delays(&p.txn, now);
                 for r in &results {
-                    log_result(&p.txn, r, &self.relay, 0, [0.0; 4], "bounced");
+                    let log = &self.settings.logger;
+                    log.recipient(&p.txn, r.index, &self.relay, 0, delays, &r.status);
                 }
                 self.outcomes.push(Outcome {
                     request: p.request,
                     response: Response::Sent {
-                        conn: self.id,
+                        conn: self.id.conn,
                         results,
                         conn_failed: false,
                         handoff: self.handoff(),
@@ -828,18 +807,24 @@ impl SmtpConn {
             }
         };
         let n = p.txn.recipients.len();
-        let setup = if self.uses == 0 { self.setup } else { 0.0 };
+        let setup = if self.uses == 0 {
+            self.setup
+        } else {
+            Duration::ZERO
+        };
         let bdat = self.session.as_ref().is_some_and(|s| s.uses_bdat());
         let started = self.session.as_mut().is_some_and(|s| s.send_message(&env));
         self.active = Some(Active {
             request: p.request,
             txn: p.txn,
-            queued: p.queued,
-            started: now,
-            conn_setup: setup,
+            timing: Timing {
+                queued: p.queued,
+                started: now,
+                conn_setup: setup,
+            },
             rcpt: vec![None; n],
             mail: None,
-            source: Some(source),
+            source: Some((source, 0)),
             sending: false,
             bdat,
         });
@@ -853,8 +838,7 @@ impl SmtpConn {
     fn finish(&mut self, final_reply: Reply, now: Instant) {
         let Some(a) = self.active.take() else { return };
         self.uses += 1;
-        let conn_use = if self.uses > 1 { self.uses } else { 0 };
-        let delays = delays(&a, now);
+        let delays = a.timing.delays(&a.txn, now);
         let mut results = Vec::with_capacity(a.txn.recipients.len());
         for (i, r) in a.txn.recipients.iter().enumerate() {
             let (reply, stage) = match (&a.mail, &a.rcpt[i]) {
@@ -863,37 +847,24 @@ impl SmtpConn {
                 _ if a.bdat => (final_reply.clone(), "BDAT"),
                 _ => (final_reply.clone(), "end of DATA"),
             };
-            let res = result_of(r.index, &reply);
-            let status = status_word(reply.code);
-            let shown = if reply.code < 300 {
-                RcptResult {
-                    text: format!(
-                        "{} {} {}",
-                        reply.code,
-                        res.enhanced,
-                        reply.text().replace('\n', " ")
-                    ),
-                    ..res.clone()
-                }
+            let mut res = result_of(r.index, &reply);
+            let st = &mut res.status;
+            st.text = if reply.code < 300 {
+                format!("{} {} {}", reply.code, st.code, st.text)
             } else {
-                RcptResult {
-                    text: format!(
-                        "host {} said: {} {} {} (in reply to {stage} command)",
-                        self.relay,
-                        reply.code,
-                        res.enhanced,
-                        reply.text().replace('\n', " ")
-                    ),
-                    ..res.clone()
-                }
+                format!(
+                    "host {} said: {} {} {} (in reply to {stage} command)",
+                    self.relay, reply.code, st.code, st.text
+                )
             };
-            log_result(&a.txn, &shown, &self.relay, conn_use, delays, status);
-            results.push(shown);
+            let log = &self.settings.logger;
+            log.recipient(&a.txn, r.index, &self.relay, self.uses, delays, st);
+            results.push(res);
         }
         self.outcomes.push(Outcome {
             request: a.request,
             response: Response::Sent {
-                conn: self.id,
+                conn: self.id.conn,
                 results,
                 conn_failed: false,
                 handoff: self.handoff(),
@@ -912,14 +883,15 @@ impl SmtpConn {
             self.outcomes.push(Outcome {
                 request: self.open_request,
                 response: Response::OpenFailed {
-                    conn: self.id,
+                    conn: self.id.conn,
                     handshake: true,
-                    reason: why.clone(),
+                    reason: unreached(why.clone()),
                 },
             });
             msg_info!("{why}");
         }
         if let Some(a) = self.active.take() {
+            let delays = a.timing.delays(&a.txn, Instant::now());
             let mut results = Vec::new();
             for (i, r) in a.txn.recipients.iter().enumerate() {
                 // A recipient the server already refused for good keeps its
@@ -928,25 +900,17 @@ impl SmtpConn {
                     Some(rr) if rr.is_permanent() => result_of(r.index, rr),
                     _ => RcptResult {
                         index: r.index,
-                        code: 421,
-                        enhanced: "4.4.2".into(),
-                        text: why.clone(),
+                        status: lost(why.clone()),
                     },
                 };
-                log_result(
-                    &a.txn,
-                    &res,
-                    &self.relay,
-                    0,
-                    delays(&a, Instant::now()),
-                    status_word(res.code),
-                );
+                let log = &self.settings.logger;
+                log.recipient(&a.txn, r.index, &self.relay, 0, delays, &res.status);
                 results.push(res);
             }
             self.outcomes.push(Outcome {
                 request: a.request,
                 response: Response::Sent {
-                    conn: self.id,
+                    conn: self.id.conn,
                     results,
                     conn_failed: true,
                     handoff: self.handoff(),
@@ -959,8 +923,8 @@ impl SmtpConn {
             self.outcomes.push(Outcome {
                 request,
                 response: Response::Closed {
-                    conn: self.id,
-                    reason: why,
+                    conn: self.id.conn,
+                    reason: Some(lost(why)),
                 },
             });
         }
@@ -972,230 +936,16 @@ impl SmtpConn {
 
     fn fail_queued(&mut self, why: &str) {
         while let Some(p) = self.queue.pop_front() {
-            let results = all(&p.txn, 421, "4.4.2", why);
+            let results = p.txn.results(&lost(why));
             self.outcomes.push(Outcome {
                 request: p.request,
                 response: Response::Sent {
-                    conn: self.id,
+                    conn: self.id.conn,
                     results,
                     conn_failed: true,
                     handoff: self.handoff(),
                 },
             });
         }
-    }
-}
-
-/// The domain of a next hop as qmgr names it: `[name]:port`, `name:port`
-/// or `name` → `name` (Postfix matches the bracketed name for relays).
-fn nexthop_domain(nexthop: &str) -> &str {
-    let n = nexthop.trim();
-    if let Some(rest) = n.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or("");
-    }
-    match n.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => n,
-    }
-}
-
-fn relay(host: &str, addr: SocketAddr) -> String {
-    format!("{host}[{}]:{}", addr.ip(), addr.port())
-}
-
-fn describe(e: &smtp_proto::client_session::ClientError, relay: &str) -> String {
-    use smtp_proto::client_session::ClientError as E;
-    match e {
-        E::Greeting(r) => format!(
-            "host {relay} refused to talk to me: {} {}",
-            r.code,
-            r.text()
-        ),
-        E::Helo(r) => format!(
-            "host {relay} refused EHLO and HELO: {} {}",
-            r.code,
-            r.text()
-        ),
-        E::TlsUnavailable(_) => format!("TLS is required, but was not offered by host {relay}"),
-        // With the enhanced code: 4.7.0 (a session limit) tells the postmaster more than 421.
-        E::ServerClosing(r) => format!("host {relay} said: {r}"),
-        E::BadReply(err) => format!("host {relay} sent a malformed reply: {err:?}"),
-        E::Unexpected(r) => format!(
-            "host {relay} sent an unexpected reply: {} {}",
-            r.code,
-            r.text()
-        ),
-        other => format!("host {relay}: {other:?}"),
-    }
-}
-
-fn status_word(code: u16) -> &'static str {
-    match code {
-        200..=299 => "sent",
-        500..=599 => "bounced",
-        _ => "deferred",
-    }
-}
-
-fn result_of(index: u32, r: &Reply) -> RcptResult {
-    let enhanced = r
-        .enhanced
-        .map(|e| e.to_string())
-        .unwrap_or_else(|| format!("{}.0.0", (r.code / 100).clamp(2, 5)));
-    RcptResult {
-        index,
-        code: r.code,
-        enhanced,
-        text: r.text().replace('\n', " "),
-    }
-}
-
-fn delays(a: &Active, now: Instant) -> [f64; 4] {
-    let now_us = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0);
-    let total = now_us.saturating_sub(a.txn.arrival_us) as f64 / 1e6;
-    let wait = a.started.duration_since(a.queued).as_secs_f64();
-    let xfer = now.duration_since(a.started).as_secs_f64();
-    let before = (total - wait - xfer - a.conn_setup).max(0.0);
-    [before, wait, a.conn_setup, xfer]
-}
-
-fn log_result(
-    txn: &Transaction,
-    r: &RcptResult,
-    relay: &str,
-    conn_use: u32,
-    d: [f64; 4],
-    status: &str,
-) {
-    let rcpt = txn.recipients.iter().find(|x| x.index == r.index);
-    let addr = rcpt.map(|x| x.address.as_str()).unwrap_or("");
-    let orig = mail::orig_to(addr, rcpt.and_then(|x| x.orcpt.as_deref()));
-    let total: f64 = d.iter().sum();
-    let cu = if conn_use > 0 {
-        format!(", conn_use={conn_use}")
-    } else {
-        String::new()
-    };
-    msg_info!(
-        "{}: to=<{addr}>{orig}, relay={relay}{cu}, delay={}, delays={}/{}/{}/{}, dsn={}, status={status} ({})",
-        txn.queue_id,
-        secs(total),
-        secs(d[0]),
-        secs(d[1]),
-        secs(d[2]),
-        secs(d[3]),
-        r.enhanced,
-        r.text
-    );
-}
-
-/// Postfix's delay format: two decimals under 10 s, one under 100, whole above.
-fn secs(s: f64) -> String {
-    if s < 10.0 {
-        format!("{}", (s * 100.0).round() / 100.0)
-    } else if s < 100.0 {
-        format!("{s:.1}")
-    } else {
-        format!("{s:.0}")
-    }
-}
-
-fn envelope(txn: &Transaction) -> Result<Envelope, String> {
-    let from = if txn.sender.is_empty() {
-        Path::Null
-    } else {
-        let text = format!("<{}>", txn.sender);
-        match smtp_proto::address::parse_path(&text, txn.smtputf8) {
-            Ok((p, "")) => p,
-            _ => return Err(format!("bad sender address syntax: {}", txn.sender)),
-        }
-    };
-    let mut recipients = Vec::new();
-    for r in &txn.recipients {
-        let text = format!("<{}>", r.address);
-        let mailbox = match smtp_proto::address::parse_path(&text, txn.smtputf8) {
-            Ok((Path::Mailbox(m), "")) => m,
-            _ => return Err(format!("bad recipient address syntax: {}", r.address)),
-        };
-        let notify = match r.notify {
-            mail::Notify::Default => None,
-            mail::Notify::Never => Some(Notify {
-                success: false,
-                failure: false,
-                delay: false,
-            }),
-            mail::Notify::On {
-                success,
-                failure,
-                delay,
-            } => Some(Notify {
-                success,
-                failure,
-                delay,
-            }),
-        };
-        let orcpt = r
-            .orcpt
-            .as_ref()
-            .and_then(|o| o.split_once(';'))
-            .map(|(t, a)| Orcpt {
-                addr_type: t.into(),
-                addr: a.into(),
-            });
-        recipients.push((mailbox, RcptParams { notify, orcpt }));
-    }
-    let params = MailParams {
-        size: Some(txn.size),
-        body: match txn.body {
-            mail::BodyType::SevenBit => None,
-            mail::BodyType::EightBitMime => Some(Body::EightBitMime),
-            mail::BodyType::BinaryMime => Some(Body::BinaryMime),
-        },
-        smtputf8: txn.smtputf8,
-        ret: txn.ret.map(|r| match r {
-            mail::Ret::Full => Ret::Full,
-            mail::Ret::Hdrs => Ret::Headers,
-        }),
-        envid: txn.envid.clone(),
-    };
-    Ok(Envelope {
-        from,
-        params,
-        recipients,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn delay_format_follows_postfix() {
-        assert_eq!(secs(0.0), "0");
-        assert_eq!(secs(0.123), "0.12");
-        assert_eq!(secs(1.5), "1.5");
-        assert_eq!(secs(12.34), "12.3");
-        assert_eq!(secs(123.4), "123");
-    }
-
-    #[test]
-    fn nexthop_domains() {
-        assert_eq!(nexthop_domain("example.com"), "example.com");
-        assert_eq!(nexthop_domain("[mx.example.com]:2525"), "mx.example.com");
-        assert_eq!(nexthop_domain("[mx.example.com]"), "mx.example.com");
-        assert_eq!(nexthop_domain("example.com:587"), "example.com");
-        assert_eq!(nexthop_domain("[ipv6:::1]:25"), "ipv6:::1");
-    }
-
-    #[test]
-    fn status_words() {
-        assert_eq!(status_word(250), "sent");
-        assert_eq!(status_word(451), "deferred");
-        assert_eq!(status_word(550), "bounced");
-        let r = result_of(3, &Reply::new(550, None, "no such user"));
-        assert_eq!((r.index, r.enhanced.as_str()), (3, "5.0.0"));
     }
 }

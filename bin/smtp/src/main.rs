@@ -10,15 +10,23 @@
 //! with BDAT when the server offers CHUNKING.
 //! It reports a result per recipient and per connection, and logs each
 //! recipient as Postfix does (`to=<…>, relay=…, delay=…, dsn=…, status=…`).
+//! The agent skeleton (`crates/agent`) serves qmgr; `server` holds the
+//! connections, `conn` one connection's life, `results` what replies
+//! mean, `settings` main.cf.
 #![forbid(unsafe_code)]
 
 mod conn;
+mod results;
 mod server;
+mod settings;
 
 fn main() {
     daemon::run(
         daemon::Options::default(),
-        server::load_roots,
-        server::AgentServer::new,
+        settings::load_roots,
+        |ctx, roots| {
+            let smtp = server::SmtpAgent::new(ctx, roots)?;
+            Ok(agent::AgentServer::serve(smtp, &ctx.args.service))
+        },
     )
 }

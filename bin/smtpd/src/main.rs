@@ -10,6 +10,7 @@
 
 mod anvil;
 mod conn;
+mod misconfigured;
 mod router;
 mod server;
 mod settings;
@@ -38,7 +39,12 @@ fn main() {
     };
     daemon::run(
         opts,
-        |ctx| settings::load_tls(&ctx.config),
-        server::SmtpServer::new,
+        // A certificate that does not load is a configuration error like
+        // any other: answered 451 4.3.5, not an exit at each connection.
+        |ctx| Ok(settings::load_tls(&ctx.config)),
+        |ctx, tls| {
+            let server = tls.and_then(|tls| server::SmtpServer::new(ctx, tls));
+            Ok(misconfigured::Smtpd::new(server))
+        },
     )
 }

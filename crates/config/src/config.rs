@@ -406,6 +406,12 @@ impl Config {
         Ok(())
     }
 
+    /// The file and line that set `name` (an override before main.cf);
+    /// `None` when it has its default value.
+    pub fn origin(&self, name: &str) -> Option<(&Path, usize)> {
+        self.setting(name).map(|s| (s.file.as_path(), s.line))
+    }
+
     pub(crate) fn setting(&self, name: &str) -> Option<&Setting> {
         self.overrides.get(name).or_else(|| self.settings.get(name))
     }

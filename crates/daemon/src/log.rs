@@ -9,11 +9,12 @@
 //! an O_APPEND descriptor, so lines from many processes never interleave),
 //! stderr as well when running in the foreground, syslog (facility mail)
 //! otherwise. The sink is opened before privileges are dropped, so chrooted
-//! daemons keep logging.
+//! daemons keep logging. After logrotate has renamed `maillog_file`,
+//! [`reopen`] opens the file again under its name.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -31,6 +32,9 @@ struct Logger {
 }
 
 static LOGGER: Mutex<Option<Logger>> = Mutex::new(None);
+
+/// `maillog_file` as [`init`] opened it, for [`reopen`].
+static MAILLOG_FILE: Mutex<Option<std::path::PathBuf>> = Mutex::new(None);
 
 /// Severity, as Postfix's msg_* tiers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +87,8 @@ pub fn init(setup: &LogSetup) -> std::io::Result<()> {
     let mut sinks = Vec::new();
     let mut err = None;
     if !setup.maillog_file.is_empty() {
+        *MAILLOG_FILE.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(setup.maillog_file.clone().into());
         match open_log_file(Path::new(&setup.maillog_file)) {
             Ok(f) => sinks.push(Sink::File(f)),
             Err(e) => err = Some(e),
@@ -126,6 +132,43 @@ fn open_log_file(path: &Path) -> std::io::Result<File> {
                 format!("open maillog_file {}: {e}", path.display()),
             )
         })
+}
+
+/// Opens `maillog_file` again by name (after logrotate moved it away) and
+/// logs to the new file from now on. Returns false when there is no log
+/// file or it was not moved; on an error (a daemon that dropped its
+/// privileges may not open it) the old descriptor stays in use.
+pub fn reopen() -> std::io::Result<bool> {
+    let path = MAILLOG_FILE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let Some(path) = path else {
+        return Ok(false);
+    };
+    let mut guard = LOGGER.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(logger) = guard.as_mut() else {
+        return Ok(false);
+    };
+    let open = logger.sinks.iter_mut().find_map(|s| match s {
+        Sink::File(f) => Some(f),
+        _ => None,
+    });
+    // Still the same file (nothing rotated it): keep it, so that a daemon
+    // without the privileges to open it again has nothing to do.
+    if let (Some(f), Ok(now)) = (&open, std::fs::metadata(&path)) {
+        if let Ok(cur) = f.metadata() {
+            if (cur.dev(), cur.ino()) == (now.dev(), now.ino()) {
+                return Ok(false);
+            }
+        }
+    }
+    let file = open_log_file(&path)?;
+    match open {
+        Some(f) => *f = file,
+        None => logger.sinks.insert(0, Sink::File(file)),
+    }
+    Ok(true)
 }
 
 fn short_host() -> String {
@@ -225,5 +268,28 @@ mod tests {
             "oops",
         );
         assert_eq!(l, "Nov 21 23:43:12 mx sluice/smtpd[42]: warning: oops\n");
+    }
+
+    #[test]
+    fn reopen_follows_a_rotated_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("maillog");
+        init(&LogSetup {
+            service: "test".into(),
+            syslog_name: "sluice".into(),
+            maillog_file: path.display().to_string(),
+            foreground: false,
+        })
+        .unwrap();
+        write(Level::Info, "before rotation");
+        let rotated = dir.path().join("maillog.1");
+        std::fs::rename(&path, &rotated).unwrap();
+        assert!(reopen().unwrap());
+        assert!(!reopen().unwrap(), "the same file is not opened twice");
+        write(Level::Info, "after rotation");
+        let old = std::fs::read_to_string(&rotated).unwrap();
+        let new = std::fs::read_to_string(&path).unwrap();
+        assert!(old.contains("before rotation") && !old.contains("after rotation"));
+        assert!(new.contains("sluice/test[") && new.contains("after rotation"));
     }
 }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use config::Config;
-use evloop::signals::{SIGHUP, SIGINT, SIGTERM};
+use evloop::signals::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use evloop::{Clock, Signals, SystemClock};
 use ipc::status::{self, ChildState, StatusRecord};
 use mio::unix::SourceFd;
@@ -272,8 +272,12 @@ fn event_loop<S: Server>(
     let clock = SystemClock;
     let mut poll = Poll::new().unwrap_or_else(|e| msg_fatal!("epoll: {e}"));
     let mut events = Events::with_capacity(256);
-    let mut signals = Signals::new(poll.registry(), SIGNALS, &[SIGHUP, SIGTERM, SIGINT])
-        .unwrap_or_else(|e| msg_fatal!("signals: {e}"));
+    let mut signals = Signals::new(
+        poll.registry(),
+        SIGNALS,
+        &[SIGHUP, SIGTERM, SIGINT, SIGUSR1],
+    )
+    .unwrap_or_else(|e| msg_fatal!("signals: {e}"));
     let life_raw = life_fd.as_raw_fd();
     let mut life = File::from(life_fd);
     poll.registry()
@@ -361,7 +365,16 @@ fn event_loop<S: Server>(
             match ev.token() {
                 SIGNALS => {
                     for sig in signals.drain() {
-                        if sig == SIGHUP {
+                        if sig == SIGUSR1 {
+                            // master passes on `sluice reload` and logrotate's
+                            // SIGUSR1, once it has let mail_owner append to the
+                            // new file. Still unable to open it (chrooted), leave
+                            // when idle: the next process opens it as root.
+                            if let Err(e) = crate::log::reopen() {
+                                msg_info!("{e}: leaving when idle");
+                                retiring = true;
+                            }
+                        } else if sig == SIGHUP {
                             let services =
                                 config::load_master_cf(&ctx.config_dir.join("master.cf"))
                                     .unwrap_or_default();

@@ -9,9 +9,12 @@
 //! result per recipient, `Closed`. A connection the peer or a fault ends on
 //! its own is reported with an unsolicited `Closed` tagged id 0.
 //!
-//! Message data travels inline for messages that live in the journal, or
-//! as the path of the message file relative to the queue directory, which
-//! the agent opens read-only and streams (it is already in wire format).
+//! Message data travels by reference: the place of a small message's bytes
+//! in the journal (segment, offset, length), or the path of the message
+//! file relative to the queue directory; the agent opens either read-only
+//! and streams it (it is already in wire format). It may also travel
+//! inline. Results are typed ([`mail::Status`]: an enhanced status code
+//! and its text), never a string to split again.
 
 use std::net::SocketAddr;
 
@@ -23,7 +26,7 @@ pub enum Delivery {}
 
 impl crate::Protocol for Delivery {
     const NAME: &'static str = "sluice-delivery";
-    const VERSION: u32 = 3;
+    const VERSION: u32 = 4;
     type Request = Request;
     type Response = Response;
 }
@@ -95,6 +98,20 @@ pub struct TxnRecipient {
     pub orcpt: Option<String>,
 }
 
+impl Transaction {
+    /// The same status for every recipient (a local problem, a lost
+    /// connection: nothing was said about any one of them).
+    pub fn results(&self, status: &mail::Status) -> Vec<RcptResult> {
+        self.recipients
+            .iter()
+            .map(|r| RcptResult {
+                index: r.index,
+                status: status.clone(),
+            })
+            .collect()
+    }
+}
+
 /// Where the content is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Data {
@@ -102,6 +119,10 @@ pub enum Data {
     Inline(Vec<u8>),
     /// A message file, relative to the queue directory.
     File(String),
+    /// Inline data of a journal record, read from
+    /// `journal/<segment>.log` under the queue directory; the segment
+    /// stays while the delivery uses it.
+    Journal(queue::DataSpan),
 }
 
 /// What the agent reports.
@@ -121,8 +142,8 @@ pub enum Response {
         /// False when no address could be reached; true when one was
         /// reached and the greeting, EHLO or TLS failed (negative feedback).
         handshake: bool,
-        /// The reason, for the defer log line.
-        reason: String,
+        /// Why, for the deferral of what waited for it.
+        reason: mail::Status,
     },
     /// A transaction finished.
     Sent {
@@ -141,7 +162,7 @@ pub enum Response {
         /// The connection.
         conn: u64,
         /// Why, when it was not asked for.
-        reason: String,
+        reason: Option<mail::Status>,
     },
 }
 
@@ -173,10 +194,75 @@ pub enum Handoff {
 pub struct RcptResult {
     /// Index of the recipient in the envelope.
     pub index: u32,
-    /// SMTP code: 2xx delivered, 4xx deferred, 5xx bounced.
-    pub code: u16,
-    /// Enhanced status code, e.g. `2.0.0`.
-    pub enhanced: String,
-    /// The server's reply (or the agent's reason), one line.
-    pub text: String,
+    /// Its class decides: 2 delivered, 4 deferred, 5 bounced. The text is
+    /// the server's reply (or the agent's reason), one line, as logged.
+    pub status: mail::Status,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode, encode, Tagged};
+
+    #[test]
+    fn typed_results_and_journal_spans_cross_the_wire() {
+        let txn = Transaction {
+            queue_id: "4Q".into(),
+            sender: "a@example.org".into(),
+            ret: Some(mail::Ret::Hdrs),
+            envid: Some("E1".into()),
+            body: mail::BodyType::EightBitMime,
+            smtputf8: false,
+            size: 42,
+            arrival_us: 1_700_000_000_000_000,
+            recipients: vec![TxnRecipient {
+                index: 3,
+                address: "b@example.net".into(),
+                notify: mail::Notify::Never,
+                orcpt: Some("rfc822;c@example.net".into()),
+            }],
+            data: Data::Journal(queue::DataSpan {
+                segment: 7,
+                offset: 4096,
+                len: 42,
+            }),
+        };
+        let req = Tagged {
+            id: 9,
+            body: Request::Send {
+                conn: 1,
+                txn: Box::new(txn.clone()),
+            },
+        };
+        let f = encode(&req);
+        assert_eq!(decode::<Tagged<Request>>(&f[4..]).unwrap(), req);
+        let lost = mail::Status::new(mail::StatusCode::CONNECTION_LOST, "lost connection");
+        let results = txn.results(&lost);
+        assert_eq!(
+            results,
+            vec![RcptResult {
+                index: 3,
+                status: lost.clone()
+            }]
+        );
+        let resp = Tagged {
+            id: 9,
+            body: Response::Sent {
+                conn: 1,
+                results,
+                conn_failed: true,
+                handoff: Handoff::Relayed,
+            },
+        };
+        let f = encode(&resp);
+        assert_eq!(decode::<Tagged<Response>>(&f[4..]).unwrap(), resp);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = decode::<Tagged<Request>>(&bytes);
+            let _ = decode::<Tagged<Response>>(&bytes);
+        }
+    }
 }

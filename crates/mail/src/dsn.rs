@@ -142,6 +142,42 @@ impl StatusCode {
         detail: 7,
     };
 
+    /// 4.4.0 a routing or connection problem of no finer kind.
+    pub const NETWORK_TEMP: Self = Self::known(4, 4, 0);
+    /// 4.4.1 no answer from the host.
+    pub const NO_ANSWER: Self = Self::known(4, 4, 1);
+    /// 4.4.2 the connection was lost.
+    pub const CONNECTION_LOST: Self = Self::known(4, 4, 2);
+    /// 4.7.5 the server's certificate did not satisfy the TLS policy.
+    pub const TLS_POLICY: Self = Self::known(4, 7, 5);
+    /// 5.1.3 bad destination address syntax.
+    pub const BAD_ADDRESS: Self = Self::known(5, 1, 3);
+
+    /// A code from literal parts, for constants: out of RFC 3463's ranges
+    /// it fails to compile when used in a `const`, and panics otherwise.
+    pub const fn known(class: u8, subject: u16, detail: u16) -> Self {
+        assert!(
+            matches!(class, 2 | 4 | 5) && subject <= 999 && detail <= 999,
+            "mail::StatusCode::known: outside RFC 3463"
+        );
+        Self {
+            class,
+            subject,
+            detail,
+        }
+    }
+
+    /// `class.0.0` for an SMTP reply code's first digit (2, 4 or 5; any
+    /// other reply is a transient failure), as Postfix makes up a status
+    /// for a server that sends none.
+    pub fn of_reply(code: u16) -> Self {
+        match code / 100 {
+            2 => Self::known(2, 0, 0),
+            5 => Self::known(5, 0, 0),
+            _ => Self::known(4, 0, 0),
+        }
+    }
+
     /// A code from its parts; `None` outside RFC 3463's ranges.
     pub fn new(class: u8, subject: u16, detail: u16) -> Option<Self> {
         (matches!(class, 2 | 4 | 5) && subject <= 999 && detail <= 999).then_some(Self {
@@ -203,9 +239,103 @@ impl FromStr for StatusCode {
     }
 }
 
+/// The outcome of one delivery attempt: an enhanced status code and the
+/// text that explains it (a server's reply, or the agent's own reason).
+///
+/// What travels between agents, qmgr, the journal and the logs, so that
+/// nobody parses `"4.4.1 text"` back into its parts. The class of `code`
+/// decides: 2 delivered, 4 deferred, 5 bounced.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Status {
+    /// The enhanced status code.
+    pub code: StatusCode,
+    /// One line of explanation, without the code.
+    pub text: String,
+}
+
+impl Status {
+    /// A status from its parts.
+    pub fn new(code: StatusCode, text: impl Into<String>) -> Self {
+        Self {
+            code,
+            text: text.into(),
+        }
+    }
+
+    /// Whether the recipient was delivered (class 2).
+    pub fn is_success(&self) -> bool {
+        self.code.class == 2
+    }
+
+    /// Whether the failure is permanent (class 5).
+    pub fn is_permanent(&self) -> bool {
+        self.code.is_permanent()
+    }
+
+    /// Whether the failure is transient (class 4).
+    pub fn is_transient(&self) -> bool {
+        self.code.class == 4
+    }
+
+    /// A status from a reason that travels as text (`"4.4.1 text"`, as the
+    /// scheduler's events still carry them), with `default` when the text
+    /// does not start with a code. For that boundary only: status that is
+    /// typed stays typed.
+    pub fn from_reason(reason: &str, default: StatusCode) -> Self {
+        match reason.split_once(' ') {
+            Some((code, text)) => match code.parse() {
+                Ok(code) => Self::new(code, text),
+                Err(_) => Self::new(default, reason),
+            },
+            None => match reason.parse() {
+                Ok(code) => Self::new(code, ""),
+                Err(_) => Self::new(default, reason),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    /// `code text`, as a reason is written where one string is wanted.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.code, self.text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statuses_from_reasons_and_replies() {
+        let s = Status::from_reason("4.4.1 connect to x: refused", StatusCode::SYSTEM_TEMP);
+        assert_eq!(
+            (s.code, s.text.as_str()),
+            (StatusCode::NO_ANSWER, "connect to x: refused")
+        );
+        assert_eq!(s.to_string(), "4.4.1 connect to x: refused");
+        assert!(s.is_transient() && !s.is_permanent() && !s.is_success());
+        let s = Status::from_reason("no code here", StatusCode::known(5, 0, 0));
+        assert_eq!(
+            (s.code.to_string(), s.text.as_str()),
+            ("5.0.0".into(), "no code here")
+        );
+        let s = Status::from_reason("9.9.9 odd", StatusCode::SYSTEM_TEMP);
+        assert_eq!(
+            (s.code, s.text.as_str()),
+            (StatusCode::SYSTEM_TEMP, "9.9.9 odd")
+        );
+        assert_eq!(
+            Status::from_reason("5.1.1", StatusCode::OK)
+                .code
+                .to_string(),
+            "5.1.1"
+        );
+        assert_eq!(StatusCode::of_reply(250), StatusCode::OK);
+        assert_eq!(StatusCode::of_reply(421).to_string(), "4.0.0");
+        assert_eq!(StatusCode::of_reply(554).to_string(), "5.0.0");
+        assert_eq!(StatusCode::of_reply(999).to_string(), "4.0.0");
+    }
 
     type Case = (&'static str, Result<(u8, u16, u16), ParseStatusError>);
 

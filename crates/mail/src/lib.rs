@@ -4,7 +4,8 @@
 //! printable like a Postfix long queue id); `Envelope` is the static
 //! envelope written once with the message; `Recipient`, `Notify`, `Ret`,
 //! `BodyType` carry the ESMTP/DSN options; `StatusCode` is an RFC 3463
-//! enhanced status code. Every type is serde-serializable: postcard on disk,
+//! enhanced status code and `Status` a code with its text, as delivery
+//! results travel; `logline` writes Postfix's per-recipient delivery line. Every type is serde-serializable: postcard on disk,
 //! bincode over IPC. Nothing here reads a clock or panics on any input.
 
 #![forbid(unsafe_code)]
@@ -12,9 +13,11 @@
 
 mod dsn;
 mod envelope;
+pub mod logline;
 pub mod notice;
 mod queue_id;
 
-pub use dsn::{DsnAction, Notify, ParseStatusError, Ret, StatusCode};
-pub use envelope::{orcpt_of, orig_to, BodyType, Envelope, Recipient, Timestamp};
+pub use dsn::{DsnAction, Notify, ParseStatusError, Ret, Status, StatusCode};
+pub use envelope::{orcpt_of, BodyType, Envelope, Recipient, Timestamp};
+pub use logline::orig_to;
 pub use queue_id::{ParseQueueIdError, QueueId, QueueIdGen};

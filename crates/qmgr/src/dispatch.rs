@@ -22,7 +22,9 @@ use sched::{
 };
 
 use crate::agentconn::{AgentConns, Wire};
-use crate::logline::{log_rcpt, split_status};
+use mail::{Status, StatusCode};
+
+use crate::logline::{log_rcpt, DEFERRED, EXPIRED, FAILED, TEMPFAIL};
 use crate::{Action, QueueManager, Store, ROUTE_RETRY};
 
 /// What an agent request waits for.
@@ -169,10 +171,10 @@ impl<S: Store> QueueManager<S> {
         };
         a.retry_at = Some(a.retry_at.map_or(next, |t| t.min(next)));
         let a = &*a;
-        let (status, text) = split_status(reason, "4.3.0");
+        let status = Status::from_reason(reason, TEMPFAIL);
         let mut lines = Vec::new();
         for &i in rcpts {
-            lines.push(log_rcpt(self.now, a, i, "none", &status, "deferred", &text));
+            lines.push(log_rcpt(self.now, a, i, &status));
             if let Some(r) = a.routes.get(&i) {
                 self.figures.deferred(a.id, &r.transport, &r.nexthop);
             }
@@ -180,10 +182,8 @@ impl<S: Store> QueueManager<S> {
         let rec = queue::Record::Deferred {
             id: a.id,
             rcpts: rcpts.to_vec(),
-            status: status
-                .parse()
-                .unwrap_or_else(|_| mail::StatusCode::new(4, 3, 0).expect("valid")),
-            reason: text,
+            status: status.code,
+            reason: status.text,
             next_attempt: crate::secs_ceil(next),
         };
         for l in lines {
@@ -197,18 +197,16 @@ impl<S: Store> QueueManager<S> {
         let Some(a) = self.deliver.msgs.get(&qid) else {
             return;
         };
-        let (status, text) = split_status(reason, "5.0.0");
+        let status = Status::from_reason(reason, FAILED);
         let lines: Vec<String> = rcpts
             .iter()
-            .map(|&i| log_rcpt(self.now, a, i, "none", &status, "bounced", &text))
+            .map(|&i| log_rcpt(self.now, a, i, &status))
             .collect();
         let rec = queue::Record::Bounced {
             id: a.id,
             rcpts: rcpts.to_vec(),
-            status: status
-                .parse()
-                .unwrap_or_else(|_| mail::StatusCode::new(5, 0, 0).expect("valid")),
-            reason: text,
+            status: status.code,
+            reason: status.text,
         };
         for l in lines {
             self.info(l);
@@ -327,7 +325,7 @@ impl<S: Store> QueueManager<S> {
         // it carried is back in the scheduler's queues already.
         let Some(conn) = self.deliver.conns.resolve(transport, resp.conn()) else {
             if let delivery::Response::Sent { results, .. } = &resp {
-                if results.iter().any(|r| r.code < 400 || r.code >= 500) {
+                if results.iter().any(|r| !r.status.is_transient()) {
                     self.warn(format!(
                         "delivery agent {transport}: results for connection {} that was closed; the recipients will be tried again",
                         resp.conn()
@@ -352,7 +350,8 @@ impl<S: Store> QueueManager<S> {
                 } else {
                     ConnFailure::Unreachable
                 },
-                reason,
+                // The scheduler's reasons are still "code text" strings.
+                reason: reason.to_string(),
             },
             (
                 Some(AgentWait::Send { entry, qid, rcpts }),
@@ -367,10 +366,12 @@ impl<S: Store> QueueManager<S> {
                 let mut out = Vec::new();
                 for r in results {
                     self.deliver.logged.insert((qid, r.index));
-                    let st = match r.code {
-                        200..=299 => RcptStatus::Delivered,
-                        500..=599 => RcptStatus::Bounced(format!("{} {}", r.enhanced, r.text)),
-                        _ => RcptStatus::Deferred(format!("{} {}", r.enhanced, r.text)),
+                    let st = if r.status.is_success() {
+                        RcptStatus::Delivered
+                    } else if r.status.is_permanent() {
+                        RcptStatus::Bounced(r.status.to_string())
+                    } else {
+                        RcptStatus::Deferred(r.status.to_string())
                     };
                     out.push((r.index, st));
                 }
@@ -433,8 +434,11 @@ impl<S: Store> QueueManager<S> {
                 .recipients
                 .get(r.index as usize)
                 .is_some_and(|x| x.notify.wants_success());
-            if (200..300).contains(&r.code) && wants {
-                by_text.entry(r.text.as_str()).or_default().push(r.index);
+            if r.status.is_success() && wants {
+                by_text
+                    .entry(r.status.text.as_str())
+                    .or_default()
+                    .push(r.index);
             }
         }
         let recs: Vec<queue::Record> = by_text
@@ -581,12 +585,12 @@ impl<S: Store> QueueManager<S> {
                     recipients,
                     reason,
                     next_attempt: _,
-                } => self.log_unlogged(queue_id.0, recipients, &reason, "4.4.1", "deferred"),
+                } => self.log_unlogged(queue_id.0, recipients, &reason, DEFERRED),
                 SchedAction::Bounce {
                     queue_id,
                     recipients,
                     reason,
-                } => self.log_unlogged(queue_id.0, recipients, &reason, "5.4.1", "bounced"),
+                } => self.log_unlogged(queue_id.0, recipients, &reason, EXPIRED),
                 SchedAction::Journal(rec) => self.journal_result(rec),
                 SchedAction::MessageDone {
                     queue_id,
@@ -598,15 +602,15 @@ impl<S: Store> QueueManager<S> {
     }
 
     /// Logs the recipients of a deferral or bounce that no agent logged.
-    fn log_unlogged(&mut self, qid: u64, rcpts: Vec<u32>, reason: &str, dflt: &str, word: &str) {
+    fn log_unlogged(&mut self, qid: u64, rcpts: Vec<u32>, reason: &str, dflt: StatusCode) {
         let Some(m) = self.deliver.msgs.get(&qid) else {
             return;
         };
-        let (status, text) = split_status(reason, dflt);
+        let status = Status::from_reason(reason, dflt);
         let mut lines = Vec::new();
         for i in rcpts {
             if !self.deliver.logged.remove(&(qid, i)) {
-                lines.push(log_rcpt(self.now, m, i, "none", &status, word, &text));
+                lines.push(log_rcpt(self.now, m, i, &status));
             }
         }
         for l in lines {
@@ -652,28 +656,24 @@ impl<S: Store> QueueManager<S> {
                 next_attempt,
                 ..
             } => {
-                let (status, text) = split_status(&reason, "4.4.1");
+                let status = Status::from_reason(&reason, DEFERRED);
                 queue::Record::Deferred {
                     id,
                     rcpts: recipients,
-                    status: status
-                        .parse()
-                        .unwrap_or_else(|_| mail::StatusCode::new(4, 4, 1).expect("valid")),
-                    reason: text,
+                    status: status.code,
+                    reason: status.text,
                     next_attempt: crate::secs_ceil(next_attempt),
                 }
             }
             sched::Record::Bounced {
                 recipients, reason, ..
             } => {
-                let (status, text) = split_status(&reason, "5.4.1");
+                let status = Status::from_reason(&reason, EXPIRED);
                 queue::Record::Bounced {
                     id,
                     rcpts: recipients,
-                    status: status
-                        .parse()
-                        .unwrap_or_else(|_| mail::StatusCode::new(5, 4, 1).expect("valid")),
-                    reason: text,
+                    status: status.code,
+                    reason: status.text,
                 }
             }
         };
@@ -876,9 +876,7 @@ mod tests {
                 conn: 1,
                 results: vec![ipc::delivery::RcptResult {
                     index: 0,
-                    code: 250,
-                    enhanced: "2.0.0".into(),
-                    text: "ok".into(),
+                    status: mail::Status::new(mail::StatusCode::known(2, 0, 0), "ok"),
                 }],
                 conn_failed: false,
                 handoff: ipc::delivery::Handoff::Relayed,

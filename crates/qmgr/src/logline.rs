@@ -1,83 +1,69 @@
-//! The Postfix delivery log line for recipients qmgr settles itself
-//! (deferred or bounced before any delivery attempt, discarded).
+//! The delivery log line for recipients qmgr settles itself (deferred or
+//! bounced before any delivery attempt, discarded), written by the shared
+//! formatter (`mail::logline`) as the agents write theirs, with
+//! `relay=none` and the whole delay before the agent.
 
+use std::time::Duration;
+
+use mail::logline::{Delays, DeliveryLine, Disposition};
+use mail::{Status, StatusCode};
 use sched::Time;
 
 use crate::dispatch::InDelivery;
 
-/// Splits "4.4.1 text" into the status code and the text, with a default code.
-pub(crate) fn split_status(reason: &str, default: &str) -> (String, String) {
-    let mut it = reason.splitn(2, ' ');
-    let first = it.next().unwrap_or("");
-    let looks = first.split('.').count() == 3
-        && first
-            .split('.')
-            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-    if looks {
-        (first.to_string(), it.next().unwrap_or("").to_string())
-    } else {
-        (default.to_string(), reason.to_string())
-    }
-}
+/// 4.3.0, the status of qmgr's own temporary failures (no router, no agent).
+pub(crate) const TEMPFAIL: StatusCode = StatusCode::known(4, 3, 0);
+/// 4.4.1, a deferral the scheduler decided without a status of its own.
+pub(crate) const DEFERRED: StatusCode = StatusCode::known(4, 4, 1);
+/// 5.0.0, a routing failure without a status.
+pub(crate) const FAILED: StatusCode = StatusCode::known(5, 0, 0);
+/// 5.4.1, a bounce the scheduler decided without a status (expiry).
+pub(crate) const EXPIRED: StatusCode = StatusCode::known(5, 4, 1);
 
-/// `ID: to=<…>, relay=…, delay=…, delays=…, dsn=…, status=word (text)`.
-pub(crate) fn log_rcpt(
-    now: Time,
-    m: &InDelivery,
-    i: u32,
-    relay: &str,
-    status: &str,
-    word: &str,
-    text: &str,
-) -> String {
+/// `ID: to=<…>, relay=none, delay=…, delays=…/0/0/0, dsn=…, status=… (…)`.
+pub(crate) fn log_rcpt(now: Time, m: &InDelivery, i: u32, status: &Status) -> String {
     let rcpt = m.head.envelope.recipients.get(i as usize);
-    let addr = rcpt.map(|r| r.address.as_str()).unwrap_or("");
-    let orig = mail::orig_to(addr, rcpt.and_then(|r| r.orcpt.as_deref()));
-    let now_us = now.0.saturating_mul(1000);
-    let delay = now_us.saturating_sub(m.head.envelope.arrival.as_micros()) as f64 / 1e6;
-    format!(
-        "{}: to=<{addr}>{orig}, relay={relay}, delay={}, delays={}/0/0/0, dsn={status}, status={word} ({text})",
-        m.id,
-        fmt_secs(delay),
-        fmt_secs(delay)
-    )
-}
-
-/// Seconds as Postfix logs delays: two decimals below 10 s, one below 100.
-fn fmt_secs(s: f64) -> String {
-    if s < 10.0 {
-        format!("{}", (s * 100.0).round() / 100.0)
-    } else if s < 100.0 {
-        format!("{s:.1}")
-    } else {
-        format!("{s:.0}")
-    }
+    let to = rcpt.map(|r| r.address.as_str()).unwrap_or("");
+    let age_us = (now.0 * 1000).saturating_sub(m.head.envelope.arrival.as_micros());
+    let zero = Duration::ZERO;
+    let line = DeliveryLine {
+        queue_id: &m.id.to_string(),
+        to,
+        orig_to: mail::orig_to(to, rcpt.and_then(|r| r.orcpt.as_deref())),
+        relay: "none",
+        conn_use: 0,
+        delays: Delays::of_age(Duration::from_micros(age_us), zero, zero, zero),
+        resolution: mail::logline::DEFAULT_RESOLUTION,
+        status,
+        disposition: Disposition::of(status),
+    };
+    line.to_string()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::testkit::{settings, World};
+    use queue::Record;
 
     #[test]
-    fn status_is_split_only_when_it_looks_like_one() {
+    fn qmgr_logs_its_own_deferrals_as_the_agents_log_theirs() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r@b.example"]);
+        w.wait(std::time::Duration::from_millis(1500));
+        w.router.clear();
+        w.handle(crate::Event::RouterLost);
+        let line = w
+            .log
+            .iter()
+            .map(|(_, l)| l.as_str())
+            .find(|l| l.contains("to=<r@b.example>"))
+            .expect("a line");
         assert_eq!(
-            split_status("4.4.1 connect to x: refused", "4.0.0"),
-            ("4.4.1".into(), "connect to x: refused".into())
+            line,
+            format!("{id}: to=<r@b.example>, relay=none, delay=1.5, delays=1.5/0/0/0, dsn=4.3.0, status=deferred (address resolver unavailable)")
         );
-        assert_eq!(
-            split_status("no route", "5.4.1"),
-            ("5.4.1".into(), "no route".into())
-        );
-        assert_eq!(
-            split_status("4.x.1 odd", "4.3.0"),
-            ("4.3.0".into(), "4.x.1 odd".into())
-        );
-    }
-
-    #[test]
-    fn delays_are_rounded_as_postfix_does() {
-        assert_eq!(fmt_secs(0.123), "0.12");
-        assert_eq!(fmt_secs(12.34), "12.3");
-        assert_eq!(fmt_secs(123.4), "123");
+        assert!(w.records(id).iter().any(|r| matches!(r,
+            Record::Deferred { status, reason, .. }
+                if status.to_string() == "4.3.0" && reason == "address resolver unavailable")));
     }
 }

@@ -241,7 +241,7 @@ fn agent_answer(body: delivery::Request, how: u8) -> delivery::Response {
         delivery::Request::Open { conn, .. } if how == 3 => delivery::Response::OpenFailed {
             conn,
             handshake: false,
-            reason: "4.4.1 connect: refused".into(),
+            reason: mail::Status::new(mail::StatusCode::known(4, 4, 1), "connect: refused"),
         },
         delivery::Request::Open { conn, .. } => delivery::Response::Opened {
             conn,
@@ -256,19 +256,14 @@ fn agent_answer(body: delivery::Request, how: u8) -> delivery::Response {
                     .iter()
                     .map(|r| delivery::RcptResult {
                         index: r.index,
-                        code,
-                        enhanced: format!("{}.0.0", code / 100),
-                        text: "reply".into(),
+                        status: mail::Status::new(mail::StatusCode::of_reply(code), "reply"),
                     })
                     .collect(),
                 conn_failed: how == 3,
                 handoff: delivery::Handoff::Relayed,
             }
         }
-        delivery::Request::Close { conn } => delivery::Response::Closed {
-            conn,
-            reason: String::new(),
-        },
+        delivery::Request::Close { conn } => delivery::Response::Closed { conn, reason: None },
     }
 }
 

@@ -136,7 +136,8 @@ impl<S: Store> QueueManager<S> {
             "error" => self.bounce_now(qid, &[rcpt], &r.nexthop),
             "discard" => {
                 if let Some(a) = self.deliver.msgs.get(&qid) {
-                    let line = log_rcpt(self.now, a, rcpt, "none", "2.0.0", "sent", "discarded");
+                    let status = mail::Status::new(mail::StatusCode::known(2, 0, 0), "discarded");
+                    let line = log_rcpt(self.now, a, rcpt, &status);
                     let rec = queue::Record::Delivered {
                         id: a.id,
                         rcpts: vec![rcpt],

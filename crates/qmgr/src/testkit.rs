@@ -218,19 +218,19 @@ impl World {
                             let c = code(&r.address);
                             delivery::RcptResult {
                                 index: r.index,
-                                code: c,
-                                enhanced: format!("{}.0.0", c / 100),
-                                text: format!("{c} reply"),
+                                status: mail::Status::new(
+                                    mail::StatusCode::of_reply(c),
+                                    format!("{c} reply"),
+                                ),
                             }
                         })
                         .collect(),
                     conn_failed: false,
                     handoff: delivery::Handoff::Relayed,
                 },
-                delivery::Request::Close { conn } => delivery::Response::Closed {
-                    conn,
-                    reason: String::new(),
-                },
+                delivery::Request::Close { conn } => {
+                    delivery::Response::Closed { conn, reason: None }
+                }
             };
             let ev = Event::AgentAnswer {
                 transport,

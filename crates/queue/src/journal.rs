@@ -9,6 +9,9 @@
 //! one sync for all.
 //! `prepare_commit` / `SyncTicket::run` split a commit so the sync can run on
 //! another thread (see `syncer`) while appends go on.
+//! `append_with_span` also says where a record's inline message data lies
+//! in its segment, and `open_span` opens it for reading (delivery agents
+//! read small messages from the journal by reference).
 //!
 //! Only one process (qmgr) may hold a `Journal` on a spool. A failed commit
 //! (a full disk, a failed write or sync) loses nothing: the records stay in
@@ -20,7 +23,7 @@
 
 use crate::disk::{Disk, DiskFile, OsDisk};
 use crate::error::{corrupt, Corruption, Error, IoContext, Result};
-use crate::record::{check_frame, encode_frame, Lsn, Record, FRAME_HEADER};
+use crate::record::{check_frame, encode_frame, DataSpan, Lsn, Record, FRAME_HEADER};
 use crate::stats;
 use std::collections::BTreeSet;
 use std::fs::{self, File};
@@ -85,6 +88,32 @@ pub fn list_segments(dir: &Path) -> Result<Vec<u32>> {
     }
     out.sort_unstable();
     Ok(out)
+}
+
+/// Opens the segment under the journal directory `dir` that holds `span`,
+/// read-only, for an agent to read the data from: its header must name
+/// that segment and the span must lie within the file.
+pub fn open_span(dir: &Path, span: &DataSpan) -> Result<File> {
+    let path = segment_path(dir, span.segment);
+    let file = File::open(&path).ctx("open", &path)?;
+    let mut hdr = [0u8; SEG_HEADER as usize];
+    file.read_exact_at(&mut hdr, 0)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => corrupt(&path, Corruption::Truncated),
+            _ => Error::Io {
+                op: "read",
+                path: path.clone(),
+                source: e,
+            },
+        })?;
+    if hdr != segment_header(span.segment) {
+        return Err(corrupt(&path, Corruption::Magic));
+    }
+    let size = file.metadata().ctx("fstat", &path)?.len();
+    if span.offset < SEG_HEADER || span.offset as u64 + span.len as u64 > size {
+        return Err(corrupt(&path, Corruption::Bounds));
+    }
+    Ok(file)
 }
 
 /// What one commit must sync; `run` it here or on a sync thread.
@@ -268,6 +297,14 @@ impl Journal {
             return Ok(Lsn::new(next, SEG_HEADER));
         }
         Ok(Lsn::new(t.seq, start as u32))
+    }
+
+    /// [`Journal::append`], and where the record's inline message data
+    /// will lie in its segment (`None` for a record without): what an
+    /// agent is given to read the message by reference.
+    pub fn append_with_span(&mut self, rec: &Record) -> Result<(Lsn, Option<DataSpan>)> {
+        let lsn = self.append(rec)?;
+        Ok((lsn, rec.data_span(lsn)))
     }
 
     /// The oldest segment with bytes not yet durable.

@@ -68,14 +68,14 @@ mod syncer;
 
 pub use error::{Corruption, Error, Result};
 pub use index::{DeferredIndex, SegmentRefs};
-pub use journal::{list_segments, segment_path, Journal, JournalConfig, SyncTicket};
+pub use journal::{list_segments, open_span, segment_path, Journal, JournalConfig, SyncTicket};
 pub use msgfile::{
     probe, try_lock, DataReader, FileLock, FileState, FileWriter, MessageFile, FORMAT_VERSION,
     HEADER_LEN,
 };
 pub use pool::{Claim, Pool, PoolConfig};
 pub use record::{
-    decode_frame, encode_frame, DataRef, FrameError, Lsn, MessageHead, Record, Storage,
+    decode_frame, encode_frame, DataRef, DataSpan, FrameError, Lsn, MessageHead, Record, Storage,
 };
 pub use recover::{collect_garbage, recover, recover_on, Recovered, RecoveryReport};
 pub use replay::{

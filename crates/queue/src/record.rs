@@ -227,7 +227,59 @@ pub enum Record {
     },
 }
 
+/// Where a record's inline message data lies in the journal: segment
+/// `journal/<segment>.log`, `len` bytes from byte `offset`, exactly the
+/// wire-format bytes cleanup stored. Agents read inline messages from
+/// there by reference, as they read message files, so the bytes need not
+/// stay in qmgr's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DataSpan {
+    /// The segment number.
+    pub segment: u32,
+    /// Offset of the first data byte in the segment file.
+    pub offset: u32,
+    /// The data's length.
+    pub len: u32,
+}
+
 impl Record {
+    /// The inline data the record carries, and how many bytes of its
+    /// encoding follow the data (postcard writes fields in order, with no
+    /// tags, and a byte string as its length then its bytes).
+    fn inline_data(&self) -> Option<(&[u8], usize)> {
+        match self {
+            Self::Arrived(MessageHead {
+                data: DataRef::Inline(b),
+                ..
+            }) => Some((b, 0)),
+            Self::Rewritten {
+                head:
+                    MessageHead {
+                        data: DataRef::Inline(b),
+                        ..
+                    },
+                remaining,
+                next_attempt,
+                held,
+            } => Some((b, encoded_len(&(remaining, next_attempt, held)))),
+            _ => None,
+        }
+    }
+
+    /// Where the record's inline data lies in the journal when the
+    /// record's frame starts at `at`; `None` for a record without. For
+    /// records read back with their positions (replay, `Journal::read_at`)
+    /// as for those just appended.
+    pub fn data_span(&self, at: Lsn) -> Option<DataSpan> {
+        let (data, after) = self.inline_data()?;
+        let end = at.offset() as usize + FRAME_HEADER + encoded_len(self);
+        Some(DataSpan {
+            segment: at.segment(),
+            offset: (end - after - data.len()) as u32,
+            len: data.len() as u32,
+        })
+    }
+
     /// The queue id the record is about.
     pub fn id(&self) -> QueueId {
         match self {
@@ -243,6 +295,12 @@ impl Record {
             | Self::Notified { id, .. } => *id,
         }
     }
+}
+
+/// The length of `v`'s postcard encoding, counted without a copy.
+fn encoded_len<T: Serialize>(v: &T) -> usize {
+    // Counting cannot fail: only writing into a full buffer can.
+    postcard::serialize_with_flavor(v, postcard::ser_flavors::Size::default()).unwrap_or(0)
 }
 
 /// Why bytes are not a valid frame.

@@ -29,7 +29,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use ipc::{cleanup, delivery, router};
-use mail::{Envelope, QueueId, Recipient, Timestamp};
+use mail::{Envelope, QueueId, Recipient, Status, StatusCode, Timestamp};
 use queue::{DataRef, MessageHead, Record, Replay};
 use queue_manager::{Action, Event, Level, MemStore, QueueManager, Settings, Store};
 use sched::rng::Rng;
@@ -487,7 +487,7 @@ impl Sim {
                         delivery::Response::OpenFailed {
                             conn: c,
                             handshake: true,
-                            reason: "greeting timed out".into(),
+                            reason: Status::new(StatusCode::known(4, 4, 2), "greeting timed out"),
                         },
                     );
                 }
@@ -505,16 +505,16 @@ impl Sim {
                     }
                     self.report.conn_failures += 1;
                     let reason = if unreachable {
-                        "4.4.1 connect timed out"
+                        Status::new(StatusCode::known(4, 4, 1), "connect timed out")
                     } else {
-                        "4.4.2 421 too many connections"
+                        Status::new(StatusCode::known(4, 4, 2), "421 too many connections")
                     };
                     self.answer(
                         req,
                         delivery::Response::OpenFailed {
                             conn: c,
                             handshake: !unreachable,
-                            reason: reason.into(),
+                            reason,
                         },
                     );
                 }
@@ -523,16 +523,14 @@ impl Sim {
                 let results = codes
                     .into_iter()
                     .map(|(r, k)| {
-                        let (code, enhanced, text) = match k {
-                            0 => (250, "2.0.0", "250 ok"),
-                            1 => (450, "4.0.0", "450 try later"),
-                            _ => (550, "5.0.0", "550 no such user"),
+                        let (code, text) = match k {
+                            0 => (250, "250 ok"),
+                            1 => (450, "450 try later"),
+                            _ => (550, "550 no such user"),
                         };
                         delivery::RcptResult {
                             index: r,
-                            code,
-                            enhanced: enhanced.into(),
-                            text: text.into(),
+                            status: Status::new(StatusCode::of_reply(code), text),
                         }
                     })
                     .collect();
@@ -770,7 +768,7 @@ impl Sim {
                                 self.track(-1);
                             }
                         }
-                        let reason = String::new();
+                        let reason = None;
                         self.answer(request, delivery::Response::Closed { conn, reason });
                     }
                 }

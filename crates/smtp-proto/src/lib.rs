@@ -11,6 +11,8 @@
 //!   source routes, SMTPUTF8) with typed errors that know their reply;
 //! - [`command`]: the command parser, ESMTP parameters, xtext, and the command
 //!   property table [`command::COMMANDS`];
+//! - [`dsn`]: the one mapping of the DSN and BODY parameters to and from
+//!   the envelope's types (`mail`);
 //! - [`reply`]: [`Reply`], RFC 3463 [`EnhancedCode`]s, the bounded client-side
 //!   [`ReplyParser`];
 //! - [`receiver`]: the DATA and BDAT content receivers (end of data only at
@@ -72,6 +74,7 @@ pub mod address;
 pub mod client;
 pub mod client_session;
 pub mod command;
+pub mod dsn;
 pub mod receiver;
 pub mod reply;
 pub mod server;

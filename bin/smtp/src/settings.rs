@@ -1,0 +1,192 @@
+//! smtp(8)'s settings from main.cf, and the trust anchors read at start.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use daemon::{msg_warn, Context};
+use smtp_proto::client_session::{ClientConfig, ClientTls};
+
+/// `smtp_tls_security_level`, as Postfix defines the levels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TlsLevel {
+    /// No STARTTLS.
+    None,
+    /// STARTTLS when offered, any certificate.
+    May,
+    /// STARTTLS required, any certificate.
+    Encrypt,
+    /// STARTTLS required, chain verified, names per `smtp_tls_verify_cert_match`.
+    Verify,
+    /// STARTTLS required, chain verified, names per `smtp_tls_secure_cert_match`.
+    Secure,
+}
+
+impl TlsLevel {
+    /// Whether the server's certificate must be verified.
+    pub fn authenticates(self) -> bool {
+        matches!(self, TlsLevel::Verify | TlsLevel::Secure)
+    }
+}
+
+/// One `smtp_tls_*_cert_match` strategy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CertMatch {
+    /// The server's host name (the MX name or the relay's name).
+    Hostname,
+    /// The next-hop domain.
+    Nexthop,
+    /// Any name below the next-hop domain.
+    DotNexthop,
+}
+
+/// Settings from main.cf.
+pub struct Settings {
+    /// The session engine's settings.
+    pub client: ClientConfig,
+    /// TLS client configuration when TLS may be used.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// `smtp_tls_security_level`.
+    pub tls_level: TlsLevel,
+    /// Trust anchors to class server certificates with (always there for
+    /// verify and secure; for may and encrypt only to log Trusted/Untrusted).
+    pub roots: Option<Arc<rustls::RootCertStore>>,
+    /// The names a certificate must match at this level.
+    pub cert_match: Vec<CertMatch>,
+    /// `smtp_bind_address`.
+    pub bind: Option<std::net::IpAddr>,
+    /// `smtp_connect_timeout`.
+    pub connect_timeout: Duration,
+    /// `smtp_helo_timeout`.
+    pub helo_timeout: Duration,
+    /// `smtp_rcpt_timeout` (and MAIL).
+    pub cmd_timeout: Duration,
+    /// `smtp_data_xfer_timeout`.
+    pub xfer_timeout: Duration,
+    /// `smtp_data_done_timeout`.
+    pub done_timeout: Duration,
+    /// Where message files are.
+    pub queue_root: PathBuf,
+    /// The delivery log line's settings.
+    pub logger: agent::Logger,
+}
+
+/// `smtp_tls_security_level` of transport `service`.
+pub fn tls_level(cfg: &config::Config, service: &str) -> TlsLevel {
+    match cfg.transport(service).choice("smtp_tls_security_level") {
+        "may" => TlsLevel::May,
+        "encrypt" => TlsLevel::Encrypt,
+        "verify" => TlsLevel::Verify,
+        "secure" => TlsLevel::Secure,
+        _ => TlsLevel::None,
+    }
+}
+
+/// Privileged initialisation (before any chroot): the trust anchors.
+///
+/// A CA file that cannot be read is fatal at verify and secure, where
+/// nothing could be delivered without it; at may and encrypt it only costs
+/// the Trusted/Untrusted distinction in the logs.
+pub fn load_roots(ctx: &Context) -> Result<Option<Arc<rustls::RootCertStore>>, String> {
+    let level = tls_level(&ctx.config, &ctx.args.service);
+    if level == TlsLevel::None {
+        return Ok(None);
+    }
+    let file = ctx
+        .config
+        .transport(&ctx.args.service)
+        .str("smtp_tls_CAfile");
+    let path = if file.is_empty() {
+        tls::SYSTEM_CA_FILE.to_string()
+    } else {
+        file
+    };
+    match tls::load_trust_anchors(std::path::Path::new(&path)) {
+        Ok(r) => Ok(Some(r)),
+        Err(e) if level.authenticates() => Err(format!(
+            "smtp_tls_CAfile: {e} (needed by smtp_tls_security_level = {})",
+            if level == TlsLevel::Verify {
+                "verify"
+            } else {
+                "secure"
+            }
+        )),
+        Err(e) => {
+            msg_warn!("smtp_tls_CAfile: {e}: server certificates are not checked");
+            Ok(None)
+        }
+    }
+}
+
+impl Settings {
+    /// Reads the settings of transport `service`.
+    pub fn from(
+        cfg: &config::Config,
+        chrooted: bool,
+        service: &str,
+        roots: Option<Arc<rustls::RootCertStore>>,
+    ) -> Result<Settings, String> {
+        let t = cfg.transport(service);
+        let tls_level = tls_level(cfg, service);
+        let tls = match tls_level {
+            TlsLevel::None => ClientTls::Disabled,
+            TlsLevel::May => ClientTls::Opportunistic,
+            _ => ClientTls::Required,
+        };
+        let match_param = match tls_level {
+            TlsLevel::Secure => "smtp_tls_secure_cert_match",
+            _ => "smtp_tls_verify_cert_match",
+        };
+        // The values were checked at load against the table's words.
+        let cert_match = t
+            .list(match_param)
+            .iter()
+            .filter_map(|w| match w.to_ascii_lowercase().as_str() {
+                "hostname" => Some(CertMatch::Hostname),
+                "nexthop" => Some(CertMatch::Nexthop),
+                "dot-nexthop" => Some(CertMatch::DotNexthop),
+                _ => None,
+            })
+            .collect::<Vec<_>>();
+        if tls_level.authenticates() && cert_match.is_empty() {
+            return Err(format!(
+                "{match_param} is empty: no certificate name could match"
+            ));
+        }
+        let bind = cfg.str("smtp_bind_address");
+        let bind = if bind.is_empty() {
+            None
+        } else {
+            Some(
+                bind.parse()
+                    .map_err(|_| format!("smtp_bind_address = {bind}: not an IP address"))?,
+            )
+        };
+        Ok(Settings {
+            client: ClientConfig {
+                helo_name: cfg.str("smtp_helo_name"),
+                tls,
+                discard_ehlo_keywords: t.list("smtp_discard_ehlo_keywords"),
+                ..ClientConfig::default()
+            },
+            // Certificates are checked after the handshake (as Postfix
+            // does), so that may and encrypt can still say what they got.
+            tls: (tls != ClientTls::Disabled).then(tls::insecure_client_config),
+            tls_level,
+            roots,
+            cert_match,
+            bind,
+            connect_timeout: t.time("smtp_connect_timeout"),
+            helo_timeout: t.time("smtp_helo_timeout"),
+            cmd_timeout: t.time("smtp_rcpt_timeout"),
+            xfer_timeout: t.time("smtp_data_xfer_timeout"),
+            done_timeout: t.time("smtp_data_done_timeout"),
+            queue_root: if chrooted {
+                PathBuf::from("/")
+            } else {
+                PathBuf::from(cfg.str("queue_directory"))
+            },
+            logger: agent::Logger::from_config(cfg),
+        })
+    }
+}

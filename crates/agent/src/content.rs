@@ -1,0 +1,235 @@
+//! A transaction's message data, read from where qmgr says it is.
+//!
+//! Inline bytes come in the request; a message file (`msg/…` or a pool
+//! slot) is opened read-only with its checksum checked by the queue
+//! crate; a span of the journal (a small message's bytes inside its
+//! `Arrived` record) is read by `pread` from `journal/<seq>.log`, whose
+//! header and length are checked first. Either way the data is wire
+//! format (CRLF, dot-stuffed) and is read at positions, never held whole
+//! unless it came inline, so an agent's memory does not grow with the
+//! message.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use ipc::delivery::Data;
+
+/// How much is read at a time by [`Content::chunks`].
+pub const CHUNK: usize = 64 * 1024;
+
+/// Why the message data cannot be opened.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ContentError {
+    /// The message file or journal segment is missing, unreadable or corrupt.
+    Spool(queue::Error),
+    /// The request named a message file outside the queue directory.
+    BadPath(String),
+}
+
+impl fmt::Display for ContentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ContentError::Spool(e) => write!(f, "{e}"),
+            ContentError::BadPath(p) => write!(f, "{p}: not a path under the queue directory"),
+        }
+    }
+}
+
+impl std::error::Error for ContentError {}
+
+#[derive(Debug)]
+enum Source {
+    Inline(Vec<u8>),
+    File(Box<queue::MessageFile>),
+    Journal { file: File, offset: u64, len: u64 },
+}
+
+/// The message data of one transaction.
+#[derive(Debug)]
+pub struct Content {
+    source: Source,
+}
+
+impl Content {
+    /// Bytes held in memory (inline data, and tests).
+    pub fn inline(bytes: Vec<u8>) -> Content {
+        Content {
+            source: Source::Inline(bytes),
+        }
+    }
+
+    /// Opens what `data` names, under the queue directory `queue_root`.
+    pub fn open(data: &Data, queue_root: &Path) -> Result<Content, ContentError> {
+        let source = match data {
+            Data::Inline(b) => Source::Inline(b.clone()),
+            Data::File(rel) => {
+                // qmgr names files it made; anything else is not read.
+                let p = Path::new(rel);
+                if p.is_absolute() || p.components().any(|c| c.as_os_str() == "..") {
+                    return Err(ContentError::BadPath(rel.clone()));
+                }
+                let f =
+                    queue::MessageFile::open(&queue_root.join(p)).map_err(ContentError::Spool)?;
+                Source::File(Box::new(f))
+            }
+            Data::Journal(span) => {
+                let file = queue::open_span(&queue_root.join("journal"), span)
+                    .map_err(ContentError::Spool)?;
+                Source::Journal {
+                    file,
+                    offset: span.offset as u64,
+                    len: span.len as u64,
+                }
+            }
+        };
+        Ok(Content { source })
+    }
+
+    /// The size in bytes.
+    pub fn len(&self) -> u64 {
+        match &self.source {
+            Source::Inline(b) => b.len() as u64,
+            Source::File(f) => f.data_len(),
+            Source::Journal { len, .. } => *len,
+        }
+    }
+
+    /// Whether there are no bytes at all.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads from byte `pos` into `buf`; 0 at the end.
+    pub fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
+        match &self.source {
+            Source::Inline(b) => {
+                let from = (pos.min(b.len() as u64)) as usize;
+                let n = buf.len().min(b.len() - from);
+                buf[..n].copy_from_slice(&b[from..from + n]);
+                Ok(n)
+            }
+            Source::File(f) => f.read_data_at(buf, pos),
+            Source::Journal { file, offset, len } => {
+                let left = len.saturating_sub(pos);
+                let want = (buf.len() as u64).min(left) as usize;
+                if want == 0 {
+                    return Ok(0);
+                }
+                // A segment never shrinks while it is live; a short read
+                // means it was cut under us, which is an error, not an end.
+                file.read_exact_at(&mut buf[..want], offset + pos)?;
+                Ok(want)
+            }
+        }
+    }
+
+    /// Hands the content to `each` a chunk at a time (inline data at once).
+    pub fn chunks<E>(
+        &self,
+        mut each: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), Result<io::Error, E>> {
+        if let Source::Inline(b) = &self.source {
+            return each(b).map_err(Err);
+        }
+        let mut buf = vec![0u8; CHUNK];
+        let mut at = 0u64;
+        loop {
+            let n = self.read_at(&mut buf, at).map_err(Ok)?;
+            if n == 0 {
+                return Ok(());
+            }
+            at += n as u64;
+            each(&buf[..n]).map_err(Err)?;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mail::{Envelope, QueueId, Recipient};
+    use queue::{DataRef, Journal, JournalConfig, MessageHead, Record};
+
+    fn all(c: &Content) -> Vec<u8> {
+        let mut out = Vec::new();
+        c.chunks(|b| {
+            out.extend_from_slice(b);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        out
+    }
+
+    /// The agent reads what qmgr journaled, from the segment files the
+    /// queue crate wrote, by the spans the journal gave.
+    #[test]
+    fn journal_spans_read_back_the_inline_data() {
+        let root = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(
+            &root.path().join("journal"),
+            JournalConfig {
+                segment_size: 8192,
+                max_record: 1 << 20,
+            },
+        )
+        .unwrap();
+        let mut want = Vec::new();
+        for n in 0..12u32 {
+            let data: Vec<u8> = format!("Subject: {n}\r\n\r\n")
+                .bytes()
+                .chain((0..n * 300).map(|i| b'a' + (i % 26) as u8))
+                .collect();
+            let rec = Record::Arrived(MessageHead {
+                id: QueueId::from_parts(1_700_000_000_000_000 + n as u64, 1, n).unwrap(),
+                envelope: Envelope {
+                    sender: "a@example.org".into(),
+                    recipients: vec![Recipient::new("b@example.net")],
+                    ..Envelope::default()
+                },
+                data: DataRef::Inline(data.clone()),
+            });
+            let (_, span) = j.append_with_span(&rec).unwrap();
+            want.push((span.unwrap(), data));
+        }
+        j.commit().unwrap();
+        assert!(want.first().unwrap().0.segment < want.last().unwrap().0.segment);
+        for (span, data) in &want {
+            let c = Content::open(&Data::Journal(*span), root.path()).unwrap();
+            assert_eq!(c.len(), data.len() as u64);
+            assert_eq!(&all(&c), data);
+            // Reads at any position stop at the data's end, not the record's.
+            let mut buf = [0u8; 64];
+            let tail = data.len().saturating_sub(10) as u64;
+            let n = c.read_at(&mut buf, tail).unwrap();
+            assert_eq!(&buf[..n], &data[tail as usize..]);
+            assert_eq!(c.read_at(&mut buf, data.len() as u64).unwrap(), 0);
+        }
+        // A segment that is gone (qmgr removed it) is an error, not an empty message.
+        let (span, _) = want[0];
+        std::fs::remove_file(queue::segment_path(
+            &root.path().join("journal"),
+            span.segment,
+        ))
+        .unwrap();
+        let e = Content::open(&Data::Journal(span), root.path()).unwrap_err();
+        assert!(e.to_string().contains(".log"), "{e}");
+    }
+
+    #[test]
+    fn files_outside_the_queue_are_refused() {
+        let root = tempfile::tempdir().unwrap();
+        for bad in ["/etc/passwd", "../x", "msg/../../x"] {
+            let e = Content::open(&Data::File(bad.into()), root.path()).unwrap_err();
+            assert!(matches!(e, ContentError::BadPath(_)), "{bad}");
+        }
+        let c = Content::inline(b"abc".to_vec());
+        let mut buf = [0u8; 2];
+        assert_eq!(c.read_at(&mut buf, 1).unwrap(), 2);
+        assert_eq!(&buf, b"bc");
+        assert_eq!(c.read_at(&mut buf, 9).unwrap(), 0);
+    }
+}
