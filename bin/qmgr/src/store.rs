@@ -38,6 +38,10 @@ impl Store for Disk {
         self.writer.read_at(lsn).map_err(|e| e.to_string())
     }
 
+    fn durable(&self) -> Lsn {
+        self.writer.durable_end()
+    }
+
     fn read_data(
         &self,
         id: QueueId,

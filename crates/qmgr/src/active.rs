@@ -128,6 +128,14 @@ impl<S: Store> QueueManager<S> {
                 }
             };
             let pending = self.state.pending(id, &rec);
+            // Agents read inline data from the journal, where the head
+            // record as read now lies once durable; its segment is kept
+            // while the message is in delivery (restating moves the head).
+            let span = if head_lsn < self.store.durable() {
+                rec.data_span(head_lsn).map(|s| (head_lsn, s))
+            } else {
+                None
+            };
             // A retried message is restated at the head of the journal, so
             // the segments holding its older records can go.
             if next > 0 {
@@ -141,7 +149,7 @@ impl<S: Store> QueueManager<S> {
                 _ => continue,
             };
             let attempts = self.retry.attempts(&id);
-            self.activate(head, pending, attempts, flush);
+            self.activate(head, pending, attempts, flush, span);
         }
     }
 

@@ -14,8 +14,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ipc::delivery;
+use mail::Envelope;
 use mail::QueueId;
-use queue::{DataRef, MessageHead};
+use queue::{DataRef, DataSpan, Lsn, MessageHead};
 use sched::{
     Action as SchedAction, ConnFailure, EntryId, Event as SchedEvent, NewMessage, RcptStatus,
     RecipientGroup, Scheduler, Time,
@@ -44,10 +45,17 @@ pub(crate) struct Route {
     pub(crate) nexthop: String,
 }
 
-/// A message in delivery.
+/// A message in delivery. Its inline data stays in the journal when it is
+/// durable there (`data` is then a span the agents read, and the segment
+/// is pinned until the message leaves delivery), so 20,000 active
+/// messages do not hold up to 64 KiB each.
 pub(crate) struct InDelivery {
     pub(crate) id: QueueId,
-    pub(crate) head: MessageHead,
+    pub(crate) envelope: Envelope,
+    /// What the agents are told of the content.
+    data: delivery::Data,
+    /// The journal position whose segment is pinned for `data`.
+    pinned: Option<Lsn>,
     pub(crate) pending: Vec<u32>,
     pub(crate) routes: BTreeMap<u32, Route>,
     pub(crate) unresolved: usize,
@@ -105,6 +113,7 @@ impl<S: Store> QueueManager<S> {
         pending: Vec<u32>,
         attempts: u32,
         flush: bool,
+        span: Option<(Lsn, DataSpan)>,
     ) {
         if self.deliver.by_id.contains_key(&head.id) {
             return;
@@ -116,13 +125,27 @@ impl<S: Store> QueueManager<S> {
             self.finished(head.id, None);
             return;
         }
+        let MessageHead { id, envelope, data } = head;
+        let (data, pinned) = match (data, span) {
+            (DataRef::Inline(_), Some((lsn, span))) => {
+                self.state.refs.pin(lsn);
+                (delivery::Data::Journal(span), Some(lsn))
+            }
+            (DataRef::Inline(b), None) => (delivery::Data::Inline(b), None),
+            (DataRef::File, _) => (
+                delivery::Data::File(format!("msg/{:02X}/{id}", id.hash_byte())),
+                None,
+            ),
+            (DataRef::Pool(n), _) => (delivery::Data::File(format!("pool/{n:08}")), None),
+        };
         let d = &mut self.deliver;
         let qid = d.next_qid;
         d.next_qid += 1;
-        let id = head.id;
         let mut a = InDelivery {
             id,
-            head,
+            envelope,
+            data,
+            pinned,
             pending: pending.clone(),
             routes: BTreeMap::new(),
             unresolved: pending.len(),
@@ -134,10 +157,10 @@ impl<S: Store> QueueManager<S> {
             retry_at: None,
         };
         d.by_id.insert(id, qid);
-        let smtputf8 = a.head.envelope.smtputf8;
+        let smtputf8 = a.envelope.smtputf8;
         let mut requests = Vec::new();
         for &i in &pending {
-            if let Some(r) = a.head.envelope.recipients.get(i as usize) {
+            if let Some(r) = a.envelope.recipients.get(i as usize) {
                 requests.push((i, r.address.clone()));
             } else {
                 a.unresolved -= 1;
@@ -219,6 +242,9 @@ impl<S: Store> QueueManager<S> {
     pub(crate) fn finish(&mut self, qid: u64, next: Option<Time>) {
         if let Some(a) = self.deliver.msgs.remove(&qid) {
             self.deliver.by_id.remove(&a.id);
+            if let Some(lsn) = a.pinned {
+                self.state.refs.unpin(lsn);
+            }
             self.deliver.logged.retain(|(q, _)| *q != qid);
             let next = match (next, a.retry_at) {
                 (Some(n), Some(r)) => Some(n.min(r)),
@@ -286,7 +312,7 @@ impl<S: Store> QueueManager<S> {
         a.groups = groups;
         a.unread = unread;
         a.added = true;
-        let env = &a.head.envelope;
+        let env = &a.envelope;
         let msg = NewMessage {
             queue_id: sched::QueueId(qid),
             sender: env.sender.clone(),
@@ -429,7 +455,6 @@ impl<S: Store> QueueManager<S> {
         let mut by_text: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
         for r in results {
             let wants = a
-                .head
                 .envelope
                 .recipients
                 .get(r.index as usize)
@@ -720,12 +745,8 @@ impl<S: Store> QueueManager<S> {
 
 /// The agent's transaction for `recipients` of a message.
 fn transaction(m: &InDelivery, recipients: &[u32]) -> delivery::Transaction {
-    let env = &m.head.envelope;
-    let data = match &m.head.data {
-        DataRef::Inline(b) => delivery::Data::Inline(b.clone()),
-        DataRef::File => delivery::Data::File(format!("msg/{:02X}/{}", m.id.hash_byte(), m.id)),
-        DataRef::Pool(n) => delivery::Data::File(format!("pool/{n:08}")),
-    };
+    let env = &m.envelope;
+    let data = m.data.clone();
     delivery::Transaction {
         queue_id: m.id.to_string(),
         sender: env.sender.clone(),
@@ -801,6 +822,52 @@ mod tests {
         assert!(matches!(recs.last(), Some(Record::Removed { .. })));
         assert_eq!(w.removed, [id]);
         assert!(w.logged(&format!("{id}: removed")));
+    }
+
+    #[test]
+    fn inline_data_goes_to_the_agent_by_reference_and_its_segment_is_kept_meanwhile() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r@b.example"]);
+        let head = match w.records(id).first() {
+            Some(Record::Arrived(h)) => h.clone(),
+            other => panic!("{other:?}"),
+        };
+        let queue::DataRef::Inline(bytes) = &head.data else {
+            panic!("inline");
+        };
+        w.route_all(&[]);
+        // Open, then the transaction.
+        w.deliver_all(|_| 450);
+        let sends: Vec<_> = w
+            .history
+            .iter()
+            .filter_map(|(_, a)| match a {
+                crate::testkit::Asked::Agent(ipc::delivery::Request::Send { txn, .. }) => {
+                    Some(txn.data.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sends.len(), 1);
+        let ipc::delivery::Data::Journal(span) = &sends[0] else {
+            panic!("a journal span, got {:?}", sends[0]);
+        };
+        assert_eq!(span.len as usize, bytes.len());
+        // Deferred and out of delivery: only its live head pins the journal.
+        let pinned_live = w.qm.state().refs.delete_below(u32::MAX);
+        let at = next_attempts(&w, id)[0];
+        w.run_until(Time(at * 1000));
+        w.route_all(&[]);
+        // In delivery again, restated at the head: the span is the head's
+        // as read, and its segment stays pinned until the message is done.
+        assert!(w.qm.is_active(&id));
+        w.deliver_all(|_| 250);
+        assert!(!w.live(id));
+        assert_eq!(
+            w.qm.state().refs.delete_below(u32::MAX),
+            u32::MAX,
+            "nothing pinned once the message is gone (was {pinned_live})"
+        );
     }
 
     #[test]

@@ -22,9 +22,9 @@ pub(crate) const EXPIRED: StatusCode = StatusCode::known(5, 4, 1);
 
 /// `ID: to=<…>, relay=none, delay=…, delays=…/0/0/0, dsn=…, status=… (…)`.
 pub(crate) fn log_rcpt(now: Time, m: &InDelivery, i: u32, status: &Status) -> String {
-    let rcpt = m.head.envelope.recipients.get(i as usize);
+    let rcpt = m.envelope.recipients.get(i as usize);
     let to = rcpt.map(|r| r.address.as_str()).unwrap_or("");
-    let age_us = (now.0 * 1000).saturating_sub(m.head.envelope.arrival.as_micros());
+    let age_us = (now.0 * 1000).saturating_sub(m.envelope.arrival.as_micros());
     let zero = Duration::ZERO;
     let line = DeliveryLine {
         queue_id: &m.id.to_string(),

@@ -19,6 +19,9 @@ pub trait Store {
     fn append(&mut self, rec: &Record, state: &mut Replay) -> Result<Lsn, String>;
     /// Reads back the record at `lsn`, durable or not.
     fn read_at(&self, lsn: Lsn) -> Result<Record, String>;
+    /// Where what is durable ends: records before it are in the journal's
+    /// files, where agents can read their inline data by reference.
+    fn durable(&self) -> Lsn;
     /// A message's content in wire form, whole or its first `limit` bytes.
     fn read_data(
         &self,
@@ -69,6 +72,11 @@ impl Store for MemStore {
             .get(&lsn)
             .map(|&i| self.records[i].clone())
             .ok_or_else(|| format!("no record at offset {}", lsn.0))
+    }
+
+    /// Everything is durable in memory.
+    fn durable(&self) -> Lsn {
+        Lsn::new(u32::MAX, u32::MAX)
     }
 
     fn read_data(
