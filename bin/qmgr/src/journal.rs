@@ -114,12 +114,18 @@ impl Writer {
         &mut self.journal
     }
 
+    /// Where what is durable ends.
+    pub fn durable_end(&self) -> Lsn {
+        self.journal.durable()
+    }
+
     /// Reads back the record at `lsn`, durable or not.
     pub fn read_at(&self, lsn: Lsn) -> queue::Result<Record> {
         self.journal.read_at(lsn)
     }
 
     /// Why writes fail, while they do.
+    #[cfg(test)]
     pub fn stalled(&self) -> Option<&Refusal> {
         self.stall.as_ref().map(|s| &s.why)
     }

@@ -5,21 +5,26 @@
 //! what it found. Then it accepts `Arrived` announcements from cleanup,
 //! appends them to the journal and answers each only after the group commit
 //! (one fdatasync on a helper thread for everything appended meanwhile)
-//! that made it durable. `sluice queue list` asks it for the queue;
+//! that made it durable. `sluice queue` asks it for the queue;
 //! `sluice status`, `sluice top` and the `metrics_listen` endpoint for its
 //! figures (`metrics.rs`).
 //!
-//! Scheduling and delivery are not part of this program yet: accepted mail
-//! stays queued (`(queue active)` in the log) until the scheduler lands.
+//! Every decision about the queued mail (admission, resolution, scheduling
+//! and dispatch to the delivery agents, retries, notices, queue control) is
+//! made by the sans-IO queue manager of crates/qmgr (`queue_manager`),
+//! which this program feeds with what its links, clients and journal say,
+//! and whose actions it carries out: the program is the links
+//! (`links.rs`), the journal writer and its sync thread (`journal.rs`,
+//! `store.rs`), the metrics listener and one clock read per loop turn
+//! (`server.rs`).
 #![forbid(unsafe_code)]
 
-mod agentconn;
-mod bounce;
-mod deliver;
 mod journal;
+mod links;
 mod metrics;
 mod schedconf;
 mod server;
+mod store;
 
 fn main() {
     // qmgr owns state the whole system relies on: it never exits on idle or use count.

@@ -7,7 +7,8 @@
 //! per sender key and admitted one sender at a time, in turn: when a place
 //! frees, the next sender in the ring gets it. Within a sender, FIFO. A
 //! message pushed again while it waits (requeued, released, flushed) keeps
-//! its place and is admitted once. qmgr and the simulator both use this.
+//! its place and is admitted once. The queue manager (crates/qmgr) uses
+//! this, in qmgr and in the simulator.
 //! Panics: never.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -36,7 +36,6 @@ pub mod policy;
 mod reclass;
 pub mod rng;
 mod sched;
-pub mod sim;
 pub mod slab;
 pub mod stats;
 pub mod time;

@@ -1102,14 +1102,20 @@ impl Scheduler {
     fn gc(&mut self, now: Time) {
         self.hosts.gc(now, self.cfg.destdb_record_lifetime);
         self.limiter.forget_idle(now);
+        let (min, max) = (self.cfg.minimal_backoff_time, self.cfg.maximal_backoff_time);
         let idle: Vec<DestId> = self
             .dests
             .iter()
             .filter(|(_, x)| {
+                // A destination that died recently keeps its back-off while
+                // its mail waits outside the scheduler for the retry: its
+                // messages come back just after it revives, and forgetting
+                // it then would start the back-off again at the minimum.
+                let keep = if x.backoff() > min { max } else { GC_INTERVAL };
                 x.is_idle()
                     && x.park == Park::No
                     && x.in_ring == [false; 3]
-                    && x.touched + GC_INTERVAL <= now
+                    && x.touched + keep <= now
             })
             .map(|(i, _)| i)
             .collect();

@@ -317,6 +317,40 @@ fn dead_destination_defers_all_and_retries_with_doubling_backoff() {
 }
 
 #[test]
+fn a_dead_destination_keeps_its_back_off_while_its_mail_waits_outside() {
+    let mut c = cfg();
+    c.transports[0].connection_backlog_limit = 1;
+    c.transports[0].destination_recipient_limit = 1;
+    let mut s = Scheduler::new(c).unwrap();
+    add_read(&mut s, Time(0), 1, "a@x", "dead.example", 20);
+    let mut now = Time(30_000);
+    fail_all(&mut s, now, ConnFailure::Unreachable);
+    let d = s.dest_id(TransportId(0), "dead.example").unwrap();
+    let retry = s.dead_until(d).expect("dead");
+    assert_eq!(retry, now + Duration::from_secs(300));
+    // Its mail is out of the scheduler until the retry time, and comes
+    // back a little after it (qmgr resolves it first); GC passes run
+    // in between.
+    now = retry;
+    s.handle_timeout(now);
+    actions(&mut s);
+    for _ in 0..3 {
+        now = now + Duration::from_secs(60);
+        s.handle_timeout(now);
+        actions(&mut s);
+    }
+    add_read(&mut s, now, 2, "a@x", "dead.example", 20);
+    fail_all(&mut s, now, ConnFailure::Unreachable);
+    let d = s.dest_id(TransportId(0), "dead.example").unwrap();
+    assert_eq!(
+        s.dead_until(d),
+        Some(now + Duration::from_secs(600)),
+        "the back-off doubled: the destination was not forgotten"
+    );
+    s.check_invariants().unwrap();
+}
+
+#[test]
 fn success_on_a_live_connection_revives_a_dead_destination() {
     let mut c = cfg();
     c.transports[0].connection_backlog_limit = 1;

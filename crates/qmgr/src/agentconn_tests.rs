@@ -29,7 +29,7 @@ struct AgentConn {
     close_asked: bool,
 }
 
-/// An answer from the agent, as qmgr's deliver.rs turns it into an event.
+/// An answer from the agent, as the queue manager's dispatch turns it into an event.
 enum Answer {
     Opened(u64),
     OpenFailed(u64, ConnFailure),
@@ -140,7 +140,7 @@ impl World {
                 } => {
                     // A start on a connection that a later event in the
                     // same batch ended (its entry is queued again) is
-                    // skipped, as deliver.rs skips it.
+                    // skipped, as dispatch skips it.
                     let Some(wire) = self.conns.wire(conn).map(|w| w.id) else {
                         continue;
                     };
@@ -192,7 +192,7 @@ impl World {
         }
     }
 
-    /// Hands qmgr the agent's next answer, as deliver.rs's agent_answer does.
+    /// Hands qmgr the agent's next answer, as dispatch's agent_answer does.
     fn deliver_answer(&mut self) -> bool {
         let Some(a) = self.answers.pop_front() else {
             return false;
@@ -324,7 +324,7 @@ impl World {
         }
     }
 
-    /// The agent dies: qmgr hears of it as deliver.rs's agent_broken does.
+    /// The agent dies: qmgr hears of it as dispatch's agent_lost does.
     fn agent_restart(&mut self) {
         self.agent.clear();
         self.answers.clear();

@@ -1,10 +1,13 @@
-//! Deterministic simulation of the scheduler against modelled servers.
+//! Deterministic simulation of the queue manager (`crates/qmgr`, the code
+//! qmgr runs) and its scheduler against modelled servers.
 //!
 //! `engine` is the discrete-event loop and the server models; `scenarios`
 //! holds the six experiments of issue 5 (full and `--quick` sizes) that the
 //! `sim` binary prints and the tests assert on; `bench` measures decisions
 //! per second and memory per queued recipient. Deterministic: a seed fixes
 //! every run. Panics: never.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod bench;
 pub mod engine;

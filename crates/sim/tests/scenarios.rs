@@ -3,7 +3,7 @@
 //! delivered, deferred or bounced, the small-sender bound, dead detection
 //! and back-off, and determinism.
 
-use sched::sim::scenarios::{self, Output};
+use sched_sim::scenarios::{self, Output};
 
 fn run(name: &str) -> Output {
     let o = scenarios::run_scenario(name, true, 7).expect("known scenario");

@@ -7,7 +7,7 @@
 //! scenario reports problems.
 #![forbid(unsafe_code)]
 
-use sched::sim::{bench, scenarios};
+use sched_sim::{bench, scenarios};
 use std::time::Instant;
 
 fn rss_bytes() -> Option<u64> {

@@ -6,10 +6,10 @@
 //! figures as `errors` and fails the tests.
 
 use super::engine::{OverLimit, Report, ServerModel, Sim, SimConfig, SimDest, SimMessage};
-use crate::config::{FeedbackFn, SchedConfig, TransportConfig};
-use crate::policy::{Fifo, Policy, ThreeClass, ThreeClassFixed};
-use crate::rng::Rng;
-use crate::time::Time;
+use sched::rng::Rng;
+use sched::{
+    FeedbackFn, Fifo, Policy, SchedConfig, ThreeClass, ThreeClassFixed, Time, TransportConfig,
+};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -6,10 +6,10 @@
 //! work is measured. The caller times `drain` (the library reads no clock).
 //! Panics: never.
 
-use crate::config::{SchedConfig, TransportConfig};
-use crate::event::{Action, Event, NewMessage, QueueId, RcptStatus, RecipientGroup};
-use crate::sched::Scheduler;
-use crate::time::Time;
+use sched::{
+    Action, Event, NewMessage, QueueId, RcptStatus, RecipientGroup, SchedConfig, Scheduler, Time,
+    TransportConfig,
+};
 use std::collections::VecDeque;
 
 /// A scheduler configured for the benchmark.

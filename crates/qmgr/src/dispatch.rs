@@ -1,0 +1,955 @@
+//! Delivery: the scheduler and the delivery agents (Postfix's `qmgr_deliver.c`).
+//!
+//! An activated message is resolved (`resolve`), then handed to `sched`,
+//! whose actions are carried out here: connections opened and closed and
+//! transactions sent to the agents as [`Action::ToAgent`], the agents'
+//! answers fed back as scheduler events, deferrals and bounces journaled
+//! and logged, and the message finished (`active`) when the scheduler is
+//! done with it. Connection ids on the wire are [`AgentConns`]'.
+//!
+//! Logs, as Postfix's qmgr: `ID: to=<…>, relay=none, delay=…, dsn=4.x.x,
+//! status=deferred (reason)` for recipients deferred or bounced without a
+//! delivery attempt; the agents log the results of their own transactions.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use ipc::delivery;
+use mail::Envelope;
+use mail::QueueId;
+use queue::{DataRef, DataSpan, Lsn, MessageHead};
+use sched::{
+    Action as SchedAction, ConnFailure, EntryId, Event as SchedEvent, NewMessage, RcptStatus,
+    RecipientGroup, Scheduler, Time,
+};
+
+use crate::agentconn::{AgentConns, Wire};
+use mail::{Status, StatusCode};
+
+use crate::logline::{log_rcpt, DEFERRED, EXPIRED, FAILED, TEMPFAIL};
+use crate::{Action, QueueManager, Store, ROUTE_RETRY};
+
+/// What an agent request waits for.
+pub(crate) enum AgentWait {
+    Open,
+    Send {
+        entry: EntryId,
+        qid: u64,
+        rcpts: Vec<u32>,
+    },
+    Close,
+}
+
+/// Where the router sends one recipient.
+pub(crate) struct Route {
+    pub(crate) transport: String,
+    pub(crate) nexthop: String,
+}
+
+/// A message in delivery. Its inline data stays in the journal when it is
+/// durable there (`data` is then a span the agents read, and the segment
+/// is pinned until the message leaves delivery), so 20,000 active
+/// messages do not hold up to 64 KiB each.
+pub(crate) struct InDelivery {
+    pub(crate) id: QueueId,
+    pub(crate) envelope: Envelope,
+    /// What the agents are told of the content.
+    data: delivery::Data,
+    /// The journal position whose segment is pinned for `data`.
+    pinned: Option<Lsn>,
+    pub(crate) pending: Vec<u32>,
+    pub(crate) routes: BTreeMap<u32, Route>,
+    pub(crate) unresolved: usize,
+    attempts: u32,
+    /// Recipients handed to the scheduler, not yet read by it.
+    unread: Vec<(usize, u32)>,
+    groups: Vec<RecipientGroup>,
+    /// Handed to the scheduler (routing is over).
+    pub(crate) added: bool,
+    /// Activated by a flush: defer_transports do not hold it back.
+    pub(crate) flush: bool,
+    /// The earliest next attempt of recipients deferred while routing: the
+    /// message's, if the scheduler never sees it.
+    retry_at: Option<Time>,
+}
+
+/// The scheduler and what the agents are doing.
+pub(crate) struct Deliver {
+    pub(crate) sched: Scheduler,
+    /// Messages in delivery, by the scheduler's queue id.
+    pub(crate) msgs: BTreeMap<u64, InDelivery>,
+    pub(crate) by_id: HashMap<QueueId, u64>,
+    next_qid: u64,
+    agent_wait: BTreeMap<(String, u64), AgentWait>,
+    /// The agents' names of the scheduler's connections.
+    conns: AgentConns,
+    /// Recipients whose result an agent logged already.
+    logged: HashSet<(u64, u32)>,
+}
+
+impl Deliver {
+    pub(crate) fn new(sched: Scheduler) -> Self {
+        Deliver {
+            sched,
+            msgs: BTreeMap::new(),
+            by_id: HashMap::new(),
+            next_qid: 1,
+            agent_wait: BTreeMap::new(),
+            conns: AgentConns::default(),
+            logged: HashSet::new(),
+        }
+    }
+
+    /// Messages in delivery (routing, scheduling or with an agent).
+    pub(crate) fn active(&self) -> usize {
+        self.msgs.len()
+    }
+}
+
+impl<S: Store> QueueManager<S> {
+    /// Starts delivering `pending` recipients of a message.
+    pub(crate) fn activate(
+        &mut self,
+        head: MessageHead,
+        pending: Vec<u32>,
+        attempts: u32,
+        flush: bool,
+        span: Option<(Lsn, DataSpan)>,
+    ) {
+        if self.deliver.by_id.contains_key(&head.id) {
+            return;
+        }
+        // Tried again: no longer waiting for its destinations.
+        self.figures.forget(&head.id);
+        if pending.is_empty() {
+            // Nothing left to deliver: removed (or its notices sent first).
+            self.finished(head.id, None);
+            return;
+        }
+        let MessageHead { id, envelope, data } = head;
+        let (data, pinned) = match (data, span) {
+            (DataRef::Inline(_), Some((lsn, span))) => {
+                self.state.refs.pin(lsn);
+                (delivery::Data::Journal(span), Some(lsn))
+            }
+            (DataRef::Inline(b), None) => (delivery::Data::Inline(b), None),
+            (DataRef::File, _) => (
+                delivery::Data::File(format!("msg/{:02X}/{id}", id.hash_byte())),
+                None,
+            ),
+            (DataRef::Pool(n), _) => (delivery::Data::File(format!("pool/{n:08}")), None),
+        };
+        let d = &mut self.deliver;
+        let qid = d.next_qid;
+        d.next_qid += 1;
+        let mut a = InDelivery {
+            id,
+            envelope,
+            data,
+            pinned,
+            pending: pending.clone(),
+            routes: BTreeMap::new(),
+            unresolved: pending.len(),
+            attempts,
+            unread: Vec::new(),
+            groups: Vec::new(),
+            added: false,
+            flush,
+            retry_at: None,
+        };
+        d.by_id.insert(id, qid);
+        let smtputf8 = a.envelope.smtputf8;
+        let mut requests = Vec::new();
+        for &i in &pending {
+            if let Some(r) = a.envelope.recipients.get(i as usize) {
+                requests.push((i, r.address.clone()));
+            } else {
+                a.unresolved -= 1;
+            }
+        }
+        d.msgs.insert(qid, a);
+        for (i, address) in requests {
+            self.resolve_rcpt(qid, i, address, smtputf8);
+        }
+        self.maybe_add(qid);
+    }
+
+    /// Defers every recipient of a message that the scheduler has not seen.
+    pub(crate) fn defer_unrouted(&mut self, qid: u64, reason: &str) {
+        let Some(a) = self.deliver.msgs.get(&qid) else {
+            return;
+        };
+        if a.added {
+            return;
+        }
+        let rcpts: Vec<u32> = a.pending.clone();
+        let next = self.now + ROUTE_RETRY;
+        self.defer_now(qid, &rcpts, reason, next);
+        self.finish(qid, Some(next));
+    }
+
+    /// Journals and logs recipients deferred before any delivery attempt.
+    pub(crate) fn defer_now(&mut self, qid: u64, rcpts: &[u32], reason: &str, next: Time) {
+        let Some(a) = self.deliver.msgs.get_mut(&qid) else {
+            return;
+        };
+        a.retry_at = Some(a.retry_at.map_or(next, |t| t.min(next)));
+        let a = &*a;
+        let status = Status::from_reason(reason, TEMPFAIL);
+        let mut lines = Vec::new();
+        for &i in rcpts {
+            lines.push(log_rcpt(self.now, a, i, &status));
+            if let Some(r) = a.routes.get(&i) {
+                self.figures.deferred(a.id, &r.transport, &r.nexthop);
+            }
+        }
+        let rec = queue::Record::Deferred {
+            id: a.id,
+            rcpts: rcpts.to_vec(),
+            status: status.code,
+            reason: status.text,
+            next_attempt: crate::secs_ceil(next),
+        };
+        for l in lines {
+            self.info(l);
+        }
+        self.append(rec);
+    }
+
+    /// Journals and logs recipients bounced before any delivery attempt.
+    pub(crate) fn bounce_now(&mut self, qid: u64, rcpts: &[u32], reason: &str) {
+        let Some(a) = self.deliver.msgs.get(&qid) else {
+            return;
+        };
+        let status = Status::from_reason(reason, FAILED);
+        let lines: Vec<String> = rcpts
+            .iter()
+            .map(|&i| log_rcpt(self.now, a, i, &status))
+            .collect();
+        let rec = queue::Record::Bounced {
+            id: a.id,
+            rcpts: rcpts.to_vec(),
+            status: status.code,
+            reason: status.text,
+        };
+        for l in lines {
+            self.info(l);
+        }
+        self.append(rec);
+    }
+
+    /// The message leaves delivery; it is due again at the earliest of
+    /// `next` (the scheduler's) and its recipients deferred while routing.
+    pub(crate) fn finish(&mut self, qid: u64, next: Option<Time>) {
+        if let Some(a) = self.deliver.msgs.remove(&qid) {
+            self.deliver.by_id.remove(&a.id);
+            if let Some(lsn) = a.pinned {
+                self.state.refs.unpin(lsn);
+            }
+            self.deliver.logged.retain(|(q, _)| *q != qid);
+            let next = match (next, a.retry_at) {
+                (Some(n), Some(r)) => Some(n.min(r)),
+                (n, r) => n.or(r),
+            };
+            self.finished(a.id, next);
+        }
+    }
+
+    /// Hands a fully routed message to the scheduler.
+    pub(crate) fn maybe_add(&mut self, qid: u64) {
+        let Some(a) = self.deliver.msgs.get(&qid) else {
+            return;
+        };
+        if a.added || a.unresolved > 0 {
+            return;
+        }
+        let mut stale: Vec<String> = a
+            .routes
+            .values()
+            .filter(|r| self.needs_hosts(&r.transport) && !self.fresh_hosts(&r.nexthop))
+            .map(|r| r.nexthop.clone())
+            .collect();
+        if !stale.is_empty() {
+            // A list that expired while another was awaited is asked again
+            // (once for every message waiting for it), or the message
+            // would wait for ever.
+            stale.dedup();
+            for nexthop in stale {
+                self.want_hosts(&nexthop, qid);
+            }
+            return;
+        }
+        // Group recipients by (transport, nexthop).
+        let mut by: BTreeMap<(String, String), Vec<u32>> = BTreeMap::new();
+        for (&i, r) in &a.routes {
+            by.entry((r.transport.clone(), r.nexthop.clone()))
+                .or_default()
+                .push(i);
+        }
+        let mut groups = Vec::new();
+        let mut unread = Vec::new();
+        for ((transport, nexthop), rcpts) in by {
+            let levels = match self.resolve.hosts.get(&nexthop) {
+                Some(h) if self.needs_hosts(&transport) => h.levels.clone(),
+                _ => vec![vec![nexthop.clone()]],
+            };
+            let g = groups.len();
+            for &r in &rcpts {
+                unread.push((g, r));
+            }
+            groups.push(RecipientGroup {
+                transport,
+                nexthop,
+                hosts: levels,
+                recipients: Vec::new(),
+            });
+        }
+        if unread.is_empty() {
+            // Everything was bounced or deferred during routing.
+            self.finish(qid, None);
+            return;
+        }
+        let a = self.deliver.msgs.get_mut(&qid).expect("checked");
+        a.groups = groups;
+        a.unread = unread;
+        a.added = true;
+        let env = &a.envelope;
+        let msg = NewMessage {
+            queue_id: sched::QueueId(qid),
+            sender: env.sender.clone(),
+            tenant: None,
+            size: env.size,
+            arrival: Time(env.arrival.as_micros() / 1000),
+            attempts: a.attempts,
+            recipients: a.unread.len() as u32,
+        };
+        let id = a.id;
+        if let Err(e) = self
+            .deliver
+            .sched
+            .handle(self.now, SchedEvent::MessageAdded(msg))
+        {
+            // Admission takes no more than the scheduler does, so this is a
+            // bug; the message waits for its next run rather than linger.
+            self.warn(format!("{id}: scheduler: {e:?}; trying again later"));
+            self.finish(qid, Some(self.now + std::time::Duration::from_secs(60)));
+        }
+    }
+
+    /// An agent answered.
+    pub(crate) fn agent_answer(
+        &mut self,
+        transport: &str,
+        request: Option<u64>,
+        resp: delivery::Response,
+    ) {
+        let wait =
+            request.and_then(|r| self.deliver.agent_wait.remove(&(transport.to_string(), r)));
+        if matches!(wait, Some(AgentWait::Close)) {
+            return;
+        }
+        // An answer about a connection the scheduler has forgotten: what
+        // it carried is back in the scheduler's queues already.
+        let Some(conn) = self.deliver.conns.resolve(transport, resp.conn()) else {
+            if let delivery::Response::Sent { results, .. } = &resp {
+                if results.iter().any(|r| !r.status.is_transient()) {
+                    self.warn(format!(
+                        "delivery agent {transport}: results for connection {} that was closed; the recipients will be tried again",
+                        resp.conn()
+                    ));
+                }
+            }
+            return;
+        };
+        let ev = match (wait, resp) {
+            (Some(AgentWait::Open), delivery::Response::Opened { .. }) => {
+                SchedEvent::ConnectionOpened { conn }
+            }
+            (
+                Some(AgentWait::Open),
+                delivery::Response::OpenFailed {
+                    handshake, reason, ..
+                },
+            ) => SchedEvent::ConnectionFailed {
+                conn,
+                failure: if handshake {
+                    ConnFailure::Handshake
+                } else {
+                    ConnFailure::Unreachable
+                },
+                // The scheduler's reasons are still "code text" strings.
+                reason: reason.to_string(),
+            },
+            (
+                Some(AgentWait::Send { entry, qid, rcpts }),
+                delivery::Response::Sent {
+                    results,
+                    conn_failed,
+                    handoff,
+                    ..
+                },
+            ) => {
+                self.owe_success(qid, &results, handoff);
+                let mut out = Vec::new();
+                for r in results {
+                    self.deliver.logged.insert((qid, r.index));
+                    let st = if r.status.is_success() {
+                        RcptStatus::Delivered
+                    } else if r.status.is_permanent() {
+                        RcptStatus::Bounced(r.status.to_string())
+                    } else {
+                        RcptStatus::Deferred(r.status.to_string())
+                    };
+                    out.push((r.index, st));
+                }
+                // A recipient the agent did not report is deferred, never lost.
+                for i in rcpts {
+                    if !out.iter().any(|(x, _)| *x == i) {
+                        out.push((
+                            i,
+                            RcptStatus::Deferred("4.3.0 no result from the delivery agent".into()),
+                        ));
+                    }
+                }
+                SchedEvent::DeliveryDone {
+                    conn,
+                    entry,
+                    results: out,
+                    conn_failed,
+                }
+            }
+            (_, delivery::Response::Closed { .. }) => SchedEvent::ConnectionClosed { conn },
+            (_, other) => {
+                self.warn(format!(
+                    "delivery agent {transport}: unexpected answer {other:?}"
+                ));
+                return;
+            }
+        };
+        self.sched_event(ev);
+    }
+
+    /// Feeds the scheduler an event, through the connection names.
+    fn sched_event(&mut self, ev: SchedEvent) {
+        let d = &mut self.deliver;
+        if let Err(e) = d.conns.handle(&mut d.sched, self.now, ev) {
+            self.warn(format!("scheduler: {e:?}"));
+        }
+    }
+
+    /// RFC 3461: delivered recipients that asked NOTIFY=SUCCESS get a report
+    /// from us when delivery was final here or the next hop could not take
+    /// the request on; the journal keeps it owed until the notice is queued.
+    fn owe_success(
+        &mut self,
+        qid: u64,
+        results: &[delivery::RcptResult],
+        handoff: delivery::Handoff,
+    ) {
+        if handoff == delivery::Handoff::RelayedWithDsn {
+            return;
+        }
+        let Some(a) = self.deliver.msgs.get(&qid) else {
+            return;
+        };
+        // One record per distinct reply, so each recipient's report quotes its own.
+        let mut by_text: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        for r in results {
+            let wants = a
+                .envelope
+                .recipients
+                .get(r.index as usize)
+                .is_some_and(|x| x.notify.wants_success());
+            if r.status.is_success() && wants {
+                by_text
+                    .entry(r.status.text.as_str())
+                    .or_default()
+                    .push(r.index);
+            }
+        }
+        let recs: Vec<queue::Record> = by_text
+            .into_iter()
+            .map(|(text, rcpts)| queue::Record::Succeeded {
+                id: a.id,
+                rcpts,
+                relayed: handoff == delivery::Handoff::Relayed,
+                reason: text.to_string(),
+            })
+            .collect();
+        for r in recs {
+            self.append(r);
+        }
+    }
+
+    /// An agent's link is gone. The agent's failure is not the
+    /// destination's: no feedback. What a connection had in flight is
+    /// deferred (it may have gone), the rest goes back to its queue.
+    pub(crate) fn agent_lost(&mut self, transport: &str) {
+        self.actions
+            .retain(|a| !matches!(a, Action::ToAgent { transport: t, .. } if t == transport));
+        self.deliver.agent_wait.retain(|(t, _), _| t != transport);
+        for conn in self.deliver.conns.of_transport(transport) {
+            self.sched_event(SchedEvent::ConnectionLost {
+                conn,
+                reason: format!("4.3.0 delivery agent {transport} died"),
+            });
+        }
+    }
+
+    fn send_agent(&mut self, transport: String, body: delivery::Request, wait: AgentWait) {
+        let request = self.request_id();
+        self.deliver
+            .agent_wait
+            .insert((transport.clone(), request), wait);
+        self.actions.push_back(Action::ToAgent {
+            transport,
+            request,
+            body,
+        });
+    }
+
+    /// Carries out what the scheduler decided.
+    pub(crate) fn run_sched(&mut self) {
+        while let Some(a) = self.deliver.sched.poll_action() {
+            match a {
+                SchedAction::ReadRecipients { queue_id, max } => {
+                    let qid = queue_id.0;
+                    let Some(m) = self.deliver.msgs.get_mut(&qid) else {
+                        continue;
+                    };
+                    let take = (max as usize).min(m.unread.len());
+                    let batch: Vec<(usize, u32)> = m.unread.drain(..take).collect();
+                    let mut groups: Vec<RecipientGroup> = m
+                        .groups
+                        .iter()
+                        .map(|g| RecipientGroup {
+                            recipients: Vec::new(),
+                            ..g.clone()
+                        })
+                        .collect();
+                    for (g, r) in batch {
+                        groups[g].recipients.push(r);
+                    }
+                    groups.retain(|g| !g.recipients.is_empty());
+                    let remaining = m.unread.len() as u32;
+                    let ev = SchedEvent::RecipientsRead {
+                        queue_id,
+                        groups,
+                        remaining,
+                    };
+                    if let Err(e) = self.deliver.sched.handle(self.now, ev) {
+                        self.warn(format!("scheduler: {e:?}"));
+                    }
+                }
+                SchedAction::Open {
+                    conn,
+                    transport,
+                    destination,
+                    host,
+                } => {
+                    let s = &self.deliver.sched;
+                    let tname = s.transport_name(transport).to_string();
+                    let nexthop = s.nexthop(destination).unwrap_or("").to_string();
+                    let hname = s.host_name(host).to_string();
+                    let addrs = self
+                        .resolve
+                        .hosts
+                        .get(&nexthop)
+                        .and_then(|h| h.addrs.get(&hname))
+                        .cloned()
+                        .unwrap_or_default();
+                    let wire = self.deliver.conns.open(conn, &tname);
+                    let body = delivery::Request::Open {
+                        conn: wire,
+                        host: hname,
+                        nexthop,
+                        addrs,
+                    };
+                    self.send_agent(tname, body, AgentWait::Open);
+                }
+                SchedAction::Start {
+                    conn,
+                    entry,
+                    queue_id,
+                    recipients,
+                } => {
+                    let qid = queue_id.0;
+                    let Some(Wire {
+                        transport: tname,
+                        id: wire,
+                    }) = self.deliver.conns.wire(conn).cloned()
+                    else {
+                        continue;
+                    };
+                    let Some(m) = self.deliver.msgs.get(&qid) else {
+                        continue;
+                    };
+                    let txn = transaction(m, &recipients);
+                    let body = delivery::Request::Send {
+                        conn: wire,
+                        txn: Box::new(txn),
+                    };
+                    let wait = AgentWait::Send {
+                        entry,
+                        qid,
+                        rcpts: recipients,
+                    };
+                    self.send_agent(tname, body, wait);
+                }
+                SchedAction::Close { conn } => {
+                    if let Some(Wire {
+                        transport: tname,
+                        id: wire,
+                    }) = self.deliver.conns.forget(conn)
+                    {
+                        let body = delivery::Request::Close { conn: wire };
+                        self.send_agent(tname, body, AgentWait::Close);
+                    }
+                }
+                SchedAction::Defer {
+                    queue_id,
+                    recipients,
+                    reason,
+                    next_attempt: _,
+                } => self.log_unlogged(queue_id.0, recipients, &reason, DEFERRED),
+                SchedAction::Bounce {
+                    queue_id,
+                    recipients,
+                    reason,
+                } => self.log_unlogged(queue_id.0, recipients, &reason, EXPIRED),
+                SchedAction::Journal(rec) => self.journal_result(rec),
+                SchedAction::MessageDone {
+                    queue_id,
+                    next_attempt,
+                } => self.finish(queue_id.0, next_attempt),
+                SchedAction::Notice(n) => self.sched_notice(n),
+            }
+        }
+    }
+
+    /// Logs the recipients of a deferral or bounce that no agent logged.
+    fn log_unlogged(&mut self, qid: u64, rcpts: Vec<u32>, reason: &str, dflt: StatusCode) {
+        let Some(m) = self.deliver.msgs.get(&qid) else {
+            return;
+        };
+        let status = Status::from_reason(reason, dflt);
+        let mut lines = Vec::new();
+        for i in rcpts {
+            if !self.deliver.logged.remove(&(qid, i)) {
+                lines.push(log_rcpt(self.now, m, i, &status));
+            }
+        }
+        for l in lines {
+            self.info(l);
+        }
+    }
+
+    /// Journals a result the scheduler decided, and counts it per destination.
+    fn journal_result(&mut self, rec: sched::Record) {
+        let qid = match &rec {
+            sched::Record::Delivered { queue_id, .. }
+            | sched::Record::Deferred { queue_id, .. }
+            | sched::Record::Bounced { queue_id, .. } => queue_id.0,
+        };
+        let Some(m) = self.deliver.msgs.get(&qid) else {
+            return;
+        };
+        let id = m.id;
+        match &rec {
+            // A record is one entry's, so one destination's: one figure
+            // update per destination, not per recipient.
+            sched::Record::Delivered { recipients, .. } => {
+                let now = self.now.0 / 1000;
+                for ((t, n), k) in by_route(m, recipients) {
+                    self.figures.delivered(now, t, n, k);
+                }
+            }
+            sched::Record::Deferred { recipients, .. } => {
+                for ((t, n), _) in by_route(m, recipients) {
+                    self.figures.deferred(id, t, n);
+                }
+            }
+            sched::Record::Bounced { .. } => {}
+        }
+        let r = match rec {
+            sched::Record::Delivered { recipients, .. } => queue::Record::Delivered {
+                id,
+                rcpts: recipients,
+            },
+            sched::Record::Deferred {
+                recipients,
+                reason,
+                next_attempt,
+                ..
+            } => {
+                let status = Status::from_reason(&reason, DEFERRED);
+                queue::Record::Deferred {
+                    id,
+                    rcpts: recipients,
+                    status: status.code,
+                    reason: status.text,
+                    next_attempt: crate::secs_ceil(next_attempt),
+                }
+            }
+            sched::Record::Bounced {
+                recipients, reason, ..
+            } => {
+                let status = Status::from_reason(&reason, EXPIRED);
+                queue::Record::Bounced {
+                    id,
+                    rcpts: recipients,
+                    status: status.code,
+                    reason: status.text,
+                }
+            }
+        };
+        self.append(r);
+    }
+
+    /// Logs what the scheduler noticed about destinations.
+    fn sched_notice(&mut self, n: sched::Notice) {
+        let s = &self.deliver.sched;
+        let line = match n {
+            sched::Notice::DestinationDead {
+                destination,
+                retry_at,
+            } => {
+                let nexthop = s.nexthop(destination).unwrap_or("?").to_string();
+                self.actions
+                    .push_back(Action::DestinationDead { nexthop, retry_at });
+                return;
+            }
+            sched::Notice::DestinationRevived { destination } => format!(
+                "destination {} is responding again",
+                s.nexthop(destination).unwrap_or("?")
+            ),
+            sched::Notice::DestinationRetry {
+                destination,
+                window,
+            } => format!(
+                "destination {}: trying again with concurrency {window}",
+                s.nexthop(destination).unwrap_or("?")
+            ),
+            sched::Notice::Window {
+                destination,
+                from,
+                to,
+            } => format!(
+                "destination {}: concurrency window {from} -> {to}",
+                s.nexthop(destination).unwrap_or("?")
+            ),
+            sched::Notice::HostRetry { .. } => return,
+        };
+        self.info(line);
+    }
+}
+
+/// The agent's transaction for `recipients` of a message.
+fn transaction(m: &InDelivery, recipients: &[u32]) -> delivery::Transaction {
+    let env = &m.envelope;
+    let data = m.data.clone();
+    delivery::Transaction {
+        queue_id: m.id.to_string(),
+        sender: env.sender.clone(),
+        ret: env.ret,
+        envid: env.envid.clone(),
+        body: env.body_type,
+        smtputf8: env.smtputf8,
+        size: env.size,
+        arrival_us: env.arrival.as_micros(),
+        recipients: recipients
+            .iter()
+            .filter_map(|&i| {
+                let r = env.recipients.get(i as usize)?;
+                Some(delivery::TxnRecipient {
+                    index: i,
+                    address: r.address.clone(),
+                    notify: r.notify,
+                    orcpt: r.orcpt.clone(),
+                })
+            })
+            .collect(),
+        data,
+    }
+}
+
+/// How many of `recipients` go to each (transport, next hop).
+fn by_route<'a>(m: &'a InDelivery, recipients: &[u32]) -> BTreeMap<(&'a str, &'a str), u64> {
+    let mut out = BTreeMap::new();
+    for i in recipients {
+        if let Some(r) = m.routes.get(i) {
+            *out.entry((r.transport.as_str(), r.nexthop.as_str()))
+                .or_default() += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use queue::Record;
+    use sched::Time;
+
+    use crate::testkit::{settings, World, T0};
+    use crate::Event;
+
+    /// The next attempts journaled for a message, in order.
+    fn next_attempts(w: &World, id: mail::QueueId) -> Vec<u64> {
+        w.records(id)
+            .iter()
+            .filter_map(|r| match r {
+                Record::Deferred { next_attempt, .. } => Some(*next_attempt),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_delivered_message_is_journaled_and_removed() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r1@b.example", "r2@c.example"]);
+        w.settle(|_| 250);
+        let recs = w.records(id);
+        let delivered: Vec<u32> = recs
+            .iter()
+            .flat_map(|r| match r {
+                Record::Delivered { rcpts, .. } => rcpts.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(delivered.len(), 2);
+        assert!(matches!(recs.last(), Some(Record::Removed { .. })));
+        assert_eq!(w.removed, [id]);
+        assert!(w.logged(&format!("{id}: removed")));
+    }
+
+    #[test]
+    fn inline_data_goes_to_the_agent_by_reference_and_its_segment_is_kept_meanwhile() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r@b.example"]);
+        let head = match w.records(id).first() {
+            Some(Record::Arrived(h)) => h.clone(),
+            other => panic!("{other:?}"),
+        };
+        let queue::DataRef::Inline(bytes) = &head.data else {
+            panic!("inline");
+        };
+        w.route_all(&[]);
+        // Open, then the transaction.
+        w.deliver_all(|_| 450);
+        let sends: Vec<_> = w
+            .history
+            .iter()
+            .filter_map(|(_, a)| match a {
+                crate::testkit::Asked::Agent(ipc::delivery::Request::Send { txn, .. }) => {
+                    Some(txn.data.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sends.len(), 1);
+        let ipc::delivery::Data::Journal(span) = &sends[0] else {
+            panic!("a journal span, got {:?}", sends[0]);
+        };
+        assert_eq!(span.len as usize, bytes.len());
+        // Deferred and out of delivery: only its live head pins the journal.
+        let pinned_live = w.qm.state().refs.delete_below(u32::MAX);
+        let at = next_attempts(&w, id)[0];
+        w.run_until(Time(at * 1000));
+        w.route_all(&[]);
+        // In delivery again, restated at the head: the span is the head's
+        // as read, and its segment stays pinned until the message is done.
+        assert!(w.qm.is_active(&id));
+        w.deliver_all(|_| 250);
+        assert!(!w.live(id));
+        assert_eq!(
+            w.qm.state().refs.delete_below(u32::MAX),
+            u32::MAX,
+            "nothing pinned once the message is gone (was {pinned_live})"
+        );
+    }
+
+    #[test]
+    fn back_off_doubles_from_one_retry_to_the_next() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r@b.example"]);
+        w.settle(|_| 450);
+        let first = next_attempts(&w, id);
+        assert_eq!(first.len(), 1);
+        // minimal_backoff_time (300 s) after the attempt, never earlier.
+        assert!(first[0] * 1000 >= T0.0 + 300_000, "{first:?}");
+        w.run_until(Time(first[0] * 1000 - 1));
+        assert!(w.router.is_empty(), "not before its next attempt");
+        w.run_until(Time(first[0] * 1000));
+        w.settle(|_| 450);
+        let both = next_attempts(&w, id);
+        assert_eq!(both.len(), 2);
+        // The second wait is twice the first: the attempt count reaches
+        // the scheduler (it was always 0, so every wait was the minimum).
+        let (wait1, wait2) = (first[0] * 1000 - T0.0, both[1] * 1000 - first[0] * 1000);
+        assert!(wait2 >= 2 * wait1 - 1000, "waits {wait1} then {wait2} ms");
+    }
+
+    #[test]
+    fn a_lost_agent_defers_what_it_had_and_nothing_is_lost() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r@b.example"]);
+        w.route_all(&[]);
+        // The agent opens the connection, then dies holding the transaction.
+        let (t, request, body) = w.agent.pop_front().unwrap();
+        let ipc::delivery::Request::Open { conn, .. } = body else {
+            panic!("an open first, got {body:?}");
+        };
+        w.handle(Event::AgentAnswer {
+            transport: t.clone(),
+            request: Some(request),
+            response: ipc::delivery::Response::Opened {
+                conn,
+                relay: "mx".into(),
+            },
+        });
+        assert!(matches!(
+            w.agent.front(),
+            Some((_, _, ipc::delivery::Request::Send { .. }))
+        ));
+        w.agent.clear();
+        w.handle(Event::AgentLost { transport: t });
+        w.settle(|_| 250);
+        assert!(w.live(id), "deferred, not lost");
+        assert!(w
+            .records(id)
+            .iter()
+            .any(|r| matches!(r, Record::Deferred { reason, .. } if reason.contains("died"))));
+        let at = next_attempts(&w, id)[0];
+        w.run_until(Time(at * 1000));
+        w.settle(|_| 250);
+        assert!(!w.live(id), "delivered on the next attempt");
+    }
+
+    #[test]
+    fn an_answer_for_a_forgotten_connection_delivers_nothing() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r@b.example"]);
+        w.route_all(&[]);
+        w.deliver_all(|_| 250);
+        assert!(!w.live(id));
+        let before = w.qm.store().records().count();
+        // A late answer about connection 1 after it was closed.
+        w.handle(Event::AgentAnswer {
+            transport: "smtp".into(),
+            request: None,
+            response: ipc::delivery::Response::Sent {
+                conn: 1,
+                results: vec![ipc::delivery::RcptResult {
+                    index: 0,
+                    status: mail::Status::new(mail::StatusCode::known(2, 0, 0), "ok"),
+                }],
+                conn_failed: false,
+                handoff: ipc::delivery::Handoff::Relayed,
+            },
+        });
+        assert_eq!(w.qm.store().records().count(), before);
+        w.wait(Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,560 @@
+//! qmgr's queue logic as a sans-IO state machine: the layer above the
+//! scheduler, as quinn-proto's `Endpoint` is above its connections.
+//!
+//! The shell (bin/qmgr, or the simulator) feeds [`Event`]s with
+//! [`QueueManager::handle`]`(now, event)` and [`QueueManager::handle_timeout`]`(now)`,
+//! drains [`Action`]s with [`QueueManager::poll_action`], and calls
+//! `handle_timeout` again at [`QueueManager::poll_timeout`]. Nothing here
+//! reads a clock or a socket: `now` is wall-clock milliseconds (the
+//! journal's time base, so retry times survive a restart), and the journal
+//! is reached through the [`Store`] port, whose appends only buffer (the
+//! shell runs the group commit) and whose reads are local and bounded.
+//!
+//! One module per concern, as Postfix's qmgr has one file per concern:
+//! `active` (admission and the active queue, `qmgr_active.c`), `retry`
+//! (the deferred schedule and attempt counts), `resolve` (router look-ups
+//! and host lists, `qmgr_message_resolve`), `dispatch` (the scheduler and
+//! the delivery agents, `qmgr_deliver.c`, with [`agentconn`]), `notices`
+//! (non-delivery, delay and success notices, `qmgr_bounce`/`qmgr_defer`,
+//! with [`bounce`]) and `control` (`sluice queue`). `figures` keeps the
+//! counters operators see.
+//!
+//! Logs nothing itself: every log line is an [`Action::Log`]. Panics on
+//! nothing the shell or a peer sends.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod active;
+pub mod agentconn;
+pub mod bounce;
+mod control;
+mod dispatch;
+pub mod figures;
+mod logline;
+mod notices;
+#[cfg(test)]
+mod props;
+mod resolve;
+mod retry;
+mod store;
+#[cfg(test)]
+mod testkit;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+use ipc::{cleanup, delivery, queuectl, router};
+use mail::QueueId;
+use queue::{Record, Replay, Storage};
+use sched::{SchedConfig, Scheduler};
+
+pub use sched::Time;
+pub use store::{MemStore, Store};
+
+/// How long cleanup may leave notices unanswered before the link is
+/// given up and the notices are built again later.
+pub const NOTICE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long a message or recipient waits when its routing failed for a
+/// reason of ours (no router, a broken answer), as Postfix's 5 minutes.
+pub const ROUTE_RETRY: Duration = Duration::from_secs(300);
+
+/// Messages activated per turn at most, so a big backlog does not stall
+/// the shell's loop (the rest follow at the next timeout, which is now).
+const ACTIVATE_PER_TURN: usize = 1000;
+
+/// The parameters of main.cf that the queue logic follows.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Transports that have a delivery agent in master.cf (none: mail stays queued).
+    pub transports: BTreeSet<String>,
+    /// `defer_transports`: mail for these waits for a flush.
+    pub defer_transports: BTreeSet<String>,
+    /// `qmgr_message_active_limit`.
+    pub active_limit: usize,
+    /// `queue_run_delay`: the wait of a message that left delivery with nothing due.
+    pub run_delay: Duration,
+    /// `delay_warning_time` (zero: never).
+    pub delay_warning: Duration,
+    /// `maximal_queue_lifetime`, for a warning's Will-Retry-Until.
+    pub lifetime: Duration,
+    /// `myhostname`, for notices.
+    pub hostname: String,
+    /// `myorigin`.
+    pub origin: String,
+    /// `2bounce_notice_recipient`, qualified.
+    pub postmaster: String,
+    /// Waiting messages are admitted in turn by sender (false: in arrival
+    /// order, the baseline the simulator compares with).
+    pub admission_by_sender: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            transports: BTreeSet::new(),
+            defer_transports: BTreeSet::new(),
+            active_limit: 20_000,
+            run_delay: Duration::from_secs(300),
+            delay_warning: Duration::ZERO,
+            lifetime: Duration::from_secs(5 * 86400),
+            hostname: "localhost".into(),
+            origin: "localhost".into(),
+            postmaster: "postmaster@localhost".into(),
+            admission_by_sender: true,
+        }
+    }
+}
+
+/// What happened, as the shell decoded it.
+#[derive(Debug)]
+pub enum Event {
+    /// An arrival's records are durable: it joins the queue unless held.
+    Committed {
+        /// The message.
+        id: QueueId,
+        /// It arrived on hold.
+        hold: bool,
+    },
+    /// Journal writes fail (`true`) or work again (`false`): no delivery
+    /// starts while they fail, since its results could not be kept.
+    JournalStalled(bool),
+    /// The router answered request `request`.
+    RouterAnswer {
+        /// The id of [`Action::ToRouter`].
+        request: u64,
+        /// Its answer.
+        response: router::Response,
+    },
+    /// The router link failed or closed (also: it could not be connected,
+    /// or a request could not be sent on it).
+    RouterLost,
+    /// A delivery agent answered.
+    AgentAnswer {
+        /// The agent's transport.
+        transport: String,
+        /// The id of the [`Action::ToAgent`] answered; `None` for an
+        /// answer nobody asked for (a connection the agent closed).
+        request: Option<u64>,
+        /// Its answer.
+        response: delivery::Response,
+    },
+    /// A delivery agent's link failed or closed, or could not be made.
+    AgentLost {
+        /// Its transport.
+        transport: String,
+    },
+    /// Cleanup answered a notice's last request.
+    CleanupAnswer {
+        /// The notice of [`Action::ToCleanup`].
+        notice: u64,
+        /// Its answer.
+        response: cleanup::Response,
+    },
+    /// The cleanup link for notices failed, closed, or could not be made.
+    CleanupLost,
+    /// A `sluice queue` request; answered by [`Action::Reply`].
+    Control {
+        /// The client, as the shell names it.
+        client: u64,
+        /// The request id to answer.
+        request: u64,
+        /// The request.
+        body: queuectl::Request,
+    },
+    /// `sluice reload`: new parameters (transports stay as they were at start).
+    Reconfigure {
+        /// main.cf's values.
+        settings: Box<Settings>,
+        /// The scheduler's.
+        sched: Box<SchedConfig>,
+    },
+}
+
+/// How bad a log line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// `msg_info`.
+    Info,
+    /// `msg_warn`.
+    Warn,
+}
+
+/// What the shell is to do.
+#[derive(Debug)]
+pub enum Action {
+    /// Log a line.
+    Log(Level, String),
+    /// Send a request to the router; its answer comes as [`Event::RouterAnswer`].
+    ToRouter {
+        /// The id to answer with.
+        request: u64,
+        /// The request.
+        body: router::Request,
+    },
+    /// Send a request to a transport's delivery agent (connecting if need be).
+    ToAgent {
+        /// The transport.
+        transport: String,
+        /// The id to answer with; `Close` answers are not waited for.
+        request: u64,
+        /// The request.
+        body: delivery::Request,
+    },
+    /// Send a notice to cleanup: Begin, Data…, End. The answer to End comes
+    /// as [`Event::CleanupAnswer`].
+    ToCleanup {
+        /// The notice.
+        notice: u64,
+        /// The requests.
+        requests: Vec<cleanup::Request>,
+    },
+    /// Close the cleanup link: nothing sent on it will be answered now.
+    DropCleanup,
+    /// Answer a `sluice queue` client.
+    Reply {
+        /// The client.
+        client: u64,
+        /// The request id.
+        request: u64,
+        /// The answer.
+        body: queuectl::Response,
+    },
+    /// A destination stopped responding: its deliveries are suspended
+    /// until `retry_at` (the shell logs it; the simulator measures it).
+    DestinationDead {
+        /// Its next hop.
+        nexthop: String,
+        /// When it is tried again.
+        retry_at: Time,
+    },
+    /// Remove a message's data once everything appended so far is durable.
+    RemoveData {
+        /// The message.
+        id: QueueId,
+        /// Where its data is.
+        storage: Storage,
+    },
+}
+
+/// The queue manager: the queue state, the scheduler, and every decision
+/// about the messages in them.
+pub struct QueueManager<S: Store> {
+    store: S,
+    /// Live messages and their done recipients, as replay left them and
+    /// as arrivals and results keep them.
+    state: Replay,
+    settings: Settings,
+    /// The clock of the event being handled.
+    now: Time,
+    stalled: bool,
+    actions: VecDeque<Action>,
+    next_request: u64,
+    active: active::Active,
+    retry: retry::Retry,
+    deliver: dispatch::Deliver,
+    resolve: resolve::Resolve,
+    notices: notices::Notices,
+    /// The last deferral reason per message and recipient (not journaled
+    /// across restarts beyond the Deferred records themselves).
+    reasons: HashMap<QueueId, BTreeMap<u32, String>>,
+    /// Recipient results since start, for `sluice status` and metrics.
+    totals: figures::Totals,
+    /// Deliveries and deferred messages per destination, for operators.
+    figures: figures::DestFigures,
+}
+
+impl<S: Store> QueueManager<S> {
+    /// Takes over a recovered queue: everything not held and due at `now`
+    /// is activated (in id order), the rest waits for its retry time.
+    pub fn new(
+        now: Time,
+        settings: Settings,
+        sched: SchedConfig,
+        store: S,
+        state: Replay,
+    ) -> Result<Self, sched::SchedError> {
+        let sched = if settings.transports.is_empty() {
+            // No delivery agents: mail is kept, nothing is sent.
+            Scheduler::new(SchedConfig::default())
+        } else {
+            Scheduler::new(sched)
+        }?;
+        Ok(Self::with_scheduler(now, settings, sched, store, state))
+    }
+
+    /// As [`QueueManager::new`], around a scheduler built by the caller
+    /// (another policy, for the simulator).
+    pub fn with_scheduler(
+        now: Time,
+        settings: Settings,
+        sched: Scheduler,
+        store: S,
+        state: Replay,
+    ) -> Self {
+        let mut qm = QueueManager {
+            store,
+            state,
+            now,
+            stalled: false,
+            actions: VecDeque::new(),
+            next_request: 1,
+            active: active::Active::default(),
+            retry: retry::Retry::default(),
+            deliver: dispatch::Deliver::new(sched),
+            resolve: resolve::Resolve::default(),
+            notices: notices::Notices::default(),
+            reasons: HashMap::new(),
+            totals: figures::Totals::default(),
+            figures: figures::DestFigures::default(),
+            settings,
+        };
+        if qm.settings.transports.is_empty() {
+            qm.warn("no delivery agents (smtp, local) in master.cf: mail is queued, not delivered");
+        }
+        qm.recovered();
+        qm.turn();
+        qm
+    }
+
+    /// The scheduler, for its figures.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.deliver.sched
+    }
+
+    /// Takes one event.
+    pub fn handle(&mut self, now: Time, ev: Event) {
+        self.now = now;
+        match ev {
+            Event::Committed { id, hold } => {
+                if !hold {
+                    self.admit(id);
+                }
+            }
+            Event::JournalStalled(s) => self.stalled = s,
+            Event::RouterAnswer { request, response } => self.router_answer(request, response),
+            Event::RouterLost => self.router_lost(),
+            Event::AgentAnswer {
+                transport,
+                request,
+                response,
+            } => self.agent_answer(&transport, request, response),
+            Event::AgentLost { transport } => self.agent_lost(&transport),
+            Event::CleanupAnswer { notice, response } => self.cleanup_answer(notice, response),
+            Event::CleanupLost => self.cleanup_lost(),
+            Event::Control {
+                client,
+                request,
+                body,
+            } => {
+                let body = self.control(body);
+                self.actions.push_back(Action::Reply {
+                    client,
+                    request,
+                    body,
+                });
+            }
+            Event::Reconfigure { settings, sched } => self.reconfigure(*settings, *sched),
+        }
+        self.turn();
+    }
+
+    /// Runs what is due at `now`: scheduler timers, retries, notices that
+    /// cleanup left unanswered too long.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.now = now;
+        self.deliver.sched.handle_timeout(now);
+        self.notices_timeout();
+        self.turn();
+    }
+
+    /// The next thing for the shell to do.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When `handle_timeout` is due next.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let mut t = self.deliver.sched.poll_timeout();
+        let mut at = |x: Time| t = Some(t.map_or(x, |y| y.min(x)));
+        if let Some(r) = self.retry.next() {
+            at(r);
+        }
+        if let Some(n) = self.notices.deadline() {
+            at(n);
+        }
+        if self.active.waiting() && self.room() {
+            at(self.now);
+        }
+        t
+    }
+
+    /// The queue state (for the shell's journal writer and garbage collection).
+    pub fn state(&self) -> &Replay {
+        &self.state
+    }
+
+    /// The store and the queue state, for the shell's group commit, which
+    /// may take back arrivals it could not make durable.
+    pub fn parts_mut(&mut self) -> (&mut S, &mut Replay) {
+        (&mut self.store, &mut self.state)
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Drops figures of destinations with nothing to show.
+    pub fn prune_figures(&mut self, now: Time) {
+        self.figures.prune(now.0 / 1000);
+    }
+
+    /// Whether message `id` is with delivery now.
+    pub fn is_active(&self, id: &QueueId) -> bool {
+        self.deliver.by_id.contains_key(id)
+    }
+
+    /// What every handled event ends with: the scheduler's actions carried
+    /// out, waiting messages activated as room allows, notices sent.
+    fn turn(&mut self) {
+        self.run_sched();
+        self.activate_waiting();
+        self.run_sched();
+        self.send_notices();
+    }
+
+    fn reconfigure(&mut self, settings: Settings, sched: SchedConfig) {
+        let limit = settings.active_limit;
+        match self
+            .deliver
+            .sched
+            .handle(self.now, sched::Event::ConfigChanged(Box::new(sched)))
+        {
+            // qmgr's admission and the scheduler must agree on the limit.
+            Ok(()) => self.settings.active_limit = limit,
+            Err(e) => self.warn(format!(
+                "reload: scheduler: {e}; those changes need a restart (sluice stop; sluice start)"
+            )),
+        }
+        let Settings {
+            defer_transports,
+            run_delay,
+            delay_warning,
+            lifetime,
+            hostname,
+            origin,
+            postmaster,
+            ..
+        } = settings;
+        let s = &mut self.settings;
+        s.defer_transports = defer_transports;
+        s.run_delay = run_delay;
+        s.delay_warning = delay_warning;
+        s.lifetime = lifetime;
+        s.hostname = hostname;
+        s.origin = origin;
+        s.postmaster = postmaster;
+    }
+
+    /// A fresh request id for a link.
+    fn request_id(&mut self) -> u64 {
+        let r = self.next_request;
+        self.next_request += 1;
+        r
+    }
+
+    fn info(&mut self, text: impl Into<String>) {
+        self.actions
+            .push_back(Action::Log(Level::Info, text.into()));
+    }
+
+    fn warn(&mut self, text: impl Into<String>) {
+        self.actions
+            .push_back(Action::Log(Level::Warn, text.into()));
+    }
+
+    /// The head record (envelope and data) of a live message.
+    fn head(&self, id: &QueueId) -> Option<(Record, queue::MessageHead)> {
+        let m = self.state.messages.get(id)?;
+        let rec = self.store.read_at(m.head).ok()?;
+        let h = match &rec {
+            Record::Arrived(h) | Record::Rewritten { head: h, .. } => h.clone(),
+            _ => return None,
+        };
+        Some((rec, h))
+    }
+
+    /// Appends a record and applies it to the queue state, counting results.
+    fn append(&mut self, rec: Record) {
+        match &rec {
+            // The last reason is what mailq shows under a deferred recipient.
+            Record::Deferred {
+                id,
+                rcpts,
+                status,
+                reason,
+                ..
+            } if self.state.messages.contains_key(id) => {
+                let r = self.reasons.entry(*id).or_default();
+                for i in rcpts {
+                    r.insert(*i, format!("{status} {reason}"));
+                }
+            }
+            Record::Removed { id } => {
+                self.reasons.remove(id);
+            }
+            _ => {}
+        }
+        // Every recipient result passes here once, whoever decided it.
+        let now = self.now.0 / 1000;
+        match &rec {
+            Record::Delivered { rcpts, .. } => self.totals.sent.add(now, rcpts.len() as u64),
+            Record::Deferred { rcpts, .. } => self.totals.deferred.add(now, rcpts.len() as u64),
+            Record::Bounced { rcpts, .. } => self.totals.bounced.add(now, rcpts.len() as u64),
+            _ => {}
+        }
+        self.write(rec);
+    }
+
+    /// Appends a record without counting it as a result (a restatement).
+    ///
+    /// Appending needs no disk (the writer keeps what it cannot write
+    /// yet); it fails only for a record too large to encode, which is then
+    /// not kept: the delivery it reports is done again later.
+    fn write(&mut self, rec: Record) {
+        if let Err(e) = self.store.append(&rec, &mut self.state) {
+            self.warn(format!("journal: {e}; record not kept"));
+        }
+    }
+
+    /// Removes a message with nothing left to do; its data goes once the
+    /// Removed record is durable.
+    fn remove_message(&mut self, id: QueueId) {
+        let Some(m) = self.state.messages.get(&id) else {
+            return;
+        };
+        let storage = m.storage;
+        self.append(Record::Removed { id });
+        self.forget(&id);
+        self.info(format!("{id}: removed"));
+        self.actions.push_back(Action::RemoveData { id, storage });
+    }
+
+    /// A message leaves the queue or goes on hold.
+    fn forget(&mut self, id: &QueueId) {
+        self.figures.forget(id);
+        self.retry.forget(id);
+    }
+}
+
+/// Seconds since the epoch at or after `t`: the journal's next-attempt
+/// unit, rounded up so a retry is never early.
+fn secs_ceil(t: Time) -> u64 {
+    t.0.div_ceil(1000)
+}
+
+/// `t` as a wall-clock time, for dates in notices and `sluice queue show`.
+fn system_time(t: Time) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_millis(t.0)
+}

@@ -1,0 +1,69 @@
+//! The delivery log line for recipients qmgr settles itself (deferred or
+//! bounced before any delivery attempt, discarded), written by the shared
+//! formatter (`mail::logline`) as the agents write theirs, with
+//! `relay=none` and the whole delay before the agent.
+
+use std::time::Duration;
+
+use mail::logline::{Delays, DeliveryLine, Disposition};
+use mail::{Status, StatusCode};
+use sched::Time;
+
+use crate::dispatch::InDelivery;
+
+/// 4.3.0, the status of qmgr's own temporary failures (no router, no agent).
+pub(crate) const TEMPFAIL: StatusCode = StatusCode::known(4, 3, 0);
+/// 4.4.1, a deferral the scheduler decided without a status of its own.
+pub(crate) const DEFERRED: StatusCode = StatusCode::known(4, 4, 1);
+/// 5.0.0, a routing failure without a status.
+pub(crate) const FAILED: StatusCode = StatusCode::known(5, 0, 0);
+/// 5.4.1, a bounce the scheduler decided without a status (expiry).
+pub(crate) const EXPIRED: StatusCode = StatusCode::known(5, 4, 1);
+
+/// `ID: to=<…>, relay=none, delay=…, delays=…/0/0/0, dsn=…, status=… (…)`.
+pub(crate) fn log_rcpt(now: Time, m: &InDelivery, i: u32, status: &Status) -> String {
+    let rcpt = m.envelope.recipients.get(i as usize);
+    let to = rcpt.map(|r| r.address.as_str()).unwrap_or("");
+    let age_us = (now.0 * 1000).saturating_sub(m.envelope.arrival.as_micros());
+    let zero = Duration::ZERO;
+    let line = DeliveryLine {
+        queue_id: &m.id.to_string(),
+        to,
+        orig_to: mail::orig_to(to, rcpt.and_then(|r| r.orcpt.as_deref())),
+        relay: "none",
+        conn_use: 0,
+        delays: Delays::of_age(Duration::from_micros(age_us), zero, zero, zero),
+        resolution: mail::logline::DEFAULT_RESOLUTION,
+        status,
+        disposition: Disposition::of(status),
+    };
+    line.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testkit::{settings, World};
+    use queue::Record;
+
+    #[test]
+    fn qmgr_logs_its_own_deferrals_as_the_agents_log_theirs() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r@b.example"]);
+        w.wait(std::time::Duration::from_millis(1500));
+        w.router.clear();
+        w.handle(crate::Event::RouterLost);
+        let line = w
+            .log
+            .iter()
+            .map(|(_, l)| l.as_str())
+            .find(|l| l.contains("to=<r@b.example>"))
+            .expect("a line");
+        assert_eq!(
+            line,
+            format!("{id}: to=<r@b.example>, relay=none, delay=1.5, delays=1.5/0/0/0, dsn=4.3.0, status=deferred (address resolver unavailable)")
+        );
+        assert!(w.records(id).iter().any(|r| matches!(r,
+            Record::Deferred { status, reason, .. }
+                if status.to_string() == "4.3.0" && reason == "address resolver unavailable")));
+    }
+}

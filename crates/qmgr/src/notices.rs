@@ -1,0 +1,554 @@
+//! Notices to senders: non-delivery, delay warnings and success reports
+//! (Postfix's `qmgr_bounce`, `qmgr_defer` and trace), built by [`bounce`]
+//! and queued through cleanup like any other mail.
+//!
+//! A message owes a notice while the journal holds results not yet
+//! `Notified`: failures first, then success reports (delivered here, then
+//! relayed), one at a time per message (after a crash too). A message with
+//! nothing left to deliver is removed only once its notice is queued: the
+//! notice must be durable before the message goes. A delay warning goes
+//! once, after `delay_warning_time`, and is journaled as `Warned`. A notice
+//! cleanup refuses for good (5xx) is settled; one it defers, or one lost
+//! with the link (or left unanswered for [`NOTICE_TIMEOUT`]), is built
+//! again from the journal when the message is next tried.
+//!
+//! Logs: `ID: sender non-delivery notification: NEWID`, and warnings for
+//! notices refused, deferred or lost.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+
+use ipc::cleanup;
+use mail::notice::Kind as NoticeKind;
+use mail::QueueId;
+use queue::{MessageHead, Record};
+use sched::Time;
+
+use crate::bounce;
+use crate::{system_time, Action, QueueManager, Store, NOTICE_TIMEOUT};
+
+/// A notice on its way to cleanup.
+struct Notice {
+    /// The message it is about.
+    orig: QueueId,
+    /// The recipients it reports.
+    rcpts: Vec<u32>,
+    /// Begin, Data..., End; taken when sent.
+    reqs: Vec<cleanup::Request>,
+    /// A failure or success notice settles the recipients it reports
+    /// (`Notified`); a delay warning is journaled as `Warned`.
+    kind: NoticeKind,
+}
+
+/// Notices queued, sent and owed.
+#[derive(Default)]
+pub(crate) struct Notices {
+    /// Waiting to be sent.
+    queue: VecDeque<Notice>,
+    /// Sent, waiting for cleanup's answer.
+    pending: BTreeMap<u64, Notice>,
+    /// When cleanup last answered, or was first waited for.
+    since: Option<Time>,
+    /// Messages with a notice queued or sent: no second one until it is done.
+    owed: HashSet<QueueId>,
+    /// Messages whose delay warning is on its way.
+    warnings: HashSet<QueueId>,
+    /// Messages with nothing left to deliver, removed once their notice is queued.
+    remove_after: HashSet<QueueId>,
+}
+
+impl Notices {
+    /// Whether `id` has a notice queued or sent.
+    pub(crate) fn owes(&self, id: &QueueId) -> bool {
+        self.owed.contains(id)
+    }
+
+    /// `id` is to be removed once its notice is queued.
+    pub(crate) fn remove_after(&mut self, id: QueueId) {
+        self.remove_after.insert(id);
+    }
+
+    /// When cleanup has left notices unanswered too long.
+    pub(crate) fn deadline(&self) -> Option<Time> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        self.since.map(|t| t + NOTICE_TIMEOUT)
+    }
+}
+
+/// How notices are named in the log, as Postfix names them.
+fn notice_word(kind: NoticeKind) -> &'static str {
+    match kind {
+        NoticeKind::Failure => "non-delivery",
+        NoticeKind::Delay => "delay",
+        NoticeKind::Success { .. } => "delivery status",
+    }
+}
+
+impl<S: Store> QueueManager<S> {
+    /// Sends queued notices to cleanup.
+    pub(crate) fn send_notices(&mut self) {
+        while let Some(mut n) = self.notices.queue.pop_front() {
+            if self.notices.pending.is_empty() {
+                self.notices.since = Some(self.now);
+            }
+            let notice = self.request_id();
+            let requests = std::mem::take(&mut n.reqs);
+            self.notices.pending.insert(notice, n);
+            self.actions
+                .push_back(Action::ToCleanup { notice, requests });
+        }
+    }
+
+    /// Cleanup answered a notice.
+    pub(crate) fn cleanup_answer(&mut self, notice: u64, resp: cleanup::Response) {
+        let Some(n) = self.notices.pending.remove(&notice) else {
+            return;
+        };
+        self.notices.since = Some(self.now);
+        match resp {
+            cleanup::Response::Queued { queue_id } => {
+                let line = format!(
+                    "{}: sender {} notification: {queue_id}",
+                    n.orig,
+                    notice_word(n.kind)
+                );
+                self.info(line);
+                self.notice_done(n);
+            }
+            cleanup::Response::Failed {
+                code,
+                enhanced,
+                text,
+            } if code >= 500 => {
+                let line = format!(
+                    "{}: the {} notification was refused: {code} {enhanced} {text}",
+                    n.orig,
+                    notice_word(n.kind)
+                );
+                self.warn(line);
+                self.notice_done(n);
+            }
+            cleanup::Response::Failed {
+                code,
+                enhanced,
+                text,
+            } => {
+                let line = format!(
+                    "{}: the {} notification was deferred: {code} {enhanced} {text}",
+                    n.orig,
+                    notice_word(n.kind)
+                );
+                self.warn(line);
+                self.notice_retry(n);
+            }
+            cleanup::Response::Started { .. } => {
+                self.notices.pending.insert(notice, n);
+            }
+        }
+    }
+
+    /// The cleanup link is gone: what was sent on it is never answered.
+    pub(crate) fn cleanup_lost(&mut self) {
+        self.actions
+            .retain(|a| !matches!(a, Action::ToCleanup { .. }));
+        for (_, n) in std::mem::take(&mut self.notices.pending) {
+            self.warn(format!(
+                "{}: cleanup went away before queueing the {} notification; trying again later",
+                n.orig,
+                notice_word(n.kind)
+            ));
+            self.notice_retry(n);
+        }
+    }
+
+    /// A cleanup that holds the link open and never answers must not keep
+    /// failed messages in the queue for ever.
+    pub(crate) fn notices_timeout(&mut self) {
+        if self.notices.deadline().is_some_and(|t| t <= self.now) {
+            self.warn(format!(
+                "cleanup link for notices: no answer for {}s",
+                NOTICE_TIMEOUT.as_secs()
+            ));
+            self.actions.push_back(Action::DropCleanup);
+            self.cleanup_lost();
+        }
+    }
+
+    /// Warns the sender once that a message is delayed, after
+    /// `delay_warning_time` (Postfix: off by default), about its recipients
+    /// still pending that did not refuse delay notices.
+    pub(crate) fn maybe_warn(&mut self, head: &MessageHead, pending: &[u32]) {
+        let id = head.id;
+        if self.settings.delay_warning.is_zero() || self.notices.warnings.contains(&id) {
+            return;
+        }
+        if self.state.messages.get(&id).is_none_or(|m| m.warned) {
+            return;
+        }
+        let arrival_ms = head.envelope.arrival.as_micros() / 1000;
+        if self.now.0.saturating_sub(arrival_ms) < self.settings.delay_warning.as_millis() as u64 {
+            return;
+        }
+        let reasons = self.reasons_of(&id);
+        let items: Vec<bounce::Failed> = pending
+            .iter()
+            .map(|&i| {
+                let last = reasons.get(&i).cloned().unwrap_or_default();
+                // "4.4.1 connect to ..." as appended: status, then the reason.
+                let (status, reason) = match last.split_once(' ') {
+                    Some((s, r)) if s.starts_with('4') => (s.to_string(), r.to_string()),
+                    _ => (
+                        "4.0.0".to_string(),
+                        "delivery temporarily suspended".to_string(),
+                    ),
+                };
+                bounce::Failed {
+                    index: i,
+                    status,
+                    reason,
+                }
+            })
+            .collect();
+        let rcpts: Vec<u32> = items.iter().map(|f| f.index).collect();
+        match self.notice(head.clone(), items, NoticeKind::Delay) {
+            Some(reqs) => {
+                self.notices.warnings.insert(id);
+                self.notices.queue.push_back(Notice {
+                    orig: id,
+                    rcpts,
+                    reqs,
+                    kind: NoticeKind::Delay,
+                });
+            }
+            // Nobody wants one: do not look again.
+            None => self.append(Record::Warned { id }),
+        }
+    }
+
+    /// Queues the next notice a message owes: failures first, then
+    /// success reports (delivered here, then relayed), one at a time (after
+    /// a crash too: the journal keeps them until `Notified`).
+    pub(crate) fn owe_notice(&mut self, head: MessageHead) {
+        let id = head.id;
+        if self.notices.owed.contains(&id) {
+            return;
+        }
+        for kind in [
+            NoticeKind::Failure,
+            NoticeKind::Success { relayed: false },
+            NoticeKind::Success { relayed: true },
+        ] {
+            let Some(owed) = self.state.unnotified.get(&id) else {
+                return;
+            };
+            let want = match kind {
+                NoticeKind::Success { relayed } => Some(relayed),
+                _ => None,
+            };
+            let items: Vec<bounce::Failed> = owed
+                .iter()
+                .filter(|b| b.success == want)
+                .map(|b| bounce::Failed {
+                    index: b.index,
+                    status: b.status.to_string(),
+                    reason: b.reason.clone(),
+                })
+                .collect();
+            if items.is_empty() {
+                continue;
+            }
+            let rcpts: Vec<u32> = items.iter().map(|f| f.index).collect();
+            match self.notice(head.clone(), items, kind) {
+                Some(reqs) => {
+                    self.notices.owed.insert(id);
+                    self.notices.queue.push_back(Notice {
+                        orig: id,
+                        rcpts,
+                        reqs,
+                        kind,
+                    });
+                    return;
+                }
+                // Nobody wants one: settled.
+                None => self.append(Record::Notified { id, rcpts }),
+            }
+        }
+    }
+
+    /// A notice is queued (or refused for good): journal that, and remove
+    /// the message if it was only waiting for this.
+    fn notice_done(&mut self, n: Notice) {
+        if n.kind == NoticeKind::Delay {
+            self.notices.warnings.remove(&n.orig);
+            if self.state.messages.contains_key(&n.orig) {
+                self.append(Record::Warned { id: n.orig });
+            }
+            return;
+        }
+        self.notices.owed.remove(&n.orig);
+        self.append(Record::Notified {
+            id: n.orig,
+            rcpts: n.rcpts,
+        });
+        // Another kind of notice may be owed (failures and successes).
+        if self.state.unnotified.contains_key(&n.orig) {
+            if let Some((_, h)) = self.head(&n.orig) {
+                self.owe_notice(h);
+            }
+        }
+        if !self.notices.owed.contains(&n.orig) && self.notices.remove_after.remove(&n.orig) {
+            self.remove_message(n.orig);
+        }
+    }
+
+    /// A notice did not make it: the message is tried again later, which
+    /// builds the notice again from the journal.
+    fn notice_retry(&mut self, n: Notice) {
+        if n.kind == NoticeKind::Delay {
+            // The next deferral of the message warns again.
+            self.notices.warnings.remove(&n.orig);
+            return;
+        }
+        self.notices.owed.remove(&n.orig);
+        self.notices.remove_after.remove(&n.orig);
+        // A message waiting for its retry builds the notice again then:
+        // its pending recipients are not tried early for the notice's sake.
+        let id = n.orig;
+        if self.state.messages.contains_key(&id) && !self.retry.is_scheduled(&id) {
+            self.retry.schedule(self.now + self.settings.run_delay, id);
+        }
+    }
+
+    /// Builds a notice about a message: cleanup requests, or `None` when
+    /// nobody is to get one. Only failures of notices go to the postmaster;
+    /// delay warnings and success reports go to a real sender only.
+    fn notice(
+        &mut self,
+        head: MessageHead,
+        failed: Vec<bounce::Failed>,
+        kind: NoticeKind,
+    ) -> Option<Vec<cleanup::Request>> {
+        let env = &head.envelope;
+        let wanted = bounce::wanted(env, &failed, kind);
+        if wanted.is_empty() {
+            return None;
+        }
+        let s = &self.settings;
+        let (to, from) = match bounce::who(&env.sender, &s.postmaster, &s.origin) {
+            bounce::Notify::Sender(x) => (x, String::new()),
+            _ if kind != NoticeKind::Failure => return None,
+            bounce::Notify::Postmaster { to, from } => (to, from),
+            bounce::Notify::Nobody => {
+                self.warn(format!(
+                    "{}: undeliverable double-bounce discarded",
+                    head.id
+                ));
+                return None;
+            }
+        };
+        let original = match self.store.read_data(head.id, &head.data, None) {
+            Ok(v) => v,
+            Err(e) => {
+                self.warn(format!(
+                    "{}: reading the message for its notice: {e}",
+                    head.id
+                ));
+                Vec::new()
+            }
+        };
+        let s = &self.settings;
+        let arrival =
+            std::time::UNIX_EPOCH + std::time::Duration::from_micros(env.arrival.as_micros());
+        let (date, arrived) = (
+            sys::time::rfc5322_date(system_time(self.now)),
+            sys::time::rfc5322_date(arrival),
+        );
+        let until = sys::time::rfc5322_date(arrival + s.lifetime);
+        let cx = bounce::Context {
+            hostname: &s.hostname,
+            to: &to,
+            date: &date,
+            arrival: &arrived,
+            retry_until: (kind == NoticeKind::Delay).then_some(until.as_str()),
+        };
+        let bytes =
+            mail::notice::report_of(kind, env, &head.id.to_string(), &wanted, &original, cx);
+        let envelope = mail::Envelope {
+            sender: from,
+            recipients: vec![mail::Recipient::new(to)],
+            ..mail::Envelope::default()
+        };
+        let mut reqs = vec![cleanup::Request::Begin {
+            envelope: Box::new(envelope),
+            origin: cleanup::Origin::Local {
+                user: "MAILER-DAEMON".into(),
+                full_name: Some("Mail Delivery System".into()),
+            },
+            hold: false,
+        }];
+        for chunk in bytes.chunks(cleanup::MAX_CHUNK) {
+            reqs.push(cleanup::Request::Data {
+                bytes: chunk.to_vec(),
+            });
+        }
+        reqs.push(cleanup::Request::End);
+        Some(reqs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ipc::cleanup;
+    use queue::Record;
+
+    use crate::testkit::{settings, World};
+    use crate::{Event, Settings, NOTICE_TIMEOUT};
+
+    /// The notice's text (Data requests joined).
+    fn text(reqs: &[cleanup::Request]) -> String {
+        let mut out = Vec::new();
+        for r in reqs {
+            if let cleanup::Request::Data { bytes } = r {
+                out.extend_from_slice(bytes);
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    fn notified(w: &World, id: mail::QueueId) -> bool {
+        w.records(id)
+            .iter()
+            .any(|r| matches!(r, Record::Notified { .. }))
+    }
+
+    #[test]
+    fn a_bounce_tells_the_sender_and_the_message_goes_once_it_is_queued() {
+        let mut w = World::new(settings());
+        let id = w.arrive("alice@a.example", &["r@b.example"]);
+        w.route_all(&[]);
+        w.deliver_all(|_| 550);
+        let (notice, reqs) = w.cleanup.pop_front().expect("a notice");
+        let cleanup::Request::Begin { envelope, .. } = &reqs[0] else {
+            panic!("Begin first");
+        };
+        assert_eq!(envelope.sender, "", "a notice has the null sender");
+        assert_eq!(envelope.recipients[0].address, "alice@a.example");
+        assert!(text(&reqs).contains("Final-Recipient: rfc822; r@b.example"));
+        assert!(w.live(id), "kept until the notice is queued");
+        w.handle(Event::CleanupAnswer {
+            notice,
+            response: cleanup::Response::Queued {
+                queue_id: "N1".into(),
+            },
+        });
+        assert!(w.logged(&format!("{id}: sender non-delivery notification: N1")));
+        assert!(notified(&w, id));
+        assert!(!w.live(id));
+    }
+
+    #[test]
+    fn a_notice_lost_with_cleanup_is_built_again_at_the_next_run() {
+        let mut w = World::new(settings());
+        let id = w.arrive("alice@a.example", &["r@b.example"]);
+        w.route_all(&[]);
+        w.deliver_all(|_| 550);
+        assert_eq!(w.cleanup.len(), 1);
+        w.cleanup.clear();
+        w.handle(Event::CleanupLost);
+        assert!(w.logged("cleanup went away"));
+        assert!(w.live(id) && !notified(&w, id));
+        w.wait(settings().run_delay);
+        assert_eq!(w.queue_notices(), 1, "the notice again, from the journal");
+        assert!(notified(&w, id));
+        assert!(!w.live(id));
+    }
+
+    #[test]
+    fn a_cleanup_that_never_answers_is_given_up() {
+        let mut w = World::new(settings());
+        let id = w.arrive("alice@a.example", &["r@b.example"]);
+        w.route_all(&[]);
+        w.deliver_all(|_| 550);
+        assert_eq!(w.cleanup.len(), 1);
+        w.wait(NOTICE_TIMEOUT - Duration::from_millis(1));
+        assert_eq!(w.cleanup_dropped, 0);
+        w.wait(Duration::from_millis(1));
+        assert_eq!(w.cleanup_dropped, 1);
+        assert!(w.logged("no answer for 300s"));
+        assert!(w.live(id));
+    }
+
+    #[test]
+    fn a_refused_notice_is_settled_and_a_deferred_one_tried_again() {
+        let mut w = World::new(settings());
+        let a = w.arrive("alice@a.example", &["r@b.example"]);
+        let b = w.arrive("bob@a.example", &["r@c.example"]);
+        w.route_all(&[]);
+        w.deliver_all(|_| 550);
+        let answers = [(500, "5.7.1"), (451, "4.3.0")];
+        for (code, enhanced) in answers {
+            let (notice, _) = w.cleanup.pop_front().unwrap();
+            w.handle(Event::CleanupAnswer {
+                notice,
+                response: cleanup::Response::Failed {
+                    code,
+                    enhanced: enhanced.into(),
+                    text: "no".into(),
+                },
+            });
+        }
+        assert!(!w.live(a) && notified(&w, a), "refused for good: settled");
+        assert!(w.live(b) && !notified(&w, b), "deferred: owed still");
+        w.wait(settings().run_delay);
+        w.queue_notices();
+        assert!(!w.live(b));
+    }
+
+    #[test]
+    fn a_delay_warning_goes_once_after_delay_warning_time() {
+        let mut w = World::new(Settings {
+            delay_warning: Duration::from_secs(600),
+            ..settings()
+        });
+        let id = w.arrive("alice@a.example", &["r@b.example"]);
+        w.settle(|_| 450);
+        assert!(w.cleanup.is_empty(), "too early to warn");
+        let mut warnings = Vec::new();
+        for _ in 0..3 {
+            w.wait(Duration::from_secs(900));
+            w.route_all(&[]);
+            w.deliver_all(|_| 450);
+            // Cleanup queues each notice at once.
+            while let Some((notice, reqs)) = w.cleanup.pop_front() {
+                warnings.push(reqs);
+                w.handle(Event::CleanupAnswer {
+                    notice,
+                    response: cleanup::Response::Queued {
+                        queue_id: "W1".into(),
+                    },
+                });
+            }
+        }
+        assert_eq!(warnings.len(), 1, "one warning");
+        assert!(text(&warnings[0]).contains("Action: delayed"));
+        assert!(w
+            .records(id)
+            .iter()
+            .any(|r| matches!(r, Record::Warned { .. })));
+        assert!(w.logged(&format!("{id}: sender delay notification: W1")));
+    }
+
+    #[test]
+    fn a_failed_double_bounce_is_only_logged() {
+        let mut w = World::new(settings());
+        let id = w.arrive("double-bounce@test", &["r@b.example"]);
+        w.route_all(&[]);
+        w.deliver_all(|_| 550);
+        assert!(w.cleanup.is_empty());
+        assert!(w.logged(&format!("{id}: undeliverable double-bounce discarded")));
+        assert!(!w.live(id));
+    }
+}

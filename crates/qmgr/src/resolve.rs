@@ -1,0 +1,451 @@
+//! Resolution: what the router says of each recipient, and the servers of
+//! each next hop (Postfix's `qmgr_message_resolve`).
+//!
+//! Every pending recipient of an activated message is resolved
+//! (pipelined, one [`Action::ToRouter`] each); a recipient routed to
+//! `error` bounces, to `discard` is delivered, to a `defer_transports`
+//! transport (unless flushed) or one without an agent is deferred. Each
+//! next hop of an SMTP transport then needs its host list, asked once for
+//! all the messages that wait for it and kept until its TTL (at least a
+//! minute). A message goes to the scheduler once all its recipients are
+//! routed and their host lists are at hand. When the router is lost,
+//! every message still routing is deferred for [`ROUTE_RETRY`]: each gets
+//! a retry time instead of waiting for ever.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+
+use ipc::router;
+use sched::Time;
+
+use crate::dispatch::Route;
+use crate::logline::log_rcpt;
+use crate::{Action, QueueManager, Store, ROUTE_RETRY};
+
+/// What a router request waits for.
+enum RouterWait {
+    Resolve { qid: u64, rcpt: u32 },
+    Hosts { nexthop: String },
+}
+
+/// A next hop's servers.
+pub(crate) struct Hosts {
+    /// When the router's answer stops being good (its TTL, at least a minute).
+    expires: Time,
+    /// Host names by MX preference level, best first.
+    pub(crate) levels: Vec<Vec<String>>,
+    pub(crate) addrs: HashMap<String, Vec<SocketAddr>>,
+}
+
+/// Router requests in flight and the host lists at hand.
+#[derive(Default)]
+pub(crate) struct Resolve {
+    wait: BTreeMap<u64, RouterWait>,
+    pub(crate) hosts: HashMap<String, Hosts>,
+    /// Messages waiting for a next hop's host list.
+    host_waiters: HashMap<String, Vec<u64>>,
+}
+
+impl<S: Store> QueueManager<S> {
+    /// Asks the router where recipient `i` of message `qid` goes.
+    pub(crate) fn resolve_rcpt(&mut self, qid: u64, i: u32, address: String, smtputf8: bool) {
+        let request = self.request_id();
+        self.resolve
+            .wait
+            .insert(request, RouterWait::Resolve { qid, rcpt: i });
+        self.actions.push_back(Action::ToRouter {
+            request,
+            body: router::Request::ResolveQueued { address, smtputf8 },
+        });
+    }
+
+    /// Whether a current host list for the next hop is at hand.
+    pub(crate) fn fresh_hosts(&self, nexthop: &str) -> bool {
+        self.resolve
+            .hosts
+            .get(nexthop)
+            .is_some_and(|h| h.expires > self.now)
+    }
+
+    /// Transports run by the smtp agent need the next hop's servers.
+    pub(crate) fn needs_hosts(&self, transport: &str) -> bool {
+        self.settings.transports.contains(transport) && transport != "local"
+    }
+
+    /// The router link is gone: every message not yet handed to the
+    /// scheduler waits on it (for a resolution or a host list, asked or
+    /// about to be), so each is deferred.
+    pub(crate) fn router_lost(&mut self) {
+        self.actions
+            .retain(|a| !matches!(a, Action::ToRouter { .. }));
+        self.resolve.wait.clear();
+        self.resolve.host_waiters.clear();
+        let waiting: Vec<u64> = self
+            .deliver
+            .msgs
+            .iter()
+            .filter(|(_, a)| !a.added)
+            .map(|(q, _)| *q)
+            .collect();
+        for q in waiting {
+            self.defer_unrouted(q, "4.3.0 address resolver unavailable");
+        }
+    }
+
+    /// The router answered.
+    pub(crate) fn router_answer(&mut self, request: u64, resp: router::Response) {
+        let Some(w) = self.resolve.wait.remove(&request) else {
+            return;
+        };
+        match w {
+            RouterWait::Resolve { qid, rcpt } => {
+                if let Some(a) = self.deliver.msgs.get_mut(&qid) {
+                    a.unresolved = a.unresolved.saturating_sub(1);
+                    self.resolved(qid, rcpt, resp);
+                    self.maybe_add(qid);
+                }
+            }
+            RouterWait::Hosts { nexthop } => self.hosts_answer(nexthop, resp),
+        }
+    }
+
+    /// Where one recipient goes.
+    fn resolved(&mut self, qid: u64, rcpt: u32, resp: router::Response) {
+        let retry = self.now + ROUTE_RETRY;
+        let r = match resp {
+            router::Response::Resolved { mut routes, .. } if routes.len() == 1 => routes.remove(0),
+            router::Response::Resolved { .. } => {
+                // ResolveQueued maps nothing, so one route: a router
+                // answering otherwise is broken; try again later.
+                let why =
+                    "4.3.0 the address resolver answered several routes for a queued recipient";
+                return self.defer_now(qid, &[rcpt], why, retry);
+            }
+            router::Response::Failed {
+                temporary: true,
+                text,
+            } => return self.defer_now(qid, &[rcpt], &text, retry),
+            router::Response::Failed {
+                temporary: false,
+                text,
+            } => return self.bounce_now(qid, &[rcpt], &text),
+            other => return self.warn(format!("router: unexpected answer {other:?}")),
+        };
+        let flushed = self.deliver.msgs.get(&qid).is_some_and(|a| a.flush);
+        match r.transport.as_str() {
+            "error" => self.bounce_now(qid, &[rcpt], &r.nexthop),
+            "discard" => {
+                if let Some(a) = self.deliver.msgs.get(&qid) {
+                    let status = mail::Status::new(mail::StatusCode::known(2, 0, 0), "discarded");
+                    let line = log_rcpt(self.now, a, rcpt, &status);
+                    let rec = queue::Record::Delivered {
+                        id: a.id,
+                        rcpts: vec![rcpt],
+                    };
+                    self.info(line);
+                    self.append(rec);
+                }
+            }
+            t if self.settings.defer_transports.contains(t) && !flushed => {
+                // Postfix's defer_transports: kept until flushed.
+                if let Some(a) = self.deliver.msgs.get(&qid) {
+                    self.figures.deferred(a.id, t, &r.nexthop);
+                }
+                let why = format!("4.3.2 deferred transport ({t})");
+                self.defer_now(qid, &[rcpt], &why, retry);
+            }
+            t if !self.settings.transports.contains(t) => {
+                if let Some(a) = self.deliver.msgs.get(&qid) {
+                    self.figures.deferred(a.id, t, &r.nexthop);
+                }
+                let why = format!("4.3.0 mail transport unavailable ({t})");
+                self.defer_now(qid, &[rcpt], &why, retry);
+            }
+            t => {
+                let need = self.needs_hosts(t) && !self.fresh_hosts(&r.nexthop);
+                let route = Route {
+                    transport: t.to_string(),
+                    nexthop: r.nexthop.clone(),
+                };
+                if let Some(a) = self.deliver.msgs.get_mut(&qid) {
+                    a.routes.insert(rcpt, route);
+                }
+                if need {
+                    self.want_hosts(&r.nexthop, qid);
+                }
+            }
+        }
+    }
+
+    /// The servers of a next hop, for the messages that wait for them.
+    fn hosts_answer(&mut self, nexthop: String, resp: router::Response) {
+        let waiters = self
+            .resolve
+            .host_waiters
+            .remove(&nexthop)
+            .unwrap_or_default();
+        let (temporary, text) = match resp {
+            router::Response::Hosts(list) if list.hosts.iter().any(|h| !h.addrs.is_empty()) => {
+                // Old entries go when they expire, so the cache follows
+                // the destinations in use.
+                let now = self.now;
+                self.resolve.hosts.retain(|_, h| h.expires > now);
+                self.resolve.hosts.insert(nexthop, hosts_of(&list, now));
+                for q in waiters {
+                    self.maybe_add(q);
+                }
+                return;
+            }
+            router::Response::Failed { temporary, text } => (temporary, text),
+            router::Response::Hosts(l) => {
+                match l.hosts.iter().find_map(|h| h.error.clone()) {
+                    Some((temp, t)) => (temp, t),
+                    None => (true, format!("4.4.3 Host or domain name not found. Name service error for name={nexthop}")),
+                }
+            }
+            o => (true, format!("4.3.0 unexpected router answer {o:?}")),
+        };
+        for q in waiters {
+            let rcpts: Vec<u32> = self
+                .deliver
+                .msgs
+                .get(&q)
+                .map(|a| {
+                    a.routes
+                        .iter()
+                        .filter(|(_, r)| r.nexthop == nexthop)
+                        .map(|(i, _)| *i)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if temporary {
+                self.defer_now(q, &rcpts, &text, self.now + ROUTE_RETRY);
+            } else {
+                self.bounce_now(q, &rcpts, &text);
+            }
+            if let Some(a) = self.deliver.msgs.get_mut(&q) {
+                for r in &rcpts {
+                    a.routes.remove(r);
+                }
+            }
+            self.maybe_add(q);
+        }
+    }
+
+    /// Message `qid` waits for the host list of `nexthop`; asked once.
+    pub(crate) fn want_hosts(&mut self, nexthop: &str, qid: u64) {
+        let waiters = self
+            .resolve
+            .host_waiters
+            .entry(nexthop.to_string())
+            .or_default();
+        let first = waiters.is_empty();
+        if !waiters.contains(&qid) {
+            waiters.push(qid);
+        }
+        if !first {
+            return;
+        }
+        let request = self.request_id();
+        self.resolve.wait.insert(
+            request,
+            RouterWait::Hosts {
+                nexthop: nexthop.to_string(),
+            },
+        );
+        self.actions.push_back(Action::ToRouter {
+            request,
+            body: router::Request::Hosts {
+                nexthop: nexthop.to_string(),
+            },
+        });
+    }
+}
+
+/// The scheduler's view of a host list: names by preference level, and
+/// the addresses of each.
+fn hosts_of(list: &router::HostList, now: Time) -> Hosts {
+    let mut levels: Vec<(u16, Vec<String>)> = Vec::new();
+    let mut addrs = HashMap::new();
+    for h in &list.hosts {
+        if h.addrs.is_empty() {
+            continue;
+        }
+        // Port 0 from the router means "the service's own": SMTP.
+        let port = if h.port == 0 { 25 } else { h.port };
+        addrs.insert(
+            h.name.clone(),
+            h.addrs
+                .iter()
+                .map(|ip| SocketAddr::new(*ip, port))
+                .collect(),
+        );
+        match levels.iter_mut().find(|(p, _)| *p == h.preference) {
+            Some((_, v)) => v.push(h.name.clone()),
+            None => levels.push((h.preference, vec![h.name.clone()])),
+        }
+    }
+    levels.sort_by_key(|(p, _)| *p);
+    Hosts {
+        expires: Time(now.0 + u64::from(list.ttl.max(60)) * 1000),
+        levels: levels.into_iter().map(|(_, v)| v).collect(),
+        addrs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ipc::router;
+    use queue::Record;
+
+    use crate::testkit::{settings, World};
+    use crate::{Event, Settings, ROUTE_RETRY};
+
+    #[test]
+    fn error_bounces_and_discard_delivers_without_an_agent() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["bad@b.example", "gone@b.example"]);
+        w.route_all(&[
+            ("bad@b.example", "error", "5.1.1 no such user"),
+            ("gone@b.example", "discard", ""),
+        ]);
+        assert!(w.agent.is_empty(), "no agent asked");
+        let recs = w.records(id);
+        assert!(recs.iter().any(|r| matches!(r,
+            Record::Bounced { rcpts, status, reason, .. }
+                if rcpts == &[0] && status.to_string() == "5.1.1" && reason == "no such user")));
+        assert!(recs
+            .iter()
+            .any(|r| matches!(r, Record::Delivered { rcpts, .. } if rcpts == &[1])));
+        assert!(w.logged("to=<gone@b.example>, relay=none"));
+        // The bounce owes a notice before the message goes.
+        assert_eq!(w.cleanup.len(), 1);
+        assert!(w.live(id));
+        w.queue_notices();
+        assert!(!w.live(id));
+    }
+
+    #[test]
+    fn defer_transports_hold_mail_until_a_flush() {
+        let mut w = World::new(Settings {
+            defer_transports: ["smtp".to_string()].into_iter().collect(),
+            ..settings()
+        });
+        let id = w.arrive("a@a.example", &["r@b.example"]);
+        w.settle(|_| 250);
+        assert!(w.live(id));
+        assert!(w.logged("status=deferred (deferred transport (smtp))"));
+        w.handle(Event::Control {
+            client: 1,
+            request: 1,
+            body: ipc::queuectl::Request::Flush,
+        });
+        w.settle(|_| 250);
+        assert!(!w.live(id), "a flush delivers what defer_transports holds");
+    }
+
+    #[test]
+    fn a_lost_router_defers_every_message_still_routing() {
+        let mut w = World::new(settings());
+        let a = w.arrive("a@a.example", &["r@b.example"]);
+        let b = w.arrive("b@a.example", &["r@c.example"]);
+        assert_eq!(w.router.len(), 2);
+        w.router.clear();
+        w.handle(Event::RouterLost);
+        for id in [a, b] {
+            assert!(w.records(id).iter().any(|r| matches!(r,
+                Record::Deferred { reason, .. } if reason == "address resolver unavailable")));
+        }
+        w.wait(ROUTE_RETRY - Duration::from_millis(1));
+        assert!(w.router.is_empty(), "not before the retry");
+        w.wait(Duration::from_millis(1));
+        w.settle(|_| 250);
+        assert!(!w.live(a) && !w.live(b));
+    }
+
+    #[test]
+    fn a_host_list_is_asked_once_for_every_message_waiting_for_it() {
+        let mut w = World::new(settings());
+        w.arrive("a@a.example", &["r1@b.example"]);
+        w.arrive("b@a.example", &["r2@b.example"]);
+        // Answer both resolutions; count the host requests.
+        let mut asked = 0;
+        while let Some((request, body)) = w.router.pop_front() {
+            let response = match body {
+                router::Request::ResolveQueued { address, .. } => {
+                    crate::testkit::resolved(&address, "smtp", "b.example")
+                }
+                router::Request::Hosts { nexthop } => {
+                    asked += 1;
+                    crate::testkit::hosts(&nexthop)
+                }
+                other => panic!("{other:?}"),
+            };
+            w.handle(Event::RouterAnswer { request, response });
+        }
+        assert_eq!(asked, 1);
+        assert!(!w.agent.is_empty());
+    }
+
+    #[test]
+    fn a_host_list_that_expires_while_another_is_awaited_is_asked_again() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r@b.example", "r@c.example"]);
+        let mut hosts_asked = Vec::new();
+        while let Some((request, body)) = w.router.pop_front() {
+            match body {
+                router::Request::ResolveQueued { address, .. } => {
+                    let d = address.rsplit_once('@').unwrap().1.to_string();
+                    w.handle(Event::RouterAnswer {
+                        request,
+                        response: crate::testkit::resolved(&address, "smtp", &d),
+                    });
+                }
+                router::Request::Hosts { nexthop } => hosts_asked.push((request, nexthop)),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(hosts_asked.len(), 2);
+        // b.example's list (TTL 300 s) comes at once, c.example's after it expired.
+        let (request, nexthop) = hosts_asked.remove(0);
+        w.handle(Event::RouterAnswer {
+            request,
+            response: crate::testkit::hosts(&nexthop),
+        });
+        w.wait(Duration::from_secs(301));
+        let (request, late) = hosts_asked.remove(0);
+        w.handle(Event::RouterAnswer {
+            request,
+            response: crate::testkit::hosts(&late),
+        });
+        assert!(
+            matches!(w.router.front(), Some((_, router::Request::Hosts { nexthop: n })) if *n == nexthop),
+            "the expired list is asked again"
+        );
+        w.settle(|_| 250);
+        assert!(!w.live(id));
+    }
+
+    #[test]
+    fn a_next_hop_without_servers_defers_or_bounces_its_recipients() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r@nowhere.example"]);
+        let (request, _) = w.router.pop_front().unwrap();
+        w.handle(Event::RouterAnswer {
+            request,
+            response: crate::testkit::resolved("r@nowhere.example", "smtp", "nowhere.example"),
+        });
+        let (request, _) = w.router.pop_front().unwrap();
+        w.handle(Event::RouterAnswer {
+            request,
+            response: router::Response::Failed {
+                temporary: false,
+                text: "5.4.4 Host not found".into(),
+            },
+        });
+        assert!(w.records(id).iter().any(|r| matches!(r,
+            Record::Bounced { reason, .. } if reason == "Host not found")));
+    }
+}

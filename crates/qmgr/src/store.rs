@@ -1,0 +1,98 @@
+//! The journal and the spool as the queue logic sees them.
+//!
+//! Appending only buffers (the shell's group commit makes records durable,
+//! and answers arrivals once they are); reads are of the local journal and
+//! message files, bounded by the record and message size limits. The
+//! queue state follows every append at once, as replay would have left it.
+//! [`MemStore`] keeps everything in memory, for tests and the simulator.
+
+use std::collections::HashMap;
+
+use mail::QueueId;
+use queue::{DataRef, Lsn, Record, Replay};
+
+/// Where the queue manager keeps records and reads messages.
+pub trait Store {
+    /// Appends `rec` (made durable by the shell's next commit) and applies
+    /// it to `state`. Fails only for a record that cannot be encoded; then
+    /// nothing is appended.
+    fn append(&mut self, rec: &Record, state: &mut Replay) -> Result<Lsn, String>;
+    /// Reads back the record at `lsn`, durable or not.
+    fn read_at(&self, lsn: Lsn) -> Result<Record, String>;
+    /// Where what is durable ends: records before it are in the journal's
+    /// files, where agents can read their inline data by reference.
+    fn durable(&self) -> Lsn;
+    /// A message's content in wire form, whole or its first `limit` bytes.
+    fn read_data(
+        &self,
+        id: QueueId,
+        data: &DataRef,
+        limit: Option<usize>,
+    ) -> Result<Vec<u8>, String>;
+}
+
+/// A store in memory: every record appended, and message files by id.
+#[derive(Debug, Default)]
+pub struct MemStore {
+    records: Vec<Record>,
+    at: HashMap<Lsn, usize>,
+    files: HashMap<QueueId, Vec<u8>>,
+    next: u32,
+}
+
+impl MemStore {
+    /// Keeps the content of a message whose data is not inline.
+    pub fn put_file(&mut self, id: QueueId, bytes: Vec<u8>) {
+        self.files.insert(id, bytes);
+    }
+
+    /// Every record appended, in order.
+    pub fn records(&self) -> impl Iterator<Item = &Record> {
+        self.records.iter()
+    }
+
+    /// The records appended after the first `n`.
+    pub fn records_since(&self, n: usize) -> &[Record] {
+        self.records.get(n..).unwrap_or(&[])
+    }
+}
+
+impl Store for MemStore {
+    fn append(&mut self, rec: &Record, state: &mut Replay) -> Result<Lsn, String> {
+        self.next += 1;
+        let lsn = Lsn::new(1, self.next);
+        self.at.insert(lsn, self.records.len());
+        self.records.push(rec.clone());
+        state.apply(lsn, rec);
+        Ok(lsn)
+    }
+
+    fn read_at(&self, lsn: Lsn) -> Result<Record, String> {
+        self.at
+            .get(&lsn)
+            .map(|&i| self.records[i].clone())
+            .ok_or_else(|| format!("no record at offset {}", lsn.0))
+    }
+
+    /// Everything is durable in memory.
+    fn durable(&self) -> Lsn {
+        Lsn::new(u32::MAX, u32::MAX)
+    }
+
+    fn read_data(
+        &self,
+        id: QueueId,
+        data: &DataRef,
+        limit: Option<usize>,
+    ) -> Result<Vec<u8>, String> {
+        let all = match data {
+            DataRef::Inline(b) => b,
+            _ => self
+                .files
+                .get(&id)
+                .ok_or_else(|| format!("{id}: no message file"))?,
+        };
+        let n = limit.map_or(all.len(), |l| l.min(all.len()));
+        Ok(all[..n].to_vec())
+    }
+}
