@@ -18,9 +18,8 @@ use std::time::Instant;
 use daemon::{msg_info, msg_warn, Cx};
 use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
 use ipc::Link;
-use mail::{BodyType, Envelope, Notify, Recipient, Ret};
+use mail::{BodyType, Envelope, Recipient, Ret};
 use mio::Token;
-use smtp_proto::command::Body;
 use smtp_proto::server::{AbortReason, Action, Session};
 use smtp_proto::{EnhancedCode, Path, Reply};
 
@@ -627,16 +626,10 @@ impl Conn {
                         Path::Null => String::new(),
                         Path::Mailbox(m) => m.to_string(),
                     },
-                    ret: params.ret.map(|r| match r {
-                        smtp_proto::command::Ret::Full => Ret::Full,
-                        smtp_proto::command::Ret::Headers => Ret::Hdrs,
-                    }),
+                    // smtp_proto::dsn: the one mapping, as the smtp agent's.
+                    ret: params.mail_ret(),
                     envid: params.envid.clone(),
-                    body: match params.body {
-                        Some(Body::EightBitMime) => BodyType::EightBitMime,
-                        Some(Body::BinaryMime) => BodyType::BinaryMime,
-                        _ => BodyType::SevenBit,
-                    },
+                    body: params.body_type(),
                     smtputf8: params.smtputf8,
                     ..Txn::default()
                 };
@@ -759,22 +752,7 @@ impl Conn {
             policy::Verdict::Accept { hold, discard } => {
                 self.txn.hold |= hold;
                 self.txn.discard |= discard;
-                self.txn.recipients.push(Recipient {
-                    address: to.to_string(),
-                    notify: match params.notify {
-                        None => Notify::Default,
-                        Some(n) if n.is_never() => Notify::Never,
-                        Some(n) => Notify::On {
-                            success: n.success,
-                            failure: n.failure,
-                            delay: n.delay,
-                        },
-                    },
-                    orcpt: params
-                        .orcpt
-                        .as_ref()
-                        .map(|o| format!("{};{}", o.addr_type, o.addr)),
-                });
+                self.txn.recipients.push(params.recipient(to.to_string()));
                 let _ = self
                     .session
                     .decide(Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"));
