@@ -16,7 +16,9 @@
 //! one qmgr's life segment numbers only grow and written bytes never
 //! change (a segment qmgr removed still reads through the open file), and
 //! [`forget_segments`] drops them all when qmgr goes, since the next one
-//! may number its segments anew.
+//! may number its segments anew. The cost: an agent can hold the disk
+//! space of two removed segments (`journal_segment_size` each) until it
+//! reads from newer ones or exits.
 
 use std::fmt;
 use std::fs::File;
