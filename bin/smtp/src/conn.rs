@@ -99,6 +99,9 @@ pub struct SmtpConn {
     inbuf: Vec<u8>,
     uses: u32,
     readable: bool,
+    /// An event said the peer closed its side: read to the end, since
+    /// nothing will announce it again.
+    read_closed: bool,
     writable: bool,
     connect_started: Instant,
     setup: Duration,
@@ -158,6 +161,7 @@ impl SmtpConn {
             inbuf: Vec::new(),
             uses: 0,
             readable: false,
+            read_closed: false,
             writable: false,
             connect_started: cx.now,
             setup: Duration::ZERO,
@@ -183,9 +187,10 @@ impl SmtpConn {
     }
 
     /// The socket is ready.
-    pub fn socket_ready(&mut self, readable: bool, writable: bool) {
+    pub fn socket_ready(&mut self, readable: bool, writable: bool, closed: bool) {
         self.readable |= readable;
         self.writable |= writable;
+        self.read_closed |= closed;
     }
 
     /// When the current wait times out.
@@ -496,9 +501,12 @@ impl SmtpConn {
             return false;
         };
         if self.readable && self.inbuf.len() < INBUF {
-            match stream.read(&mut self.inbuf, INBUF) {
+            // One read per event in plaintext: a short read emptied the
+            // socket and what comes later raises a new event (the read
+            // that would say EAGAIN was two of every three before).
+            match stream.read_event(&mut self.inbuf, INBUF, self.read_closed) {
                 Ok(st) => {
-                    if st.bytes == 0 {
+                    if st.drained || st.bytes == 0 {
                         self.readable = false;
                     } else {
                         progressed = true;
@@ -618,8 +626,15 @@ impl SmtpConn {
         if !self.session.as_ref().is_some_and(|s| s.wants_content()) {
             return false;
         }
-        let mut buf = vec![0u8; 64 * 1024];
+        // Sized to what is left, at most one 64 KiB read: a small message
+        // costs no 64 KiB allocation and clearing per step.
+        let left = match active.source.as_ref() {
+            Some((content, pos)) => content.len().saturating_sub(*pos),
+            None => 0,
+        };
+        let mut buf = vec![0u8; left.min(64 * 1024) as usize];
         let n = match active.source.as_mut() {
+            Some(_) if buf.is_empty() => Ok(0),
             Some((content, pos)) => content
                 .read_at(&mut buf, *pos)
                 .inspect(|n| *pos += *n as u64),
@@ -628,16 +643,14 @@ impl SmtpConn {
         let Some(session) = self.session.as_mut() else {
             return false;
         };
-        match n {
-            Ok(0) => {
-                session.end_content();
-                active.sending = false;
-                self.stage = "data";
-                self.deadline = Some(now + self.settings.done_timeout);
-            }
+        let finished = match n {
+            Ok(0) => true,
             Ok(n) => {
                 session.send_content(&buf[..n]);
-                self.deadline = Some(now + self.settings.xfer_timeout);
+                // The last piece: the end of data goes out with it, in
+                // the same write, not in a step and a write of its own
+                // (unless a BDAT chunk must be answered first).
+                n as u64 == left && session.wants_content()
             }
             Err(e) => {
                 // Our own spool failed: the peer must not get a truncated
@@ -646,6 +659,14 @@ impl SmtpConn {
                 self.fail(why);
                 return false;
             }
+        };
+        if finished {
+            session.end_content();
+            active.sending = false;
+            self.stage = "data";
+            self.deadline = Some(now + self.settings.done_timeout);
+        } else {
+            self.deadline = Some(now + self.settings.xfer_timeout);
         }
         true
     }

@@ -132,7 +132,7 @@ impl Agent for SmtpAgent {
         writable: bool,
     ) {
         if let Some(c) = self.conns.get_mut(&token) {
-            c.socket_ready(readable, writable);
+            c.socket_ready(readable, writable, cx.closed);
             self.progress(cx, out, token);
         }
     }

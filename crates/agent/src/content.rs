@@ -8,14 +8,27 @@
 //! format (CRLF, dot-stuffed) and is read at positions, never held whole
 //! unless it came inline, so an agent's memory does not grow with the
 //! message.
+//!
+//! The newest journal segments an agent read stay open for the next
+//! spans: in a run nearly every message lies in the one or two newest, and
+//! opening, checking and closing a segment per message was four of the
+//! smtp agent's system calls per message. A kept file stays right: within
+//! one qmgr's life segment numbers only grow and written bytes never
+//! change (a segment qmgr removed still reads through the open file), and
+//! [`forget_segments`] drops them all when qmgr goes, since the next one
+//! may number its segments anew. The cost: an agent can hold the disk
+//! space of two removed segments (`journal_segment_size` each) until it
+//! reads from newer ones or exits.
 
 use std::fmt;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use ipc::delivery::Data;
+use queue::DataSpan;
 
 /// How much is read at a time by [`Content::chunks`].
 pub const CHUNK: usize = 64 * 1024;
@@ -45,7 +58,74 @@ impl std::error::Error for ContentError {}
 enum Source {
     Inline(Vec<u8>),
     File(Box<queue::MessageFile>),
-    Journal { file: File, offset: u64, len: u64 },
+    Journal {
+        file: Arc<File>,
+        offset: u64,
+        len: u64,
+    },
+}
+
+/// How many journal segments stay open: the one being written and the one
+/// before it, whose last messages are still being delivered.
+const KEPT_SEGMENTS: usize = 2;
+
+/// A journal segment kept open: its directory, number, file and the size
+/// it had when last looked at (it grows while qmgr writes to it).
+struct KeptSegment {
+    dir: PathBuf,
+    seq: u32,
+    file: Arc<File>,
+    size: u64,
+}
+
+/// The kept segments, newest last. Agents are single-threaded; the lock
+/// is for tests, which read from several spools at once.
+static SEGMENTS: Mutex<Vec<KeptSegment>> = Mutex::new(Vec::new());
+
+/// Closes every kept journal segment (qmgr went; the next may reuse numbers).
+pub fn forget_segments() {
+    SEGMENTS.lock().unwrap_or_else(|e| e.into_inner()).clear();
+}
+
+/// The open segment of the journal in `dir` that holds `span`: a kept one
+/// when the span lies within what it is known to hold (looked at again if
+/// it has grown), else opened and checked by `queue::open_span`.
+fn segment_for(dir: &Path, span: &DataSpan) -> Result<Arc<File>, queue::Error> {
+    let mut kept = SEGMENTS.lock().unwrap_or_else(|e| e.into_inner());
+    let end = span.offset as u64 + span.len as u64;
+    if let Some(i) = kept
+        .iter()
+        .position(|k| k.seq == span.segment && k.dir == dir)
+    {
+        let k = &mut kept[i];
+        // The segment header is checked when opened; a span inside it
+        // would be corrupt, and open_span below says so.
+        let header = queue::SEGMENT_HEADER_LEN as u64;
+        if (span.offset as u64) >= header {
+            if end > k.size {
+                if let Ok(m) = k.file.metadata() {
+                    k.size = m.len();
+                }
+            }
+            if end <= k.size {
+                return Ok(k.file.clone());
+            }
+        }
+        kept.remove(i);
+    }
+    let file = Arc::new(queue::open_span(dir, span)?);
+    let size = file.metadata().map(|m| m.len()).unwrap_or(end);
+    if kept.len() >= KEPT_SEGMENTS {
+        // Least recently opened first: spans arrive in journal order.
+        kept.remove(0);
+    }
+    kept.push(KeptSegment {
+        dir: dir.to_path_buf(),
+        seq: span.segment,
+        file: file.clone(),
+        size,
+    });
+    Ok(file)
 }
 
 /// The message data of one transaction.
@@ -77,8 +157,8 @@ impl Content {
                 Source::File(Box::new(f))
             }
             Data::Journal(span) => {
-                let file = queue::open_span(&queue_root.join("journal"), span)
-                    .map_err(ContentError::Spool)?;
+                let file =
+                    segment_for(&queue_root.join("journal"), span).map_err(ContentError::Spool)?;
                 Source::Journal {
                     file,
                     offset: span.offset as u64,
@@ -152,7 +232,7 @@ impl Content {
 mod tests {
     use super::*;
     use mail::{Envelope, QueueId, Recipient};
-    use queue::{DataRef, Journal, JournalConfig, MessageHead, Record};
+    use queue::{DataRef, DataSpan, Journal, JournalConfig, MessageHead, Record};
 
     fn all(c: &Content) -> Vec<u8> {
         let mut out = Vec::new();
@@ -217,6 +297,62 @@ mod tests {
         .unwrap();
         let e = Content::open(&Data::Journal(span), root.path()).unwrap_err();
         assert!(e.to_string().contains(".log"), "{e}");
+    }
+
+    fn arrived(n: u32, data: &[u8]) -> Record {
+        Record::Arrived(MessageHead {
+            id: QueueId::from_parts(1_700_000_000_000_000 + n as u64, 1, n).unwrap(),
+            envelope: Envelope {
+                sender: "a@example.org".into(),
+                recipients: vec![Recipient::new("b@example.net")],
+                ..Envelope::default()
+            },
+            data: DataRef::Inline(data.to_vec()),
+        })
+    }
+
+    /// A segment kept open from one span serves the spans written to it
+    /// later (it has grown since), and once qmgr is gone a segment of the
+    /// same number written anew is read from the new file, not the kept one.
+    #[test]
+    fn kept_segments_follow_growth_and_a_new_journal() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("journal");
+        let cfg = JournalConfig {
+            segment_size: 1 << 20,
+            max_record: 1 << 20,
+        };
+        let mut j = Journal::open(&dir, cfg).unwrap();
+        let (_, first) = j.append_with_span(&arrived(1, b"first\r\n")).unwrap();
+        j.commit().unwrap();
+        let c = Content::open(&Data::Journal(first.unwrap()), root.path()).unwrap();
+        assert_eq!(all(&c), b"first\r\n");
+        let (_, second) = j.append_with_span(&arrived(2, b"second\r\n")).unwrap();
+        j.commit().unwrap();
+        let second = second.unwrap();
+        assert_eq!(second.segment, first.unwrap().segment);
+        let c = Content::open(&Data::Journal(second), root.path()).unwrap();
+        assert_eq!(all(&c), b"second\r\n");
+        // Beyond what the segment holds: an error, not bytes past its end.
+        let past = DataSpan {
+            offset: second.offset + 4096,
+            ..second
+        };
+        assert!(Content::open(&Data::Journal(past), root.path()).is_err());
+
+        drop(j);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let mut j = Journal::open(&dir, cfg).unwrap();
+        let (_, again) = j.append_with_span(&arrived(3, b"SECOND\r\n")).unwrap();
+        j.commit().unwrap();
+        let again = again.unwrap();
+        assert_eq!(
+            (again.segment, again.offset),
+            (second.segment, first.unwrap().offset)
+        );
+        forget_segments();
+        let c = Content::open(&Data::Journal(again), root.path()).unwrap();
+        assert_eq!(all(&c), b"SECOND\r\n");
     }
 
     #[test]

@@ -21,6 +21,6 @@ mod content;
 mod log;
 mod server;
 
-pub use content::{Content, ContentError};
+pub use content::{forget_segments, Content, ContentError};
 pub use log::{Logger, Timing};
 pub use server::{Agent, AgentServer, Answers, ConnId, OpenRequest};

@@ -229,6 +229,8 @@ impl<A: Agent> Handler<Delivery> for AgentServer<A> {
     }
 
     fn gone(&mut self, cx: &mut Cx<'_>, client: ClientId) {
+        // The qmgr that named those segments may be gone for good.
+        crate::content::forget_segments();
         let orphans: Vec<ConnId> = self
             .open
             .iter()

@@ -31,6 +31,8 @@ pub trait DiskFile: Send + Sync + fmt::Debug {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
     /// Reads exactly `buf.len()` bytes at `offset`.
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+    /// Reads up to `buf.len()` bytes at `offset` (fewer at the end of the file).
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
     /// `fdatasync`.
     fn sync_data(&self) -> io::Result<()>;
     /// `ftruncate`.
@@ -71,6 +73,10 @@ impl DiskFile for OsFile {
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.0.read_exact_at(buf, offset)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
     }
 
     fn sync_data(&self) -> io::Result<()> {
@@ -239,6 +245,10 @@ mod faulty {
 
         fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
             self.inner.read_exact_at(buf, offset)
+        }
+
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            self.inner.read_at(buf, offset)
         }
 
         fn sync_data(&self) -> io::Result<()> {

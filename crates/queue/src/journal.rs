@@ -36,6 +36,9 @@ pub(crate) const SEG_MAGIC: [u8; 8] = *b"SLCJRNL1";
 /// Segment header length: magic and segment number.
 pub(crate) const SEG_HEADER: u32 = 16;
 
+/// The length of a segment's header: no record's data starts before it.
+pub const SEGMENT_HEADER_LEN: u32 = SEG_HEADER;
+
 /// Journal sizing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JournalConfig {
@@ -439,24 +442,34 @@ impl Journal {
             return decode_at(bytes, self.cfg.max_record, &self.dir, lsn);
         }
         let path = segment_path(&self.dir, seg);
-        let mut hdr = [0u8; FRAME_HEADER];
-        let mut frame = Vec::new();
-        let read = |buf: &mut [u8]| -> Result<()> {
-            match tail.and_then(|t| t.file.as_ref()) {
-                Some(f) => f.read_exact_at(buf, off as u64),
-                None => File::open(&path)
-                    .ctx("open", &path)?
-                    .read_exact_at(buf, off as u64),
-            }
-            .map_err(|_| Error::NoRecord(lsn))
+        let file = match tail.and_then(|t| t.file.as_ref()) {
+            Some(f) => Segment::Kept(f.as_ref()),
+            None => Segment::Opened(File::open(&path).ctx("open", &path)?),
         };
-        read(&mut hdr)?;
-        let len = u32::from_le_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+        // One read takes the frame's header and, for a small message's
+        // record (most of them), the whole frame: a second read only for
+        // what lies beyond.
+        let mut frame = vec![0u8; READ_AHEAD];
+        let got = loop {
+            match file.read_some_at(&mut frame, off as u64) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r.map_err(|_| Error::NoRecord(lsn))?,
+            }
+        };
+        if got < FRAME_HEADER {
+            return Err(Error::NoRecord(lsn));
+        }
+        let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]);
         if len == 0 || len > self.cfg.max_record {
             return Err(corrupt(&path, Corruption::Bounds));
         }
-        frame.resize(FRAME_HEADER + len as usize, 0);
-        read(&mut frame)?;
+        let whole = FRAME_HEADER + len as usize;
+        frame.resize(whole.max(got), 0);
+        if whole > got {
+            file.read_exact_some_at(&mut frame[got..], off as u64 + got as u64)
+                .map_err(|_| Error::NoRecord(lsn))?;
+        }
+        frame.truncate(whole);
         decode_at(&frame, self.cfg.max_record, &path, lsn)
     }
 
@@ -506,6 +519,33 @@ fn cut_back(file: &dyn DiskFile, t: &Tail, path: &Path, e: std::io::Error) -> Er
         op: "write",
         path: path.to_path_buf(),
         source: e,
+    }
+}
+
+/// How much `Journal::read_at` reads at first: the frame of a message of
+/// a few KiB inline, whole.
+const READ_AHEAD: usize = 8 * 1024;
+
+/// A segment read by `Journal::read_at`: one of the journal's open files,
+/// or one opened for this read.
+enum Segment<'a> {
+    Kept(&'a dyn DiskFile),
+    Opened(File),
+}
+
+impl Segment<'_> {
+    fn read_some_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        match self {
+            Segment::Kept(f) => f.read_at(buf, offset),
+            Segment::Opened(f) => FileExt::read_at(f, buf, offset),
+        }
+    }
+
+    fn read_exact_some_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        match self {
+            Segment::Kept(f) => f.read_exact_at(buf, offset),
+            Segment::Opened(f) => FileExt::read_exact_at(f, buf, offset),
+        }
     }
 }
 

@@ -68,7 +68,9 @@ mod syncer;
 
 pub use error::{Corruption, Error, Result};
 pub use index::{DeferredIndex, SegmentRefs};
-pub use journal::{list_segments, open_span, segment_path, Journal, JournalConfig, SyncTicket};
+pub use journal::{
+    list_segments, open_span, segment_path, Journal, JournalConfig, SyncTicket, SEGMENT_HEADER_LEN,
+};
 pub use msgfile::{
     probe, try_lock, DataReader, FileLock, FileState, FileWriter, MessageFile, FORMAT_VERSION,
     HEADER_LEN,
