@@ -72,71 +72,6 @@ impl RouterServer {
         }
     }
 
-    fn answer(
-        &mut self,
-        cx: &mut Cx<'_>,
-        out: &mut Out<'_>,
-        from: ClientId,
-        id: u64,
-        req: Request,
-    ) {
-        match req {
-            Request::Resolve { address, smtputf8 } => {
-                let r = self
-                    .router
-                    .classify(&address, smtputf8)
-                    .and_then(|c| Ok((c, self.router.resolve(&address, smtputf8)?)));
-                let r = convert::resolved(r);
-                out.send(from, id, &r);
-            }
-            Request::ResolveQueued { address, smtputf8 } => {
-                let r = self
-                    .router
-                    .classify(&address, smtputf8)
-                    .and_then(|c| Ok((c, vec![self.router.resolve_queued(&address, smtputf8)?])));
-                let r = convert::resolved(r);
-                out.send(from, id, &r);
-            }
-            Request::Rewrite {
-                sender,
-                addresses,
-                smtputf8,
-            } => {
-                let r = Response::Rewritten {
-                    sender: convert::rewrite(
-                        self.router
-                            .rewrite_sender(&sender, smtputf8)
-                            .map(|s| s.map(|s| vec![s])),
-                    ),
-                    recipients: addresses
-                        .iter()
-                        .map(|a| convert::rewrite(self.router.rewrite_recipient(a, smtputf8)))
-                        .collect(),
-                };
-                out.send(from, id, &r);
-            }
-            Request::Hosts { nexthop } => {
-                let job = self.dns.hosts(&nexthop, cx.now);
-                self.jobs.insert(job, (from, id));
-                self.pump(cx, out);
-            }
-            Request::Reload => {
-                match config::Config::load(&self.config_dir, &[]) {
-                    Ok(l) => {
-                        // master.cf's -o overrides hold on reload, as at start.
-                        let mut c = l.config;
-                        for (k, v) in &self.overrides {
-                            let _ = c.set_override(k, v);
-                        }
-                        self.reload_from(&c)
-                    }
-                    Err(e) => msg_warn!("reload: {e}; keeping the running tables"),
-                }
-                out.send(from, id, &Response::Reloaded);
-            }
-        }
-    }
-
     /// Sends what DNS wants sent and answers the jobs that ended.
     fn pump(&mut self, cx: &mut Cx<'_>, out: &mut Out<'_>) {
         let (registry, now) = (cx.registry, cx.now);
@@ -207,7 +142,61 @@ impl Handler<Proto> for RouterServer {
         id: u64,
         req: Request,
     ) {
-        self.answer(cx, out, from, id, req);
+        match req {
+            Request::Resolve { address, smtputf8 } => {
+                let r = self
+                    .router
+                    .classify(&address, smtputf8)
+                    .and_then(|c| Ok((c, self.router.resolve(&address, smtputf8)?)));
+                let r = convert::resolved(r);
+                out.send(from, id, &r);
+            }
+            Request::ResolveQueued { address, smtputf8 } => {
+                let r = self
+                    .router
+                    .classify(&address, smtputf8)
+                    .and_then(|c| Ok((c, vec![self.router.resolve_queued(&address, smtputf8)?])));
+                let r = convert::resolved(r);
+                out.send(from, id, &r);
+            }
+            Request::Rewrite {
+                sender,
+                addresses,
+                smtputf8,
+            } => {
+                let r = Response::Rewritten {
+                    sender: convert::rewrite(
+                        self.router
+                            .rewrite_sender(&sender, smtputf8)
+                            .map(|s| s.map(|s| vec![s])),
+                    ),
+                    recipients: addresses
+                        .iter()
+                        .map(|a| convert::rewrite(self.router.rewrite_recipient(a, smtputf8)))
+                        .collect(),
+                };
+                out.send(from, id, &r);
+            }
+            Request::Hosts { nexthop } => {
+                let job = self.dns.hosts(&nexthop, cx.now);
+                self.jobs.insert(job, (from, id));
+                self.pump(cx, out);
+            }
+            Request::Reload => {
+                match config::Config::load(&self.config_dir, &[]) {
+                    Ok(l) => {
+                        // master.cf's -o overrides hold on reload, as at start.
+                        let mut c = l.config;
+                        for (k, v) in &self.overrides {
+                            let _ = c.set_override(k, v);
+                        }
+                        self.reload_from(&c)
+                    }
+                    Err(e) => msg_warn!("reload: {e}; keeping the running tables"),
+                }
+                out.send(from, id, &Response::Reloaded);
+            }
+        }
     }
 
     /// Only the mail system's own processes: root, or our own uid
