@@ -20,8 +20,8 @@
 
 use std::time::{Duration, Instant};
 
+use daemon::ipcserver::ClientId;
 use mail::QueueId;
-use mio::Token;
 use queue::{Journal, Lsn, Record, Replay, Storage, Syncer};
 
 /// How often a stalled journal is tried again.
@@ -33,7 +33,7 @@ pub struct Ack {
     /// Durable once the journal's durable end passes this.
     pub end: Lsn,
     /// The cleanup connection to answer.
-    pub client: Token,
+    pub client: ClientId,
     /// Its request id.
     pub request: u64,
     /// The message.
@@ -322,7 +322,7 @@ mod tests {
     fn ack(n: u32, hold: bool) -> Ack {
         Ack {
             end: Lsn::default(),
-            client: Token(7),
+            client: ClientId::from_number(7),
             request: n as u64,
             id: id(n),
             storage: Storage::Inline,

@@ -33,7 +33,9 @@ fn main() {
         honour_max_use: false,
         max_clients: usize::MAX,
     };
-    daemon::run(opts, metrics_socket, server::QmgrServer::new)
+    daemon::run(opts, metrics_socket, |ctx, sock| {
+        server::QmgrServer::new(ctx, sock).map(daemon::ipcserver::IpcServer::new)
+    })
 }
 
 /// Binds `metrics_listen` while still privileged (any port, before a
