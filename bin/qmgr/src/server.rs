@@ -18,11 +18,10 @@ use ipc::qmgr::{self, Qmgr};
 use ipc::queuectl::{self, QueueCtl};
 use ipc::{Endpoint, Hello, HelloReply, IpcError, Protocol, Tagged};
 use mio::Token;
-use queue::{Record, SpoolConfig, Syncer};
+use queue::{Lsn, SpoolConfig, Syncer};
 use queue_manager::{Action, Event as QmEvent, Level, QueueManager, Settings, Time};
 use sys::creds::PeerCred;
 
-use crate::journal::{Ack, Event};
 use crate::links::Links;
 use crate::store::Disk;
 
@@ -115,6 +114,8 @@ pub struct QmgrServer {
     waker_token: Token,
     /// Answers not yet handed to the client server.
     owed: Vec<(ClientId, u64, Response)>,
+    /// How far the journal was last reported durable to the queue manager.
+    reported: Lsn,
     me: u32,
     links: Links,
     /// When journal garbage was last collected.
@@ -199,6 +200,7 @@ impl QmgrServer {
             waker: None,
             waker_token: Token(0),
             owed: Vec::new(),
+            reported: Lsn::default(),
             me: sys::current_ids().0,
             links: Links::new(&root),
             last_gc: started,
@@ -216,48 +218,6 @@ impl QmgrServer {
             self.turn = (at, wall());
         }
         self.turn.1
-    }
-
-    fn arrived(&mut self, client: ClientId, request: u64, req: qmgr::Request) {
-        let qmgr::Request::Arrived { head, hold } = req;
-        let id = head.id;
-        if self.qm.state().messages.contains_key(&id) {
-            // Recovery adopted it first; it is queued already.
-            self.reply_arrival(client, request, qmgr::Response::Committed);
-            return;
-        }
-        let summary = format!(
-            "{id}: from=<{}>, size={}, nrcpt={} (queue {})",
-            head.envelope.sender,
-            head.envelope.size,
-            head.envelope.recipients.len(),
-            if hold { "hold" } else { "active" }
-        );
-        let storage = head.data.storage();
-        let arrived = Record::Arrived(head);
-        let ack = Ack {
-            end: queue::Lsn::default(),
-            client,
-            request,
-            id,
-            storage,
-            summary,
-            hold,
-        };
-        let (disk, state) = self.qm.parts_mut();
-        if let Err(r) = disk.writer.arrive(ack, &arrived, state) {
-            if !r.taken_back {
-                let _ = disk.spool.remove_data(id, storage);
-            }
-            self.reply_arrival(
-                client,
-                request,
-                qmgr::Response::Failed {
-                    reason: r.reason,
-                    disk_full: r.disk_full,
-                },
-            );
-        }
     }
 
     fn reply_arrival(&mut self, client: ClientId, request: u64, resp: qmgr::Response) {
@@ -310,6 +270,14 @@ impl QmgrServer {
                     self.owed.push((to, request, Response::Control(body)));
                     None
                 }
+                Action::Answer {
+                    client,
+                    request,
+                    response,
+                } => {
+                    self.reply_arrival(ClientId::from_number(client), request, response);
+                    None
+                }
                 Action::DestinationDead { nexthop, retry_at } => {
                     let secs = retry_at.0.saturating_sub(self.turn.1 .0) / 1000;
                     msg_warn!(
@@ -318,7 +286,7 @@ impl QmgrServer {
                     None
                 }
                 Action::RemoveData { id, storage } => {
-                    self.qm.parts_mut().0.writer.remove_later(id, storage);
+                    self.remove_data(id, storage);
                     None
                 }
             };
@@ -329,75 +297,51 @@ impl QmgrServer {
         }
     }
 
-    /// Everything appended in this pass goes into one commit.
+    fn remove_data(&self, id: mail::QueueId, storage: queue::Storage) {
+        if let Err(e) = self.qm.store().spool.remove_data(id, storage) {
+            msg_warn!("{id}: removing its data: {e}");
+        }
+    }
+
+    /// Everything appended in this pass goes into one commit, when the
+    /// queue manager says one is due (not while a stalled journal waits
+    /// for its next try).
     fn commit_pending(&mut self, cx: &mut Cx<'_>) {
-        let (disk, state) = self.qm.parts_mut();
-        disk.writer.commit(cx.now, state);
-        self.journal_events(cx);
-    }
-
-    /// Answers arrivals, frees data, and logs the journal's state changes.
-    fn journal_events(&mut self, cx: &mut Cx<'_>) {
         let now = self.now(cx.now);
-        for ev in self.qm.parts_mut().0.writer.take_events() {
-            match self.journal_event(ev) {
-                Some(Event::Committed(a)) => self.qm.handle(
-                    now,
-                    QmEvent::Committed {
-                        id: a.id,
-                        hold: a.hold,
-                    },
-                ),
-                Some(Event::Stalled(r)) => {
-                    msg_warn!(
-                        "journal: {}; mail is refused and delivery paused, results kept in memory, until it can be written (trying every {} s)",
-                        r.reason,
-                        crate::journal::RETRY.as_secs()
-                    );
-                    self.qm.handle(now, QmEvent::JournalStalled(true));
-                }
-                Some(Event::Resumed(d)) => {
-                    msg_info!(
-                        "journal: writable again after {:.1} s; accepting mail",
-                        d.as_secs_f64()
-                    );
-                    self.qm.handle(now, QmEvent::JournalStalled(false));
-                }
-                _ => {}
+        // Committing inline (no sync thread), what a commit's outcome
+        // appended is committed in turn, a few rounds at most.
+        for _ in 0..4 {
+            if !self.qm.commit_due(now) {
+                return;
+            }
+            let Some(r) = self.qm.store_mut().writer.commit() else {
+                return;
+            };
+            if !self.committed(cx, r) {
+                return;
             }
         }
-        self.act(cx);
     }
 
-    /// What every journal event means for the clients and the spool: an
-    /// arrival answered, data freed. The event comes back for the queue
-    /// manager's part.
-    fn journal_event(&mut self, ev: Event) -> Option<Event> {
-        match ev {
-            Event::Committed(a) => {
-                msg_info!("{}", a.summary);
-                self.reply_arrival(a.client, a.request, qmgr::Response::Committed);
-                Some(Event::Committed(a))
+    /// Tells the queue manager what came of a commit; false when there
+    /// was nothing new to tell.
+    fn committed(&mut self, cx: &mut Cx<'_>, r: queue::Result<Lsn>) -> bool {
+        let now = self.now(cx.now);
+        let ev = match r {
+            // Nothing to commit and nothing to end: no turn for it.
+            Ok(end) if end <= self.reported && !self.qm.commit_stalled() => return false,
+            Ok(end) => {
+                self.reported = end;
+                QmEvent::Durable(end)
             }
-            Event::Refused(a, r) => {
-                self.reply_arrival(
-                    a.client,
-                    a.request,
-                    qmgr::Response::Failed {
-                        reason: r.reason,
-                        disk_full: r.disk_full,
-                    },
-                );
-                None
-            }
-            Event::Remove(id, storage) => {
-                if let Err(e) = self.qm.store().spool.remove_data(id, storage) {
-                    msg_warn!("{id}: removing its data: {e}");
-                }
-                None
-            }
-            ev @ (Event::Stalled(_) | Event::Resumed(_)) => Some(ev),
-        }
+            Err(e) => QmEvent::CommitFailed {
+                reason: e.to_string(),
+                disk_full: e.is_disk_full(),
+            },
+        };
+        self.qm.handle(now, ev);
+        self.act(cx);
+        true
     }
 
     /// A metrics connection is ready; a complete GET /metrics gets the
@@ -449,7 +393,17 @@ impl Handler<Clients> for QmgrServer {
     ) {
         match req {
             // Answered after the group commit that `requests_done` starts.
-            Request::Arrival(r) => self.arrived(from, id, r),
+            Request::Arrival(qmgr::Request::Arrived { head, hold }) => {
+                let now = self.now(cx.now);
+                let ev = QmEvent::Arrived {
+                    client: from.number(),
+                    request: id,
+                    head: Box::new(head),
+                    hold,
+                };
+                self.qm.handle(now, ev);
+                self.act(cx);
+            }
             Request::Control(body) => {
                 let now = self.now(cx.now);
                 let ev = QmEvent::Control {
@@ -544,9 +498,9 @@ impl Handler<Clients> for QmgrServer {
     ) {
         let now = self.now(cx.now);
         if token == self.waker_token && self.waker.is_some() {
-            let (disk, state) = self.qm.parts_mut();
-            disk.writer.synced(cx.now, state);
-            self.journal_events(cx);
+            if let Some(r) = self.qm.store_mut().writer.synced() {
+                self.committed(cx, r);
+            }
         } else if self.links.owns(token) {
             for ev in self.links.ready(cx.registry, token) {
                 self.qm.handle(now, ev);
@@ -585,10 +539,6 @@ impl Handler<Clients> for QmgrServer {
             at(at_i + std::time::Duration::from_millis(t.0.saturating_sub(at_t.0)));
         }
         at(self.last_gc + GC_INTERVAL);
-        // A stalled journal is tried again.
-        if let Some(t) = self.qm.store().writer.next_deadline() {
-            at(t);
-        }
         if let Some(t) = self.http.as_ref().and_then(|h| h.next_deadline()) {
             at(t);
         }
@@ -596,11 +546,28 @@ impl Handler<Clients> for QmgrServer {
     }
 
     fn closing(&mut self, out: &mut Replies<'_, Clients>) {
-        let (disk, state) = self.qm.parts_mut();
-        disk.writer.shutdown(self.turn.0, state);
-        for ev in self.qm.parts_mut().0.writer.take_events() {
-            // Leaving: the queue manager's part is for the next process.
-            let _ = self.journal_event(ev);
+        let ev = match self.qm.store_mut().writer.shutdown() {
+            Ok(end) => QmEvent::Durable(end),
+            Err(e) => QmEvent::CommitFailed {
+                reason: e.to_string(),
+                disk_full: e.is_disk_full(),
+            },
+        };
+        let now = self.turn.1;
+        self.qm.handle(now, ev);
+        // Leaving: answers and removals now, the rest is for the next process.
+        while let Some(a) = self.qm.poll_action() {
+            match a {
+                Action::Answer {
+                    client,
+                    request,
+                    response,
+                } => self.reply_arrival(ClientId::from_number(client), request, response),
+                Action::RemoveData { id, storage } => self.remove_data(id, storage),
+                Action::Log(Level::Info, text) => msg_info!("{text}"),
+                Action::Log(Level::Warn, text) => msg_warn!("{text}"),
+                _ => {}
+            }
         }
         self.pay(out);
     }
