@@ -365,7 +365,11 @@ fn event_loop<S: Server>(
         } else if exhausted {
             break;
         }
-        let mut deadline = server.next_deadline();
+        // The daemon's deadline as it sized this wait: once the wait is
+        // over it is due, even if asked again it says later (a daemon that
+        // wants to run again at once may answer with a clock read of its own).
+        let waited_for = server.next_deadline();
+        let mut deadline = waited_for;
         if last_state.is_some_and(|(_, u)| u != uses) {
             // A use count not reported yet goes out within the second.
             let due = last_report + USES_REPORT;
@@ -460,7 +464,8 @@ fn event_loop<S: Server>(
                 }
             }
         }
-        if server.next_deadline().is_some_and(|d| d <= now) {
+        let due = |d: Option<Instant>| d.is_some_and(|d| d <= now);
+        if due(waited_for) || due(server.next_deadline()) {
             server.timeout(&mut cx);
         }
     }
@@ -473,8 +478,8 @@ fn event_loop<S: Server>(
 /// Under a millisecond is not waited for: epoll rounds a timeout up to the
 /// next millisecond, and a deadline that is "now" by a clock read after the
 /// turn's (the smtp agent asks to be driven again that way) would cost a
-/// millisecond's sleep; polling without waiting brings the next turn, whose
-/// clock read finds it due.
+/// millisecond's sleep; polling without waiting brings the next turn, which
+/// finds it due.
 fn poll_timeout(deadline: Option<Instant>, now: Instant) -> Option<Duration> {
     evloop::poll_timeout(deadline, now).map(|d| {
         if d < Duration::from_millis(1) {
