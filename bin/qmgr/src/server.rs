@@ -493,7 +493,7 @@ impl Handler<Clients> for QmgrServer {
         cx: &mut Cx<'_>,
         out: &mut Replies<'_, Clients>,
         token: Token,
-        _readable: bool,
+        readable: bool,
         _writable: bool,
     ) {
         let now = self.now(cx.now);
@@ -502,7 +502,7 @@ impl Handler<Clients> for QmgrServer {
                 self.committed(cx, r);
             }
         } else if self.links.owns(token) {
-            for ev in self.links.ready(cx.registry, token) {
+            for ev in self.links.ready(cx.registry, token, readable, cx.closed) {
                 self.qm.handle(now, ev);
             }
             self.act(cx);
