@@ -174,8 +174,17 @@ impl Links {
         drop_link(&mut self.cleanup, registry);
     }
 
-    /// Reads what a ready link says, as events for the queue manager.
-    pub fn ready(&mut self, registry: &Registry, token: Token) -> Vec<Event> {
+    /// Reads what a ready link says, as events for the queue manager:
+    /// only what a `readable` event announced (`closed`: its read-closed
+    /// flag), so no read ends in EAGAIN.
+    pub fn ready(
+        &mut self,
+        registry: &Registry,
+        token: Token,
+        readable: bool,
+        closed: bool,
+    ) -> Vec<Event> {
+        let ev = (readable, closed);
         let mut out = Vec::new();
         if self
             .router
@@ -183,7 +192,7 @@ impl Links {
             .is_some_and(|r| r.link.token() == token)
         {
             let r = self.router.as_mut().expect("checked");
-            let lost = read(&mut r.link, "router", |wire, response| {
+            let lost = read(&mut r.link, ev, "router", |wire, response| {
                 if let Some(request) = r.ids.remove(&wire) {
                     out.push(Event::RouterAnswer { request, response });
                 }
@@ -198,12 +207,17 @@ impl Links {
             .is_some_and(|c| c.link.token() == token)
         {
             let c = self.cleanup.as_mut().expect("checked");
-            let lost = read(&mut c.link, "cleanup link for notices", |wire, response| {
-                // Started answers Begin, which nobody waits for.
-                if let Some(notice) = c.ids.remove(&wire) {
-                    out.push(Event::CleanupAnswer { notice, response });
-                }
-            });
+            let lost = read(
+                &mut c.link,
+                ev,
+                "cleanup link for notices",
+                |wire, response| {
+                    // Started answers Begin, which nobody waits for.
+                    if let Some(notice) = c.ids.remove(&wire) {
+                        out.push(Event::CleanupAnswer { notice, response });
+                    }
+                },
+            );
             if lost {
                 drop_link(&mut self.cleanup, registry);
                 out.push(Event::CleanupLost);
@@ -216,7 +230,7 @@ impl Links {
         {
             let a = self.agents.get_mut(&name).expect("found");
             let what = format!("delivery agent {name}");
-            let lost = read(&mut a.link, &what, |wire, response| {
+            let lost = read(&mut a.link, ev, &what, |wire, response| {
                 out.push(Event::AgentAnswer {
                     transport: name.clone(),
                     request: a.ids.remove(&wire),
@@ -236,10 +250,11 @@ impl Links {
 /// Reads a link's answers; whether the link is lost.
 fn read<P: Protocol>(
     link: &mut Link<P>,
+    (readable, closed): (bool, bool),
     what: &str,
     mut answer: impl FnMut(u64, P::Response),
 ) -> bool {
-    match link.ready() {
+    match link.event(readable, closed) {
         Ok(answers) => {
             for (wire, resp) in answers {
                 answer(wire, resp);

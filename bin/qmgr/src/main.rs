@@ -10,13 +10,14 @@
 //! figures (`metrics.rs`).
 //!
 //! Every decision about the queued mail (admission, resolution, scheduling
-//! and dispatch to the delivery agents, retries, notices, queue control) is
-//! made by the sans-IO queue manager of crates/qmgr (`queue_manager`),
+//! and dispatch to the delivery agents, retries, notices, queue control,
+//! what waits for the group commit and a journal that cannot be written)
+//! is made by the sans-IO queue manager of crates/qmgr (`queue_manager`),
 //! which this program feeds with what its links, clients and journal say,
 //! and whose actions it carries out: the program is the links
-//! (`links.rs`), the journal writer and its sync thread (`journal.rs`,
-//! `store.rs`), the metrics listener and one clock read per loop turn
-//! (`server.rs`).
+//! (`links.rs`), the journal's files and its sync thread (`journal.rs`,
+//! `store.rs`), the metrics listener, and its clients served through
+//! `daemon::ipcserver` with one clock read per loop turn (`server.rs`).
 #![forbid(unsafe_code)]
 
 mod journal;
@@ -33,7 +34,9 @@ fn main() {
         honour_max_use: false,
         max_clients: usize::MAX,
     };
-    daemon::run(opts, metrics_socket, server::QmgrServer::new)
+    daemon::run(opts, metrics_socket, |ctx, sock| {
+        server::QmgrServer::new(ctx, sock).map(daemon::ipcserver::IpcServer::new)
+    })
 }
 
 /// Binds `metrics_listen` while still privileged (any port, before a

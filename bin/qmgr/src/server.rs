@@ -1,33 +1,104 @@
-//! qmgr's shell: its clients (cleanup's arrivals, `sluice queue`), the
-//! journal and group commit, the links, the metrics endpoint, and the
-//! queue manager (crates/qmgr) that makes every decision.
+//! qmgr's shell: its clients (cleanup's arrivals, `sluice queue`) served
+//! through `daemon::ipcserver`, the journal and group commit, the links,
+//! the metrics endpoint, and the queue manager (crates/qmgr) that makes
+//! every decision.
 //!
 //! The clock is read once per loop turn and passed down; the queue
-//! manager's actions are carried out as soon as it has them.
+//! manager's actions are carried out as soon as it has them. Answers to
+//! clients wait in `owed` until a callback can write them (a reload or the
+//! start has none to write with: the next turn, due at once, does).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use daemon::{msg_info, msg_warn, Conn, Context, Cx, Server};
+use daemon::ipcserver::{ClientId, Handler, Replies, Service};
+use daemon::{msg_info, msg_warn, Context, Cx};
 use ipc::qmgr::{self, Qmgr};
 use ipc::queuectl::{self, QueueCtl};
-use ipc::{Endpoint, Hello, HelloReply, Protocol, Tagged};
+use ipc::{Endpoint, Hello, HelloReply, IpcError, Protocol, Tagged};
 use mio::Token;
-use queue::{Record, SpoolConfig, Syncer};
+use queue::{Lsn, SpoolConfig, Syncer};
 use queue_manager::{Action, Event as QmEvent, Level, QueueManager, Settings, Time};
 use sys::creds::PeerCred;
 
-use crate::journal::{Ack, Event};
 use crate::links::Links;
 use crate::store::Disk;
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Unknown,
+/// qmgr's listener: cleanup's arrivals and `sluice queue`'s control, told
+/// apart by the hello.
+#[derive(Debug)]
+pub enum Clients {}
+
+/// The protocol a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// cleanup's `Qmgr`.
     Arrival,
+    /// `sluice queue`'s `QueueCtl`.
     Control,
+}
+
+/// A request of either protocol.
+// Arrivals, the large variant, are nearly every request: boxing them would
+// cost an allocation per message to save bytes on the rare control one.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Request {
+    /// cleanup announces a message.
+    Arrival(qmgr::Request),
+    /// `sluice queue` asks.
+    Control(queuectl::Request),
+}
+
+/// An answer of either protocol.
+#[derive(Debug)]
+pub enum Response {
+    /// To cleanup.
+    Arrival(qmgr::Response),
+    /// To `sluice queue`.
+    Control(queuectl::Response),
+}
+
+impl Service for Clients {
+    const LOG_NAME: &'static str = "qmgr";
+    type Request = Request;
+    type Response = Response;
+    type Kind = Kind;
+
+    fn choose(hello: &Hello) -> Result<Kind, HelloReply> {
+        // Anything not an arrival is answered as a control client, so an
+        // old `sluice queue` hears which version it should be.
+        let (kind, answer) = if hello.protocol == Qmgr::NAME {
+            (Kind::Arrival, hello.answer::<Qmgr>())
+        } else {
+            (Kind::Control, hello.answer::<QueueCtl>())
+        };
+        match answer {
+            HelloReply::Accepted => Ok(kind),
+            refused => Err(refused),
+        }
+    }
+
+    fn recv(ep: &mut Endpoint, kind: Kind) -> Result<Option<Tagged<Request>>, IpcError> {
+        Ok(match kind {
+            Kind::Arrival => ep.recv::<Tagged<qmgr::Request>>()?.map(|t| Tagged {
+                id: t.id,
+                body: Request::Arrival(t.body),
+            }),
+            Kind::Control => ep.recv::<Tagged<queuectl::Request>>()?.map(|t| Tagged {
+                id: t.id,
+                body: Request::Control(t.body),
+            }),
+        })
+    }
+
+    fn queue_reply(ep: &mut Endpoint, id: u64, resp: &Response) -> Result<(), IpcError> {
+        match resp {
+            Response::Arrival(r) => ep.queue_reply(id, r),
+            Response::Control(r) => ep.queue_reply(id, r),
+        }
+    }
 }
 
 /// Destinations reported on the metrics endpoint.
@@ -36,18 +107,15 @@ const METRICS_TOP: usize = 20;
 /// How often journal segments with nothing live are looked for.
 const GC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
-struct Client {
-    ep: Endpoint,
-    peer: PeerCred,
-    kind: Kind,
-}
-
 /// The queue manager's shell.
 pub struct QmgrServer {
     qm: QueueManager<Disk>,
     waker: Option<Arc<mio::Waker>>,
     waker_token: Token,
-    clients: BTreeMap<Token, Client>,
+    /// Answers not yet handed to the client server.
+    owed: Vec<(ClientId, u64, Response)>,
+    /// How far the journal was last reported durable to the queue manager.
+    reported: Lsn,
     me: u32,
     links: Links,
     /// When journal garbage was last collected.
@@ -131,7 +199,8 @@ impl QmgrServer {
             qm,
             waker: None,
             waker_token: Token(0),
-            clients: BTreeMap::new(),
+            owed: Vec::new(),
+            reported: Lsn::default(),
             me: sys::current_ids().0,
             links: Links::new(&root),
             last_gc: started,
@@ -151,117 +220,15 @@ impl QmgrServer {
         self.turn.1
     }
 
-    fn serve(&mut self, cx: &mut Cx<'_>, token: Token) -> Result<bool, ipc::IpcError> {
-        let Some(c) = self.clients.get_mut(&token) else {
-            return Ok(false);
-        };
-        let open = c.ep.read_ready()?;
-        if c.kind == Kind::Unknown {
-            let Some(hello) = c.ep.recv::<Hello>()? else {
-                return Ok(open);
-            };
-            let (kind, answer) = if hello.protocol == Qmgr::NAME {
-                (Kind::Arrival, hello.answer::<Qmgr>())
-            } else {
-                (Kind::Control, hello.answer::<QueueCtl>())
-            };
-            c.ep.send(&answer)?;
-            if answer != HelloReply::Accepted {
-                return Err(ipc::IpcError::Refused {
-                    wanted: "sluice-qmgr or sluice-queuectl".into(),
-                    got: format!("{} {}", hello.protocol, hello.version),
-                });
-            }
-            // Only the mail system announces mail.
-            if kind == Kind::Arrival && c.peer.uid != 0 && c.peer.uid != self.me {
-                return Err(ipc::IpcError::Refused {
-                    wanted: "the mail system's uid".into(),
-                    got: format!("uid {}", c.peer.uid),
-                });
-            }
-            c.kind = kind;
-        }
-        loop {
-            let Some(c) = self.clients.get_mut(&token) else {
-                return Ok(false);
-            };
-            match c.kind {
-                Kind::Arrival => {
-                    let Some(req) = c.ep.recv::<Tagged<qmgr::Request>>()? else {
-                        break;
-                    };
-                    self.arrived(token, req.id, req.body);
-                }
-                Kind::Control => {
-                    let Some(req) = c.ep.recv::<Tagged<queuectl::Request>>()? else {
-                        break;
-                    };
-                    let now = self.now(cx.now);
-                    let ev = QmEvent::Control {
-                        client: token.0 as u64,
-                        request: req.id,
-                        body: req.body,
-                    };
-                    self.qm.handle(now, ev);
-                    self.act(cx);
-                }
-                Kind::Unknown => break,
-            }
-        }
-        let Some(c) = self.clients.get_mut(&token) else {
-            return Ok(false);
-        };
-        c.ep.write_ready()?;
-        Ok(!c.ep.is_eof() || c.ep.wants_write())
+    fn reply_arrival(&mut self, client: ClientId, request: u64, resp: qmgr::Response) {
+        self.owed.push((client, request, Response::Arrival(resp)));
     }
 
-    fn arrived(&mut self, token: Token, request: u64, req: qmgr::Request) {
-        let qmgr::Request::Arrived { head, hold } = req;
-        let id = head.id;
-        if self.qm.state().messages.contains_key(&id) {
-            // Recovery adopted it first; it is queued already.
-            self.reply(token, request, qmgr::Response::Committed);
-            return;
-        }
-        let summary = format!(
-            "{id}: from=<{}>, size={}, nrcpt={} (queue {})",
-            head.envelope.sender,
-            head.envelope.size,
-            head.envelope.recipients.len(),
-            if hold { "hold" } else { "active" }
-        );
-        let storage = head.data.storage();
-        let arrived = Record::Arrived(head);
-        let ack = Ack {
-            end: queue::Lsn::default(),
-            client: token,
-            request,
-            id,
-            storage,
-            summary,
-            hold,
-        };
-        let (disk, state) = self.qm.parts_mut();
-        if let Err(r) = disk.writer.arrive(ack, &arrived, state) {
-            if !r.taken_back {
-                let _ = disk.spool.remove_data(id, storage);
-            }
-            self.reply(
-                token,
-                request,
-                qmgr::Response::Failed {
-                    reason: r.reason,
-                    disk_full: r.disk_full,
-                },
-            );
-        }
-    }
-
-    fn reply(&mut self, token: Token, request: u64, resp: qmgr::Response) {
-        if let Some(c) = self.clients.get_mut(&token) {
-            if let Err(e) = c.ep.reply(request, &resp) {
-                msg_warn!("cleanup pid {}: {e}", c.peer.pid);
-            }
+    /// Hands what is owed to clients to the client server.
+    fn pay(&mut self, out: &mut Replies<'_, Clients>) {
+        for (client, request, resp) in self.owed.drain(..) {
+            // A client that left is owed nothing.
+            out.send(client, request, &resp);
         }
     }
 
@@ -299,11 +266,16 @@ impl QmgrServer {
                     request,
                     body,
                 } => {
-                    if let Some(c) = self.clients.get_mut(&Token(client as usize)) {
-                        if let Err(e) = c.ep.reply(request, &body) {
-                            msg_warn!("client pid {}: {e}", c.peer.pid);
-                        }
-                    }
+                    let to = ClientId::from_number(client);
+                    self.owed.push((to, request, Response::Control(body)));
+                    None
+                }
+                Action::Answer {
+                    client,
+                    request,
+                    response,
+                } => {
+                    self.reply_arrival(ClientId::from_number(client), request, response);
                     None
                 }
                 Action::DestinationDead { nexthop, retry_at } => {
@@ -314,7 +286,7 @@ impl QmgrServer {
                     None
                 }
                 Action::RemoveData { id, storage } => {
-                    self.qm.parts_mut().0.writer.remove_later(id, storage);
+                    self.remove_data(id, storage);
                     None
                 }
             };
@@ -325,64 +297,51 @@ impl QmgrServer {
         }
     }
 
-    /// Everything appended in this pass goes into one commit.
-    fn commit_pending(&mut self, cx: &mut Cx<'_>) {
-        let (disk, state) = self.qm.parts_mut();
-        disk.writer.commit(cx.now, state);
-        self.journal_events(cx);
-        for c in self.clients.values_mut() {
-            let _ = c.ep.write_ready();
+    fn remove_data(&self, id: mail::QueueId, storage: queue::Storage) {
+        if let Err(e) = self.qm.store().spool.remove_data(id, storage) {
+            msg_warn!("{id}: removing its data: {e}");
         }
     }
 
-    /// Answers arrivals, frees data, and logs the journal's state changes.
-    fn journal_events(&mut self, cx: &mut Cx<'_>) {
+    /// Everything appended in this pass goes into one commit, when the
+    /// queue manager says one is due (not while a stalled journal waits
+    /// for its next try).
+    fn commit_pending(&mut self, cx: &mut Cx<'_>) {
         let now = self.now(cx.now);
-        let events = self.qm.parts_mut().0.writer.take_events();
-        for ev in events {
-            match ev {
-                Event::Committed(a) => {
-                    msg_info!("{}", a.summary);
-                    self.reply(a.client, a.request, qmgr::Response::Committed);
-                    self.qm.handle(
-                        now,
-                        QmEvent::Committed {
-                            id: a.id,
-                            hold: a.hold,
-                        },
-                    );
-                }
-                Event::Refused(a, r) => self.reply(
-                    a.client,
-                    a.request,
-                    qmgr::Response::Failed {
-                        reason: r.reason,
-                        disk_full: r.disk_full,
-                    },
-                ),
-                Event::Remove(id, storage) => {
-                    if let Err(e) = self.qm.store().spool.remove_data(id, storage) {
-                        msg_warn!("{id}: removing its data: {e}");
-                    }
-                }
-                Event::Stalled(r) => {
-                    msg_warn!(
-                        "journal: {}; mail is refused and delivery paused, results kept in memory, until it can be written (trying every {} s)",
-                        r.reason,
-                        crate::journal::RETRY.as_secs()
-                    );
-                    self.qm.handle(now, QmEvent::JournalStalled(true));
-                }
-                Event::Resumed(d) => {
-                    msg_info!(
-                        "journal: writable again after {:.1} s; accepting mail",
-                        d.as_secs_f64()
-                    );
-                    self.qm.handle(now, QmEvent::JournalStalled(false));
-                }
+        // Committing inline (no sync thread), what a commit's outcome
+        // appended is committed in turn, a few rounds at most.
+        for _ in 0..4 {
+            if !self.qm.commit_due(now) {
+                return;
+            }
+            let Some(r) = self.qm.store_mut().writer.commit() else {
+                return;
+            };
+            if !self.committed(cx, r) {
+                return;
             }
         }
+    }
+
+    /// Tells the queue manager what came of a commit; false when there
+    /// was nothing new to tell.
+    fn committed(&mut self, cx: &mut Cx<'_>, r: queue::Result<Lsn>) -> bool {
+        let now = self.now(cx.now);
+        let ev = match r {
+            // Nothing to commit and nothing to end: no turn for it.
+            Ok(end) if end <= self.reported && !self.qm.commit_stalled() => return false,
+            Ok(end) => {
+                self.reported = end;
+                QmEvent::Durable(end)
+            }
+            Err(e) => QmEvent::CommitFailed {
+                reason: e.to_string(),
+                disk_full: e.is_disk_full(),
+            },
+        };
+        self.qm.handle(now, ev);
         self.act(cx);
+        true
     }
 
     /// A metrics connection is ready; a complete GET /metrics gets the
@@ -423,7 +382,51 @@ impl QmgrServer {
     }
 }
 
-impl Server for QmgrServer {
+impl Handler<Clients> for QmgrServer {
+    fn request(
+        &mut self,
+        cx: &mut Cx<'_>,
+        _out: &mut Replies<'_, Clients>,
+        from: ClientId,
+        id: u64,
+        req: Request,
+    ) {
+        match req {
+            // Answered after the group commit that `requests_done` starts.
+            Request::Arrival(qmgr::Request::Arrived { head, hold }) => {
+                let now = self.now(cx.now);
+                let ev = QmEvent::Arrived {
+                    client: from.number(),
+                    request: id,
+                    head: Box::new(head),
+                    hold,
+                };
+                self.qm.handle(now, ev);
+                self.act(cx);
+            }
+            Request::Control(body) => {
+                let now = self.now(cx.now);
+                let ev = QmEvent::Control {
+                    client: from.number(),
+                    request: id,
+                    body,
+                };
+                self.qm.handle(now, ev);
+                self.act(cx);
+            }
+        }
+    }
+
+    fn requests_done(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Clients>) {
+        self.commit_pending(cx);
+        self.pay(out);
+    }
+
+    fn admit(&self, peer: &PeerCred, kind: Kind) -> bool {
+        // Only the mail system announces mail.
+        kind == Kind::Control || peer.uid == 0 || peer.uid == self.me
+    }
+
     fn reload(&mut self, cx: &mut Cx<'_>, config: &config::Config) -> bool {
         // In place: qmgr holds the active queue, and the journal replay a
         // restart costs is not needed for new parameter values.
@@ -449,6 +452,7 @@ impl Server for QmgrServer {
             },
         );
         self.act(cx);
+        self.commit_pending(cx);
         true
     }
 
@@ -484,58 +488,32 @@ impl Server for QmgrServer {
         self.commit_pending(cx);
     }
 
-    fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
-        let Conn::Unix(stream) = conn else { return };
-        let token = cx.token();
-        let Ok(ep) = Endpoint::registered(stream, cx.registry, token) else {
-            return;
-        };
-        // Dropping the endpoint closes it, which also leaves the poll set.
-        let Ok(peer) = ep.peer() else { return };
-        self.clients.insert(
-            token,
-            Client {
-                ep,
-                peer,
-                kind: Kind::Unknown,
-            },
-        );
-        self.ready(cx, token, true, true);
-    }
-
-    fn ready(&mut self, cx: &mut Cx<'_>, token: Token, _readable: bool, _writable: bool) {
+    fn ready(
+        &mut self,
+        cx: &mut Cx<'_>,
+        out: &mut Replies<'_, Clients>,
+        token: Token,
+        readable: bool,
+        _writable: bool,
+    ) {
         let now = self.now(cx.now);
         if token == self.waker_token && self.waker.is_some() {
-            let (disk, state) = self.qm.parts_mut();
-            disk.writer.synced(cx.now, state);
-            self.journal_events(cx);
+            if let Some(r) = self.qm.store_mut().writer.synced() {
+                self.committed(cx, r);
+            }
         } else if self.links.owns(token) {
-            for ev in self.links.ready(cx.registry, token) {
+            for ev in self.links.ready(cx.registry, token, readable, cx.closed) {
                 self.qm.handle(now, ev);
             }
             self.act(cx);
         } else if self.http.as_ref().is_some_and(|h| h.owns(token)) {
             self.metrics_ready(cx, token);
-        } else {
-            match self.serve(cx, token) {
-                Ok(true) => {}
-                Ok(false) => {
-                    if let Some(mut c) = self.clients.remove(&token) {
-                        let _ = cx.registry.deregister(c.ep.stream());
-                    }
-                }
-                Err(e) => {
-                    if let Some(mut c) = self.clients.remove(&token) {
-                        msg_warn!("client pid {}: {e}", c.peer.pid);
-                        let _ = cx.registry.deregister(c.ep.stream());
-                    }
-                }
-            }
         }
         self.commit_pending(cx);
+        self.pay(out);
     }
 
-    fn timeout(&mut self, cx: &mut Cx<'_>) {
+    fn timeout(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Clients>) {
         let now = self.now(cx.now);
         if let Some(h) = self.http.as_mut() {
             h.expire(cx.registry, cx.now);
@@ -546,57 +524,51 @@ impl Server for QmgrServer {
         }
         self.collect_garbage(cx);
         self.commit_pending(cx);
+        self.pay(out);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
         let (at_i, at_t) = self.turn;
+        if !self.owed.is_empty() {
+            // Answers made where none could be written (start, reload).
+            return Some(at_i);
+        }
         let mut d: Option<Instant> = None;
         let mut at = |t: Instant| d = Some(d.map_or(t, |x: Instant| x.min(t)));
         if let Some(t) = self.qm.poll_timeout() {
             at(at_i + std::time::Duration::from_millis(t.0.saturating_sub(at_t.0)));
         }
         at(self.last_gc + GC_INTERVAL);
-        // A stalled journal is tried again.
-        if let Some(t) = self.qm.store().writer.next_deadline() {
-            at(t);
-        }
         if let Some(t) = self.http.as_ref().and_then(|h| h.next_deadline()) {
             at(t);
         }
         d
     }
 
-    fn clients(&self) -> usize {
-        self.clients.len()
-    }
-
-    fn shutdown(&mut self) {
-        let (disk, state) = self.qm.parts_mut();
-        disk.writer.shutdown(Instant::now(), state);
-        for ev in disk.writer.take_events() {
-            match ev {
-                Event::Committed(a) => {
-                    msg_info!("{}", a.summary);
-                    self.reply(a.client, a.request, qmgr::Response::Committed);
-                }
-                Event::Refused(a, r) => self.reply(
-                    a.client,
-                    a.request,
-                    qmgr::Response::Failed {
-                        reason: r.reason,
-                        disk_full: r.disk_full,
-                    },
-                ),
-                Event::Remove(id, storage) => {
-                    if let Err(e) = self.qm.store().spool.remove_data(id, storage) {
-                        msg_warn!("{id}: removing its data: {e}");
-                    }
-                }
-                Event::Stalled(_) | Event::Resumed(_) => {}
+    fn closing(&mut self, out: &mut Replies<'_, Clients>) {
+        let ev = match self.qm.store_mut().writer.shutdown() {
+            Ok(end) => QmEvent::Durable(end),
+            Err(e) => QmEvent::CommitFailed {
+                reason: e.to_string(),
+                disk_full: e.is_disk_full(),
+            },
+        };
+        let now = self.turn.1;
+        self.qm.handle(now, ev);
+        // Leaving: answers and removals now, the rest is for the next process.
+        while let Some(a) = self.qm.poll_action() {
+            match a {
+                Action::Answer {
+                    client,
+                    request,
+                    response,
+                } => self.reply_arrival(ClientId::from_number(client), request, response),
+                Action::RemoveData { id, storage } => self.remove_data(id, storage),
+                Action::Log(Level::Info, text) => msg_info!("{text}"),
+                Action::Log(Level::Warn, text) => msg_warn!("{text}"),
+                _ => {}
             }
         }
-        for c in self.clients.values_mut() {
-            let _ = c.ep.write_ready();
-        }
+        self.pay(out);
     }
 }

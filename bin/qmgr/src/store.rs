@@ -42,6 +42,10 @@ impl Store for Disk {
         self.writer.durable_end()
     }
 
+    fn end(&self) -> Lsn {
+        self.writer.end()
+    }
+
     fn read_data(
         &self,
         id: QueueId,

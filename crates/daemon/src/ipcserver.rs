@@ -12,16 +12,63 @@
 //! output it does not read past the endpoint's bound) is logged and
 //! dropped; a client the handler does not allow (by its SO_PEERCRED
 //! identity) is refused before any request is read.
+//!
+//! A listener serves a [`Service`]: one [`Protocol`] (every protocol is a
+//! service), or a choice of them told apart by the client's hello (qmgr
+//! takes cleanup's arrivals and `sluice queue` on one socket). The handler
+//! may refuse a client for the protocol it chose ([`Handler::admit`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use ipc::{Endpoint, IpcError, Protocol, Tagged};
+use ipc::{Endpoint, Hello, HelloReply, IpcError, Protocol, Tagged};
 use mio::{Interest, Token};
 use sys::creds::PeerCred;
 
 use crate::msg_warn;
 use crate::skeleton::{Conn, Cx, Server};
+
+/// What one listener serves: a protocol, or a choice of protocols told
+/// apart by the client's hello.
+pub trait Service {
+    /// The name in log lines.
+    const LOG_NAME: &'static str;
+    /// A request of any protocol served, as the handler gets it.
+    type Request;
+    /// An answer of any protocol served.
+    type Response;
+    /// Which of the protocols a client speaks.
+    type Kind: Copy + std::fmt::Debug;
+    /// The protocol a client's hello asks for, or the refusal to send it.
+    fn choose(hello: &Hello) -> Result<Self::Kind, HelloReply>;
+    /// The next whole request of a client speaking `kind`, if one has arrived.
+    fn recv(ep: &mut Endpoint, kind: Self::Kind)
+        -> Result<Option<Tagged<Self::Request>>, IpcError>;
+    /// Queues the answer to request `id` (written at the end of the callback).
+    fn queue_reply(ep: &mut Endpoint, id: u64, resp: &Self::Response) -> Result<(), IpcError>;
+}
+
+impl<P: Protocol> Service for P {
+    const LOG_NAME: &'static str = P::NAME;
+    type Request = P::Request;
+    type Response = P::Response;
+    type Kind = ();
+
+    fn choose(hello: &Hello) -> Result<(), HelloReply> {
+        match hello.answer::<P>() {
+            HelloReply::Accepted => Ok(()),
+            refused => Err(refused),
+        }
+    }
+
+    fn recv(ep: &mut Endpoint, _: ()) -> Result<Option<Tagged<P::Request>>, IpcError> {
+        ep.recv()
+    }
+
+    fn queue_reply(ep: &mut Endpoint, id: u64, resp: &P::Response) -> Result<(), IpcError> {
+        ep.queue_reply(id, resp)
+    }
+}
 
 /// One client of the service, as long as it stays connected (a token is
 /// not reused while the process lives, so a late answer never reaches
@@ -29,30 +76,43 @@ use crate::skeleton::{Conn, Cx, Server};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ClientId(Token);
 
-struct Client {
+impl ClientId {
+    /// The id as a number, for a sans-IO core that names clients so.
+    pub fn number(self) -> u64 {
+        self.0 .0 as u64
+    }
+
+    /// The id a core named by [`ClientId::number`].
+    pub fn from_number(n: u64) -> Self {
+        ClientId(Token(n as usize))
+    }
+}
+
+struct Client<K> {
     ep: Endpoint,
     peer: PeerCred,
+    /// The protocol it speaks, once its hello is accepted.
+    kind: Option<K>,
 }
 
 /// Where a handler writes its answers.
-pub struct Replies<'a, P: Protocol> {
-    clients: &'a mut BTreeMap<Token, Client>,
+pub struct Replies<'a, S: Service> {
+    clients: &'a mut BTreeMap<Token, Client<S::Kind>>,
     touched: &'a mut BTreeSet<Token>,
-    _p: std::marker::PhantomData<P>,
 }
 
-impl<P: Protocol> Replies<'_, P> {
+impl<S: Service> Replies<'_, S> {
     /// Queues the answer to request `id` of `to`; false when that client
     /// is gone (the answer is dropped: nobody is waiting for it).
-    pub fn send(&mut self, to: ClientId, id: u64, resp: &P::Response) -> bool {
+    pub fn send(&mut self, to: ClientId, id: u64, resp: &S::Response) -> bool {
         let Some(c) = self.clients.get_mut(&to.0) else {
             return false;
         };
         self.touched.insert(to.0);
-        if let Err(e) = c.ep.queue_reply(id, resp) {
+        if let Err(e) = S::queue_reply(&mut c.ep, id, resp) {
             // The flush after this callback finds the client broken again
             // and drops it; say why once, here.
-            msg_warn!("{}: client pid {}: {e}", P::NAME, c.peer.pid);
+            msg_warn!("{}: client pid {}: {e}", S::LOG_NAME, c.peer.pid);
         }
         true
     }
@@ -63,19 +123,27 @@ impl<P: Protocol> Replies<'_, P> {
     }
 }
 
-/// A daemon's side of one IPC protocol.
-pub trait Handler<P: Protocol> {
+/// A daemon's side of an IPC service.
+pub trait Handler<S: Service> {
     /// One request from `from`; answer it through `out` now or later.
     fn request(
         &mut self,
         cx: &mut Cx<'_>,
-        out: &mut Replies<'_, P>,
+        out: &mut Replies<'_, S>,
         from: ClientId,
         id: u64,
-        req: P::Request,
+        req: S::Request,
     );
+    /// The requests one event brought have all been handed over: work
+    /// batched across them (qmgr's group commit) starts here.
+    fn requests_done(&mut self, _cx: &mut Cx<'_>, _out: &mut Replies<'_, S>) {}
     /// Whether this peer may talk to us at all.
     fn allow(&self, _peer: &PeerCred) -> bool {
+        true
+    }
+    /// Whether this peer may speak the protocol its hello chose; a client
+    /// refused here is dropped before any request is read.
+    fn admit(&self, _peer: &PeerCred, _kind: S::Kind) -> bool {
         true
     }
     /// Called once before the first event, to register the handler's own
@@ -85,7 +153,7 @@ pub trait Handler<P: Protocol> {
     fn ready(
         &mut self,
         _cx: &mut Cx<'_>,
-        _out: &mut Replies<'_, P>,
+        _out: &mut Replies<'_, S>,
         _token: Token,
         _readable: bool,
         _writable: bool,
@@ -99,7 +167,7 @@ pub trait Handler<P: Protocol> {
         0
     }
     /// Periodic work; called at or after `next_deadline`.
-    fn timeout(&mut self, _cx: &mut Cx<'_>, _out: &mut Replies<'_, P>) {}
+    fn timeout(&mut self, _cx: &mut Cx<'_>, _out: &mut Replies<'_, S>) {}
     /// When `timeout` should next run.
     fn next_deadline(&self) -> Option<Instant> {
         None
@@ -108,27 +176,28 @@ pub trait Handler<P: Protocol> {
     fn reload(&mut self, _cx: &mut Cx<'_>, _config: &config::Config) -> bool {
         true
     }
+    /// The process is about to exit: last answers (written once each,
+    /// without waiting), then [`Handler::shutdown`].
+    fn closing(&mut self, _out: &mut Replies<'_, S>) {}
     /// The process is about to exit.
     fn shutdown(&mut self) {}
 }
 
-/// Serves protocol `P` with handler `H`.
-pub struct IpcServer<P: Protocol, H: Handler<P>> {
+/// Serves `S` with handler `H`.
+pub struct IpcServer<S: Service, H: Handler<S>> {
     handler: H,
-    clients: BTreeMap<Token, Client>,
+    clients: BTreeMap<Token, Client<S::Kind>>,
     /// Clients with answers queued since the last flush.
     touched: BTreeSet<Token>,
-    _p: std::marker::PhantomData<P>,
 }
 
-impl<P: Protocol, H: Handler<P>> IpcServer<P, H> {
+impl<S: Service, H: Handler<S>> IpcServer<S, H> {
     /// Wraps a handler.
     pub fn new(handler: H) -> Self {
         IpcServer {
             handler,
             clients: BTreeMap::new(),
             touched: BTreeSet::new(),
-            _p: std::marker::PhantomData,
         }
     }
 
@@ -142,12 +211,11 @@ impl<P: Protocol, H: Handler<P>> IpcServer<P, H> {
     fn with_replies<R>(
         &mut self,
         cx: &mut Cx<'_>,
-        f: impl FnOnce(&mut H, &mut Cx<'_>, &mut Replies<'_, P>) -> R,
+        f: impl FnOnce(&mut H, &mut Cx<'_>, &mut Replies<'_, S>) -> R,
     ) -> R {
         let mut out = Replies {
             clients: &mut self.clients,
             touched: &mut self.touched,
-            _p: std::marker::PhantomData,
         };
         let r = f(&mut self.handler, cx, &mut out);
         self.flush(cx);
@@ -162,7 +230,7 @@ impl<P: Protocol, H: Handler<P>> IpcServer<P, H> {
                 continue;
             };
             if let Err(e) = c.ep.write_ready() {
-                msg_warn!("{}: client pid {}: {e}", P::NAME, c.peer.pid);
+                msg_warn!("{}: client pid {}: {e}", S::LOG_NAME, c.peer.pid);
                 self.drop_client(cx, token);
             }
         }
@@ -189,25 +257,60 @@ impl<P: Protocol, H: Handler<P>> IpcServer<P, H> {
         } else {
             !c.ep.is_eof()
         };
-        if !c.ep.accept_hello::<P>()? {
-            return Ok(open);
-        }
+        let kind = match c.kind {
+            Some(k) => k,
+            None => {
+                let Some(hello) = c.ep.recv::<Hello>()? else {
+                    return Ok(open);
+                };
+                let kind = match S::choose(&hello) {
+                    Ok(k) => k,
+                    Err(refused) => {
+                        let wanted = match &refused {
+                            HelloReply::Refused { protocol, version } => {
+                                format!("{protocol} {version}")
+                            }
+                            HelloReply::Accepted => S::LOG_NAME.to_string(),
+                        };
+                        // The refusal tells the client why; it may not read it.
+                        let _ = c.ep.send(&refused);
+                        return Err(IpcError::Refused {
+                            wanted,
+                            got: format!("{} {}", hello.protocol, hello.version),
+                        });
+                    }
+                };
+                if !self.handler.admit(&c.peer, kind) {
+                    return Err(IpcError::Refused {
+                        wanted: format!("a client allowed to speak {kind:?}"),
+                        got: format!("uid {}", c.peer.uid),
+                    });
+                }
+                c.ep.send(&HelloReply::Accepted)?;
+                c.kind = Some(kind);
+                kind
+            }
+        };
         // Each request is handled as it is decoded, so a client streaming a
         // large message (cleanup's Data) is never buffered whole here.
         let from = ClientId(token);
+        let mut handled = false;
         loop {
             let Some(c) = self.clients.get_mut(&token) else {
                 return Ok(false);
             };
-            let Some(req) = c.ep.recv::<Tagged<P::Request>>()? else {
+            let Some(req) = S::recv(&mut c.ep, kind)? else {
                 break;
             };
             let mut out = Replies {
                 clients: &mut self.clients,
                 touched: &mut self.touched,
-                _p: std::marker::PhantomData,
             };
             self.handler.request(cx, &mut out, from, req.id, req.body);
+            handled = true;
+        }
+        if handled {
+            self.with_replies(cx, |h, cx, out| h.requests_done(cx, out));
         }
         self.flush(cx);
         let Some(c) = self.clients.get_mut(&token) else {
@@ -218,28 +321,28 @@ impl<P: Protocol, H: Handler<P>> IpcServer<P, H> {
     }
 }
 
-impl<P: Protocol, H: Handler<P>> Server for IpcServer<P, H> {
+impl<S: Service, H: Handler<S>> Server for IpcServer<S, H> {
     fn start(&mut self, cx: &mut Cx<'_>) {
         self.handler.start(cx);
     }
 
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
         let Conn::Unix(stream) = conn else {
-            msg_warn!("{}: refusing a TCP client on an IPC service", P::NAME);
+            msg_warn!("{}: refusing a TCP client on an IPC service", S::LOG_NAME);
             return;
         };
         let mut ep = Endpoint::new(stream);
         let peer = match ep.peer() {
             Ok(p) => p,
             Err(e) => {
-                msg_warn!("{}: {e}", P::NAME);
+                msg_warn!("{}: {e}", S::LOG_NAME);
                 return;
             }
         };
         if !self.handler.allow(&peer) {
             msg_warn!(
                 "{}: refusing client uid {} pid {}",
-                P::NAME,
+                S::LOG_NAME,
                 peer.uid,
                 peer.pid
             );
@@ -250,10 +353,17 @@ impl<P: Protocol, H: Handler<P>> Server for IpcServer<P, H> {
             cx.registry
                 .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
         {
-            msg_warn!("{}: register client: {e}", P::NAME);
+            msg_warn!("{}: register client: {e}", S::LOG_NAME);
             return;
         }
-        self.clients.insert(token, Client { ep, peer });
+        self.clients.insert(
+            token,
+            Client {
+                ep,
+                peer,
+                kind: None,
+            },
+        );
         // The client may have written before we registered: serve at once.
         self.ready(cx, token, true, true);
     }
@@ -268,7 +378,7 @@ impl<P: Protocol, H: Handler<P>> Server for IpcServer<P, H> {
             Ok(false) => self.drop_client(cx, token),
             Err(e) => {
                 let pid = self.clients.get(&token).map_or(0, |c| c.peer.pid);
-                msg_warn!("{}: client pid {pid}: {e}", P::NAME);
+                msg_warn!("{}: client pid {pid}: {e}", S::LOG_NAME);
                 self.drop_client(cx, token);
             }
         }
@@ -291,6 +401,17 @@ impl<P: Protocol, H: Handler<P>> Server for IpcServer<P, H> {
     }
 
     fn shutdown(&mut self) {
+        let mut out = Replies {
+            clients: &mut self.clients,
+            touched: &mut self.touched,
+        };
+        self.handler.closing(&mut out);
+        for token in std::mem::take(&mut self.touched) {
+            if let Some(c) = self.clients.get_mut(&token) {
+                // Leaving anyway: a client that does not take it loses it.
+                let _ = c.ep.write_ready();
+            }
+        }
         self.handler.shutdown();
     }
 }

@@ -306,14 +306,18 @@ fn event_loop<S: Server>(
     let mut uses: u64 = 0;
     let mut next_token = FIRST_DAEMON_TOKEN;
     let mut last_state: Option<(ChildState, u64)> = None;
-    let mut last_report = clock.now();
+    // The clock is read once per loop turn, when poll returns: everything
+    // in the turn (events, timeouts, the next poll's timeout, reports to
+    // master) goes by that time.
+    let mut now = clock.now();
+    let mut last_report = now;
     let pid = std::process::id() as i32;
-    let mut idle_since = clock.now();
+    let mut idle_since = now;
     let mut retiring = false;
     {
         let mut cx = Cx {
             registry: poll.registry(),
-            now: clock.now(),
+            now,
             closed: false,
             next_token: &mut next_token,
         };
@@ -332,7 +336,6 @@ fn event_loop<S: Server>(
         // shows it, and a process that has served is no longer a failed
         // start) at once the first time, then at most once a second: a
         // record per accepted client cost master a wakeup per message.
-        let now = clock.now();
         let report = match last_state {
             None => true,
             Some((s, _)) if s != state => true,
@@ -357,13 +360,16 @@ fn event_loop<S: Server>(
             set_listening(poll.registry(), &mut listeners, want_listen);
             listening = want_listen;
         }
-        let now = clock.now();
         if clients > 0 {
             idle_since = now;
         } else if exhausted {
             break;
         }
-        let mut deadline = server.next_deadline();
+        // The daemon's deadline as it sized this wait: once the wait is
+        // over it is due, even if asked again it says later (a daemon that
+        // wants to run again at once may answer with a clock read of its own).
+        let waited_for = server.next_deadline();
+        let mut deadline = waited_for;
         if last_state.is_some_and(|(_, u)| u != uses) {
             // A use count not reported yet goes out within the second.
             let due = last_report + USES_REPORT;
@@ -376,10 +382,10 @@ fn event_loop<S: Server>(
             }
             deadline = Some(deadline.map_or(idle_end, |d| d.min(idle_end)));
         }
-        if let Err(e) = evloop::poll(&mut poll, &mut events, evloop::poll_timeout(deadline, now)) {
+        if let Err(e) = evloop::poll(&mut poll, &mut events, poll_timeout(deadline, now)) {
             msg_fatal!("poll: {e}");
         }
-        let now = clock.now();
+        now = clock.now();
         let mut cx = Cx {
             registry: poll.registry(),
             now,
@@ -458,15 +464,30 @@ fn event_loop<S: Server>(
                 }
             }
         }
-        // Deadlines may be computed from the clock as it is when asked, so
-        // compare with the clock read after them.
-        let due = server.next_deadline();
-        if due.is_some_and(|d| d <= clock.now()) {
+        let due = |d: Option<Instant>| d.is_some_and(|d| d <= now);
+        if due(waited_for) || due(server.next_deadline()) {
             server.timeout(&mut cx);
         }
     }
     server.shutdown();
     0
+}
+
+/// How long to wait for events before `deadline`, from the turn's `now`.
+///
+/// Under a millisecond is not waited for: epoll rounds a timeout up to the
+/// next millisecond, and a deadline that is "now" by a clock read after the
+/// turn's (the smtp agent asks to be driven again that way) would cost a
+/// millisecond's sleep; polling without waiting brings the next turn, which
+/// finds it due.
+fn poll_timeout(deadline: Option<Instant>, now: Instant) -> Option<Duration> {
+    evloop::poll_timeout(deadline, now).map(|d| {
+        if d < Duration::from_millis(1) {
+            Duration::ZERO
+        } else {
+            d
+        }
+    })
 }
 
 fn set_listening(registry: &Registry, listeners: &mut [Listener], on: bool) {

@@ -16,7 +16,7 @@ use mail::QueueId;
 use queue::Record;
 use sched::Time;
 
-use crate::{system_time, Action, QueueManager, Store};
+use crate::{system_time, QueueManager, Store};
 
 impl<S: Store> QueueManager<S> {
     /// Answers a control request.
@@ -72,8 +72,7 @@ impl<S: Store> QueueManager<S> {
                     self.forget(id);
                     self.info(format!("{id}: removed by the administrator"));
                     if let Some(storage) = storage {
-                        self.actions
-                            .push_back(Action::RemoveData { id: *id, storage });
+                        self.remove_data(*id, storage);
                     }
                 }
                 self.retry.unschedule(&ids);

@@ -17,7 +17,10 @@
 //! the delivery agents, `qmgr_deliver.c`, with [`agentconn`]), `notices`
 //! (non-delivery, delay and success notices, `qmgr_bounce`/`qmgr_defer`,
 //! with [`bounce`]) and `control` (`sluice queue`). `figures` keeps the
-//! counters operators see.
+//! counters operators see; [`journal`] what waits for the shell's group
+//! commit (arrivals to answer, data to free) and a journal that cannot be
+//! written: the shell says what came of each commit ([`Event::Durable`],
+//! [`Event::CommitFailed`]) and asks when to commit ([`QueueManager::commit_due`]).
 //!
 //! Logs nothing itself: every log line is an [`Action::Log`]. Panics on
 //! nothing the shell or a peer sends.
@@ -30,6 +33,7 @@ pub mod bounce;
 mod control;
 mod dispatch;
 pub mod figures;
+pub mod journal;
 mod logline;
 mod notices;
 #[cfg(test)]
@@ -43,9 +47,9 @@ mod testkit;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
-use ipc::{cleanup, delivery, queuectl, router};
+use ipc::{cleanup, delivery, qmgr, queuectl, router};
 use mail::QueueId;
-use queue::{Record, Replay, Storage};
+use queue::{Lsn, MessageHead, Record, Replay, Storage};
 use sched::{SchedConfig, Scheduler};
 
 pub use sched::Time;
@@ -109,7 +113,31 @@ impl Default for Settings {
 /// What happened, as the shell decoded it.
 #[derive(Debug)]
 pub enum Event {
-    /// An arrival's records are durable: it joins the queue unless held.
+    /// cleanup announces a message: it is journaled and answered by
+    /// [`Action::Answer`] once durable (or refused).
+    Arrived {
+        /// The client, as the shell names it.
+        client: u64,
+        /// The request id to answer.
+        request: u64,
+        /// Queue id, envelope and where the data is.
+        head: Box<MessageHead>,
+        /// Queue it on hold.
+        hold: bool,
+    },
+    /// The shell's group commit made the journal durable up to this
+    /// position (also: there was nothing to commit).
+    Durable(Lsn),
+    /// The shell's group commit failed; it is tried again when
+    /// [`QueueManager::commit_due`] says so.
+    CommitFailed {
+        /// The journal's error.
+        reason: String,
+        /// The file system is full.
+        disk_full: bool,
+    },
+    /// An arrival journaled by the caller is durable (the simulator's and
+    /// the tests' arrivals): it joins the queue unless held.
     Committed {
         /// The message.
         id: QueueId,
@@ -185,6 +213,15 @@ pub enum Level {
 pub enum Action {
     /// Log a line.
     Log(Level, String),
+    /// Answer cleanup's announcement of an arrival ([`Event::Arrived`]).
+    Answer {
+        /// The client.
+        client: u64,
+        /// The request id.
+        request: u64,
+        /// The answer.
+        response: qmgr::Response,
+    },
     /// Send a request to the router; its answer comes as [`Event::RouterAnswer`].
     ToRouter {
         /// The id to answer with.
@@ -228,7 +265,8 @@ pub enum Action {
         /// When it is tried again.
         retry_at: Time,
     },
-    /// Remove a message's data once everything appended so far is durable.
+    /// Remove a message's data now: its `Removed` record is durable, or
+    /// it was never journaled.
     RemoveData {
         /// The message.
         id: QueueId,
@@ -248,6 +286,8 @@ pub struct QueueManager<S: Store> {
     /// The clock of the event being handled.
     now: Time,
     stalled: bool,
+    /// What waits for the group commit.
+    commits: journal::Commits,
     actions: VecDeque<Action>,
     next_request: u64,
     active: active::Active,
@@ -297,6 +337,7 @@ impl<S: Store> QueueManager<S> {
             state,
             now,
             stalled: false,
+            commits: journal::Commits::default(),
             actions: VecDeque::new(),
             next_request: 1,
             active: active::Active::default(),
@@ -326,6 +367,17 @@ impl<S: Store> QueueManager<S> {
     pub fn handle(&mut self, now: Time, ev: Event) {
         self.now = now;
         match ev {
+            Event::Arrived {
+                client,
+                request,
+                head,
+                hold,
+            } => self.arrived(client, request, *head, hold),
+            Event::Durable(end) => self.commits.durable(end, now),
+            Event::CommitFailed { reason, disk_full } => {
+                self.commits
+                    .failed(&mut self.store, &mut self.state, reason, disk_full, now)
+            }
             Event::Committed { id, hold } => {
                 if !hold {
                     self.admit(id);
@@ -383,6 +435,9 @@ impl<S: Store> QueueManager<S> {
         if let Some(n) = self.notices.deadline() {
             at(n);
         }
+        if let Some(r) = self.commits.next_deadline() {
+            at(r);
+        }
         if self.active.waiting() && self.room() {
             at(self.now);
         }
@@ -394,10 +449,27 @@ impl<S: Store> QueueManager<S> {
         &self.state
     }
 
-    /// The store and the queue state, for the shell's group commit, which
-    /// may take back arrivals it could not make durable.
+    /// The store and the queue state (the simulator and the tests journal
+    /// arrivals themselves; the shell's garbage collection).
     pub fn parts_mut(&mut self) -> (&mut S, &mut Replay) {
         (&mut self.store, &mut self.state)
+    }
+
+    /// The store, for the shell's group commit.
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
+    }
+
+    /// Whether the shell should start a group commit at `now`: always,
+    /// except while commits fail and the next try is not due.
+    pub fn commit_due(&self, now: Time) -> bool {
+        self.commits.due(now)
+    }
+
+    /// Whether commits are failing (a commit with nothing to write, which
+    /// ends the stall, is worth reporting then).
+    pub fn commit_stalled(&self) -> bool {
+        self.commits.stalled().is_some()
     }
 
     /// The store.
@@ -418,10 +490,13 @@ impl<S: Store> QueueManager<S> {
     /// What every handled event ends with: the scheduler's actions carried
     /// out, waiting messages activated as room allows, notices sent.
     fn turn(&mut self) {
+        self.settle_commits();
         self.run_sched();
         self.activate_waiting();
         self.run_sched();
         self.send_notices();
+        // Removals made in this turn, when the store is durable at once.
+        self.settle_commits();
     }
 
     fn reconfigure(&mut self, settings: Settings, sched: SchedConfig) {
@@ -455,6 +530,106 @@ impl<S: Store> QueueManager<S> {
         s.hostname = hostname;
         s.origin = origin;
         s.postmaster = postmaster;
+    }
+
+    /// Journals an arrival announced by cleanup; it is answered once durable.
+    fn arrived(&mut self, client: u64, request: u64, head: MessageHead, hold: bool) {
+        let id = head.id;
+        let answer = |response| Action::Answer {
+            client,
+            request,
+            response,
+        };
+        if self.state.messages.contains_key(&id) {
+            // Recovery adopted it first; it is queued already.
+            self.actions.push_back(answer(qmgr::Response::Committed));
+            return;
+        }
+        let summary = format!(
+            "{id}: from=<{}>, size={}, nrcpt={} (queue {})",
+            head.envelope.sender,
+            head.envelope.size,
+            head.envelope.recipients.len(),
+            if hold { "hold" } else { "active" }
+        );
+        let storage = head.data.storage();
+        let ack = journal::Ack {
+            end: Lsn::default(),
+            client,
+            request,
+            id,
+            storage,
+            summary,
+            hold,
+        };
+        let rec = Record::Arrived(head);
+        if let Err(r) = self
+            .commits
+            .arrive(&mut self.store, &mut self.state, ack, &rec)
+        {
+            self.actions.push_back(answer(qmgr::Response::Failed {
+                reason: r.reason,
+                disk_full: r.disk_full,
+            }));
+            if !r.taken_back {
+                // Never journaled: nothing can bring it back.
+                self.actions.push_back(Action::RemoveData { id, storage });
+            }
+        }
+    }
+
+    /// What the commits decided: arrivals answered (and queued), data
+    /// freed, the journal's state changes logged. What is durable in the
+    /// store (all of it, in memory) is settled without waiting for an event.
+    fn settle_commits(&mut self) {
+        self.commits.release(self.store.durable());
+        for ev in self.commits.take_events() {
+            match ev {
+                journal::CommitEvent::Committed(a) => {
+                    self.info(a.summary);
+                    self.actions.push_back(Action::Answer {
+                        client: a.client,
+                        request: a.request,
+                        response: qmgr::Response::Committed,
+                    });
+                    if !a.hold {
+                        self.admit(a.id);
+                    }
+                }
+                journal::CommitEvent::Refused(a, r) => self.actions.push_back(Action::Answer {
+                    client: a.client,
+                    request: a.request,
+                    response: qmgr::Response::Failed {
+                        reason: r.reason,
+                        disk_full: r.disk_full,
+                    },
+                }),
+                journal::CommitEvent::Remove(id, storage) => {
+                    self.actions.push_back(Action::RemoveData { id, storage })
+                }
+                journal::CommitEvent::Stalled(r) => {
+                    self.warn(format!(
+                        "journal: {}; mail is refused and delivery paused, results kept in memory, until it can be written (trying every {} s)",
+                        r.reason,
+                        journal::RETRY.as_secs()
+                    ));
+                    self.stalled = true;
+                }
+                journal::CommitEvent::Resumed(d) => {
+                    self.info(format!(
+                        "journal: writable again after {:.1} s; accepting mail",
+                        d.as_secs_f64()
+                    ));
+                    self.stalled = false;
+                }
+            }
+        }
+    }
+
+    /// Frees a message's data once its `Removed` record, appended just
+    /// now, is durable.
+    fn remove_data(&mut self, id: QueueId, storage: Storage) {
+        self.commits.remove_later(self.store.end(), id, storage);
     }
 
     /// A fresh request id for a link.
@@ -538,7 +713,7 @@ impl<S: Store> QueueManager<S> {
         self.append(Record::Removed { id });
         self.forget(&id);
         self.info(format!("{id}: removed"));
-        self.actions.push_back(Action::RemoveData { id, storage });
+        self.remove_data(id, storage);
     }
 
     /// A message leaves the queue or goes on hold.

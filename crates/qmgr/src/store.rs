@@ -22,6 +22,8 @@ pub trait Store {
     /// Where what is durable ends: records before it are in the journal's
     /// files, where agents can read their inline data by reference.
     fn durable(&self) -> Lsn;
+    /// Where what is appended ends: durable once [`Store::durable`] reaches it.
+    fn end(&self) -> Lsn;
     /// A message's content in wire form, whole or its first `limit` bytes.
     fn read_data(
         &self,
@@ -77,6 +79,10 @@ impl Store for MemStore {
     /// Everything is durable in memory.
     fn durable(&self) -> Lsn {
         Lsn::new(u32::MAX, u32::MAX)
+    }
+
+    fn end(&self) -> Lsn {
+        Lsn::new(1, self.next + 1)
     }
 
     fn read_data(

@@ -163,6 +163,9 @@ impl World {
                     self.cleanup_dropped += 1;
                 }
                 Action::Reply { body, .. } => self.replies.push(body),
+                Action::Answer { .. } => {
+                    panic!("testkit: an answer to an arrival nobody announced")
+                }
                 Action::DestinationDead { nexthop, .. } => self
                     .log
                     .push((Level::Warn, format!("destination {nexthop} is dead"))),

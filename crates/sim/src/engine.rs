@@ -695,7 +695,10 @@ impl Sim {
             Action::Log(Level::Warn, text) if text.contains("scheduler") => {
                 self.report.errors.push(format!("{:?}: {text}", self.now));
             }
-            Action::Log(..) | Action::Reply { .. } | Action::DropCleanup => {}
+            Action::Log(..)
+            | Action::Reply { .. }
+            | Action::Answer { .. }
+            | Action::DropCleanup => {}
             Action::ToRouter { request, body } => {
                 let response = self.route(body);
                 self.handle(Event::RouterAnswer { request, response });
