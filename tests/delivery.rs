@@ -658,9 +658,13 @@ fn a_notice_owed_survives_retries_of_the_rest_of_the_message() {
     wait_for(20, "three tries of the deferred recipient", || {
         (tries(&inst) >= 3).then_some(())
     });
+    // master.cf back whole (a rename, never a truncated file) before the
+    // crash: master restarts qmgr at once and qmgr reads it at start.
     let qmgr = inst.pids("qmgr");
+    let tmp = cf.with_extension("new");
+    std::fs::write(&tmp, &full).unwrap();
+    std::fs::rename(&tmp, &cf).unwrap();
     sys::process::signal(qmgr[0], 9).unwrap();
-    std::fs::write(&cf, &full).unwrap();
     assert!(inst.sluice(&["reload"]).status.success());
     inst.wait_pid("qmgr", &qmgr);
     inst.wait_log(30, &format!("{id}: sender non-delivery notification: "));

@@ -30,6 +30,10 @@ pub struct SmtpAgent {
     chrooted: bool,
     /// `smtp_tls_CAfile` as read at start (reloads cannot read it again).
     ca_file: String,
+    /// The loop turn's time, as the last callback saw it: a connection
+    /// that wants driving again is due then, not at a later clock read
+    /// (the skeleton reads the clock once per turn).
+    turn: Instant,
 }
 
 impl SmtpAgent {
@@ -46,6 +50,7 @@ impl SmtpAgent {
             conns: BTreeMap::new(),
             by_id: BTreeMap::new(),
             service: ctx.args.service.clone(),
+            turn: Instant::now(),
             chrooted,
             ca_file: ctx
                 .config
@@ -56,6 +61,7 @@ impl SmtpAgent {
 
     /// Lets a connection act, passes on what it has to say, drops it when done.
     fn progress(&mut self, cx: &mut Cx<'_>, out: &mut Answers, token: Token) {
+        self.turn = cx.now;
         let Some(c) = self.conns.get_mut(&token) else {
             return;
         };
@@ -163,7 +169,7 @@ impl Agent for SmtpAgent {
 
     fn next_deadline(&self) -> Option<Instant> {
         if self.conns.values().any(|c| c.wants_drive()) {
-            return Some(Instant::now());
+            return Some(self.turn);
         }
         self.conns.values().filter_map(|c| c.deadline()).min()
     }
