@@ -415,3 +415,143 @@ impl<S: Service, H: Handler<S>> Server for IpcServer<S, H> {
         self.handler.shutdown();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipc::anvil::{Anvil, Request, Response};
+
+    /// Answers every request later, at its next timeout, and records the
+    /// clients that left.
+    #[derive(Default)]
+    struct Later {
+        owed: Vec<(ClientId, u64)>,
+        gone: Vec<ClientId>,
+        late_answers_taken: Vec<bool>,
+    }
+
+    impl Handler<Anvil> for Later {
+        fn request(
+            &mut self,
+            _cx: &mut Cx<'_>,
+            _out: &mut Replies<'_, Anvil>,
+            from: ClientId,
+            id: u64,
+            _req: Request,
+        ) {
+            self.owed.push((from, id));
+        }
+
+        fn timeout(&mut self, _cx: &mut Cx<'_>, out: &mut Replies<'_, Anvil>) {
+            for (to, id) in self.owed.drain(..) {
+                let taken = out.send(
+                    to,
+                    id,
+                    &Response::Counts {
+                        count: id as u32,
+                        rate: 0,
+                    },
+                );
+                self.late_answers_taken.push(taken);
+            }
+        }
+
+        fn gone(&mut self, _cx: &mut Cx<'_>, client: ClientId) {
+            self.gone.push(client);
+        }
+    }
+
+    fn lookup(n: u64) -> Tagged<Request> {
+        Tagged {
+            id: n,
+            body: Request::Lookup {
+                service: "smtp".into(),
+                client: format!("192.0.2.{n}"),
+            },
+        }
+    }
+
+    /// Reads what the server wrote until `want` answers (after the hello
+    /// reply) have come.
+    fn answers(ep: &mut Endpoint, want: usize) -> Vec<(u64, u32)> {
+        let mut got = Vec::new();
+        let mut hello_seen = false;
+        for _ in 0..1000 {
+            let _ = ep.read_ready().unwrap();
+            if !hello_seen {
+                match ep.recv::<HelloReply>().unwrap() {
+                    Some(HelloReply::Accepted) => hello_seen = true,
+                    Some(other) => panic!("hello refused: {other:?}"),
+                    None => {}
+                }
+            }
+            if hello_seen {
+                while let Some(a) = ep.recv::<Tagged<Response>>().unwrap() {
+                    let Response::Counts { count, .. } = a.body;
+                    got.push((a.id, count));
+                }
+            }
+            if got.len() >= want {
+                return got;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        panic!("only {got:?} of {want} answers came");
+    }
+
+    #[test]
+    fn answers_made_later_go_by_request_id_and_none_reaches_a_client_that_left() {
+        let poll = mio::Poll::new().unwrap();
+        let mut next = 1 << 16;
+        let mut cx = Cx::for_test(poll.registry(), &mut next);
+        let mut server: IpcServer<Anvil, Later> = IpcServer::new(Later::default());
+
+        // Two clients, each with pipelined requests in front of the accept.
+        let (a_srv, a_cli) = mio::net::UnixStream::pair().unwrap();
+        let (b_srv, b_cli) = mio::net::UnixStream::pair().unwrap();
+        let mut a = Endpoint::new(a_cli);
+        let mut b = Endpoint::new(b_cli);
+        for ep in [&mut a, &mut b] {
+            ep.send(&Hello::of::<Anvil>()).unwrap();
+        }
+        a.send(&lookup(7)).unwrap();
+        a.send(&lookup(9)).unwrap();
+        b.send(&lookup(3)).unwrap();
+        server.accept(&mut cx, Conn::Unix(a_srv));
+        server.accept(&mut cx, Conn::Unix(b_srv));
+        assert_eq!(server.clients(), 2);
+        assert_eq!(server.handler().owed.len(), 3, "every request handed over");
+
+        // b leaves before its answer is made: nobody is left to take it.
+        drop(b);
+        let b_token = server.handler().owed[2].0;
+        server.ready(&mut cx, b_token.0, true, false);
+        assert_eq!(server.handler().gone, vec![b_token]);
+        assert_eq!(server.clients(), 1);
+
+        // The answers made later reach a by their ids, in the order made.
+        server.timeout(&mut cx);
+        assert_eq!(server.handler().late_answers_taken, vec![true, true, false]);
+        assert_eq!(answers(&mut a, 2), vec![(7, 7), (9, 9)]);
+    }
+
+    #[test]
+    fn a_client_speaking_another_protocol_is_refused_and_dropped() {
+        let poll = mio::Poll::new().unwrap();
+        let mut next = 1 << 16;
+        let mut cx = Cx::for_test(poll.registry(), &mut next);
+        let mut server: IpcServer<Anvil, Later> = IpcServer::new(Later::default());
+        let (srv, cli) = mio::net::UnixStream::pair().unwrap();
+        let mut c = Endpoint::new(cli);
+        c.send(&Hello::of::<ipc::router::Router>()).unwrap();
+        c.send(&lookup(1)).unwrap();
+        server.accept(&mut cx, Conn::Unix(srv));
+        assert_eq!(server.clients(), 0, "dropped at the hello");
+        assert!(server.handler().owed.is_empty(), "no request read");
+        let _ = c.read_ready().unwrap();
+        match c.recv::<HelloReply>().unwrap() {
+            Some(HelloReply::Refused { .. }) => {}
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}

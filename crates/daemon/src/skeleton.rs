@@ -66,7 +66,18 @@ pub struct Cx<'a> {
     next_token: &'a mut usize,
 }
 
-impl Cx<'_> {
+impl<'a> Cx<'a> {
+    /// A context outside the loop, for tests of the daemon-side servers.
+    #[cfg(test)]
+    pub(crate) fn for_test(registry: &'a Registry, next_token: &'a mut usize) -> Self {
+        Cx {
+            registry,
+            now: Instant::now(),
+            closed: false,
+            next_token,
+        }
+    }
+
     /// A fresh token for a socket the daemon registers.
     pub fn token(&mut self) -> Token {
         let t = Token(*self.next_token);
