@@ -20,6 +20,7 @@
 //! `daemon::ipcserver` with one clock read per loop turn (`server.rs`).
 #![forbid(unsafe_code)]
 
+mod clients;
 mod journal;
 mod links;
 mod metrics;
