@@ -53,7 +53,7 @@ use queue::{Lsn, MessageHead, Record, Replay, Storage};
 use sched::{SchedConfig, Scheduler};
 
 pub use sched::Time;
-pub use store::{MemStore, Store};
+pub use store::{fresh_results, MemStore, Store};
 
 /// How long cleanup may leave notices unanswered before the link is
 /// given up and the notices are built again later.

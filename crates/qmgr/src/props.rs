@@ -75,21 +75,7 @@ impl Model {
     fn read_journal(&mut self, w: &World) {
         let recs: Vec<Record> = w.qm.store().records().skip(self.seen).cloned().collect();
         self.seen += recs.len();
-        // A retried message is restated: `Rewritten`, then the bounces it
-        // still owes a notice for. Those are not new results.
-        let mut restating = None;
-        for r in &recs {
-            match r {
-                Record::Rewritten { head, .. } => restating = Some(head.id),
-                Record::Bounced { id, .. }
-                | Record::Succeeded { id, .. }
-                | Record::Warned { id }
-                    if restating == Some(*id) => {}
-                _ => restating = None,
-            }
-            if restating.is_some() {
-                continue;
-            }
+        for r in crate::fresh_results(&recs) {
             match r {
                 Record::Delivered { id, rcpts } | Record::Bounced { id, rcpts, .. } => {
                     for i in rcpts {

@@ -102,3 +102,21 @@ impl Store for MemStore {
         Ok(all[..n].to_vec())
     }
 }
+
+/// The records that report new results: a retried message is restated
+/// (`Rewritten`, then the bounces, successes and warning it still owes a
+/// notice for), and those restated records are skipped.
+pub fn fresh_results<'a>(
+    recs: impl IntoIterator<Item = &'a Record>,
+) -> impl Iterator<Item = &'a Record> {
+    let mut restating = None;
+    recs.into_iter().filter(move |r| {
+        match r {
+            Record::Rewritten { head, .. } => restating = Some(head.id),
+            Record::Bounced { id, .. } | Record::Succeeded { id, .. } | Record::Warned { id }
+                if restating == Some(*id) => {}
+            _ => restating = None,
+        }
+        restating.is_none()
+    })
+}

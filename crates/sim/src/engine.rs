@@ -605,27 +605,13 @@ impl Sim {
     fn read_journal(&mut self) {
         let recs: Vec<Record> = self.qm.store().records_since(self.seen).to_vec();
         self.seen += recs.len();
-        // A retried message is restated: `Rewritten`, then the bounces it
-        // still owes a notice for. Those are not new results.
-        let mut restating = None;
-        for r in recs {
-            match &r {
-                Record::Rewritten { head, .. } => restating = Some(head.id),
-                Record::Bounced { id, .. }
-                | Record::Succeeded { id, .. }
-                | Record::Warned { id }
-                    if restating == Some(*id) => {}
-                _ => restating = None,
-            }
-            if restating.is_some() {
-                continue;
-            }
+        for r in queue_manager::fresh_results(&recs) {
             match r {
                 Record::Delivered { id, rcpts } => {
                     let n = rcpts.len() as u64;
                     self.report.delivered += n;
-                    *self.settled.entry(id).or_default() += n as u32;
-                    if let Some(&i) = self.index.get(&id) {
+                    *self.settled.entry(*id).or_default() += n as u32;
+                    if let Some(&i) = self.index.get(id) {
                         let tag = self.msgs[i as usize].tag;
                         let e = self
                             .report
@@ -638,11 +624,11 @@ impl Sim {
                 }
                 Record::Bounced { id, rcpts, .. } => {
                     self.report.bounced += rcpts.len() as u64;
-                    *self.settled.entry(id).or_default() += rcpts.len() as u32;
+                    *self.settled.entry(*id).or_default() += rcpts.len() as u32;
                 }
                 Record::Deferred { id, rcpts, .. } => {
                     self.report.deferred += rcpts.len() as u64;
-                    self.deferred_now.insert(id);
+                    self.deferred_now.insert(*id);
                 }
                 _ => {}
             }
