@@ -21,18 +21,6 @@ fn acknowledged(path: &std::path::Path) -> BTreeSet<String> {
         .collect()
 }
 
-fn queued_ids(inst: &Instance) -> BTreeSet<String> {
-    inst.queue_json()
-        .iter()
-        .filter_map(|l| {
-            l.split("\"queue_id\":\"")
-                .nth(1)
-                .and_then(|r| r.split('"').next())
-                .map(str::to_string)
-        })
-        .collect()
-}
-
 /// A tiny xorshift so the kill schedule varies but needs no crate.
 fn rng(seed: &mut u64) -> u64 {
     *seed ^= *seed << 13;
@@ -104,7 +92,7 @@ fn kill_9_at_random_points_loses_no_acknowledged_message() {
     );
     // Let master bring qmgr back, then compare.
     let now_queued = wait_for(30, "qmgr to answer again", || {
-        std::panic::catch_unwind(|| queued_ids(&inst)).ok()
+        std::panic::catch_unwind(|| inst.queued_ids()).ok()
     });
     let missing: Vec<_> = acked.difference(&now_queued).collect();
     assert!(
@@ -115,7 +103,7 @@ fn kill_9_at_random_points_loses_no_acknowledged_message() {
     inst.stop();
     inst.start();
     let after = wait_for(30, "qmgr after restart", || {
-        std::panic::catch_unwind(|| queued_ids(&inst)).ok()
+        std::panic::catch_unwind(|| inst.queued_ids()).ok()
     });
     let missing: Vec<_> = acked.difference(&after).collect();
     assert!(missing.is_empty(), "lost after restart: {missing:?}");

@@ -7,7 +7,6 @@
 //! and nothing else: the next messages get new links, and every message
 //! acknowledged is queued.
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
@@ -40,18 +39,6 @@ fn open_cleanup_links(inst: &Instance) -> usize {
         .lines()
         .filter(|l| l.split_whitespace().any(|w| w == path))
         .count()
-}
-
-fn queued_ids(inst: &Instance) -> BTreeSet<String> {
-    inst.queue_json()
-        .iter()
-        .filter_map(|l| {
-            l.split("\"queue_id\":\"")
-                .nth(1)
-                .and_then(|r| r.split('"').next())
-                .map(str::to_string)
-        })
-        .collect()
 }
 
 #[test]
@@ -105,7 +92,7 @@ fn sessions_share_cleanup_links_under_load() {
     assert_eq!(stats, "ok=1500 temp=0 error=0", "smtplib sessions");
     stop_tracer(&mut strace);
     let q = wait_for(30, "3,500 messages queued", || {
-        let q = queued_ids(&inst);
+        let q = inst.queued_ids();
         (q.len() >= 3500).then_some(q)
     });
     assert_eq!(q.len(), 3500);

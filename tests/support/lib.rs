@@ -390,6 +390,19 @@ impl Instance {
         });
     }
 
+    /// The queue ids of the queued messages.
+    pub fn queued_ids(&self) -> std::collections::BTreeSet<String> {
+        self.queue_json()
+            .iter()
+            .filter_map(|l| {
+                l.split("\"queue_id\":\"")
+                    .nth(1)
+                    .and_then(|r| r.split('"').next())
+                    .map(str::to_string)
+            })
+            .collect()
+    }
+
     /// The queue as `sluice queue list --json` prints it, one line per message.
     pub fn queue_json(&self) -> Vec<String> {
         let out = self.sluice(&["queue", "list", "--json"]);
