@@ -1,0 +1,22 @@
+//! Traffic shaping by fields, after Halon's policy model.
+//!
+//! A policy file (`policy_file` in main.cf, `sluice.policy(5)`) lists
+//! policies, each counting by a tuple of [`Field`]s (source address,
+//! grouping, tenant, …) with [`Props`] (concurrency, rate, connect
+//! interval, transactions per connection, idle timeout) given by a default
+//! and by conditions on field values. [`model`] holds the compiled file,
+//! [`eval`] answers "which keys and limits apply to these field values",
+//! and [`state`] keeps each key's live counters in virtual time for the
+//! scheduler. Nothing here does I/O or reads a clock.
+
+pub mod eval;
+pub mod field;
+pub mod model;
+pub mod props;
+
+pub use field::{Binding, Field, FieldSet};
+pub use model::{
+    Condition, Grouping, KeyPolicy, Pattern, Policy, RateAlgorithm, ReplyAction, ReplyRule, Source,
+    Suspension, Threshold,
+};
+pub use props::{Props, Rate};
