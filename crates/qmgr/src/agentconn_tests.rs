@@ -90,6 +90,7 @@ impl World {
             queue_id: QueueId(q),
             sender: format!("s{}@example.org", q % 3),
             tenant: None,
+            job: None,
             size: 1000,
             arrival: Time(1_000),
             attempts,

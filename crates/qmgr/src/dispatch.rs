@@ -317,6 +317,7 @@ impl<S: Store> QueueManager<S> {
             queue_id: sched::QueueId(qid),
             sender: env.sender.clone(),
             tenant: None,
+            job: None,
             size: env.size,
             arrival: Time(env.arrival.as_micros() / 1000),
             attempts: a.attempts,
@@ -545,6 +546,7 @@ impl<S: Store> QueueManager<S> {
                     transport,
                     destination,
                     host,
+                    source: _,
                 } => {
                     let s = &self.deliver.sched;
                     let tname = s.transport_name(transport).to_string();

@@ -22,6 +22,8 @@ pub struct NewMessage {
     pub sender: String,
     /// Tenant, if the site has tenants.
     pub tenant: Option<String>,
+    /// Job (campaign) id, if the message has one.
+    pub job: Option<String>,
     /// Message size in bytes.
     pub size: u64,
     /// Arrival time (for expiry and back-off).
@@ -226,6 +228,8 @@ pub enum Action {
         destination: DestId,
         /// Host to connect to.
         host: HostId,
+        /// Local source address to bind (from the policy's pool), if any.
+        source: Option<std::net::IpAddr>,
     },
     /// Start a transaction for an entry on an open connection.
     Start {

@@ -1202,6 +1202,7 @@ impl Scheduler {
             transport: t,
             destination: d,
             host: h,
+            source: None,
         });
         c
     }

@@ -140,6 +140,7 @@ mod tests {
             queue_id: QueueId(q),
             sender: "a@x".into(),
             tenant: None,
+            job: None,
             size: 1000,
             arrival: Time(0),
             attempts: 0,

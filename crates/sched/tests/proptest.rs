@@ -193,6 +193,7 @@ impl Driver {
                     queue_id: QueueId(q),
                     sender: format!("s{sender}@x"),
                     tenant: None,
+                    job: None,
                     size: 100,
                     arrival: self.now,
                     attempts: 0,

@@ -54,6 +54,7 @@ pub fn load(s: &mut Scheduler, inp: &Inputs, recipients: u32) -> Vec<Action> {
             queue_id: q,
             sender: format!("s{}@example.org", i % 1000),
             tenant: None,
+            job: None,
             size: 2000,
             arrival: Time::ZERO,
             attempts: 0,
