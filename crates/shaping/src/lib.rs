@@ -13,6 +13,7 @@ pub mod eval;
 pub mod field;
 pub mod model;
 pub mod props;
+pub mod state;
 
 pub use field::{Binding, Field, FieldSet};
 pub use model::{
@@ -20,3 +21,4 @@ pub use model::{
     Suspension, Threshold,
 };
 pub use props::{Props, Rate};
+pub use state::{BindId, Block, Hold, KeyIdx, KeyName, KeyView, Ms, Origin, Shaper, Triggered};

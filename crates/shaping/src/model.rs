@@ -133,6 +133,11 @@ pub struct ReplyRule {
     pub action: ReplyAction,
     /// For how long.
     pub duration: Duration,
+    /// After it, the limits come back by this percentage of the configured
+    /// ones per `ramp_interval` (25 unless the rule says otherwise).
+    pub ramp_step_percent: u32,
+    /// The interval of the ramp's steps (1 minute unless the rule says otherwise).
+    pub ramp_interval: Duration,
 }
 
 impl PartialEq for ReplyRule {
@@ -143,6 +148,8 @@ impl PartialEq for ReplyRule {
             && self.when == o.when
             && self.action == o.action
             && self.duration == o.duration
+            && self.ramp_step_percent == o.ramp_step_percent
+            && self.ramp_interval == o.ramp_interval
     }
 }
 
