@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod clients;
+mod holds;
 mod journal;
 mod links;
 mod metrics;

@@ -174,6 +174,49 @@ pub fn prometheus(s: &Summary) -> String {
         "Recipients delivered to the busiest destinations since qmgr started.",
         dest(|d| d.sent.total),
     );
+    let key = |f: fn(&ipc::queuectl::KeyView) -> Option<u64>| {
+        s.policy_keys
+            .iter()
+            .filter_map(|k| Some((format!("key=\"{}\"", label(&k.key)), f(k)?)))
+            .collect::<Vec<_>>()
+    };
+    family(
+        "sluice_policy_connections",
+        "gauge",
+        "Connections open per shaping policy key (the busiest keys).",
+        key(|k| Some(u64::from(k.connections))),
+    );
+    family(
+        "sluice_policy_concurrency_limit",
+        "gauge",
+        "Concurrency a policy key is allowed now (0 while suspended).",
+        key(|k| k.concurrency_now.map(u64::from)),
+    );
+    family(
+        "sluice_policy_messages_total",
+        "counter",
+        "Messages started per shaping policy key since it was first seen.",
+        key(|k| Some(k.transactions)),
+    );
+    family(
+        "sluice_policy_held",
+        "gauge",
+        "1 for each suspension or back-off in force, by its key and action.",
+        s.holds
+            .iter()
+            .map(|h| {
+                (
+                    format!(
+                        "key=\"{}\",action=\"{}\",origin=\"{}\"",
+                        label(&h.when),
+                        label(&h.action),
+                        label(&h.origin)
+                    ),
+                    1,
+                )
+            })
+            .collect(),
+    );
     out
 }
 
@@ -505,6 +548,27 @@ mod tests {
                 retry_at: Some(10),
                 sent: Counter::default(),
             }],
+            policy_keys: vec![ipc::queuectl::KeyView {
+                key: "localip=127.0.0.2,grouping=orange".into(),
+                concurrency: Some(2),
+                concurrency_now: Some(2),
+                rate: Some("10/1s".into()),
+                rate_now: Some("10/1s".into()),
+                other: String::new(),
+                local: String::new(),
+                connections: 2,
+                opened: 3,
+                transactions: 40,
+            }],
+            holds: vec![ipc::queuectl::HoldView {
+                id: 1,
+                origin: "operator".into(),
+                when: "grouping=yahoo".into(),
+                remaining: Some(30),
+                action: "suspend".into(),
+                ramping: false,
+                tag: String::new(),
+            }],
         };
         let text = prometheus(&s);
         assert!(
@@ -523,6 +587,11 @@ mod tests {
             "sluice_destination_dead{transport=\"smtp\",destination=\"[a\\\"b]:25\"} 1\n"
         ));
         assert!(text.contains("sluice_class_queued{transport=\"smtp\",class=\"small\"} 1\n"));
+        assert!(text
+            .contains("sluice_policy_connections{key=\"localip=127.0.0.2,grouping=orange\"} 2\n"));
+        assert!(text.contains(
+            "sluice_policy_held{key=\"grouping=yahoo\",action=\"suspend\",origin=\"operator\"} 1\n"
+        ));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let v = line.rsplit(' ').next().unwrap();
             assert!(v.parse::<u64>().is_ok(), "{line}");

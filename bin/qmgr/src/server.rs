@@ -41,6 +41,8 @@ pub struct QmgrServer {
     reported: Lsn,
     me: u32,
     links: Links,
+    /// The queue directory as this process sees it (`/` when chrooted).
+    root: PathBuf,
     /// When journal garbage was last collected.
     last_gc: Instant,
     /// This loop turn's time: the loop's monotonic `now`, and the wall
@@ -116,8 +118,17 @@ impl QmgrServer {
         let scfg = crate::schedconf::build(&ctx.config, &services, seed);
         let settings = settings(&ctx.config, &scfg);
         let disk = Disk::new(rec.spool, rec.journal);
-        let qm = QueueManager::new(now, settings, scfg, disk, rec.state)
+        let mut qm = QueueManager::new(now, settings, scfg, disk, rec.state)
             .map_err(|e| format!("scheduler configuration: {e:?}"))?;
+        // Suspensions and back-offs survive a restart.
+        match crate::holds::load(&root).map_err(|e| e.to_string()) {
+            Ok(t) if t.is_empty() => {}
+            Ok(t) => match qm.restore_holds(now, &t) {
+                Ok(n) => msg_info!("shaping: {n} suspensions and back-offs restored"),
+                Err(e) => msg_warn!("{}: {e}", crate::holds::path(&root).display()),
+            },
+            Err(e) => msg_warn!("{}: {e}", crate::holds::path(&root).display()),
+        }
         Ok(QmgrServer {
             qm,
             waker: None,
@@ -126,6 +137,7 @@ impl QmgrServer {
             reported: Lsn::default(),
             me: sys::current_ids().0,
             links: Links::new(&root),
+            root,
             last_gc: started,
             turn: (started, now),
             config_dir: ctx.config_dir.clone(),
@@ -212,11 +224,21 @@ impl QmgrServer {
                     self.remove_data(id, storage);
                     None
                 }
+                Action::SaveHolds { text } => {
+                    self.save_holds(&text);
+                    None
+                }
             };
             if let Some(ev) = lost {
                 let now = self.turn.1;
                 self.qm.handle(now, ev);
             }
+        }
+    }
+
+    fn save_holds(&self, text: &str) {
+        if let Err(e) = crate::holds::save(&self.root, text) {
+            msg_warn!("{}: {e}", crate::holds::path(&self.root).display());
         }
     }
 
@@ -487,6 +509,7 @@ impl Handler<Clients> for QmgrServer {
                     response,
                 } => self.reply_arrival(ClientId::from_number(client), request, response),
                 Action::RemoveData { id, storage } => self.remove_data(id, storage),
+                Action::SaveHolds { text } => self.save_holds(&text),
                 Action::Log(Level::Info, text) => msg_info!("{text}"),
                 Action::Log(Level::Warn, text) => msg_warn!("{text}"),
                 _ => {}

@@ -10,6 +10,7 @@ mod aliases;
 mod check;
 mod lifecycle;
 mod map;
+mod policy;
 mod queue;
 mod route;
 mod shape;
@@ -85,6 +86,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: QueueCmd,
     },
+    /// The traffic-shaping policy (policy_file) as qmgr applies it.
+    Policy {
+        #[command(subcommand)]
+        cmd: PolicyCmd,
+    },
     /// Print or edit main.cf parameters, like postconf.
     Config {
         /// Only parameters set in main.cf.
@@ -150,6 +156,38 @@ enum QueueCmd {
     Delete(Select),
     /// Deliver messages now, routing them afresh.
     Requeue(Select),
+    /// Suspend delivery of mail with these policy field values, e.g.
+    /// `localip=192.0.2.7 grouping=yahoo --for 2h`; prints the suspension's id.
+    Suspend {
+        /// FIELD=VALUE pairs (localip, grouping, tenantid, jobid,
+        /// recipientdomain, remotemx, remoteip, transport).
+        #[arg(required = true)]
+        values: Vec<String>,
+        /// For this long (30s, 10m, 2h); without it, until resumed.
+        #[arg(long = "for")]
+        for_time: Option<String>,
+        /// A note shown with it.
+        #[arg(long)]
+        tag: Option<String>,
+    },
+    /// List the suspensions and back-offs in force.
+    Suspensions,
+    /// Lift a suspension or back-off by its id.
+    Resume {
+        /// Its id (from suspend or suspensions).
+        id: u64,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PolicyCmd {
+    /// Every policy key in use with its configured and current limits,
+    /// connections and messages, and the suspensions and back-offs.
+    Show {
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Which messages an operation applies to.
@@ -258,6 +296,23 @@ fn main() {
         Cmd::Queue {
             cmd: QueueCmd::Requeue(s),
         } => queue::operate(&dir, "requeue", s.selector()),
+        Cmd::Queue {
+            cmd:
+                QueueCmd::Suspend {
+                    values,
+                    for_time,
+                    tag,
+                },
+        } => policy::suspend(&dir, &values, for_time.as_deref(), tag),
+        Cmd::Queue {
+            cmd: QueueCmd::Suspensions,
+        } => policy::suspensions(&dir),
+        Cmd::Queue {
+            cmd: QueueCmd::Resume { id },
+        } => policy::resume(&dir, id),
+        Cmd::Policy {
+            cmd: PolicyCmd::Show { json },
+        } => policy::show(&dir, json),
         Cmd::Config {
             non_default,
             defaults,

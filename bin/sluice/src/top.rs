@@ -270,6 +270,37 @@ pub fn frame(s: &Summary) -> String {
             d.sent.rate_10s()
         ));
     }
+    if !s.policy_keys.is_empty() || !s.holds.is_empty() {
+        out.push_str(&format!(
+            "\n{:<40} {:>5} {:>6} {:>10} {:>9}\n",
+            "POLICY KEY", "CONNS", "LIMIT", "RATE", "MESSAGES"
+        ));
+        for k in &s.policy_keys {
+            let limit = match (k.concurrency_now, k.concurrency) {
+                (Some(0), _) => "held".to_string(),
+                (Some(n), Some(c)) if n < c => format!("{n}<{c}"),
+                (_, Some(c)) => c.to_string(),
+                _ => "-".into(),
+            };
+            out.push_str(&format!(
+                "{:<40} {:>5} {:>6} {:>10} {:>9}\n",
+                k.key,
+                k.connections,
+                limit,
+                k.rate_now.as_deref().unwrap_or("-"),
+                k.transactions
+            ));
+        }
+        for h in &s.holds {
+            let left = h
+                .remaining
+                .map_or("until resumed".into(), |r| format!("{r}s"));
+            out.push_str(&format!(
+                "held: {} ({}, {}, {left}) id {}\n",
+                h.when, h.action, h.origin, h.id
+            ));
+        }
+    }
     out
 }
 

@@ -9,7 +9,7 @@ pub enum QueueCtl {}
 
 impl crate::Protocol for QueueCtl {
     const NAME: &'static str = "sluice-queuectl";
-    const VERSION: u32 = 3;
+    const VERSION: u32 = 4;
     type Request = Request;
     type Response = Response;
 }
@@ -40,6 +40,25 @@ pub enum Request {
         /// How many destinations to report.
         top: u32,
     },
+    /// Suspend delivery of mail with these shaping field values
+    /// (`sluice queue suspend FIELD=VALUE…`).
+    Suspend {
+        /// (field, value) pairs, as `localip`, `grouping`, `tenantid`…
+        when: Vec<(String, String)>,
+        /// For this many seconds (none: until resumed).
+        for_secs: Option<u64>,
+        /// Free text shown with it.
+        tag: Option<String>,
+    },
+    /// Lift a suspension or back-off (`sluice queue resume ID`).
+    Resume {
+        /// Its id.
+        id: u64,
+    },
+    /// The suspensions and back-offs in force (`sluice queue suspensions`).
+    Suspensions,
+    /// The shaping policy's keys and holds (`sluice policy show`).
+    Policy,
 }
 
 /// Which messages an operation applies to.
@@ -68,6 +87,69 @@ pub enum Response {
     Done(u64),
     /// The answer to `Summary`.
     Summary(Box<Summary>),
+    /// The answer to `Suspend`: the new hold's id, or why not.
+    Suspended(Result<u64, String>),
+    /// The answer to `Resume`: whether there was such a hold.
+    Resumed(bool),
+    /// The answer to `Suspensions`, or why there are none (no policy).
+    Holds(Result<Vec<HoldView>, String>),
+    /// The answer to `Policy`, or why there is none.
+    Policy(Result<Box<PolicyView>, String>),
+}
+
+/// A suspension or back-off as `sluice queue suspensions` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldView {
+    /// Its id.
+    pub id: u64,
+    /// `operator`, `static` (the policy file) or `reply` (a reply rule).
+    pub origin: String,
+    /// The held values, `field=value,…`.
+    pub when: String,
+    /// Seconds until the hold proper ends (none: until lifted).
+    pub remaining: Option<u64>,
+    /// `suspend`, or the limits of a back-off (`concurrency=1 rate=1/10s`).
+    pub action: String,
+    /// Whether it is ramping back after its end.
+    pub ramping: bool,
+    /// Its tag.
+    pub tag: String,
+}
+
+/// One policy key as `sluice policy show` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyView {
+    /// `field=value,…`.
+    pub key: String,
+    /// Configured concurrency.
+    pub concurrency: Option<u32>,
+    /// Concurrency allowed now (lower during a hold or ramp; 0 suspended).
+    pub concurrency_now: Option<u32>,
+    /// Configured rate, `N/S` seconds.
+    pub rate: Option<String>,
+    /// Rate allowed now.
+    pub rate_now: Option<String>,
+    /// Other configured properties, as written in the file.
+    pub other: String,
+    /// Properties that stay per instance in a cluster (`cluster: false`).
+    pub local: String,
+    /// Connections open now.
+    pub connections: u32,
+    /// Connections opened and transactions started since it was first seen.
+    pub opened: u64,
+    /// Transactions started.
+    pub transactions: u64,
+}
+
+/// The shaping state as `sluice policy show` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyView {
+    /// `tokenbucket` or `fixedwindow`.
+    pub algorithm: String,
+    /// Keys in use, sorted.
+    pub keys: Vec<KeyView>,
+    /// Holds in force.
+    pub holds: Vec<HoldView>,
 }
 
 /// qmgr's figures for monitoring.
@@ -97,6 +179,11 @@ pub struct Summary {
     pub transports: Vec<TransportSummary>,
     /// The busiest destinations, most queued first.
     pub destinations: Vec<DestSummary>,
+    /// The shaping policy's busiest keys (most connections, then most
+    /// messages), when a policy is in force.
+    pub policy_keys: Vec<KeyView>,
+    /// Suspensions and back-offs in force.
+    pub holds: Vec<HoldView>,
 }
 
 /// An event counter: its total and its recent counts.

@@ -115,6 +115,7 @@ impl World {
                     let ev = Event::RecipientsRead {
                         queue_id,
                         groups: vec![RecipientGroup {
+                            domain: String::new(),
                             transport: TRANSPORT.into(),
                             nexthop: "example.com".into(),
                             hosts: vec![vec!["mx1".into(), "mx2".into()]],

@@ -35,6 +35,10 @@ impl<S: Store> QueueManager<S> {
                 queuectl::Response::Flushed(n)
             }
             queuectl::Request::Show { id } => queuectl::Response::Shown(self.show(&id)),
+            r @ (queuectl::Request::Suspend { .. }
+            | queuectl::Request::Resume { .. }
+            | queuectl::Request::Suspensions
+            | queuectl::Request::Policy) => self.shaping_control(r),
             queuectl::Request::Summary { top } => queuectl::Response::Summary(Box::new(
                 self.summary(self.now, top.min(1000) as usize),
             )),
@@ -166,6 +170,8 @@ impl<S: Store> QueueManager<S> {
             bounced: self.totals.bounced.counter(now),
             transports: self.transport_summary(),
             destinations: self.destination_summary(now, top),
+            policy_keys: self.policy_summary(top),
+            holds: self.holds_summary(),
         }
     }
 

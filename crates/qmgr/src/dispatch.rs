@@ -43,6 +43,9 @@ pub(crate) enum AgentWait {
 pub(crate) struct Route {
     pub(crate) transport: String,
     pub(crate) nexthop: String,
+    /// The routed address's domain, kept only while a shaping policy is
+    /// in force (which may count by it, or group by it).
+    pub(crate) domain: String,
 }
 
 /// A message in delivery. Its inline data stays in the journal when it is
@@ -278,16 +281,18 @@ impl<S: Store> QueueManager<S> {
             }
             return;
         }
-        // Group recipients by (transport, nexthop).
-        let mut by: BTreeMap<(String, String), Vec<u32>> = BTreeMap::new();
+        // Group recipients by (transport, nexthop), and by domain when a
+        // shaping policy may count by it (behind a relayhost the nexthop
+        // does not say which domain a recipient is in).
+        let mut by: BTreeMap<(String, String, String), Vec<u32>> = BTreeMap::new();
         for (&i, r) in &a.routes {
-            by.entry((r.transport.clone(), r.nexthop.clone()))
+            by.entry((r.transport.clone(), r.nexthop.clone(), r.domain.clone()))
                 .or_default()
                 .push(i);
         }
         let mut groups = Vec::new();
         let mut unread = Vec::new();
-        for ((transport, nexthop), rcpts) in by {
+        for ((transport, nexthop, domain), rcpts) in by {
             let levels = match self.resolve.hosts.get(&nexthop) {
                 Some(h) if self.needs_hosts(&transport) => h.levels.clone(),
                 _ => vec![vec![nexthop.clone()]],
@@ -297,6 +302,7 @@ impl<S: Store> QueueManager<S> {
                 unread.push((g, r));
             }
             groups.push(RecipientGroup {
+                domain,
                 transport,
                 nexthop,
                 hosts: levels,
@@ -740,6 +746,14 @@ impl<S: Store> QueueManager<S> {
                 s.nexthop(destination).unwrap_or("?")
             ),
             sched::Notice::HostRetry { .. } => return,
+            sched::Notice::Suspended { hold } => {
+                self.hold_placed(&hold);
+                return;
+            }
+            sched::Notice::Resumed { id } => {
+                self.hold_lifted(id);
+                return;
+            }
         };
         self.info(line);
     }

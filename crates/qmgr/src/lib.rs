@@ -40,6 +40,7 @@ mod notices;
 mod props;
 mod resolve;
 mod retry;
+mod shapectl;
 mod store;
 #[cfg(test)]
 mod testkit;
@@ -272,6 +273,13 @@ pub enum Action {
         id: QueueId,
         /// Where its data is.
         storage: Storage,
+    },
+    /// Save the shaping holds (suspensions and back-offs) in force, in
+    /// the form [`QueueManager::restore_holds`] reads, replacing what was
+    /// saved before; written so that a crash leaves the old or the new.
+    SaveHolds {
+        /// The holds, one per line.
+        text: String,
     },
 }
 

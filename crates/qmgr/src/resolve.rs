@@ -163,9 +163,17 @@ impl<S: Store> QueueManager<S> {
             }
             t => {
                 let need = self.needs_hosts(t) && !self.fresh_hosts(&r.nexthop);
+                let domain = match self.deliver.sched.config().shaping {
+                    Some(_) => r
+                        .address
+                        .rsplit_once('@')
+                        .map_or(String::new(), |(_, d)| d.to_ascii_lowercase()),
+                    None => String::new(),
+                };
                 let route = Route {
                     transport: t.to_string(),
                     nexthop: r.nexthop.clone(),
+                    domain,
                 };
                 if let Some(a) = self.deliver.msgs.get_mut(&qid) {
                     a.routes.insert(rcpt, route);

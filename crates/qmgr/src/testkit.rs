@@ -26,6 +26,8 @@ pub(crate) struct World {
     pub(crate) replies: Vec<queuectl::Response>,
     pub(crate) removed: Vec<QueueId>,
     pub(crate) cleanup_dropped: usize,
+    /// What the queue manager asked to save of its shaping holds, in order.
+    pub(crate) saved_holds: Vec<String>,
     /// Every router and agent request ever made, with its time.
     pub(crate) history: Vec<(Time, Asked)>,
     seq: u32,
@@ -66,6 +68,17 @@ impl World {
             qmgr_message_active_limit: active_limit_hint(&settings),
             ..SchedConfig::default()
         };
+        Self::with_sched(settings, sched, store, state, now)
+    }
+
+    /// A world whose scheduler runs `sched` (a shaping policy, say).
+    pub(crate) fn with_sched(
+        settings: Settings,
+        sched: SchedConfig,
+        store: MemStore,
+        state: Replay,
+        now: Time,
+    ) -> World {
         let qm = QueueManager::new(now, settings, sched, store, state).expect("valid");
         let mut w = World {
             qm,
@@ -77,6 +90,7 @@ impl World {
             replies: Vec::new(),
             removed: Vec::new(),
             cleanup_dropped: 0,
+            saved_holds: Vec::new(),
             history: Vec::new(),
             seq: 0,
         };
@@ -173,6 +187,7 @@ impl World {
                     assert_eq!(storage, Storage::Inline);
                     self.removed.push(id);
                 }
+                Action::SaveHolds { text } => self.saved_holds.push(text),
             }
         }
     }

@@ -95,6 +95,9 @@ pub struct TransportConfig {
     pub recipient_limit: u32,
     /// `<transport>_bind_address` (none): source address, a limiter key field.
     pub bind_address: Option<String>,
+    /// `<transport>_source_pool` (none): the policy file's `sources:` pool
+    /// new connections take their source addresses from, in turn.
+    pub source_pool: Option<String>,
 }
 
 impl TransportConfig {
@@ -119,6 +122,7 @@ impl TransportConfig {
             host_retry_time: Duration::ZERO,
             recipient_limit: 20_000,
             bind_address: None,
+            source_pool: None,
         }
     }
 
@@ -158,6 +162,8 @@ pub struct SchedConfig {
     pub feedback_debug: bool,
     /// Rate and connect limits, enforced before a connection or transaction.
     pub limits: Vec<LimitRule>,
+    /// The traffic-shaping policy (`policy_file`), if any.
+    pub shaping: Option<std::sync::Arc<shaping::Policy>>,
     /// Seed for the scheduler's random host choices.
     pub seed: u64,
 }
@@ -177,6 +183,7 @@ impl Default for SchedConfig {
             destdb_record_lifetime: Duration::from_secs(3600),
             feedback_debug: false,
             limits: Vec::new(),
+            shaping: None,
             seed: 1,
         }
     }

@@ -41,6 +41,14 @@ pub struct Connection {
     pub idle_since: Option<Time>,
     /// No new jobs: reuse count or age limit reached.
     pub retiring: bool,
+    /// The shaping binding it holds slots of, if a policy is loaded.
+    pub bind: Option<shaping::BindId>,
+    /// Transactions before it closes (0 = unlimited): the transport's
+    /// reuse count limit or a policy's `transactions`, whichever is smaller.
+    pub reuse_limit: u32,
+    /// Idle time before it closes: the transport's cache time limit or a
+    /// policy's `idletimeout`, whichever is smaller.
+    pub idle_limit: std::time::Duration,
 }
 
 impl Connection {
@@ -57,6 +65,9 @@ impl Connection {
             opened_at: now,
             idle_since: None,
             retiring: false,
+            bind: None,
+            reuse_limit: 0,
+            idle_limit: std::time::Duration::ZERO,
         }
     }
 

@@ -28,6 +28,9 @@ pub enum Park {
     Transport,
     /// Rate-limited until this time.
     Until(Time),
+    /// A shaping policy's concurrency is taken or its mail is suspended:
+    /// woken when a shaped connection closes or the limits change.
+    Shaping,
 }
 
 /// Hosts by MX level in one allocation, levels separated by a sentinel id.

@@ -22,7 +22,16 @@ use crate::entry::Class;
 use crate::ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 use crate::limiter::{LimitKey, Scope, Verdict};
 use crate::sched::Scheduler;
+use crate::shape::Refusal;
 use crate::time::Time;
+
+/// Where a shaping refusal parks the destination.
+fn park_for(r: Refusal) -> Park {
+    match r {
+        Refusal::Until(t) => Park::Until(t),
+        Refusal::Wait => Park::Shaping,
+    }
+}
 
 /// Where an entry goes.
 enum Plan {
@@ -145,7 +154,8 @@ impl Scheduler {
             return Ok(());
         }
         let m = self.entries[e].message;
-        let plan = self.plan(now, t, d, m);
+        let eb = self.entry_binding(e);
+        let plan = self.plan(now, t, d, m, eb.as_ref());
         if let Plan::Block(p) = plan {
             return Err(p);
         }
@@ -166,30 +176,50 @@ impl Scheduler {
         }
         match plan {
             Plan::Conn(c) => {
+                self.may_send(now, self.conns[c].bind).map_err(park_for)?;
                 self.dests[d].queue(class).pop_front();
                 self.assign(now, e, c);
             }
             Plan::Open { host, close_idle } => {
+                let mut wait = None;
                 if self.has_conn_limits() {
                     if let Verdict::RetryAt(at) =
                         self.acquire(now, Scope::Connect, d, Some(host), m)
                     {
-                        // May not connect yet: ride an active connection if there is one.
-                        match self.ride(d) {
-                            Some(c) => {
-                                self.dests[d].queue(class).pop_front();
-                                self.assign(now, e, c);
-                                return Ok(());
-                            }
-                            None => return Err(Park::Until(at)),
-                        }
+                        wait = Some(Park::Until(at));
                     }
                 }
+                let mut chosen = (None, None);
+                if wait.is_none() {
+                    match self.choose_source(
+                        now,
+                        e,
+                        host,
+                        eb.as_ref().unwrap_or(&Default::default()),
+                    ) {
+                        Ok(c) => chosen = c,
+                        Err(r) => wait = Some(park_for(r)),
+                    }
+                }
+                if let Some(p) = wait {
+                    // May not connect yet: ride an active connection if there is one.
+                    return match self.ride(d, eb.as_ref()) {
+                        Some(c) => {
+                            self.may_send(now, self.conns[c].bind).map_err(park_for)?;
+                            self.dests[d].queue(class).pop_front();
+                            self.assign(now, e, c);
+                            Ok(())
+                        }
+                        None => Err(p),
+                    };
+                }
+                let (source, bind) = chosen;
+                self.may_send(now, bind).map_err(park_for)?;
                 if let Some(ic) = close_idle {
                     self.close_conn(now, ic);
                 }
                 self.dests[d].queue(class).pop_front();
-                let c = self.new_conn(now, d, host);
+                let c = self.new_conn(now, d, host, source, bind);
                 self.assign(now, e, c);
             }
             Plan::DeferNoHost(_) | Plan::Block(_) => unreachable!("handled above"),
@@ -219,19 +249,19 @@ impl Scheduler {
     /// fanf's free ride: the first active connection with fewer jobs than the
     /// newest, else the first; bounded at twice the backlog threshold so a
     /// ride cannot move a whole queue onto connections.
-    fn ride(&self, d: DestId) -> Option<ConnId> {
+    fn ride(&self, d: DestId, eb: Option<&shaping::Binding>) -> Option<ConnId> {
         let cfg = &self.transports[self.dests[d].transport.0 as usize].cfg;
-        let (reuse, cap) = (
-            cfg.connection_reuse_count_limit,
-            cfg.connection_backlog_limit.saturating_mul(2),
-        );
+        let cap = cfg.connection_backlog_limit.saturating_mul(2);
         let active: Vec<ConnId> = self.dests[d]
             .conns
             .iter()
             .copied()
             .filter(|&c| {
                 let x = &self.conns[c];
-                x.jobs() > 0 && x.jobs() < cap && x.may_ride(reuse)
+                x.jobs() > 0
+                    && x.jobs() < cap
+                    && x.may_ride(x.reuse_limit)
+                    && self.compatible(c, eb)
             })
             .collect();
         let newest = *active.last()?;
@@ -243,20 +273,32 @@ impl Scheduler {
             .or(Some(active[0]))
     }
 
-    fn plan(&mut self, now: Time, t: TransportId, d: DestId, m: MsgId) -> Plan {
+    fn plan(
+        &mut self,
+        now: Time,
+        t: TransportId,
+        d: DestId,
+        m: MsgId,
+        eb: Option<&shaping::Binding>,
+    ) -> Plan {
         let tr = &self.transports[t.0 as usize];
-        let (backlog, reuse) = (
-            tr.cfg.connection_backlog_limit,
-            tr.cfg.connection_reuse_count_limit,
-        );
+        let backlog = tr.cfg.connection_backlog_limit;
         let free = tr.free_workers();
         let dest = &self.dests[d];
+        // Connections whose shaping rates have no token now are passed
+        // over; if that leaves nothing, the destination waits for the token.
+        let mut wait: Option<Time> = None;
         // 1. An active connection under the backlog threshold, most recent first.
         // Connections still opening are not active yet: piling entries on a
         // host that may be dead would serialise the connect timeouts.
         for &c in dest.conns.iter().rev() {
             let conn = &self.conns[c];
-            if conn.state == ConnState::Open && conn.jobs() > 0 && conn.may_take(backlog, reuse) {
+            if conn.state == ConnState::Open
+                && conn.jobs() > 0
+                && conn.may_take(backlog, conn.reuse_limit)
+                && self.compatible(c, eb)
+                && self.sendable(now, c, &mut wait)
+            {
                 return Plan::Conn(c);
             }
         }
@@ -268,7 +310,11 @@ impl Scheduler {
                 .copied()
                 .filter(|&c| {
                     let x = &self.conns[c];
-                    x.state == ConnState::Open && x.jobs() == 0 && x.may_take(backlog, reuse)
+                    x.state == ConnState::Open
+                        && x.jobs() == 0
+                        && x.may_take(backlog, x.reuse_limit)
+                        && self.compatible(c, eb)
+                        && self.sendable(now, c, &mut wait)
                 })
                 .max_by_key(|&c| (self.conns[c].idle_since, c));
             if let Some(c) = idle {
@@ -305,13 +351,16 @@ impl Scheduler {
                 }
             }
         }
+        if let Some(at) = wait {
+            return Plan::Block(Park::Until(at));
+        }
         let allowed = self.allowed_new_worker(m, free);
         // 4. A message that may not take a new worker rides on an active
         // connection (fanf's free ride for big envelopes). Entries that only
         // lack window or worker room wait in their class queue instead, where
         // the class round-robin still orders them (see docs/scheduler.md).
         if !allowed {
-            if let Some(c) = self.ride(d) {
+            if let Some(c) = self.ride(d, eb) {
                 return Plan::Conn(c);
             }
             return Plan::Block(Park::Transport);

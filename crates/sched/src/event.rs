@@ -43,6 +43,10 @@ pub struct RecipientGroup {
     pub nexthop: String,
     /// Hosts by MX preference level, best level first.
     pub hosts: Vec<Vec<String>>,
+    /// The recipients' domain when the caller splits groups by domain for
+    /// shaping (behind a relayhost the nexthop is not the domain); empty
+    /// means the nexthop's.
+    pub domain: String,
     /// Recipient indexes within the message.
     pub recipients: Vec<u32>,
 }
@@ -134,6 +138,23 @@ pub enum Event {
     /// destinations are tried again now, as Postfix's flush unthrottles
     /// its queues.
     Flush,
+    /// Suspend mail with these field values (`sluice queue suspend`), until
+    /// `until` or until resumed; answered with `Notice::Suspended`.
+    Suspend {
+        /// Field values of the mail to hold.
+        when: Vec<(shaping::Field, String)>,
+        /// End, if timed.
+        until: Option<Time>,
+        /// Free text.
+        tag: Option<String>,
+    },
+    /// Restore a suspension saved before a restart.
+    RestoreHold(shaping::Hold),
+    /// Lift a suspension or back-off by id.
+    Resume {
+        /// The hold's id.
+        id: u64,
+    },
 }
 
 /// A journal record the shell must write.
@@ -198,6 +219,17 @@ pub enum Notice {
         from: u32,
         /// New window.
         to: u32,
+    },
+    /// A hold was put in place (by the operator or by a reply rule, whose
+    /// index is given); the shell saves holds to survive a restart.
+    Suspended {
+        /// The hold.
+        hold: shaping::Hold,
+    },
+    /// A hold was lifted by the operator.
+    Resumed {
+        /// Its id.
+        id: u64,
     },
     /// destdb will skip this host until `until`.
     HostRetry {

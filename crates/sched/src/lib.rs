@@ -36,6 +36,7 @@ pub mod policy;
 mod reclass;
 pub mod rng;
 mod sched;
+mod shape;
 pub mod slab;
 pub mod stats;
 pub mod time;

@@ -24,6 +24,7 @@ use crate::limiter::{Limiter, LocalLimiter};
 use crate::message::{Interner, Message};
 use crate::policy::{Policy, ThreeClass};
 use crate::rng::Rng;
+use crate::shape::{ShapeSide, Shaping};
 use crate::slab::Slab;
 use crate::time::Time;
 use crate::transport::Transport;
@@ -86,6 +87,8 @@ pub(crate) enum Timer {
     DeadRetry(DestId),
     Unpark(DestId),
     Gc,
+    /// A shaping hold ends or ramps a step.
+    Shaping,
 }
 
 const GC_INTERVAL: Duration = Duration::from_secs(60);
@@ -122,6 +125,10 @@ pub struct Scheduler {
     next_attempts: BTreeMap<MsgId, Time>,
     /// Class keys of a message for kinds other than the first transport's.
     extra_keys: BTreeMap<(MsgId, u8), KeyId>,
+    /// Traffic shaping, when a policy is loaded.
+    pub(crate) shaping: Option<Shaping>,
+    /// Job ids, sender and entry domains for shaping.
+    pub(crate) side: ShapeSide,
 }
 
 /// A limiter that can be printed (so the scheduler derives Debug).
@@ -182,7 +189,15 @@ impl Scheduler {
             gc_armed: false,
             next_attempts: BTreeMap::new(),
             extra_keys: BTreeMap::new(),
-        })
+            shaping: None,
+            side: ShapeSide::default(),
+        }
+        .with_shaping())
+    }
+
+    fn with_shaping(mut self) -> Self {
+        self.shaping = self.cfg.shaping.clone().map(Shaping::new);
+        self
     }
 
     /// Applies one event, then starts whatever can be started.
@@ -226,17 +241,15 @@ impl Scheduler {
                     return Err(SchedError::UnknownTransport(transport));
                 }
             }
-            Event::LimitsChanged => {
-                let parked: Vec<DestId> = self
-                    .dests
-                    .iter()
-                    .filter(|(_, d)| matches!(d.park, Park::Until(_)))
-                    .map(|(i, _)| i)
-                    .collect();
-                for d in parked {
-                    self.unpark(d);
+            Event::LimitsChanged => self.wake_all_parked(now),
+            Event::Suspend { when, until, tag } => self.suspend(now, when, until, tag),
+            Event::RestoreHold(hold) => {
+                if let Some(sh) = self.shaping.as_mut() {
+                    sh.shaper.restore(hold);
                 }
+                self.arm_shaping(now);
             }
+            Event::Resume { id } => self.resume(now, id),
             Event::ConfigChanged(cfg) => self.reconfigure(*cfg)?,
             Event::Flush => self.flush(now),
             Event::ConnectionLost { conn, reason } => self.connection_lost(now, conn, &reason)?,
@@ -269,6 +282,7 @@ impl Scheduler {
                     self.gc_armed = false;
                     self.gc(now);
                 }
+                Timer::Shaping => self.shaping_timer(now),
             }
         }
         self.ensure_gc(now);
@@ -402,6 +416,13 @@ impl Scheduler {
             m.recipients,
         ));
         self.msg_index.insert(m.queue_id, id);
+        if let Some(j) = m.job.as_deref().filter(|j| !j.is_empty()) {
+            self.side.jobs.insert(id, j.into());
+        }
+        if self.shaping.is_some() {
+            let domain = m.sender.rsplit_once('@').map_or("", |(_, d)| d);
+            self.side.sender_domains.insert(id, domain.into());
+        }
         for (k, t) in extra {
             let kid = self.keys.acquire(&t);
             self.extra_keys.insert((id, k as u8), kid);
@@ -474,8 +495,11 @@ impl Scheduler {
             msg.in_core += g.recipients.len() as u32;
             self.in_core += g.recipients.len() as u32;
             let limit = tr.cfg.destination_recipient_limit as usize;
+            let own_domain = (!g.domain.is_empty()
+                && !g.domain.eq_ignore_ascii_case(&self.dests[d].nexthop))
+            .then_some(g.domain.as_str());
             for chunk in g.recipients.chunks(limit) {
-                self.create_entry(now, m, d, chunk, extra);
+                self.create_entry(now, m, d, chunk, extra, own_domain);
                 extra = extra.saturating_sub(1);
             }
         }
@@ -498,10 +522,13 @@ impl Scheduler {
             Some(&d) => d,
             None => {
                 let tr = &self.transports[t.0 as usize];
+                // Postfix starts at the smaller of the initial window and the limit.
                 let d = self.dests.insert(Destination::new(
                     t,
                     nexthop,
-                    tr.cfg.initial_destination_concurrency,
+                    tr.cfg
+                        .initial_destination_concurrency
+                        .min(tr.cfg.destination_concurrency_limit),
                     self.cfg.minimal_backoff_time,
                     now,
                 ));
@@ -533,7 +560,15 @@ impl Scheduler {
         d
     }
 
-    fn create_entry(&mut self, now: Time, m: MsgId, d: DestId, rcpts: &[u32], batch_rest: u32) {
+    fn create_entry(
+        &mut self,
+        now: Time,
+        m: MsgId,
+        d: DestId,
+        rcpts: &[u32],
+        batch_rest: u32,
+        domain: Option<&str>,
+    ) {
         let msg = &self.msgs[m];
         let tr = &self.transports[self.dests[d].transport.0 as usize];
         let key = self.class_key(m, d);
@@ -546,6 +581,9 @@ impl Scheduler {
         };
         self.keys.recs[key].entries += 1;
         let e = self.entries.insert(Entry::new(m, d, class, rcpts));
+        if let Some(domain) = domain {
+            self.side.domains.insert(e, domain.into());
+        }
         self.msgs[m].live_entries += 1;
         let dest = &mut self.dests[d];
         dest.entries += 1;
@@ -587,6 +625,7 @@ impl Scheduler {
     /// Removes an entry that is no longer queued or on a connection.
     fn remove_entry(&mut self, now: Time, e: EntryId) -> Entry {
         let entry = self.entries.remove(e);
+        self.side.domains.remove(&e);
         let n = entry.recipient_count();
         let t = self.dests[entry.dest].transport;
         if matches!(entry.state, EntryState::OnConn(_) | EntryState::InFlight(_)) {
@@ -698,6 +737,8 @@ impl Scheduler {
         if msg.live_entries == 0 && msg.unread == 0 {
             let msg = self.msgs.remove(m);
             self.msg_index.remove(&msg.queue_id);
+            self.side.jobs.remove(&m);
+            self.side.sender_domains.remove(&m);
             for j in msg.jobs.iter() {
                 if j.slots > 0 {
                     self.give_slots(j.transport, j.slots);
@@ -762,10 +803,20 @@ impl Scheduler {
         let t = conn.transport.0 as usize;
         let cfg = &self.transports[t].cfg;
         let too_old = now >= conn.opened_at + cfg.connection_reuse_time_limit;
-        let used_up = cfg.connection_reuse_count_limit > 0
-            && conn.transactions >= cfg.connection_reuse_count_limit;
-        let cache = cfg.connection_cache_time_limit;
+        let used_up = conn.reuse_limit > 0 && conn.transactions >= conn.reuse_limit;
+        let cache = conn.idle_limit;
         let d = conn.dest;
+        if self.shaping.is_some() && self.held(now, c) {
+            // Its mail was suspended (a reply rule, say): what waits on it
+            // goes back to the queues, where the suspension parks it.
+            let conn = &mut self.conns[c];
+            conn.retiring = true;
+            let mut back: Vec<EntryId> = conn.backlog.drain(..).collect();
+            back.reverse();
+            for e in back {
+                self.requeue(e);
+            }
+        }
         let conn = &mut self.conns[c];
         if too_old || used_up {
             conn.retiring = true;
@@ -777,8 +828,13 @@ impl Scheduler {
             self.close_conn(now, c);
         } else if conn.idle_since.is_none() {
             conn.idle_since = Some(now);
+            let shaped = conn.bind.is_some();
             self.transports[t].idle.insert((now, c));
             self.timers.insert((now + cache, Timer::ConnIdle(c)));
+            if shaped {
+                // Mail waiting for a slot this connection holds may take it now.
+                self.wake_shaping();
+            }
         }
         self.wake_window(d);
     }
@@ -814,9 +870,7 @@ impl Scheduler {
         let Some(conn) = self.conns.get(c) else {
             return;
         };
-        let cache = self.transports[conn.transport.0 as usize]
-            .cfg
-            .connection_cache_time_limit;
+        let cache = conn.idle_limit;
         if let Some(since) = conn.idle_since {
             if since + cache <= now {
                 self.close_conn(now, c);
@@ -839,6 +893,10 @@ impl Scheduler {
         }
         self.transports[t].workers -= 1;
         self.hosts.closed(conn.host, now);
+        if let (Some(sh), Some(b)) = (self.shaping.as_mut(), conn.bind) {
+            sh.shaper.closed(b);
+            self.wake_shaping();
+        }
         let dest = &mut self.dests[conn.dest];
         dest.busy -= 1;
         dest.conns.retain(|x| *x != c);
@@ -878,6 +936,9 @@ impl Scheduler {
         let (d, h, t) = (conn.dest, conn.host, conn.transport.0 as usize);
         // The delivery that opened the connection failed (Postfix defers it);
         // the others that were queued on the connection are rescheduled.
+        if failure == ConnFailure::Handshake {
+            self.shaping_reply(now, c, reason);
+        }
         let first = self.take_first(c);
         if failure == ConnFailure::Unreachable {
             let retry = self.transports[t].cfg.host_retry_time;
@@ -986,6 +1047,13 @@ impl Scheduler {
                 }
             }
         }
+        if self.shaping.is_some() {
+            for why in [&defer_reason, &bounce_reason] {
+                if !why.is_empty() {
+                    self.shaping_reply(now, c, why);
+                }
+            }
+        }
         if !delivered.is_empty() {
             self.actions.push_back(Action::Journal(Record::Delivered {
                 queue_id: q,
@@ -1063,6 +1131,7 @@ impl Scheduler {
             Park::Until(t) => {
                 self.timers.insert((t, Timer::Unpark(d)));
             }
+            Park::Shaping => self.park_shaping(d),
             Park::Window | Park::No => {}
         }
     }
@@ -1102,6 +1171,7 @@ impl Scheduler {
     fn gc(&mut self, now: Time) {
         self.hosts.gc(now, self.cfg.destdb_record_lifetime);
         self.limiter.forget_idle(now);
+        self.shaping_gc(now);
         let (min, max) = (self.cfg.minimal_backoff_time, self.cfg.maximal_backoff_time);
         let idle: Vec<DestId> = self
             .dests
@@ -1175,7 +1245,13 @@ impl Scheduler {
         if cfg.limits != self.cfg.limits {
             self.limiter = Box::new(LocalLimiter::new(cfg.limits.clone()));
         }
+        match (&cfg.shaping, self.shaping.as_mut()) {
+            (Some(p), Some(sh)) => sh.reload(Arc::clone(p)),
+            (Some(p), None) => self.shaping = Some(Shaping::new(Arc::clone(p))),
+            (None, _) => self.shaping = None,
+        }
         self.cfg = cfg;
+        self.wake_all_parked(Time::ZERO);
         Ok(())
     }
 
@@ -1187,10 +1263,34 @@ impl Scheduler {
         self.has_conn_limits
     }
 
-    /// Opens a connection record (the caller emits nothing else).
-    pub(crate) fn new_conn(&mut self, now: Time, d: DestId, h: HostId) -> ConnId {
+    /// Opens a connection record (the caller emits nothing else), bound
+    /// to a shaping binding when a policy is loaded.
+    pub(crate) fn new_conn(
+        &mut self,
+        now: Time,
+        d: DestId,
+        h: HostId,
+        source: Option<std::net::IpAddr>,
+        bind: Option<shaping::BindId>,
+    ) -> ConnId {
         let t = self.dests[d].transport;
-        let c = self.conns.insert(Connection::new(t, d, h, now));
+        let mut conn = Connection::new(t, d, h, now);
+        let cfg = &self.transports[t.0 as usize].cfg;
+        conn.reuse_limit = cfg.connection_reuse_count_limit;
+        conn.idle_limit = cfg.connection_cache_time_limit;
+        conn.bind = bind;
+        if let (Some(sh), Some(b)) = (self.shaping.as_mut(), bind) {
+            // A policy's own pooling settings are the more specific.
+            let (transactions, idle) = sh.shaper.connection_limits(b);
+            if let Some(n) = transactions {
+                conn.reuse_limit = n;
+            }
+            if let Some(i) = idle {
+                conn.idle_limit = i;
+            }
+            sh.shaper.opened(now.0, b);
+        }
+        let c = self.conns.insert(conn);
         let dest = &mut self.dests[d];
         dest.conns.push(c);
         dest.busy += 1;
@@ -1202,7 +1302,7 @@ impl Scheduler {
             transport: t,
             destination: d,
             host: h,
-            source: None,
+            source,
         });
         c
     }

@@ -27,6 +27,7 @@ fn add(s: &mut Scheduler, now: Time, q: u64, sender: &str, rcpts: u32) {
 
 fn group(nexthop: &str, hosts: &[&[&str]], rcpts: Vec<u32>) -> RecipientGroup {
     RecipientGroup {
+        domain: String::new(),
         transport: "smtp".into(),
         nexthop: nexthop.into(),
         hosts: hosts
@@ -563,6 +564,7 @@ fn refused_events_change_nothing() {
         Event::RecipientsRead {
             queue_id: QueueId(1),
             groups: vec![RecipientGroup {
+                domain: String::new(),
                 transport: "nope".into(),
                 ..group("d", &[], vec![0])
             }],
@@ -1022,6 +1024,7 @@ fn class_key_kind_is_per_transport() {
         let groups = vec![
             group("a.example", &[&["mx.a"]], vec![0]),
             RecipientGroup {
+                domain: String::new(),
                 transport: "relay".into(),
                 ..group("b.example", &[&["mx.b"]], vec![1])
             },

@@ -150,6 +150,7 @@ mod tests {
         while let Some(a) = s.poll_action() {
             if let Action::ReadRecipients { queue_id, .. } = a {
                 let g = RecipientGroup {
+                    domain: String::new(),
                     transport: "smtp".into(),
                     nexthop: nexthop.into(),
                     hosts: vec![vec!["mx".into()]],

@@ -85,6 +85,7 @@ impl Driver {
                     let groups = by
                         .into_iter()
                         .map(|(d, recipients)| RecipientGroup {
+                            domain: String::new(),
                             transport: "smtp".into(),
                             nexthop: format!("d{d}.example"),
                             hosts: vec![

@@ -11,6 +11,7 @@
 
 pub mod eval;
 pub mod field;
+pub mod holdfile;
 pub mod model;
 pub mod props;
 pub mod state;

@@ -334,11 +334,7 @@ impl Shaper {
                     // A new bucket starts full.
                     let bucket = policy.algorithm == RateAlgorithm::TokenBucket;
                     if let (Some(r), Some(st)) = (props.rate, self.key_mut(k)) {
-                        st.level = if bucket {
-                            f64::from(r.tokens)
-                        } else {
-                            0.0
-                        };
+                        st.level = if bucket { f64::from(r.tokens) } else { 0.0 };
                     }
                     self.key_index.insert(name, k);
                     k
@@ -438,6 +434,12 @@ impl Shaper {
         eff
     }
 
+    /// Whether a hold suspends the mail of `id` at `now`.
+    pub fn is_suspended(&self, now: Ms, id: BindId) -> bool {
+        self.bound(id)
+            .is_some_and(|b| self.suspended(now, &b.binding).is_some())
+    }
+
     /// Whether a connection for `b` may open at `now`.
     pub fn may_open(&self, now: Ms, id: BindId) -> Result<(), Block> {
         let Some(bound) = self.bound(id) else {
@@ -498,8 +500,34 @@ impl Shaper {
     /// Takes one token of every rate of `b` for a transaction, or says
     /// when to ask again (all or nothing: no token is taken on a refusal).
     pub fn may_send(&mut self, now: Ms, id: BindId) -> Result<(), Block> {
+        let take = self.can_send(now, id)?;
+        let algorithm = self.policy.algorithm;
+        for (k, rate) in take {
+            if let Some(st) = self.key_mut(k) {
+                let (level, at) = refill(algorithm, rate, st.level, st.at, now);
+                st.level = match algorithm {
+                    RateAlgorithm::TokenBucket => level - 1.0,
+                    RateAlgorithm::FixedWindow => level + 1.0,
+                };
+                st.at = at;
+            }
+        }
+        let keys: Vec<KeyIdx> = self
+            .bound(id)
+            .map_or(Vec::new(), |b| b.keys.iter().map(|&(k, _)| k).collect());
+        for k in keys {
+            if let Some(st) = self.key_mut(k) {
+                st.transactions += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a transaction of `b` could start now, taking nothing; on
+    /// success, the rates it would take a token of.
+    pub fn can_send(&self, now: Ms, id: BindId) -> Result<Vec<(KeyIdx, Rate)>, Block> {
         let Some(bound) = self.bound(id) else {
-            return Ok(());
+            return Ok(Vec::new());
         };
         if let Some(block) = self.suspended(now, &bound.binding) {
             return Err(block);
@@ -530,28 +558,10 @@ impl Shaper {
                 None => take.push((k, rate)),
             }
         }
-        if let Some(at) = later {
-            return Err(Block::Until(at));
+        match later {
+            Some(at) => Err(Block::Until(at)),
+            None => Ok(take),
         }
-        for (k, rate) in take {
-            if let Some(st) = self.key_mut(k) {
-                let (level, at) = refill(algorithm, rate, st.level, st.at, now);
-                st.level = match algorithm {
-                    RateAlgorithm::TokenBucket => level - 1.0,
-                    RateAlgorithm::FixedWindow => level + 1.0,
-                };
-                st.at = at;
-            }
-        }
-        let keys: Vec<KeyIdx> = self
-            .bound(id)
-            .map_or(Vec::new(), |b| b.keys.iter().map(|&(k, _)| k).collect());
-        for k in keys {
-            if let Some(st) = self.key_mut(k) {
-                st.transactions += 1;
-            }
-        }
-        Ok(())
     }
 
     /// The per-connection limits of `b`: transactions before it closes and
@@ -689,6 +699,11 @@ impl Shaper {
     pub fn holds(&mut self, now: Ms) -> &[Hold] {
         self.holds.retain(|h| !h.over(now));
         &self.holds
+    }
+
+    /// Holds in force at `now`, without dropping expired ones.
+    pub fn active_holds(&self, now: Ms) -> impl Iterator<Item = &Hold> {
+        self.holds.iter().filter(move |h| !h.over(now))
     }
 
     /// When the limits allowed next rise (a hold ends or ramps a step), so

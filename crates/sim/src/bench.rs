@@ -63,6 +63,7 @@ pub fn load(s: &mut Scheduler, inp: &Inputs, recipients: u32) -> Vec<Action> {
         let _ = s.handle(Time::ZERO, Event::MessageAdded(m));
         let d = (i % dests) as usize;
         let g = RecipientGroup {
+            domain: String::new(),
             transport: "smtp".into(),
             nexthop: names[d].clone(),
             hosts: hosts[d].clone(),

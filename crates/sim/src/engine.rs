@@ -684,7 +684,8 @@ impl Sim {
             Action::Log(..)
             | Action::Reply { .. }
             | Action::Answer { .. }
-            | Action::DropCleanup => {}
+            | Action::DropCleanup
+            | Action::SaveHolds { .. } => {}
             Action::ToRouter { request, body } => {
                 let response = self.route(body);
                 self.handle(Event::RouterAnswer { request, response });

@@ -1,0 +1,47 @@
+//! The saved shaping holds: `shaping.holds` in the queue directory,
+//! replaced whole (write, fsync, rename, fsync the directory) so that a
+//! crash leaves the old list or the new, never half of one.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// The file's path under the queue directory.
+pub fn path(root: &Path) -> PathBuf {
+    root.join("shaping.holds")
+}
+
+/// Replaces the saved holds with `text`.
+pub fn save(root: &Path, text: &str) -> io::Result<()> {
+    let to = path(root);
+    let tmp = root.join("shaping.holds.tmp");
+    let mut f = File::create(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    fs::rename(&tmp, &to)?;
+    File::open(root)?.sync_all()
+}
+
+/// The saved holds, empty when none were saved.
+pub fn load(root: &Path) -> io::Result<String> {
+    match fs::read_to_string(path(root)) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_holds_replace_the_old_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(load(dir.path()).unwrap(), "");
+        save(dir.path(), "1\tone\n").unwrap();
+        save(dir.path(), "2\ttwo\n").unwrap();
+        assert_eq!(load(dir.path()).unwrap(), "2\ttwo\n");
+        assert!(!dir.path().join("shaping.holds.tmp").exists());
+    }
+}

@@ -1,0 +1,499 @@
+//! Traffic shaping in the scheduler: the field values of an entry and of a
+//! connection, the choice of source address, and the hooks that keep the
+//! [`Shaper`] counting.
+//!
+//! A connection is bound when it opens to the values of the entry that
+//! opened it (tenant, job, recipient domain, grouping, transport) plus its
+//! source address and remote host; it holds one slot of each of that
+//! binding's keys from connect to close, idle or not, and carries only
+//! entries whose message-side values are the same. New connections take
+//! the addresses of the message's source pool in turn, skipping those
+//! whose keys are suspended or full. Panics: never.
+
+use crate::destination::Park;
+use crate::ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
+use crate::sched::{Scheduler, Timer};
+use crate::time::Time;
+use shaping::{BindId, Binding, Block, Field, FieldSet, Policy, Shaper};
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Fields that come from the message and its destination, not from the
+/// connection: a connection carries only entries that agree on them.
+const MESSAGE_SIDE: [Field; 5] = [
+    Field::TenantId,
+    Field::JobId,
+    Field::RecipientDomain,
+    Field::Grouping,
+    Field::Transport,
+];
+
+/// The scheduler's shaping state.
+#[derive(Debug)]
+pub(crate) struct Shaping {
+    pub(crate) shaper: Shaper,
+    used: FieldSet,
+    /// Destinations parked on `Park::Shaping`.
+    waiters: Vec<DestId>,
+    /// The next address of each source pool.
+    cursor: HashMap<String, usize>,
+    /// The grouping of destinations whose entries carry no domain of their own.
+    groupings: HashMap<DestId, Option<Box<str>>>,
+    /// When the change timer is armed for.
+    timer: Option<Time>,
+}
+
+/// Message-side values kept only while shaping is on or a message has them.
+#[derive(Debug, Default)]
+pub(crate) struct ShapeSide {
+    /// Job id of messages that have one.
+    pub(crate) jobs: BTreeMap<MsgId, Box<str>>,
+    /// Sender domain of messages (only while a policy is loaded).
+    pub(crate) sender_domains: BTreeMap<MsgId, Box<str>>,
+    /// Domain of entries whose domain is not their destination's nexthop.
+    pub(crate) domains: BTreeMap<EntryId, Box<str>>,
+}
+
+impl Shaping {
+    pub(crate) fn new(policy: Arc<Policy>) -> Shaping {
+        let used = policy.fields_used();
+        Shaping {
+            shaper: Shaper::new(policy),
+            used,
+            waiters: Vec::new(),
+            cursor: HashMap::new(),
+            groupings: HashMap::new(),
+            timer: None,
+        }
+    }
+
+    pub(crate) fn reload(&mut self, policy: Arc<Policy>) {
+        self.used = policy.fields_used();
+        self.shaper.reload(policy);
+        self.groupings.clear();
+    }
+}
+
+/// A refusal to open or send, as the dispatcher acts on it.
+pub(crate) enum Refusal {
+    /// Park until then.
+    Until(Time),
+    /// Park until a shaped connection closes or the limits change.
+    Wait,
+}
+
+impl From<Block> for Refusal {
+    fn from(b: Block) -> Refusal {
+        match b {
+            Block::Until(t) => Refusal::Until(Time(t)),
+            Block::Full(_) | Block::Suspended => Refusal::Wait,
+        }
+    }
+}
+
+impl Scheduler {
+    /// The message-side values of entry `e` (only fields some policy uses,
+    /// so that fields nobody counts by never split connections).
+    pub(crate) fn entry_binding(&mut self, e: EntryId) -> Option<Binding> {
+        let sh = self.shaping.as_ref()?;
+        let used = sh.used;
+        let entry = &self.entries[e];
+        let (d, m) = (entry.dest, entry.message);
+        let own = self.side.domains.get(&e).cloned();
+        let dest = &self.dests[d];
+        let nexthop_domain = if dest.nexthop.starts_with('[') {
+            ""
+        } else {
+            &*dest.nexthop
+        };
+        let domain: &str = own.as_deref().unwrap_or(nexthop_domain);
+        let grouping = match (&own, sh.groupings.get(&d)) {
+            (None, Some(g)) => g.clone(),
+            _ => {
+                let policy = sh.shaper.policy();
+                // MX names count only where the nexthop is the recipient's
+                // own domain, not behind a relayhost.
+                let mx: Vec<&str> = if own.is_none() && !nexthop_domain.is_empty() {
+                    dest.hosts.all().map(|h| self.hosts.name(h)).collect()
+                } else {
+                    Vec::new()
+                };
+                let g: Option<Box<str>> = policy.grouping_of(domain, &mx).map(Box::from);
+                if own.is_none() {
+                    if let Some(sh) = self.shaping.as_mut() {
+                        sh.groupings.insert(d, g.clone());
+                    }
+                }
+                g
+            }
+        };
+        let tname = &self.transports[self.dests[d].transport.0 as usize].cfg.name;
+        let msg = &self.msgs[m];
+        let mut b = Binding::default();
+        let mut set = |f: Field, v: &str| {
+            if used.contains(f) {
+                b.set(f, v);
+            }
+        };
+        set(Field::Transport, tname);
+        set(Field::RecipientDomain, domain);
+        set(Field::Grouping, grouping.as_deref().unwrap_or(""));
+        if let Some(t) = msg.tenant() {
+            set(Field::TenantId, self.keys.name(t));
+        }
+        if let Some(j) = self.side.jobs.get(&m) {
+            set(Field::JobId, j);
+        }
+        // Pool selection looks at the grouping even when no policy counts by it.
+        if !used.contains(Field::Grouping) {
+            if let Some(g) = grouping {
+                b.values[Field::Grouping.idx()] = g;
+            }
+        }
+        Some(b)
+    }
+
+    /// Whether connection `c` may carry an entry with message-side values `eb`.
+    pub(crate) fn compatible(&self, c: ConnId, eb: Option<&Binding>) -> bool {
+        let (Some(eb), Some(sh)) = (eb, self.shaping.as_ref()) else {
+            return true;
+        };
+        let Some(cb) = self.conns[c].bind.and_then(|b| sh.shaper.binding(b)) else {
+            return true;
+        };
+        MESSAGE_SIDE.iter().all(|&f| {
+            let want = if sh.used.contains(f) { eb.get(f) } else { "" };
+            cb.get(f) == want
+        })
+    }
+
+    /// The source addresses a new connection for `eb` may take, in the
+    /// order to try them, and the pool they come from.
+    fn candidates(
+        &self,
+        t: TransportId,
+        m: MsgId,
+        eb: &Binding,
+    ) -> (Option<(String, usize)>, Vec<Option<IpAddr>>) {
+        let cfg = &self.transports[t.0 as usize].cfg;
+        let fallback = || {
+            let bind = cfg.bind_address.as_deref().and_then(|a| a.parse().ok());
+            (None, vec![bind])
+        };
+        let Some(sh) = self.shaping.as_ref() else {
+            return fallback();
+        };
+        let sender_domain = self.side.sender_domains.get(&m).map_or("", |d| &**d);
+        let pool = sh.shaper.policy().pool_for(
+            eb.get(Field::TenantId),
+            sender_domain,
+            eb.get(Field::Grouping),
+            cfg.source_pool.as_deref(),
+        );
+        match pool {
+            Some(p) if !p.localip.is_empty() => {
+                let start = sh.cursor.get(&p.id).copied().unwrap_or(0) % p.localip.len();
+                let n = p.localip.len();
+                let order = (0..n).map(|i| Some(p.localip[(start + i) % n])).collect();
+                (Some((p.id.clone(), start)), order)
+            }
+            _ => fallback(),
+        }
+    }
+
+    /// Chooses the source address of a new connection of entry `e` to host
+    /// `h`, binding it: the first of the pool's addresses in turn whose
+    /// keys all allow a connection now.
+    pub(crate) fn choose_source(
+        &mut self,
+        now: Time,
+        e: EntryId,
+        h: HostId,
+        eb: &Binding,
+    ) -> Result<(Option<IpAddr>, Option<BindId>), Refusal> {
+        if self.shaping.is_none() {
+            let t = self.dests[self.entries[e].dest].transport;
+            let (_, c) = self.candidates(t, self.entries[e].message, eb);
+            return Ok((c[0], None));
+        }
+        let (t, m) = (
+            self.dests[self.entries[e].dest].transport,
+            self.entries[e].message,
+        );
+        let (pool, order) = self.candidates(t, m, eb);
+        let host = self.hosts.name(h).to_string();
+        let mut first_full = None;
+        let mut until: Option<u64> = None;
+        for (i, ip) in order.iter().enumerate() {
+            let Some(sh) = self.shaping.as_mut() else {
+                break;
+            };
+            let mut b = eb.clone();
+            if !sh.used.contains(Field::Grouping) {
+                b.set(Field::Grouping, "");
+            }
+            let text = ip.map(|a| a.to_string()).unwrap_or_default();
+            if sh.used.contains(Field::LocalIp) {
+                b.set(Field::LocalIp, &text);
+            }
+            if sh.used.contains(Field::RemoteMx) {
+                b.set(Field::RemoteMx, &host);
+            }
+            if sh.used.contains(Field::RemoteIp) {
+                let ip = host.trim_start_matches('[').split(']').next().unwrap_or("");
+                b.set(
+                    Field::RemoteIp,
+                    if ip.parse::<IpAddr>().is_ok() { ip } else { "" },
+                );
+            }
+            let bind = sh.shaper.bind(&b);
+            // A source whose rates have no token now would open a
+            // connection that could carry nothing: try the next one.
+            let open = sh.shaper.may_open(now.0, bind);
+            let open = open.and_then(|()| sh.shaper.can_send(now.0, bind).map(|_| ()));
+            match open {
+                Ok(()) => {
+                    if let Some((p, start)) = pool {
+                        sh.cursor.insert(p, start + i + 1);
+                    }
+                    return Ok((*ip, Some(bind)));
+                }
+                Err(Block::Full(k)) => {
+                    first_full.get_or_insert(k);
+                }
+                Err(Block::Until(at)) => until = Some(until.map_or(at, |u| u.min(at))),
+                Err(Block::Suspended) => {}
+            }
+        }
+        // A source that has room at a known time is a surer thing than a
+        // slot someone else holds.
+        if let Some(at) = until {
+            return Err(Refusal::Until(Time(at)));
+        }
+        // A slot held by an idle connection (of another destination of the
+        // same grouping, say) is given up for mail that needs it.
+        if let Some(k) = first_full {
+            let d = self.entries[e].dest;
+            if self.close_idle_holding(now, k, d, eb) {
+                return self.choose_source(now, e, h, eb);
+            }
+        }
+        Err(Refusal::Wait)
+    }
+
+    /// Closes one idle connection holding a slot of key `k`, other than
+    /// destination `d`'s own for this mail (which the dispatcher passed
+    /// over because its rates have no token: closing it would gain
+    /// nothing); false if there is none.
+    fn close_idle_holding(
+        &mut self,
+        now: Time,
+        k: shaping::KeyIdx,
+        d: DestId,
+        eb: &Binding,
+    ) -> bool {
+        let Some(sh) = self.shaping.as_ref() else {
+            return false;
+        };
+        let idle = self
+            .transports
+            .iter()
+            .flat_map(|t| t.idle.iter())
+            .find(|&&(_, c)| {
+                self.conns.get(c).is_some_and(|x| {
+                    x.bind.is_some_and(|b| sh.shaper.has_key(b, k))
+                        && !(x.dest == d && self.compatible(c, Some(eb)))
+                })
+            });
+        match idle {
+            Some(&(_, c)) => {
+                self.close_conn(now, c);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether connection `c`'s rates have a token now; if not, notes in
+    /// `wait` the earliest time one of the skipped connections will.
+    pub(crate) fn sendable(&self, now: Time, c: ConnId, wait: &mut Option<Time>) -> bool {
+        let (Some(sh), Some(b)) = (self.shaping.as_ref(), self.conns[c].bind) else {
+            return true;
+        };
+        match sh.shaper.can_send(now.0, b) {
+            Ok(_) => true,
+            Err(Block::Until(t)) => {
+                *wait = Some(wait.map_or(Time(t), |w| w.min(Time(t))));
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Takes the transaction tokens of a connection's binding.
+    pub(crate) fn may_send(&mut self, now: Time, bind: Option<BindId>) -> Result<(), Refusal> {
+        match (self.shaping.as_mut(), bind) {
+            (Some(sh), Some(b)) => sh.shaper.may_send(now.0, b).map_err(Refusal::from),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a connection's mail is suspended now (it then carries no more).
+    pub(crate) fn held(&self, now: Time, c: ConnId) -> bool {
+        match (self.shaping.as_ref(), self.conns[c].bind) {
+            (Some(sh), Some(b)) => sh.shaper.is_suspended(now.0, b),
+            _ => false,
+        }
+    }
+
+    /// Parks a destination until a shaped connection closes or the limits change.
+    pub(crate) fn park_shaping(&mut self, d: DestId) {
+        if let Some(sh) = self.shaping.as_mut() {
+            sh.waiters.push(d);
+        }
+    }
+
+    /// Wakes every destination waiting for shaping room.
+    pub(crate) fn wake_shaping(&mut self) {
+        let Some(sh) = self.shaping.as_mut() else {
+            return;
+        };
+        let waiters = std::mem::take(&mut sh.waiters);
+        for d in waiters {
+            if self.dests.get(d).is_some_and(|x| x.park == Park::Shaping) {
+                self.unpark(d);
+            }
+        }
+    }
+
+    /// Arms the timer for the next rise of the limits (a hold ending or ramping).
+    pub(crate) fn arm_shaping(&mut self, now: Time) {
+        let Some(sh) = self.shaping.as_mut() else {
+            return;
+        };
+        let Some(at) = sh.shaper.next_change(now.0).map(Time) else {
+            return;
+        };
+        if sh.timer.is_some_and(|t| t <= at && t > now) {
+            return;
+        }
+        sh.timer = Some(at);
+        self.timers.insert((at, Timer::Shaping));
+    }
+
+    /// The change timer fired.
+    pub(crate) fn shaping_timer(&mut self, now: Time) {
+        if let Some(sh) = self.shaping.as_mut() {
+            if sh.timer.is_some_and(|t| t <= now) {
+                sh.timer = None;
+            }
+        }
+        self.wake_shaping();
+        self.arm_shaping(now);
+    }
+
+    /// A reply on a shaped connection: remote replies (`host X said: …`)
+    /// go through the policy's reply rules; Sluice's own failures never do.
+    pub(crate) fn shaping_reply(&mut self, now: Time, c: ConnId, reason: &str) {
+        let Some((_, said)) = reason.split_once(" said: ") else {
+            return;
+        };
+        let Some(bind) = self.conns.get(c).and_then(|x| x.bind) else {
+            return;
+        };
+        let Some(sh) = self.shaping.as_mut() else {
+            return;
+        };
+        let fired = sh.shaper.reply(now.0, bind, said);
+        for t in fired {
+            let hold = sh
+                .shaper
+                .holds(now.0)
+                .iter()
+                .find(|h| h.id == t.hold)
+                .cloned();
+            if let Some(hold) = hold {
+                self.actions.push_back(crate::event::Action::Notice(
+                    crate::event::Notice::Suspended { hold },
+                ));
+            }
+        }
+        self.arm_shaping(now);
+    }
+
+    /// Applies an operator's suspension.
+    pub(crate) fn suspend(
+        &mut self,
+        now: Time,
+        when: Vec<(Field, String)>,
+        until: Option<Time>,
+        tag: Option<String>,
+    ) {
+        let Some(sh) = self.shaping.as_mut() else {
+            return;
+        };
+        let id = sh.shaper.suspend(when, until.map(|t| t.0), tag);
+        if let Some(hold) = sh.shaper.holds(now.0).iter().find(|h| h.id == id).cloned() {
+            self.actions.push_back(crate::event::Action::Notice(
+                crate::event::Notice::Suspended { hold },
+            ));
+        }
+        self.arm_shaping(now);
+    }
+
+    /// Lifts a hold.
+    pub(crate) fn resume(&mut self, now: Time, id: u64) {
+        let Some(sh) = self.shaping.as_mut() else {
+            return;
+        };
+        if sh.shaper.resume(id) {
+            self.actions.push_back(crate::event::Action::Notice(
+                crate::event::Notice::Resumed { id },
+            ));
+        }
+        self.wake_all_parked(now);
+    }
+
+    /// Limits changed everywhere (reload, resume): every parked destination looks again.
+    pub(crate) fn wake_all_parked(&mut self, now: Time) {
+        let parked: Vec<DestId> = self
+            .dests
+            .iter()
+            .filter(|(_, d)| matches!(d.park, Park::Until(_) | Park::Shaping))
+            .map(|(i, _)| i)
+            .collect();
+        for d in parked {
+            self.unpark(d);
+        }
+        if let Some(sh) = self.shaping.as_mut() {
+            sh.waiters.clear();
+        }
+        self.arm_shaping(now);
+    }
+
+    /// The shaping state, for `sluice policy show` and metrics.
+    pub fn shaper(&mut self) -> Option<&mut Shaper> {
+        self.shaping.as_mut().map(|s| &mut s.shaper)
+    }
+
+    /// The shaping state, read only.
+    pub fn shaper_ref(&self) -> Option<&Shaper> {
+        self.shaping.as_ref().map(|s| &s.shaper)
+    }
+
+    /// Forgets shaping state nobody uses (the scheduler's GC).
+    pub(crate) fn shaping_gc(&mut self, now: Time) {
+        let dests = &self.dests;
+        if let Some(sh) = self.shaping.as_mut() {
+            sh.shaper.gc(now.0, |_| false);
+            sh.groupings.retain(|d, _| dests.contains(*d));
+            sh.waiters
+                .retain(|d| dests.get(*d).is_some_and(|x| x.park == Park::Shaping));
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "shape_tests.rs"]
+mod tests;

@@ -1,0 +1,554 @@
+//! The scheduler under a shaping policy, driven event by event.
+
+use crate::config::{SchedConfig, TransportConfig};
+use crate::event::{Action, Event, NewMessage, Notice, QueueId, RcptStatus, RecipientGroup};
+use crate::ids::ConnId;
+use crate::sched::Scheduler;
+use crate::time::Time;
+use shaping::{
+    Condition, Field, KeyPolicy, Pattern, Policy, Props, Rate, ReplyAction, ReplyRule, Source,
+    Threshold,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// The seed's policy: (localip, grouping) 20 by default, orange 2 at
+/// 10/1; tenants counted; a pool of 127.0.0.2 and 127.0.0.3.
+fn seed() -> Policy {
+    Policy {
+        groupings: vec![
+            shaping::Grouping {
+                id: "orange".into(),
+                remotemx: vec![Pattern("*.mx.orange.test".into())],
+                recipientdomains: vec![Pattern("orange.test".into())],
+            },
+            shaping::Grouping {
+                id: "yahoo".into(),
+                remotemx: vec![Pattern("*.yahoodns.test".into())],
+                recipientdomains: vec![],
+            },
+        ],
+        sources: vec![Source {
+            id: "pool1".into(),
+            localip: vec![ip("127.0.0.2"), ip("127.0.0.3")],
+            tenantid: vec![],
+            senderdomain: vec![],
+            grouping: vec![],
+        }],
+        policies: vec![
+            KeyPolicy {
+                fields: vec![Field::TenantId],
+                default: Props::default(),
+                conditions: vec![],
+            },
+            KeyPolicy {
+                fields: vec![Field::LocalIp, Field::Grouping],
+                default: Props {
+                    concurrency: Some(20),
+                    ..Props::default()
+                },
+                conditions: vec![Condition {
+                    when: vec![(Field::Grouping, "orange".into())],
+                    then: Props {
+                        concurrency: Some(2),
+                        rate: Some(Rate {
+                            tokens: 10,
+                            per: Duration::from_secs(1),
+                        }),
+                        ..Props::default()
+                    },
+                }],
+            },
+        ],
+        ..Policy::default()
+    }
+}
+
+fn sched(p: Policy) -> Scheduler {
+    let mut t = TransportConfig::new("smtp");
+    t.source_pool = Some("pool1".into());
+    let cfg = SchedConfig {
+        transports: vec![t],
+        shaping: Some(Arc::new(p)),
+        ..SchedConfig::default()
+    };
+    Scheduler::new(cfg).unwrap()
+}
+
+/// A connection, numbered in opening order (the scheduler reuses ids).
+type Serial = usize;
+
+/// A world that answers the scheduler: connections open at once,
+/// transactions finish when `finish` is called.
+#[derive(Default)]
+struct World {
+    /// The serial of each connection id now in use.
+    serial: BTreeMap<ConnId, Serial>,
+    /// Source of each connection.
+    source: BTreeMap<Serial, Option<IpAddr>>,
+    /// Host of each connection.
+    host: BTreeMap<Serial, String>,
+    open: BTreeSet<Serial>,
+    /// Running transactions: (conn, entry, recipients, queue id).
+    running: Vec<(ConnId, crate::ids::EntryId, Vec<u32>, u64)>,
+    /// Every transaction started: (time, conn, queue id).
+    started: Vec<(Time, Serial, u64)>,
+    /// Most connections open at once per (source, host suffix).
+    peak: BTreeMap<(String, String), usize>,
+    notices: Vec<Notice>,
+}
+
+impl World {
+    fn drain(&mut self, s: &mut Scheduler, now: Time) {
+        loop {
+            let acts: Vec<Action> = std::iter::from_fn(|| s.poll_action()).collect();
+            if acts.is_empty() {
+                return;
+            }
+            for a in acts {
+                match a {
+                    Action::Open {
+                        conn, host, source, ..
+                    } => {
+                        let n = self.source.len();
+                        self.serial.insert(conn, n);
+                        self.source.insert(n, source);
+                        self.host.insert(n, s.host_name(host).to_string());
+                        self.open.insert(n);
+                        self.sample();
+                        s.handle(now, Event::ConnectionOpened { conn }).unwrap();
+                    }
+                    Action::Start {
+                        conn,
+                        entry,
+                        queue_id,
+                        recipients,
+                    } => {
+                        self.started.push((now, self.serial[&conn], queue_id.0));
+                        self.running.push((conn, entry, recipients, queue_id.0));
+                    }
+                    Action::Close { conn } => {
+                        self.open.remove(&self.serial[&conn]);
+                    }
+                    Action::Notice(n) => self.notices.push(n),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn sample(&mut self) {
+        let mut now: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for c in &self.open {
+            let src = self.source[c].map(|a| a.to_string()).unwrap_or_default();
+            let host = self.host[c]
+                .split_once('.')
+                .map_or("", |(_, d)| d)
+                .to_string();
+            *now.entry((src, host)).or_default() += 1;
+        }
+        for (k, n) in now {
+            let p = self.peak.entry(k).or_default();
+            *p = (*p).max(n);
+        }
+    }
+
+    /// Finishes every running transaction with `status`.
+    fn finish(&mut self, s: &mut Scheduler, now: Time, status: impl Fn(u64) -> RcptStatus) {
+        let running = std::mem::take(&mut self.running);
+        for (conn, entry, rcpts, q) in running {
+            let results = rcpts.iter().map(|&r| (r, status(q))).collect();
+            s.handle(
+                now,
+                Event::DeliveryDone {
+                    conn,
+                    entry,
+                    results,
+                    conn_failed: false,
+                },
+            )
+            .unwrap();
+            self.drain(s, now);
+        }
+    }
+}
+
+fn message(
+    s: &mut Scheduler,
+    w: &mut World,
+    now: Time,
+    q: u64,
+    tenant: &str,
+    domain: &str,
+    mx: &str,
+) {
+    s.handle(
+        now,
+        Event::MessageAdded(NewMessage {
+            queue_id: QueueId(q),
+            sender: "bulk@sender.test".into(),
+            tenant: (!tenant.is_empty()).then(|| tenant.to_string()),
+            job: None,
+            size: 1000,
+            arrival: now,
+            attempts: 0,
+            recipients: 1,
+        }),
+    )
+    .unwrap();
+    let read = std::iter::from_fn(|| s.poll_action())
+        .find(|a| matches!(a, Action::ReadRecipients { .. }))
+        .expect("a read");
+    let Action::ReadRecipients { queue_id, .. } = read else {
+        unreachable!()
+    };
+    s.handle(
+        now,
+        Event::RecipientsRead {
+            queue_id,
+            groups: vec![RecipientGroup {
+                domain: String::new(),
+                transport: "smtp".into(),
+                nexthop: domain.into(),
+                hosts: vec![vec![mx.into()]],
+                recipients: vec![0],
+            }],
+            remaining: 0,
+        },
+    )
+    .unwrap();
+    w.drain(s, now);
+}
+
+#[test]
+fn a_grouping_gets_two_connections_per_source_across_its_domains() {
+    let mut s = sched(seed());
+    let mut w = World::default();
+    // Three domains hosted by orange's MX hosts, and one elsewhere.
+    let mut q = 0;
+    for _ in 0..40 {
+        for (d, mx) in [
+            ("orange.test", "a.mx.orange.test"),
+            ("wanadoo.test", "b.mx.orange.test"),
+            ("voila.test", "c.mx.orange.test"),
+            ("other.test", "mx.other.test"),
+        ] {
+            q += 1;
+            message(&mut s, &mut w, Time(0), q, "", d, mx);
+        }
+    }
+    let mut t = 0;
+    while w.started.len() < 160 && t < 100_000 {
+        t += 50;
+        w.finish(&mut s, Time(t), |_| RcptStatus::Delivered);
+        s.handle_timeout(Time(t));
+        w.drain(&mut s, Time(t));
+    }
+    assert_eq!(w.started.len(), 160, "everything delivered");
+    for src in ["127.0.0.2", "127.0.0.3"] {
+        let peak = w.peak[&(src.to_string(), "mx.orange.test".to_string())];
+        assert_eq!(
+            peak, 2,
+            "two connections from {src} to orange's hosts at most"
+        );
+    }
+    let other: usize = ["127.0.0.2", "127.0.0.3"]
+        .iter()
+        .map(|s| {
+            w.peak
+                .get(&(s.to_string(), "other.test".into()))
+                .copied()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(
+        other > 4,
+        "other destinations are not held to orange's limit: {other}"
+    );
+    // Orange's 10/1 per source: 120 messages over two sources take about 5 s.
+    let orange_last = w
+        .started
+        .iter()
+        .filter(|(_, c, _)| w.host[c].contains("orange"))
+        .map(|(t, _, _)| t.0)
+        .max()
+        .unwrap();
+    let mut per_sec: BTreeMap<(u64, String), usize> = BTreeMap::new();
+    for (t, c, _) in &w.started {
+        if w.host[c].contains("orange") {
+            *per_sec
+                .entry((t.0 / 1000, format!("{:?}", w.source[c])))
+                .or_default() += 1;
+        }
+    }
+    assert!(
+        (4_500..=6_000).contains(&orange_last),
+        "{orange_last} {per_sec:?}"
+    );
+}
+
+#[test]
+fn a_connection_carries_only_its_own_tenants_mail() {
+    let mut s = sched(seed());
+    let mut w = World::default();
+    let tenants = ["acme", "globex"];
+    for q in 0..20u64 {
+        let tenant = tenants[q as usize % 2];
+        message(
+            &mut s,
+            &mut w,
+            Time(0),
+            q + 1,
+            tenant,
+            "other.test",
+            "mx.other.test",
+        );
+    }
+    let mut t = 0;
+    while w.started.len() < 20 && t < 10_000 {
+        t += 10;
+        w.finish(&mut s, Time(t), |_| RcptStatus::Delivered);
+    }
+    assert_eq!(w.started.len(), 20);
+    let mut by_conn: BTreeMap<Serial, BTreeSet<&str>> = BTreeMap::new();
+    for (_, c, q) in &w.started {
+        by_conn
+            .entry(*c)
+            .or_default()
+            .insert(tenants[(*q - 1) as usize % 2]);
+    }
+    assert!(by_conn.values().all(|t| t.len() == 1), "{by_conn:?}");
+}
+
+#[test]
+fn a_suspension_holds_its_key_and_lets_the_other_source_deliver() {
+    let mut s = sched(seed());
+    let mut w = World::default();
+    s.handle(
+        Time(0),
+        Event::Suspend {
+            when: vec![
+                (Field::LocalIp, "127.0.0.2".into()),
+                (Field::Grouping, "yahoo".into()),
+            ],
+            until: Some(Time(30_000)),
+            tag: Some("test".into()),
+        },
+    )
+    .unwrap();
+    w.drain(&mut s, Time(0));
+    assert!(matches!(w.notices[..], [Notice::Suspended { .. }]));
+    for q in 1..=10 {
+        message(
+            &mut s,
+            &mut w,
+            Time(0),
+            q,
+            "",
+            "yahoo.test",
+            "mta5.am0.yahoodns.test",
+        );
+    }
+    let mut t = 0;
+    while w.started.len() < 10 && t < 10_000 {
+        t += 10;
+        w.finish(&mut s, Time(t), |_| RcptStatus::Delivered);
+    }
+    assert_eq!(w.started.len(), 10);
+    assert!(
+        w.source.values().all(|s| *s == Some(ip("127.0.0.3"))),
+        "{:?}",
+        w.source
+    );
+
+    // Both sources suspended: nothing at all until the suspension ends.
+    s.handle(
+        Time(t),
+        Event::Suspend {
+            when: vec![(Field::Grouping, "yahoo".into())],
+            until: Some(Time(t + 30_000)),
+            tag: None,
+        },
+    )
+    .unwrap();
+    w.drain(&mut s, Time(t));
+    let before = w.started.len();
+    for q in 11..=15 {
+        message(
+            &mut s,
+            &mut w,
+            Time(t),
+            q,
+            "",
+            "yahoo.test",
+            "mta5.am0.yahoodns.test",
+        );
+    }
+    let end = t + 30_000;
+    while t < end {
+        t += 1000;
+        s.handle_timeout(Time(t));
+        w.drain(&mut s, Time(t));
+        w.finish(&mut s, Time(t), |_| RcptStatus::Delivered);
+        if t < end {
+            assert_eq!(w.started.len(), before, "nothing during the suspension");
+        }
+    }
+    for _ in 0..20 {
+        t += 100;
+        s.handle_timeout(Time(t));
+        w.drain(&mut s, Time(t));
+        w.finish(&mut s, Time(t), |_| RcptStatus::Delivered);
+    }
+    assert_eq!(w.started.len(), before + 5, "delivered once it ended");
+}
+
+#[test]
+fn a_ts04_reply_suspends_that_source_for_the_grouping_only() {
+    let mut p = seed();
+    p.replies = vec![ReplyRule {
+        pattern: regex::Regex::new(r"\[TS04\]").unwrap(),
+        threshold: Threshold::Immediate,
+        fields: vec![Field::LocalIp, Field::Grouping],
+        when: vec![(Field::Grouping, "yahoo".into())],
+        action: ReplyAction::Suspend,
+        duration: Duration::from_secs(7200),
+        ramp_step_percent: 25,
+        ramp_interval: Duration::from_secs(60),
+    }];
+    let mut s = sched(p);
+    let mut w = World::default();
+    message(
+        &mut s,
+        &mut w,
+        Time(0),
+        1,
+        "",
+        "yahoo.test",
+        "mta5.am0.yahoodns.test",
+    );
+    let first = w.source.values().next().copied().flatten().unwrap();
+    // The remote server answers [TS04]: Sluice's own failures would not count.
+    w.finish(&mut s, Time(100), |_| {
+        RcptStatus::Deferred(
+            "host mta5.am0.yahoodns.test[127.0.0.9] said: 421 4.7.0 [TS04] Messages from this IP temporarily deferred".into(),
+        )
+    });
+    assert!(
+        w.notices.iter().any(
+            |n| matches!(n, Notice::Suspended { hold } if hold.until == Some(100 + 7_200_000))
+        ),
+        "{:?}",
+        w.notices
+    );
+    for q in 2..=6 {
+        message(
+            &mut s,
+            &mut w,
+            Time(200),
+            q,
+            "",
+            "yahoo.test",
+            "mta5.am0.yahoodns.test",
+        );
+    }
+    w.finish(&mut s, Time(300), |_| RcptStatus::Delivered);
+    let later: BTreeSet<Option<IpAddr>> = w
+        .started
+        .iter()
+        .skip(1)
+        .map(|(_, c, _)| w.source[c])
+        .collect();
+    assert_eq!(later.len(), 1);
+    assert_ne!(
+        later.into_iter().next().unwrap(),
+        Some(first),
+        "the suspended source is skipped"
+    );
+    // Orange is not affected on the suspended source.
+    let keys = s.shaper().unwrap().keys(400);
+    let name = format!("localip={first},grouping=yahoo");
+    let held = keys.iter().find(|k| k.name.to_string() == name).unwrap();
+    assert_eq!(held.concurrency_now, Some(0));
+    for q in 7..=10 {
+        message(
+            &mut s,
+            &mut w,
+            Time(400),
+            q,
+            "",
+            "orange.test",
+            "a.mx.orange.test",
+        );
+    }
+    let from_first = w
+        .started
+        .iter()
+        .filter(|(_, c, _)| w.host[c].contains("orange") && w.source[c] == Some(first))
+        .count();
+    assert!(from_first > 0, "orange still leaves from {first}");
+}
+
+#[test]
+fn a_window_starts_at_the_smaller_of_the_initial_concurrency_and_the_limit() {
+    let mut t = TransportConfig::new("smtp");
+    t.destination_concurrency_limit = 2;
+    let mut s = Scheduler::new(SchedConfig {
+        transports: vec![t],
+        ..SchedConfig::default()
+    })
+    .unwrap();
+    let mut w = World::default();
+    for q in 1..=10 {
+        message(&mut s, &mut w, Time(0), q, "", "slow.test", "mx.slow.test");
+    }
+    assert_eq!(w.open.len(), 2, "not initial_destination_concurrency's 5");
+}
+
+#[test]
+fn transactions_and_idletimeout_come_from_the_policy() {
+    let mut p = seed();
+    p.policies[1].default.transactions = Some(3);
+    p.policies[1].default.idle_timeout = Some(Duration::from_secs(7));
+    p.policies[1].default.concurrency = Some(1);
+    let mut s = sched(p);
+    let mut w = World::default();
+    for q in 1..=8 {
+        message(
+            &mut s,
+            &mut w,
+            Time(0),
+            q,
+            "",
+            "other.test",
+            "mx.other.test",
+        );
+    }
+    let mut t = 0;
+    while w.started.len() < 8 && t < 10_000 {
+        t += 10;
+        w.finish(&mut s, Time(t), |_| RcptStatus::Delivered);
+        s.handle_timeout(Time(t));
+        w.drain(&mut s, Time(t));
+    }
+    t += 10;
+    w.finish(&mut s, Time(t), |_| RcptStatus::Delivered);
+    let mut per_conn: BTreeMap<Serial, usize> = BTreeMap::new();
+    for (_, c, _) in &w.started {
+        *per_conn.entry(*c).or_default() += 1;
+    }
+    assert_eq!(per_conn.values().copied().collect::<Vec<_>>(), [3, 3, 2]);
+    assert!(!w.open.is_empty(), "the last connection is pooled");
+    s.handle_timeout(Time(t + 6_000));
+    w.drain(&mut s, Time(t + 6_000));
+    assert!(!w.open.is_empty(), "still within the idle timeout");
+    s.handle_timeout(Time(t + 7_000));
+    w.drain(&mut s, Time(t + 7_000));
+    assert!(w.open.is_empty(), "closed after idletimeout");
+}
