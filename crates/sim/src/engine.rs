@@ -75,6 +75,9 @@ pub struct ServerModel {
     /// session frees (listen(2) backlog); they are greeted late or time out
     /// in the greeting. Beyond it, `over_limit` applies.
     pub listen_backlog: u32,
+    /// Between these times every recipient gets this 4xx reply (e.g. a
+    /// provider's `421 4.7.0 [TS04]`), as the server's own words.
+    pub defer_window: Option<(Time, Time, String)>,
 }
 
 impl Default for ServerModel {
@@ -92,6 +95,7 @@ impl Default for ServerModel {
             bad_backends: 0,
             jitter: 0.1,
             listen_backlog: 0,
+            defer_window: None,
         }
     }
 }
@@ -142,6 +146,9 @@ pub struct SimConfig {
     /// Messages held back by `qmgr_message_active_limit` are admitted in
     /// turn by sender, as qmgr does (false: FIFO).
     pub fair_admission: bool,
+    /// Record every transaction's start and every connection's opening and
+    /// end by host ([`Report::sends`], [`Report::conn_events`]).
+    pub record: bool,
 }
 
 impl Default for SimConfig {
@@ -155,6 +162,7 @@ impl Default for SimConfig {
             end: Time::from_secs(86400 * 30),
             track: None,
             fair_admission: true,
+            record: false,
         }
     }
 }
@@ -204,6 +212,10 @@ pub struct Report {
     pub trace: u64,
     /// Scheduling decisions.
     pub decisions: u64,
+    /// With `record`: (time, host) of every transaction started.
+    pub sends: Vec<(Time, String)>,
+    /// With `record`: (time, host, +1 opened / -1 ended) of every connection.
+    pub conn_events: Vec<(Time, String, i8)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -265,6 +277,8 @@ pub struct Sim {
     tracked_now: u32,
     tracked_since: Time,
     integral: (f64, f64, f64),
+    /// The server's words for a transaction it defers, by connection.
+    deferrals: HashMap<u64, String>,
     /// The measurements.
     pub report: Report,
 }
@@ -340,6 +354,7 @@ impl Sim {
             tracked_now: 0,
             tracked_since: Time::ZERO,
             integral: (0.0, 0.0, 0.0),
+            deferrals: HashMap::new(),
             report: Report {
                 trace: 0xcbf2_9ce4_8422_2325,
                 ..Report::default()
@@ -441,7 +456,10 @@ impl Sim {
                 .rcpts
                 .iter()
                 .enumerate()
-                .map(|(r, d)| Recipient::new(format!("m{i}r{r}@{d}")))
+                .map(|(r, &d)| {
+                    let domain = self.dests.get(d as usize).map_or("", |x| &*x.nexthop);
+                    Recipient::new(format!("m{i}r{r}@{domain}"))
+                })
                 .collect(),
             arrival: Timestamp::from_micros(m.at.0 * 1000),
             size: m.size,
@@ -475,6 +493,7 @@ impl Sim {
                     .is_some_and(|cs| cs.waiting && cs.incarnation == inc)
                 {
                     let cs = self.conns.remove(&c).expect("checked");
+                    self.ended(&cs.host);
                     if let Some(q) = self.listen_q.get_mut(&cs.host) {
                         q.retain(|x| *x != c);
                     }
@@ -500,6 +519,7 @@ impl Sim {
             }
             Ev::Failed(c, req, unreachable) => {
                 if let Some(cs) = self.conns.remove(&c) {
+                    self.ended(&cs.host);
                     if cs.tracked {
                         self.track(-1);
                     }
@@ -520,12 +540,14 @@ impl Sim {
                 }
             }
             Ev::TxnDone(c, req, codes) => {
+                let said = self.deferrals.remove(&c).unwrap_or_default();
                 let results = codes
                     .into_iter()
                     .map(|(r, k)| {
                         let (code, text) = match k {
                             0 => (250, "250 ok"),
                             1 => (450, "450 try later"),
+                            3 => (421, said.as_str()),
                             _ => (550, "550 no such user"),
                         };
                         delivery::RcptResult {
@@ -544,6 +566,15 @@ impl Sim {
                     },
                 );
             }
+        }
+    }
+
+    /// A connection to `host` ended (recorded with `record`).
+    fn ended(&mut self, host: &str) {
+        if self.cfg.record {
+            self.report
+                .conn_events
+                .push((self.now, host.to_string(), -1));
         }
     }
 
@@ -727,6 +758,19 @@ impl Sim {
                             return;
                         };
                         let m = self.model(&cs.host);
+                        if self.cfg.record {
+                            self.report.sends.push((self.now, cs.host.clone()));
+                        }
+                        let deferring = m
+                            .defer_window
+                            .as_ref()
+                            .filter(|(a, b, _)| (*a..*b).contains(&self.now))
+                            .map(|(_, _, text)| {
+                                format!(
+                                    "host {}[192.0.2.1] said: {text} (in reply to RCPT TO command)",
+                                    cs.host
+                                )
+                            });
                         let n = txn.recipients.len() as u32;
                         let base = m.per_txn + m.per_rcpt * n;
                         let dur = base.mul_f64(1.0 - m.jitter + 2.0 * m.jitter * self.rng.unit());
@@ -734,7 +778,9 @@ impl Sim {
                             .recipients
                             .iter()
                             .map(|r| {
-                                let k = if self.rng.chance(m.p_bounce) {
+                                let k = if deferring.is_some() {
+                                    3
+                                } else if self.rng.chance(m.p_bounce) {
                                     2
                                 } else if self.rng.chance(m.p_defer) {
                                     1
@@ -744,10 +790,14 @@ impl Sim {
                                 (r.index, k)
                             })
                             .collect();
+                        if let Some(text) = deferring {
+                            self.deferrals.insert(conn, text);
+                        }
                         self.push(self.now + dur, Ev::TxnDone(conn, request, codes));
                     }
                     delivery::Request::Close { conn } => {
                         if let Some(cs) = self.conns.remove(&conn) {
+                            self.ended(&cs.host);
                             if cs.session {
                                 if let Some(n) = self.sessions.get_mut(&cs.host) {
                                     *n -= 1;
@@ -772,8 +822,8 @@ impl Sim {
             router::Request::ResolveQueued { address, .. } => {
                 let d = address
                     .rsplit_once('@')
-                    .and_then(|(_, d)| d.parse::<usize>().ok())
-                    .and_then(|d| self.dests.get(d));
+                    .and_then(|(_, d)| self.by_nexthop.get(d))
+                    .and_then(|&d| self.dests.get(d));
                 let Some(d) = d else {
                     return router::Response::Failed {
                         temporary: false,
@@ -831,6 +881,9 @@ impl Sim {
     /// The agent opens connection `conn` to `name` for `nexthop`.
     fn open(&mut self, transport: &str, conn: u64, req: u64, name: String, nexthop: &str) {
         *self.report.host_conns.entry(name.clone()).or_default() += 1;
+        if self.cfg.record {
+            self.report.conn_events.push((self.now, name.clone(), 1));
+        }
         self.report.connections += 1;
         let s = self.qm.scheduler();
         let (busy, window) = s

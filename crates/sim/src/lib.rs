@@ -2,7 +2,8 @@
 //! qmgr runs) and its scheduler against modelled servers.
 //!
 //! `engine` is the discrete-event loop and the server models; `scenarios`
-//! holds the six experiments of issue 5 (full and `--quick` sizes) that the
+//! holds the six experiments of issue 5 (full and `--quick` sizes) and
+//! `shaping` those of traffic shaping, that the
 //! `sim` binary prints and the tests assert on; `bench` measures decisions
 //! per second and memory per queued recipient. Deterministic: a seed fixes
 //! every run. Panics: never.
@@ -12,3 +13,4 @@
 pub mod bench;
 pub mod engine;
 pub mod scenarios;
+pub mod shaping;

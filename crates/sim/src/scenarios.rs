@@ -29,7 +29,7 @@ pub struct Output {
 }
 
 impl Output {
-    fn new(name: &str, header: &[&str]) -> Self {
+    pub(crate) fn new(name: &str, header: &[&str]) -> Self {
         Output {
             name: name.into(),
             table: vec![header.iter().map(|s| s.to_string()).collect()],
@@ -37,15 +37,15 @@ impl Output {
         }
     }
 
-    fn fig(&mut self, k: &str, v: f64) {
+    pub(crate) fn fig(&mut self, k: &str, v: f64) {
         self.figures.push((k.to_string(), v));
     }
 
-    fn row(&mut self, r: Vec<String>) {
+    pub(crate) fn row(&mut self, r: Vec<String>) {
         self.table.push(r);
     }
 
-    fn check(&mut self, label: &str, r: &Report) {
+    pub(crate) fn check(&mut self, label: &str, r: &Report) {
         for e in &r.errors {
             self.problems.push(format!("{label}: {e}"));
         }
@@ -136,11 +136,11 @@ pub fn percentile(v: &[f64], p: f64) -> f64 {
     s[rank.min(s.len()) - 1]
 }
 
-fn f(v: f64) -> String {
+pub(crate) fn f(v: f64) -> String {
     format!("{v:.2}")
 }
 
-fn dest(name: &str, hosts: Vec<Vec<String>>) -> SimDest {
+pub(crate) fn dest(name: &str, hosts: Vec<Vec<String>>) -> SimDest {
     SimDest {
         transport: "smtp".into(),
         nexthop: name.into(),
@@ -155,7 +155,7 @@ fn cfg_with(t: TransportConfig) -> SchedConfig {
     }
 }
 
-fn run(
+pub(crate) fn run(
     sc: SimConfig,
     policy: Box<dyn Policy>,
     d: Vec<SimDest>,
@@ -172,7 +172,7 @@ fn run(
 }
 
 /// Scenario names.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 9] = [
     "limiter",
     "fairness",
     "mailing-list",
@@ -180,6 +180,8 @@ pub const NAMES: [&str; 7] = [
     "lb-noise",
     "reuse",
     "burst",
+    "shaping",
+    "shaping-ramp",
 ];
 
 /// Runs a scenario by name.
@@ -192,6 +194,8 @@ pub fn run_scenario(name: &str, quick: bool, seed: u64) -> Option<Output> {
         "lb-noise" => lb_noise(quick, seed),
         "reuse" => reuse(quick, seed),
         "burst" => burst(quick, seed),
+        "shaping" => crate::shaping::shaping(quick, seed),
+        "shaping-ramp" => crate::shaping::ramp(quick, seed),
         _ => return None,
     })
 }

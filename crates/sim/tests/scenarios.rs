@@ -1,4 +1,4 @@
-//! Short (`--quick`) runs of the seven simulator scenarios, asserting the
+//! Short (`--quick`) runs of the simulator scenarios, asserting the
 //! properties issue 5 asks for: limits never exceeded, every recipient ends
 //! delivered, deferred or bounced, the small-sender bound, dead detection
 //! and back-off, and determinism.
@@ -143,4 +143,47 @@ fn json_and_csv_outputs_are_well_formed() {
     assert!(csv
         .lines()
         .all(|l| l.split(',').count() == o.table[0].len()));
+}
+
+#[test]
+fn shaping_holds_a_grouping_to_its_concurrency_and_rate_per_source() {
+    let o = run("shaping");
+    for alg in ["tokenbucket", "fixedwindow"] {
+        // Two sources, each at 2 connections and 10 messages a second.
+        assert_eq!(
+            fig(&o, &format!("{alg}_orange_peak_connections")),
+            4.0,
+            "{alg}"
+        );
+        let rate = fig(&o, &format!("{alg}_orange_msgs_per_s"));
+        assert!((19.0..=20.5).contains(&rate), "{alg}: {rate}/s");
+        assert!(
+            fig(&o, &format!("{alg}_orange_max_second")) <= 21.0,
+            "{alg}"
+        );
+        assert_eq!(fig(&o, &format!("{alg}_orange_sent")), 600.0, "{alg}");
+        // The other domains are not held back by orange's limits.
+        assert!(fig(&o, &format!("{alg}_others_drain_s")) < 5.0, "{alg}");
+    }
+    // A bucket spreads sends over each second; a window sends its tokens
+    // at the start of each.
+    assert!(fig(&o, "tokenbucket_first_tenth_pct") < 15.0);
+    assert!(fig(&o, "fixedwindow_first_tenth_pct") > 30.0);
+}
+
+#[test]
+fn a_ts04_reply_suspends_then_ramps_back_in_steps() {
+    let o = run("shaping-ramp");
+    let at = fig(&o, "suspended_at_s");
+    assert!((20.0..21.0).contains(&at), "{at}");
+    assert_eq!(fig(&o, "before_peak"), 8.0);
+    assert_eq!(fig(&o, "during_suspension_peak"), 0.0);
+    assert_eq!(fig(&o, "ramp_25pct_peak"), 2.0);
+    assert_eq!(fig(&o, "ramp_50pct_peak"), 4.0);
+    assert_eq!(fig(&o, "ramp_75pct_peak"), 6.0);
+    assert_eq!(fig(&o, "ramp_100pct_peak"), 8.0);
+    assert!(
+        fig(&o, "other_sent_during_suspension") > 100.0,
+        "other mail flows"
+    );
 }
