@@ -43,6 +43,8 @@ pub struct Connection {
     pub retiring: bool,
     /// The shaping binding it holds slots of, if a policy is loaded.
     pub bind: Option<shaping::BindId>,
+    /// The shaping side of the mail it carries (0: none).
+    pub side: u32,
     /// Transactions before it closes (0 = unlimited): the transport's
     /// reuse count limit or a policy's `transactions`, whichever is smaller.
     pub reuse_limit: u32,
@@ -66,6 +68,7 @@ impl Connection {
             idle_since: None,
             retiring: false,
             bind: None,
+            side: 0,
             reuse_limit: 0,
             idle_limit: std::time::Duration::ZERO,
         }

@@ -154,8 +154,9 @@ impl Scheduler {
             return Ok(());
         }
         let m = self.entries[e].message;
-        let eb = self.entry_binding(e);
-        let plan = self.plan(now, t, d, m, eb.as_ref());
+        let side = self.entry_side(e);
+        let sid = side.as_ref().map(|s| s.id);
+        let plan = self.plan(now, t, d, m, sid);
         if let Plan::Block(p) = plan {
             return Err(p);
         }
@@ -191,19 +192,14 @@ impl Scheduler {
                 }
                 let mut chosen = (None, None);
                 if wait.is_none() {
-                    match self.choose_source(
-                        now,
-                        e,
-                        host,
-                        eb.as_ref().unwrap_or(&Default::default()),
-                    ) {
+                    match self.choose_source(now, e, host, side.as_deref()) {
                         Ok(c) => chosen = c,
                         Err(r) => wait = Some(park_for(r)),
                     }
                 }
                 if let Some(p) = wait {
                     // May not connect yet: ride an active connection if there is one.
-                    return match self.ride(d, eb.as_ref()) {
+                    return match self.ride(d, sid) {
                         Some(c) => {
                             self.may_send(now, self.conns[c].bind).map_err(park_for)?;
                             self.dests[d].queue(class).pop_front();
@@ -219,7 +215,7 @@ impl Scheduler {
                     self.close_conn(now, ic);
                 }
                 self.dests[d].queue(class).pop_front();
-                let c = self.new_conn(now, d, host, source, bind);
+                let c = self.new_conn(now, d, host, source, bind, sid.unwrap_or(0));
                 self.assign(now, e, c);
             }
             Plan::DeferNoHost(_) | Plan::Block(_) => unreachable!("handled above"),
@@ -249,7 +245,7 @@ impl Scheduler {
     /// fanf's free ride: the first active connection with fewer jobs than the
     /// newest, else the first; bounded at twice the backlog threshold so a
     /// ride cannot move a whole queue onto connections.
-    fn ride(&self, d: DestId, eb: Option<&shaping::Binding>) -> Option<ConnId> {
+    fn ride(&self, d: DestId, side: Option<u32>) -> Option<ConnId> {
         let cfg = &self.transports[self.dests[d].transport.0 as usize].cfg;
         let cap = cfg.connection_backlog_limit.saturating_mul(2);
         let active: Vec<ConnId> = self.dests[d]
@@ -261,7 +257,7 @@ impl Scheduler {
                 x.jobs() > 0
                     && x.jobs() < cap
                     && x.may_ride(x.reuse_limit)
-                    && self.compatible(c, eb)
+                    && self.compatible(c, side)
             })
             .collect();
         let newest = *active.last()?;
@@ -273,14 +269,7 @@ impl Scheduler {
             .or(Some(active[0]))
     }
 
-    fn plan(
-        &mut self,
-        now: Time,
-        t: TransportId,
-        d: DestId,
-        m: MsgId,
-        eb: Option<&shaping::Binding>,
-    ) -> Plan {
+    fn plan(&mut self, now: Time, t: TransportId, d: DestId, m: MsgId, side: Option<u32>) -> Plan {
         let tr = &self.transports[t.0 as usize];
         let backlog = tr.cfg.connection_backlog_limit;
         let free = tr.free_workers();
@@ -296,7 +285,7 @@ impl Scheduler {
             if conn.state == ConnState::Open
                 && conn.jobs() > 0
                 && conn.may_take(backlog, conn.reuse_limit)
-                && self.compatible(c, eb)
+                && self.compatible(c, side)
                 && self.sendable(now, c, &mut wait)
             {
                 return Plan::Conn(c);
@@ -313,7 +302,7 @@ impl Scheduler {
                     x.state == ConnState::Open
                         && x.jobs() == 0
                         && x.may_take(backlog, x.reuse_limit)
-                        && self.compatible(c, eb)
+                        && self.compatible(c, side)
                         && self.sendable(now, c, &mut wait)
                 })
                 .max_by_key(|&c| (self.conns[c].idle_since, c));
@@ -360,7 +349,7 @@ impl Scheduler {
         // lack window or worker room wait in their class queue instead, where
         // the class round-robin still orders them (see docs/scheduler.md).
         if !allowed {
-            if let Some(c) = self.ride(d, eb) {
+            if let Some(c) = self.ride(d, side) {
                 return Plan::Conn(c);
             }
             return Plan::Block(Park::Transport);

@@ -417,11 +417,13 @@ impl Scheduler {
         ));
         self.msg_index.insert(m.queue_id, id);
         if let Some(j) = m.job.as_deref().filter(|j| !j.is_empty()) {
-            self.side.jobs.insert(id, j.into());
+            let k = self.keys.acquire(j);
+            self.side.jobs.insert(id, k);
         }
         if self.shaping.is_some() {
             let domain = m.sender.rsplit_once('@').map_or("", |(_, d)| d);
-            self.side.sender_domains.insert(id, domain.into());
+            let k = self.keys.acquire(&domain.to_ascii_lowercase());
+            self.side.sender_domains.insert(id, k);
         }
         for (k, t) in extra {
             let kid = self.keys.acquire(&t);
@@ -737,8 +739,15 @@ impl Scheduler {
         if msg.live_entries == 0 && msg.unread == 0 {
             let msg = self.msgs.remove(m);
             self.msg_index.remove(&msg.queue_id);
-            self.side.jobs.remove(&m);
-            self.side.sender_domains.remove(&m);
+            for k in [
+                self.side.jobs.remove(&m),
+                self.side.sender_domains.remove(&m),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                self.keys.release(k);
+            }
             for j in msg.jobs.iter() {
                 if j.slots > 0 {
                     self.give_slots(j.transport, j.slots);
@@ -1272,6 +1281,7 @@ impl Scheduler {
         h: HostId,
         source: Option<std::net::IpAddr>,
         bind: Option<shaping::BindId>,
+        side: u32,
     ) -> ConnId {
         let t = self.dests[d].transport;
         let mut conn = Connection::new(t, d, h, now);
@@ -1279,6 +1289,7 @@ impl Scheduler {
         conn.reuse_limit = cfg.connection_reuse_count_limit;
         conn.idle_limit = cfg.connection_cache_time_limit;
         conn.bind = bind;
+        conn.side = side;
         if let (Some(sh), Some(b)) = (self.shaping.as_mut(), bind) {
             // A policy's own pooling settings are the more specific.
             let (transactions, idle) = sh.shaper.connection_limits(b);

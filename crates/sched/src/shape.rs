@@ -11,23 +11,13 @@
 //! whose keys are suspended or full. Panics: never.
 
 use crate::destination::Park;
-use crate::ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
+use crate::ids::{ConnId, DestId, EntryId, HostId, KeyId, MsgId, TransportId};
 use crate::sched::{Scheduler, Timer};
 use crate::time::Time;
 use shaping::{BindId, Binding, Block, Field, FieldSet, Policy, Shaper};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::Arc;
-
-/// Fields that come from the message and its destination, not from the
-/// connection: a connection carries only entries that agree on them.
-const MESSAGE_SIDE: [Field; 5] = [
-    Field::TenantId,
-    Field::JobId,
-    Field::RecipientDomain,
-    Field::Grouping,
-    Field::Transport,
-];
 
 /// The scheduler's shaping state.
 #[derive(Debug)]
@@ -42,15 +32,20 @@ pub(crate) struct Shaping {
     groupings: HashMap<DestId, Option<Box<str>>>,
     /// When the change timer is armed for.
     timer: Option<Time>,
+    /// Sides interned: (values, pool) → id.
+    sides: HashMap<(Binding, Option<Box<str>>), u32>,
+    next_side: u32,
+    /// Sides by (destination, tenant, job, sender domain) key ids.
+    cache: HashMap<(DestId, u32, u32, u32), Arc<Side>>,
 }
 
 /// Message-side values kept only while shaping is on or a message has them.
 #[derive(Debug, Default)]
 pub(crate) struct ShapeSide {
-    /// Job id of messages that have one.
-    pub(crate) jobs: BTreeMap<MsgId, Box<str>>,
-    /// Sender domain of messages (only while a policy is loaded).
-    pub(crate) sender_domains: BTreeMap<MsgId, Box<str>>,
+    /// Job id of messages that have one (interned in the scheduler's keys).
+    pub(crate) jobs: BTreeMap<MsgId, KeyId>,
+    /// Sender domain of messages, interned (only while a policy is loaded).
+    pub(crate) sender_domains: BTreeMap<MsgId, KeyId>,
     /// Domain of entries whose domain is not their destination's nexthop.
     pub(crate) domains: BTreeMap<EntryId, Box<str>>,
 }
@@ -65,6 +60,9 @@ impl Shaping {
             cursor: HashMap::new(),
             groupings: HashMap::new(),
             timer: None,
+            sides: HashMap::new(),
+            next_side: 1,
+            cache: HashMap::new(),
         }
     }
 
@@ -72,6 +70,8 @@ impl Shaping {
         self.used = policy.fields_used();
         self.shaper.reload(policy);
         self.groupings.clear();
+        // Connections keep their side ids; new entries get fresh ones.
+        self.cache.clear();
     }
 }
 
@@ -92,15 +92,44 @@ impl From<Block> for Refusal {
     }
 }
 
+/// The message side of an entry as shaping sees it: the values of the
+/// fields some policy uses, and the source pool its mail leaves from.
+/// Entries with the same side may share a connection.
+#[derive(Debug)]
+pub(crate) struct Side {
+    /// Its interned id (what a connection keeps).
+    pub(crate) id: u32,
+    /// The values, of used fields only.
+    pub(crate) binding: Binding,
+    /// The `sources:` pool, if one applies.
+    pub(crate) pool: Option<Box<str>>,
+}
+
 impl Scheduler {
-    /// The message-side values of entry `e` (only fields some policy uses,
-    /// so that fields nobody counts by never split connections).
-    pub(crate) fn entry_binding(&mut self, e: EntryId) -> Option<Binding> {
+    /// The side of entry `e` (only fields some policy uses, so that fields
+    /// nobody counts by never split connections), cached per destination,
+    /// tenant, job and sender domain.
+    pub(crate) fn entry_side(&mut self, e: EntryId) -> Option<Arc<Side>> {
         let sh = self.shaping.as_ref()?;
-        let used = sh.used;
         let entry = &self.entries[e];
         let (d, m) = (entry.dest, entry.message);
         let own = self.side.domains.get(&e).cloned();
+        let none = u32::MAX;
+        let tenant = self.msgs[m].tenant();
+        let job = self.side.jobs.get(&m).copied();
+        let sdom = self.side.sender_domains.get(&m).copied();
+        let key = (
+            d,
+            tenant.map_or(none, |k| k.0),
+            job.map_or(none, |k| k.0),
+            sdom.map_or(none, |k| k.0),
+        );
+        if own.is_none() {
+            if let Some(x) = sh.cache.get(&key) {
+                return Some(Arc::clone(x));
+            }
+        }
+        let used = sh.used;
         let dest = &self.dests[d];
         let nexthop_domain = if dest.nexthop.starts_with('[') {
             ""
@@ -108,10 +137,10 @@ impl Scheduler {
             &*dest.nexthop
         };
         let domain: &str = own.as_deref().unwrap_or(nexthop_domain);
+        let policy = Arc::clone(sh.shaper.policy());
         let grouping = match (&own, sh.groupings.get(&d)) {
             (None, Some(g)) => g.clone(),
             _ => {
-                let policy = sh.shaper.policy();
                 // MX names count only where the nexthop is the recipient's
                 // own domain, not behind a relayhost.
                 let mx: Vec<&str> = if own.is_none() && !nexthop_domain.is_empty() {
@@ -119,79 +148,75 @@ impl Scheduler {
                 } else {
                     Vec::new()
                 };
-                let g: Option<Box<str>> = policy.grouping_of(domain, &mx).map(Box::from);
-                if own.is_none() {
-                    if let Some(sh) = self.shaping.as_mut() {
-                        sh.groupings.insert(d, g.clone());
-                    }
-                }
-                g
+                policy.grouping_of(domain, &mx).map(Box::from)
             }
         };
-        let tname = &self.transports[self.dests[d].transport.0 as usize].cfg.name;
-        let msg = &self.msgs[m];
+        let tname = &self.transports[dest.transport.0 as usize].cfg;
+        let tenant_name = tenant.map_or("", |t| self.keys.name(t));
+        let pool = policy
+            .pool_for(
+                tenant_name,
+                sdom.map_or("", |k| self.keys.name(k)),
+                grouping.as_deref().unwrap_or(""),
+                tname.source_pool.as_deref(),
+            )
+            .map(|p| Box::from(p.id.as_str()));
         let mut b = Binding::default();
         let mut set = |f: Field, v: &str| {
             if used.contains(f) {
                 b.set(f, v);
             }
         };
-        set(Field::Transport, tname);
+        set(Field::Transport, &tname.name);
         set(Field::RecipientDomain, domain);
         set(Field::Grouping, grouping.as_deref().unwrap_or(""));
-        if let Some(t) = msg.tenant() {
-            set(Field::TenantId, self.keys.name(t));
+        set(Field::TenantId, tenant_name);
+        set(Field::JobId, job.map_or("", |k| self.keys.name(k)));
+        let sh = self.shaping.as_mut()?;
+        if own.is_none() {
+            sh.groupings.insert(d, grouping);
         }
-        if let Some(j) = self.side.jobs.get(&m) {
-            set(Field::JobId, j);
+        let next = sh.next_side;
+        let id = *sh.sides.entry((b.clone(), pool.clone())).or_insert(next);
+        if id == next {
+            sh.next_side += 1;
         }
-        // Pool selection looks at the grouping even when no policy counts by it.
-        if !used.contains(Field::Grouping) {
-            if let Some(g) = grouping {
-                b.values[Field::Grouping.idx()] = g;
-            }
+        let side = Arc::new(Side {
+            id,
+            binding: b,
+            pool,
+        });
+        if own.is_none() {
+            sh.cache.insert(key, Arc::clone(&side));
         }
-        Some(b)
+        Some(side)
     }
 
-    /// Whether connection `c` may carry an entry with message-side values `eb`.
-    pub(crate) fn compatible(&self, c: ConnId, eb: Option<&Binding>) -> bool {
-        let (Some(eb), Some(sh)) = (eb, self.shaping.as_ref()) else {
-            return true;
-        };
-        let Some(cb) = self.conns[c].bind.and_then(|b| sh.shaper.binding(b)) else {
-            return true;
-        };
-        MESSAGE_SIDE.iter().all(|&f| {
-            let want = if sh.used.contains(f) { eb.get(f) } else { "" };
-            cb.get(f) == want
-        })
+    /// Whether connection `c` may carry an entry of side `side`.
+    pub(crate) fn compatible(&self, c: ConnId, side: Option<u32>) -> bool {
+        match side {
+            Some(s) => self.conns[c].side == s,
+            None => true,
+        }
     }
 
-    /// The source addresses a new connection for `eb` may take, in the
+    /// The source addresses a new connection for `side` may take, in the
     /// order to try them, and the pool they come from.
     fn candidates(
         &self,
         t: TransportId,
-        m: MsgId,
-        eb: &Binding,
+        side: Option<&Side>,
     ) -> (Option<(String, usize)>, Vec<Option<IpAddr>>) {
         let cfg = &self.transports[t.0 as usize].cfg;
         let fallback = || {
             let bind = cfg.bind_address.as_deref().and_then(|a| a.parse().ok());
             (None, vec![bind])
         };
-        let Some(sh) = self.shaping.as_ref() else {
+        let (Some(sh), Some(id)) = (self.shaping.as_ref(), side.and_then(|s| s.pool.as_deref()))
+        else {
             return fallback();
         };
-        let sender_domain = self.side.sender_domains.get(&m).map_or("", |d| &**d);
-        let pool = sh.shaper.policy().pool_for(
-            eb.get(Field::TenantId),
-            sender_domain,
-            eb.get(Field::Grouping),
-            cfg.source_pool.as_deref(),
-        );
-        match pool {
+        match sh.shaper.policy().sources.iter().find(|p| p.id == id) {
             Some(p) if !p.localip.is_empty() => {
                 let start = sh.cursor.get(&p.id).copied().unwrap_or(0) % p.localip.len();
                 let n = p.localip.len();
@@ -210,18 +235,13 @@ impl Scheduler {
         now: Time,
         e: EntryId,
         h: HostId,
-        eb: &Binding,
+        side: Option<&Side>,
     ) -> Result<(Option<IpAddr>, Option<BindId>), Refusal> {
-        if self.shaping.is_none() {
-            let t = self.dests[self.entries[e].dest].transport;
-            let (_, c) = self.candidates(t, self.entries[e].message, eb);
-            return Ok((c[0], None));
-        }
-        let (t, m) = (
-            self.dests[self.entries[e].dest].transport,
-            self.entries[e].message,
-        );
-        let (pool, order) = self.candidates(t, m, eb);
+        let t = self.dests[self.entries[e].dest].transport;
+        let (pool, order) = self.candidates(t, side);
+        let Some(side) = side.filter(|_| self.shaping.is_some()) else {
+            return Ok((order[0], None));
+        };
         let host = self.hosts.name(h).to_string();
         let mut first_full = None;
         let mut until: Option<u64> = None;
@@ -229,10 +249,7 @@ impl Scheduler {
             let Some(sh) = self.shaping.as_mut() else {
                 break;
             };
-            let mut b = eb.clone();
-            if !sh.used.contains(Field::Grouping) {
-                b.set(Field::Grouping, "");
-            }
+            let mut b = side.binding.clone();
             let text = ip.map(|a| a.to_string()).unwrap_or_default();
             if sh.used.contains(Field::LocalIp) {
                 b.set(Field::LocalIp, &text);
@@ -275,8 +292,8 @@ impl Scheduler {
         // same grouping, say) is given up for mail that needs it.
         if let Some(k) = first_full {
             let d = self.entries[e].dest;
-            if self.close_idle_holding(now, k, d, eb) {
-                return self.choose_source(now, e, h, eb);
+            if self.close_idle_holding(now, k, d, side.id) {
+                return self.choose_source(now, e, h, Some(side));
             }
         }
         Err(Refusal::Wait)
@@ -286,13 +303,7 @@ impl Scheduler {
     /// destination `d`'s own for this mail (which the dispatcher passed
     /// over because its rates have no token: closing it would gain
     /// nothing); false if there is none.
-    fn close_idle_holding(
-        &mut self,
-        now: Time,
-        k: shaping::KeyIdx,
-        d: DestId,
-        eb: &Binding,
-    ) -> bool {
+    fn close_idle_holding(&mut self, now: Time, k: shaping::KeyIdx, d: DestId, side: u32) -> bool {
         let Some(sh) = self.shaping.as_ref() else {
             return false;
         };
@@ -303,7 +314,7 @@ impl Scheduler {
             .find(|&&(_, c)| {
                 self.conns.get(c).is_some_and(|x| {
                     x.bind.is_some_and(|b| sh.shaper.has_key(b, k))
-                        && !(x.dest == d && self.compatible(c, Some(eb)))
+                        && !(x.dest == d && x.side == side)
                 })
             });
         match idle {
@@ -485,7 +496,11 @@ impl Scheduler {
     /// Forgets shaping state nobody uses (the scheduler's GC).
     pub(crate) fn shaping_gc(&mut self, now: Time) {
         let dests = &self.dests;
+        let live: std::collections::BTreeSet<u32> =
+            self.conns.iter().map(|(_, c)| c.side).collect();
         if let Some(sh) = self.shaping.as_mut() {
+            sh.cache.clear();
+            sh.sides.retain(|_, id| live.contains(id));
             sh.shaper.gc(now.0, |_| false);
             sh.groupings.retain(|d, _| dests.contains(*d));
             sh.waiters

@@ -407,33 +407,6 @@ impl Shaper {
         block
     }
 
-    /// The limits allowed now for a key of `b` configured with `props`:
-    /// the configured ones, lowered by every hold on `b` and its ramp.
-    fn effective(&self, now: Ms, b: &Binding, props: &Props) -> Props {
-        let mut eff = *props;
-        for h in &self.holds {
-            if !matches(&h.when, b) || h.over(now) {
-                continue;
-            }
-            let floor = h.floor.unwrap_or(Props {
-                concurrency: Some(0),
-                rate: None,
-                ..Props::default()
-            });
-            let pct = h.percent(now);
-            let step = h.ramp.map_or(100, |(s, _)| s.max(1));
-            eff.concurrency = lowest(
-                eff.concurrency,
-                ramp_count(props.concurrency, floor.concurrency, pct, step),
-            );
-            eff.rate = match (eff.rate, ramp_rate(props.rate, floor.rate, pct, step)) {
-                (Some(a), Some(r)) => Some(slower(a, r)),
-                (a, r) => a.or(r),
-            };
-        }
-        eff
-    }
-
     /// Whether a hold suspends the mail of `id` at `now`.
     pub fn is_suspended(&self, now: Ms, id: BindId) -> bool {
         self.bound(id)
@@ -451,7 +424,7 @@ impl Shaper {
         let mut later: Option<Ms> = None;
         for &(k, props) in &bound.keys {
             let Some(st) = self.key(k) else { continue };
-            let eff = self.effective(now, &bound.binding, &props);
+            let eff = effective(&self.holds, now, &bound.binding, &props);
             if eff.concurrency.is_some_and(|c| st.conns >= c) {
                 return Err(Block::Full(k));
             }
@@ -500,10 +473,19 @@ impl Shaper {
     /// Takes one token of every rate of `b` for a transaction, or says
     /// when to ask again (all or nothing: no token is taken on a refusal).
     pub fn may_send(&mut self, now: Ms, id: BindId) -> Result<(), Block> {
-        let take = self.can_send(now, id)?;
+        self.can_send(now, id)?;
         let algorithm = self.policy.algorithm;
-        for (k, rate) in take {
-            if let Some(st) = self.key_mut(k) {
+        // Disjoint fields: the binding's keys are read while their states change.
+        let Some(bound) = self.bound.get(id.0 as usize).and_then(Option::as_ref) else {
+            return Ok(());
+        };
+        for &(k, props) in &bound.keys {
+            let rate = effective(&self.holds, now, &bound.binding, &props).rate;
+            let Some(st) = self.keys.get_mut(k.0 as usize).and_then(Option::as_mut) else {
+                continue;
+            };
+            st.transactions += 1;
+            if let Some(rate) = rate {
                 let (level, at) = refill(algorithm, rate, st.level, st.at, now);
                 st.level = match algorithm {
                     RateAlgorithm::TokenBucket => level - 1.0,
@@ -512,31 +494,21 @@ impl Shaper {
                 st.at = at;
             }
         }
-        let keys: Vec<KeyIdx> = self
-            .bound(id)
-            .map_or(Vec::new(), |b| b.keys.iter().map(|&(k, _)| k).collect());
-        for k in keys {
-            if let Some(st) = self.key_mut(k) {
-                st.transactions += 1;
-            }
-        }
         Ok(())
     }
 
-    /// Whether a transaction of `b` could start now, taking nothing; on
-    /// success, the rates it would take a token of.
-    pub fn can_send(&self, now: Ms, id: BindId) -> Result<Vec<(KeyIdx, Rate)>, Block> {
+    /// Whether a transaction of `b` could start now, taking nothing.
+    pub fn can_send(&self, now: Ms, id: BindId) -> Result<(), Block> {
         let Some(bound) = self.bound(id) else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         if let Some(block) = self.suspended(now, &bound.binding) {
             return Err(block);
         }
         let algorithm = self.policy.algorithm;
-        let mut take: Vec<(KeyIdx, Rate)> = Vec::new();
         let mut later: Option<Ms> = None;
         for &(k, props) in &bound.keys {
-            let Some(rate) = self.effective(now, &bound.binding, &props).rate else {
+            let Some(rate) = effective(&self.holds, now, &bound.binding, &props).rate else {
                 continue;
             };
             let Some(st) = self.key(k) else { continue };
@@ -553,14 +525,13 @@ impl Shaper {
                 }
                 _ => None,
             };
-            match wait {
-                Some(at) => later = Some(later.map_or(at, |l: Ms| l.max(at))),
-                None => take.push((k, rate)),
+            if let Some(at) = wait {
+                later = Some(later.map_or(at, |l: Ms| l.max(at)));
             }
         }
         match later {
             Some(at) => Err(Block::Until(at)),
-            None => Ok(take),
+            None => Ok(()),
         }
     }
 
@@ -718,7 +689,7 @@ impl Shaper {
         for b in self.bound.iter().flatten() {
             for &(k, props) in &b.keys {
                 let Some(st) = self.key(k) else { continue };
-                let eff = self.effective(now, &b.binding, &props);
+                let eff = effective(&self.holds, now, &b.binding, &props);
                 let held = self.suspended(now, &b.binding).is_some();
                 let v = KeyView {
                     name: st.name.clone(),
@@ -805,6 +776,33 @@ impl Shaper {
     pub fn key_count(&self) -> usize {
         self.key_index.len()
     }
+}
+
+/// The limits allowed now for a key of `b` configured with `props`: the
+/// configured ones, lowered by every hold on `b` and its ramp.
+fn effective(holds: &[Hold], now: Ms, b: &Binding, props: &Props) -> Props {
+    let mut eff = *props;
+    for h in holds {
+        if !matches(&h.when, b) || h.over(now) {
+            continue;
+        }
+        let floor = h.floor.unwrap_or(Props {
+            concurrency: Some(0),
+            rate: None,
+            ..Props::default()
+        });
+        let pct = h.percent(now);
+        let step = h.ramp.map_or(100, |(s, _)| s.max(1));
+        eff.concurrency = lowest(
+            eff.concurrency,
+            ramp_count(props.concurrency, floor.concurrency, pct, step),
+        );
+        eff.rate = match (eff.rate, ramp_rate(props.rate, floor.rate, pct, step)) {
+            (Some(a), Some(r)) => Some(slower(a, r)),
+            (a, r) => a.or(r),
+        };
+    }
+    eff
 }
 
 /// The bucket level (or window use) at `now` and the time it is as of.

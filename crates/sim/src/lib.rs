@@ -12,5 +12,6 @@
 
 pub mod bench;
 pub mod engine;
+pub mod policybench;
 pub mod scenarios;
 pub mod shaping;
