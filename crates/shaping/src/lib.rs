@@ -8,13 +8,17 @@
 //! [`eval`] answers "which keys and limits apply to these field values",
 //! and [`state`] keeps each key's live counters in virtual time for the
 //! scheduler. Nothing here does I/O or reads a clock.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod eval;
 pub mod field;
+pub mod index;
 pub mod model;
 pub mod props;
 
 pub use field::{Binding, Field, FieldSet};
+pub use index::PolicyIndex;
 pub use model::{
     Condition, Grouping, KeyPolicy, Pattern, Policy, RateAlgorithm, ReplyAction, ReplyRule, Source,
     Suspension, Threshold,
