@@ -7,16 +7,21 @@
 //! and by conditions on field values. [`model`] holds the compiled file,
 //! [`eval`] answers "which keys and limits apply to these field values",
 //! and [`state`] keeps each key's live counters in virtual time for the
-//! scheduler. Nothing here does I/O or reads a clock.
+//! scheduler. [`file`] reads the policy file (the only I/O here, in
+//! [`Policy::load`]); nothing here reads a clock.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod error;
 pub mod eval;
 pub mod field;
+pub mod file;
 pub mod index;
 pub mod model;
 pub mod props;
+pub mod syntax;
 
+pub use error::{At, ErrorKind, PolicyError};
 pub use field::{Binding, Field, FieldSet};
 pub use index::PolicyIndex;
 pub use model::{
@@ -24,3 +29,6 @@ pub use model::{
     Suspension, Threshold,
 };
 pub use props::{Props, Rate};
+
+#[cfg(test)]
+mod file_tests;
