@@ -385,3 +385,88 @@ fn a_file_that_cannot_be_read_is_named() {
     let e = Policy::load(&path).unwrap_err().to_string();
     assert!(e.starts_with(&format!("{}: ", path.display())), "{e}");
 }
+
+/// The file the package installs as /etc/sluice/policy.yaml.
+const SHIPPED: &str = include_str!("../../../etc/policy.yaml");
+
+#[test]
+fn the_shipped_file_limits_nothing_and_its_example_reads_when_uncommented() {
+    let p = Policy::parse("etc/policy.yaml", SHIPPED).unwrap();
+    assert_eq!(p, Policy::default(), "only the default rate algorithm");
+
+    // The example between the marks, with one "# " taken off each line as
+    // its comment says, is the example plus a static suspension.
+    let mut inside = false;
+    let mut text = String::new();
+    for line in SHIPPED.lines() {
+        if line.starts_with("# --- The example") {
+            inside = true;
+        } else if line.starts_with("# --- end") {
+            inside = false;
+        } else if inside && !line.starts_with("# ---") {
+            text += line
+                .strip_prefix("# ")
+                .unwrap_or(line.trim_start_matches('#'));
+            text += "\n";
+        } else {
+            text += line;
+            text += "\n";
+        }
+    }
+    let example = Policy::parse("etc/policy.yaml, uncommented", &text).unwrap();
+    let seed = Policy::parse("seed", SEED).unwrap();
+    let replies = Policy::parse("replies", REPLIES).unwrap();
+    assert_eq!(example.groupings, seed.groupings);
+    assert_eq!(example.sources, seed.sources);
+    assert_eq!(example.policies, seed.policies);
+    assert_eq!(example.replies, replies.replies);
+    assert_eq!(
+        example.suspensions,
+        vec![Suspension {
+            when: vec![
+                (Field::LocalIp, "127.0.0.3".into()),
+                (Field::Grouping, "yahoo".into())
+            ],
+            tag: Some("blocklisted, ticket 1234".into()),
+        }]
+    );
+}
+
+#[test]
+fn the_manual_page_examples_read() {
+    let page = include_str!("../../../man/sluice.policy.5");
+    let examples = &page[page.find(".SH EXAMPLES").unwrap()..];
+    let blocks: Vec<String> = examples
+        .split(".nf\n")
+        .skip(1)
+        .map(|b| {
+            b.split(".fi\n")
+                .next()
+                .unwrap()
+                .replace("\\-", "-")
+                .replace("\\e", "\\")
+        })
+        .collect();
+    assert_eq!(
+        blocks.len(),
+        3,
+        "the seed, its replies rule, a backoff rule"
+    );
+    let seed = Policy::parse("sluice.policy(5)", &blocks[0]).unwrap();
+    assert_eq!(seed, Policy::parse("seed", SEED).unwrap());
+    let with_suspend =
+        Policy::parse("sluice.policy(5)", &(blocks[0].clone() + &blocks[1])).unwrap();
+    assert_eq!(
+        with_suspend.replies,
+        Policy::parse("replies", REPLIES).unwrap().replies
+    );
+    let with_backoff =
+        Policy::parse("sluice.policy(5)", &(blocks[0].clone() + &blocks[2])).unwrap();
+    assert!(matches!(
+        with_backoff.replies[0].action,
+        ReplyAction::Backoff(Props {
+            concurrency: Some(1),
+            ..
+        })
+    ));
+}
