@@ -285,3 +285,87 @@ fn check_finds_restrictions_and_tables_that_would_stop_a_daemon() {
         "{err}"
     );
 }
+
+#[test]
+fn check_reads_the_policy_file_and_the_source_pool_it_names() {
+    let inst = Instance::new(
+        "anvil unix - - n - 1 anvil\n\
+         bulk unix - - n - - anvil -o smtp_source_pool=pool9\n",
+        "",
+    );
+    let policy = inst.etc().join("policy.yaml");
+    // A misspelt property on line 6, column 32.
+    std::fs::write(
+        &policy,
+        "sources:\n  - id: pool1\n    localip: [127.0.0.2]\npolicies:\n  - fields: [localip]\n    default: { concurrency: 2, rat: 10/1 }\n",
+    )
+    .unwrap();
+    // main.cf's fixed lines end at 7; `config` appends these as 8 and 9.
+    let set = inst.sluice(&[
+        "config",
+        "policy_file=policy.yaml",
+        "smtp_source_pool=pool2",
+    ]);
+    assert!(set.status.success(), "{set:?}");
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.lines().any(|l| l
+            == format!(
+                "sluice: error: {}:6:32: unknown field `rat`, expected one of concurrency, rate, connectinterval, transactions, idletimeout, cluster",
+                policy.display()
+            )),
+        "{err}"
+    );
+
+    // Read, the file is checked for the pools main.cf and master.cf name.
+    std::fs::write(
+        &policy,
+        std::fs::read_to_string(&policy)
+            .unwrap()
+            .replace("rat:", "rate:"),
+    )
+    .unwrap();
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let main_cf = inst.etc().join("main.cf").display().to_string();
+    let line_with = |needles: &[&str]| err.lines().any(|l| needles.iter().all(|n| l.contains(n)));
+    assert!(
+        line_with(&[
+            &main_cf,
+            "line 9",
+            "smtp_source_pool pool2",
+            "has no such id"
+        ]),
+        "{err}"
+    );
+    assert!(
+        line_with(&[
+            "master.cf, line 2",
+            "service bulk",
+            "smtp_source_pool pool9"
+        ]),
+        "{err}"
+    );
+    assert!(!err.contains("policy.yaml:"), "the file reads: {err}");
+
+    let set = inst.sluice(&["config", "smtp_source_pool=pool1"]);
+    assert!(set.status.success(), "{set:?}");
+    std::fs::write(inst.etc().join("master.cf"), "anvil unix - - n - 1 anvil\n").unwrap();
+    let out = inst.sluice(&["check"]);
+    let (stdout, err) = text(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(stdout.contains("no errors"), "{stdout}");
+
+    // A file that is not there is named with the reason.
+    std::fs::remove_file(&policy).unwrap();
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains(&format!("{}: No such file or directory", policy.display())),
+        "{err}"
+    );
+}

@@ -9,7 +9,9 @@
 //! first client: a bad value, a restriction list smtpd cannot build, a
 //! lookup table that does not open or parse, smtpd's certificate or key
 //! that does not load, the smtp agent's CA file when it verifies servers,
-//! a master.cf command that does not exist. Each is named with its file, line and parameter, so that
+//! a master.cf command that does not exist, a policy file that does not
+//! read (`FILE:LINE:COLUMN: what is wrong`) or lacks the source pool that
+//! `smtp_source_pool` names. Each is named with its file, line and parameter, so that
 //! `ExecStartPre=sluice check` stops a broken configuration before it runs.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -71,6 +73,7 @@ pub fn check(dir: &Path) -> i32 {
         check_restrictions_and_tables(dir, cfg, &services, &mut r);
         check_queue(cfg, owner, &mut r);
         check_log(cfg, &mut r);
+        check_policy(dir, cfg, &services, &mut r);
     }
     if r.errors == 0 {
         println!("sluice: check: no errors, {} warning(s)", r.warnings);
@@ -437,5 +440,48 @@ fn check_log(cfg: &Config, r: &mut Report) {
     }
     if !p.is_absolute() {
         r.warn(format!("maillog_file {file}: not an absolute path; it is opened relative to each daemon's directory"));
+    }
+}
+
+/// The policy file, read as qmgr reads it, and the source pools that main.cf
+/// and master.cf's `-o` overrides name in it.
+fn check_policy(dir: &Path, cfg: &Config, services: &[ServiceDef], r: &mut Report) {
+    let mut pools = vec![(
+        origin(dir, cfg, "smtp_source_pool"),
+        cfg.str("smtp_source_pool"),
+    )];
+    for s in services {
+        for (k, v) in &s.overrides {
+            if k == "smtp_source_pool" {
+                pools.push((
+                    format!("master.cf, line {}: service {}", s.line, s.name),
+                    v.clone(),
+                ));
+            }
+        }
+    }
+    pools.retain(|(_, pool)| !pool.is_empty());
+    let file = cfg.str("policy_file");
+    if file.is_empty() {
+        for (at, pool) in pools {
+            r.error(format!(
+                "{at}: smtp_source_pool {pool}: no policy_file is set to define it"
+            ));
+        }
+        return;
+    }
+    let path = dir.join(&file);
+    match shaping::Policy::load(&path) {
+        Err(e) => r.error(e),
+        Ok(policy) => {
+            for (at, pool) in pools {
+                if policy.source(&pool).is_none() {
+                    r.error(format!(
+                        "{at}: smtp_source_pool {pool}: {} has no such id under sources:",
+                        path.display()
+                    ));
+                }
+            }
+        }
     }
 }

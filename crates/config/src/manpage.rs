@@ -113,6 +113,7 @@ Service table.
 .SH SEE ALSO
 .BR sluice (1),
 .BR master (8),
+.BR sluice.policy (5),
 .BR postconf (5)
 "#;
 

@@ -209,6 +209,7 @@ static PARAMS: &[ParamSpec] = &[
     p("local_destination_recipient_limit", I, "1", "Recipients per local delivery request."),
     t("sender_class_thresholds", T::IntList, "10, 1000", "Entries of one class key in memory at which mail moves to the medium and large class."),
     t("scheduler_class_key", T::Enum(&["sender", "sender_domain", "tenant", "size"]), "sender", "What the three-class scheduler counts entries by."),
+    p("policy_file", S, "", "Traffic-shaping policy file, sluice.policy(5): concurrency, rates, source pools, suspensions and reply rules by field keys; a relative name is taken from config_directory (empty: no shaping)."),
     t("max_message_concurrency", I, "20", "Workers one message may hold when the transport is busy."),
     t("scale_max_concurrency", I, "10", "Factor on free workers up to which one message may grow when the system is idle."),
     t("connection_backlog_limit", I, "5", "Transactions queued on one connection before another is opened."),
@@ -301,6 +302,7 @@ static PARAMS: &[ParamSpec] = &[
     // SMTP client.
     p("smtp_bind_address", S, "", "IPv4 source address of outgoing SMTP connections."),
     p("smtp_bind_address6", S, "", "IPv6 source address of outgoing SMTP connections."),
+    p("smtp_source_pool", S, "", "Id of the policy file's sources: pool whose addresses outgoing SMTP connections take in turn when no pool selects itself by tenant, sender domain or grouping (empty: smtp_bind_address)."),
     p("smtp_helo_name", S, "$myhostname", "Name the SMTP client sends in EHLO/HELO."),
     p("smtp_host_lookup", L, "dns", "How the SMTP client finds server addresses."),
     p("smtp_address_preference", T::Enum(&["ipv4", "ipv6", "any"]), "any", "Address family tried first when a host has both."),

@@ -58,8 +58,10 @@ impl Policy {
     }
 
     /// The effective properties of policy `i` for `b`: its default with
-    /// every matching condition laid over it in file order.
-    pub fn props(&self, i: usize, b: &Binding) -> Props {
+    /// every matching condition laid over it in file order, each
+    /// condition tested in turn. [`Policy::props`] gives the same through
+    /// the condition index; this is the definition it is tested against.
+    pub fn props_by_scan(&self, i: usize, b: &Binding) -> Props {
         let p = &self.policies[i];
         let mut out = p.default;
         for c in &p.conditions {

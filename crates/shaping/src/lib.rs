@@ -7,19 +7,31 @@
 //! and by conditions on field values. [`model`] holds the compiled file,
 //! [`eval`] answers "which keys and limits apply to these field values",
 //! and [`state`] keeps each key's live counters in virtual time for the
-//! scheduler. Nothing here does I/O or reads a clock.
+//! scheduler. [`file`] reads the policy file (the only I/O here, in
+//! [`Policy::load`]); nothing here reads a clock.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
+pub mod error;
 pub mod eval;
 pub mod field;
+pub mod file;
 pub mod holdfile;
+pub mod index;
 pub mod model;
 pub mod props;
 pub mod state;
+pub mod syntax;
 
+pub use error::{At, ErrorKind, PolicyError};
 pub use field::{Binding, Field, FieldSet};
+pub use index::PolicyIndex;
 pub use model::{
     Condition, Grouping, KeyPolicy, Pattern, Policy, RateAlgorithm, ReplyAction, ReplyRule, Source,
     Suspension, Threshold,
 };
 pub use props::{Props, Rate};
 pub use state::{BindId, Block, Hold, KeyIdx, KeyName, KeyView, Ms, Origin, Shaper, Triggered};
+
+#[cfg(test)]
+mod file_tests;

@@ -1,6 +1,7 @@
 //! The compiled policy file: plain data, built by the parser or by tests.
 
 use crate::field::Field;
+use crate::index::PolicyIndex;
 use crate::props::Props;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -177,6 +178,9 @@ pub struct Policy {
     pub replies: Vec<ReplyRule>,
     /// `suspensions:`.
     pub suspensions: Vec<Suspension>,
+    /// The condition index, derived from `policies` (see [`crate::index`]):
+    /// leave it default in a policy built by hand.
+    pub index: PolicyIndex,
 }
 
 #[cfg(test)]
