@@ -5,6 +5,8 @@
 //! `maxproc` is the transport's process limit, and `<transport>_<name>`
 //! overrides apply as in Postfix.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use config::{Config, Feedback, ServiceDef, ServiceKind};
@@ -34,8 +36,39 @@ fn u32_of(v: i64) -> u32 {
     v.clamp(0, i64::from(u32::MAX)) as u32
 }
 
-/// Builds the scheduler configuration; `seed` makes host choices reproducible per run.
-pub fn build(cfg: &Config, services: &[ServiceDef], seed: u64) -> SchedConfig {
+/// A smtp transport's value of an `smtp_*` parameter: its master.cf `-o`
+/// override, else main.cf's; none when empty.
+fn smtp_param(cfg: &Config, s: &ServiceDef, name: &str) -> Option<String> {
+    if s.command != "smtp" {
+        return None;
+    }
+    s.overrides
+        .iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| cfg.str(name))
+        .split_whitespace()
+        .next()
+        .map(str::to_string)
+}
+
+/// The traffic-shaping policy `policy_file` names, if any; its error names
+/// the file, line and column.
+pub fn policy(cfg: &Config) -> Result<Option<Arc<shaping::Policy>>, String> {
+    let file = cfg.str("policy_file");
+    if file.trim().is_empty() {
+        return Ok(None);
+    }
+    let path = Path::new(&cfg.str("config_directory")).join(file.trim());
+    shaping::Policy::load(&path)
+        .map(|p| Some(Arc::new(p)))
+        .map_err(|e| e.to_string())
+}
+
+/// Builds the scheduler configuration; `seed` makes host choices
+/// reproducible per run. Fails only on a policy file that cannot be read.
+pub fn build(cfg: &Config, services: &[ServiceDef], seed: u64) -> Result<SchedConfig, String> {
     let default_limit = u32_of(cfg.int("default_process_limit"));
     let transports = transports(services)
         .into_iter()
@@ -75,10 +108,13 @@ pub fn build(cfg: &Config, services: &[ServiceDef], seed: u64) -> SchedConfig {
             tc.connection_reuse_time_limit = t.time("connection_reuse_time_limit");
             tc.recipient_limit = u32_of(t.int("default_recipient_limit")).max(1);
             tc.host_retry_time = t.time("host_retry_time");
+            tc.source_pool = smtp_param(cfg, &s, "smtp_source_pool");
+            tc.bind_address = smtp_param(cfg, &s, "smtp_bind_address");
             tc
         })
         .collect();
-    SchedConfig {
+    let shaping = policy(cfg)?;
+    Ok(SchedConfig {
         transports,
         max_message_concurrency: u32_of(cfg.int("max_message_concurrency")).max(1),
         scale_max_concurrency: u32_of(cfg.int("scale_max_concurrency")),
@@ -90,6 +126,7 @@ pub fn build(cfg: &Config, services: &[ServiceDef], seed: u64) -> SchedConfig {
         qmgr_message_recipient_minimum: u32_of(cfg.int("qmgr_message_recipient_minimum")).max(1),
         feedback_debug: cfg.bool("destination_concurrency_feedback_debug"),
         seed,
+        shaping,
         ..SchedConfig::default()
-    }
+    })
 }

@@ -115,7 +115,7 @@ impl QmgrServer {
             config::load_master_cf(&ctx.config_dir.join("master.cf")).unwrap_or_default();
         let now = wall();
         let seed = u64::from(std::process::id()) ^ now.0;
-        let scfg = crate::schedconf::build(&ctx.config, &services, seed);
+        let scfg = crate::schedconf::build(&ctx.config, &services, seed)?;
         let settings = settings(&ctx.config, &scfg);
         let disk = Disk::new(rec.spool, rec.journal);
         let mut qm = QueueManager::new(now, settings, scfg, disk, rec.state)
@@ -384,7 +384,13 @@ impl Handler<Clients> for QmgrServer {
         };
         let now = self.now(cx.now);
         let seed = u64::from(std::process::id()) ^ now.0;
-        let scfg = crate::schedconf::build(config, &services, seed);
+        let scfg = match crate::schedconf::build(config, &services, seed) {
+            Ok(s) => s,
+            Err(e) => {
+                msg_warn!("reload: {e}; keeping the running configuration");
+                return true;
+            }
+        };
         let settings = settings(config, &scfg);
         if config.str("metrics_listen") != self.metrics_listen {
             msg_warn!("reload: metrics_listen changed: it takes effect when qmgr restarts");
