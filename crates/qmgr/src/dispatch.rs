@@ -316,8 +316,8 @@ impl<S: Store> QueueManager<S> {
         let msg = NewMessage {
             queue_id: sched::QueueId(qid),
             sender: env.sender.clone(),
-            tenant: None,
-            job: None,
+            tenant: env.tenant.clone(),
+            job: env.job.clone(),
             size: env.size,
             arrival: Time(env.arrival.as_micros() / 1000),
             attempts: a.attempts,
@@ -546,7 +546,7 @@ impl<S: Store> QueueManager<S> {
                     transport,
                     destination,
                     host,
-                    source: _,
+                    source,
                 } => {
                     let s = &self.deliver.sched;
                     let tname = s.transport_name(transport).to_string();
@@ -565,6 +565,7 @@ impl<S: Store> QueueManager<S> {
                         host: hname,
                         nexthop,
                         addrs,
+                        source,
                     };
                     self.send_agent(tname, body, AgentWait::Open);
                 }
