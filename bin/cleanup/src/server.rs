@@ -409,13 +409,12 @@ impl CleanupServer {
     ) -> Option<Response> {
         let draft = m.draft.take()?;
         headers::settle_ids(&mut m.envelope, &m.ids, self.tenant_from_sasl);
-        if m.envelope.tenant.is_some() || m.envelope.job.is_some() {
-            msg_info!(
-                "{}: tenant={}, job={}",
-                m.id,
-                m.envelope.tenant.as_deref().unwrap_or(""),
-                m.envelope.job.as_deref().unwrap_or("")
-            );
+        let ids: Vec<String> = [("tenant", &m.envelope.tenant), ("job", &m.envelope.job)]
+            .iter()
+            .filter_map(|(k, v)| Some(format!("{k}={}", v.as_deref()?)))
+            .collect();
+        if !ids.is_empty() {
+            msg_info!("{}: {}", m.id, ids.join(", "));
         }
         m.envelope.size = draft.len();
         m.envelope.arrival = Timestamp::from_micros(
