@@ -12,7 +12,11 @@ use sluice_suite::{free_port, relay_instance, smtplib_send, wait_for, Instance};
 /// Writes a message with these header lines to a file for smtplib.
 fn message(dir: &Path, name: &str, headers: &str) -> PathBuf {
     let p = dir.join(name);
-    std::fs::write(&p, format!("{headers}Subject: {name}\r\n\r\nbody of {name}\r\n")).unwrap();
+    std::fs::write(
+        &p,
+        format!("{headers}Subject: {name}\r\n\r\nbody of {name}\r\n"),
+    )
+    .unwrap();
     p
 }
 
@@ -24,7 +28,13 @@ fn queued_with(inst: &Instance, needle: &str) -> String {
             .into_iter()
             .find(|l| l.contains(needle))
     });
-    line.split("\"queue_id\":\"").nth(1).unwrap().split('"').next().unwrap().to_string()
+    line.split("\"queue_id\":\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 /// What smtpd answers to RCPT TO:<`to`>, as smtplib reports it.
@@ -42,7 +52,11 @@ fn rcpt_reply(port: u16, to: &str) -> String {
         .arg(to)
         .output()
         .expect("python3");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -65,7 +79,12 @@ fn id_headers_set_tenant_and_job_and_are_removed_before_delivery() {
     smtplib_send(port, "alice@example.com", "carol@remote.example", &m);
     let got = sink.wait_messages(2, 30);
     for msg in &got {
-        let headers = msg.data.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+        let headers = msg
+            .data
+            .split("\r\n\r\n")
+            .next()
+            .unwrap()
+            .to_ascii_lowercase();
         assert!(
             !headers.contains("x-tenant-id") && !headers.contains("x-job-id"),
             "{}",
@@ -75,7 +94,10 @@ fn id_headers_set_tenant_and_job_and_are_removed_before_delivery() {
     assert!(got.iter().any(|m| m.data.contains("Subject: shaped")));
     inst.wait_log(10, ": tenant=acme, job=spring sale");
     inst.wait_log(10, "ignoring tenant id header value \"tttt");
-    assert!(!inst.log().contains("tenant=second"), "only the first header counts");
+    assert!(
+        !inst.log().contains("tenant=second"),
+        "only the first header counts"
+    );
 }
 
 #[test]
@@ -88,10 +110,18 @@ fn an_access_action_wins_over_the_header_and_the_header_can_be_kept() {
     );
     for to in ["bob", "boss", "jobs"] {
         let m = message(inst.root(), to, "X-Tenant-ID: acme\r\n");
-        smtplib_send(port, "alice@example.com", &format!("{to}@remote.example"), &m);
+        smtplib_send(
+            port,
+            "alice@example.com",
+            &format!("{to}@remote.example"),
+            &m,
+        );
     }
     let got = sink.wait_messages(3, 30);
-    assert!(got.iter().all(|m| m.data.contains("X-Tenant-ID: acme\r\n")), "kept");
+    assert!(
+        got.iter().all(|m| m.data.contains("X-Tenant-ID: acme\r\n")),
+        "kept"
+    );
     inst.wait_log(10, ": tenant=vip");
     inst.wait_log(10, ": tenant=acme, job=j-7");
     let log = inst.log();
@@ -126,7 +156,11 @@ fn a_queued_message_keeps_its_tenant_and_job_across_kill_9_and_restart() {
     smtplib_send(port, "alice@example.com", "bob@remote.example", &m);
     // Large enough for a pool file rather than the journal record.
     let big = "x".repeat(200_000);
-    let m = message(inst.root(), "big", &format!("X-Tenant-ID: bigco\r\nX-Pad: {big}\r\n"));
+    let m = message(
+        inst.root(),
+        "big",
+        &format!("X-Tenant-ID: bigco\r\nX-Pad: {big}\r\n"),
+    );
     smtplib_send(port, "alice@example.com", "bob@remote.example", &m);
     let both = |inst: &Instance| {
         let a = queued_with(inst, "\"tenant\":\"acme\",\"job\":\"j1\"");

@@ -52,7 +52,14 @@ fn records_sources_listeners_concurrency_transactions_and_arrivals() {
     });
     let who: Vec<(IpAddr, IpAddr, u16, usize)> = conns
         .iter()
-        .map(|c| (c.source.ip(), c.listen.ip(), c.listen.port(), c.transactions))
+        .map(|c| {
+            (
+                c.source.ip(),
+                c.listen.ip(),
+                c.listen.port(),
+                c.transactions,
+            )
+        })
         .collect();
     let p = sink.port;
     assert_eq!(
@@ -84,9 +91,24 @@ fn records_sources_listeners_concurrency_transactions_and_arrivals() {
     assert_eq!(
         seen,
         vec![
-            (0, ip("127.0.0.2"), ip("127.0.0.10"), vec!["r1@d.test".to_string()]),
-            (0, ip("127.0.0.2"), ip("127.0.0.10"), vec!["r2@d.test".to_string()]),
-            (1, ip("127.0.0.2"), ip("127.0.0.10"), vec!["r3@d.test".to_string()]),
+            (
+                0,
+                ip("127.0.0.2"),
+                ip("127.0.0.10"),
+                vec!["r1@d.test".to_string()]
+            ),
+            (
+                0,
+                ip("127.0.0.2"),
+                ip("127.0.0.10"),
+                vec!["r2@d.test".to_string()]
+            ),
+            (
+                1,
+                ip("127.0.0.2"),
+                ip("127.0.0.10"),
+                vec!["r3@d.test".to_string()]
+            ),
             (
                 2,
                 ip("127.0.0.3"),
@@ -95,14 +117,21 @@ fn records_sources_listeners_concurrency_transactions_and_arrivals() {
             ),
         ]
     );
-    assert!(msgs[3].data.contains("\r\n.dot\r\n"), "unstuffed: {:?}", msgs[3].data);
+    assert!(
+        msgs[3].data.contains("\r\n.dot\r\n"),
+        "unstuffed: {:?}",
+        msgs[3].data
+    );
     // Arrival times are in order, and inside their connection's lifetime.
     for w in msgs.windows(2) {
         assert!(w[0].at <= w[1].at);
     }
     for m in &msgs {
         let c = &conns[m.conn];
-        assert!(c.connected <= m.at && m.at <= c.closed.unwrap(), "{m:?} {c:?}");
+        assert!(
+            c.connected <= m.at && m.at <= c.closed.unwrap(),
+            "{m:?} {c:?}"
+        );
     }
 }
 
@@ -123,7 +152,10 @@ fn scripted_replies_apply_to_their_listening_address_only() {
          except smtplib.SMTPDataError as e:\n    print('data', e.smtp_code, e.smtp_error.decode())\n\
          s.quit()\n",
     );
-    assert!(out.contains("rcpt (421, b'4.7.0 [TS04] try later')"), "{out}");
+    assert!(
+        out.contains("rcpt (421, b'4.7.0 [TS04] try later')"),
+        "{out}"
+    );
     assert!(out.contains("closed after 421"), "{out}");
     assert!(out.contains("data 451 4.7.1 [TS02] slow down"), "{out}");
     assert!(sink.messages().is_empty());

@@ -146,7 +146,10 @@ fn connect_failure_is_reported_as_unreachable() {
 fn the_source_address_of_the_open_request_is_bound_for_the_connection() {
     let sink = ShapingSink::start(&["127.0.0.10", "127.0.0.11"]);
     let (inst, mut c) = agent();
-    for (conn, to, from) in [(1, "127.0.0.10", "127.0.0.2"), (2, "127.0.0.11", "127.0.0.3")] {
+    for (conn, to, from) in [
+        (1, "127.0.0.10", "127.0.0.2"),
+        (2, "127.0.0.11", "127.0.0.3"),
+    ] {
         let r = open_from(&mut c, conn, &format!("{to}:{}", sink.port), Some(from));
         assert!(matches!(r, Response::Opened { .. }), "{r:?}");
         let id = c
@@ -179,7 +182,12 @@ fn a_source_that_cannot_be_bound_is_a_clear_local_deferral() {
     let sink = ShapingSink::start(&["127.0.0.10"]);
     let (inst, mut c) = agent();
     // 192.0.2.1 (TEST-NET-1) is no address of this host.
-    match open_from(&mut c, 3, &format!("127.0.0.10:{}", sink.port), Some("192.0.2.1")) {
+    match open_from(
+        &mut c,
+        3,
+        &format!("127.0.0.10:{}", sink.port),
+        Some("192.0.2.1"),
+    ) {
         Response::OpenFailed {
             conn: 3,
             handshake: false,
@@ -187,14 +195,19 @@ fn a_source_that_cannot_be_bound_is_a_clear_local_deferral() {
         } => {
             assert_eq!(reason.code, mail::StatusCode::NETWORK_TEMP, "{reason}");
             assert!(
-                reason.text.starts_with("cannot bind source address 192.0.2.1: "),
+                reason
+                    .text
+                    .starts_with("cannot bind source address 192.0.2.1: "),
                 "{reason}"
             );
         }
         other => panic!("{other:?}"),
     }
     inst.wait_log(5, "cannot bind source address 192.0.2.1");
-    assert!(sink.conns().is_empty(), "nothing may connect from elsewhere");
+    assert!(
+        sink.conns().is_empty(),
+        "nothing may connect from elsewhere"
+    );
 }
 
 #[test]

@@ -430,7 +430,11 @@ fn session(c: &mut Conn, sh: &Shared, greeting: Greeting, index: usize) {
 
 /// Reads the content up to the final dot; `None` if the connection ended
 /// (or was dropped by the script after `drop_after` bytes) before it.
-pub(crate) fn content(c: &mut Conn, stop: &AtomicBool, drop_after: Option<usize>) -> Option<String> {
+pub(crate) fn content(
+    c: &mut Conn,
+    stop: &AtomicBool,
+    drop_after: Option<usize>,
+) -> Option<String> {
     let mut data = Vec::new();
     loop {
         if drop_after.is_some_and(|n| data.len() >= n) {

@@ -332,7 +332,10 @@ mod tests {
 
     #[test]
     fn bad_id_values_are_ignored_and_off_means_untouched() {
-        let long = format!("X-Tenant-ID: {}\r\nX-Job-ID:   \r\nSubject: x\r\n", "t".repeat(65));
+        let long = format!(
+            "X-Tenant-ID: {}\r\nX-Job-ID:   \r\nSubject: x\r\n",
+            "t".repeat(65)
+        );
         let (kept, ids) = take_ids(long.as_bytes(), &which(false));
         assert_eq!(&*kept, b"Subject: x\r\n");
         assert!(matches!(ids.tenant, Some(Err(_))));
@@ -344,7 +347,10 @@ mod tests {
         assert_eq!((&*kept, ids), (&h[..], Ids::default()));
         // A header whose value merely mentions the name is not one.
         let (kept, ids) = take_ids(b"Subject: X-Tenant-ID: acme\r\n", &which(false));
-        assert_eq!((&*kept, ids), (&b"Subject: X-Tenant-ID: acme\r\n"[..], Ids::default()));
+        assert_eq!(
+            (&*kept, ids),
+            (&b"Subject: X-Tenant-ID: acme\r\n"[..], Ids::default())
+        );
     }
 
     #[test]
@@ -360,7 +366,10 @@ mod tests {
         };
         let mut e = env(Some("from-action"), Some("alice"));
         settle_ids(&mut e, &ids, true);
-        assert_eq!((e.tenant.as_deref(), e.job.as_deref()), (Some("from-action"), Some("job-h")));
+        assert_eq!(
+            (e.tenant.as_deref(), e.job.as_deref()),
+            (Some("from-action"), Some("job-h"))
+        );
         let mut e = env(None, Some("alice"));
         settle_ids(&mut e, &ids, true);
         assert_eq!(e.tenant.as_deref(), Some("from-header"));

@@ -153,7 +153,9 @@ pub fn parse_header_name(text: &str) -> Result<Option<&str>, ValueProblem> {
     }
     match t.chars().find(|&c| !matches!(c, '!'..='9' | ';'..='~')) {
         None => Ok(Some(t)),
-        Some(c) => Err(ValueProblem::HeaderName(format!("{t}: {c:?} is not allowed in a header name"))),
+        Some(c) => Err(ValueProblem::HeaderName(format!(
+            "{t}: {c:?} is not allowed in a header name"
+        ))),
     }
 }
 
@@ -663,7 +665,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("main.cf, line 2") && e.contains("tenant_id_header") && e.contains("bad header name"),
+            e.contains("main.cf, line 2")
+                && e.contains("tenant_id_header")
+                && e.contains("bad header name"),
             "{e}"
         );
     }

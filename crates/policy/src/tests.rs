@@ -352,9 +352,15 @@ fn tenant_and_job_actions_are_non_terminal_and_the_last_wins() {
     // Outside mynetworks the recipient list refuses: a tenant does not permit.
     let v = check(&p, "192.0.2.1", Some("s@example.com"), "u@mx.example.org");
     assert!(matches!(v, Verdict::Refuse { code: 554, .. }), "{v:?}");
-    assert_eq!(parse_action("tenant Acme"), AccessAction::Tenant("Acme".into()));
+    assert_eq!(
+        parse_action("tenant Acme"),
+        AccessAction::Tenant("Acme".into())
+    );
     assert_eq!(parse_action("JOB  j1 "), AccessAction::Job("j1".into()));
     let long = format!("TENANT {}", "x".repeat(65));
     assert_eq!(parse_action(&long), AccessAction::Bad(long.clone()));
-    assert_eq!(parse_action("TENANT a\u{7}b"), AccessAction::Bad("TENANT a\u{7}b".into()));
+    assert_eq!(
+        parse_action("TENANT a\u{7}b"),
+        AccessAction::Bad("TENANT a\u{7}b".into())
+    );
 }

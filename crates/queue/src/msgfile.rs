@@ -494,9 +494,16 @@ mod tests {
         assert!(MessageFile::open(&forged).is_err());
 
         let p = dir.path().join("t");
-        let f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).unwrap();
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap();
         let lock = try_lock(&f, &p).unwrap().unwrap();
-        let mut w = FileWriter::new(f, lock, p.clone(), QueueId::from_parts(5, 6, 9).unwrap()).unwrap();
+        let mut w =
+            FileWriter::new(f, lock, p.clone(), QueueId::from_parts(5, 6, 9).unwrap()).unwrap();
         w.append(b"x\r\n").unwrap();
         let mut e = env();
         e.tenant = Some("acme".into());

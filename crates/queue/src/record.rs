@@ -489,16 +489,51 @@ mod tests {
         #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         pub enum Record {
             Arrived(MessageHead),
-            Delivered { id: QueueId, rcpts: Vec<u32> },
-            Deferred { id: QueueId, rcpts: Vec<u32>, status: StatusCode, reason: String, next_attempt: u64 },
-            Bounced { id: QueueId, rcpts: Vec<u32>, status: StatusCode, reason: String },
-            Rewritten { head: MessageHead, remaining: Vec<u32>, next_attempt: u64, held: bool },
-            Held { id: QueueId },
-            Released { id: QueueId },
-            Removed { id: QueueId },
-            Notified { id: QueueId, rcpts: Vec<u32> },
-            Warned { id: QueueId },
-            Succeeded { id: QueueId, rcpts: Vec<u32>, relayed: bool, reason: String },
+            Delivered {
+                id: QueueId,
+                rcpts: Vec<u32>,
+            },
+            Deferred {
+                id: QueueId,
+                rcpts: Vec<u32>,
+                status: StatusCode,
+                reason: String,
+                next_attempt: u64,
+            },
+            Bounced {
+                id: QueueId,
+                rcpts: Vec<u32>,
+                status: StatusCode,
+                reason: String,
+            },
+            Rewritten {
+                head: MessageHead,
+                remaining: Vec<u32>,
+                next_attempt: u64,
+                held: bool,
+            },
+            Held {
+                id: QueueId,
+            },
+            Released {
+                id: QueueId,
+            },
+            Removed {
+                id: QueueId,
+            },
+            Notified {
+                id: QueueId,
+                rcpts: Vec<u32>,
+            },
+            Warned {
+                id: QueueId,
+            },
+            Succeeded {
+                id: QueueId,
+                rcpts: Vec<u32>,
+                relayed: bool,
+                reason: String,
+            },
         }
     }
 
@@ -507,7 +542,10 @@ mod tests {
             id: id(n),
             envelope: old::Envelope {
                 sender: "s@example.org".into(),
-                recipients: vec![mail::Recipient::new("r1@example.net"), mail::Recipient::new("r2@example.net")],
+                recipients: vec![
+                    mail::Recipient::new("r1@example.net"),
+                    mail::Recipient::new("r2@example.net"),
+                ],
                 ret: Some(mail::Ret::Hdrs),
                 envid: Some("ENV1".into()),
                 client_addr: Some("192.0.2.9".into()),
@@ -528,17 +566,49 @@ mod tests {
         let st: StatusCode = "4.4.1".parse().unwrap();
         vec![
             old::Record::Arrived(old_head(1, DataRef::Inline(b"hello".to_vec()))),
-            old::Record::Delivered { id: id(1), rcpts: vec![0] },
-            old::Record::Deferred { id: id(1), rcpts: vec![1], status: st, reason: "refused".into(), next_attempt: 9 },
-            old::Record::Bounced { id: id(1), rcpts: vec![1], status: "5.1.1".parse().unwrap(), reason: "unknown".into() },
-            old::Record::Rewritten { head: old_head(2, DataRef::Pool(3)), remaining: vec![1], next_attempt: 77, held: true },
-            old::Record::Rewritten { head: old_head(3, DataRef::Inline(b"x\r\n".to_vec())), remaining: vec![0, 1], next_attempt: 0, held: false },
+            old::Record::Delivered {
+                id: id(1),
+                rcpts: vec![0],
+            },
+            old::Record::Deferred {
+                id: id(1),
+                rcpts: vec![1],
+                status: st,
+                reason: "refused".into(),
+                next_attempt: 9,
+            },
+            old::Record::Bounced {
+                id: id(1),
+                rcpts: vec![1],
+                status: "5.1.1".parse().unwrap(),
+                reason: "unknown".into(),
+            },
+            old::Record::Rewritten {
+                head: old_head(2, DataRef::Pool(3)),
+                remaining: vec![1],
+                next_attempt: 77,
+                held: true,
+            },
+            old::Record::Rewritten {
+                head: old_head(3, DataRef::Inline(b"x\r\n".to_vec())),
+                remaining: vec![0, 1],
+                next_attempt: 0,
+                held: false,
+            },
             old::Record::Held { id: id(2) },
             old::Record::Released { id: id(2) },
             old::Record::Removed { id: id(2) },
-            old::Record::Notified { id: id(2), rcpts: vec![1] },
+            old::Record::Notified {
+                id: id(2),
+                rcpts: vec![1],
+            },
             old::Record::Warned { id: id(2) },
-            old::Record::Succeeded { id: id(2), rcpts: vec![0], relayed: true, reason: "relayed".into() },
+            old::Record::Succeeded {
+                id: id(2),
+                rcpts: vec![0],
+                relayed: true,
+                reason: "relayed".into(),
+            },
             old::Record::Arrived(old_head(4, DataRef::File)),
         ]
     }
@@ -549,19 +619,29 @@ mod tests {
             let bytes = postcard::to_allocvec(&o).unwrap();
             let rec: Record = postcard::from_bytes(&bytes).unwrap_or_else(|e| panic!("{o:?}: {e}"));
             if let Record::Arrived(h) | Record::Rewritten { head: h, .. } = &rec {
-                assert_eq!((h.envelope.tenant.as_deref(), h.envelope.job.as_deref()), (None, None));
+                assert_eq!(
+                    (h.envelope.tenant.as_deref(), h.envelope.job.as_deref()),
+                    (None, None)
+                );
                 assert_eq!(h.envelope.auth.as_deref(), Some("alice"));
                 assert_eq!(h.envelope.recipients.len(), 2);
             }
             assert_eq!(postcard::to_allocvec(&rec).unwrap(), bytes, "{o:?}");
-            assert_eq!(rec.id(), match &o {
-                old::Record::Arrived(h) | old::Record::Rewritten { head: h, .. } => h.id,
-                old::Record::Delivered { id, .. } | old::Record::Deferred { id, .. }
-                | old::Record::Bounced { id, .. } | old::Record::Held { id }
-                | old::Record::Released { id } | old::Record::Removed { id }
-                | old::Record::Notified { id, .. } | old::Record::Warned { id }
-                | old::Record::Succeeded { id, .. } => *id,
-            });
+            assert_eq!(
+                rec.id(),
+                match &o {
+                    old::Record::Arrived(h) | old::Record::Rewritten { head: h, .. } => h.id,
+                    old::Record::Delivered { id, .. }
+                    | old::Record::Deferred { id, .. }
+                    | old::Record::Bounced { id, .. }
+                    | old::Record::Held { id }
+                    | old::Record::Released { id }
+                    | old::Record::Removed { id }
+                    | old::Record::Notified { id, .. }
+                    | old::Record::Warned { id }
+                    | old::Record::Succeeded { id, .. } => *id,
+                }
+            );
         }
     }
 
@@ -604,7 +684,8 @@ mod tests {
     fn inline_data_spans_are_right_for_old_and_new_records() {
         for tenant in [None, Some("acme")] {
             let o = old_records().remove(5);
-            let mut rec: Record = postcard::from_bytes(&postcard::to_allocvec(&o).unwrap()).unwrap();
+            let mut rec: Record =
+                postcard::from_bytes(&postcard::to_allocvec(&o).unwrap()).unwrap();
             if let Record::Rewritten { head, .. } = &mut rec {
                 head.envelope.tenant = tenant.map(str::to_string);
             }
@@ -613,7 +694,11 @@ mod tests {
             let (back, _) = decode_frame(&buf[100..], 1 << 20).unwrap();
             let span = back.data_span(Lsn::new(1, 100)).unwrap();
             let at = span.offset as usize;
-            assert_eq!(&buf[at..at + span.len as usize], b"x\r\n", "tenant {tenant:?}");
+            assert_eq!(
+                &buf[at..at + span.len as usize],
+                b"x\r\n",
+                "tenant {tenant:?}"
+            );
         }
     }
 
