@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use ipc::delivery::{Data, Delivery, RcptResult, Request, Response, Transaction, TxnRecipient};
 use ipc::Client;
+use sluice_suite::testkit::ShapingSink;
 use sluice_suite::{free_port, smtp_sink, wait_for, Instance, Sink};
 
 fn sink(extra: &[&str]) -> Sink {
@@ -59,11 +60,17 @@ fn txn(qid: &str, rcpts: &[&str], body: &str) -> Box<Transaction> {
 }
 
 fn open(c: &mut Client<Delivery>, conn: u64, port: u16) -> Response {
+    open_from(c, conn, &format!("127.0.0.1:{port}"), None)
+}
+
+/// Opens a connection to `addr`, bound to `source` when given.
+fn open_from(c: &mut Client<Delivery>, conn: u64, addr: &str, source: Option<&str>) -> Response {
     c.call(&Request::Open {
         conn,
         host: "sink.test".into(),
         nexthop: "sink.test".into(),
-        addrs: vec![format!("127.0.0.1:{port}").parse().unwrap()],
+        addrs: vec![addr.parse().unwrap()],
+        source: source.map(|s| s.parse().unwrap()),
     })
     .unwrap()
 }
@@ -133,6 +140,74 @@ fn connect_failure_is_reported_as_unreachable() {
         } => assert!(reason.text.contains("Connection refused"), "{reason}"),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn the_source_address_of_the_open_request_is_bound_for_the_connection() {
+    let sink = ShapingSink::start(&["127.0.0.10", "127.0.0.11"]);
+    let (inst, mut c) = agent();
+    for (conn, to, from) in [
+        (1, "127.0.0.10", "127.0.0.2"),
+        (2, "127.0.0.11", "127.0.0.3"),
+    ] {
+        let r = open_from(&mut c, conn, &format!("{to}:{}", sink.port), Some(from));
+        assert!(matches!(r, Response::Opened { .. }), "{r:?}");
+        let id = c
+            .send(&Request::Send {
+                conn,
+                txn: txn(&format!("S{conn}"), &["a@dest.test"], "from a source"),
+            })
+            .unwrap();
+        let (res, _) = results(c.wait(id).unwrap());
+        assert!(res[0].status.is_success(), "{res:?}");
+        c.call(&Request::Close { conn }).unwrap();
+    }
+    let msgs = sink.wait_messages(2, 10);
+    let got: Vec<(String, String)> = msgs
+        .iter()
+        .map(|m| (m.source.to_string(), m.listen.to_string()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("127.0.0.2".to_string(), "127.0.0.10".to_string()),
+            ("127.0.0.3".to_string(), "127.0.0.11".to_string())
+        ]
+    );
+    inst.wait_log(5, "S1: to=<a@dest.test>, relay=sink.test[127.0.0.10]");
+}
+
+#[test]
+fn a_source_that_cannot_be_bound_is_a_clear_local_deferral() {
+    let sink = ShapingSink::start(&["127.0.0.10"]);
+    let (inst, mut c) = agent();
+    // 192.0.2.1 (TEST-NET-1) is no address of this host.
+    match open_from(
+        &mut c,
+        3,
+        &format!("127.0.0.10:{}", sink.port),
+        Some("192.0.2.1"),
+    ) {
+        Response::OpenFailed {
+            conn: 3,
+            handshake: false,
+            reason,
+        } => {
+            assert_eq!(reason.code, mail::StatusCode::NETWORK_TEMP, "{reason}");
+            assert!(
+                reason
+                    .text
+                    .starts_with("cannot bind source address 192.0.2.1: "),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    inst.wait_log(5, "cannot bind source address 192.0.2.1");
+    assert!(
+        sink.conns().is_empty(),
+        "nothing may connect from elsewhere"
+    );
 }
 
 #[test]

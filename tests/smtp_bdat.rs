@@ -135,6 +135,7 @@ fn open(c: &mut Client<Delivery>, port: u16) {
             host: "sink.test".into(),
             nexthop: "sink.test".into(),
             addrs: vec![format!("127.0.0.1:{port}").parse().unwrap()],
+            source: None,
         })
         .unwrap();
     assert!(matches!(r, Response::Opened { .. }), "{r:?}");

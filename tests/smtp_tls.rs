@@ -159,6 +159,7 @@ impl Setup {
                 host: host.into(),
                 nexthop: nexthop.into(),
                 addrs: vec![format!("127.0.0.1:{}", self.port).parse().unwrap()],
+                source: None,
             })
             .unwrap();
         if !matches!(open, Response::Opened { .. }) {

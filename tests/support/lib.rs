@@ -10,6 +10,7 @@
 
 pub mod fake_router;
 pub mod postfix;
+mod shaping_sink;
 pub mod smtp_client;
 pub mod testkit;
 

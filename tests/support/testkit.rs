@@ -9,6 +9,9 @@
 //! while the sink runs (a destination that recovers): the session limit
 //! and the greeting apply to the connections accepted after the change,
 //! the replies to every command received after it.
+//!
+//! For traffic shaping tests, [`ShapingSink`] listens on several loopback
+//! addresses and records who connected from where and when.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -16,6 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+pub use crate::shaping_sink::{ShapingSink, SinkConn, SinkMessage, Stage};
 
 /// When the 220 greeting comes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,7 +199,7 @@ impl Drop for ScriptedSink {
 
 /// What one read gave.
 #[derive(PartialEq, Eq)]
-enum Fill {
+pub(crate) enum Fill {
     Data,
     Idle,
     Gone,
@@ -234,16 +239,17 @@ impl Unanswering {
     }
 }
 
-/// Reads lines from the client, noticing the sink's stop flag.
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
+/// Reads lines from the client, noticing the sink's stop flag (shared
+/// with the [`crate::shaping_sink`]).
+pub(crate) struct Conn {
+    pub(crate) stream: TcpStream,
+    pub(crate) buf: Vec<u8>,
 }
 
 impl Conn {
     /// Reads what the client sent within the read timeout.
-    fn fill(&mut self, sh: &Shared) -> Fill {
-        if sh.stop.load(Ordering::SeqCst) {
+    pub(crate) fn fill(&mut self, stop: &AtomicBool) -> Fill {
+        if stop.load(Ordering::SeqCst) {
             return Fill::Gone;
         }
         let mut chunk = [0u8; 8192];
@@ -266,7 +272,7 @@ impl Conn {
     }
 
     /// The next line without its line ending, or `None` when the client is gone.
-    fn line(&mut self, sh: &Shared) -> Option<Vec<u8>> {
+    pub(crate) fn line(&mut self, stop: &AtomicBool) -> Option<Vec<u8>> {
         loop {
             if let Some(i) = self.buf.iter().position(|b| *b == b'\n') {
                 let mut l: Vec<u8> = self.buf.drain(..=i).collect();
@@ -276,13 +282,13 @@ impl Conn {
                 }
                 return Some(l);
             }
-            if self.fill(sh) == Fill::Gone {
+            if self.fill(stop) == Fill::Gone {
                 return None;
             }
         }
     }
 
-    fn reply(&mut self, text: &str) -> bool {
+    pub(crate) fn reply(&mut self, text: &str) -> bool {
         self.stream
             .write_all(format!("{text}\r\n").as_bytes())
             .is_ok()
@@ -339,7 +345,7 @@ fn wait_greeting(c: &mut Conn, sh: &Shared, g: Greeting) -> bool {
         }
         // Anything the client says before the greeting is kept for later;
         // EOF means it gave up waiting.
-        if c.fill(sh) == Fill::Gone {
+        if c.fill(&sh.stop) == Fill::Gone {
             return false;
         }
     }
@@ -355,7 +361,7 @@ fn session(c: &mut Conn, sh: &Shared, greeting: Greeting, index: usize) {
     record(sh, index, |s| s.greeted = true);
     let mut from: Option<String> = None;
     let mut rcpts: Vec<String> = Vec::new();
-    while let Some(line) = c.line(sh) {
+    while let Some(line) = c.line(&sh.stop) {
         let text = String::from_utf8_lossy(&line).into_owned();
         record(sh, index, |s| s.commands.push(text.clone()));
         let upper = text.to_ascii_uppercase();
@@ -391,7 +397,7 @@ fn session(c: &mut Conn, sh: &Shared, greeting: Greeting, index: usize) {
                 if !c.reply("354 End data with <CR><LF>.<CR><LF>") {
                     return;
                 }
-                let Some(data) = content(c, sh, script.drop_in_data) else {
+                let Some(data) = content(c, &sh.stop, script.drop_in_data) else {
                     record(sh, index, |s| s.dropped_in_data = true);
                     return;
                 };
@@ -424,14 +430,18 @@ fn session(c: &mut Conn, sh: &Shared, greeting: Greeting, index: usize) {
 
 /// Reads the content up to the final dot; `None` if the connection ended
 /// (or was dropped by the script after `drop_after` bytes) before it.
-fn content(c: &mut Conn, sh: &Shared, drop_after: Option<usize>) -> Option<String> {
+pub(crate) fn content(
+    c: &mut Conn,
+    stop: &AtomicBool,
+    drop_after: Option<usize>,
+) -> Option<String> {
     let mut data = Vec::new();
     loop {
         if drop_after.is_some_and(|n| data.len() >= n) {
             let _ = c.stream.shutdown(std::net::Shutdown::Both);
             return None;
         }
-        let line = c.line(sh)?;
+        let line = c.line(stop)?;
         if line == b"." {
             return Some(String::from_utf8_lossy(&data).into_owned());
         }
@@ -442,7 +452,7 @@ fn content(c: &mut Conn, sh: &Shared, drop_after: Option<usize>) -> Option<Strin
 }
 
 /// The address inside `<...>` of a MAIL/RCPT argument, without parameters.
-fn address(arg: &str) -> String {
+pub(crate) fn address(arg: &str) -> String {
     let arg = arg.trim();
     match (arg.find('<'), arg.find('>')) {
         (Some(a), Some(b)) if a < b => arg[a + 1..b].to_string(),

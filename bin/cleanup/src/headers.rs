@@ -6,6 +6,12 @@
 //! it can prepend Received: and add the headers a message must have
 //! (Message-ID:, Date:, and From: for local submissions) before anything
 //! reaches the spool. Content is wire format: CRLF line ends, dot-stuffed.
+//!
+//! It also takes traffic shaping's tenant and job ids from the headers
+//! `tenant_id_header` and `job_id_header` name ([`take_ids`]), removing
+//! those headers unless `shaping_header_keep`, and settles where each id
+//! comes from ([`settle_ids`]): an smtpd access action, then the header,
+//! then (for the tenant) the SASL login name.
 
 /// Header bytes held back before giving up on header processing.
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
@@ -85,6 +91,135 @@ impl HeaderBuffer {
         }
         self.done = true;
         Some(std::mem::take(&mut self.buf))
+    }
+}
+
+/// Which headers carry the shaping ids, and whether they stay.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IdHeaders {
+    /// `tenant_id_header`, if set.
+    pub tenant: Option<String>,
+    /// `job_id_header`, if set.
+    pub job: Option<String>,
+    /// `shaping_header_keep`.
+    pub keep: bool,
+}
+
+impl IdHeaders {
+    /// From main.cf (the names were checked when it was loaded).
+    pub fn from_config(cfg: &config::Config) -> Self {
+        let name = |p: &str| {
+            config::parse_header_name(&cfg.str(p))
+                .ok()
+                .flatten()
+                .map(str::to_string)
+        };
+        IdHeaders {
+            tenant: name("tenant_id_header"),
+            job: name("job_id_header"),
+            keep: cfg.bool("shaping_header_keep"),
+        }
+    }
+
+    fn is_on(&self) -> bool {
+        self.tenant.is_some() || self.job.is_some()
+    }
+}
+
+/// What the first tenant and job headers said.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ids {
+    /// The first tenant header's value: `Ok` when it is a valid id,
+    /// `Err` with the value when it is not (ignored, but logged).
+    pub tenant: Option<Result<String, String>>,
+    /// The same for the job header.
+    pub job: Option<Result<String, String>>,
+}
+
+/// Finds the id headers in complete header lines; gives the header lines
+/// to keep (all of them with `keep`, else all but every id header, folded
+/// lines included) and what the first of each said.
+pub fn take_ids<'a>(headers: &'a [u8], which: &IdHeaders) -> (std::borrow::Cow<'a, [u8]>, Ids) {
+    let mut ids = Ids::default();
+    if !which.is_on() {
+        return (headers.into(), ids);
+    }
+    let mut kept = Vec::with_capacity(headers.len());
+    let mut dropping = false;
+    // The first tenant (false) or job (true) header being read, its value so far.
+    let mut current: Option<(bool, Vec<u8>)> = None;
+    let done = |ids: &mut Ids, cur: Option<(bool, Vec<u8>)>| {
+        if let Some((job, v)) = cur {
+            let slot = if job { &mut ids.job } else { &mut ids.tenant };
+            *slot = Some(id_value(&v));
+        }
+    };
+    for line in headers.split_inclusive(|&b| b == b'\n') {
+        if line.starts_with(b" ") || line.starts_with(b"\t") {
+            if let Some((_, v)) = current.as_mut() {
+                v.extend_from_slice(line);
+            }
+            if !dropping {
+                kept.extend_from_slice(line);
+            }
+            continue;
+        }
+        done(&mut ids, current.take());
+        let hit = line.iter().position(|&b| b == b':').and_then(|i| {
+            let n = String::from_utf8_lossy(&line[..i]);
+            let n = n.trim();
+            let is = |h: &Option<String>| h.as_deref().is_some_and(|h| h.eq_ignore_ascii_case(n));
+            let value = line[i + 1..].to_vec();
+            if is(&which.tenant) {
+                Some((false, value))
+            } else if is(&which.job) {
+                Some((true, value))
+            } else {
+                None
+            }
+        });
+        dropping = hit.is_some() && !which.keep;
+        if let Some((job, v)) = hit {
+            // Only the first such header counts.
+            let seen = if job { &ids.job } else { &ids.tenant };
+            if seen.is_none() {
+                current = Some((job, v));
+            }
+        }
+        if !dropping {
+            kept.extend_from_slice(line);
+        }
+    }
+    done(&mut ids, current.take());
+    (kept.into(), ids)
+}
+
+/// An id header's value unfolded: the id, or the value that is not one.
+fn id_value(raw: &[u8]) -> Result<String, String> {
+    let text = String::from_utf8_lossy(raw).replace("\r\n", "");
+    match mail::shaping_id(&text) {
+        Some(id) => Ok(id.to_string()),
+        None => Err(text.trim().escape_default().to_string()),
+    }
+}
+
+/// Settles the message's tenant and job: what an smtpd access action set
+/// (already in the envelope) stays; else the header's valid value; else,
+/// for the tenant with `tenant_from_sasl`, the SASL login name.
+pub fn settle_ids(env: &mut mail::Envelope, ids: &Ids, tenant_from_sasl: bool) {
+    let valid = |v: &Option<Result<String, String>>| v.as_ref().and_then(|r| r.clone().ok());
+    if env.tenant.is_none() {
+        env.tenant = valid(&ids.tenant);
+    }
+    if env.job.is_none() {
+        env.job = valid(&ids.job);
+    }
+    if env.tenant.is_none() && tenant_from_sasl {
+        env.tenant = env
+            .auth
+            .as_deref()
+            .and_then(mail::shaping_id)
+            .map(str::to_string);
     }
 }
 
@@ -173,6 +308,88 @@ mod tests {
             !s.from,
             "a From: inside another header's value is not a From: header"
         );
+    }
+
+    fn which(keep: bool) -> IdHeaders {
+        IdHeaders {
+            tenant: Some("X-Tenant-ID".into()),
+            job: Some("X-Job-ID".into()),
+            keep,
+        }
+    }
+
+    #[test]
+    fn id_headers_are_taken_and_removed_folded_lines_too() {
+        let h = b"From: a@b\r\nx-tenant-id:  acme \r\nSubject: hi\r\nX-Job-ID: spring\r\n sale\r\nX-Tenant-ID: other\r\nTo: c@d\r\n";
+        let (kept, ids) = take_ids(h, &which(false));
+        assert_eq!(&*kept, b"From: a@b\r\nSubject: hi\r\nTo: c@d\r\n");
+        assert_eq!(ids.tenant, Some(Ok("acme".into())), "the first one counts");
+        assert_eq!(ids.job, Some(Ok("spring sale".into())));
+        let (kept, ids2) = take_ids(h, &which(true));
+        assert_eq!(&*kept, &h[..]);
+        assert_eq!(ids2, ids);
+    }
+
+    #[test]
+    fn bad_id_values_are_ignored_and_off_means_untouched() {
+        let long = format!(
+            "X-Tenant-ID: {}\r\nX-Job-ID:   \r\nSubject: x\r\n",
+            "t".repeat(65)
+        );
+        let (kept, ids) = take_ids(long.as_bytes(), &which(false));
+        assert_eq!(&*kept, b"Subject: x\r\n");
+        assert!(matches!(ids.tenant, Some(Err(_))));
+        assert_eq!(ids.job, Some(Err(String::new())));
+        let (_, ids) = take_ids(b"X-Tenant-ID: a\x01b\r\n", &which(false));
+        assert_eq!(ids.tenant, Some(Err("a\\u{1}b".into())));
+        let h = b"X-Tenant-ID: acme\r\n";
+        let (kept, ids) = take_ids(h, &IdHeaders::default());
+        assert_eq!((&*kept, ids), (&h[..], Ids::default()));
+        // A header whose value merely mentions the name is not one.
+        let (kept, ids) = take_ids(b"Subject: X-Tenant-ID: acme\r\n", &which(false));
+        assert_eq!(
+            (&*kept, ids),
+            (&b"Subject: X-Tenant-ID: acme\r\n"[..], Ids::default())
+        );
+    }
+
+    #[test]
+    fn an_access_action_beats_the_header_which_beats_sasl() {
+        let ids = Ids {
+            tenant: Some(Ok("from-header".into())),
+            job: Some(Ok("job-h".into())),
+        };
+        let env = |tenant: Option<&str>, auth: Option<&str>| mail::Envelope {
+            tenant: tenant.map(str::to_string),
+            auth: auth.map(str::to_string),
+            ..mail::Envelope::default()
+        };
+        let mut e = env(Some("from-action"), Some("alice"));
+        settle_ids(&mut e, &ids, true);
+        assert_eq!(
+            (e.tenant.as_deref(), e.job.as_deref()),
+            (Some("from-action"), Some("job-h"))
+        );
+        let mut e = env(None, Some("alice"));
+        settle_ids(&mut e, &ids, true);
+        assert_eq!(e.tenant.as_deref(), Some("from-header"));
+        let mut e = env(None, Some("alice"));
+        settle_ids(&mut e, &Ids::default(), true);
+        assert_eq!(e.tenant.as_deref(), Some("alice"));
+        let mut e = env(None, Some("alice"));
+        settle_ids(&mut e, &Ids::default(), false);
+        assert_eq!(e.tenant, None, "tenant_from_sasl = no");
+        // A bad header value does not hide the SASL name.
+        let bad = Ids {
+            tenant: Some(Err(String::new())),
+            job: None,
+        };
+        let mut e = env(None, Some("bob"));
+        settle_ids(&mut e, &bad, true);
+        assert_eq!(e.tenant.as_deref(), Some("bob"));
+        let mut e = env(None, None);
+        settle_ids(&mut e, &bad, true);
+        assert_eq!((e.tenant, e.job), (None, None));
     }
 
     #[test]

@@ -67,6 +67,8 @@ struct Msg {
     /// The id of the client's `End`, while it waits for the mapping, and
     /// when it stops waiting (`cleanup_router_timeout`).
     ended: Option<(u64, Instant)>,
+    /// What the tenant and job headers said.
+    ids: headers::Ids,
 }
 
 impl Msg {
@@ -136,6 +138,8 @@ pub struct CleanupServer {
     origin_domain: String,
     always_add: bool,
     size_limit: u64,
+    id_headers: headers::IdHeaders,
+    tenant_from_sasl: bool,
     me: u32,
 }
 
@@ -186,6 +190,8 @@ impl CleanupServer {
             origin_domain: ctx.config.str("myorigin"),
             always_add: ctx.config.bool("always_add_missing_headers"),
             size_limit: ctx.config.size("message_size_limit"),
+            id_headers: headers::IdHeaders::from_config(&ctx.config),
+            tenant_from_sasl: ctx.config.bool("tenant_from_sasl"),
             me: sys::current_ids().0,
         })
     }
@@ -267,6 +273,7 @@ impl CleanupServer {
                     arrival: SystemTime::now(),
                     mapping,
                     ended: None,
+                    ids: headers::Ids::default(),
                 });
                 if let Some(ask) = ask {
                     self.ask_router(cx, token, id, &ask);
@@ -293,6 +300,7 @@ impl CleanupServer {
                             &self.hostname,
                             &self.origin_domain,
                             self.always_add,
+                            &self.id_headers,
                         );
                         write(&self.spool, m, &head, self.size_limit);
                         write(&self.spool, m, &rest, self.size_limit);
@@ -305,6 +313,7 @@ impl CleanupServer {
                 let origin_domain = self.origin_domain.clone();
                 let always_add = self.always_add;
                 let size_limit = self.size_limit;
+                let id_headers = self.id_headers.clone();
                 let c = self.clients.get_mut(&token)?;
                 let Some(mut m) = c.msg.take() else {
                     return Some(failed(503, "5.5.1", "Error: no message in progress"));
@@ -312,7 +321,14 @@ impl CleanupServer {
                 // Content that ended inside the headers: a header section
                 // with no body, which RFC 5322 allows.
                 if let Some(headers) = m.headers.finish() {
-                    let out = header_block(&mut m, &headers, &hostname, &origin_domain, always_add);
+                    let out = header_block(
+                        &mut m,
+                        &headers,
+                        &hostname,
+                        &origin_domain,
+                        always_add,
+                        &id_headers,
+                    );
                     write(&self.spool, &mut m, &out, size_limit);
                 }
                 if matches!(m.mapping, Mapping::Waiting) && m.error.is_none() {
@@ -392,6 +408,14 @@ impl CleanupServer {
         mut m: Msg,
     ) -> Option<Response> {
         let draft = m.draft.take()?;
+        headers::settle_ids(&mut m.envelope, &m.ids, self.tenant_from_sasl);
+        let ids: Vec<String> = [("tenant", &m.envelope.tenant), ("job", &m.envelope.job)]
+            .iter()
+            .filter_map(|(k, v)| Some(format!("{k}={}", v.as_deref()?)))
+            .collect();
+        if !ids.is_empty() {
+            msg_info!("{}: {}", m.id, ids.join(", "));
+        }
         m.envelope.size = draft.len();
         m.envelope.arrival = Timestamp::from_micros(
             m.arrival
@@ -753,7 +777,20 @@ fn header_block(
     hostname: &str,
     origin_domain: &str,
     always_add: bool,
+    id_headers: &headers::IdHeaders,
 ) -> Vec<u8> {
+    let (headers, ids) = headers::take_ids(headers, id_headers);
+    let headers = &*headers;
+    for (what, v) in [("tenant", &ids.tenant), ("job", &ids.job)] {
+        if let Some(Err(bad)) = v {
+            msg_info!(
+                "{}: ignoring {what} id header value \"{bad}\" (empty, over {} bytes, or with control characters)",
+                m.id,
+                mail::MAX_SHAPING_ID
+            );
+        }
+    }
+    m.ids = ids;
     let seen = headers::inspect(headers);
     let date = sys::time::rfc5322_date(m.arrival);
     let mut out = Vec::with_capacity(headers.len() + 512);
@@ -859,6 +896,8 @@ impl Handler<Cleanup> for CleanupServer {
         self.origin_domain = config.str("myorigin");
         self.always_add = config.bool("always_add_missing_headers");
         self.size_limit = config.size("message_size_limit");
+        self.id_headers = headers::IdHeaders::from_config(config);
+        self.tenant_from_sasl = config.bool("tenant_from_sasl");
         self.address_mappings = address_mappings(config);
         self.router_timeout = config.time("cleanup_router_timeout");
         self.qmgr_timeout = config.time("cleanup_qmgr_timeout");

@@ -137,6 +137,8 @@ mod tests {
                     reason: None,
                 })
                 .collect(),
+            tenant: None,
+            job: None,
         }
     }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent::{ConnId, Content, OpenRequest, Timing};
-use daemon::{msg_info, Cx};
+use daemon::{msg_info, msg_warn, Cx};
 use ipc::delivery::{Handoff, RcptResult, Response, Transaction};
 use mail::{Status, StatusCode};
 use mio::{Interest, Registry, Token};
@@ -83,6 +83,8 @@ pub struct SmtpConn {
     host: String,
     nexthop: String,
     addrs: Vec<SocketAddr>,
+    /// The address to bind, from qmgr's Open (the shaping policy's source).
+    source: Option<std::net::IpAddr>,
     next_addr: usize,
     token: Token,
     stream: Option<tls::Stream>,
@@ -145,6 +147,7 @@ impl SmtpConn {
             host: open.host,
             nexthop: open.nexthop,
             addrs: open.addrs,
+            source: open.source,
             next_addr: 0,
             token,
             stream: None,
@@ -342,7 +345,15 @@ impl SmtpConn {
                 return;
             };
             self.next_addr += 1;
-            match sys::net::tcp_connect(addr, self.settings.bind) {
+            if let Some(src) = self.source.filter(|s| s.is_ipv4() != addr.is_ipv4()) {
+                self.errors.push(format!(
+                    "connect to {}: not tried from source address {src} of the other family",
+                    relay(&self.host, addr)
+                ));
+                continue;
+            }
+            let bind = self.source.or(self.settings.bind);
+            match sys::net::tcp_connect(addr, bind) {
                 Ok(std) => {
                     let mut sock = mio::net::TcpStream::from_std(std);
                     let _ = sock.set_nodelay(true);
@@ -359,11 +370,35 @@ impl SmtpConn {
                     self.deadline = Some(cx.now + self.settings.connect_timeout);
                     return;
                 }
+                // No other address can do better from the same source.
+                Err(sys::net::ConnectError::Bind(e)) => {
+                    let ip = bind.map(|b| b.to_string()).unwrap_or_default();
+                    self.bind_failed(format!("cannot bind source address {ip}: {e}"));
+                    return;
+                }
                 Err(e) => self
                     .errors
                     .push(format!("connect to {}: {e}", relay(&self.host, addr))),
             }
         }
+    }
+
+    /// The source address cannot be bound: a local problem (4.4.0), not
+    /// the destination's, so it is not counted against the destination's
+    /// addresses.
+    fn bind_failed(&mut self, reason: String) {
+        msg_warn!("{reason}");
+        let status = Status::new(StatusCode::NETWORK_TEMP, reason);
+        self.outcomes.push(Outcome {
+            request: self.open_request,
+            response: Response::OpenFailed {
+                conn: self.id.conn,
+                handshake: false,
+                reason: status.clone(),
+            },
+        });
+        self.fail_queued_with(&status);
+        self.done = true;
     }
 
     fn next_connect(&mut self, registry: &Registry, why: String) {
@@ -956,8 +991,12 @@ impl SmtpConn {
     }
 
     fn fail_queued(&mut self, why: &str) {
+        self.fail_queued_with(&lost(why));
+    }
+
+    fn fail_queued_with(&mut self, status: &Status) {
         while let Some(p) = self.queue.pop_front() {
-            let results = p.txn.results(&lost(why));
+            let results = p.txn.results(status);
             self.outcomes.push(Outcome {
                 request: p.request,
                 response: Response::Sent {

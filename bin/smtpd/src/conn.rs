@@ -70,6 +70,9 @@ struct Txn {
     recipients: Vec<Recipient>,
     hold: bool,
     discard: bool,
+    /// The tenant and job access TENANT and JOB actions named.
+    tenant: Option<String>,
+    job: Option<String>,
     queue_id: Option<String>,
 }
 
@@ -749,9 +752,21 @@ impl Conn {
             unlisted,
         };
         match shared.settings.policy.check(&q, &lookups) {
-            policy::Verdict::Accept { hold, discard } => {
+            policy::Verdict::Accept {
+                hold,
+                discard,
+                tenant,
+                job,
+            } => {
                 self.txn.hold |= hold;
                 self.txn.discard |= discard;
+                // As the action list itself: the last one reached wins.
+                if tenant.is_some() {
+                    self.txn.tenant = tenant;
+                }
+                if job.is_some() {
+                    self.txn.job = job;
+                }
                 self.txn.recipients.push(params.recipient(to.to_string()));
                 let _ = self
                     .session
@@ -799,6 +814,8 @@ impl Conn {
             auth: None,
             body_type: self.txn.body,
             smtputf8: self.txn.smtputf8,
+            tenant: self.txn.tenant.clone(),
+            job: self.txn.job.clone(),
             ..Envelope::default()
         };
         let begin = Request::Begin {

@@ -39,6 +39,9 @@ pub struct OpenRequest {
     pub nexthop: String,
     /// Its addresses with the port, to try in order.
     pub addrs: Vec<SocketAddr>,
+    /// The local address to bind (the shaping policy's source), over the
+    /// agent's own setting.
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// Answers for qmgr, written out by the skeleton after each callback.
@@ -179,6 +182,7 @@ impl<A: Agent> Handler<Delivery> for AgentServer<A> {
                 host,
                 nexthop,
                 addrs,
+                source,
             } => {
                 let id = ConnId { client, conn };
                 if self.open.insert(id) {
@@ -186,6 +190,7 @@ impl<A: Agent> Handler<Delivery> for AgentServer<A> {
                         host,
                         nexthop,
                         addrs,
+                        source,
                     };
                     self.agent.open(cx, &mut out, id, request, open);
                 } else {

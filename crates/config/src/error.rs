@@ -91,6 +91,8 @@ pub enum ValueProblem {
     Braces,
     /// Not a listening address; the text says how.
     Listen(String),
+    /// Not a header field name; the text says how.
+    HeaderName(String),
 }
 
 impl ValueProblem {
@@ -107,6 +109,7 @@ impl ValueProblem {
             ValueProblem::Feedback => "bad feedback value",
             ValueProblem::Braces => "unbalanced { } in value",
             ValueProblem::Listen(_) => "bad listening address",
+            ValueProblem::HeaderName(_) => "bad header name",
         }
     }
 
@@ -125,6 +128,9 @@ impl ValueProblem {
                 format!(" ({why}; use address:port such as 127.0.0.1:9103, or nothing)")
             }
             ValueProblem::Feedback => " (use 1/concurrency, 1/sqrt_concurrency or a number)".into(),
+            ValueProblem::HeaderName(why) => {
+                format!(" ({why}; use a name such as X-Tenant-ID, or nothing)")
+            }
         }
     }
 }

@@ -173,6 +173,11 @@ static PARAMS: &[ParamSpec] = &[
     p("header_checks", M, "", "Tables of header patterns and actions applied by cleanup."),
     p("body_checks", M, "", "Tables of body line patterns and actions applied by cleanup."),
     p("enable_original_recipient", B, "yes", "Keep the original recipient address for DSN and logging."),
+    // Where traffic shaping's tenant and job ids come from.
+    p("tenant_id_header", T::HeaderName, "", "Header whose value cleanup takes as the message's tenant id (e.g. X-Tenant-ID); the first such header counts; an empty, over-64-byte or control-character value is ignored; an smtpd access TENANT action wins over it; empty: off."),
+    p("job_id_header", T::HeaderName, "", "Header whose value cleanup takes as the message's job id (e.g. X-Job-ID), under the same rules as tenant_id_header; an access JOB action wins over it; empty: off."),
+    p("shaping_header_keep", B, "no", "Keep the tenant_id_header and job_id_header headers in the delivered message; by default cleanup removes every one of them."),
+    p("tenant_from_sasl", B, "no", "Make the SASL login name of an authenticated submission the message's tenant id when no access action and no tenant_id_header set one."),
     // Queue manager and scheduler.
     p("qmgr_message_active_limit", I, "20000", "Most messages in delivery at once; the others wait and are admitted in turn by sender."),
     p("qmgr_message_recipient_limit", I, "20000", "Most recipients in qmgr's memory."),

@@ -92,6 +92,8 @@ pub enum ParamType {
     Feedback,
     /// A TCP address to listen on, `address:port` or `[v6]:port`; empty for none.
     Listen,
+    /// A message header field name (RFC 5322 ftext), without the colon; empty for none.
+    HeaderName,
 }
 
 impl ParamType {
@@ -113,6 +115,7 @@ impl ParamType {
                 "feedback (1/concurrency, 1/sqrt_concurrency or a number)".into()
             }
             ParamType::Listen => "address:port, or empty".into(),
+            ParamType::HeaderName => "header name, or empty".into(),
         }
     }
 
@@ -134,7 +137,25 @@ impl ParamType {
                 .try_for_each(|w| parse_enum(w, c).map(drop)),
             ParamType::Feedback => parse_feedback(text).map(drop),
             ParamType::Listen => parse_listen(text).map(drop),
+            ParamType::HeaderName => parse_header_name(text).map(drop),
         }
+    }
+}
+
+/// Parses a header field name (printable ASCII but the colon, RFC 5322's
+/// ftext); `None` when empty. A trailing colon, as in `X-Tenant-ID:`, is
+/// allowed and dropped.
+pub fn parse_header_name(text: &str) -> Result<Option<&str>, ValueProblem> {
+    let t = text.trim();
+    let t = t.strip_suffix(':').unwrap_or(t);
+    if t.is_empty() {
+        return Ok(None);
+    }
+    match t.chars().find(|&c| !matches!(c, '!'..='9' | ';'..='~')) {
+        None => Ok(Some(t)),
+        Some(c) => Err(ValueProblem::HeaderName(format!(
+            "{t}: {c:?} is not allowed in a header name"
+        ))),
     }
 }
 
@@ -622,6 +643,31 @@ mod tests {
         let e = parse_listen("9103").unwrap_err().to_string();
         assert!(
             e.starts_with("bad listening address (9103: missing :port"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn header_names() {
+        for (text, want) in [
+            ("", Some(None)),
+            ("X-Tenant-ID", Some(Some("X-Tenant-ID"))),
+            (" X-Job-ID: ", Some(Some("X-Job-ID"))),
+            ("X Tenant", None),
+            ("X-Tenant:ID", None),
+            ("X-Tenänt", None),
+            ("X-\tTab", None),
+        ] {
+            assert_eq!(parse_header_name(text).ok(), want, "{text:?}");
+        }
+        let text = "myhostname = h.test\ntenant_id_header = X Tenant\n";
+        let e = crate::Config::parse(text, std::path::Path::new("/etc/sluice/main.cf"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("main.cf, line 2")
+                && e.contains("tenant_id_header")
+                && e.contains("bad header name"),
             "{e}"
         );
     }

@@ -18,7 +18,7 @@ pub enum Cleanup {}
 
 impl crate::Protocol for Cleanup {
     const NAME: &'static str = "sluice-cleanup";
-    const VERSION: u32 = 1;
+    const VERSION: u32 = 2;
     type Request = Request;
     type Response = Response;
 }

@@ -16,7 +16,7 @@
 //! inline. Results are typed ([`mail::Status`]: an enhanced status code
 //! and its text), never a string to split again.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
@@ -26,7 +26,7 @@ pub enum Delivery {}
 
 impl crate::Protocol for Delivery {
     const NAME: &'static str = "sluice-delivery";
-    const VERSION: u32 = 4;
+    const VERSION: u32 = 5;
     type Request = Request;
     type Response = Response;
 }
@@ -45,6 +45,9 @@ pub enum Request {
         nexthop: String,
         /// Its addresses with the port.
         addrs: Vec<SocketAddr>,
+        /// The local address to bind before connecting (the shaping
+        /// policy's source); `None`: `smtp_bind_address`, or the kernel's choice.
+        source: Option<IpAddr>,
     },
     /// Run one transaction on connection `conn` once it is free.
     Send {

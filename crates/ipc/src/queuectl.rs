@@ -269,6 +269,10 @@ pub struct QueuedMessage {
     pub state: String,
     /// Recipients still to be delivered, with the last reason if deferred.
     pub recipients: Vec<QueuedRecipient>,
+    /// The traffic shaping tenant, if the message has one.
+    pub tenant: Option<String>,
+    /// The traffic shaping job, if the message has one.
+    pub job: Option<String>,
 }
 
 /// One pending recipient.
@@ -328,7 +332,8 @@ pub fn mailq(list: &[QueuedMessage]) -> String {
     out
 }
 
-/// The listing as JSON: one object per line, as `postqueue -j` prints it.
+/// The listing as JSON: one object per line, as `postqueue -j` prints it,
+/// plus `tenant` and `job` when the message has them.
 pub fn json_lines(list: &[QueuedMessage]) -> String {
     let mut out = String::new();
     for m in list {
@@ -346,8 +351,12 @@ pub fn json_lines(list: &[QueuedMessage]) -> String {
                 )
             })
             .collect();
+        let ids: String = [("tenant", &m.tenant), ("job", &m.job)]
+            .iter()
+            .filter_map(|(k, v)| Some(format!(",\"{k}\":{}", json_str(v.as_deref()?))))
+            .collect();
         out.push_str(&format!(
-            "{{\"queue_name\":{},\"queue_id\":{},\"arrival_time\":{},\"message_size\":{},\"sender\":{},\"recipients\":[{}]}}\n",
+            "{{\"queue_name\":{},\"queue_id\":{},\"arrival_time\":{},\"message_size\":{},\"sender\":{}{ids},\"recipients\":[{}]}}\n",
             json_str(&m.state),
             json_str(&m.id),
             m.arrival,
@@ -399,6 +408,8 @@ mod tests {
                     reason: Some("connect timeout".into()),
                 },
             ],
+            tenant: None,
+            job: None,
         }]
     }
 
@@ -425,5 +436,14 @@ mod tests {
             "{j}"
         );
         assert_eq!(json_str("a\u{1}b"), "\"a\\u0001b\"");
+        assert!(!j.contains("tenant") && !j.contains("\"job\""), "{j}");
+        let mut m = sample();
+        m[0].tenant = Some("acme".into());
+        m[0].job = Some("spring \"sale\"".into());
+        let j = json_lines(&m);
+        assert!(
+            j.contains(r#""sender":"","tenant":"acme","job":"spring \"sale\"","recipients":["#),
+            "{j}"
+        );
     }
 }

@@ -18,6 +18,9 @@ pub mod notice;
 mod queue_id;
 
 pub use dsn::{DsnAction, Notify, ParseStatusError, Ret, Status, StatusCode};
-pub use envelope::{orcpt_of, BodyType, Envelope, Recipient, Timestamp};
+pub use envelope::{
+    orcpt_of, shaping_id, AsV1, BodyType, Envelope, EnvelopeV1, Recipient, Timestamp,
+    MAX_SHAPING_ID,
+};
 pub use logline::orig_to;
 pub use queue_id::{ParseQueueIdError, QueueId, QueueIdGen};

@@ -1,4 +1,9 @@
 //! access(5) actions: what a check_*_access table may answer.
+//!
+//! `TENANT name` and `JOB name` are Sluice's: non-terminal, like Postfix's
+//! PREPEND, they name the message's traffic shaping tenant or job and the
+//! list goes on. A name is one word of at most 64 bytes without control
+//! characters; anything else is a bad action (451 4.3.5, as for a typo).
 
 /// A parsed access table value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +20,10 @@ pub enum AccessAction {
     Hold,
     /// `DISCARD [text]`.
     Discard,
+    /// `TENANT name`: the message's tenant id (non-terminal).
+    Tenant(String),
+    /// `JOB name`: the message's job id (non-terminal).
+    Job(String),
     /// `4NN text` or `5NN text`, optionally with an enhanced code.
     Code {
         /// The reply code.
@@ -42,6 +51,16 @@ pub fn parse_action(value: &str) -> AccessAction {
         "DEFER" | "DEFER_IF_PERMIT" | "DEFER_IF_REJECT" => AccessAction::Defer(rest),
         "HOLD" => AccessAction::Hold,
         "DISCARD" => AccessAction::Discard,
+        "TENANT" | "JOB" => match rest.as_deref().filter(|r| !r.contains(char::is_whitespace)) {
+            Some(name) if mail::shaping_id(name).is_some() => {
+                if word.eq_ignore_ascii_case("TENANT") {
+                    AccessAction::Tenant(name.to_string())
+                } else {
+                    AccessAction::Job(name.to_string())
+                }
+            }
+            _ => AccessAction::Bad(v.to_string()),
+        },
         w if !w.is_empty()
             && w.bytes().all(|b| b.is_ascii_digit())
             && w.len() == 3

@@ -6,7 +6,9 @@
 //! `reject_non_fqdn_sender`, `reject_non_fqdn_recipient`,
 //! `check_client_access`, `check_sender_access`, `check_recipient_access`
 //! (any lookup table the [`Lookup`] given can read), with the access(5)
-//! actions OK, REJECT, DEFER, HOLD, DISCARD, DUNNO and `4NN`/`5NN text`.
+//! actions OK, REJECT, DEFER, HOLD, DISCARD, DUNNO and `4NN`/`5NN text`,
+//! and Sluice's TENANT and JOB, which name the message's traffic shaping
+//! tenant and job and go on (the last one reached wins).
 //!
 //! With `smtpd_delay_reject = yes` (the default, as in Postfix) the client
 //! and sender lists are evaluated at RCPT time, then `smtpd_relay_restrictions`
@@ -76,6 +78,10 @@ pub enum Verdict {
         hold: bool,
         /// Accept and discard the message (access DISCARD).
         discard: bool,
+        /// The tenant an access TENANT action named.
+        tenant: Option<String>,
+        /// The job an access JOB action named.
+        job: Option<String>,
     },
     /// Refuse with this reply code, enhanced code and text.
     Refuse {
@@ -211,10 +217,9 @@ impl Policy {
 
     /// Evaluates every list for one recipient.
     pub fn check(&self, q: &Query<'_>, lookup: &dyn Lookup) -> Verdict {
-        let mut hold = false;
-        let mut discard = false;
+        let mut marks = Marks::default();
         for (list_name, items) in &self.lists {
-            match self.eval_list(list_name, items, q, lookup, &mut hold, &mut discard) {
+            match self.eval_list(list_name, items, q, lookup, &mut marks) {
                 ListResult::Refuse(v) => return v,
                 ListResult::Permit | ListResult::Continue => {}
             }
@@ -231,7 +236,12 @@ impl Policy {
                 };
             }
         }
-        Verdict::Accept { hold, discard }
+        Verdict::Accept {
+            hold: marks.hold,
+            discard: marks.discard,
+            tenant: marks.tenant,
+            job: marks.job,
+        }
     }
 
     /// Whether any list explicitly names reject_unlisted_recipient or the
@@ -295,8 +305,7 @@ impl Policy {
         items: &[Restriction],
         q: &Query<'_>,
         lookup: &dyn Lookup,
-        hold: &mut bool,
-        discard: &mut bool,
+        marks: &mut Marks,
     ) -> ListResult {
         let rcpt = q.recipient.to_string();
         for r in items {
@@ -370,8 +379,10 @@ impl Policy {
             match step {
                 Step::Permit => return ListResult::Permit,
                 Step::Dunno => {}
-                Step::Hold => *hold = true,
-                Step::Discard => *discard = true,
+                Step::Hold => marks.hold = true,
+                Step::Discard => marks.discard = true,
+                Step::Tenant(t) => marks.tenant = Some(t),
+                Step::Job(j) => marks.job = Some(j),
                 Step::Refuse(code, enhanced, text) => {
                     return ListResult::Refuse(Verdict::Refuse {
                         code,
@@ -394,6 +405,15 @@ impl Policy {
     }
 }
 
+/// What the non-terminal actions reached so far asked for.
+#[derive(Default)]
+struct Marks {
+    hold: bool,
+    discard: bool,
+    tenant: Option<String>,
+    job: Option<String>,
+}
+
 enum ListResult {
     Permit,
     Continue,
@@ -405,6 +425,8 @@ enum Step {
     Dunno,
     Hold,
     Discard,
+    Tenant(String),
+    Job(String),
     Refuse(u16, &'static str, String),
     RefuseOwn(u16, String, String),
 }
@@ -500,6 +522,8 @@ fn access_step(
             AccessAction::Dunno => Step::Dunno,
             AccessAction::Hold => Step::Hold,
             AccessAction::Discard => Step::Discard,
+            AccessAction::Tenant(t) => Step::Tenant(t),
+            AccessAction::Job(j) => Step::Job(j),
             AccessAction::Reject(text) => Step::RefuseOwn(
                 554,
                 "5.7.1".into(),

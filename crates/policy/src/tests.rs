@@ -105,6 +105,11 @@ fn access_actions_from_static_tables() {
         ("HOLD", None),
         ("DISCARD", None),
         ("NONSENSE", Some((451, "4.3.5"))),
+        ("TENANT acme", None),
+        ("JOB j-1", None),
+        ("TENANT", Some((451, "4.3.5"))),
+        ("TENANT two words", Some((451, "4.3.5"))),
+        ("JOB", Some((451, "4.3.5"))),
     ];
     for (action, want) in cases {
         let p = policy(&format!(
@@ -113,7 +118,7 @@ fn access_actions_from_static_tables() {
         // From mynetworks the relay list permits; the recipient list still runs.
         let v = check(&p, "127.0.0.1", Some("s@example.com"), "u@mx.example.org");
         match (want, &v) {
-            (None, Verdict::Accept { hold, discard }) => {
+            (None, Verdict::Accept { hold, discard, .. }) => {
                 assert_eq!(*hold, *action == "HOLD", "{action}");
                 assert_eq!(*discard, *action == "DISCARD", "{action}");
             }
@@ -323,4 +328,39 @@ fn the_router_is_asked_only_about_domains_with_recipient_lists() {
     }
     let off = policy("smtpd_reject_unlisted_recipient = no\n");
     assert!(!off.asks_router(&mbox("root@mx.example.org")));
+}
+
+#[test]
+fn tenant_and_job_actions_are_non_terminal_and_the_last_wins() {
+    // The client list names a tenant and goes on; the sender list names
+    // another tenant and a job; the recipient list still decides.
+    let p = policy(
+        "smtpd_client_restrictions = check_client_access static:{TENANT first}\n\
+         smtpd_sender_restrictions = check_sender_access static:{TENANT acme}, check_client_access static:{JOB spring-sale}\n\
+         smtpd_recipient_restrictions = permit_mynetworks, reject\n",
+    );
+    let v = check(&p, "127.0.0.1", Some("s@example.com"), "u@mx.example.org");
+    assert_eq!(
+        v,
+        Verdict::Accept {
+            hold: false,
+            discard: false,
+            tenant: Some("acme".into()),
+            job: Some("spring-sale".into()),
+        }
+    );
+    // Outside mynetworks the recipient list refuses: a tenant does not permit.
+    let v = check(&p, "192.0.2.1", Some("s@example.com"), "u@mx.example.org");
+    assert!(matches!(v, Verdict::Refuse { code: 554, .. }), "{v:?}");
+    assert_eq!(
+        parse_action("tenant Acme"),
+        AccessAction::Tenant("Acme".into())
+    );
+    assert_eq!(parse_action("JOB  j1 "), AccessAction::Job("j1".into()));
+    let long = format!("TENANT {}", "x".repeat(65));
+    assert_eq!(parse_action(&long), AccessAction::Bad(long.clone()));
+    assert_eq!(
+        parse_action("TENANT a\u{7}b"),
+        AccessAction::Bad("TENANT a\u{7}b".into())
+    );
 }

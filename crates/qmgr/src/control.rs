@@ -122,6 +122,8 @@ impl<S: Store> QueueManager<S> {
                 arrival: h.envelope.arrival.secs,
                 sender: h.envelope.sender.clone(),
                 state: state_word(m.held, m.next_attempt).into(),
+                tenant: h.envelope.tenant.clone(),
+                job: h.envelope.job.clone(),
                 recipients: pending
                     .iter()
                     .filter_map(|i| {

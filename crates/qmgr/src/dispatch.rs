@@ -322,8 +322,8 @@ impl<S: Store> QueueManager<S> {
         let msg = NewMessage {
             queue_id: sched::QueueId(qid),
             sender: env.sender.clone(),
-            tenant: None,
-            job: None,
+            tenant: env.tenant.clone(),
+            job: env.job.clone(),
             size: env.size,
             arrival: Time(env.arrival.as_micros() / 1000),
             attempts: a.attempts,
@@ -552,7 +552,7 @@ impl<S: Store> QueueManager<S> {
                     transport,
                     destination,
                     host,
-                    source: _,
+                    source,
                 } => {
                     let s = &self.deliver.sched;
                     let tname = s.transport_name(transport).to_string();
@@ -571,6 +571,7 @@ impl<S: Store> QueueManager<S> {
                         host: hname,
                         nexthop,
                         addrs,
+                        source,
                     };
                     self.send_agent(tname, body, AgentWait::Open);
                 }
@@ -967,5 +968,45 @@ mod tests {
         });
         assert_eq!(w.qm.store().records().count(), before);
         w.wait(Duration::from_secs(1));
+    }
+
+    /// Messages to one destination whose first connection is not open
+    /// yet: one entry is set aside for it, the others wait in their class
+    /// queues.
+    fn queued_by_tenant(messages: &[(&str, Option<&str>)]) -> [usize; 3] {
+        let mut sched = sched::SchedConfig::default();
+        let t = &mut sched.transports[0];
+        t.scheduler_class_key = sched::ClassKey::Tenant;
+        t.sender_class_thresholds = [2, 1000];
+        t.initial_destination_concurrency = 1;
+        t.destination_concurrency_limit = 1;
+        let mut w = World::with_sched(settings(), sched);
+        for (sender, tenant) in messages {
+            w.arrive_as(sender, &["r@d.example"], *tenant, Some("job-1"));
+        }
+        w.route_all(&[]);
+        let s = w.qm.scheduler();
+        let d = s.dest_id(sched::TransportId(0), "d.example").expect("dest");
+        s.queued(d)
+    }
+
+    #[test]
+    fn scheduler_class_key_tenant_keys_classes_on_the_envelope_tenant() {
+        // One sender, four tenants: four keys, each with one (small) entry.
+        let one_sender: Vec<_> = ["t0", "t1", "t2", "t3"]
+            .iter()
+            .map(|t| ("a@x.example", Some(*t)))
+            .collect();
+        assert_eq!(queued_by_tenant(&one_sender), [3, 0, 0]);
+        // Without tenants they share the empty tenant's key: the third and
+        // fourth entries are past its small threshold.
+        let none: Vec<_> = (0..4).map(|_| ("a@x.example", None)).collect();
+        assert_eq!(queued_by_tenant(&none), [1, 2, 0]);
+        // Four senders, one tenant: one key, as if one sender.
+        let one_tenant: Vec<_> = ["a@x.example", "b@y.example", "c@z.example", "d@w.example"]
+            .iter()
+            .map(|s| (*s, Some("acme")))
+            .collect();
+        assert_eq!(queued_by_tenant(&one_tenant), [1, 2, 0]);
     }
 }

@@ -267,12 +267,11 @@ mod tests {
     use std::sync::Arc;
 
     use ipc::queuectl::{Request, Response};
-    use queue::Replay;
     use sched::SchedConfig;
     use shaping::{Field, KeyPolicy, Policy, Props};
 
     use crate::testkit::{settings, World, T0};
-    use crate::{Event, MemStore};
+    use crate::Event;
 
     fn shaped() -> World {
         let policy = Policy {
@@ -290,13 +289,7 @@ mod tests {
             shaping: Some(Arc::new(policy)),
             ..SchedConfig::default()
         };
-        World::with_sched(
-            settings(),
-            sched,
-            MemStore::default(),
-            Replay::default(),
-            T0,
-        )
+        World::with_sched(settings(), sched)
     }
 
     fn ask(w: &mut World, body: Request) -> Response {

@@ -57,6 +57,12 @@ impl World {
         Self::recovered(settings, MemStore::default(), Replay::default(), T0)
     }
 
+    /// A world whose scheduler has `sched`'s transports (the active limit
+    /// still from `settings`).
+    pub(crate) fn with_sched(settings: Settings, sched: SchedConfig) -> World {
+        Self::start(settings, sched, MemStore::default(), Replay::default(), T0)
+    }
+
     /// A world taking over `state` (as recovery left it) at `now`.
     pub(crate) fn recovered(
         settings: Settings,
@@ -64,15 +70,24 @@ impl World {
         state: Replay,
         now: Time,
     ) -> World {
-        let sched = SchedConfig {
-            qmgr_message_active_limit: active_limit_hint(&settings),
-            ..SchedConfig::default()
-        };
-        Self::with_sched(settings, sched, store, state, now)
+        Self::start(settings, SchedConfig::default(), store, state, now)
     }
 
-    /// A world whose scheduler runs `sched` (a shaping policy, say).
-    pub(crate) fn with_sched(
+    fn start(
+        settings: Settings,
+        sched: SchedConfig,
+        store: MemStore,
+        state: Replay,
+        now: Time,
+    ) -> World {
+        let sched = SchedConfig {
+            qmgr_message_active_limit: active_limit_hint(&settings),
+            ..sched
+        };
+        Self::make(settings, sched, store, state, now)
+    }
+
+    fn make(
         settings: Settings,
         sched: SchedConfig,
         store: MemStore,
@@ -105,8 +120,32 @@ impl World {
         id
     }
 
+    /// A message as [`World::arrive`], of tenant and job as given.
+    pub(crate) fn arrive_as(
+        &mut self,
+        sender: &str,
+        rcpts: &[&str],
+        tenant: Option<&str>,
+        job: Option<&str>,
+    ) -> QueueId {
+        let id = self.stage_as(sender, rcpts, false, tenant, job);
+        self.handle(Event::Committed { id, hold: false });
+        id
+    }
+
     /// Journals a message's arrival without telling the queue manager.
     pub(crate) fn stage(&mut self, sender: &str, rcpts: &[&str], hold: bool) -> QueueId {
+        self.stage_as(sender, rcpts, hold, None, None)
+    }
+
+    fn stage_as(
+        &mut self,
+        sender: &str,
+        rcpts: &[&str],
+        hold: bool,
+        tenant: Option<&str>,
+        job: Option<&str>,
+    ) -> QueueId {
         self.seq += 1;
         let id = QueueId::from_parts(self.now.0 * 1000, 1, self.seq).expect("valid");
         let envelope = Envelope {
@@ -114,6 +153,8 @@ impl World {
             recipients: rcpts.iter().map(|r| Recipient::new(*r)).collect(),
             arrival: Timestamp::from_micros(self.now.0 * 1000),
             size: 100,
+            tenant: tenant.map(str::to_string),
+            job: job.map(str::to_string),
             ..Envelope::default()
         };
         let head = MessageHead {

@@ -13,6 +13,9 @@
 //! The writer holds at most one 64 KiB buffer; the reader verifies the crc
 //! (one streaming pass) before handing out the envelope and the data.
 //! Limits: envelopes up to 16 MiB. Nothing here panics on file contents.
+//!
+//! Format 2 holds the whole `Envelope`; format 1 (written before tenants
+//! and jobs) holds its first layout, `mail::EnvelopeV1`, and still reads.
 
 use crate::error::{corrupt, Corruption, Error, IoContext, Result};
 use crate::stats;
@@ -27,7 +30,9 @@ use std::path::{Path, PathBuf};
 /// File magic.
 const MAGIC: [u8; 8] = *b"SLUICEMF";
 /// Format version written by this build.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// The format before the envelope had a tenant and a job.
+const FORMAT_V1: u32 = 1;
 /// Header length; data starts here.
 pub const HEADER_LEN: u64 = 64;
 const OFFSET_AT: u64 = 16;
@@ -84,7 +89,7 @@ pub fn probe(file: &File, path: &Path) -> Result<FileState> {
         return Err(corrupt(path, Corruption::Magic));
     }
     let version = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != FORMAT_V1 {
         return Err(corrupt(path, Corruption::Version(version)));
     }
     let off = u64::from_le_bytes(h[16..24].try_into().unwrap_or([0; 8]));
@@ -94,6 +99,15 @@ pub fn probe(file: &File, path: &Path) -> Result<FileState> {
     let id = QueueId::from_bytes(h[ID_AT..ID_AT + 16].try_into().unwrap_or([0xff; 16]))
         .ok_or_else(|| corrupt(path, Corruption::WrongId))?;
     Ok(FileState::Committed(id))
+}
+
+/// `bytes` decoded as one `T` with nothing left over: a format's
+/// envelope never passes for another's.
+fn whole<'a, T: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Option<T> {
+    match postcard::take_from_bytes::<T>(bytes) {
+        Ok((v, [])) => Some(v),
+        _ => None,
+    }
 }
 
 /// An exclusive `flock` held by the process writing (or deleting) a message file.
@@ -245,9 +259,10 @@ impl MessageFile {
             FileState::Uncommitted => return Err(Error::Incomplete(path.to_path_buf())),
             FileState::Committed(id) => id,
         };
-        let mut h = [0u8; 8];
-        file.read_exact_at(&mut h, OFFSET_AT).ctx("read", path)?;
-        let env_off = u64::from_le_bytes(h);
+        let mut h = [0u8; 16];
+        file.read_exact_at(&mut h, 8).ctx("read", path)?;
+        let version = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        let env_off = u64::from_le_bytes(h[8..16].try_into().unwrap_or([0; 8]));
         let mut lenb = [0u8; 4];
         read_exact_or(&file, &mut lenb, env_off, path)?;
         let env_len = u32::from_le_bytes(lenb);
@@ -274,8 +289,12 @@ impl MessageFile {
         if crc.finalize() != stored_crc {
             return Err(corrupt(path, Corruption::Checksum));
         }
-        let envelope =
-            postcard::from_bytes(env_bytes).map_err(|_| corrupt(path, Corruption::Decode))?;
+        let envelope = if version == FORMAT_V1 {
+            whole::<mail::EnvelopeV1>(env_bytes).map(Envelope::from)
+        } else {
+            whole::<Envelope>(env_bytes)
+        }
+        .ok_or_else(|| corrupt(path, Corruption::Decode))?;
         Ok(Self {
             id,
             envelope,
@@ -429,6 +448,70 @@ mod tests {
         assert!(try_lock(&b, &p).unwrap().is_none());
         drop(held);
         assert!(try_lock(&b, &p).unwrap().is_some());
+    }
+
+    /// A file as the build before tenants wrote it: format 1, the
+    /// envelope in its first layout.
+    fn write_v1(dir: &Path, data: &[u8], env: &Envelope) -> PathBuf {
+        let p = dir.join("v1");
+        let id = QueueId::from_parts(5, 6, 8).unwrap();
+        let env_bytes = postcard::to_allocvec(&mail::AsV1(env)).unwrap();
+        let off = HEADER_LEN + data.len() as u64;
+        let mut h = header(id, off);
+        h[8..12].copy_from_slice(&FORMAT_V1.to_le_bytes());
+        let mut crc = id_crc(id);
+        crc.update(data);
+        crc.update(&env_bytes);
+        let mut f = h.to_vec();
+        f.extend_from_slice(data);
+        f.extend_from_slice(&(env_bytes.len() as u32).to_le_bytes());
+        f.extend_from_slice(&env_bytes);
+        f.extend_from_slice(&crc.finalize().to_le_bytes());
+        f.extend_from_slice(&END_MARKER);
+        std::fs::write(&p, f).unwrap();
+        p
+    }
+
+    #[test]
+    fn format_1_files_still_read_and_tenants_round_trip_in_format_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = env();
+        e.auth = Some("alice".into());
+        let p = write_v1(dir.path(), b"Subject: old\r\n\r\nbody\r\n", &e);
+        let m = MessageFile::open(&p).unwrap();
+        assert_eq!(m.envelope, e);
+        assert_eq!(m.envelope.tenant, None);
+        let mut got = Vec::new();
+        m.data().read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"Subject: old\r\n\r\nbody\r\n");
+
+        // A format-2 envelope under a format-1 header is refused, not
+        // read with its tail cut off.
+        let mut bytes = std::fs::read(write(dir.path(), &[b"x\r\n"])).unwrap();
+        bytes[8..12].copy_from_slice(&FORMAT_V1.to_le_bytes());
+        let forged = dir.path().join("forged");
+        std::fs::write(&forged, &bytes).unwrap();
+        assert!(MessageFile::open(&forged).is_err());
+
+        let p = dir.path().join("t");
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&p)
+            .unwrap();
+        let lock = try_lock(&f, &p).unwrap().unwrap();
+        let mut w =
+            FileWriter::new(f, lock, p.clone(), QueueId::from_parts(5, 6, 9).unwrap()).unwrap();
+        w.append(b"x\r\n").unwrap();
+        let mut e = env();
+        e.tenant = Some("acme".into());
+        e.job = Some("job-7".into());
+        w.commit(&e).unwrap();
+        let m = MessageFile::open(&p).unwrap();
+        assert_eq!(m.envelope.tenant.as_deref(), Some("acme"));
+        assert_eq!(m.envelope.job.as_deref(), Some("job-7"));
     }
 
     #[test]

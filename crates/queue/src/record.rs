@@ -6,6 +6,15 @@
 //! positions order like the journal. Recipients are named by their index in
 //! the original `Envelope::recipients`, which never changes. Decoding never
 //! panics: a short, oversized or corrupt frame is a `FrameError`.
+//!
+//! postcard names an enum variant by its index, so the on-disk enum is
+//! [`wire`]'s, not [`Record`]'s derive: `Arrived` and `Rewritten` at their
+//! first indexes carry the envelope's first layout (no tenant, no job), and
+//! `ArrivedV2` and `RewrittenV2` at the end carry the whole envelope. A
+//! message without a tenant or job is written in the first layout, so every
+//! record has one encoding, old journals read as they were, and a record
+//! read back re-encodes to its bytes on disk (what [`Record::data_span`]
+//! counts on).
 
 use mail::{Envelope, QueueId, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -139,8 +148,8 @@ pub struct MessageHead {
     pub data: DataRef,
 }
 
-/// One journal record. Only qmgr writes them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One journal record. Only qmgr writes them. Encoded through [`wire`].
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     /// A message was accepted; its data is durable where `data` says.
     Arrived(MessageHead),
@@ -228,6 +237,8 @@ pub enum Record {
         reason: String,
     },
 }
+
+mod wire;
 
 /// Where a record's inline message data lies in the journal: segment
 /// `journal/<segment>.log`, `len` bytes from byte `offset`, exactly the
@@ -443,6 +454,252 @@ mod tests {
         }
         let pool = postcard::to_allocvec(&DataRef::Pool(7)).unwrap();
         assert_eq!(pool, postcard::to_allocvec(&OldDataRef::Pool(7)).unwrap());
+    }
+
+    /// Record and its envelope exactly as derived before tenants and jobs:
+    /// what journals written then hold.
+    mod old {
+        use mail::{BodyType, QueueId, Recipient, Ret, StatusCode, Timestamp};
+        use serde::{Deserialize, Serialize};
+
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        pub struct Envelope {
+            pub sender: String,
+            pub recipients: Vec<Recipient>,
+            pub ret: Option<Ret>,
+            pub envid: Option<String>,
+            pub client_addr: Option<String>,
+            pub client_name: Option<String>,
+            pub helo: Option<String>,
+            pub tls: Option<String>,
+            pub auth: Option<String>,
+            pub arrival: Timestamp,
+            pub size: u64,
+            pub body_type: BodyType,
+            pub smtputf8: bool,
+        }
+
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        pub struct MessageHead {
+            pub id: QueueId,
+            pub envelope: Envelope,
+            pub data: super::DataRef,
+        }
+
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+        pub enum Record {
+            Arrived(MessageHead),
+            Delivered {
+                id: QueueId,
+                rcpts: Vec<u32>,
+            },
+            Deferred {
+                id: QueueId,
+                rcpts: Vec<u32>,
+                status: StatusCode,
+                reason: String,
+                next_attempt: u64,
+            },
+            Bounced {
+                id: QueueId,
+                rcpts: Vec<u32>,
+                status: StatusCode,
+                reason: String,
+            },
+            Rewritten {
+                head: MessageHead,
+                remaining: Vec<u32>,
+                next_attempt: u64,
+                held: bool,
+            },
+            Held {
+                id: QueueId,
+            },
+            Released {
+                id: QueueId,
+            },
+            Removed {
+                id: QueueId,
+            },
+            Notified {
+                id: QueueId,
+                rcpts: Vec<u32>,
+            },
+            Warned {
+                id: QueueId,
+            },
+            Succeeded {
+                id: QueueId,
+                rcpts: Vec<u32>,
+                relayed: bool,
+                reason: String,
+            },
+        }
+    }
+
+    fn old_head(n: u32, data: DataRef) -> old::MessageHead {
+        old::MessageHead {
+            id: id(n),
+            envelope: old::Envelope {
+                sender: "s@example.org".into(),
+                recipients: vec![
+                    mail::Recipient::new("r1@example.net"),
+                    mail::Recipient::new("r2@example.net"),
+                ],
+                ret: Some(mail::Ret::Hdrs),
+                envid: Some("ENV1".into()),
+                client_addr: Some("192.0.2.9".into()),
+                client_name: Some("unknown".into()),
+                helo: Some("c.test".into()),
+                tls: None,
+                auth: Some("alice".into()),
+                arrival: mail::Timestamp::from_micros(1_700_000_000_123_456),
+                size: 5,
+                body_type: mail::BodyType::SevenBit,
+                smtputf8: false,
+            },
+            data,
+        }
+    }
+
+    fn old_records() -> Vec<old::Record> {
+        let st: StatusCode = "4.4.1".parse().unwrap();
+        vec![
+            old::Record::Arrived(old_head(1, DataRef::Inline(b"hello".to_vec()))),
+            old::Record::Delivered {
+                id: id(1),
+                rcpts: vec![0],
+            },
+            old::Record::Deferred {
+                id: id(1),
+                rcpts: vec![1],
+                status: st,
+                reason: "refused".into(),
+                next_attempt: 9,
+            },
+            old::Record::Bounced {
+                id: id(1),
+                rcpts: vec![1],
+                status: "5.1.1".parse().unwrap(),
+                reason: "unknown".into(),
+            },
+            old::Record::Rewritten {
+                head: old_head(2, DataRef::Pool(3)),
+                remaining: vec![1],
+                next_attempt: 77,
+                held: true,
+            },
+            old::Record::Rewritten {
+                head: old_head(3, DataRef::Inline(b"x\r\n".to_vec())),
+                remaining: vec![0, 1],
+                next_attempt: 0,
+                held: false,
+            },
+            old::Record::Held { id: id(2) },
+            old::Record::Released { id: id(2) },
+            old::Record::Removed { id: id(2) },
+            old::Record::Notified {
+                id: id(2),
+                rcpts: vec![1],
+            },
+            old::Record::Warned { id: id(2) },
+            old::Record::Succeeded {
+                id: id(2),
+                rcpts: vec![0],
+                relayed: true,
+                reason: "relayed".into(),
+            },
+            old::Record::Arrived(old_head(4, DataRef::File)),
+        ]
+    }
+
+    #[test]
+    fn journals_written_before_tenants_read_the_same_and_rewrite_byte_for_byte() {
+        for o in old_records() {
+            let bytes = postcard::to_allocvec(&o).unwrap();
+            let rec: Record = postcard::from_bytes(&bytes).unwrap_or_else(|e| panic!("{o:?}: {e}"));
+            if let Record::Arrived(h) | Record::Rewritten { head: h, .. } = &rec {
+                assert_eq!(
+                    (h.envelope.tenant.as_deref(), h.envelope.job.as_deref()),
+                    (None, None)
+                );
+                assert_eq!(h.envelope.auth.as_deref(), Some("alice"));
+                assert_eq!(h.envelope.recipients.len(), 2);
+            }
+            assert_eq!(postcard::to_allocvec(&rec).unwrap(), bytes, "{o:?}");
+            assert_eq!(
+                rec.id(),
+                match &o {
+                    old::Record::Arrived(h) | old::Record::Rewritten { head: h, .. } => h.id,
+                    old::Record::Delivered { id, .. }
+                    | old::Record::Deferred { id, .. }
+                    | old::Record::Bounced { id, .. }
+                    | old::Record::Held { id }
+                    | old::Record::Released { id }
+                    | old::Record::Removed { id }
+                    | old::Record::Notified { id, .. }
+                    | old::Record::Warned { id }
+                    | old::Record::Succeeded { id, .. } => *id,
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn tenant_and_job_round_trip_in_new_variants_at_the_end() {
+        let mut recs = Vec::new();
+        for o in old_records() {
+            let bytes = postcard::to_allocvec(&o).unwrap();
+            let mut rec: Record = postcard::from_bytes(&bytes).unwrap();
+            if let Record::Arrived(h) | Record::Rewritten { head: h, .. } = &mut rec {
+                h.envelope.tenant = Some("acme".into());
+                h.envelope.job = Some("spring sale".into());
+            } else {
+                continue;
+            }
+            recs.push(rec);
+        }
+        assert_eq!(recs.len(), 4);
+        for rec in recs {
+            let mut buf = Vec::new();
+            let n = encode_frame(&rec, 1 << 20, &mut buf).unwrap();
+            // Arrived was variant 0 and Rewritten 4; with a tenant they
+            // are written as the variants after Succeeded (10).
+            let tag = buf[FRAME_HEADER];
+            assert!(tag == 11 || tag == 12, "variant {tag}");
+            let (back, m) = decode_frame(&buf, 1 << 20).unwrap();
+            assert_eq!((back.clone(), m), (rec, n));
+            let (Record::Arrived(h) | Record::Rewritten { head: h, .. }) = back else {
+                unreachable!()
+            };
+            assert_eq!(h.envelope.tenant.as_deref(), Some("acme"));
+            assert_eq!(h.envelope.job.as_deref(), Some("spring sale"));
+            // The build before this one refuses such a record rather than
+            // misreading it.
+            assert!(postcard::from_bytes::<old::Record>(&buf[FRAME_HEADER..]).is_err());
+        }
+    }
+
+    #[test]
+    fn inline_data_spans_are_right_for_old_and_new_records() {
+        for tenant in [None, Some("acme")] {
+            let o = old_records().remove(5);
+            let mut rec: Record =
+                postcard::from_bytes(&postcard::to_allocvec(&o).unwrap()).unwrap();
+            if let Record::Rewritten { head, .. } = &mut rec {
+                head.envelope.tenant = tenant.map(str::to_string);
+            }
+            let mut buf = vec![0u8; 100];
+            encode_frame(&rec, 1 << 20, &mut buf).unwrap();
+            let (back, _) = decode_frame(&buf[100..], 1 << 20).unwrap();
+            let span = back.data_span(Lsn::new(1, 100)).unwrap();
+            let at = span.offset as usize;
+            assert_eq!(
+                &buf[at..at + span.len as usize],
+                b"x\r\n",
+                "tenant {tenant:?}"
+            );
+        }
     }
 
     #[test]

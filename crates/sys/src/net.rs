@@ -29,13 +29,33 @@ pub fn tcp_listener(addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListen
     Ok(unsafe { TcpListener::from_raw_fd(fd.into_raw_fd()) })
 }
 
+/// Why [`tcp_connect`] could not start a connection.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The source address could not be bound (not an address of this
+    /// host, of the other family, or none left).
+    Bind(std::io::Error),
+    /// The socket could not be made, or the connect failed at once.
+    Connect(std::io::Error),
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectError::Bind(e) | ConnectError::Connect(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
 /// Starts a non-blocking connect to `addr`, from `bind` when given
-/// (`smtp_bind_address`). Completion is signalled by writability; check
-/// `take_error` then.
+/// (`smtp_bind_address`, or a shaping policy's source). Completion is
+/// signalled by writability; check `take_error` then.
 pub fn tcp_connect(
     addr: SocketAddr,
     bind: Option<std::net::IpAddr>,
-) -> std::io::Result<std::net::TcpStream> {
+) -> Result<std::net::TcpStream, ConnectError> {
     let family = if addr.is_ipv6() {
         AddressFamily::Inet6
     } else {
@@ -46,17 +66,19 @@ pub fn tcp_connect(
         SockType::Stream,
         SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
         None,
-    )?;
+    )
+    .map_err(|e| ConnectError::Connect(e.into()))?;
     if let Some(ip) = bind {
         let local = SockaddrStorage::from(SocketAddr::new(ip, 0));
-        socket::bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &local)?;
+        socket::bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &local)
+            .map_err(|e| ConnectError::Bind(e.into()))?;
     }
     match socket::connect(
         std::os::fd::AsRawFd::as_raw_fd(&fd),
         &SockaddrStorage::from(addr),
     ) {
         Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => {}
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(ConnectError::Connect(e.into())),
     }
     // SAFETY: a connected (or connecting) stream socket we own.
     Ok(unsafe { std::net::TcpStream::from_raw_fd(fd.into_raw_fd()) })
