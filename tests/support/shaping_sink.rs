@@ -86,6 +86,8 @@ struct State {
 
 struct Shared {
     replies: Mutex<HashMap<(IpAddr, Stage), String>>,
+    /// Time taken before answering the end of the data, per address.
+    delays: Mutex<HashMap<IpAddr, Duration>>,
     state: Mutex<State>,
     stop: AtomicBool,
 }
@@ -124,14 +126,34 @@ impl ShapingSink {
     /// Starts listening on one free port on each of `ips` (loopback
     /// addresses such as 127.0.0.10, 127.0.0.11).
     pub fn start(ips: &[&str]) -> ShapingSink {
+        Self::start_on(ips, 0)
+    }
+
+    /// Starts listening on `port` of each of `ips` (0: a free port); a
+    /// fixed port that cannot be bound fails the test, naming it (port 25,
+    /// where MX delivery goes, needs root).
+    pub fn start_on(ips: &[&str], port: u16) -> ShapingSink {
         let ips: Vec<IpAddr> = ips
             .iter()
             .map(|i| i.parse().expect("an IP address"))
             .collect();
         assert!(!ips.is_empty(), "a shaping sink needs an address");
-        let (port, listeners) = bind_all(&ips);
+        let (port, listeners) = if port == 0 {
+            bind_all(&ips)
+        } else {
+            let ls = ips
+                .iter()
+                .map(|ip| {
+                    TcpListener::bind((*ip, port)).unwrap_or_else(|e| {
+                        panic!("the shaping sink cannot listen on {ip}:{port}: {e} (port 25 needs root)")
+                    })
+                })
+                .collect();
+            (port, ls)
+        };
         let shared = Arc::new(Shared {
             replies: Mutex::new(HashMap::new()),
+            delays: Mutex::new(HashMap::new()),
             state: Mutex::new(State::default()),
             stop: AtomicBool::new(false),
         });
@@ -168,6 +190,13 @@ impl ShapingSink {
             .lock()
             .unwrap()
             .insert((ip, stage), reply.to_string());
+    }
+
+    /// Takes `d` before answering the end of each message's data on
+    /// connections to `listen` (a slow server, so that connections stay busy).
+    pub fn delay(&self, listen: &str, d: Duration) {
+        let ip = listen.parse().expect("an IP address");
+        self.shared.delays.lock().unwrap().insert(ip, d);
     }
 
     /// Accepts everything again, on every address.
@@ -326,6 +355,10 @@ fn session(c: &mut Conn, sh: &Shared, id: usize, (source, listen): (IpAddr, IpAd
                 let Some(data) = content(c, &sh.stop, None) else {
                     return;
                 };
+                let delay = sh.delays.lock().unwrap().get(&listen).copied();
+                if let Some(d) = delay {
+                    std::thread::sleep(d);
+                }
                 if let Some(r) = scripted(Stage::Data) {
                     from = None;
                     rcpts.clear();
