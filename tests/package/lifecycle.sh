@@ -1,7 +1,7 @@
 #!/bin/sh
 # The package's life cycle, run by scripts/test-package inside a fresh
 # Debian bookworm chroot with loopback only: install, deliver, upgrade with
-# a deferred message and an edited main.cf, purge. Every check prints
+# a deferred message and edited main.cf and policy.yaml, purge. Every check prints
 # "ok: …"; the first that fails prints "FAIL: …" and the end of the mail
 # log, and the script exits 1. The figures for docs/benchmarks.md are
 # printed as "figure: …".
@@ -77,10 +77,11 @@ check "the spool: root 755, private sluice 700, public sluice 755" sh -c '
 	[ "$(stat -c %U:%a /var/spool/sluice)" = root:755 ] &&
 	[ "$(stat -c %U:%G:%a /var/spool/sluice/private)" = sluice:sluice:700 ] &&
 	[ "$(stat -c %U:%G:%a /var/spool/sluice/public)" = sluice:sluice:755 ]'
-check "main.cf, master.cf and the logrotate rule are conffiles" sh -c '
+check "main.cf, master.cf, policy.yaml and the logrotate rule are conffiles" sh -c '
 	c=$(dpkg-query --showformat="\${Conffiles}" --show sluice)
 	echo "$c" | grep -q " /etc/sluice/main.cf " &&
 	echo "$c" | grep -q " /etc/sluice/master.cf " &&
+	echo "$c" | grep -q " /etc/sluice/policy.yaml " &&
 	echo "$c" | grep -q " /etc/logrotate.d/sluice "'
 check "mailq, newaliases and /usr/lib/sendmail point at sendmail" sh -c '
 	[ "$(readlink -f /usr/bin/mailq)" = /usr/sbin/sendmail ] &&
@@ -93,6 +94,14 @@ check "every man page is compressed" sh -c '
 	! dpkg -L sluice | grep -q "^/usr/share/man/.*\\.[158]$"'
 check "systemd-analyze verify accepts the unit" systemd-analyze verify /lib/systemd/system/sluice.service
 check "sluice check finds no error" sluice check
+check "main.cf: the shipped policy file" sluice config policy_file=policy.yaml
+check "sluice check reads the shipped policy file" sh -c '
+	sluice check 2>&1 | grep -q "no errors"'
+echo "policies: [{ fields: [bogus] }]" >>/etc/sluice/policy.yaml
+check "sluice check refuses a bad policy file with its line and column" sh -c '
+	! sluice check >/test/check.out 2>&1 &&
+	grep -q "^sluice: error: /etc/sluice/policy.yaml:[0-9]*:[0-9]*: unknown field .bogus." /test/check.out'
+sed -i "/fields: \[bogus\]/d" /etc/sluice/policy.yaml
 check "newaliases checks /etc/aliases" newaliases
 
 # 2. Start and deliver.
@@ -126,6 +135,7 @@ check "no daemon had to restart to reopen it" sh -c '! grep -q "leaving when idl
 check "main.cf: deferred.test goes to a closed port" \
 	sluice config "transport_maps=inline:{ deferred.test = smtp:[127.0.0.1]:2526 }"
 echo "# a local edit that the upgrade must keep" >>/etc/sluice/main.cf
+echo "# a local edit of the policy that the upgrade must keep" >>/etc/sluice/policy.yaml
 check "sluice reload" sluice reload
 check "swaks to bob@deferred.test is accepted" \
 	swaks --silent 2 --server 127.0.0.1:25 --from tester@example.com \
@@ -135,9 +145,11 @@ wait_for 60 "mailq shows it deferred (connection refused)" sh -c \
 check "dpkg -i the second build (higher version)" dpkg -i /test/second.deb
 check "version 0.1.0-2 is installed" sh -c \
 	'[ "$(dpkg-query --showformat="\${Version}" --show sluice)" = 0.1.0-2 ]'
-check "the edits of main.cf survived" sh -c '
+check "the edits of main.cf and policy.yaml survived" sh -c '
 	grep -q "^transport_maps = inline:{ deferred.test = smtp:\[127.0.0.1\]:2526 }" /etc/sluice/main.cf &&
 	grep -q "^# a local edit that the upgrade must keep" /etc/sluice/main.cf &&
+	grep -q "^policy_file = policy.yaml" /etc/sluice/main.cf &&
+	grep -q "^# a local edit of the policy that the upgrade must keep" /etc/sluice/policy.yaml &&
 	! ls /etc/sluice/*.dpkg-* 2>/dev/null'
 wait_for 30 "the mail system runs again after the upgrade" sluice status
 check "the deferred message is still queued" sh -c 'mailq | grep -q "bob@deferred.test"'

@@ -479,3 +479,29 @@ fn the_manual_page_examples_read() {
         })
     ));
 }
+
+#[test]
+fn a_file_with_a_thousand_conditions_reads_and_evaluates_through_its_index() {
+    let mut text = String::from("groupings:\n");
+    for g in 0..100 {
+        text += &format!("  - id: g{g}\n    recipientdomains: [d{g}.test]\n");
+    }
+    text += "policies:\n  - fields: [localip, grouping]\n    default: { concurrency: 20 }\n    conditions:\n";
+    for i in 0..1000 {
+        text += &format!(
+            "      - if: {{ grouping: g{}, localip: 192.0.2.{} }}\n        then: {{ concurrency: {} }}\n",
+            i % 100,
+            i % 10,
+            i + 1
+        );
+    }
+    let p = Policy::parse("big.yaml", &text).unwrap();
+    assert_eq!(p.policies[0].conditions.len(), 1000);
+    let mut b = Binding::default();
+    b.set(Field::Grouping, p.grouping_of("d7.test", &[]).unwrap());
+    b.set(Field::LocalIp, "192.0.2.7");
+    // Clauses 7, 107, … 907 match; the last one wins.
+    assert_eq!(p.props(0, &b).concurrency, Some(908));
+    b.set(Field::LocalIp, "192.0.2.8");
+    assert_eq!(p.props(0, &b).concurrency, Some(20));
+}
