@@ -187,8 +187,7 @@ fn a_grouping_gets_two_connections_per_source_while_other_mail_flows() {
         most_other > 2,
         "other.test is not held to orange's limit: {most_other}"
     );
-    let sources: std::collections::BTreeSet<String> =
-        w.sink.conns().iter().map(source).collect();
+    let sources: std::collections::BTreeSet<String> = w.sink.conns().iter().map(source).collect();
     assert_eq!(
         sources.into_iter().collect::<Vec<_>>(),
         ["127.0.0.2", "127.0.0.3"],
@@ -235,7 +234,10 @@ fn a_token_bucket_of_10_per_second_delivers_600_in_60_seconds_evenly() {
     assert!((588..=612).contains(&n), "{n} messages in 60 s");
     let ms = wall_ms(&w.sink);
     let early = ms.iter().filter(|t| *t % 1000 < 250).count() as f64 / ms.len() as f64;
-    assert!(early < 0.4, "spread over each second: {early:.2} in its first quarter");
+    assert!(
+        early < 0.4,
+        "spread over each second: {early:.2} in its first quarter"
+    );
 }
 
 #[test]
@@ -254,7 +256,10 @@ fn a_fixed_window_sends_its_10_at_the_start_of_each_second() {
         "at most 10 in any window: {per_second:?}"
     );
     let early = ms.iter().filter(|t| *t % 1000 < 250).count() as f64 / ms.len() as f64;
-    assert!(early > 0.8, "bursts at window starts: {early:.2} in the first quarter");
+    assert!(
+        early > 0.8,
+        "bursts at window starts: {early:.2} in the first quarter"
+    );
     assert!(ms.len() >= 90, "{} in about 10 s", ms.len());
 }
 
@@ -262,7 +267,11 @@ fn a_fixed_window_sends_its_10_at_the_start_of_each_second() {
 fn connectinterval_transactions_and_idletimeout_show_in_the_connection_log() {
     let w = world(
         24,
-        &policy(", transactions: 3, idletimeout: 2s, connectinterval: 1s", "", "tokenbucket"),
+        &policy(
+            ", transactions: 3, idletimeout: 2s, connectinterval: 1s",
+            "",
+            "tokenbucket",
+        ),
         "solo",
     );
     w.send(9, 3, "y@yahoo.test");
@@ -299,7 +308,15 @@ fn connectinterval_transactions_and_idletimeout_show_in_the_connection_log() {
 #[test]
 fn a_suspension_for_30s_holds_its_grouping_while_other_mail_flows() {
     let w = world(25, &policy("", "", "tokenbucket"), "pool1");
-    let id = w.sluice(&["queue", "suspend", "grouping=yahoo", "--for", "30s", "--tag", "their outage"]);
+    let id = w.sluice(&[
+        "queue",
+        "suspend",
+        "grouping=yahoo",
+        "--for",
+        "30s",
+        "--tag",
+        "their outage",
+    ]);
     let id = id.trim().to_string();
     let t0 = Instant::now();
     w.inst.wait_log(
@@ -307,7 +324,10 @@ fn a_suspension_for_30s_holds_its_grouping_while_other_mail_flows() {
         &format!("shaping: grouping=yahoo suspended by the administrator for 30s, hold id {id} (their outage)"),
     );
     let list = w.sluice(&["queue", "suspensions"]);
-    assert!(list.contains("grouping=yahoo") && list.contains("their outage"), "{list}");
+    assert!(
+        list.contains("grouping=yahoo") && list.contains("their outage"),
+        "{list}"
+    );
     w.send(5, 1, "y@yahoo.test");
     w.send(5, 1, "o@other.test");
     wait_for(15, "other.test's mail", || (w.at(13) == 5).then_some(()));
@@ -353,7 +373,8 @@ fn a_ts04_reply_suspends_that_source_for_yahoo_only_then_ramps_back() {
     w.sink.clear_replies();
     let show = w.sluice(&["policy", "show"]);
     assert!(
-        show.lines().any(|l| l.contains("localip=127.0.0.2,grouping=yahoo") && l.contains("suspend")),
+        show.lines()
+            .any(|l| l.contains("localip=127.0.0.2,grouping=yahoo") && l.contains("suspend")),
         "{show}"
     );
     w.send(3, 1, "later@yahoo.test");
@@ -362,7 +383,11 @@ fn a_ts04_reply_suspends_that_source_for_yahoo_only_then_ramps_back() {
         (w.at(10) == 3).then_some(())
     });
     while t0.elapsed() < Duration::from_secs(18) {
-        assert_eq!(w.at(14), 0, "nothing for yahoo from 127.0.0.2 while suspended");
+        assert_eq!(
+            w.at(14),
+            0,
+            "nothing for yahoo from 127.0.0.2 while suspended"
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
     wait_for(30, "yahoo's mail after the ramp began", || {
@@ -372,7 +397,8 @@ fn a_ts04_reply_suspends_that_source_for_yahoo_only_then_ramps_back() {
 
 #[test]
 fn reload_keeps_the_bucket_and_restart_keeps_suspensions() {
-    let slow = |rate: &str| policy("", "", "tokenbucket").replace("rate: 10/1", &format!("rate: {rate}"));
+    let slow =
+        |rate: &str| policy("", "", "tokenbucket").replace("rate: 10/1", &format!("rate: {rate}"));
     let mut w = world(27, &slow("1/10"), "solo");
     w.send(1, 1, "a@orange.test");
     let first = w.sink.wait_messages(1, 30)[0].at;
@@ -383,20 +409,29 @@ fn reload_keeps_the_bucket_and_restart_keeps_suspensions() {
     w.send(1, 1, "b@orange.test");
     let second = w.sink.wait_messages(2, 30)[1].at;
     let gap = second.duration_since(first);
-    assert!(gap >= Duration::from_secs(8), "the second waited for a token: {gap:?}");
+    assert!(
+        gap >= Duration::from_secs(8),
+        "the second waited for a token: {gap:?}"
+    );
 
-    let id = w.sluice(&["queue", "suspend", "grouping=yahoo"]).trim().to_string();
+    let id = w
+        .sluice(&["queue", "suspend", "grouping=yahoo"])
+        .trim()
+        .to_string();
     w.inst.stop();
     w.inst.start();
     w.inst.wait_port(w.port);
     let list = w.sluice(&["queue", "suspensions"]);
     assert!(
-        list.lines().any(|l| l.trim_start().starts_with(&id) && l.contains("grouping=yahoo")),
+        list.lines()
+            .any(|l| l.trim_start().starts_with(&id) && l.contains("grouping=yahoo")),
         "suspension {id} after a restart:\n{list}"
     );
     w.send(1, 1, "y@yahoo.test");
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(w.at(14), 0, "still suspended after the restart");
     w.sluice(&["queue", "resume", &id]);
-    wait_for(20, "yahoo's mail once resumed", || (w.at(14) == 1).then_some(()));
+    wait_for(20, "yahoo's mail once resumed", || {
+        (w.at(14) == 1).then_some(())
+    });
 }
