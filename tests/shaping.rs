@@ -205,7 +205,6 @@ fn a_grouping_gets_two_connections_per_source_while_other_mail_flows() {
         json.contains("\"key\":\"localip=127.0.0.3,grouping=orange\",\"concurrency\":2"),
         "{json}"
     );
-    assert!(json.contains("\"cluster_false\":\"concurrency\""), "{json}");
 }
 
 /// Arrival times as wall-clock milliseconds.
@@ -246,7 +245,11 @@ fn a_fixed_window_sends_its_10_at_the_start_of_each_second() {
     w.send(200, 10, "a@orange.test");
     let first = w.sink.wait_messages(1, 30)[0].at;
     std::thread::sleep(Duration::from_secs(11).saturating_sub(first.elapsed()));
-    let ms = wall_ms(&w.sink);
+    // The first seconds include connecting: a token taken late in one
+    // window can arrive in the next. From then on, windows are plain.
+    let all = wall_ms(&w.sink);
+    let start = all.iter().min().unwrap() / 1000 + 2;
+    let ms: Vec<u64> = all.into_iter().filter(|t| t / 1000 >= start).collect();
     let mut per_second: BTreeMap<u64, usize> = BTreeMap::new();
     for t in &ms {
         *per_second.entry(t / 1000).or_default() += 1;
@@ -260,7 +263,7 @@ fn a_fixed_window_sends_its_10_at_the_start_of_each_second() {
         early > 0.8,
         "bursts at window starts: {early:.2} in the first quarter"
     );
-    assert!(ms.len() >= 90, "{} in about 10 s", ms.len());
+    assert!(ms.len() >= 70, "{} in about 8 s", ms.len());
 }
 
 #[test]
@@ -274,8 +277,9 @@ fn connectinterval_transactions_and_idletimeout_show_in_the_connection_log() {
         ),
         "solo",
     );
-    w.send(9, 3, "y@yahoo.test");
-    let msgs = w.sink.wait_messages(9, 30);
+    // 8: the last connection carries 2 and is then pooled, idle.
+    w.send(8, 3, "y@yahoo.test");
+    let msgs = w.sink.wait_messages(8, 30);
     let yahoo = w.ip(14);
     let conns: Vec<SinkConn> = wait_for(10, "every yahoo connection closed", || {
         let c: Vec<SinkConn> = w
@@ -377,6 +381,15 @@ fn a_ts04_reply_suspends_that_source_for_yahoo_only_then_ramps_back() {
             .any(|l| l.contains("localip=127.0.0.2,grouping=yahoo") && l.contains("suspend")),
         "{show}"
     );
+    let json = w.sluice(&["policy", "show", "--json"]);
+    assert!(
+        json.contains(
+            "\"key\":\"localip=127.0.0.2,grouping=yahoo\",\"concurrency\":5,\"concurrency_now\":0,"
+        ),
+        "suspended: {json}"
+    );
+    assert!(json.contains("\"cluster_false\":\"concurrency\""), "{json}");
+    assert!(json.contains("\"origin\":\"reply rule 1\""), "{json}");
     w.send(3, 1, "later@yahoo.test");
     w.send(3, 1, "o@orange.test");
     wait_for(15, "orange's mail from the same source", || {
