@@ -55,7 +55,14 @@
 //!                 .unwrap(),
 //!             // Flush, drop buffered plaintext, handshake, then:
 //!             Action::StartTls => s.tls_established(),
-//!             Action::TransactionAborted(_) | Action::Event(_) | Action::Close => {}
+//!             // Relay to the SASL server (AUTH is off by default).
+//!             Action::Authenticate { .. } | Action::AuthResponse(_) => s
+//!                 .decide(Reply::enhanced(535, EnhancedCode::new(5, 7, 8), "failed"))
+//!                 .unwrap(),
+//!             Action::AuthCancelled
+//!             | Action::TransactionAborted(_)
+//!             | Action::Event(_)
+//!             | Action::Close => {}
 //!         }
 //!     }
 //!     wire.extend(s.take_output());
