@@ -13,6 +13,7 @@ mod conn;
 mod misconfigured;
 mod pool;
 mod router;
+mod sasl;
 mod server;
 mod settings;
 mod space;
