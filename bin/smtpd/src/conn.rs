@@ -934,7 +934,11 @@ impl Conn {
             .tls_info()
             .map(|i| format!("{} with cipher {}", i.version, i.cipher));
         // Postfix's words for the Received: header, A for authenticated.
-        let protocol = match (self.session.is_esmtp(), tls.is_some(), self.sasl_login.is_some()) {
+        let protocol = match (
+            self.session.is_esmtp(),
+            tls.is_some(),
+            self.sasl_login.is_some(),
+        ) {
             (true, true, true) => "ESMTPSA",
             (true, false, true) => "ESMTPA",
             (true, true, false) => "ESMTPS",

@@ -180,9 +180,9 @@ impl SaslLink {
             }
         };
         let token = cx.token();
-        if let Err(e) = cx
-            .registry
-            .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+        if let Err(e) =
+            cx.registry
+                .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
         {
             self.warn(format!("SASL: register {}: {e}", self.path.display()));
             return Err(e.to_string());
@@ -328,9 +328,7 @@ impl SaslLink {
                 } => {
                     if let Some((s, _)) = self.waiting.remove(&id) {
                         let outcome = if temporary {
-                            Outcome::Temporary(
-                                reason.unwrap_or_else(|| "temporary failure".into()),
-                            )
+                            Outcome::Temporary(reason.unwrap_or_else(|| "temporary failure".into()))
                         } else {
                             Outcome::Failure(reason)
                         };

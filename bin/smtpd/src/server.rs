@@ -15,7 +15,7 @@ use daemon::{msg_info, msg_warn, Conn as Accepted, Context, Cx, Server};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 
-use crate::anvil::{AnvilLink, Answer as AnvilAnswer, Counts};
+use crate::anvil::{Answer as AnvilAnswer, AnvilLink, Counts};
 use crate::conn::{Conn, SaslRequest, Shared};
 use crate::pool::Pool;
 use crate::router::{Answer, RouterLink};

@@ -400,10 +400,7 @@ fn unescape(s: &str) -> String {
 /// IPv4 clients on a dual-stack socket are shown as IPv4, as Dovecot logs them.
 fn unmap(ip: std::net::IpAddr) -> std::net::IpAddr {
     match ip {
-        std::net::IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(std::net::IpAddr::V4)
-            .unwrap_or(ip),
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map(std::net::IpAddr::V4).unwrap_or(ip),
         v4 => v4,
     }
 }
@@ -459,12 +456,15 @@ COOKIE\t0123456789abcdef0123456789abcdef\nDONE\n";
     #[test]
     fn plain_with_initial_response_succeeds() {
         let mut c = ready();
-        let id = c.begin(&request("plain", Some("AGFsaWNlAHNlY3JldA=="))).unwrap();
+        let id = c
+            .begin(&request("plain", Some("AGFsaWNlAHNlY3JldA==")))
+            .unwrap();
         assert_eq!(
             String::from_utf8(c.take_output()).unwrap(),
             format!("AUTH\t{id}\tPLAIN\tservice=smtp\tnologin\tlip=127.0.0.1\trip=192.0.2.7\tsecured\tresp=AGFsaWNlAHNlY3JldA==\n")
         );
-        c.feed(format!("OK\t{id}\tuser=alice\n").as_bytes()).unwrap();
+        c.feed(format!("OK\t{id}\tuser=alice\n").as_bytes())
+            .unwrap();
         assert_eq!(
             c.poll_event(),
             Some(Event::Success {
@@ -490,7 +490,10 @@ COOKIE\t0123456789abcdef0123456789abcdef\nDONE\n";
             })
         );
         c.respond(id, "YWxpY2U=").unwrap();
-        assert_eq!(c.take_output(), format!("CONT\t{id}\tYWxpY2U=\n").as_bytes());
+        assert_eq!(
+            c.take_output(),
+            format!("CONT\t{id}\tYWxpY2U=\n").as_bytes()
+        );
         assert_eq!(c.respond(id, "not base64!"), Err(RequestError::BadResponse));
         c.feed(format!("FAIL\t{id}\tuser=alice\n").as_bytes())
             .unwrap();
@@ -510,8 +513,11 @@ COOKIE\t0123456789abcdef0123456789abcdef\nDONE\n";
         let a = c.begin(&request("PLAIN", Some("AA=="))).unwrap();
         let b = c.begin(&request("PLAIN", Some("AA=="))).unwrap();
         assert_ne!(a, b);
-        c.feed(format!("FAIL\t{a}\ttemp\nFAIL\t{b}\treason=Password\x01texpired\tcode=temp_fail\n").as_bytes())
-            .unwrap();
+        c.feed(
+            format!("FAIL\t{a}\ttemp\nFAIL\t{b}\treason=Password\x01texpired\tcode=temp_fail\n")
+                .as_bytes(),
+        )
+        .unwrap();
         assert_eq!(
             c.poll_event(),
             Some(Event::Failure {
@@ -571,11 +577,11 @@ COOKIE\t0123456789abcdef0123456789abcdef\nDONE\n";
     #[test]
     fn hostile_input() {
         let cases: &[(&[u8], ProtocolError)] = &[
+            (b"VERSION\t2\t0\n", ProtocolError::Version("2".into())),
             (
-                b"VERSION\t2\t0\n",
-                ProtocolError::Version("2".into()),
+                b"MECH\tPLAIN\n",
+                ProtocolError::Malformed("MECH\tPLAIN".into()),
             ),
-            (b"MECH\tPLAIN\n", ProtocolError::Malformed("MECH\tPLAIN".into())),
             (
                 b"VERSION\t1\t2\nMECH\tBAD NAME!\n",
                 ProtocolError::Malformed("MECH\tBAD NAME!".into()),

@@ -33,7 +33,9 @@ mod tests {
         for ok in ["", "AGFsaWNlAHNlY3JldA==", "YWxpY2U=", "YWJj", "+/+/"] {
             assert!(super::is_base64(ok), "{ok}");
         }
-        for bad in ["YWxpY2U", "YW=jYQ==", "a===", "YW\tj", "YWJj\0", "éééé", "*"] {
+        for bad in [
+            "YWxpY2U", "YW=jYQ==", "a===", "YW\tj", "YWJj\0", "éééé", "*",
+        ] {
             assert!(!super::is_base64(bad), "{bad}");
         }
     }
