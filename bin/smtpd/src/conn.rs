@@ -138,13 +138,15 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// A new session; `refuse` makes it a 421 greeting (client over its limits).
+    /// A new session; `refuse` makes it a 421 greeting (client over its
+    /// limits); `early` is what the client sent after a PROXY header,
+    /// before its greeting.
     pub fn new(
         sock: mio::net::TcpStream,
         token: Token,
         peer: SocketAddr,
         shared: &Shared,
-        refuse: Option<String>,
+        (refuse, early): (Option<String>, Vec<u8>),
         now: Instant,
     ) -> Conn {
         let s = &shared.settings;
@@ -173,7 +175,7 @@ impl Conn {
             stream,
             session,
             peer,
-            inbuf: Vec::new(),
+            inbuf: early,
             token,
             link: None,
             txn: Txn::default(),

@@ -12,6 +12,7 @@ mod anvil;
 mod conn;
 mod misconfigured;
 mod pool;
+mod proxy;
 mod router;
 mod sasl;
 mod server;

@@ -3,7 +3,9 @@
 //!
 //! A client whose connection anvil must count is held, unread and not yet
 //! greeted, until anvil's answer (or its deadline) decides the greeting.
-//! An AUTH goes to the one SASL link; with `smtpd_client_auth_rate_limit`
+//! Behind a proxy (`smtpd_upstream_proxy_protocol`), a connection waits
+//! for its PROXY header (`proxy.rs`) before even that, and the client it
+//! names is the session's from then on. An AUTH goes to the one SASL link; with `smtpd_client_auth_rate_limit`
 //! it first waits for anvil's count of the client's failures.
 
 use std::collections::BTreeMap;
@@ -30,8 +32,11 @@ pub struct SmtpServer {
     pool: Pool,
     /// anvil, for the client connection limits; one link for all sessions.
     anvil: AnvilLink,
-    /// Clients waiting for anvil's counts before their greeting.
-    pending: BTreeMap<Token, (TcpStream, SocketAddr)>,
+    /// Clients waiting for anvil's counts before their greeting, and
+    /// what they sent after a PROXY header.
+    pending: BTreeMap<Token, (TcpStream, SocketAddr, Vec<u8>)>,
+    /// Connections waiting for their PROXY header.
+    proxied: crate::proxy::ProxyWait,
     /// The router, for reject_unlisted_recipient; one link for all sessions.
     router: RouterLink,
     /// Dovecot's auth server, when AUTH is on; one link for all sessions.
@@ -61,6 +66,7 @@ impl SmtpServer {
             pool: Pool::new(&s.queue_root, s.ipc_idle),
             anvil: AnvilLink::new(&s.queue_root, s.anvil_timeout),
             pending: BTreeMap::new(),
+            proxied: crate::proxy::ProxyWait::default(),
             shared: Shared {
                 space: crate::space::QueueSpace::new(s.queue_root.clone()),
                 settings: s,
@@ -115,11 +121,12 @@ impl SmtpServer {
         stream: TcpStream,
         peer: SocketAddr,
         refuse: Option<String>,
+        early: Vec<u8>,
     ) {
         if let Some(sasl) = self.sasl.as_mut() {
             sasl.prepare(cx);
         }
-        let mut c = Conn::new(stream, token, peer, &self.shared, refuse, cx.now);
+        let mut c = Conn::new(stream, token, peer, &self.shared, (refuse, early), cx.now);
         let registered =
             cx.registry
                 .register(c.socket(), token, Interest::READABLE | Interest::WRITABLE);
@@ -132,15 +139,40 @@ impl SmtpServer {
         self.after_io(cx, token);
     }
 
+    /// A client is known (its PROXY header read, if one was due): its
+    /// session starts, after anvil's counts when it is counted.
+    fn admit(
+        &mut self,
+        cx: &mut Cx<'_>,
+        token: Token,
+        stream: TcpStream,
+        peer: SocketAddr,
+        early: Vec<u8>,
+    ) {
+        msg_info!("connect from unknown[{}]", peer.ip());
+        // Once the connection is sent, anvil counts it (even if it answers
+        // too late): the disconnection is reported in any case.
+        if self.limited(peer)
+            && self
+                .anvil
+                .connect(cx, token, &self.service, peer.ip().to_string())
+        {
+            self.counted.insert(token);
+            self.pending.insert(token, (stream, peer, early));
+            return;
+        }
+        self.start(cx, token, stream, peer, None, early);
+    }
+
     /// Starts the sessions whose counts came (or will not come), and
     /// goes on with the AUTH of those whose failures were counted.
     fn anvil_answers(&mut self, cx: &mut Cx<'_>, answers: Vec<(Token, AnvilAnswer)>) {
         for (token, answer) in answers {
             match answer {
                 AnvilAnswer::Counts(counts) => {
-                    if let Some((stream, peer)) = self.pending.remove(&token) {
+                    if let Some((stream, peer, early)) = self.pending.remove(&token) {
                         let refuse = self.over_limits(peer, counts);
-                        self.start(cx, token, stream, peer, refuse);
+                        self.start(cx, token, stream, peer, refuse, early);
                     }
                 }
                 AnvilAnswer::AuthFailures(rate) => {
@@ -320,23 +352,21 @@ impl Server for SmtpServer {
             return;
         };
         let _ = stream.set_nodelay(true);
-        msg_info!("connect from unknown[{}]", peer.ip());
         let token = cx.token();
-        // Once the connection is sent, anvil counts it (even if it answers
-        // too late): the disconnection is reported in any case.
-        if self.limited(peer)
-            && self
-                .anvil
-                .connect(cx, token, &self.service, peer.ip().to_string())
-        {
-            self.counted.insert(token);
-            self.pending.insert(token, (stream, peer));
+        if let Some(timeout) = self.shared.settings.proxy {
+            self.proxied.add(cx, token, stream, peer, timeout);
             return;
         }
-        self.start(cx, token, stream, peer, None);
+        self.admit(cx, token, stream, peer, Vec::new());
     }
 
     fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, writable: bool) {
+        if self.proxied.contains(token) {
+            if let Some(a) = self.proxied.ready(cx, token) {
+                self.admit(cx, token, a.stream, a.client, a.early);
+            }
+            return;
+        }
         if self.router.token() == Some(token) {
             let answers = self.router.ready(cx);
             self.router_answers(cx, answers);
@@ -382,6 +412,7 @@ impl Server for SmtpServer {
             self.sasl_outcomes(cx, late);
         }
         self.pool.expire(cx);
+        self.proxied.expire(cx);
         let expired: Vec<Token> = self
             .conns
             .iter()
@@ -404,11 +435,12 @@ impl Server for SmtpServer {
             .chain(self.anvil.next_deadline())
             .chain(self.sasl.as_ref().and_then(|l| l.next_deadline()))
             .chain(self.pool.next_deadline())
+            .chain(self.proxied.next_deadline())
             .min()
     }
 
     fn clients(&self) -> usize {
-        self.conns.len() + self.pending.len()
+        self.conns.len() + self.pending.len() + self.proxied.len()
     }
 
     fn reload(&mut self, cx: &mut Cx<'_>, config: &config::Config) -> bool {
@@ -453,5 +485,6 @@ impl Server for SmtpServer {
         // Clients still waiting for their greeting are only closed: no
         // reply was due to them yet.
         self.pending.clear();
+        self.proxied.clear();
     }
 }

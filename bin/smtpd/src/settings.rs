@@ -49,6 +49,8 @@ pub struct Settings {
     pub rate_unit: Duration,
     /// SASL AUTH, when `smtpd_sasl_auth_enable = yes`.
     pub sasl: Option<SaslSettings>,
+    /// `smtpd_upstream_proxy_timeout`, when `smtpd_upstream_proxy_protocol = haproxy`.
+    pub proxy: Option<Duration>,
 }
 
 /// Where and how AUTH is checked.
@@ -176,6 +178,8 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         queue_root,
         rate_unit: cfg.time("anvil_rate_time_unit"),
         sasl,
+        proxy: (cfg.choice("smtpd_upstream_proxy_protocol") == "haproxy")
+            .then(|| cfg.time("smtpd_upstream_proxy_timeout")),
     })
 }
 

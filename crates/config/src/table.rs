@@ -300,6 +300,8 @@ static PARAMS: &[ParamSpec] = &[
     p("smtpd_sasl_security_options", T::EnumList(&["noanonymous", "noplaintext", "nodictionary", "noactive"]), "noanonymous", "Mechanisms not to offer, by the flags of Dovecot's MECH lines."),
     p("smtpd_tls_auth_only", B, "yes", "Offer and accept AUTH only under TLS (AUTH before STARTTLS gets 530 5.7.0)."),
     p("smtpd_sasl_timeout", SEC, "30s", "Time smtpd waits for each answer of the SASL server before the client gets 454 4.7.0."),
+    p("smtpd_upstream_proxy_protocol", T::Enum(&["", "haproxy"]), "", "The proxy in front of the SMTP server: empty for none, haproxy for a PROXY protocol header (v1 or v2) before the greeting, whose client address smtpd then uses."),
+    p("smtpd_upstream_proxy_timeout", SEC, "5s", "Time to wait for the PROXY protocol header before dropping the connection."),
     p("smtpd_client_auth_rate_limit", I, "0", "Most failed AUTH commands from one client per anvil_rate_time_unit (0: no limit); over it AUTH gets 450 4.7.1."),
     p("access_map_reject_code", I, "554", "SMTP reply code for REJECT access actions."),
     p("access_map_defer_code", I, "450", "SMTP reply code for DEFER access actions."),

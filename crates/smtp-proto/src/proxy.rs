@@ -194,7 +194,11 @@ fn parse_v2(input: &[u8]) -> Parsed {
             }
             // UNSPEC: no address to use, as LOCAL.
             0x00 => Header::Local,
-            _ => return Parsed::Bad(ProxyError::BadV2("address family not TCP over IPv4 or IPv6")),
+            _ => {
+                return Parsed::Bad(ProxyError::BadV2(
+                    "address family not TCP over IPv4 or IPv6",
+                ))
+            }
         },
         _ => return Parsed::Bad(ProxyError::BadV2("command is neither LOCAL nor PROXY")),
     };
@@ -338,7 +342,10 @@ mod tests {
             (v2(1, 0x21, &v4), "too short for IPv6 addresses"),
             (v2(1, 0x31, &v4), "address family not TCP over IPv4 or IPv6"),
             (v2(2, 0x11, &v4), "command is neither LOCAL nor PROXY"),
-            (v2(1, 0x11, &[0u8; V2_MAX_BODY + 1]), "longer than smtpd accepts"),
+            (
+                v2(1, 0x11, &[0u8; V2_MAX_BODY + 1]),
+                "longer than smtpd accepts",
+            ),
         ];
         for (h, why) in cases {
             assert_eq!(parse(&h), Parsed::Bad(ProxyError::BadV2(why)));
