@@ -13,6 +13,8 @@
 //! one connection. The session never sees the password: what it relays is
 //! base64 as the client wrote it.
 
+use sasl::is_base64;
+
 use crate::command::Verb;
 use crate::reply::{EnhancedCode, Reply};
 
@@ -140,17 +142,6 @@ impl Session {
 
 fn cannot_decode() -> Reply {
     r(501, EnhancedCode::SYNTAX_ERROR, "Cannot decode response")
-}
-
-/// Base64 as SASL carries it (RFC 4648 alphabet, padded); empty is valid.
-fn is_base64(s: &str) -> bool {
-    let b = s.as_bytes();
-    let pad = b.iter().rev().take_while(|&&c| c == b'=').count();
-    b.len() % 4 == 0
-        && pad <= 2
-        && b[..b.len() - pad]
-            .iter()
-            .all(|&c| c.is_ascii_alphanumeric() || c == b'+' || c == b'/')
 }
 
 #[cfg(test)]
