@@ -5,6 +5,7 @@
 //! 127.0.0.3) than HAProxy's own (127.0.0.1), so the two cannot be taken
 //! for one another. A connection without a header, with a malformed one,
 //! or silent past smtpd_upstream_proxy_timeout is dropped with a log line.
+//! Dovecot, asked about an AUTH, hears of the client of the header too.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -12,6 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use sluice_suite::dovecot::Dovecot;
 use sluice_suite::{
     free_port, receive_master_cf, swaks, wait_for, Instance, Kill, RECEIVE_MAIN_CF,
 };
@@ -204,4 +206,59 @@ fn a_missing_or_malformed_header_drops_the_connection() {
     assert!(got.contains("250-mx.test.example"), "{got}");
     assert!(got.ends_with("221 2.0.0 Bye\r\n"), "{got}");
     inst.wait_log(10, "connect from unknown[2001:db8::7]");
+}
+
+#[test]
+fn dovecot_hears_of_the_client_of_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let dovecot = Dovecot::start(&[("alice", "secret")], 0);
+    let (inst, port) = instance(&format!(
+        "smtpd_sasl_auth_enable = yes\nsmtpd_tls_auth_only = no\nsmtpd_sasl_path = {}\n",
+        dovecot.socket.display()
+    ));
+    let (_haproxy, v1, _v2) = haproxy(dir.path(), port);
+    let server = format!("127.0.0.1:{v1}");
+    let (code, t) = swaks(&[
+        "--server",
+        &server,
+        "--local-interface",
+        "127.0.0.3",
+        "--auth",
+        "PLAIN",
+        "--auth-user",
+        "alice",
+        "--auth-password",
+        "wrong",
+        "--to",
+        "far@remote.example",
+    ]);
+    assert_ne!(code, 0, "{t}");
+    assert!(t.contains("535 5.7.8"), "{t}");
+    inst.wait_log(
+        10,
+        "warning: unknown[127.0.0.3]: SASL PLAIN authentication failed",
+    );
+    wait_for(10, "Dovecot's log of the failure", || {
+        dovecot
+            .log()
+            .contains("passwd-file(alice,127.0.0.3): Password mismatch")
+            .then_some(())
+    });
+    // The right password: the session is the user's, logged as such.
+    let (code, t) = swaks(&[
+        "--server",
+        &server,
+        "--local-interface",
+        "127.0.0.3",
+        "--auth",
+        "PLAIN",
+        "--auth-user",
+        "alice",
+        "--auth-password",
+        "secret",
+        "--to",
+        "someone@mx.test.example",
+    ]);
+    assert_eq!(code, 0, "{t}");
+    inst.wait_log(10, "sasl_method=PLAIN, sasl_username=alice");
 }

@@ -135,18 +135,20 @@ pub struct Conn {
     pub sasl_login: Option<(String, String)>,
     /// Failed AUTH commands not yet told to anvil.
     auth_failures: u32,
+    /// The address the client connected to, as a PROXY header gave it.
+    server_ip: Option<std::net::IpAddr>,
 }
 
 impl Conn {
     /// A new session; `refuse` makes it a 421 greeting (client over its
-    /// limits); `early` is what the client sent after a PROXY header,
-    /// before its greeting.
+    /// limits); `via` is what a PROXY header brought (input after it,
+    /// the address the client connected to).
     pub fn new(
         sock: mio::net::TcpStream,
         token: Token,
         peer: SocketAddr,
         shared: &Shared,
-        (refuse, early): (Option<String>, Vec<u8>),
+        (refuse, via): (Option<String>, crate::proxy::Via),
         now: Instant,
     ) -> Conn {
         let s = &shared.settings;
@@ -175,7 +177,8 @@ impl Conn {
             stream,
             session,
             peer,
-            inbuf: early,
+            inbuf: via.early,
+            server_ip: via.server,
             token,
             link: None,
             txn: Txn::default(),
@@ -224,6 +227,9 @@ impl Conn {
 
     /// Our address on this connection (Dovecot's `lip=`).
     pub fn local_ip(&mut self) -> std::net::IpAddr {
+        if let Some(ip) = self.server_ip {
+            return ip;
+        }
         self.stream
             .socket()
             .local_addr()

@@ -36,14 +36,23 @@ struct Waiting {
 }
 
 /// A connection whose header is complete: the client it names (or the
-/// TCP peer for LOCAL/UNKNOWN) and the bytes that came after the header.
+/// TCP peer for LOCAL/UNKNOWN) and what else the header brought.
 pub struct Admitted {
     /// The socket, no longer registered.
     pub stream: TcpStream,
     /// The client's address.
     pub client: SocketAddr,
-    /// Input after the header.
+    /// The rest, for the session.
+    pub via: Via,
+}
+
+/// What a PROXY header leaves a session besides its client's address.
+#[derive(Debug, Default)]
+pub struct Via {
+    /// Input that came after the header, before the greeting.
     pub early: Vec<u8>,
+    /// The address the client connected to (the balancer's), for Dovecot's `lip=`.
+    pub server: Option<std::net::IpAddr>,
 }
 
 /// The connections waiting for their header.
@@ -110,14 +119,18 @@ impl ProxyWait {
             (Parsed::Done(header, used), None) => {
                 let mut w = self.0.remove(&token)?;
                 let _ = cx.registry.deregister(&mut w.stream);
-                let client = match header {
-                    Header::Proxied { source, .. } => source,
-                    Header::Local => w.peer,
+                let (client, server) = match header {
+                    Header::Proxied {
+                        source,
+                        destination,
+                    } => (source, Some(destination.ip())),
+                    Header::Local => (w.peer, None),
                 };
+                let early = w.buf.split_off(used);
                 return Some(Admitted {
                     stream: w.stream,
                     client,
-                    early: w.buf.split_off(used),
+                    via: Via { early, server },
                 });
             }
             (Parsed::Bad(e), None) => e.to_string(),

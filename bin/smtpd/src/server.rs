@@ -20,6 +20,7 @@ use mio::{Interest, Token};
 use crate::anvil::{Answer as AnvilAnswer, AnvilLink, Counts};
 use crate::conn::{Conn, SaslRequest, Shared};
 use crate::pool::Pool;
+use crate::proxy::Via;
 use crate::router::{Answer, RouterLink};
 use crate::sasl::{Outcome, SaslLink};
 use crate::settings;
@@ -34,7 +35,7 @@ pub struct SmtpServer {
     anvil: AnvilLink,
     /// Clients waiting for anvil's counts before their greeting, and
     /// what they sent after a PROXY header.
-    pending: BTreeMap<Token, (TcpStream, SocketAddr, Vec<u8>)>,
+    pending: BTreeMap<Token, (TcpStream, SocketAddr, Via)>,
     /// Connections waiting for their PROXY header.
     proxied: crate::proxy::ProxyWait,
     /// The router, for reject_unlisted_recipient; one link for all sessions.
@@ -121,12 +122,12 @@ impl SmtpServer {
         stream: TcpStream,
         peer: SocketAddr,
         refuse: Option<String>,
-        early: Vec<u8>,
+        via: Via,
     ) {
         if let Some(sasl) = self.sasl.as_mut() {
             sasl.prepare(cx);
         }
-        let mut c = Conn::new(stream, token, peer, &self.shared, (refuse, early), cx.now);
+        let mut c = Conn::new(stream, token, peer, &self.shared, (refuse, via), cx.now);
         let registered =
             cx.registry
                 .register(c.socket(), token, Interest::READABLE | Interest::WRITABLE);
@@ -147,7 +148,7 @@ impl SmtpServer {
         token: Token,
         stream: TcpStream,
         peer: SocketAddr,
-        early: Vec<u8>,
+        via: Via,
     ) {
         msg_info!("connect from unknown[{}]", peer.ip());
         // Once the connection is sent, anvil counts it (even if it answers
@@ -158,10 +159,10 @@ impl SmtpServer {
                 .connect(cx, token, &self.service, peer.ip().to_string())
         {
             self.counted.insert(token);
-            self.pending.insert(token, (stream, peer, early));
+            self.pending.insert(token, (stream, peer, via));
             return;
         }
-        self.start(cx, token, stream, peer, None, early);
+        self.start(cx, token, stream, peer, None, via);
     }
 
     /// Starts the sessions whose counts came (or will not come), and
@@ -170,9 +171,9 @@ impl SmtpServer {
         for (token, answer) in answers {
             match answer {
                 AnvilAnswer::Counts(counts) => {
-                    if let Some((stream, peer, early)) = self.pending.remove(&token) {
+                    if let Some((stream, peer, via)) = self.pending.remove(&token) {
                         let refuse = self.over_limits(peer, counts);
-                        self.start(cx, token, stream, peer, refuse, early);
+                        self.start(cx, token, stream, peer, refuse, via);
                     }
                 }
                 AnvilAnswer::AuthFailures(rate) => {
@@ -357,13 +358,13 @@ impl Server for SmtpServer {
             self.proxied.add(cx, token, stream, peer, timeout);
             return;
         }
-        self.admit(cx, token, stream, peer, Vec::new());
+        self.admit(cx, token, stream, peer, Via::default());
     }
 
     fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, writable: bool) {
         if self.proxied.contains(token) {
             if let Some(a) = self.proxied.ready(cx, token) {
-                self.admit(cx, token, a.stream, a.client, a.early);
+                self.admit(cx, token, a.stream, a.client, a.via);
             }
             return;
         }
