@@ -5,7 +5,8 @@
 //! authenticated), AUTH refused before STARTTLS on port 25, right and wrong
 //! passwords, password guessing cut off by smtpd_hard_error_limit and
 //! limited across connections by anvil (smtpd_client_auth_rate_limit), a
-//! Dovecot that is down (454 4.7.0, then AUTH again once it is back), and
+//! Dovecot that is down (454 4.7.0, then AUTH again once it is back) or
+//! stopped (454 4.7.0 after smtpd_sasl_timeout, other sessions served), and
 //! sessions that go on while Dovecot delays another's failure.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -411,4 +412,38 @@ fn a_session_waiting_for_dovecot_holds_up_no_other() {
         reply(&mut ra),
         "535 5.7.8 Error: authentication failed: authentication failure\r\n"
     );
+}
+
+#[test]
+fn a_stopped_dovecot_gives_454_after_the_timeout_and_delays_no_other_session() {
+    let dovecot = Dovecot::start(&[("alice", "secret")], 0);
+    let s = setup(
+        &dovecot,
+        "smtpd_tls_auth_only = no\nsmtpd_sasl_timeout = 2s\n",
+    );
+    // Stopped before smtpd's first session connects to it: the kernel
+    // accepts the connection, and no handshake ever comes.
+    dovecot.pause();
+    let (mut wa, mut ra) = session(s.smtp);
+    wa.write_all(b"EHLO a\r\n").unwrap();
+    reply(&mut ra);
+    wa.write_all(format!("AUTH PLAIN {ALICE_PLAIN}\r\n").as_bytes())
+        .unwrap();
+    // Another session is served while A waits.
+    let (mut wb, mut rb) = session(s.smtp);
+    wb.write_all(b"EHLO b\r\nMAIL FROM:<b@test.example>\r\n")
+        .unwrap();
+    assert!(reply(&mut rb).starts_with("250-"));
+    assert_eq!(reply(&mut rb), "250 2.1.0 Ok\r\n");
+    assert_eq!(
+        reply(&mut ra),
+        "454 4.7.0 Temporary authentication failure\r\n"
+    );
+    s.inst
+        .wait_log(10, "no answer within smtpd_sasl_timeout (2s)");
+    // Back: the next AUTH connects again and succeeds.
+    dovecot.resume();
+    wa.write_all(format!("AUTH PLAIN {ALICE_PLAIN}\r\n").as_bytes())
+        .unwrap();
+    assert_eq!(reply(&mut ra), "235 2.7.0 Authentication successful\r\n");
 }

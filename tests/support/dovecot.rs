@@ -125,6 +125,22 @@ impl Dovecot {
         });
     }
 
+    /// Stops (SIGSTOP) every Dovecot process: connections are still
+    /// accepted by the kernel, and nothing is answered.
+    pub fn pause(&self) {
+        self.signal_group(19);
+    }
+
+    /// Lets a paused Dovecot go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal_group(18);
+    }
+
+    fn signal_group(&self, sig: i32) {
+        let c = self.child.as_ref().expect("dovecot is running");
+        sys::process::signal(-(c.id() as i32), sig).expect("signal dovecot's process group");
+    }
+
     /// Dovecot's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("dovecot.log")).unwrap_or_default()

@@ -384,7 +384,7 @@ impl SaslLink {
             .map(|(id, _)| *id)
             .collect();
         let mut out = self.take_orphans();
-        for id in late {
+        for &id in &late {
             if let Some((session, _)) = self.waiting.remove(&id) {
                 if let Some(c) = self.conn.as_mut() {
                     c.client.forget(id);
@@ -396,6 +396,13 @@ impl SaslLink {
                 ));
                 out.push((session, Outcome::Temporary("timed out".into())));
             }
+        }
+        if !late.is_empty() && self.conn.as_ref().is_some_and(|c| !c.client.is_ready()) {
+            // Connected but never through the handshake: a Dovecot that
+            // accepts and says nothing. The next exchange connects anew;
+            // dropping the socket also takes it out of the poll set.
+            self.conn = None;
+            out.extend(self.drop_waiting("no handshake from the auth server"));
         }
         out
     }
