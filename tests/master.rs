@@ -20,6 +20,7 @@ fn anvil_connect(inst: &Instance, client: &str) -> (u32, u32) {
         .expect("anvil answers")
     {
         Response::Counts { count, rate } => (count, rate),
+        other => panic!("anvil answered a connection with {other:?}"),
     }
 }
 

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod dovecot;
 pub mod fake_router;
 pub mod postfix;
 mod shaping_sink;

@@ -1,7 +1,7 @@
 //! anvil(8): connection count and rate limiting server.
 //!
 //! Answers the anvil protocol (`ipc::anvil`) for smtpd: each connection and
-//! disconnection of a client, and lookups. Logs the peaks every
+//! disconnection of a client, failed AUTH commands, and lookups. Logs the peaks every
 //! `anvil_status_update_time`, in Postfix's words, and when it exits.
 #![forbid(unsafe_code)]
 
@@ -72,6 +72,16 @@ impl Handler<Anvil> for AnvilHandler {
                 self.table.disconnect(&service, &client, now)
             }
             Request::Lookup { service, client } => self.table.lookup(&service, &client, now),
+            Request::AuthFailed { service, client } => {
+                let rate = self.table.auth_failed(&service, &client, now);
+                out.send(from, id, &Response::AuthFailures { rate });
+                return;
+            }
+            Request::AuthLookup { service, client } => {
+                let rate = self.table.auth_failures(&service, &client, now);
+                out.send(from, id, &Response::AuthFailures { rate });
+                return;
+            }
         };
         out.send(from, id, &Response::Counts { count, rate });
     }

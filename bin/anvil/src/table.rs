@@ -4,7 +4,8 @@
 //! The rate is counted in fixed windows of `anvil_rate_time_unit` that start
 //! at a client's first connection; an entry is forgotten once the client has
 //! no connection left and its window is over, so memory follows the number of
-//! active clients. The maxima since the last report are kept for the
+//! active clients. Failed AUTH commands are counted the same way, in a
+//! window of their own. The maxima since the last report are kept for the
 //! periodic `statistics:` log lines.
 
 use std::collections::BTreeMap;
@@ -15,6 +16,8 @@ struct Entry {
     count: u32,
     rate: u32,
     window_start: Instant,
+    auth_failures: u32,
+    auth_window_start: Instant,
 }
 
 /// The largest figure seen since the last report, and whose it was.
@@ -63,6 +66,8 @@ impl Table {
                 count: 0,
                 rate: 0,
                 window_start: now,
+                auth_failures: 0,
+                auth_window_start: now,
             })
     }
 
@@ -115,11 +120,35 @@ impl Table {
         }
     }
 
-    /// Forgets clients with no connection whose window has ended.
+    /// Records a failed AUTH; returns the client's failures in the window.
+    pub fn auth_failed(&mut self, service: &str, client: &str, now: Instant) -> u32 {
+        let unit = self.unit;
+        let e = self.entry(service, client, now);
+        if now.duration_since(e.auth_window_start) >= unit {
+            e.auth_window_start = now;
+            e.auth_failures = 0;
+        }
+        e.auth_failures = e.auth_failures.saturating_add(1);
+        e.auth_failures
+    }
+
+    /// The client's failed AUTH commands in the window, without changing them.
+    pub fn auth_failures(&self, service: &str, client: &str, now: Instant) -> u32 {
+        let key = (service.to_string(), client.to_string());
+        match self.entries.get(&key) {
+            Some(e) if now.duration_since(e.auth_window_start) < self.unit => e.auth_failures,
+            _ => 0,
+        }
+    }
+
+    /// Forgets clients with no connection whose windows have ended.
     pub fn expire(&mut self, now: Instant) {
         let unit = self.unit;
-        self.entries
-            .retain(|_, e| e.count > 0 || now.duration_since(e.window_start) < unit);
+        self.entries.retain(|_, e| {
+            e.count > 0
+                || now.duration_since(e.window_start) < unit
+                || (e.auth_failures > 0 && now.duration_since(e.auth_window_start) < unit)
+        });
     }
 
     /// Clients tracked now.
@@ -167,6 +196,30 @@ mod tests {
         t.expire(t1);
         assert_eq!(t.len(), 1, "only the client with open connections is kept");
         assert_eq!(t.lookup("smtp", "192.0.2.2", t1), (0, 0));
+    }
+
+    #[test]
+    fn auth_failures_are_counted_per_client_and_window() {
+        let t0 = Instant::now();
+        let mut t = Table::new(Duration::from_secs(60));
+        assert_eq!(t.auth_failures("submission", "192.0.2.1", t0), 0);
+        assert_eq!(t.auth_failed("submission", "192.0.2.1", t0), 1);
+        assert_eq!(t.auth_failed("submission", "192.0.2.1", t0), 2);
+        assert_eq!(t.auth_failed("submission", "192.0.2.2", t0), 1);
+        assert_eq!(t.auth_failures("submission", "192.0.2.1", t0), 2);
+        // Connections do not count as failures, nor failures as connections.
+        assert_eq!(t.connect("submission", "192.0.2.1", t0), (1, 1));
+        assert_eq!(t.auth_failures("submission", "192.0.2.1", t0), 2);
+        // Kept after the client hung up, until the window ends.
+        t.disconnect("submission", "192.0.2.1", t0);
+        let t1 = t0 + Duration::from_secs(30);
+        t.expire(t1);
+        assert_eq!(t.auth_failures("submission", "192.0.2.1", t1), 2);
+        let t2 = t0 + Duration::from_secs(61);
+        assert_eq!(t.auth_failures("submission", "192.0.2.1", t2), 0);
+        t.expire(t2);
+        assert_eq!(t.len(), 0);
+        assert_eq!(t.auth_failed("submission", "192.0.2.1", t2), 1);
     }
 
     #[test]

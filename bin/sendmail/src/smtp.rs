@@ -97,7 +97,16 @@ pub fn run(cfg: &Config) -> i32 {
                     let _ = session.decide(reply);
                 }
                 Action::TransactionAborted(_) => sub = None,
-                Action::StartTls | Action::Event(_) => {}
+                // AUTH is off here (ServerConfig's default); were it asked,
+                // the answer is the session's own for a server without it.
+                Action::Authenticate { .. } | Action::AuthResponse(_) => {
+                    let _ = session.decide(Reply::enhanced(
+                        503,
+                        EnhancedCode::INVALID_COMMAND,
+                        "Error: authentication not enabled",
+                    ));
+                }
+                Action::StartTls | Action::Event(_) | Action::AuthCancelled => {}
                 Action::Close => {
                     let _ = stdout.write_all(&session.take_output());
                     let _ = stdout.flush();

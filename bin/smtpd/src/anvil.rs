@@ -5,7 +5,10 @@
 //! An anvil that does not answer within `smtpd_anvil_timeout`, is not
 //! running or drops the link means no limit for that client, as in Postfix
 //! when anvil cannot be reached, with one warning per outage. Disconnects
-//! are told without waiting for the answer.
+//! are told without waiting for the answer. For
+//! `smtpd_client_auth_rate_limit`, a session asks for its client's failed
+//! AUTH commands before relaying one more, and each failure is told; a
+//! silent anvil is no limit there too.
 
 use std::time::{Duration, Instant};
 
@@ -18,8 +21,17 @@ use crate::tagged::{Naming, Reply, TaggedLink};
 /// A client's connection count and rate, or `None` when anvil did not say.
 pub type Counts = Option<(u32, u32)>;
 
+/// What anvil answered a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Its client's connection figures (before the greeting).
+    Counts(Counts),
+    /// Its client's failed AUTH commands, `None` when anvil did not say.
+    AuthFailures(Option<u32>),
+}
+
 /// The anvil link and the sessions waiting for their counts.
-pub struct AnvilLink(TaggedLink<Anvil>);
+pub struct AnvilLink(TaggedLink<Anvil>, std::collections::BTreeSet<Token>);
 
 impl AnvilLink {
     /// A link to the anvil socket under `queue_root`, opened when first needed.
@@ -30,11 +42,10 @@ impl AnvilLink {
             note: ": client connection limits not enforced until anvil answers",
             once_per_outage: true,
         };
-        AnvilLink(TaggedLink::new(
-            queue_root.join("private/anvil"),
-            timeout,
-            naming,
-        ))
+        AnvilLink(
+            TaggedLink::new(queue_root.join("private/anvil"), timeout, naming),
+            std::collections::BTreeSet::new(),
+        )
     }
 
     /// Applies a reloaded `smtpd_anvil_timeout` to later questions.
@@ -73,14 +84,61 @@ impl AnvilLink {
         let _ = self.0.tell(cx, &req);
     }
 
-    /// The link is ready: the counts that arrived, by session.
-    pub fn ready(&mut self, cx: &mut Cx<'_>) -> Vec<(Token, Counts)> {
-        counts(self.0.ready(cx))
+    /// Asks for the failed AUTH commands of `session`'s client; `false`
+    /// when anvil cannot be asked (no limit then).
+    pub fn auth_lookup(
+        &mut self,
+        cx: &mut Cx<'_>,
+        session: Token,
+        service: &str,
+        client: String,
+    ) -> bool {
+        let req = Request::AuthLookup {
+            service: service.to_string(),
+            client,
+        };
+        let asked = self.0.ask(cx, session, &req).is_ok();
+        if asked {
+            self.1.insert(session);
+        }
+        asked
     }
 
-    /// Sessions whose deadline has passed: no counts for them.
-    pub fn expired(&mut self, now: Instant) -> Vec<(Token, Counts)> {
-        counts(self.0.expired(now))
+    /// Reports a failed AUTH; nobody waits for the answer.
+    pub fn auth_failed(&mut self, cx: &mut Cx<'_>, service: &str, client: String) {
+        let req = Request::AuthFailed {
+            service: service.to_string(),
+            client,
+        };
+        let _ = self.0.tell(cx, &req);
+    }
+
+    /// The link is ready: the answers that arrived, by session.
+    pub fn ready(&mut self, cx: &mut Cx<'_>) -> Vec<(Token, Answer)> {
+        let replies = self.0.ready(cx);
+        self.answers(replies)
+    }
+
+    /// Sessions whose deadline has passed: no figures for them.
+    pub fn expired(&mut self, now: Instant) -> Vec<(Token, Answer)> {
+        let replies = self.0.expired(now);
+        self.answers(replies)
+    }
+
+    fn answers(&mut self, replies: Vec<(Token, Reply<Anvil>)>) -> Vec<(Token, Answer)> {
+        replies
+            .into_iter()
+            .map(|(t, r)| {
+                let auth = self.1.remove(&t);
+                let answer = match r {
+                    Ok(Response::Counts { count, rate }) => Answer::Counts(Some((count, rate))),
+                    Ok(Response::AuthFailures { rate }) => Answer::AuthFailures(Some(rate)),
+                    Err(_) if auth => Answer::AuthFailures(None),
+                    Err(_) => Answer::Counts(None),
+                };
+                (t, answer)
+            })
+            .collect()
     }
 
     /// The earliest deadline of a question.
@@ -91,15 +149,6 @@ impl AnvilLink {
     /// Forgets the question of a session that has ended.
     pub fn forget(&mut self, session: Token) {
         self.0.forget(session);
+        self.1.remove(&session);
     }
-}
-
-fn counts(replies: Vec<(Token, Reply<Anvil>)>) -> Vec<(Token, Counts)> {
-    replies
-        .into_iter()
-        .map(|(t, r)| match r {
-            Ok(Response::Counts { count, rate }) => (t, Some((count, rate))),
-            Err(_) => (t, None),
-        })
-        .collect()
 }

@@ -9,7 +9,9 @@
 //! of message, by cleanup over a non-blocking IPC link, so a slow router or
 //! cleanup delays only its own client, and each wait has a deadline. While the link has more than
 //! `LINK_BACKLOG` bytes unsent, no more input is fed: memory stays bounded
-//! and TCP pushes back on the client.
+//! and TCP pushes back on the client. AUTH exchanges go to the server's
+//! one SASL link (`sasl.rs`) as requests the server takes after each turn;
+//! their outcomes come back through [`Conn::sasl_outcome`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,6 +36,24 @@ pub struct Shared {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Free space on the queue file system, for MAIL FROM.
     pub space: crate::space::QueueSpace,
+    /// The SASL mechanisms EHLO offers (when AUTH is on).
+    pub auth_mechanisms: Vec<String>,
+}
+
+/// A step of an AUTH exchange for the server's SASL link.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SaslRequest {
+    /// Begin with this mechanism and initial response.
+    Begin {
+        /// The mechanism (upper case).
+        mechanism: String,
+        /// The initial response, base64, if given.
+        initial: Option<String>,
+    },
+    /// The client's response to the last challenge.
+    Respond(String),
+    /// The client cancelled; forget the exchange.
+    Cancel,
 }
 
 const INBUF_LIMIT: usize = 64 * 1024;
@@ -108,16 +128,30 @@ pub struct Conn {
     eof: bool,
     failed: bool,
     last_verb: &'static str,
+    /// AUTH steps for the server's SASL link.
+    sasl_requests: Vec<SaslRequest>,
+    /// The exchange in progress: its mechanism.
+    auth_mechanism: Option<String>,
+    /// The exchange waiting for anvil's count of failures before it begins.
+    auth_held: Option<SaslRequest>,
+    /// Authenticated: (mechanism, user name).
+    pub sasl_login: Option<(String, String)>,
+    /// Failed AUTH commands not yet told to anvil.
+    auth_failures: u32,
+    /// The address the client connected to, as a PROXY header gave it.
+    server_ip: Option<std::net::IpAddr>,
 }
 
 impl Conn {
-    /// A new session; `refuse` makes it a 421 greeting (client over its limits).
+    /// A new session; `refuse` makes it a 421 greeting (client over its
+    /// limits); `via` is what a PROXY header brought (input after it,
+    /// the address the client connected to).
     pub fn new(
         sock: mio::net::TcpStream,
         token: Token,
         peer: SocketAddr,
         shared: &Shared,
-        refuse: Option<String>,
+        (refuse, via): (Option<String>, crate::proxy::Via),
         now: Instant,
     ) -> Conn {
         let s = &shared.settings;
@@ -146,7 +180,8 @@ impl Conn {
             stream,
             session,
             peer,
-            inbuf: Vec::new(),
+            inbuf: via.early,
+            server_ip: via.server,
             token,
             link: None,
             txn: Txn::default(),
@@ -165,7 +200,107 @@ impl Conn {
             eof: false,
             failed: false,
             last_verb: "CONNECT",
+            sasl_requests: Vec::new(),
+            auth_mechanism: None,
+            auth_held: None,
+            sasl_login: None,
+            auth_failures: 0,
         }
+    }
+
+    /// The AUTH steps the session has for the SASL link.
+    pub fn take_sasl_requests(&mut self) -> Vec<SaslRequest> {
+        std::mem::take(&mut self.sasl_requests)
+    }
+
+    /// Holds a Begin until anvil says how often this client failed.
+    pub fn hold_auth(&mut self, begin: SaslRequest) {
+        self.auth_held = Some(begin);
+    }
+
+    /// The Begin held for anvil's answer.
+    pub fn take_held_auth(&mut self) -> Option<SaslRequest> {
+        self.auth_held.take()
+    }
+
+    /// Failed AUTH commands to tell anvil.
+    pub fn take_auth_failures(&mut self) -> u32 {
+        std::mem::take(&mut self.auth_failures)
+    }
+
+    /// Our address on this connection (Dovecot's `lip=`).
+    pub fn local_ip(&mut self) -> std::net::IpAddr {
+        if let Some(ip) = self.server_ip {
+            return ip;
+        }
+        self.stream
+            .socket()
+            .local_addr()
+            .map(|a| a.ip())
+            .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+    }
+
+    /// Whether the session is under TLS (Dovecot's `secured`).
+    pub fn is_tls(&self) -> bool {
+        self.session.tls_active()
+    }
+
+    /// The client went over `smtpd_client_auth_rate_limit`: its AUTH is refused.
+    pub fn auth_rate_refused(&mut self, rate: u32, service: &str) {
+        self.auth_held = None;
+        self.auth_mechanism = None;
+        msg_warn!(
+            "AUTH command rate limit exceeded: {rate} from {} for service {service}",
+            self.client_label()
+        );
+        let text = format!("Error: too many AUTH commands from {}", self.peer.ip());
+        let _ = self
+            .session
+            .decide(Reply::enhanced(450, EnhancedCode::new(4, 7, 1), text));
+    }
+
+    /// The SASL server's answer to the exchange in progress.
+    pub fn sasl_outcome(&mut self, outcome: crate::sasl::Outcome) {
+        use crate::sasl::Outcome;
+        if self.auth_mechanism.is_none() {
+            // The exchange was cancelled meanwhile.
+            return;
+        }
+        let reply = match outcome {
+            Outcome::Challenge(c) => Reply::new(334, None, c),
+            Outcome::Success(user) => {
+                let mech = self.auth_mechanism.take().unwrap_or_default();
+                self.sasl_login = Some((mech, user));
+                Reply::enhanced(235, EnhancedCode::new(2, 7, 0), "Authentication successful")
+            }
+            Outcome::Failure(reason) => {
+                let mech = self.auth_mechanism.take().unwrap_or_default();
+                let reason = reason.unwrap_or_else(|| "authentication failure".into());
+                msg_warn!(
+                    "{}: SASL {mech} authentication failed: {reason}",
+                    self.client_label()
+                );
+                self.auth_failures += 1;
+                Reply::enhanced(
+                    535,
+                    EnhancedCode::new(5, 7, 8),
+                    "Error: authentication failed: authentication failure",
+                )
+            }
+            Outcome::Temporary(why) => {
+                let mech = self.auth_mechanism.take().unwrap_or_default();
+                msg_warn!(
+                    "{}: SASL {mech} authentication aborted: {why}",
+                    self.client_label()
+                );
+                Reply::enhanced(
+                    454,
+                    EnhancedCode::TEMP_SECURITY,
+                    "Temporary authentication failure",
+                )
+            }
+        };
+        let _ = self.session.decide(reply);
     }
 
     /// The socket, to register.
@@ -314,8 +449,14 @@ impl Conn {
             held.waiting = None;
             match (what, resp) {
                 (Waiting::Started, Response::Started { queue_id }) => {
+                    let sasl = match &self.sasl_login {
+                        Some((method, user)) => {
+                            format!(", sasl_method={method}, sasl_username={user}")
+                        }
+                        None => String::new(),
+                    };
                     msg_info!(
-                        "{queue_id}: client={}",
+                        "{queue_id}: client={}{sasl}",
                         format_args!("unknown[{}]", self.peer.ip())
                     );
                     self.txn.queue_id = Some(queue_id);
@@ -490,6 +631,10 @@ impl Conn {
         // Replies still waiting for the socket go first.
         if let Err(e) = self.stream.flush() {
             self.lost(e);
+        }
+        if shared.settings.sasl.is_some() {
+            // What Dovecot offers may have been learnt since the last turn.
+            self.session.set_auth_mechanisms(&shared.auth_mechanisms);
         }
         let mut budget = TURN_BUDGET;
         loop {
@@ -720,6 +865,19 @@ impl Conn {
                     }
                 }
             }
+            Action::Authenticate { mechanism, initial } => {
+                self.last_verb = "AUTH";
+                self.auth_mechanism = Some(mechanism.clone());
+                self.sasl_requests
+                    .push(SaslRequest::Begin { mechanism, initial });
+            }
+            Action::AuthResponse(response) => {
+                self.sasl_requests.push(SaslRequest::Respond(response));
+            }
+            Action::AuthCancelled => {
+                self.auth_mechanism = None;
+                self.sasl_requests.push(SaslRequest::Cancel);
+            }
             Action::Close => {
                 self.last_verb = "QUIT";
                 self.closing = true;
@@ -746,6 +904,7 @@ impl Conn {
             helo: self.session.helo_name(),
             sender: sender.as_ref(),
             recipient: &to,
+            sasl_username: self.sasl_login.as_ref().map(|(_, u)| u.as_str()),
         };
         let lookups = crate::settings::Lookups {
             tables: &shared.settings.tables,
@@ -797,10 +956,17 @@ impl Conn {
             .stream
             .tls_info()
             .map(|i| format!("{} with cipher {}", i.version, i.cipher));
-        let protocol = match (self.session.is_esmtp(), tls.is_some()) {
-            (true, true) => "ESMTPS",
-            (true, false) => "ESMTP",
-            (false, _) => "SMTP",
+        // Postfix's words for the Received: header, A for authenticated.
+        let protocol = match (
+            self.session.is_esmtp(),
+            tls.is_some(),
+            self.sasl_login.is_some(),
+        ) {
+            (true, true, true) => "ESMTPSA",
+            (true, false, true) => "ESMTPA",
+            (true, true, false) => "ESMTPS",
+            (true, false, false) => "ESMTP",
+            (false, _, _) => "SMTP",
         };
         let envelope = Envelope {
             sender: self.txn.sender.clone(),
@@ -811,7 +977,7 @@ impl Conn {
             client_name: Some("unknown".into()),
             helo: self.session.helo_name().map(str::to_string),
             tls,
-            auth: None,
+            auth: self.sasl_login.as_ref().map(|(_, u)| u.clone()),
             body_type: self.txn.body,
             smtputf8: self.txn.smtputf8,
             tenant: self.txn.tenant.clone(),

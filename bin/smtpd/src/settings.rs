@@ -47,6 +47,22 @@ pub struct Settings {
     pub queue_root: PathBuf,
     /// `anvil_rate_time_unit`, for log lines.
     pub rate_unit: Duration,
+    /// SASL AUTH, when `smtpd_sasl_auth_enable = yes`.
+    pub sasl: Option<SaslSettings>,
+    /// `smtpd_upstream_proxy_timeout`, when `smtpd_upstream_proxy_protocol = haproxy`.
+    pub proxy: Option<Duration>,
+}
+
+/// Where and how AUTH is checked.
+pub struct SaslSettings {
+    /// Dovecot's auth socket (`smtpd_sasl_path`, under the queue directory when relative).
+    pub path: PathBuf,
+    /// `smtpd_sasl_timeout`.
+    pub timeout: Duration,
+    /// `smtpd_sasl_security_options`.
+    pub options: crate::sasl::SecurityOptions,
+    /// `smtpd_client_auth_rate_limit` (0 = none).
+    pub auth_rate_limit: u32,
 }
 
 /// Reads the certificate and key named in main.cf (needs privileges).
@@ -113,6 +129,8 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
             VrfyMode::Ambiguous252
         },
         bare_newline,
+        sasl: cfg.bool("smtpd_sasl_auth_enable"),
+        tls_auth_only: cfg.bool("smtpd_tls_auth_only"),
         ..ServerConfig::default()
     };
     let policy = policy::Policy::from_config(cfg).map_err(|e| e.to_string())?;
@@ -128,6 +146,14 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         PathBuf::from(cfg.str("queue_directory"))
     };
     let record_len = proto.max_command_line;
+    let sasl = proto.sasl.then(|| SaslSettings {
+        path: queue_root.join(cfg.str("smtpd_sasl_path")),
+        timeout: cfg.time("smtpd_sasl_timeout"),
+        options: crate::sasl::SecurityOptions::parse(&cfg.list("smtpd_sasl_security_options")),
+        auth_rate_limit: cfg
+            .int("smtpd_client_auth_rate_limit")
+            .clamp(0, i64::from(u32::MAX)) as u32,
+    });
     Ok(Settings {
         proto: Arc::new(proto),
         policy,
@@ -151,6 +177,9 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         wrapper: cfg.bool("smtpd_tls_wrappermode"),
         queue_root,
         rate_unit: cfg.time("anvil_rate_time_unit"),
+        sasl,
+        proxy: (cfg.choice("smtpd_upstream_proxy_protocol") == "haproxy")
+            .then(|| cfg.time("smtpd_upstream_proxy_timeout")),
     })
 }
 

@@ -487,7 +487,9 @@ mod tests {
             }
             if hello_seen {
                 while let Some(a) = ep.recv::<Tagged<Response>>().unwrap() {
-                    let Response::Counts { count, .. } = a.body;
+                    let Response::Counts { count, .. } = a.body else {
+                        panic!("ipcserver test: counts expected, got {:?}", a.body);
+                    };
                     got.push((a.id, count));
                 }
             }

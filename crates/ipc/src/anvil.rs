@@ -4,7 +4,9 @@
 //! learns the client's simultaneous connection count and its connection
 //! rate over `anvil_rate_time_unit`, to enforce
 //! `smtpd_client_connection_count_limit` and
-//! `smtpd_client_connection_rate_limit`.
+//! `smtpd_client_connection_rate_limit`; and each failed AUTH, with the
+//! client's failures over the same unit, to enforce
+//! `smtpd_client_auth_rate_limit`.
 
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +16,7 @@ pub enum Anvil {}
 
 impl crate::Protocol for Anvil {
     const NAME: &'static str = "sluice-anvil";
-    const VERSION: u32 = 1;
+    const VERSION: u32 = 2;
     type Request = Request;
     type Response = Response;
 }
@@ -43,6 +45,21 @@ pub enum Request {
         /// The client address.
         client: String,
     },
+    /// A client's AUTH failed; answered with [`Response::AuthFailures`].
+    AuthFailed {
+        /// The service name.
+        service: String,
+        /// The client address.
+        client: String,
+    },
+    /// The client's failed AUTH commands in the current unit, without
+    /// changing them; answered with [`Response::AuthFailures`].
+    AuthLookup {
+        /// The service name.
+        service: String,
+        /// The client address.
+        client: String,
+    },
 }
 
 /// anvil's answer.
@@ -53,6 +70,11 @@ pub enum Response {
         /// Simultaneous connections now.
         count: u32,
         /// Connections within the current rate time unit.
+        rate: u32,
+    },
+    /// Failed AUTH commands within the current rate time unit.
+    AuthFailures {
+        /// The failures, the one just reported included.
         rate: u32,
     },
 }

@@ -2,6 +2,7 @@
 //! one client, sender and recipient.
 //!
 //! Supported restrictions: `permit`, `reject`, `defer`, `permit_mynetworks`,
+//! `permit_sasl_authenticated`,
 //! `reject_unauth_destination`, `defer_unauth_destination`,
 //! `reject_non_fqdn_sender`, `reject_non_fqdn_recipient`,
 //! `check_client_access`, `check_sender_access`, `check_recipient_access`
@@ -109,6 +110,8 @@ pub struct Query<'a> {
     pub sender: Option<&'a Mailbox>,
     /// The recipient.
     pub recipient: &'a Mailbox,
+    /// The SASL user name, when the client has authenticated.
+    pub sasl_username: Option<&'a str>,
 }
 
 /// A built policy.
@@ -319,6 +322,13 @@ impl Policy {
                 }
                 Restriction::PermitMynetworks => {
                     if self.in_mynetworks(q.client_addr) {
+                        Step::Permit
+                    } else {
+                        Step::Dunno
+                    }
+                }
+                Restriction::PermitSaslAuthenticated => {
+                    if q.sasl_username.is_some() {
                         Step::Permit
                     } else {
                         Step::Dunno

@@ -13,6 +13,8 @@ pub enum Restriction {
     Defer,
     /// `permit_mynetworks`.
     PermitMynetworks,
+    /// `permit_sasl_authenticated`: the client authenticated with AUTH.
+    PermitSaslAuthenticated,
     /// `reject_unauth_destination`.
     RejectUnauthDestination,
     /// `defer_unauth_destination`.
@@ -39,6 +41,7 @@ impl Restriction {
             Restriction::Reject => "reject".into(),
             Restriction::Defer => "defer".into(),
             Restriction::PermitMynetworks => "permit_mynetworks".into(),
+            Restriction::PermitSaslAuthenticated => "permit_sasl_authenticated".into(),
             Restriction::RejectUnauthDestination => "reject_unauth_destination".into(),
             Restriction::DeferUnauthDestination => "defer_unauth_destination".into(),
             Restriction::RejectNonFqdnRecipient => "reject_non_fqdn_recipient".into(),
@@ -119,6 +122,7 @@ pub fn parse_list(text: &str) -> Result<Vec<Restriction>, RestrictionError> {
             "reject" => Restriction::Reject,
             "defer" => Restriction::Defer,
             "permit_mynetworks" => Restriction::PermitMynetworks,
+            "permit_sasl_authenticated" => Restriction::PermitSaslAuthenticated,
             "reject_unauth_destination" => Restriction::RejectUnauthDestination,
             "defer_unauth_destination" => Restriction::DeferUnauthDestination,
             "reject_non_fqdn_recipient" => Restriction::RejectNonFqdnRecipient,

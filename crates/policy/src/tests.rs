@@ -29,6 +29,7 @@ fn check(p: &Policy, client: &str, sender: Option<&str>, rcpt: &str) -> Verdict 
             helo: None,
             sender: s.as_ref(),
             recipient: &r,
+            sasl_username: None,
         },
         &StaticOnly,
     )
@@ -252,6 +253,7 @@ fn unlisted_recipients_are_refused_even_from_mynetworks() {
         helo: None,
         sender: None,
         recipient: &r,
+        sasl_username: None,
     };
     let known = Unlisted(&["root@mx.example.org"], false);
     match p.check(&q, &known) {
@@ -322,6 +324,7 @@ fn the_router_is_asked_only_about_domains_with_recipient_lists() {
                 helo: None,
                 sender: None,
                 recipient: &r,
+                sasl_username: None,
             };
             assert!(accepted(&p.check(&q, &NoRouter)), "{rcpt}");
         }
@@ -363,4 +366,36 @@ fn tenant_and_job_actions_are_non_terminal_and_the_last_wins() {
         parse_action("TENANT a\u{7}b"),
         AccessAction::Bad("TENANT a\u{7}b".into())
     );
+}
+
+#[test]
+fn submission_relays_only_for_authenticated_clients() {
+    // The submission service's override, as the shipped master.cf has it.
+    let p = policy("smtpd_recipient_restrictions = permit_sasl_authenticated, reject\nsmtpd_relay_restrictions =\n");
+    let r = mbox("far@remote.example");
+    let q = Query {
+        client_addr: "192.0.2.10".parse().unwrap(),
+        client_name: "unknown",
+        helo: None,
+        sender: None,
+        recipient: &r,
+        sasl_username: None,
+    };
+    match p.check(&q, &StaticOnly) {
+        Verdict::Refuse { code, by, .. } => {
+            assert_eq!(code, 554);
+            assert_eq!(by, "smtpd_recipient_restrictions: reject");
+        }
+        v => panic!("{v:?}"),
+    }
+    let authed = Query {
+        sasl_username: Some("alice"),
+        ..q.clone()
+    };
+    assert!(accepted(&p.check(&authed, &StaticOnly)));
+    // With the default relay restrictions, authentication alone does not
+    // open the relay; Postfix's usual main.cf puts it first.
+    let relay = policy("smtpd_relay_restrictions = permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination\n");
+    assert!(accepted(&relay.check(&authed, &StaticOnly)));
+    assert!(!accepted(&relay.check(&q, &StaticOnly)));
 }

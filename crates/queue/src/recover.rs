@@ -300,7 +300,7 @@ fn unlink(path: &Path, touched: &mut bool, report: &mut RecoveryReport) {
 pub fn collect_garbage(spool: &Spool, journal: &mut Journal, state: &Replay) -> Result<Vec<u32>> {
     let below = state.refs.delete_below(journal.current_segment());
     let oldest = journal.segments().first().copied();
-    if oldest.map_or(true, |s| s >= below) {
+    if oldest.is_none_or(|s| s >= below) {
         return Ok(Vec::new());
     }
     spool.checkpoint()?;

@@ -41,6 +41,10 @@ pub fn write_mail_params(p: &MailParams, out: &mut String) {
         out.push_str(" ENVID=");
         out.push_str(&xtext_encode(envid));
     }
+    if let Some(auth) = &p.auth {
+        out.push_str(" AUTH=");
+        out.push_str(&xtext_encode(auth));
+    }
 }
 
 /// Appends the wire form of RCPT `params` (each with its leading space).
@@ -209,10 +213,11 @@ mod tests {
             smtputf8: false,
             ret: Some(Ret::Headers),
             envid: Some("id+1 x".into()),
+            auth: Some("<>".into()),
         };
         assert_eq!(
             mail(&from, &params),
-            b"MAIL FROM:<a@b.com> SIZE=10 BODY=8BITMIME RET=HDRS ENVID=id+2B1+20x\r\n"
+            b"MAIL FROM:<a@b.com> SIZE=10 BODY=8BITMIME RET=HDRS ENVID=id+2B1+20x AUTH=<>\r\n"
         );
         let to = parse_mailbox("c@d.com", false).unwrap();
         let rp = RcptParams {
@@ -289,6 +294,7 @@ mod tests {
             proptest::option::of("[ -~]{1,20}"),
         )
             .prop_map(|(size, body, smtputf8, ret, envid)| MailParams {
+                auth: None,
                 size,
                 body,
                 smtputf8,

@@ -5,7 +5,7 @@
 //! typed [`Command`] or a [`CommandError`] that knows its reply. Verbs and
 //! parameter keywords are case-insensitive. MAIL parameters: SIZE (RFC 1870),
 //! BODY=7BIT|8BITMIME|BINARYMIME (RFC 6152, 3030), SMTPUTF8 (RFC 6531),
-//! RET and ENVID (RFC 3461); RCPT parameters: NOTIFY and ORCPT (RFC 3461).
+//! RET and ENVID (RFC 3461), AUTH (RFC 4954); RCPT parameters: NOTIFY and ORCPT (RFC 3461).
 //! A duplicate or unknown parameter is 555 5.5.4; a bad value is 501 5.5.4.
 //! Whether an extension is enabled is the session's business, not the
 //! parser's: the parser recognizes every parameter it knows.
@@ -14,7 +14,7 @@
 //! TLS is required, ends a pipelining group, counts as junk), in the spirit of
 //! Postfix's `smtpd_cmd_table`.
 //!
-//! Limits: ENVID at most 100 octets and ORCPT at most 500 decoded (RFC 3461);
+//! Limits: ENVID at most 100 octets, AUTH 256, and ORCPT at most 500 decoded (RFC 3461);
 //! SIZE must fit in a u64. Nothing here logs or panics.
 
 use std::fmt;
@@ -203,6 +203,8 @@ pub struct MailParams {
     pub ret: Option<Ret>,
     /// ENVID=, decoded from xtext.
     pub envid: Option<String>,
+    /// AUTH= (RFC 4954 §5), decoded from xtext; `<>` for an unknown submitter.
+    pub auth: Option<String>,
 }
 
 /// ESMTP parameters of RCPT TO.
@@ -446,6 +448,12 @@ fn parse_mail_params(s: &str) -> Result<MailParams, CommandError> {
                 let v = value.ok_or_else(bad)?;
                 let d = xtext_decode(v).filter(|d| !d.is_empty() && d.len() <= 100);
                 p.envid = Some(d.ok_or_else(bad)?);
+            }
+            "AUTH" => {
+                // An addr-spec or `<>`, at most a path's length.
+                let v = value.ok_or_else(bad)?;
+                let d = xtext_decode(v).filter(|d| !d.is_empty() && d.len() <= 256);
+                p.auth = Some(d.ok_or_else(bad)?);
             }
             _ => return Err(CommandError::UnknownParameter(key)),
         }
@@ -730,6 +738,18 @@ mod tests {
         assert_eq!(params.body, Some(Body::EightBitMime));
         assert_eq!(params.ret, Some(Ret::Headers));
         assert_eq!(params.envid.as_deref(), Some("QQ+1"));
+        let c = p("MAIL FROM:<a@b.com> AUTH=alice+2Bx@b.com").unwrap();
+        let Command::Mail { params, .. } = c else {
+            panic!()
+        };
+        assert_eq!(params.auth.as_deref(), Some("alice+x@b.com"));
+        for bad in [
+            "MAIL FROM:<a@b.com> AUTH",
+            "MAIL FROM:<a@b.com> AUTH=",
+            "MAIL FROM:<a@b.com> AUTH=a+ZZ",
+        ] {
+            assert_eq!(p(bad).unwrap_err().reply().code, 501, "{bad}");
+        }
         let c = p("mail from: <jö@b.de> SMTPUTF8").unwrap();
         assert!(matches!(
             c,

@@ -123,6 +123,7 @@ impl MailParams {
             smtputf8,
             ret: ret.map(Ret::from),
             envid: envid.map(str::to_string),
+            auth: None,
         }
     }
 

@@ -18,6 +18,7 @@
 //! - [`receiver`]: the DATA and BDAT content receivers (end of data only at
 //!   CRLF.CRLF, bare LF/CR policy, size limit, wire-format output);
 //! - [`server`]: the server session state machine used by smtpd;
+//! - [`proxy`]: the PROXY protocol header (v1 and v2) a load balancer sends first;
 //! - [`client`] and [`client_session`]: command serialization, EHLO
 //!   capabilities and the client session state machine for the smtp agent.
 //!
@@ -55,7 +56,14 @@
 //!                 .unwrap(),
 //!             // Flush, drop buffered plaintext, handshake, then:
 //!             Action::StartTls => s.tls_established(),
-//!             Action::TransactionAborted(_) | Action::Event(_) | Action::Close => {}
+//!             // Relay to the SASL server (AUTH is off by default).
+//!             Action::Authenticate { .. } | Action::AuthResponse(_) => s
+//!                 .decide(Reply::enhanced(535, EnhancedCode::new(5, 7, 8), "failed"))
+//!                 .unwrap(),
+//!             Action::AuthCancelled
+//!             | Action::TransactionAborted(_)
+//!             | Action::Event(_)
+//!             | Action::Close => {}
 //!         }
 //!     }
 //!     wire.extend(s.take_output());
@@ -75,6 +83,7 @@ pub mod client;
 pub mod client_session;
 pub mod command;
 pub mod dsn;
+pub mod proxy;
 pub mod receiver;
 pub mod reply;
 pub mod server;

@@ -28,7 +28,10 @@
 //! not feeding while [`Session::output_len`] is large (the error and junk
 //! limits end a garbage flood). Not done here: detection of improper
 //! pipelining and of talking before the greeting (timing, so the shell's job),
-//! AUTH (answered 503), EXPN (502), ETRN/XCLIENT (unrecognized).
+//! EXPN (502), ETRN/XCLIENT (unrecognized).
+//! AUTH (RFC 4954) is relayed: the session checks its order and syntax,
+//! asks [`Action::Authenticate`] and relays challenges and responses
+//! (`server_auth.rs`); who checks the password is the shell's business.
 //! It never panics on peer input and does not log: [`Event`]s are for the log.
 
 use std::collections::VecDeque;
@@ -108,6 +111,10 @@ pub struct ServerConfig {
     pub bare_newline: BareNewline,
     /// Refuse MAIL before HELO/EHLO (Postfix `smtpd_helo_required`, default no).
     pub helo_required: bool,
+    /// Offer and accept AUTH (`smtpd_sasl_auth_enable`).
+    pub sasl: bool,
+    /// AUTH only under TLS (`smtpd_tls_auth_only`).
+    pub tls_auth_only: bool,
 }
 
 impl Default for ServerConfig {
@@ -133,6 +140,8 @@ impl Default for ServerConfig {
             vrfy: VrfyMode::Ambiguous252,
             bare_newline: BareNewline::Reject,
             helo_required: false,
+            sasl: false,
+            tls_auth_only: true,
         }
     }
 }
@@ -201,6 +210,22 @@ pub enum Action {
     /// Flush the output (it ends with the 220), drop every unconsumed plaintext
     /// byte, start the TLS handshake, then call [`Session::tls_established`].
     StartTls,
+    /// Question: authenticate with this mechanism (RFC 4954 AUTH). Answer
+    /// with [`Session::decide`]: a `334` reply carries the next challenge
+    /// (its text is the base64, as is), a `2xx` means authenticated, any
+    /// other reply ends the exchange.
+    Authenticate {
+        /// The mechanism, as the client wrote it.
+        mechanism: String,
+        /// The initial response, base64 (empty for `=`), if given.
+        initial: Option<String>,
+    },
+    /// Question: the client's response to the last challenge (base64).
+    /// Answered as [`Action::Authenticate`].
+    AuthResponse(String),
+    /// The client cancelled the exchange (`*`) or sent an unusable
+    /// response: the session answered it; forget the exchange.
+    AuthCancelled,
     /// Flush the output, then close the connection.
     Close,
     /// Something to log.
@@ -227,6 +252,7 @@ enum Pending {
     Data,
     FirstChunk { size: u64, last: bool },
     MessageEnd,
+    Auth,
 }
 
 /// Protocol states.
@@ -249,6 +275,8 @@ enum State {
     },
     /// 220 sent to STARTTLS; waiting for the handshake.
     ExpectTls,
+    /// A 334 challenge sent; the next line is the client's response.
+    ExpectAuthResponse,
     /// Done.
     Closed,
 }
@@ -324,6 +352,10 @@ pub struct Session {
     /// Verb of the command whose decision is pending, for the stats.
     pending_verb: Option<Verb>,
     stats: CommandStats,
+    /// The mechanisms AUTH offers, as the shell last set them.
+    auth_mechanisms: Vec<String>,
+    /// AUTH succeeded in this session.
+    authenticated: bool,
 }
 
 fn r(code: u16, e: EnhancedCode, text: &str) -> Reply {
@@ -370,6 +402,8 @@ impl Session {
             commands: 0,
             pending_verb: None,
             stats: CommandStats::default(),
+            auth_mechanisms: Vec::new(),
+            authenticated: false,
         }
     }
 
@@ -468,6 +502,7 @@ impl Session {
             self.tls_active = true;
             self.helo = None;
             self.esmtp = false;
+            self.authenticated = false;
             self.line.clear();
             self.line_overflow = false;
             self.state = State::ExpectCommand;
@@ -604,6 +639,7 @@ impl Session {
                 self.tx = None;
                 self.respond(reply, verb);
             }
+            Pending::Auth => self.auth_decided(reply, verb),
         }
         Ok(())
     }
@@ -615,7 +651,7 @@ impl Session {
             let rest = &input[used..];
             let state = std::mem::replace(&mut self.state, State::Closed);
             let (n, progressed) = match state {
-                State::ExpectCommand | State::ExpectQuit => {
+                State::ExpectCommand | State::ExpectQuit | State::ExpectAuthResponse => {
                     let quit_only = matches!(state, State::ExpectQuit);
                     self.state = state;
                     self.read_line(rest, quit_only)
@@ -682,7 +718,11 @@ impl Session {
             line.pop();
         }
         self.line_crlf = crlf;
-        self.command_line(&line, crlf, overflow, quit_only);
+        if matches!(self.state, State::ExpectAuthResponse) {
+            self.auth_line(&line, overflow);
+        } else {
+            self.command_line(&line, crlf, overflow, quit_only);
+        }
         (take, true)
     }
 
@@ -906,9 +946,7 @@ impl Session {
                     self.actions.push_back(Action::StartTls);
                 }
             }
-            Command::Auth(_) => {
-                self.respond(bad_sequence("Error: authentication not enabled"), verb);
-            }
+            Command::Auth(arg) => self.auth_command(&arg),
         }
     }
 
@@ -928,6 +966,9 @@ impl Session {
         }
         if c.tls != TlsPolicy::None && !self.tls_active {
             lines.push("STARTTLS".into());
+        }
+        if let Some(mechs) = self.auth_offer() {
+            lines.push(format!("AUTH {mechs}"));
         }
         if c.enhanced_status_codes {
             lines.push("ENHANCEDSTATUSCODES".into());
@@ -973,6 +1014,9 @@ impl Session {
         }
         if !c.dsn && (p.ret.is_some() || p.envid.is_some()) {
             return Some(unsupported(if p.ret.is_some() { "RET" } else { "ENVID" }));
+        }
+        if p.auth.is_some() && self.auth_offer().is_none() {
+            return Some(unsupported("AUTH"));
         }
         None
     }
@@ -1120,6 +1164,9 @@ fn not_implemented() -> Reply {
         "Error: command not implemented",
     )
 }
+
+#[path = "server_auth.rs"]
+mod auth;
 
 #[cfg(test)]
 #[path = "server_tests.rs"]

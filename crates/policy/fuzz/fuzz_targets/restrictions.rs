@@ -58,6 +58,7 @@ fuzz_target!(|input: (&str, &str, &str, &str, [u8; 17])| {
         helo: Some(value),
         sender: sender.as_ref(),
         recipient: &recipient,
+        sasl_username: None,
     };
     let _ = p.in_mynetworks(client_addr);
     let _ = p.authorized_destination(&recipient);
