@@ -20,6 +20,7 @@ pub mod holdfile;
 pub mod index;
 pub mod model;
 pub mod props;
+pub mod share;
 pub mod state;
 pub mod syntax;
 
@@ -31,6 +32,7 @@ pub use model::{
     Suspension, Threshold,
 };
 pub use props::{Props, Rate};
+pub use share::Share;
 pub use state::{BindId, Block, Hold, KeyIdx, KeyName, KeyView, Ms, Origin, Shaper, Triggered};
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use crate::eval::matches;
 use crate::field::{Binding, Field};
 use crate::model::{Policy, RateAlgorithm, ReplyAction, Threshold};
 use crate::props::{Props, Rate};
+use crate::share::{self, Share};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,6 +165,10 @@ pub struct KeyView {
     pub concurrency_now: Option<u32>,
     /// Rate allowed now.
     pub rate_now: Option<Rate>,
+    /// This instance's share of a concurrency granted cluster-wide.
+    pub local_concurrency: Option<u32>,
+    /// This instance's share of a rate divided between the instances.
+    pub local_rate: Option<Rate>,
     /// Connections open.
     pub connections: u32,
     /// Connections opened since it was first seen.
@@ -197,6 +202,8 @@ pub struct Shaper {
     next_hold: u64,
     /// Reply rule matches per (rule, key values), newest last.
     hits: HashMap<(usize, Vec<Box<str>>), VecDeque<Ms>>,
+    /// The cluster's share of shared keys, when clusterd is in use.
+    share: Option<Box<dyn Share>>,
 }
 
 impl Shaper {
@@ -213,9 +220,21 @@ impl Shaper {
             holds: Vec::new(),
             next_hold: 1,
             hits: HashMap::new(),
+            share: None,
         };
         s.reload(policy);
         s
+    }
+
+    /// Puts this instance's share of the cluster's limits in force (or
+    /// takes it away: every limit is then the instance's own).
+    pub fn set_share(&mut self, share: Option<Box<dyn Share>>) {
+        self.share = share;
+    }
+
+    /// The share in force, to feed it what the coordinator says.
+    pub fn share_mut(&mut self) -> Option<&mut (dyn Share + 'static)> {
+        self.share.as_deref_mut()
     }
 
     /// The policy in force.
@@ -413,9 +432,10 @@ impl Shaper {
             .is_some_and(|b| self.suspended(now, &b.binding).is_some())
     }
 
-    /// Whether a connection for `b` may open at `now`.
-    pub fn may_open(&self, now: Ms, id: BindId) -> Result<(), Block> {
-        let Some(bound) = self.bound(id) else {
+    /// Whether a connection for `b` may open at `now`. A shared key whose
+    /// share is taken asks the cluster for a slot.
+    pub fn may_open(&mut self, now: Ms, id: BindId) -> Result<(), Block> {
+        let Some(bound) = self.bound.get(id.0 as usize).and_then(Option::as_ref) else {
             return Ok(());
         };
         if let Some(block) = self.suspended(now, &bound.binding) {
@@ -423,9 +443,21 @@ impl Shaper {
         }
         let mut later: Option<Ms> = None;
         for &(k, props) in &bound.keys {
-            let Some(st) = self.key(k) else { continue };
+            let Some(st) = self.keys.get(k.0 as usize).and_then(Option::as_ref) else {
+                continue;
+            };
             let eff = effective(&self.holds, now, &bound.binding, &props);
-            if eff.concurrency.is_some_and(|c| st.conns >= c) {
+            let mut limit = eff.concurrency;
+            if let (Some(share), Some(c)) = (self.share.as_deref_mut(), eff.concurrency) {
+                if share::shared_concurrency(&st.name, &props) {
+                    let mine = share.concurrency(&st.name, c);
+                    if st.conns >= mine && st.conns < c {
+                        share.want(&st.name, st.conns);
+                    }
+                    limit = Some(mine.min(c));
+                }
+            }
+            if limit.is_some_and(|c| st.conns >= c) {
                 return Err(Block::Full(k));
             }
             if let (Some(ci), Some(last)) = (eff.connect_interval, st.last_connect) {
@@ -448,10 +480,15 @@ impl Shaper {
             None => return,
         };
         for k in keys {
-            if let Some(st) = self.key_mut(k) {
+            if let Some(st) = self.keys.get_mut(k.0 as usize).and_then(Option::as_mut) {
                 st.conns += 1;
                 st.opened += 1;
                 st.last_connect = Some(now);
+                if let Some(share) = self.share.as_deref_mut() {
+                    if share::shared_concurrency(&st.name, &st.props) {
+                        share.opened(&st.name);
+                    }
+                }
             }
         }
     }
@@ -467,6 +504,14 @@ impl Shaper {
         };
         for k in keys {
             self.unref_key(k, 1);
+            if let (Some(share), Some(st)) = (
+                self.share.as_deref_mut(),
+                self.keys.get(k.0 as usize).and_then(Option::as_ref),
+            ) {
+                if share::shared_concurrency(&st.name, &st.props) {
+                    share.closed(&st.name);
+                }
+            }
         }
     }
 
@@ -483,6 +528,12 @@ impl Shaper {
             let rate = effective(&self.holds, now, &bound.binding, &props).rate;
             let Some(st) = self.keys.get_mut(k.0 as usize).and_then(Option::as_mut) else {
                 continue;
+            };
+            let rate = match (&self.share, rate) {
+                (Some(share), Some(r)) if share::shared_rate(&props) => {
+                    Some(share.rate(&st.name, r))
+                }
+                (_, r) => r,
             };
             st.transactions += 1;
             if let Some(rate) = rate {
@@ -512,6 +563,7 @@ impl Shaper {
                 continue;
             };
             let Some(st) = self.key(k) else { continue };
+            let rate = self.shared_rate(&st.name, &props, rate);
             let (level, _) = refill(algorithm, rate, st.level, st.at, now);
             let wait = match algorithm {
                 RateAlgorithm::TokenBucket if level < 1.0 => {
@@ -532,6 +584,14 @@ impl Shaper {
         match later {
             Some(at) => Err(Block::Until(at)),
             None => Ok(()),
+        }
+    }
+
+    /// This instance's part of `rate` on `name`, when the rate is shared.
+    fn shared_rate(&self, name: &KeyName, props: &Props, rate: Rate) -> Rate {
+        match &self.share {
+            Some(share) if share::shared_rate(props) => share.rate(name, rate),
+            _ => rate,
         }
     }
 
@@ -691,11 +751,24 @@ impl Shaper {
                 let Some(st) = self.key(k) else { continue };
                 let eff = effective(&self.holds, now, &b.binding, &props);
                 let held = self.suspended(now, &b.binding).is_some();
+                let share = self.share.as_deref();
+                let local_concurrency = match (share, eff.concurrency) {
+                    (Some(s), Some(c)) if share::shared_concurrency(&st.name, &props) => {
+                        Some(s.concurrency(&st.name, c))
+                    }
+                    _ => None,
+                };
+                let local_rate = match (share, eff.rate) {
+                    (Some(s), Some(r)) if share::shared_rate(&props) => Some(s.rate(&st.name, r)),
+                    _ => None,
+                };
                 let v = KeyView {
                     name: st.name.clone(),
                     props,
                     concurrency_now: if held { Some(0) } else { eff.concurrency },
                     rate_now: eff.rate,
+                    local_concurrency,
+                    local_rate,
                     connections: st.conns,
                     opened: st.opened,
                     transactions: st.transactions,

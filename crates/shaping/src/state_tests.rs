@@ -379,3 +379,88 @@ fn reports_show_configured_and_current_limits() {
     assert_eq!(v[0].connections, 1);
     assert_eq!(s.keys(10_000)[0].concurrency_now, Some(5));
 }
+
+/// A share that grants `slots` of every shared key and half of every rate,
+/// and records what it is told.
+#[derive(Debug, Default)]
+struct FakeShare {
+    slots: u32,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Share for FakeShare {
+    fn concurrency(&self, _key: &KeyName, cluster: u32) -> u32 {
+        self.slots.min(cluster)
+    }
+    fn rate(&self, _key: &KeyName, cluster: Rate) -> Rate {
+        Rate {
+            tokens: (cluster.tokens / 2).max(1),
+            per: cluster.per,
+        }
+    }
+    fn want(&mut self, key: &KeyName, held: u32) {
+        self.log.lock().unwrap().push(format!("want {key} {held}"));
+    }
+    fn opened(&mut self, key: &KeyName) {
+        self.log.lock().unwrap().push(format!("opened {key}"));
+    }
+    fn closed(&mut self, key: &KeyName) {
+        self.log.lock().unwrap().push(format!("closed {key}"));
+    }
+}
+
+#[test]
+fn a_share_grants_the_slots_and_divides_the_rates_of_shared_keys_only() {
+    let mut p = seed(RateAlgorithm::TokenBucket);
+    // cluster: false on yahoo from 127.0.0.2: its 5 stay this instance's.
+    p.policies[0].conditions[1].then.local = crate::props::prop_bit::CONCURRENCY;
+    let mut s = shaper(p);
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    s.set_share(Some(Box::new(FakeShare {
+        slots: 1,
+        log: log.clone(),
+    })));
+    let o = s.bind(&binding("127.0.0.2", "orange", ""));
+    assert_eq!(s.may_open(0, o), Ok(()));
+    s.opened(0, o);
+    assert!(
+        matches!(s.may_open(0, o), Err(Block::Full(_))),
+        "one slot granted of 2"
+    );
+    assert_eq!(
+        log.lock().unwrap().clone(),
+        [
+            "opened localip=127.0.0.2,grouping=orange",
+            "want localip=127.0.0.2,grouping=orange 1"
+        ]
+    );
+    s.closed(o);
+    assert_eq!(
+        log.lock().unwrap().last().unwrap(),
+        "closed localip=127.0.0.2,grouping=orange"
+    );
+    // Half of orange's 10/1: five at once, then one each 200 ms.
+    for _ in 0..5 {
+        assert_eq!(s.may_send(0, o), Ok(()));
+    }
+    assert_eq!(s.may_send(0, o), Err(Block::Until(200)));
+    // The cluster: false clause is not shared; nor is the tenant policy's
+    // concurrency (its fields lack localip and grouping).
+    let y = s.bind(&binding("127.0.0.2", "yahoo", ""));
+    for _ in 0..5 {
+        assert_eq!(s.may_open(0, y), Ok(()));
+        s.opened(0, y);
+    }
+    let views = s.keys(0);
+    let orange = views
+        .iter()
+        .find(|k| k.name.to_string().ends_with("orange"))
+        .unwrap();
+    assert_eq!(orange.local_concurrency, Some(1));
+    assert_eq!(orange.local_rate.map(|r| r.tokens), Some(5));
+    let yahoo = views
+        .iter()
+        .find(|k| k.name.to_string().ends_with("yahoo"))
+        .unwrap();
+    assert_eq!(yahoo.local_concurrency, None, "cluster: false");
+}
