@@ -552,3 +552,41 @@ fn transactions_and_idletimeout_come_from_the_policy() {
     w.drain(&mut s, Time(t + 7_000));
     assert!(w.open.is_empty(), "closed after idletimeout");
 }
+
+#[test]
+fn sluices_own_failures_never_match_a_reply_rule() {
+    let mut p = seed();
+    p.replies = vec![ReplyRule {
+        pattern: regex::Regex::new(r"TS04|timed out").unwrap(),
+        threshold: Threshold::Immediate,
+        fields: vec![Field::LocalIp, Field::Grouping],
+        when: vec![],
+        action: ReplyAction::Suspend,
+        duration: Duration::from_secs(7200),
+        ramp_step_percent: 25,
+        ramp_interval: Duration::from_secs(60),
+    }];
+    let mut s = sched(p);
+    let mut w = World::default();
+    message(
+        &mut s,
+        &mut w,
+        Time(0),
+        1,
+        "",
+        "yahoo.test",
+        "mta5.am0.yahoodns.test",
+    );
+    // Sluice's own words: a timeout it ran into, with the rule's text in it.
+    w.finish(&mut s, Time(100), |_| {
+        RcptStatus::Deferred("conversation with mta5.am0.yahoodns.test[127.0.0.9] timed out while sending [TS04] test".into())
+    });
+    assert!(
+        !w.notices
+            .iter()
+            .any(|n| matches!(n, Notice::Suspended { .. })),
+        "{:?}",
+        w.notices
+    );
+    assert!(s.shaper().unwrap().holds(100).is_empty());
+}
