@@ -409,19 +409,27 @@ fn a_suspension_holds_its_key_and_lets_the_other_source_deliver() {
     assert_eq!(w.started.len(), before + 5, "delivered once it ended");
 }
 
-#[test]
-fn a_ts04_reply_suspends_that_source_for_the_grouping_only() {
-    let mut p = seed();
-    p.replies = vec![ReplyRule {
-        pattern: regex::Regex::new(r"\[TS04\]").unwrap(),
+/// A rule suspending (localip, grouping) for 2 hours on replies matching `pattern`.
+fn suspend_rule(pattern: &str, when: Vec<(Field, String)>) -> ReplyRule {
+    ReplyRule {
+        pattern: regex::Regex::new(pattern).unwrap(),
         threshold: Threshold::Immediate,
         fields: vec![Field::LocalIp, Field::Grouping],
-        when: vec![(Field::Grouping, "yahoo".into())],
+        when,
         action: ReplyAction::Suspend,
         duration: Duration::from_secs(7200),
         ramp_step_percent: 25,
         ramp_interval: Duration::from_secs(60),
-    }];
+    }
+}
+
+#[test]
+fn a_ts04_reply_suspends_that_source_for_the_grouping_only() {
+    let mut p = seed();
+    p.replies = vec![suspend_rule(
+        r"\[TS04\]",
+        vec![(Field::Grouping, "yahoo".into())],
+    )];
     let mut s = sched(p);
     let mut w = World::default();
     message(
@@ -556,16 +564,7 @@ fn transactions_and_idletimeout_come_from_the_policy() {
 #[test]
 fn sluices_own_failures_never_match_a_reply_rule() {
     let mut p = seed();
-    p.replies = vec![ReplyRule {
-        pattern: regex::Regex::new(r"TS04|timed out").unwrap(),
-        threshold: Threshold::Immediate,
-        fields: vec![Field::LocalIp, Field::Grouping],
-        when: vec![],
-        action: ReplyAction::Suspend,
-        duration: Duration::from_secs(7200),
-        ramp_step_percent: 25,
-        ramp_interval: Duration::from_secs(60),
-    }];
+    p.replies = vec![suspend_rule(r"TS04|timed out", vec![])];
     let mut s = sched(p);
     let mut w = World::default();
     message(
