@@ -557,6 +557,8 @@ impl Scheduler {
                 .map(|lvl| lvl.iter().map(|n| self.hosts.acquire(n)).collect())
                 .collect();
             self.dests[d].hosts = HostLevels::new(new);
+            // A grouping found by MX names may have changed with them.
+            self.shaping_hosts_changed(d);
         }
         self.dests[d].touched = now;
         d
@@ -584,7 +586,8 @@ impl Scheduler {
         self.keys.recs[key].entries += 1;
         let e = self.entries.insert(Entry::new(m, d, class, rcpts));
         if let Some(domain) = domain {
-            self.side.domains.insert(e, domain.into());
+            let k = self.keys.acquire(&domain.to_ascii_lowercase());
+            self.side.domains.insert(e, k);
         }
         self.msgs[m].live_entries += 1;
         let dest = &mut self.dests[d];
@@ -627,7 +630,9 @@ impl Scheduler {
     /// Removes an entry that is no longer queued or on a connection.
     fn remove_entry(&mut self, now: Time, e: EntryId) -> Entry {
         let entry = self.entries.remove(e);
-        self.side.domains.remove(&e);
+        if let Some(k) = self.side.domains.remove(&e) {
+            self.keys.release(k);
+        }
         let n = entry.recipient_count();
         let t = self.dests[entry.dest].transport;
         if matches!(entry.state, EntryState::OnConn(_) | EntryState::InFlight(_)) {
@@ -1180,7 +1185,6 @@ impl Scheduler {
     fn gc(&mut self, now: Time) {
         self.hosts.gc(now, self.cfg.destdb_record_lifetime);
         self.limiter.forget_idle(now);
-        self.shaping_gc(now);
         let (min, max) = (self.cfg.minimal_backoff_time, self.cfg.maximal_backoff_time);
         let idle: Vec<DestId> = self
             .dests
@@ -1205,6 +1209,9 @@ impl Scheduler {
                 self.hosts.release(h);
             }
         }
+        // After the destinations went: shaping caches keyed by their ids
+        // must not outlive them (ids are reused).
+        self.shaping_gc(now);
     }
 
     fn reconfigure(&mut self, cfg: SchedConfig) -> Result<(), SchedError> {

@@ -35,8 +35,8 @@ pub(crate) struct Shaping {
     /// Sides interned: (values, pool) → id.
     sides: HashMap<(Binding, Option<Box<str>>), u32>,
     next_side: u32,
-    /// Sides by (destination, tenant, job, sender domain) key ids.
-    cache: HashMap<(DestId, u32, u32, u32), Arc<Side>>,
+    /// Sides by (destination, tenant, job, sender domain, own domain) key ids.
+    cache: HashMap<(DestId, u32, u32, u32, u32), Arc<Side>>,
 }
 
 /// Message-side values kept only while shaping is on or a message has them.
@@ -46,8 +46,9 @@ pub(crate) struct ShapeSide {
     pub(crate) jobs: BTreeMap<MsgId, KeyId>,
     /// Sender domain of messages, interned (only while a policy is loaded).
     pub(crate) sender_domains: BTreeMap<MsgId, KeyId>,
-    /// Domain of entries whose domain is not their destination's nexthop.
-    pub(crate) domains: BTreeMap<EntryId, Box<str>>,
+    /// Domain of entries whose domain is not their destination's nexthop
+    /// (behind a relayhost), interned.
+    pub(crate) domains: BTreeMap<EntryId, KeyId>,
 }
 
 impl Shaping {
@@ -103,6 +104,9 @@ pub(crate) struct Side {
     pub(crate) binding: Binding,
     /// The `sources:` pool, if one applies.
     pub(crate) pool: Option<Box<str>>,
+    /// The tenant, job, sender domain and own domain it was made for: the
+    /// cache is keyed by their interned ids, which are reused once freed.
+    names: [Box<str>; 4],
 }
 
 impl Scheduler {
@@ -113,7 +117,7 @@ impl Scheduler {
         let sh = self.shaping.as_ref()?;
         let entry = &self.entries[e];
         let (d, m) = (entry.dest, entry.message);
-        let own = self.side.domains.get(&e).cloned();
+        let own_key = self.side.domains.get(&e).copied();
         let none = u32::MAX;
         let tenant = self.msgs[m].tenant();
         let job = self.side.jobs.get(&m).copied();
@@ -123,12 +127,17 @@ impl Scheduler {
             tenant.map_or(none, |k| k.0),
             job.map_or(none, |k| k.0),
             sdom.map_or(none, |k| k.0),
+            own_key.map_or(none, |k| k.0),
         );
-        if own.is_none() {
-            if let Some(x) = sh.cache.get(&key) {
+        let name = |k: Option<KeyId>| k.map_or("", |k| self.keys.name(k));
+        let names = [name(tenant), name(job), name(sdom), name(own_key)];
+        if let Some(x) = sh.cache.get(&key) {
+            if x.names.iter().zip(names).all(|(a, b)| **a == *b) {
                 return Some(Arc::clone(x));
             }
         }
+        let names = names.map(Box::<str>::from);
+        let own: Option<Box<str>> = own_key.map(|k| Box::from(self.keys.name(k)));
         let used = sh.used;
         let dest = &self.dests[d];
         let nexthop_domain = if dest.nexthop.starts_with('[') {
@@ -185,10 +194,9 @@ impl Scheduler {
             id,
             binding: b,
             pool,
+            names,
         });
-        if own.is_none() {
-            sh.cache.insert(key, Arc::clone(&side));
-        }
+        sh.cache.insert(key, Arc::clone(&side));
         Some(side)
     }
 
@@ -491,6 +499,14 @@ impl Scheduler {
     /// The shaping state, read only.
     pub fn shaper_ref(&self) -> Option<&Shaper> {
         self.shaping.as_ref().map(|s| &s.shaper)
+    }
+
+    /// A destination's hosts changed: its grouping is found again.
+    pub(crate) fn shaping_hosts_changed(&mut self, d: DestId) {
+        if let Some(sh) = self.shaping.as_mut() {
+            sh.groupings.remove(&d);
+            sh.cache.retain(|k, _| k.0 != d);
+        }
     }
 
     /// Forgets shaping state nobody uses (the scheduler's GC).

@@ -188,6 +188,22 @@ fn message(
     domain: &str,
     mx: &str,
 ) {
+    routed(s, w, now, q, tenant, domain, mx, "");
+}
+
+/// A message to `nexthop` (served by `mx`) whose recipient is in `own`
+/// when it is not the nexthop's domain (behind a relayhost).
+#[allow(clippy::too_many_arguments)]
+fn routed(
+    s: &mut Scheduler,
+    w: &mut World,
+    now: Time,
+    q: u64,
+    tenant: &str,
+    domain: &str,
+    mx: &str,
+    own: &str,
+) {
     s.handle(
         now,
         Event::MessageAdded(NewMessage {
@@ -213,7 +229,7 @@ fn message(
         Event::RecipientsRead {
             queue_id,
             groups: vec![RecipientGroup {
-                domain: String::new(),
+                domain: own.into(),
                 transport: "smtp".into(),
                 nexthop: domain.into(),
                 hosts: vec![vec![mx.into()]],
@@ -588,4 +604,53 @@ fn sluices_own_failures_never_match_a_reply_rule() {
         w.notices
     );
     assert!(s.shaper().unwrap().holds(100).is_empty());
+}
+
+#[test]
+fn behind_a_relayhost_the_recipient_domain_finds_the_grouping() {
+    let mut s = sched(seed());
+    let mut w = World::default();
+    for q in 0..20 {
+        let own = if q % 2 == 0 {
+            "orange.test"
+        } else {
+            "other.test"
+        };
+        routed(
+            &mut s,
+            &mut w,
+            Time(0),
+            q + 1,
+            "",
+            "[192.0.2.25]:25",
+            "[192.0.2.25]:25",
+            own,
+        );
+    }
+    // The relay's MX names say nothing; the recipient domain finds orange.
+    let mut t = 0;
+    while w.started.len() < 20 && t < 20_000 {
+        t += 50;
+        w.finish(&mut s, Time(t), |_| RcptStatus::Delivered);
+        s.handle_timeout(Time(t));
+        w.drain(&mut s, Time(t));
+    }
+    assert_eq!(w.started.len(), 20);
+    let keys = s.shaper().unwrap().keys(Time(t).0);
+    let names: Vec<String> = keys.iter().map(|k| k.name.to_string()).collect();
+    assert!(
+        names.contains(&"localip=127.0.0.2,grouping=orange".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"localip=127.0.0.2,grouping=".to_string()),
+        "{names:?}"
+    );
+    // Each connection carried one domain's mail only: orange's and the
+    // other domain's sides differ.
+    let mut by_conn: BTreeMap<Serial, BTreeSet<u64>> = BTreeMap::new();
+    for (_, c, q) in &w.started {
+        by_conn.entry(*c).or_default().insert(q % 2);
+    }
+    assert!(by_conn.values().all(|p| p.len() == 1), "{by_conn:?}");
 }
