@@ -566,9 +566,13 @@ impl<S: Store> QueueManager<S> {
                         .cloned()
                         .unwrap_or_default();
                     let wire = self.deliver.conns.open(conn, &tname);
+                    // One address of a host is scheduled as `name[address]`
+                    // (shaping's remoteip); the agent gets the name back,
+                    // for its logs and for TLS.
+                    let host = sched::host_parts(&hname).0.to_string();
                     let body = delivery::Request::Open {
                         conn: wire,
-                        host: hname,
+                        host,
                         nexthop,
                         addrs,
                         source,

@@ -198,7 +198,18 @@ impl<S: Store> QueueManager<S> {
                 // the destinations in use.
                 let now = self.now;
                 self.resolve.hosts.retain(|_, h| h.expires > now);
-                self.resolve.hosts.insert(nexthop, hosts_of(&list, now));
+                // A policy counting by remoteip needs each connection to
+                // go to one known address: each address is a host then.
+                let by_address = self
+                    .deliver
+                    .sched
+                    .config()
+                    .shaping
+                    .as_ref()
+                    .is_some_and(|p| p.fields_used().contains(shaping::Field::RemoteIp));
+                self.resolve
+                    .hosts
+                    .insert(nexthop, hosts_of(&list, now, by_address));
                 for q in waiters {
                     self.maybe_add(q);
                 }
@@ -271,8 +282,10 @@ impl<S: Store> QueueManager<S> {
 }
 
 /// The scheduler's view of a host list: names by preference level, and
-/// the addresses of each.
-fn hosts_of(list: &router::HostList, now: Time) -> Hosts {
+/// the addresses of each. With `by_address`, each address of a host is a
+/// host of its own, named `name[address]`, so that a connection's remote
+/// address is known when it is scheduled (shaping's `remoteip`).
+fn hosts_of(list: &router::HostList, now: Time, by_address: bool) -> Hosts {
     let mut levels: Vec<(u16, Vec<String>)> = Vec::new();
     let mut addrs = HashMap::new();
     for h in &list.hosts {
@@ -281,16 +294,30 @@ fn hosts_of(list: &router::HostList, now: Time) -> Hosts {
         }
         // Port 0 from the router means "the service's own": SMTP.
         let port = if h.port == 0 { 25 } else { h.port };
-        addrs.insert(
-            h.name.clone(),
+        let named: Vec<(String, Vec<SocketAddr>)> = if by_address && !h.name.starts_with('[') {
             h.addrs
                 .iter()
+                .map(|ip| {
+                    (
+                        format!("{}[{ip}]", h.name),
+                        vec![SocketAddr::new(*ip, port)],
+                    )
+                })
+                .collect()
+        } else {
+            let all = h
+                .addrs
+                .iter()
                 .map(|ip| SocketAddr::new(*ip, port))
-                .collect(),
-        );
-        match levels.iter_mut().find(|(p, _)| *p == h.preference) {
-            Some((_, v)) => v.push(h.name.clone()),
-            None => levels.push((h.preference, vec![h.name.clone()])),
+                .collect();
+            vec![(h.name.clone(), all)]
+        };
+        for (name, a) in named {
+            addrs.insert(name.clone(), a);
+            match levels.iter_mut().find(|(p, _)| *p == h.preference) {
+                Some((_, v)) => v.push(name),
+                None => levels.push((h.preference, vec![name])),
+            }
         }
     }
     levels.sort_by_key(|(p, _)| *p);
@@ -455,5 +482,52 @@ mod tests {
         });
         assert!(w.records(id).iter().any(|r| matches!(r,
             Record::Bounced { reason, .. } if reason == "Host not found")));
+    }
+
+    #[test]
+    fn a_policy_counting_by_remoteip_schedules_each_address_as_a_host() {
+        use std::net::SocketAddr;
+        let list = router::HostList {
+            nexthop: "example.test".into(),
+            from_mx: true,
+            authentic: false,
+            hosts: vec![
+                router::Host {
+                    name: "mx1.example.test".into(),
+                    preference: 10,
+                    port: 0,
+                    addrs: vec!["192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap()],
+                    error: None,
+                },
+                router::Host {
+                    name: "mx2.example.test".into(),
+                    preference: 20,
+                    port: 2525,
+                    addrs: vec!["2001:db8::2".parse().unwrap()],
+                    error: None,
+                },
+            ],
+            ttl: 300,
+        };
+        let plain = super::hosts_of(&list, crate::Time(0), false);
+        assert_eq!(
+            plain.levels,
+            [vec!["mx1.example.test"], vec!["mx2.example.test"]]
+        );
+        assert_eq!(plain.addrs["mx1.example.test"].len(), 2);
+        let each = super::hosts_of(&list, crate::Time(0), true);
+        assert_eq!(
+            each.levels,
+            [
+                vec!["mx1.example.test[192.0.2.1]", "mx1.example.test[192.0.2.2]"],
+                vec!["mx2.example.test[2001:db8::2]"]
+            ]
+        );
+        let one: SocketAddr = "[2001:db8::2]:2525".parse().unwrap();
+        assert_eq!(each.addrs["mx2.example.test[2001:db8::2]"], [one]);
+        assert_eq!(
+            sched::host_parts("mx1.example.test[192.0.2.2]"),
+            ("mx1.example.test", "192.0.2.2")
+        );
     }
 }

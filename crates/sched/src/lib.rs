@@ -37,6 +37,7 @@ mod reclass;
 pub mod rng;
 mod sched;
 mod shape;
+pub use shape::host_parts;
 pub mod slab;
 pub mod stats;
 pub mod time;

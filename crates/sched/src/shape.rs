@@ -93,6 +93,22 @@ impl From<Block> for Refusal {
     }
 }
 
+/// A host's name and address as the scheduler names hosts: `mx.example`
+/// (an MX name), `mx.example[192.0.2.1]` (one of its addresses, when a
+/// policy counts by `remoteip`) or `[192.0.2.1]:25` (a literal); the
+/// address is empty when the name does not say it.
+pub fn host_parts(host: &str) -> (&str, &str) {
+    let ip = |s: &str| s.parse::<IpAddr>().is_ok();
+    match host.split_once('[') {
+        Some((name, rest)) => {
+            let addr = rest.split(']').next().unwrap_or("");
+            let addr = if ip(addr) { addr } else { "" };
+            (if name.is_empty() { host } else { name }, addr)
+        }
+        None => (host, ""),
+    }
+}
+
 /// The message side of an entry as shaping sees it: the values of the
 /// fields some policy uses, and the source pool its mail leaves from.
 /// Entries with the same side may share a connection.
@@ -153,7 +169,10 @@ impl Scheduler {
                 // MX names count only where the nexthop is the recipient's
                 // own domain, not behind a relayhost.
                 let mx: Vec<&str> = if own.is_none() && !nexthop_domain.is_empty() {
-                    dest.hosts.all().map(|h| self.hosts.name(h)).collect()
+                    dest.hosts
+                        .all()
+                        .map(|h| host_parts(self.hosts.name(h)).0)
+                        .collect()
                 } else {
                     Vec::new()
                 };
@@ -262,15 +281,12 @@ impl Scheduler {
             if sh.used.contains(Field::LocalIp) {
                 b.set(Field::LocalIp, &text);
             }
+            let (mx, addr) = host_parts(&host);
             if sh.used.contains(Field::RemoteMx) {
-                b.set(Field::RemoteMx, &host);
+                b.set(Field::RemoteMx, mx);
             }
             if sh.used.contains(Field::RemoteIp) {
-                let ip = host.trim_start_matches('[').split(']').next().unwrap_or("");
-                b.set(
-                    Field::RemoteIp,
-                    if ip.parse::<IpAddr>().is_ok() { ip } else { "" },
-                );
+                b.set(Field::RemoteIp, addr);
             }
             let bind = sh.shaper.bind(&b);
             // A source whose rates have no token now would open a

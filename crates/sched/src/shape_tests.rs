@@ -654,3 +654,22 @@ fn behind_a_relayhost_the_recipient_domain_finds_the_grouping() {
     }
     assert!(by_conn.values().all(|p| p.len() == 1), "{by_conn:?}");
 }
+
+#[test]
+fn host_names_give_the_mx_name_and_the_address() {
+    use crate::shape::host_parts;
+    assert_eq!(host_parts("mx.example"), ("mx.example", ""));
+    assert_eq!(
+        host_parts("mx.example[192.0.2.1]"),
+        ("mx.example", "192.0.2.1")
+    );
+    assert_eq!(
+        host_parts("mx.example[2001:db8::1]"),
+        ("mx.example", "2001:db8::1")
+    );
+    assert_eq!(
+        host_parts("[192.0.2.9]:25"),
+        ("[192.0.2.9]:25", "192.0.2.9")
+    );
+    assert_eq!(host_parts("[relay.example]:25"), ("[relay.example]:25", ""));
+}
