@@ -798,7 +798,7 @@ impl Conn {
             }
             Action::CheckData { bdat } => {
                 self.last_verb = if bdat { "BDAT" } else { "DATA" };
-                self.begin_message(cx, pool);
+                self.begin_message(cx, shared, pool);
             }
             Action::Data(bytes) => self.send_data(cx, pool, bytes),
             Action::MessageEnd(_summary) => {
@@ -951,7 +951,7 @@ impl Conn {
         }
     }
 
-    fn begin_message(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
+    fn begin_message(&mut self, cx: &mut Cx<'_>, shared: &Shared, pool: &mut Pool) {
         let tls = self
             .stream
             .tls_info()
@@ -988,6 +988,7 @@ impl Conn {
             envelope: Box::new(envelope),
             origin: Origin::Smtp {
                 protocol: protocol.into(),
+                mynetworks: shared.settings.policy.in_mynetworks(self.peer.ip()),
             },
             hold: self.txn.hold,
         };

@@ -188,7 +188,7 @@ fn pem_block(text: &[u8]) -> Option<(String, Vec<u8>)> {
     let label = rest[..label_end].to_string();
     let body = &rest[label_end + 5..];
     let end = body.find(&format!("-----END {label}-----"))?;
-    let der = base64::decode(body[..end].as_bytes())?;
+    let der = base64::decode(&body.as_bytes()[..end])?;
     Some((label, der))
 }
 

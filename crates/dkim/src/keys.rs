@@ -106,7 +106,11 @@ fn parse_entry(value: &str) -> Result<KeySpec, String> {
     if !ok(domain) || !ok(selector) {
         return Err(format!("\"{value}\": bad domain or selector"));
     }
-    let key = PrivateKey::load(Path::new(path)).map_err(|e| format!("{path}: {e}"))?;
+    let key = PrivateKey::load(Path::new(path)).map_err(|e| match e {
+        // Already names the file.
+        crate::KeyError::Read(_) => e.to_string(),
+        _ => format!("{path}: {e}"),
+    })?;
     Ok(KeySpec {
         domain: domain.to_lowercase(),
         selector: selector.to_string(),

@@ -123,6 +123,11 @@ impl Signing {
         self.len
     }
 
+    /// The key, domain and selector signing.
+    pub fn key(&self) -> &KeySpec {
+        &self.spec
+    }
+
     /// Whether the field is empty (never: it is for the trait's sake).
     pub fn is_empty(&self) -> bool {
         self.len == 0
