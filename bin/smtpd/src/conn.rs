@@ -235,7 +235,8 @@ impl Conn {
         }
         self.stream
             .socket()
-            .local_addr()
+            .as_tcp()
+            .and_then(|s| s.local_addr().ok())
             .map(|a| a.ip())
             .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
     }
@@ -304,7 +305,7 @@ impl Conn {
     }
 
     /// The socket, to register.
-    pub fn socket(&mut self) -> &mut mio::net::TcpStream {
+    pub fn socket(&mut self) -> &mut tls::Sock {
         self.stream.socket()
     }
 
