@@ -123,9 +123,48 @@ impl BodyHasher {
         self.line_start = true;
     }
 
+    fn emit_run(&mut self, run: &[u8]) {
+        if self.staged + run.len() <= STAGE {
+            self.stage[self.staged..self.staged + run.len()].copy_from_slice(run);
+            self.staged += run.len();
+        } else {
+            self.ctx.update(&self.stage[..self.staged]);
+            self.staged = 0;
+            self.ctx.update(run);
+        }
+        self.any = true;
+    }
+
+    fn special(&self, b: u8) -> bool {
+        b == b'\r' || b == b'\n' || self.canon == Canon::Relaxed && (b == b' ' || b == b'\t')
+    }
+
     /// Feeds body bytes (wire form, from just after the empty line).
     pub fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            // Inside a line that has content, with nothing pending, ordinary
+            // bytes go to the hash as a run rather than one at a time.
+            if self.content && !self.cr && !self.wsp && !self.line_start && !self.special(b) {
+                // A single space between ordinary bytes stays as it is in
+                // relaxed form too, so most lines of text are one run.
+                let mut j = i;
+                while j < bytes.len() {
+                    let c = bytes[j];
+                    if !self.special(c) {
+                        j += 1;
+                    } else if c == b' ' && bytes.get(j + 1).is_some_and(|&d| !self.special(d)) {
+                        j += 2;
+                    } else {
+                        break;
+                    }
+                }
+                self.emit_run(&bytes[i..j]);
+                i = j;
+                continue;
+            }
+            i += 1;
             match b {
                 b'\n' if self.cr => {
                     self.cr = false;
