@@ -3,7 +3,9 @@
 //! dnsmasq, messages (plain, 8-bit, SMTPUTF8, multipart) signed by
 //! cleanup and relayed through a real Postfix, then verified as Postfix
 //! holds them by Python's dkimpy and by opendkim in test mode, both
-//! looking the keys up in that DNS. A message changed after signing
+//! looking the keys up in that DNS; one message is past the size kept
+//! inline, so its signature is written into its message file after the
+//! body. A message changed after signing
 //! fails both, so the verifiers are seen to check. Mail from a client
 //! outside mynetworks that did not authenticate is not signed.
 //!
@@ -228,6 +230,21 @@ fn signatures_verify_with_dkimpy_and_opendkim_after_a_postfix_relay() {
         &[],
         multipart.as_bytes(),
     );
+    // Past the 64 KiB kept inline: the signature's place is reserved in a
+    // message file and filled at the end.
+    let mut large =
+        b"From: alice@rsa.test\r\nTo: heidi@dest.test.example\r\nSubject: large\r\n\r\n".to_vec();
+    while large.len() < 150 * 1024 {
+        large
+            .extend_from_slice(b"A line of a large message,  with  runs of spaces\t and tabs.\r\n");
+    }
+    send(
+        port,
+        "alice@rsa.test",
+        "heidi@dest.test.example",
+        &[],
+        &large,
+    );
 
     inst.wait_log(20, "DKIM-Signature field added (s=s2048, d=rsa.test)");
     inst.wait_log(20, "DKIM-Signature field added (s=e1, d=ed.test)");
@@ -240,6 +257,7 @@ fn signatures_verify_with_dkimpy_and_opendkim_after_a_postfix_relay() {
             "ed25519-sha256",
         ),
         ("erin@dest.test.example", "ed.test", "ed25519-sha256"),
+        ("heidi@dest.test.example", "rsa.test", "rsa-sha256"),
     ] {
         let msg = held(&pf, rcpt, tmp.path());
         let text = std::fs::read(&msg).unwrap();
