@@ -7,10 +7,18 @@
 //! fdatasync'd), then hands the message to qmgr, whose journal commit is
 //! what makes it queued. Only then does the client hear `Queued`.
 //!
-//! Logs `QUEUEID: message-id=<…>` as Postfix's cleanup does, and
-//! `QUEUEID: uid=N from=<…>` for local submissions.
+//! Signs with DKIM (`dkim_signing_table`, `dkim_key_table`) the mail of
+//! the origins `dkim_signing_origins` names; the keys are read before
+//! privileges are dropped, so they may be readable by root alone, and a
+//! reload that finds DKIM configured retires the process so that the next
+//! one reads them again.
+//!
+//! Logs `QUEUEID: message-id=<…>` as Postfix's cleanup does,
+//! `QUEUEID: uid=N from=<…>` for local submissions, and
+//! `QUEUEID: DKIM-Signature field added (s=…, d=…)` as opendkim does.
 #![forbid(unsafe_code)]
 
+mod dkim;
 mod headers;
 mod rewrite;
 mod server;
@@ -23,7 +31,7 @@ fn main() {
     };
     daemon::run(
         opts,
-        |_ctx| Ok(()),
-        |ctx, ()| server::CleanupServer::new(ctx).map(daemon::ipcserver::IpcServer::new),
+        |ctx| dkim::Dkim::from_config(&ctx.config),
+        |ctx, dkim| server::CleanupServer::new(ctx, dkim).map(daemon::ipcserver::IpcServer::new),
     )
 }

@@ -40,6 +40,7 @@ use mio::Token;
 use queue::{Draft, FileMode, MessageHead, Spool, SpoolConfig};
 use sys::creds::PeerCred;
 
+use crate::dkim::Dkim;
 use crate::headers::{self, Fed, HeaderBuffer};
 use crate::rewrite::{self, Refusal};
 
@@ -69,6 +70,8 @@ struct Msg {
     ended: Option<(u64, Instant)>,
     /// What the tenant and job headers said.
     ids: headers::Ids,
+    /// The DKIM signature being made, its place reserved in the draft.
+    sign: Option<::dkim::Signing>,
 }
 
 impl Msg {
@@ -141,6 +144,8 @@ pub struct CleanupServer {
     id_headers: headers::IdHeaders,
     tenant_from_sasl: bool,
     me: u32,
+    /// DKIM keys and settings, read before privileges were dropped.
+    dkim: Option<Dkim>,
 }
 
 fn now_micros() -> u64 {
@@ -152,7 +157,7 @@ fn now_micros() -> u64 {
 
 impl CleanupServer {
     /// Opens the spool under the queue directory.
-    pub fn new(ctx: &Context) -> Result<Self, String> {
+    pub fn new(ctx: &Context, dkim: Option<Dkim>) -> Result<Self, String> {
         let chrooted = ctx.args.chroot && sys::is_root();
         let root = if chrooted {
             PathBuf::from("/")
@@ -193,6 +198,7 @@ impl CleanupServer {
             id_headers: headers::IdHeaders::from_config(&ctx.config),
             tenant_from_sasl: ctx.config.bool("tenant_from_sasl"),
             me: sys::current_ids().0,
+            dkim,
         })
     }
 
@@ -274,6 +280,7 @@ impl CleanupServer {
                     mapping,
                     ended: None,
                     ids: headers::Ids::default(),
+                    sign: None,
                 });
                 if let Some(ask) = ask {
                     self.ask_router(cx, token, id, &ask);
@@ -292,7 +299,12 @@ impl CleanupServer {
                 // follow the header block in one buffer.
                 match m.headers.feed(&bytes) {
                     Fed::Holding => {}
-                    Fed::Through => write(&self.spool, m, &bytes, self.size_limit),
+                    Fed::Through => {
+                        if let Some(s) = m.sign.as_mut() {
+                            s.body(&bytes);
+                        }
+                        write(&self.spool, m, &bytes, self.size_limit)
+                    }
                     Fed::Complete { headers, rest } => {
                         let head = header_block(
                             m,
@@ -302,6 +314,11 @@ impl CleanupServer {
                             self.always_add,
                             &self.id_headers,
                         );
+                        start_signing(self.dkim.as_ref(), &self.spool, m, &head);
+                        if let Some(s) = m.sign.as_mut() {
+                            // The body starts after the empty line.
+                            s.body(rest.strip_prefix(b"\r\n").unwrap_or(&rest));
+                        }
                         write(&self.spool, m, &head, self.size_limit);
                         write(&self.spool, m, &rest, self.size_limit);
                     }
@@ -329,6 +346,7 @@ impl CleanupServer {
                         always_add,
                         &id_headers,
                     );
+                    start_signing(self.dkim.as_ref(), &self.spool, &mut m, &out);
                     write(&self.spool, &mut m, &out, size_limit);
                 }
                 if matches!(m.mapping, Mapping::Waiting) && m.error.is_none() {
@@ -368,6 +386,11 @@ impl CleanupServer {
                 Mapping::Done(Err(e)) => m.error = Some(e),
                 Mapping::Waiting => m.error = Some(rewrite::unavailable()),
                 Mapping::Off => {}
+            }
+        }
+        if m.error.is_none() {
+            if let Some(s) = m.sign.take() {
+                finish_signing(&mut m, s);
             }
         }
         if let Some((code, enhanced, text)) = m.error.take() {
@@ -770,6 +793,63 @@ fn write(spool: &Spool, m: &mut Msg, bytes: &[u8], size_limit: u64) {
     }
 }
 
+/// Starts the message's DKIM signature over its final header block, when
+/// it is to be signed, and reserves the signature's place at the front.
+fn start_signing(dkim: Option<&Dkim>, spool: &Spool, m: &mut Msg, head: &[u8]) {
+    let Some(dkim) = dkim else { return };
+    if m.error.is_some() {
+        return;
+    }
+    let time = m
+        .arrival
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let Some(sign) = dkim.start(m.id, &m.origin, &m.envelope, head, time) else {
+        return;
+    };
+    let Some(draft) = m.draft.as_mut() else {
+        return;
+    };
+    if let Err(e) = draft.reserve(spool, sign.len()) {
+        msg_warn!("{}: {e}", m.id);
+        m.error = Some(if e.is_disk_full() {
+            (452, "4.3.1", "Insufficient system storage".into())
+        } else {
+            (451, "4.3.0", "Error: queue file write error".into())
+        });
+        return;
+    }
+    m.sign = Some(sign);
+}
+
+/// Makes the signature and writes it into its reserved place.
+fn finish_signing(m: &mut Msg, sign: ::dkim::Signing) {
+    let (s, d) = (sign.key().selector.clone(), sign.key().domain.clone());
+    let field = match sign.finish() {
+        Ok(f) => f,
+        Err(e) => {
+            msg_warn!("{}: DKIM signing (s={s}, d={d}): {e}", m.id);
+            m.error = Some((451, "4.3.0", "Error: DKIM signing failed".into()));
+            return;
+        }
+    };
+    let Some(draft) = m.draft.as_mut() else {
+        return;
+    };
+    match draft.fill(&field) {
+        Ok(()) => msg_info!("{}: DKIM-Signature field added (s={s}, d={d})", m.id),
+        Err(e) => {
+            msg_warn!("{}: {e}", m.id);
+            m.error = Some(if e.is_disk_full() {
+                (452, "4.3.1", "Insufficient system storage".into())
+            } else {
+                (451, "4.3.0", "Error: queue file write error".into())
+            });
+        }
+    }
+}
+
 /// Received: plus the client's headers plus what is missing.
 fn header_block(
     m: &mut Msg,
@@ -800,7 +880,7 @@ fn header_block(
         _ => String::new(),
     };
     match &m.origin {
-        Origin::Smtp { protocol } => {
+        Origin::Smtp { protocol, .. } => {
             let helo = env.helo.as_deref().unwrap_or("unknown");
             let name = env.client_name.as_deref().unwrap_or("unknown");
             let addr = env.client_addr.as_deref().unwrap_or("unknown");
@@ -890,6 +970,10 @@ fn open_qmgr(cx: &mut Cx<'_>, path: &std::path::Path) -> Result<QmgrLink, String
 
 impl Handler<Cleanup> for CleanupServer {
     fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
+        // Keys may be readable by root alone: a fresh process reads them.
+        if self.dkim.is_some() || Dkim::configured(config) {
+            return false;
+        }
         // Messages being received keep what they were accepted under; the
         // next ones get the new values.
         self.hostname = config.str("myhostname");

@@ -13,7 +13,7 @@ use config::{Config, Feedback, ServiceDef, ServiceKind};
 use sched::{ClassKey, FeedbackFn, SchedConfig, TransportConfig};
 
 /// Programs that deliver mail for qmgr.
-pub const AGENTS: [&str; 3] = ["smtp", "local", "pipe"];
+pub const AGENTS: [&str; 4] = ["smtp", "lmtp", "local", "pipe"];
 
 /// The delivery transports of master.cf.
 pub fn transports(services: &[ServiceDef]) -> Vec<ServiceDef> {

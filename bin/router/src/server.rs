@@ -178,6 +178,16 @@ impl Handler<Proto> for RouterServer {
                 out.send(from, id, &r);
             }
             Request::Hosts { nexthop } => {
+                // LMTP's next hops (lmtp(8)): a socket path needs no
+                // lookup; inet:host:port is that host without MX lookup.
+                if let Some(list) = lmtp_unix_hosts(&nexthop) {
+                    out.send(from, id, &Response::Hosts(list));
+                    return;
+                }
+                let nexthop = match nexthop.strip_prefix("inet:") {
+                    Some(hp) => lmtp_inet_nexthop(hp),
+                    None => nexthop,
+                };
                 let job = self.dns.hosts(&nexthop, cx.now);
                 self.jobs.insert(job, (from, id));
                 self.pump(cx, out);
@@ -253,5 +263,58 @@ impl Handler<Proto> for RouterServer {
     fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
         self.reload_from(config);
         true
+    }
+}
+
+/// The host list of an LMTP `unix:PATH` next hop: one host, `localhost`,
+/// with a placeholder address (qmgr's host lists hold IP addresses; the
+/// lmtp agent connects to the path the next hop names).
+fn lmtp_unix_hosts(nexthop: &str) -> Option<ipc::router::HostList> {
+    nexthop.strip_prefix("unix:").filter(|p| !p.is_empty())?;
+    Some(ipc::router::HostList {
+        nexthop: nexthop.to_string(),
+        from_mx: false,
+        hosts: vec![ipc::router::Host {
+            name: "localhost".into(),
+            preference: 0,
+            port: 0,
+            addrs: vec![std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)],
+            error: None,
+        }],
+        ttl: 3600,
+        authentic: false,
+    })
+}
+
+/// `inet:host:port` (port 24, LMTP's, when not given) as the SMTP next hop
+/// `[host]:port`: the host's addresses, never its MX records.
+fn lmtp_inet_nexthop(host_port: &str) -> String {
+    let (host, port) = match host_port.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((h, after)) => (h, after.strip_prefix(':').unwrap_or("24")),
+            None => (rest, "24"),
+        },
+        None => match host_port.rsplit_once(':') {
+            Some((h, p)) if p.parse::<u16>().is_ok() => (h, p),
+            _ => (host_port, "24"),
+        },
+    };
+    format!("[{host}]:{port}")
+}
+
+#[cfg(test)]
+mod lmtp_tests {
+    use super::*;
+
+    #[test]
+    fn lmtp_next_hops() {
+        assert_eq!(lmtp_inet_nexthop("127.0.0.1:2424"), "[127.0.0.1]:2424");
+        assert_eq!(lmtp_inet_nexthop("mailbox.example"), "[mailbox.example]:24");
+        assert_eq!(lmtp_inet_nexthop("[::1]:24"), "[::1]:24");
+        assert_eq!(lmtp_inet_nexthop("[::1]"), "[::1]:24");
+        let l = lmtp_unix_hosts("unix:private/dovecot-lmtp").unwrap();
+        assert_eq!(l.hosts.len(), 1);
+        assert!(lmtp_unix_hosts("unix:").is_none());
+        assert!(lmtp_unix_hosts("example.com").is_none());
     }
 }

@@ -211,6 +211,10 @@ fn check_restrictions_and_tables(
     for param in &map_params {
         check_maps(cfg, param, &origin(dir, cfg, param), r);
     }
+    // The keys, read as cleanup reads them at start.
+    if let Err(e) = dkim::Keys::open(&cfg.maps("dkim_signing_table"), &cfg.maps("dkim_key_table")) {
+        r.error(format!("{}: {e}", origin(dir, cfg, "dkim_key_table")));
+    }
     let check_tls = |c: &Config, at: &str, r: &mut Report| {
         if let Err(e) = smtpd_tls(c) {
             r.error(format!("{at}: {e}"));

@@ -1,13 +1,15 @@
 //! sluice(1): the postmaster's command.
 //!
 //! `start`, `stop`, `reload`, `status`, `top`, `check` and `config`, in the manner
-//! of Postfix's `postfix` and `postconf` commands. Exit codes a script can
+//! of Postfix's `postfix` and `postconf` commands; `dkim keygen` as
+//! opendkim-genkey. Exit codes a script can
 //! rely on: 0 success, 1 failure (with a message on stderr), 2 bad usage,
 //! 3 from `status` when the mail system is not running.
 #![forbid(unsafe_code)]
 
 mod aliases;
 mod check;
+mod dkim;
 mod lifecycle;
 mod map;
 mod policy;
@@ -91,6 +93,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: PolicyCmd,
     },
+    /// DKIM keys.
+    Dkim {
+        #[command(subcommand)]
+        cmd: DkimCmd,
+    },
     /// Print or edit main.cf parameters, like postconf.
     Config {
         /// Only parameters set in main.cf.
@@ -101,6 +108,26 @@ enum Cmd {
         defaults: bool,
         /// Parameter names to print, or name=value pairs to set in main.cf.
         args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum DkimCmd {
+    /// Make a signing key, write it to DIR/SELECTOR.private and print the DNS TXT record.
+    Keygen {
+        /// rsa or ed25519.
+        #[arg(short = 'a', long, default_value = "rsa")]
+        algorithm: String,
+        /// RSA key size in bits.
+        #[arg(short = 'b', long, default_value_t = 2048)]
+        bits: u32,
+        /// Where the key file goes.
+        #[arg(short = 'D', long, default_value = ".")]
+        directory: PathBuf,
+        /// The signing domain (d=).
+        domain: String,
+        /// The selector (s=).
+        selector: String,
     },
 }
 
@@ -313,6 +340,16 @@ fn main() {
         Cmd::Policy {
             cmd: PolicyCmd::Show { json },
         } => policy::show(&dir, json),
+        Cmd::Dkim {
+            cmd:
+                DkimCmd::Keygen {
+                    algorithm,
+                    bits,
+                    directory,
+                    domain,
+                    selector,
+                },
+        } => dkim::keygen(&domain, &selector, &algorithm, bits, &directory),
         Cmd::Config {
             non_default,
             defaults,

@@ -10,6 +10,15 @@
 //! QUIT. A failure anywhere fails what is in flight with deferrals (never a
 //! bounce: the peer did not say 5xx) and reports the connection closed; a
 //! misbehaving peer can only end its own connection.
+//!
+//! For lmtp(8) a `unix:PATH` next hop is a Unix-domain socket (a relative
+//! PATH is under the queue directory): qmgr's host lists hold IP
+//! addresses, so the router gives such a next hop one placeholder address
+//! and the connection goes to the path instead, logged as
+//! `relay=HOST[PATH]`. An LMTP server's reply after the content for one
+//! recipient is that recipient's outcome; if the connection breaks after
+//! some of those replies came, their recipients keep them (a delivered
+//! recipient is never deferred to be delivered twice).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -66,6 +75,8 @@ struct Active {
     sending: bool,
     /// The content goes with BDAT (for "in reply to" texts).
     bdat: bool,
+    /// LMTP: the reply after the content, per position in `txn.recipients`.
+    delivered: Vec<Option<Reply>>,
 }
 
 enum Phase {
@@ -246,7 +257,23 @@ impl SmtpConn {
         }
     }
 
+    /// The socket of an LMTP `unix:` next hop.
+    fn unix_path(&self) -> Option<std::path::PathBuf> {
+        let path = self
+            .nexthop
+            .strip_prefix("unix:")
+            .filter(|_| self.settings.lmtp)?;
+        Some(self.settings.queue_root.join(path))
+    }
+
     fn current_relay(&self) -> String {
+        if let Some(p) = self
+            .nexthop
+            .strip_prefix("unix:")
+            .filter(|_| self.settings.lmtp)
+        {
+            return format!("{}[{p}]", self.host);
+        }
         let i = self.next_addr.saturating_sub(1);
         self.addrs
             .get(i)
@@ -309,7 +336,7 @@ impl SmtpConn {
                 }
                 self.writable = false;
                 let sock = s.socket();
-                match (sock.take_error(), sock.peer_addr()) {
+                match (sock.take_error(), sock.connected()) {
                     (Ok(None), Ok(_)) => {
                         self.phase = Phase::Session;
                         self.relay = self.current_relay();
@@ -334,6 +361,33 @@ impl SmtpConn {
                 if self.done {
                     return;
                 }
+            }
+            if let Some(path) = self.unix_path() {
+                if self.next_addr > 0 {
+                    let reason = self.errors.join("; ");
+                    self.connect_failed(reason);
+                    return;
+                }
+                self.next_addr = 1;
+                match mio::net::UnixStream::connect(&path) {
+                    Ok(mut sock) => {
+                        if let Err(e) = cx.registry.register(
+                            &mut sock,
+                            self.token,
+                            Interest::READABLE | Interest::WRITABLE,
+                        ) {
+                            self.errors.push(format!("register: {e}"));
+                            continue;
+                        }
+                        self.stream = Some(tls::Stream::over(tls::Sock::Unix(sock)));
+                        self.connect_started = cx.now;
+                        self.deadline = Some(cx.now + self.settings.connect_timeout);
+                    }
+                    Err(e) => self
+                        .errors
+                        .push(format!("connect to {}: {e}", self.current_relay())),
+                }
+                continue;
             }
             let Some(addr) = self.addrs.get(self.next_addr).copied() else {
                 let reason = if self.errors.is_empty() {
@@ -761,6 +815,15 @@ impl SmtpConn {
                 self.stage = "data";
                 self.deadline = Some(now + self.settings.xfer_timeout);
             }
+            ClientAction::Delivered { index, reply } => {
+                if let Some(slot) = self
+                    .active
+                    .as_mut()
+                    .and_then(|a| a.delivered.get_mut(index))
+                {
+                    *slot = Some(reply);
+                }
+            }
             ClientAction::MessageDone(reply) => self.finish(reply, now),
             ClientAction::Failed(e) => {
                 let handshake_phase = !self.opened;
@@ -879,6 +942,7 @@ impl SmtpConn {
                 conn_setup: setup,
             },
             rcpt: vec![None; n],
+            delivered: vec![None; n],
             mail: None,
             source: Some((source, 0)),
             sending: false,
@@ -897,22 +961,15 @@ impl SmtpConn {
         let delays = a.timing.delays(&a.txn, now);
         let mut results = Vec::with_capacity(a.txn.recipients.len());
         for (i, r) in a.txn.recipients.iter().enumerate() {
-            let (reply, stage) = match (&a.mail, &a.rcpt[i]) {
-                (Some(m), _) => (m.clone(), "MAIL FROM"),
-                (None, Some(rr)) if !rr.is_positive() => (rr.clone(), "RCPT TO"),
+            let (reply, stage) = match (&a.mail, &a.rcpt[i], &a.delivered[i]) {
+                (Some(m), _, _) => (m.clone(), "MAIL FROM"),
+                (None, Some(rr), _) if !rr.is_positive() => (rr.clone(), "RCPT TO"),
+                (None, _, Some(d)) => (d.clone(), "end of DATA"),
                 _ if a.bdat => (final_reply.clone(), "BDAT"),
                 _ => (final_reply.clone(), "end of DATA"),
             };
-            let mut res = result_of(r.index, &reply);
-            let st = &mut res.status;
-            st.text = if reply.code < 300 {
-                format!("{} {} {}", reply.code, st.code, st.text)
-            } else {
-                format!(
-                    "host {} said: {} {} {} (in reply to {stage} command)",
-                    self.relay, reply.code, st.code, st.text
-                )
-            };
+            let res = self.said(r.index, &reply, stage);
+            let st = &res.status;
             let log = &self.settings.logger;
             log.recipient(&a.txn, r.index, &self.relay, self.uses, delays, st);
             results.push(res);
@@ -931,6 +988,22 @@ impl SmtpConn {
         if self.session.as_ref().is_some_and(|s| s.is_ready()) {
             self.start_next(now);
         }
+    }
+
+    /// A recipient's result from the server's reply, its text as Postfix
+    /// logs it.
+    fn said(&self, index: u32, reply: &Reply, stage: &str) -> RcptResult {
+        let mut res = result_of(index, reply);
+        let st = &mut res.status;
+        st.text = if reply.code < 300 {
+            format!("{} {} {}", reply.code, st.code, st.text)
+        } else {
+            format!(
+                "host {} said: {} {} {} (in reply to {stage} command)",
+                self.relay, reply.code, st.code, st.text
+            )
+        };
+        res
     }
 
     /// The connection broke: defer what is in flight and queued, report closed.
@@ -952,8 +1025,9 @@ impl SmtpConn {
             for (i, r) in a.txn.recipients.iter().enumerate() {
                 // A recipient the server already refused for good keeps its
                 // bounce; everything else is deferred.
-                let res = match &a.rcpt[i] {
-                    Some(rr) if rr.is_permanent() => result_of(r.index, rr),
+                let res = match (&a.rcpt[i], &a.delivered[i]) {
+                    (_, Some(d)) => self.said(r.index, d, "end of DATA"),
+                    (Some(rr), _) if rr.is_permanent() => result_of(r.index, rr),
                     _ => RcptResult {
                         index: r.index,
                         status: lost(why.clone()),

@@ -30,6 +30,8 @@ pub struct SmtpAgent {
     chrooted: bool,
     /// `smtp_tls_CAfile` as read at start (reloads cannot read it again).
     ca_file: String,
+    /// This is lmtp(8).
+    lmtp: bool,
     /// The loop turn's time, as the last callback saw it: a connection
     /// that wants driving again is due then, not at a later clock read
     /// (the skeleton reads the clock once per turn).
@@ -38,15 +40,17 @@ pub struct SmtpAgent {
 
 impl SmtpAgent {
     /// Reads the settings.
-    pub fn new(ctx: &Context, roots: Option<Arc<rustls::RootCertStore>>) -> Result<Self, String> {
+    pub fn new(
+        ctx: &Context,
+        roots: Option<Arc<rustls::RootCertStore>>,
+        lmtp: bool,
+    ) -> Result<Self, String> {
         let chrooted = ctx.args.chroot && sys::is_root();
         Ok(SmtpAgent {
-            settings: Arc::new(Settings::from(
-                &ctx.config,
-                chrooted,
-                &ctx.args.service,
-                roots,
-            )?),
+            settings: Arc::new(
+                Settings::from(&ctx.config, chrooted, &ctx.args.service, roots)?.speaking(lmtp),
+            ),
+            lmtp,
             conns: BTreeMap::new(),
             by_id: BTreeMap::new(),
             service: ctx.args.service.clone(),
@@ -191,6 +195,7 @@ impl Agent for SmtpAgent {
             );
         }
         match Settings::from(config, self.chrooted, &self.service, roots.clone()) {
+            Ok(s) if self.lmtp => self.settings = Arc::new(s.speaking(true)),
             Ok(_) if want_roots && roots.is_none() => msg_warn!(
                 "reload: certificate verification needs trust anchors read at start; restart smtp (sluice stop; sluice start)"
             ),

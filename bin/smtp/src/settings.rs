@@ -69,6 +69,8 @@ pub struct Settings {
     pub queue_root: PathBuf,
     /// The delivery log line's settings.
     pub logger: agent::Logger,
+    /// Speak LMTP (lmtp(8)).
+    pub lmtp: bool,
 }
 
 /// `smtp_tls_security_level` of transport `service`.
@@ -187,6 +189,21 @@ impl Settings {
                 PathBuf::from(cfg.str("queue_directory"))
             },
             logger: agent::Logger::from_config(cfg),
+            lmtp: false,
         })
+    }
+
+    /// The settings for LMTP when `lmtp`: LHLO and no TLS (a local
+    /// mailbox server; Postfix's lmtp_tls_security_level is none too).
+    pub fn speaking(mut self, lmtp: bool) -> Settings {
+        if lmtp {
+            self.lmtp = true;
+            self.client.lmtp = true;
+            self.client.tls = ClientTls::Disabled;
+            self.tls = None;
+            self.tls_level = TlsLevel::None;
+            self.roots = None;
+        }
+        self
     }
 }

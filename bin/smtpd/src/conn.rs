@@ -235,7 +235,8 @@ impl Conn {
         }
         self.stream
             .socket()
-            .local_addr()
+            .as_tcp()
+            .and_then(|s| s.local_addr().ok())
             .map(|a| a.ip())
             .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
     }
@@ -304,7 +305,7 @@ impl Conn {
     }
 
     /// The socket, to register.
-    pub fn socket(&mut self) -> &mut mio::net::TcpStream {
+    pub fn socket(&mut self) -> &mut tls::Sock {
         self.stream.socket()
     }
 
@@ -798,7 +799,7 @@ impl Conn {
             }
             Action::CheckData { bdat } => {
                 self.last_verb = if bdat { "BDAT" } else { "DATA" };
-                self.begin_message(cx, pool);
+                self.begin_message(cx, shared, pool);
             }
             Action::Data(bytes) => self.send_data(cx, pool, bytes),
             Action::MessageEnd(_summary) => {
@@ -951,7 +952,7 @@ impl Conn {
         }
     }
 
-    fn begin_message(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
+    fn begin_message(&mut self, cx: &mut Cx<'_>, shared: &Shared, pool: &mut Pool) {
         let tls = self
             .stream
             .tls_info()
@@ -988,6 +989,7 @@ impl Conn {
             envelope: Box::new(envelope),
             origin: Origin::Smtp {
                 protocol: protocol.into(),
+                mynetworks: shared.settings.policy.in_mynetworks(self.peer.ip()),
             },
             hold: self.txn.hold,
         };

@@ -178,6 +178,13 @@ static PARAMS: &[ParamSpec] = &[
     p("job_id_header", T::HeaderName, "", "Header whose value cleanup takes as the message's job id (e.g. X-Job-ID), under the same rules as tenant_id_header; an access JOB action wins over it; empty: off."),
     p("shaping_header_keep", B, "no", "Keep the tenant_id_header and job_id_header headers in the delivered message; by default cleanup removes every one of them."),
     p("tenant_from_sasl", B, "no", "Make the SASL login name of an authenticated submission the message's tenant id when no access action and no tenant_id_header set one."),
+    // DKIM signing in cleanup.
+    p("dkim_signing_table", M, "", "Tables mapping a From: address, or else its domain, to a key name of dkim_key_table, as opendkim's SigningTable; empty: cleanup signs nothing."),
+    p("dkim_key_table", M, "", "Tables (texthash, hash, lmdb or inline) mapping key names to domain:selector:/path/to/key.pem, as opendkim's KeyTable; every key is read when cleanup starts or reloads."),
+    p("dkim_signed_headers", L, "From, Reply-To, Subject, Date, To, Cc, Message-ID, In-Reply-To, References, MIME-Version, Content-Type, Content-Transfer-Encoding, Content-ID, Content-Description, List-Id, List-Unsubscribe, List-Unsubscribe-Post", "Header fields DKIM signatures cover, each instance present."),
+    p("dkim_oversigned_headers", L, "From", "Header fields signed once more than they occur, so that none can be added to a signed message."),
+    p("dkim_canonicalization", T::Enum(&["relaxed/relaxed", "relaxed/simple", "simple/relaxed", "simple/simple"]), "relaxed/relaxed", "DKIM header/body canonicalization."),
+    p("dkim_signing_origins", T::EnumList(&["mynetworks", "sasl_authenticated", "local", "all"]), "mynetworks, sasl_authenticated, local", "Mail cleanup signs: from SMTP clients in mynetworks, from SASL-authenticated clients, submitted locally (sendmail, forwards, notices), or all."),
     // Queue manager and scheduler.
     p("qmgr_message_active_limit", I, "20000", "Most messages in delivery at once; the others wait and are admitted in turn by sender."),
     p("qmgr_message_recipient_limit", I, "20000", "Most recipients in qmgr's memory."),

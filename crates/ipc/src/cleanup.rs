@@ -18,7 +18,7 @@ pub enum Cleanup {}
 
 impl crate::Protocol for Cleanup {
     const NAME: &'static str = "sluice-cleanup";
-    const VERSION: u32 = 2;
+    const VERSION: u32 = 3;
     type Request = Request;
     type Response = Response;
 }
@@ -33,6 +33,8 @@ pub enum Origin {
     Smtp {
         /// The `with` word of the Received: header.
         protocol: String,
+        /// The client is in `mynetworks` (for `dkim_signing_origins`).
+        mynetworks: bool,
     },
     /// Local submission through sendmail(1).
     Local {

@@ -143,6 +143,17 @@ pub struct FileWriter {
     pos: u64,
     buf: Vec<u8>,
     crc: crc32fast::Hasher,
+    head: Head,
+}
+
+/// The bytes reserved at the front of the data, if any (see [`FileWriter::reserve`]).
+#[derive(Debug)]
+enum Head {
+    None,
+    /// Reserved, not written: its length and the checksum of what precedes it.
+    Reserved(u64, crc32fast::Hasher),
+    /// Written: the checksum up to its end, to which the rest's is joined.
+    Filled(crc32fast::Hasher),
 }
 
 impl FileWriter {
@@ -159,7 +170,39 @@ impl FileWriter {
             pos: HEADER_LEN,
             buf: Vec::with_capacity(BUF),
             crc: id_crc(id),
+            head: Head::None,
         })
+    }
+
+    /// Reserves `n` bytes at the front of the data, before anything is
+    /// appended, for [`FileWriter::fill`] to write before `commit`: a
+    /// header that can only be made once the rest has been seen (a DKIM
+    /// signature) goes first without the rest being held back. The rest's
+    /// checksum is kept apart and joined to the front's at commit.
+    pub fn reserve(&mut self, n: u64) {
+        if self.data_len() != 0 || !matches!(self.head, Head::None) {
+            panic!("queue::msgfile: reserve after data");
+        }
+        self.pos += n;
+        let front = std::mem::replace(&mut self.crc, crc32fast::Hasher::new());
+        self.head = Head::Reserved(n, front);
+    }
+
+    /// Writes the reserved bytes; `bytes` must be exactly as long.
+    pub fn fill(&mut self, bytes: &[u8]) -> Result<()> {
+        let Head::Reserved(n, front) = &mut self.head else {
+            panic!("queue::msgfile: fill without a reserve");
+        };
+        if bytes.len() as u64 != *n {
+            panic!("queue::msgfile: fill of {} bytes into {n}", bytes.len());
+        }
+        self.file
+            .write_all_at(bytes, HEADER_LEN)
+            .ctx("write", &self.path)?;
+        let mut front = std::mem::replace(front, crc32fast::Hasher::new());
+        front.update(bytes);
+        self.head = Head::Filled(front);
+        Ok(())
     }
 
     /// The file being written.
@@ -203,6 +246,14 @@ impl FileWriter {
     /// The caller syncs the directory when the file was newly created.
     pub fn commit(mut self, env: &Envelope) -> Result<(File, PathBuf)> {
         self.flush()?;
+        match std::mem::replace(&mut self.head, Head::None) {
+            Head::None => {}
+            Head::Reserved(..) => panic!("queue::msgfile: commit with an unfilled reserve"),
+            Head::Filled(mut front) => {
+                front.combine(&self.crc);
+                self.crc = front;
+            }
+        }
         let env_bytes = postcard::to_allocvec(env).map_err(Error::Encode)?;
         if env_bytes.len() > MAX_ENVELOPE as usize {
             return Err(Error::TooLarge {

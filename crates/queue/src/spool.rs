@@ -133,6 +133,7 @@ impl Spool {
         Draft {
             id,
             state: DraftState::Buffer(Vec::new()),
+            reserved: 0,
         }
     }
 
@@ -282,6 +283,8 @@ enum DraftState {
 pub struct Draft {
     id: QueueId,
     state: DraftState,
+    /// Bytes reserved at the front and not yet filled.
+    reserved: usize,
 }
 
 impl Draft {
@@ -318,10 +321,48 @@ impl Draft {
         }
     }
 
+    /// Reserves `n` bytes at the front of an empty draft, written later
+    /// by [`Draft::fill`] (which must come before `commit`); the content
+    /// appended meanwhile follows them.
+    pub fn reserve(&mut self, spool: &Spool, n: usize) -> Result<()> {
+        if !self.is_empty() || self.reserved != 0 {
+            panic!("queue::spool: reserve on a draft with data");
+        }
+        self.reserved = n;
+        match &mut self.state {
+            DraftState::Buffer(b) if n <= spool.cfg.inline_max => b.resize(n, 0),
+            DraftState::Buffer(_) => {
+                self.spill(spool)?;
+            }
+            DraftState::File(w, _) => w.reserve(n as u64),
+        }
+        Ok(())
+    }
+
+    /// Writes the bytes [`Draft::reserve`] kept room for; exactly as many.
+    pub fn fill(&mut self, bytes: &[u8]) -> Result<()> {
+        let n = std::mem::take(&mut self.reserved);
+        if bytes.len() != n {
+            panic!("queue::spool: fill of {} bytes into {n}", bytes.len());
+        }
+        match &mut self.state {
+            DraftState::Buffer(b) => {
+                b[..n].copy_from_slice(bytes);
+                Ok(())
+            }
+            DraftState::File(w, _) => w.fill(bytes),
+        }
+    }
+
     fn spill(&mut self, spool: &Spool) -> Result<()> {
         if let DraftState::Buffer(b) = &self.state {
             let (mut w, backing) = spool.create_file(self.id)?;
-            w.append(b)?;
+            if self.reserved > 0 {
+                w.reserve(self.reserved as u64);
+                w.append(&b[self.reserved.min(b.len())..])?;
+            } else {
+                w.append(b)?;
+            }
             self.state = DraftState::File(Box::new(w), backing);
         }
         Ok(())

@@ -582,3 +582,42 @@ fn a_restatement_carries_owed_notices_and_the_warning() {
     assert_eq!(st.unnotified[&id].len(), 2);
     assert!(st.messages[&id].warned);
 }
+
+/// A front reserved before the content and filled after it (cleanup's
+/// DKIM signature) reads back in place, checksum and all, whether the
+/// data stays inline, spills past the reserve or starts in a file.
+#[test]
+fn reserved_front_is_filled_in_place() {
+    for (mode, inline_max) in [
+        (FileMode::Pool, 64 << 10),
+        (FileMode::Pool, 500),
+        (FileMode::Pool, 10),
+        (FileMode::Simple, 500),
+        (FileMode::Simple, 0),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path(), cfg(mode, inline_max)).unwrap();
+        let mut gen = ids();
+        for size in [0usize, 300, 5000, 200_000] {
+            let id = gen.next(1);
+            let front = b"DKIM-Signature: v=1; made last\r\n";
+            let rest = body(size);
+            let mut d = spool.draft(id);
+            d.reserve(&spool, front.len()).unwrap();
+            for chunk in rest.chunks(1000) {
+                d.append(&spool, chunk).unwrap();
+            }
+            d.fill(front).unwrap();
+            let total = front.len() + rest.len();
+            assert_eq!(d.len(), total as u64);
+            let dref = d.commit(&spool, &env(total as u64)).unwrap();
+            let mut want = front.to_vec();
+            want.extend_from_slice(&rest);
+            assert_eq!(
+                read_all(&spool, id, &dref),
+                want,
+                "{mode:?} inline_max {inline_max} size {size}"
+            );
+        }
+    }
+}

@@ -28,6 +28,12 @@
 //! the session uses no input until [`ClientSession::tls_established`]; the shell
 //! must drop plaintext that arrived after the 220 (a server-side injection).
 //! AUTH is not used by this client yet. Nothing here logs or panics.
+//!
+//! With [`ClientConfig::lmtp`] the session speaks LMTP (RFC 2033): LHLO
+//! instead of EHLO (no HELO fallback, no STARTTLS), content always with
+//! DATA, and after the content one reply per accepted recipient, in RCPT
+//! order, each reported as [`ClientAction::Delivered`] before the
+//! transaction's [`ClientAction::MessageDone`].
 
 use std::collections::VecDeque;
 
@@ -62,6 +68,8 @@ pub struct ClientConfig {
     /// EHLO keywords to act as if the server had not sent
     /// (Postfix `smtp_discard_ehlo_keywords`).
     pub discard_ehlo_keywords: Vec<String>,
+    /// Speak LMTP (RFC 2033) rather than SMTP.
+    pub lmtp: bool,
 }
 
 impl Default for ClientConfig {
@@ -72,6 +80,7 @@ impl Default for ClientConfig {
             max_reply_line: 2048,
             max_reply_lines: 100,
             discard_ehlo_keywords: Vec::new(),
+            lmtp: false,
         }
     }
 }
@@ -124,6 +133,15 @@ pub enum ClientAction {
     },
     /// Write the content with [`ClientSession::send_content`], then [`ClientSession::end_content`].
     SendContent,
+    /// LMTP: the reply after the content for one accepted recipient
+    /// (index into the envelope's recipients); it is that recipient's
+    /// outcome, whatever [`ClientAction::MessageDone`] says after.
+    Delivered {
+        /// Index of the recipient.
+        index: usize,
+        /// The server's reply for it.
+        reply: Reply,
+    },
     /// The final reply for every recipient that was accepted (to DATA or to the content).
     MessageDone(Reply),
     /// The connection failed; everything in flight must be retried elsewhere.
@@ -186,6 +204,11 @@ struct Tx {
     mid_line: bool,
     /// BDAT chunks written whose reply has not come.
     chunks_out: usize,
+    /// Indexes of the recipients accepted, in RCPT order (LMTP's replies
+    /// after the content come in this order).
+    accepted_idx: Vec<usize>,
+    /// LMTP: how many of those have had their reply after the content.
+    delivered: usize,
 }
 
 /// One SMTP client connection.
@@ -282,6 +305,19 @@ impl ClientSession {
         self.expect.push_back(expect);
     }
 
+    /// EHLO, or LHLO for LMTP (which has no command of its own in the
+    /// server's table: it is written here).
+    fn hello(&mut self) {
+        if self.config.lmtp {
+            self.output
+                .extend_from_slice(format!("LHLO {}\r\n", self.config.helo_name).as_bytes());
+            self.expect.push_back(Expect::Ehlo);
+        } else {
+            let ehlo = Command::Ehlo(self.config.helo_name.clone());
+            self.send(&ehlo, Expect::Ehlo);
+        }
+    }
+
     fn fail(&mut self, e: ClientError) {
         if self.phase == Phase::Closed {
             return;
@@ -310,8 +346,7 @@ impl ClientSession {
             self.tls_active = true;
             self.caps = None;
             self.phase = Phase::Talking;
-            let ehlo = Command::Ehlo(self.config.helo_name.clone());
-            self.send(&ehlo, Expect::Ehlo);
+            self.hello();
         }
     }
 
@@ -356,8 +391,7 @@ impl ClientSession {
         match expect {
             Expect::Greeting => {
                 if r.class() == 2 {
-                    let ehlo = Command::Ehlo(self.config.helo_name.clone());
-                    self.send(&ehlo, Expect::Ehlo);
+                    self.hello();
                 } else {
                     self.fail(ClientError::Greeting(r));
                 }
@@ -366,7 +400,9 @@ impl ClientSession {
                 if r.class() == 2 {
                     let mut caps = Capabilities::from_ehlo(&r);
                     caps.discard(&self.config.discard_ehlo_keywords);
-                    let want_tls = self.config.tls != ClientTls::Disabled && !self.tls_active;
+                    let want_tls = self.config.tls != ClientTls::Disabled
+                        && !self.tls_active
+                        && !self.config.lmtp;
                     if want_tls && caps.starttls {
                         self.send(&Command::StartTls, Expect::StartTls);
                     } else if self.config.tls == ClientTls::Required && !self.tls_active {
@@ -376,7 +412,7 @@ impl ClientSession {
                         self.idle();
                     }
                     self.caps = Some(caps);
-                } else if r.class() == 5 {
+                } else if r.class() == 5 && !self.config.lmtp {
                     let helo = Command::Helo(self.config.helo_name.clone());
                     self.send(&helo, Expect::Helo);
                 } else {
@@ -430,6 +466,7 @@ impl ClientSession {
                     if r.class() == 2 {
                         if let Some(tx) = &mut self.tx {
                             tx.accepted += 1;
+                            tx.accepted_idx.push(index);
                         }
                     }
                     self.actions
@@ -464,6 +501,24 @@ impl ClientSession {
                 self.maybe_idle();
             }
             Expect::DataEnd => {
+                if self.config.lmtp {
+                    let next = self.tx.as_mut().and_then(|t| {
+                        let index = t.accepted_idx.get(t.delivered).copied()?;
+                        t.delivered += 1;
+                        Some((index, t.delivered < t.accepted_idx.len()))
+                    });
+                    if let Some((index, more)) = next {
+                        self.actions.push_back(Action::Delivered {
+                            index,
+                            reply: r.clone(),
+                        });
+                        if more {
+                            // The next recipient's reply comes next.
+                            self.expect.push_front(Expect::DataEnd);
+                            return;
+                        }
+                    }
+                }
                 self.needs_rset = false;
                 self.finish_tx(Some(r));
                 self.maybe_idle();
@@ -584,7 +639,8 @@ impl ClientSession {
             params.envid = None;
         }
         self.phase = Phase::Talking;
-        let bdat = caps.chunking;
+        // LMTP's replies per recipient are DATA's (RFC 2033 section 4.2).
+        let bdat = caps.chunking && !self.config.lmtp;
         self.tx = Some(Tx {
             bdat,
             ..Tx::default()

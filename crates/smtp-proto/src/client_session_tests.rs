@@ -632,3 +632,54 @@ fn client_golden_dialogs() {
         "golden mismatches (SLUICE_REGEN=1 to accept): {failed:?}"
     );
 }
+
+#[test]
+fn lmtp_replies_per_recipient_after_the_content() {
+    let lmtp = ClientConfig {
+        lmtp: true,
+        ..ClientConfig::default()
+    };
+    let mut c = ClientSession::new(lmtp.clone(), false);
+    // LHLO; CHUNKING and STARTTLS offered are not used.
+    let wrote = script(
+        &mut c,
+        &[
+            "220 lmtp\n",
+            "250-x\n250-PIPELINING\n250-CHUNKING\n250 STARTTLS\n",
+        ],
+    );
+    assert_eq!(wrote, ["LHLO localhost\r\n", ""]);
+    assert!(c.is_ready());
+    actions(&mut c);
+    c.send_message(&env("a@x.com", &["b@y.com", "c@y.com", "d@y.com"]));
+    let out = String::from_utf8(c.take_output()).unwrap();
+    assert!(out.ends_with("DATA\r\n"), "{out}");
+    script(&mut c, &["250 ok\n250 b\n550 5.1.1 no c\n250 d\n354 go\n"]);
+    c.send_content(b"x\r\n");
+    c.end_content();
+    assert_eq!(c.take_output(), b"x\r\n.\r\n");
+    // Only two replies are due: one per accepted recipient, in order.
+    script(&mut c, &["250 2.0.0 b saved\n"]);
+    let a = actions(&mut c);
+    assert!(
+        matches!(&a[..], [.., ClientAction::Delivered { index: 0, reply }] if reply.code == 250),
+        "{a:?}"
+    );
+    assert!(!c.is_ready());
+    script(&mut c, &["552 5.2.2 d over quota\n"]);
+    let a = actions(&mut c);
+    assert!(
+        matches!(&a[0], ClientAction::Delivered { index: 2, reply } if reply.code == 552),
+        "{a:?}"
+    );
+    assert!(matches!(a[1], ClientAction::MessageDone(_)), "{a:?}");
+    assert!(matches!(a[2], ClientAction::Ready), "{a:?}");
+
+    // No HELO fallback: a refused LHLO ends the session.
+    let mut c = ClientSession::new(lmtp, false);
+    script(&mut c, &["220 x\n", "500 what\n"]);
+    assert!(matches!(
+        actions(&mut c)[0],
+        ClientAction::Failed(ClientError::Helo(_))
+    ));
+}

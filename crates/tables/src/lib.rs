@@ -207,6 +207,15 @@ impl Table {
         }
     }
 
+    /// The entries of an indexed table, keys folded, in no set order;
+    /// `None` for static and pattern tables, which cannot be listed.
+    pub fn entries(&self) -> Option<impl Iterator<Item = (&str, &str)>> {
+        match &self.kind {
+            Kind::Indexed(m) => Some(m.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+            _ => None,
+        }
+    }
+
     /// Whether an indexed table has no entry.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

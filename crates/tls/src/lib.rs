@@ -1,6 +1,6 @@
 //! TLS for Sluice's SMTP server and client, on rustls with the ring provider.
 //!
-//! [`Stream`] wraps a non-blocking TCP socket that starts in plaintext and
+//! [`Stream`] wraps a non-blocking TCP (or Unix-domain) socket that starts in plaintext and
 //! may switch to TLS (STARTTLS) or start in TLS (implicit TLS, port 465).
 //! Reads append decrypted bytes to the caller's buffer up to a bound the
 //! caller gives, so memory stays bounded whatever the peer sends; writes
@@ -18,7 +18,7 @@ mod stream;
 mod verify;
 
 pub use config::{insecure_client_config, load_server_config, server_name, TlsError};
-pub use stream::{ReadStatus, Stream};
+pub use stream::{ReadStatus, Sock, Stream};
 pub use verify::{check_peer, load_trust_anchors, PeerTrust, SYSTEM_CA_FILE};
 
 /// What a finished handshake agreed, for Received: headers and log lines.

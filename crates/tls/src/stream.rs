@@ -1,9 +1,13 @@
-//! A non-blocking TCP stream that is plaintext until it is switched to TLS.
+//! A non-blocking stream that is plaintext until it is switched to TLS:
+//! over TCP, or over a Unix-domain socket (LMTP to a local server, which
+//! stays plaintext).
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 
-use mio::net::TcpStream;
+use mio::event::Source;
+use mio::net::{TcpStream, UnixStream};
+use mio::{Interest, Registry, Token};
 use rustls::{ClientConnection, Connection, ServerConnection};
 
 use crate::TlsInfo;
@@ -20,10 +24,101 @@ pub struct ReadStatus {
     pub drained: bool,
 }
 
-/// A TCP connection, plaintext or TLS.
+/// The socket under a [`Stream`].
+#[derive(Debug)]
+pub enum Sock {
+    /// TCP.
+    Tcp(TcpStream),
+    /// A Unix-domain stream socket.
+    Unix(UnixStream),
+}
+
+impl Sock {
+    /// The TCP socket, if it is one.
+    pub fn as_tcp(&mut self) -> Option<&mut TcpStream> {
+        match self {
+            Sock::Tcp(s) => Some(s),
+            Sock::Unix(_) => None,
+        }
+    }
+
+    /// The pending socket error (SO_ERROR), as after a non-blocking connect.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        match self {
+            Sock::Tcp(s) => s.take_error(),
+            Sock::Unix(s) => s.take_error(),
+        }
+    }
+
+    /// `Ok` once a non-blocking connect has completed (the peer's address
+    /// is known), `NotConnected` while it is in progress.
+    pub fn connected(&self) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.peer_addr().map(drop),
+            Sock::Unix(s) => s.peer_addr().map(drop),
+        }
+    }
+
+    fn shutdown(&self, how: std::net::Shutdown) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.shutdown(how),
+            Sock::Unix(s) => s.shutdown(how),
+        }
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(buf),
+            Sock::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(buf),
+            Sock::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.flush(),
+            Sock::Unix(s) => s.flush(),
+        }
+    }
+}
+
+impl Source for Sock {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.register(r, t, i),
+            Sock::Unix(s) => s.register(r, t, i),
+        }
+    }
+
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.reregister(r, t, i),
+            Sock::Unix(s) => s.reregister(r, t, i),
+        }
+    }
+
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.deregister(r),
+            Sock::Unix(s) => s.deregister(r),
+        }
+    }
+}
+
+/// A connection, plaintext or TLS.
 #[derive(Debug)]
 pub struct Stream {
-    sock: TcpStream,
+    sock: Sock,
     tls: Option<Connection>,
     out: Vec<u8>,
     out_pos: usize,
@@ -32,6 +127,11 @@ pub struct Stream {
 impl Stream {
     /// Wraps a connected socket in plaintext mode.
     pub fn plain(sock: TcpStream) -> Self {
+        Self::over(Sock::Tcp(sock))
+    }
+
+    /// Wraps a connected (or connecting) socket of either kind, plaintext.
+    pub fn over(sock: Sock) -> Self {
         Stream {
             sock,
             tls: None,
@@ -41,7 +141,7 @@ impl Stream {
     }
 
     /// The socket, to register with mio.
-    pub fn socket(&mut self) -> &mut TcpStream {
+    pub fn socket(&mut self) -> &mut Sock {
         &mut self.sock
     }
 

@@ -1,0 +1,6 @@
+//! lmtp(8): the smtp agent speaking LMTP (see the library's header).
+#![forbid(unsafe_code)]
+
+fn main() {
+    smtp::run(true)
+}
