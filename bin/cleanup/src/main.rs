@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod headers;
+mod milter;
 mod rewrite;
 mod server;
 

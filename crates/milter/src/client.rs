@@ -216,20 +216,24 @@ pub struct Client {
     message_verdict: Option<Verdict>,
     skip_body: bool,
     edits: Vec<Edit>,
+    /// Bytes of edits taken for one message, and the most allowed.
+    edit_bytes: usize,
+    edit_limit: usize,
     failed: bool,
 }
 
 impl Default for Client {
     fn default() -> Self {
-        Self::new()
+        Self::new(codec::VERSION)
     }
 }
 
 impl Client {
-    /// A client that starts with option negotiation.
-    pub fn new() -> Self {
+    /// A client that starts with option negotiation, offering `version`
+    /// (`milter_protocol`: 2 to 6).
+    pub fn new(version: u32) -> Self {
         let mut neg = Vec::with_capacity(12);
-        neg.extend_from_slice(&codec::VERSION.to_be_bytes());
+        neg.extend_from_slice(&version.to_be_bytes());
         neg.extend_from_slice(&act::ALL.to_be_bytes());
         neg.extend_from_slice(&proto::OFFERED.to_be_bytes());
         let mut out = Vec::new();
@@ -246,8 +250,16 @@ impl Client {
             message_verdict: None,
             skip_body: false,
             edits: Vec::new(),
+            edit_bytes: 0,
+            edit_limit: usize::MAX,
             failed: false,
         }
+    }
+
+    /// Bounds the edits of one message (headers, body, addresses) in
+    /// bytes: a milter that sends more has failed.
+    pub fn set_edit_limit(&mut self, bytes: usize) {
+        self.edit_limit = bytes;
     }
 
     /// The client connected: its name, address and port (`family` is
@@ -281,6 +293,7 @@ impl Client {
         self.message_verdict = None;
         self.skip_body = false;
         self.edits.clear();
+        self.edit_bytes = 0;
         let data = codec::strings(args.iter().copied());
         self.push(Stage::Mail, macros, data, true);
     }
@@ -381,6 +394,7 @@ impl Client {
 
     /// The edits asked at the end of the message (after its verdict).
     pub fn take_edits(&mut self) -> Vec<Edit> {
+        self.edit_bytes = 0;
         std::mem::take(&mut self.edits)
     }
 
@@ -391,7 +405,7 @@ impl Client {
         }
         self.decoder.feed(bytes);
         loop {
-            match self.decoder.next() {
+            match self.decoder.next_response() {
                 Ok(Some(r)) => {
                     if let Err(why) = self.answer(r) {
                         self.fail(why);
@@ -540,22 +554,16 @@ impl Client {
             return Ok(());
         }
         match stage {
-            Stage::Connect | Stage::Helo => {
-                if verdict != Verdict::Continue {
-                    self.session_done = true;
-                }
+            Stage::Connect | Stage::Helo if verdict != Verdict::Continue => {
+                self.session_done = true;
             }
-            Stage::Mail => {
-                if verdict != Verdict::Continue {
-                    self.message_done = true;
-                    self.message_verdict = Some(verdict.clone());
-                }
+            Stage::Mail if verdict != Verdict::Continue => {
+                self.message_done = true;
+                self.message_verdict = Some(verdict.clone());
             }
-            Stage::Rcpt => {
-                if verdict == Verdict::Discard {
-                    self.message_done = true;
-                    self.message_verdict = Some(Verdict::Discard);
-                }
+            Stage::Rcpt if verdict == Verdict::Discard => {
+                self.message_done = true;
+                self.message_verdict = Some(Verdict::Discard);
             }
             Stage::Eom => self.message_done = true,
             _ => {}
@@ -575,16 +583,27 @@ impl Client {
 
     fn edit(&mut self, r: Response) -> Result<(), String> {
         let (actions, _) = self.negotiated.unwrap_or((0, 0));
+        self.edit_bytes += match &r {
+            Response::ReplaceBody(b) => b.len(),
+            Response::AddHeader(n, v)
+            | Response::InsertHeader(_, n, v)
+            | Response::ChangeHeader(_, n, v) => n.len() + v.len() + 4,
+            _ => 64,
+        };
+        if self.edit_bytes > self.edit_limit {
+            return Err(format!(
+                "changes to one message over {} bytes",
+                self.edit_limit
+            ));
+        }
         let (needed, edit) = match r {
             Response::AddHeader(name, value) => (act::ADDHDRS, Edit::AddHeader { name, value }),
-            Response::InsertHeader(index, name, value) => (
-                act::ADDHDRS,
-                Edit::InsertHeader { index, name, value },
-            ),
-            Response::ChangeHeader(index, name, value) => (
-                act::CHGHDRS,
-                Edit::ChangeHeader { index, name, value },
-            ),
+            Response::InsertHeader(index, name, value) => {
+                (act::ADDHDRS, Edit::InsertHeader { index, name, value })
+            }
+            Response::ChangeHeader(index, name, value) => {
+                (act::CHGHDRS, Edit::ChangeHeader { index, name, value })
+            }
             Response::AddRecipient(address, args) => {
                 let flag = if args.is_some() {
                     act::ADDRCPT_PAR
@@ -593,9 +612,7 @@ impl Client {
                 };
                 (flag, Edit::AddRecipient { address, args })
             }
-            Response::DeleteRecipient(address) => {
-                (act::DELRCPT, Edit::DeleteRecipient { address })
-            }
+            Response::DeleteRecipient(address) => (act::DELRCPT, Edit::DeleteRecipient { address }),
             Response::ChangeSender(address, args) => {
                 (act::CHGFROM, Edit::ChangeSender { address, args })
             }

@@ -38,7 +38,7 @@ fn events(c: &mut Client) -> Vec<Event> {
 }
 
 fn ready(protocol: u32) -> Client {
-    let mut c = Client::new();
+    let mut c = Client::new(6);
     assert_eq!(codes(&c.transmit()), "O");
     c.receive(&negotiate(act::ALL, protocol));
     c
@@ -57,17 +57,26 @@ fn one_command_in_flight_and_verdicts_in_order() {
     assert_eq!(cmds[0].1, b"Cj\0mx.example\0");
     assert_eq!(cmds[1].1, b"client.example\x004\x00\x19192.0.2.1\0");
     c.receive(&resp(b'c', b""));
-    assert_eq!(events(&mut c), [Event::Verdict(Stage::Connect, Verdict::Continue)]);
+    assert_eq!(
+        events(&mut c),
+        [Event::Verdict(Stage::Connect, Verdict::Continue)]
+    );
     assert_eq!(codes(&c.transmit()), "H");
     c.receive(&resp(b'c', b""));
     c.mail(&[], &["<a@x>", "SIZE=10"]);
-    assert_eq!(commands(&c.transmit())[0], (b'M', b"<a@x>\0SIZE=10\0".to_vec()));
+    assert_eq!(
+        commands(&c.transmit())[0],
+        (b'M', b"<a@x>\0SIZE=10\0".to_vec())
+    );
     c.receive(&resp(b'y', b"550 5.7.1 not you\0"));
     assert_eq!(
         events(&mut c),
         [
             Event::Verdict(Stage::Helo, Verdict::Continue),
-            Event::Verdict(Stage::Mail, Verdict::Reject(Some("550 5.7.1 not you".into())))
+            Event::Verdict(
+                Stage::Mail,
+                Verdict::Reject(Some("550 5.7.1 not you".into()))
+            )
         ]
     );
 }
@@ -167,7 +176,7 @@ fn abort_drops_the_transaction_and_ignores_its_answer() {
 
 #[test]
 fn edits_must_be_negotiated_and_come_at_the_end() {
-    let mut c = Client::new();
+    let mut c = Client::new(6);
     c.transmit();
     c.receive(&negotiate(act::ADDHDRS, 0));
     c.mail(&[], &["<a@x>"]);
@@ -258,7 +267,22 @@ fn bad_reply_codes_and_garbage_fail_the_milter() {
         c.receive(&resp(b'y', bad));
         assert!(matches!(events(&mut c).last(), Some(Event::Failed(_))));
     }
-    let mut c = Client::new();
+    let mut c = Client::new(6);
     c.receive(b"\xff\xff\xff\xffjunk");
+    assert!(matches!(events(&mut c).last(), Some(Event::Failed(_))));
+}
+
+#[test]
+fn a_body_replacement_past_the_limit_fails_the_milter() {
+    let mut c = ready(0);
+    c.set_edit_limit(100_000);
+    c.mail(&[], &["<a@x>"]);
+    c.transmit();
+    c.receive(&resp(b'c', b""));
+    c.end_of_message(&[]);
+    c.transmit();
+    for _ in 0..3 {
+        c.receive(&resp(b'b', &[b'x'; 40_000]));
+    }
     assert!(matches!(events(&mut c).last(), Some(Event::Failed(_))));
 }

@@ -183,7 +183,7 @@ impl Decoder {
     }
 
     /// The next whole response, if one is in.
-    pub fn next(&mut self) -> Result<Option<Response>, DecodeError> {
+    pub fn next_response(&mut self) -> Result<Option<Response>, DecodeError> {
         if self.buf.len() < 4 {
             return Ok(None);
         }
@@ -327,10 +327,7 @@ mod tests {
                 packet(b'b', b"new\r\nbody\r\n"),
                 Response::ReplaceBody(b"new\r\nbody\r\n".to_vec()),
             ),
-            (
-                packet(b'q', b"spam\0"),
-                Response::Quarantine("spam".into()),
-            ),
+            (packet(b'q', b"spam\0"), Response::Quarantine("spam".into())),
         ];
         // All at once, then byte by byte: framing does not depend on reads.
         let mut d = Decoder::default();
@@ -338,15 +335,15 @@ mod tests {
             d.feed(bytes);
         }
         for (_, want) in &cases {
-            assert_eq!(d.next().unwrap().as_ref(), Some(want));
+            assert_eq!(d.next_response().unwrap().as_ref(), Some(want));
         }
-        assert_eq!(d.next().unwrap(), None);
+        assert_eq!(d.next_response().unwrap(), None);
         for (bytes, want) in &cases {
             let mut d = Decoder::default();
             for b in bytes {
                 d.feed(std::slice::from_ref(b));
             }
-            assert_eq!(d.next().unwrap().as_ref(), Some(want));
+            assert_eq!(d.next_response().unwrap().as_ref(), Some(want));
         }
     }
 
@@ -354,10 +351,10 @@ mod tests {
     fn hostile_packets_are_errors() {
         let mut d = Decoder::default();
         d.feed(&u32::MAX.to_be_bytes());
-        assert_eq!(d.next(), Err(DecodeError::BadLength(u32::MAX)));
+        assert_eq!(d.next_response(), Err(DecodeError::BadLength(u32::MAX)));
         let mut d = Decoder::default();
         d.feed(&0u32.to_be_bytes());
-        assert!(d.next().is_err());
+        assert!(d.next_response().is_err());
         for (code, data) in [
             (b'Z', &b""[..]),
             (b'O', b"\0\0"),
@@ -367,7 +364,7 @@ mod tests {
         ] {
             let mut d = Decoder::default();
             d.feed(&packet(code, data));
-            assert!(d.next().is_err(), "{}", code as char);
+            assert!(d.next_response().is_err(), "{}", code as char);
         }
     }
 

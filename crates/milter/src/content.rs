@@ -107,9 +107,10 @@ impl Splitter {
             return;
         }
         self.flush_header(out);
-        let is_header = line.iter().position(|&b| b == b':').is_some_and(|i| {
-            i > 0 && line[..i].iter().all(|&b| (33..=126).contains(&b))
-        });
+        let is_header = line
+            .iter()
+            .position(|&b| b == b':')
+            .is_some_and(|i| i > 0 && line[..i].iter().all(|&b| (33..=126).contains(&b)));
         if is_header && self.header_bytes <= MAX_HEADER_BYTES {
             self.header = line.to_vec();
             return;
@@ -132,9 +133,7 @@ impl Splitter {
             return;
         };
         let value = value.strip_prefix(' ').unwrap_or(value);
-        let value = value
-            .trim_end_matches(['\r', '\n'])
-            .replace("\r\n", "\n");
+        let value = value.trim_end_matches(['\r', '\n']).replace("\r\n", "\n");
         out.push(Part::Header(name.to_string(), value));
     }
 }
@@ -190,11 +189,17 @@ mod tests {
         );
         assert_eq!(
             split_all(&[b"Subject: x\r\n"]),
-            vec![Part::Header("Subject".into(), "x".into()), Part::EndOfHeaders]
+            vec![
+                Part::Header("Subject".into(), "x".into()),
+                Part::EndOfHeaders
+            ]
         );
         assert_eq!(
             split_all(&[b"Subject: x"]),
-            vec![Part::Header("Subject".into(), "x".into()), Part::EndOfHeaders]
+            vec![
+                Part::Header("Subject".into(), "x".into()),
+                Part::EndOfHeaders
+            ]
         );
         assert_eq!(split_all(&[b""]), vec![Part::EndOfHeaders]);
     }
