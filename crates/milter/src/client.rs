@@ -313,7 +313,14 @@ impl Client {
     pub fn content(&mut self, macros: &[(&str, String)], part: &Part) {
         match part {
             Part::Header(name, value) => {
-                let data = codec::strings([name.as_str(), value.as_str()]);
+                // The space after the colon only for a milter that asked
+                // for it (SMFIP_HDR_LEADSPC), as Postfix does.
+                let value = if self.leading_space() {
+                    value.as_str()
+                } else {
+                    value.trim_start_matches([' ', '\t'])
+                };
+                let data = codec::strings([name.as_str(), value]);
                 self.push(Stage::Header, &[], data, false);
             }
             Part::EndOfHeaders => self.push(Stage::Eoh, macros, Vec::new(), false),
@@ -364,6 +371,11 @@ impl Client {
             wanted: false,
         });
         self.pump();
+    }
+
+    fn leading_space(&self) -> bool {
+        self.negotiated
+            .is_some_and(|(_, p)| p & proto::HDR_LEADSPC != 0)
     }
 
     /// Bytes to write to the milter (taken: the caller writes them all
@@ -596,14 +608,39 @@ impl Client {
                 self.edit_limit
             ));
         }
+        // A milter that sees leading spaces gives them too: the one a
+        // header is written with after its colon is not part of the value.
+        let lead = self.leading_space();
+        let unlead = |v: String| -> String {
+            match v.strip_prefix(' ') {
+                Some(rest) if lead => rest.to_string(),
+                _ => v,
+            }
+        };
         let (needed, edit) = match r {
-            Response::AddHeader(name, value) => (act::ADDHDRS, Edit::AddHeader { name, value }),
-            Response::InsertHeader(index, name, value) => {
-                (act::ADDHDRS, Edit::InsertHeader { index, name, value })
-            }
-            Response::ChangeHeader(index, name, value) => {
-                (act::CHGHDRS, Edit::ChangeHeader { index, name, value })
-            }
+            Response::AddHeader(name, v) => (
+                act::ADDHDRS,
+                Edit::AddHeader {
+                    name,
+                    value: unlead(v),
+                },
+            ),
+            Response::InsertHeader(index, name, v) => (
+                act::ADDHDRS,
+                Edit::InsertHeader {
+                    index,
+                    name,
+                    value: unlead(v),
+                },
+            ),
+            Response::ChangeHeader(index, name, v) => (
+                act::CHGHDRS,
+                Edit::ChangeHeader {
+                    index,
+                    name,
+                    value: unlead(v),
+                },
+            ),
             Response::AddRecipient(address, args) => {
                 let flag = if args.is_some() {
                     act::ADDRCPT_PAR

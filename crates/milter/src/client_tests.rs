@@ -286,3 +286,30 @@ fn a_body_replacement_past_the_limit_fails_the_milter() {
     }
     assert!(matches!(events(&mut c).last(), Some(Event::Failed(_))));
 }
+
+#[test]
+fn leading_spaces_only_for_a_milter_that_asks() {
+    for (protocol, sent, given, kept) in [
+        (0, &b"Subject\0x\0"[..], &b"X-A\0 v\0"[..], " v"),
+        (proto::HDR_LEADSPC, b"Subject\0 x\0", b"X-A\0 v\0", "v"),
+    ] {
+        let mut c = ready(protocol);
+        c.mail(&[], &["<a@x>"]);
+        c.transmit();
+        c.receive(&resp(b'c', b""));
+        c.content(&[], &Part::Header("Subject".into(), " x".into()));
+        assert_eq!(commands(&c.transmit())[0], (b'L', sent.to_vec()));
+        c.receive(&resp(b'c', b""));
+        c.end_of_message(&[]);
+        c.transmit();
+        c.receive(&resp(b'h', given));
+        c.receive(&resp(b'c', b""));
+        assert_eq!(
+            c.take_edits(),
+            [Edit::AddHeader {
+                name: "X-A".into(),
+                value: kept.into()
+            }]
+        );
+    }
+}

@@ -4,7 +4,8 @@
 //! without the final dot) in chunks cut anywhere. [`Splitter`] undoes the
 //! dot-stuffing and cuts the header section into [`Part::Header`]s (name,
 //! and value without the space after the colon, continuation lines joined
-//! by LF as Sendmail and Postfix send them), then [`Part::EndOfHeaders`],
+//! by LF as Sendmail and Postfix send them; the space after the colon
+//! is kept, for milters that ask for it), then [`Part::EndOfHeaders`],
 //! then the body as it is, CRLF included. The header section ends at the
 //! empty line, at a line that is no header, or past [`MAX_HEADER_BYTES`]
 //! (the rest is then body, as cleanup's limit does).
@@ -132,7 +133,6 @@ impl Splitter {
         let Some((name, value)) = text.split_once(':') else {
             return;
         };
-        let value = value.strip_prefix(' ').unwrap_or(value);
         let value = value.trim_end_matches(['\r', '\n']).replace("\r\n", "\n");
         out.push(Part::Header(name.to_string(), value));
     }
@@ -165,9 +165,9 @@ mod tests {
         let msg: &[u8] =
             b"Subject: hi\r\nX-Long: a\r\n\tb\r\nFrom: a@b\r\n\r\n..dot\r\nline\r\n.x\r\n";
         let want = vec![
-            Part::Header("Subject".into(), "hi".into()),
-            Part::Header("X-Long".into(), "a\n\tb".into()),
-            Part::Header("From".into(), "a@b".into()),
+            Part::Header("Subject".into(), " hi".into()),
+            Part::Header("X-Long".into(), " a\n\tb".into()),
+            Part::Header("From".into(), " a@b".into()),
             Part::EndOfHeaders,
             Part::Body(b".dot\r\nline\r\n.x\r\n".to_vec()),
         ];
@@ -182,7 +182,7 @@ mod tests {
         assert_eq!(
             split_all(&[b"Subject: x\r\nnot a header\r\n"]),
             vec![
-                Part::Header("Subject".into(), "x".into()),
+                Part::Header("Subject".into(), " x".into()),
                 Part::EndOfHeaders,
                 Part::Body(b"not a header\r\n".to_vec()),
             ]
@@ -190,14 +190,14 @@ mod tests {
         assert_eq!(
             split_all(&[b"Subject: x\r\n"]),
             vec![
-                Part::Header("Subject".into(), "x".into()),
+                Part::Header("Subject".into(), " x".into()),
                 Part::EndOfHeaders
             ]
         );
         assert_eq!(
             split_all(&[b"Subject: x"]),
             vec![
-                Part::Header("Subject".into(), "x".into()),
+                Part::Header("Subject".into(), " x".into()),
                 Part::EndOfHeaders
             ]
         );
