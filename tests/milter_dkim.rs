@@ -33,7 +33,11 @@ fn opendkim_signs_and_dkimpy_verifies() {
         .arg(&keys)
         .output()
         .unwrap();
-    assert!(gen.status.success(), "{}", String::from_utf8_lossy(&gen.stderr));
+    assert!(
+        gen.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gen.stderr)
+    );
 
     // The public key in DNS, in strings of at most 255 bytes (dnsmasq
     // takes them comma-separated, without quotes; the key has no comma).
@@ -43,7 +47,10 @@ fn opendkim_signs_and_dkimpy_verifies() {
         .chunks(250)
         .map(|c| String::from_utf8_lossy(c).into_owned())
         .collect();
-    let record = format!("--txt-record=sel._domainkey.test.example,{}", strings.join(","));
+    let record = format!(
+        "--txt-record=sel._domainkey.test.example,{}",
+        strings.join(",")
+    );
     let (_dns, dns_addr) = dnsmasq(&[&record]).expect("dnsmasq is installed by scripts/test");
 
     let socket = dir.path().join("opendkim.sock");
@@ -117,7 +124,8 @@ fn opendkim_signs_and_dkimpy_verifies() {
             .expect("python3")
     };
     let v = verify(&file);
-    let said = String::from_utf8_lossy(&v.stdout).into_owned() + &String::from_utf8_lossy(&v.stderr);
+    let said =
+        String::from_utf8_lossy(&v.stdout).into_owned() + &String::from_utf8_lossy(&v.stderr);
     assert!(v.status.success(), "dkimpy: {said}\n{}", msg.data);
     assert!(said.contains("pass d=test.example s=sel"), "{said}");
 
