@@ -7,7 +7,8 @@
 //! limited across connections by anvil (smtpd_client_auth_rate_limit), a
 //! Dovecot that is down (454 4.7.0, then AUTH again once it is back) or
 //! stopped (454 4.7.0 after smtpd_sasl_timeout, other sessions served), and
-//! sessions that go on while Dovecot delays another's failure.
+//! sessions that go on while Dovecot delays another's failure; the login
+//! in Received: with smtpd_sasl_authenticated_header.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -446,4 +447,54 @@ fn a_stopped_dovecot_gives_454_after_the_timeout_and_delays_no_other_session() {
     wa.write_all(format!("AUTH PLAIN {ALICE_PLAIN}\r\n").as_bytes())
         .unwrap();
     assert_eq!(reply(&mut ra), "235 2.7.0 Authentication successful\r\n");
+}
+
+/// `smtpd_sasl_authenticated_header`: the login name in Received: when
+/// asked, as Postfix writes it, and not by default.
+#[test]
+fn the_authenticated_header_names_the_login_only_when_asked() {
+    let dovecot = Dovecot::start(&[("alice", "secret")], 0);
+    for (extra, shown) in [
+        ("smtpd_sasl_authenticated_header = yes\n", true),
+        ("", false),
+    ] {
+        let s = setup(&dovecot, extra);
+        let (code, t) = swaks(&[
+            "--server",
+            &format!("127.0.0.1:{}", s.submission),
+            "--tls",
+            "--auth",
+            "PLAIN",
+            "--auth-user",
+            "alice",
+            "--auth-password",
+            "secret",
+            "--from",
+            "alice@test.example",
+            "--to",
+            "far@remote.example",
+        ]);
+        assert_eq!(code, 0, "{t}");
+        let id = t
+            .lines()
+            .find_map(|l| l.split("queued as ").nth(1))
+            .unwrap()
+            .trim()
+            .to_string();
+        let out = s.inst.sluice(&["queue", "show", &id]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let received = text
+            .split("Received: ")
+            .nth(1)
+            .and_then(|r| r.split(";").next())
+            .unwrap_or_else(|| panic!("no Received: in {text}"));
+        // Between the client and "by", as Postfix puts it.
+        let before_by = received.split("by mx.test.example").next().unwrap();
+        assert_eq!(
+            before_by.contains("(Authenticated sender: alice)"),
+            shown,
+            "{extra}: {received}"
+        );
+        assert!(received.contains("with ESMTPSA"), "{received}");
+    }
 }

@@ -20,6 +20,7 @@
 
 mod dkim;
 mod headers;
+mod milter;
 mod rewrite;
 mod server;
 

@@ -42,6 +42,7 @@ use sys::creds::PeerCred;
 
 use crate::dkim::Dkim;
 use crate::headers::{self, Fed, HeaderBuffer};
+use crate::milter;
 use crate::rewrite::{self, Refusal};
 
 /// Where a message's address mapping stands.
@@ -72,6 +73,8 @@ struct Msg {
     ids: headers::Ids,
     /// The DKIM signature being made, its place reserved in the draft.
     sign: Option<::dkim::Signing>,
+    /// Content held for the milters' changes (see `milter.rs`).
+    held: Option<milter::Held>,
 }
 
 impl Msg {
@@ -250,6 +253,8 @@ impl CleanupServer {
                     msg_info!("{id}: uid={} from=<{}>", peer.uid, envelope.sender);
                 }
                 let draft = self.spool.draft(id);
+                let held = matches!(origin, Origin::Smtp { milters: true, .. })
+                    .then(milter::Held::default);
                 let c = self.clients.get_mut(&token)?;
                 if let Some(mut old) = c.msg.take() {
                     old.discard(&self.spool);
@@ -281,6 +286,7 @@ impl CleanupServer {
                     ended: None,
                     ids: headers::Ids::default(),
                     sign: None,
+                    held,
                 });
                 if let Some(ask) = ask {
                     self.ask_router(cx, token, id, &ask);
@@ -295,6 +301,10 @@ impl CleanupServer {
                 }
                 let c = self.clients.get_mut(&token)?;
                 let m = c.msg.as_mut()?;
+                if m.held.is_some() {
+                    hold_content(m, &bytes, self.size_limit);
+                    return None;
+                }
                 // Written as they come: the body is not copied again to
                 // follow the header block in one buffer.
                 match m.headers.feed(&bytes) {
@@ -335,9 +345,17 @@ impl CleanupServer {
                 let Some(mut m) = c.msg.take() else {
                     return Some(failed(503, "5.5.1", "Error: no message in progress"));
                 };
-                // Content that ended inside the headers: a header section
-                // with no body, which RFC 5322 allows.
-                if let Some(headers) = m.headers.finish() {
+                if m.held.is_some() {
+                    let ctx = HeaderCtx {
+                        hostname: &hostname,
+                        origin_domain: &origin_domain,
+                        always_add,
+                        id_headers: &id_headers,
+                    };
+                    write_held(&self.spool, self.size_limit, &mut m, &ctx);
+                } else if let Some(headers) = m.headers.finish() {
+                    // Content that ended inside the headers: a header
+                    // section with no body, which RFC 5322 allows.
                     let out = header_block(
                         &mut m,
                         &headers,
@@ -355,6 +373,13 @@ impl CleanupServer {
                     return None;
                 }
                 self.finish(cx, token, request, m)
+            }
+            Request::Edits { edits } => {
+                let c = self.clients.get_mut(&token)?;
+                if let Some(h) = c.msg.as_mut().and_then(|m| m.held.as_mut()) {
+                    h.edits.extend(edits);
+                }
+                None
             }
             Request::Abort => {
                 let c = self.clients.get_mut(&token)?;
@@ -386,6 +411,20 @@ impl CleanupServer {
                 Mapping::Done(Err(e)) => m.error = Some(e),
                 Mapping::Waiting => m.error = Some(rewrite::unavailable()),
                 Mapping::Off => {}
+            }
+            if let Some(h) = &m.held {
+                milter::edit_envelope(&mut m.envelope, &h.edits);
+                if let Some(reason) = h.hold_reason() {
+                    msg_info!("{}: milter-hold: {reason}", m.id);
+                    m.hold = true;
+                }
+                if m.envelope.recipients.is_empty() {
+                    m.error = Some((
+                        554,
+                        "5.7.1",
+                        "Error: milters deleted every recipient".into(),
+                    ));
+                }
             }
         }
         if m.error.is_none() {
@@ -771,6 +810,68 @@ fn user_name(uid: u32) -> String {
         .unwrap_or_else(|| format!("uid{uid}"))
 }
 
+/// What `header_block` needs of the server's settings.
+struct HeaderCtx<'a> {
+    hostname: &'a str,
+    origin_domain: &'a str,
+    always_add: bool,
+    id_headers: &'a headers::IdHeaders,
+}
+
+/// Writes a held message (see `milter.rs`): its headers as the milters
+/// changed them behind Received:, then its body or their replacement.
+fn write_held(spool: &Spool, size_limit: u64, m: &mut Msg, ctx: &HeaderCtx<'_>) {
+    let Some(mut held) = m.held.take() else {
+        return;
+    };
+    let section = held
+        .headers
+        .take()
+        .or_else(|| m.headers.finish())
+        .unwrap_or_default();
+    let section = milter::edit_headers(&section, &held.edits);
+    let head = header_block(
+        m,
+        &section,
+        ctx.hostname,
+        ctx.origin_domain,
+        ctx.always_add,
+        ctx.id_headers,
+    );
+    write(spool, m, &head, size_limit);
+    let body = match held.replacement() {
+        Some(b) => milter::wire_body(&b),
+        None => std::mem::take(&mut held.body),
+    };
+    write(spool, m, &body, size_limit);
+    // Kept for the envelope changes, made after the address mapping.
+    held.body = Vec::new();
+    held.edits
+        .retain(|e| !matches!(e, ipc::cleanup::Edit::ReplaceBody { .. }));
+    m.held = Some(held);
+}
+
+/// Holds content of a message the milters may change, within the size limit.
+fn hold_content(m: &mut Msg, bytes: &[u8], size_limit: u64) {
+    let Some(h) = m.held.as_mut() else { return };
+    if m.error.is_some() {
+        return;
+    }
+    let held = h.body.len() + h.headers.as_ref().map_or(0, Vec::len) + bytes.len();
+    if size_limit > 0 && held as u64 > size_limit + 64 * 1024 {
+        m.error = Some((552, "5.3.4", "Message size exceeds fixed limit".into()));
+        return;
+    }
+    match m.headers.feed(bytes) {
+        Fed::Holding => {}
+        Fed::Through => h.body.extend_from_slice(bytes),
+        Fed::Complete { headers, rest } => {
+            h.headers = Some(headers);
+            h.body.extend_from_slice(&rest);
+        }
+    }
+}
+
 /// Appends content to the draft, remembering the first failure.
 fn write(spool: &Spool, m: &mut Msg, bytes: &[u8], size_limit: u64) {
     if m.error.is_some() {
@@ -880,7 +981,11 @@ fn header_block(
         _ => String::new(),
     };
     match &m.origin {
-        Origin::Smtp { protocol, .. } => {
+        Origin::Smtp {
+            protocol,
+            authenticated_sender,
+            ..
+        } => {
             let helo = env.helo.as_deref().unwrap_or("unknown");
             let name = env.client_name.as_deref().unwrap_or("unknown");
             let addr = env.client_addr.as_deref().unwrap_or("unknown");
@@ -889,9 +994,14 @@ fn header_block(
                 .as_deref()
                 .map(|t| format!("\r\n\t(using {t})"))
                 .unwrap_or_default();
+            // smtpd_sasl_authenticated_header, in Postfix's words.
+            let auth = authenticated_sender
+                .as_deref()
+                .map(|u| format!("\r\n\t(Authenticated sender: {u})"))
+                .unwrap_or_default();
             out.extend_from_slice(
                 format!(
-                    "Received: from {helo} ({name} [{addr}])\r\n\tby {hostname} (Sluice) with {protocol} id {}{tls}{for_rcpt};\r\n\t{date}\r\n",
+                    "Received: from {helo} ({name} [{addr}]){auth}\r\n\tby {hostname} (Sluice) with {protocol} id {}{tls}{for_rcpt};\r\n\t{date}\r\n",
                     m.id
                 )
                 .as_bytes(),

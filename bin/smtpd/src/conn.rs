@@ -11,7 +11,8 @@
 //! `LINK_BACKLOG` bytes unsent, no more input is fed: memory stays bounded
 //! and TCP pushes back on the client. AUTH exchanges go to the server's
 //! one SASL link (`sasl.rs`) as requests the server takes after each turn;
-//! their outcomes come back through [`Conn::sasl_outcome`].
+//! their outcomes come back through [`Conn::sasl_outcome`]. The
+//! session's milters are in `milters.rs`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +28,9 @@ use smtp_proto::{EnhancedCode, Path, Reply};
 
 use crate::pool::Pool;
 use crate::settings::Settings;
+
+mod milters;
+use milters::MilterWait;
 
 /// What every session shares.
 pub struct Shared {
@@ -140,6 +144,12 @@ pub struct Conn {
     auth_failures: u32,
     /// The address the client connected to, as a PROXY header gave it.
     server_ip: Option<std::net::IpAddr>,
+    /// The session's milters (`smtpd_milters`).
+    milters: Option<crate::milter::Milters>,
+    /// What the session waits for from them.
+    milter_wait: Option<MilterWait>,
+    /// `smtpd_sasl_authenticated_header`.
+    sasl_header: bool,
 }
 
 impl Conn {
@@ -205,6 +215,9 @@ impl Conn {
             auth_held: None,
             sasl_login: None,
             auth_failures: 0,
+            milters: None,
+            milter_wait: None,
+            sasl_header: s.sasl_header,
         }
     }
 
@@ -321,10 +334,11 @@ impl Conn {
 
     /// When this session times out, or gives up waiting for cleanup.
     pub fn deadline(&self) -> Instant {
-        match self.link.as_ref().and_then(|l| l.waiting) {
+        let d = match self.link.as_ref().and_then(|l| l.waiting) {
             Some((_, _, d)) => d.min(self.deadline),
             None => self.deadline,
-        }
+        };
+        self.milter_deadline().map_or(d, |m| m.min(d))
     }
 
     /// The question the session waits to have sent to the router: the
@@ -334,9 +348,15 @@ impl Conn {
     }
 
     /// The router's answer to the session's question: the RCPT is decided.
-    pub fn router_answer(&mut self, shared: &Shared, answer: crate::router::Answer) {
+    pub fn router_answer(
+        &mut self,
+        cx: &mut Cx<'_>,
+        pool: &mut Pool,
+        shared: &Shared,
+        answer: crate::router::Answer,
+    ) {
         if let Some((to, params)) = self.pending_rcpt.take() {
-            self.check_recipient(shared, to, params, Some(&answer));
+            self.check_recipient(cx, pool, shared, to, params, Some(&answer));
         }
     }
 
@@ -544,6 +564,9 @@ impl Conn {
     /// The client was silent for smtpd_timeout, or cleanup did not answer
     /// within smtpd_cleanup_timeout.
     pub fn timed_out(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
+        if self.milters_expired(cx, pool) {
+            return;
+        }
         if let Some((_, what, d)) = self.link.as_ref().and_then(|l| l.waiting) {
             if d <= cx.now {
                 msg_warn!(
@@ -596,6 +619,7 @@ impl Conn {
     /// Releases the sockets.
     pub fn shutdown(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
         self.abort_link_txn(cx, pool);
+        self.close_milters(cx);
         // Dropping the socket closes it, which also takes it out of the
         // poll set and sends the FIN after what is queued: in plaintext
         // neither epoll_ctl nor shutdown(2) is needed first.
@@ -625,6 +649,7 @@ impl Conn {
         self.link
             .as_ref()
             .is_some_and(|h| h.link.pending_output() > LINK_BACKLOG)
+            || self.milters_backlogged()
     }
 
     /// Runs the session on what has arrived and answers what it can.
@@ -782,9 +807,9 @@ impl Conn {
                     smtputf8: params.smtputf8,
                     ..Txn::default()
                 };
-                let _ = self
-                    .session
-                    .decide(Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"));
+                let sender = self.txn.sender.clone();
+                let esmtp = milters::mail_args(&params);
+                self.sender_accepted(cx, pool, &sender, &esmtp);
             }
             Action::CheckRecipient { to, params } => {
                 self.last_verb = "RCPT";
@@ -795,13 +820,17 @@ impl Conn {
                     self.pending_rcpt = Some((to, params));
                     return;
                 }
-                self.check_recipient(shared, to, params, None);
+                self.check_recipient(cx, pool, shared, to, params, None);
             }
             Action::CheckData { bdat } => {
                 self.last_verb = if bdat { "BDAT" } else { "DATA" };
                 self.begin_message(cx, shared, pool);
+                self.milter_data(cx);
             }
-            Action::Data(bytes) => self.send_data(cx, pool, bytes),
+            Action::Data(bytes) => {
+                self.milter_content(cx, &bytes);
+                self.send_data(cx, pool, bytes);
+            }
             Action::MessageEnd(_summary) => {
                 self.last_verb = "END-OF-MESSAGE";
                 if self.link.is_none() {
@@ -828,9 +857,10 @@ impl Conn {
                     ));
                     return;
                 }
-                self.send_end(cx, pool);
+                self.end_of_message(cx, pool);
             }
             Action::TransactionAborted(reason) => {
+                self.milter_abort(cx);
                 if let AbortReason::Refused(refusal, _) = reason {
                     let r = refusal.reply();
                     let enh = r.enhanced.map(|e| format!(" {e}")).unwrap_or_default();
@@ -893,6 +923,8 @@ impl Conn {
     /// it was needed, and answers the RCPT.
     fn check_recipient(
         &mut self,
+        cx: &mut Cx<'_>,
+        pool: &mut Pool,
         shared: &Shared,
         to: smtp_proto::Mailbox,
         params: smtp_proto::command::RcptParams,
@@ -927,10 +959,7 @@ impl Conn {
                 if job.is_some() {
                     self.txn.job = job;
                 }
-                self.txn.recipients.push(params.recipient(to.to_string()));
-                let _ = self
-                    .session
-                    .decide(Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"));
+                self.recipient_accepted(cx, pool, params.recipient(to.to_string()));
             }
             policy::Verdict::Refuse {
                 code,
@@ -990,8 +1019,14 @@ impl Conn {
             origin: Origin::Smtp {
                 protocol: protocol.into(),
                 mynetworks: shared.settings.policy.in_mynetworks(self.peer.ip()),
+                authenticated_sender: self
+                    .sasl_login
+                    .as_ref()
+                    .filter(|_| self.sasl_header)
+                    .map(|(_, u)| u.clone()),
+                milters: self.milters.is_some(),
             },
-            hold: self.txn.hold,
+            hold: self.txn.hold || self.milter_hold(),
         };
         // A kept link whose cleanup has gone since (its close not read
         // yet) fails at once: the message then takes a new connection.

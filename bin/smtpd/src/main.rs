@@ -10,6 +10,7 @@
 
 mod anvil;
 mod conn;
+mod milter;
 mod misconfigured;
 mod pool;
 mod proxy;

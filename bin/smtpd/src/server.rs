@@ -42,6 +42,8 @@ pub struct SmtpServer {
     router: RouterLink,
     /// Dovecot's auth server, when AUTH is on; one link for all sessions.
     sasl: Option<SaslLink>,
+    /// Milter sockets → the session they belong to.
+    milter_owner: BTreeMap<Token, Token>,
     /// Sessions anvil counts (not the exempt ones).
     counted: std::collections::BTreeSet<Token>,
     service: String,
@@ -75,6 +77,7 @@ impl SmtpServer {
                 auth_mechanisms,
             },
             conns: BTreeMap::new(),
+            milter_owner: BTreeMap::new(),
             counted: std::collections::BTreeSet::new(),
             service: ctx.args.service.clone(),
             chrooted,
@@ -131,6 +134,9 @@ impl SmtpServer {
         let registered =
             cx.registry
                 .register(c.socket(), token, Interest::READABLE | Interest::WRITABLE);
+        for t in c.start_milters(cx, &self.shared) {
+            self.milter_owner.insert(t, token);
+        }
         self.conns.insert(token, c);
         if let Err(e) = registered {
             msg_warn!("register client: {e}");
@@ -296,6 +302,7 @@ impl SmtpServer {
         };
         self.router.forget(token);
         self.anvil.forget(token);
+        self.milter_owner.retain(|_, owner| *owner != token);
         if let Some(sasl) = self.sasl.as_mut() {
             sasl.forget(token);
         }
@@ -311,7 +318,7 @@ impl SmtpServer {
     fn router_answers(&mut self, cx: &mut Cx<'_>, answers: Vec<(Token, Answer)>) {
         for (token, answer) in answers {
             if let Some(c) = self.conns.get_mut(&token) {
-                c.router_answer(&self.shared, answer);
+                c.router_answer(cx, &mut self.pool, &self.shared, answer);
             }
             self.after_io(cx, token);
         }
@@ -326,7 +333,7 @@ impl SmtpServer {
             Some(c) => {
                 while let Some((address, smtputf8)) = c.take_router_question() {
                     if let Err(e) = self.router.ask(cx, token, address, smtputf8) {
-                        c.router_answer(&self.shared, Err(e));
+                        c.router_answer(cx, &mut self.pool, &self.shared, Err(e));
                         c.drive(cx, &self.shared, &mut self.pool);
                     }
                 }
@@ -385,6 +392,13 @@ impl Server for SmtpServer {
                 self.shared.auth_mechanisms = mechs.to_vec();
             }
             self.sasl_outcomes(cx, outcomes);
+            return;
+        }
+        if let Some(&owner) = self.milter_owner.get(&token) {
+            if let Some(c) = self.conns.get_mut(&owner) {
+                c.milter_ready(cx, &mut self.pool, token);
+            }
+            self.after_io(cx, owner);
             return;
         }
         if let Some(owner) = self.pool.owner(token) {

@@ -93,6 +93,8 @@ pub enum ValueProblem {
     Listen(String),
     /// Not a header field name; the text says how.
     HeaderName(String),
+    /// A milter is not `unix:/path` or `inet:host:port`; the text says which.
+    Milter(String),
 }
 
 impl ValueProblem {
@@ -110,6 +112,7 @@ impl ValueProblem {
             ValueProblem::Braces => "unbalanced { } in value",
             ValueProblem::Listen(_) => "bad listening address",
             ValueProblem::HeaderName(_) => "bad header name",
+            ValueProblem::Milter(_) => "bad milter address",
         }
     }
 
@@ -131,6 +134,9 @@ impl ValueProblem {
             ValueProblem::HeaderName(why) => {
                 format!(" ({why}; use a name such as X-Tenant-ID, or nothing)")
             }
+            ValueProblem::Milter(what) => format!(
+                " ({what}; use unix:/path/to/socket or inet:host:port, as inet:127.0.0.1:8891)"
+            ),
         }
     }
 }

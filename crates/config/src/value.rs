@@ -94,6 +94,8 @@ pub enum ParamType {
     Listen,
     /// A message header field name (RFC 5322 ftext), without the colon; empty for none.
     HeaderName,
+    /// Milters: `unix:/path` or `inet:host:port` items; empty for none.
+    MilterList,
 }
 
 impl ParamType {
@@ -116,6 +118,7 @@ impl ParamType {
             }
             ParamType::Listen => "address:port, or empty".into(),
             ParamType::HeaderName => "header name, or empty".into(),
+            ParamType::MilterList => "list of unix:/path or inet:host:port".into(),
         }
     }
 
@@ -138,8 +141,64 @@ impl ParamType {
             ParamType::Feedback => parse_feedback(text).map(drop),
             ParamType::Listen => parse_listen(text).map(drop),
             ParamType::HeaderName => parse_header_name(text).map(drop),
+            ParamType::MilterList => parse_milters(text).map(drop),
         }
     }
+}
+
+/// Where a milter listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MilterAddr {
+    /// `unix:/path`: a Unix-domain socket (relative paths are under the queue directory).
+    Unix(std::path::PathBuf),
+    /// `inet:host:port` (`inet:[v6]:port` for IPv6): host is a name or an address.
+    Inet(String, u16),
+}
+
+impl std::fmt::Display for MilterAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MilterAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+            MilterAddr::Inet(h, p) if h.contains(':') => write!(f, "inet:[{h}]:{p}"),
+            MilterAddr::Inet(h, p) => write!(f, "inet:{h}:{p}"),
+        }
+    }
+}
+
+/// Parses `smtpd_milters`: `unix:/path` and `inet:host:port` items
+/// (`local:` is `unix:`, as in Postfix), separated by commas or spaces.
+pub fn parse_milters(text: &str) -> Result<Vec<MilterAddr>, ValueProblem> {
+    let mut out = Vec::new();
+    for item in split_list(text)? {
+        let bad = |why: &str| ValueProblem::Milter(format!("{item}: {why}"));
+        let (kind, rest) = item.split_once(':').ok_or_else(|| bad("no type"))?;
+        match kind.to_ascii_lowercase().as_str() {
+            "unix" | "local" => {
+                if rest.is_empty() {
+                    return Err(bad("no socket path"));
+                }
+                out.push(MilterAddr::Unix(rest.into()));
+            }
+            "inet" => {
+                let (host, port) = if let Some(r) = rest.strip_prefix('[') {
+                    let (h, p) = r.split_once(']').ok_or_else(|| bad("missing ]"))?;
+                    (h, p.strip_prefix(':').ok_or_else(|| bad("missing :port"))?)
+                } else {
+                    rest.rsplit_once(':').ok_or_else(|| bad("missing :port"))?
+                };
+                let port = match port.parse::<u16>() {
+                    Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => p,
+                    _ => return Err(bad("the port must be a number from 1 to 65535")),
+                };
+                if host.is_empty() {
+                    return Err(bad("no host"));
+                }
+                out.push(MilterAddr::Inet(host.to_string(), port));
+            }
+            _ => return Err(bad("the type must be unix or inet")),
+        }
+    }
+    Ok(out)
 }
 
 /// Parses a header field name (printable ASCII but the colon, RFC 5322's

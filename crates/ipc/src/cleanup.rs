@@ -9,6 +9,11 @@
 //! streaming (disk full) is remembered and reported at `End`. `Abort`
 //! drops the message. On the `submit` service the client's uid comes from
 //! SO_PEERCRED, not from the request.
+//!
+//! A message smtpd's milters look at (`Origin::Smtp { milters: true }`)
+//! may be changed by them at its end, after all its content was sent: the
+//! milters' `Edit`s then come in one request before `End` (see cleanup's
+//! `milter` module for where they are applied).
 
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +40,12 @@ pub enum Origin {
         protocol: String,
         /// The client is in `mynetworks` (for `dkim_signing_origins`).
         mynetworks: bool,
+        /// The SASL login name for `(Authenticated sender: NAME)` in
+        /// Received:, when `smtpd_sasl_authenticated_header = yes`.
+        authenticated_sender: Option<String>,
+        /// Milters look at the message: its content is held until `End`,
+        /// and `Edits` may come before it.
+        milters: bool,
     },
     /// Local submission through sendmail(1).
     Local {
@@ -65,10 +76,72 @@ pub enum Request {
         #[serde(with = "queue::byte_string")]
         bytes: Vec<u8>,
     },
+    /// The milters' changes, in the order they asked them; after the
+    /// content and before `End`, not answered.
+    Edits {
+        /// The changes.
+        edits: Vec<Edit>,
+    },
     /// The content is complete; answer once it is durable.
     End,
     /// Forget the message.
     Abort,
+}
+
+/// A milter's change to a message (Postfix's milter edit requests).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Edit {
+    /// Append a header.
+    AddHeader {
+        /// Its name.
+        name: String,
+        /// Its value; continuation lines joined by LF.
+        value: String,
+    },
+    /// Insert a header before the `index`-th one the milters saw (0: first).
+    InsertHeader {
+        /// The position.
+        index: u32,
+        /// Its name.
+        name: String,
+        /// Its value.
+        value: String,
+    },
+    /// Change the `index`-th (from 1) header of that name; an empty value deletes it.
+    ChangeHeader {
+        /// Which one of that name.
+        index: u32,
+        /// The name.
+        name: String,
+        /// The new value.
+        value: String,
+    },
+    /// Add an envelope recipient.
+    AddRecipient {
+        /// The address, without angle brackets.
+        address: String,
+    },
+    /// Delete the envelope recipients with this address.
+    DeleteRecipient {
+        /// The address, without angle brackets.
+        address: String,
+    },
+    /// Change the envelope sender.
+    ChangeSender {
+        /// The address, without angle brackets (empty: the null sender).
+        address: String,
+    },
+    /// Replace the body: CRLF lines, not dot-stuffed, whole.
+    ReplaceBody {
+        /// The new body.
+        #[serde(with = "queue::byte_string")]
+        bytes: Vec<u8>,
+    },
+    /// Put the message on hold (Postfix's quarantine), for this reason.
+    Hold {
+        /// The milter's reason.
+        reason: String,
+    },
 }
 
 /// cleanup's answers.

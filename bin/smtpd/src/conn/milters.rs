@@ -1,0 +1,425 @@
+//! A session's side of its milters (`crate::milter`): which SMTP events
+//! they hear with which macros, and what their verdicts make of the
+//! session's replies.
+//!
+//! The milters are asked after smtpd's own checks have passed, as in
+//! Postfix: MAIL FROM and RCPT TO wait for their verdict before the
+//! reply; DATA, the headers and the body are told without waiting; the
+//! end of the message waits for the verdict and the changes, which go to
+//! cleanup (`Request::Edits`) before `End`, so the 250 covers the
+//! changed message. A refusal at connect or HELO answers the next MAIL
+//! FROM (and every later command the milters hear), as Postfix does.
+//! Macros are Postfix's defaults for each stage; `i` (the queue id) is
+//! known from DATA on, since the queue file is made at DATA here.
+
+use daemon::{msg_info, Cx};
+use ipc::cleanup::{Request, MAX_CHUNK};
+use mail::Recipient;
+use milter::{Stage, Verdict};
+use mio::Token;
+use smtp_proto::{EnhancedCode, Reply};
+
+use super::{Conn, Shared};
+use crate::pool::Pool;
+
+/// What a session waits for from its milters.
+pub(super) enum MilterWait {
+    /// MAIL FROM's verdict.
+    Mail,
+    /// RCPT TO's verdict, for this recipient.
+    Rcpt(Recipient),
+    /// The end of the message's verdict and changes.
+    Eom,
+}
+
+type Macros = Vec<(&'static str, String)>;
+
+impl Conn {
+    /// Opens the session's milters (when `smtpd_milters` names any) and
+    /// tells them of the connection; their sockets' tokens, to route events.
+    pub fn start_milters(&mut self, cx: &mut Cx<'_>, shared: &Shared) -> Vec<Token> {
+        let Some(s) = shared.settings.milters.clone() else {
+            return Vec::new();
+        };
+        let mut m = crate::milter::Milters::open(cx, &s);
+        let local = self.local_ip();
+        let macros: Macros = vec![
+            ("j", s.myhostname.clone()),
+            ("{daemon_name}", s.daemon_name.clone()),
+            ("{daemon_addr}", local.to_string()),
+            ("v", "Sluice".into()),
+            ("_", format!("[{ip}] [{ip}]", ip = self.peer.ip())),
+            ("{client_addr}", self.peer.ip().to_string()),
+            ("{client_port}", self.peer.port().to_string()),
+            ("{client_name}", "unknown".into()),
+        ];
+        m.connect(cx, &macros, self.peer);
+        let tokens = m.tokens();
+        self.milters = Some(m);
+        tokens
+    }
+
+    /// Whether the milters hold more input than they have taken.
+    pub(super) fn milters_backlogged(&self) -> bool {
+        self.milters.as_ref().is_some_and(|m| m.backlogged())
+    }
+
+    /// When a milter gives up.
+    pub(super) fn milter_deadline(&self) -> Option<std::time::Instant> {
+        self.milters.as_ref().and_then(|m| m.deadline())
+    }
+
+    /// Whether mail is to be held for a milter's sake.
+    pub(super) fn milter_hold(&self) -> bool {
+        self.milters.as_ref().is_some_and(|m| m.hold())
+    }
+
+    /// A milter socket is ready.
+    pub fn milter_ready(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, token: Token) {
+        let v = self.milters.as_mut().and_then(|m| m.ready(cx, token));
+        if let Some(v) = v {
+            self.milter_decided(cx, pool, v);
+        }
+    }
+
+    /// Milters past their deadline; true if one was.
+    pub(super) fn milters_expired(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) -> bool {
+        if self.milter_deadline().is_none_or(|d| d > cx.now) {
+            return false;
+        }
+        let v = self.milters.as_mut().and_then(|m| m.expired(cx));
+        if let Some(v) = v {
+            self.milter_decided(cx, pool, v);
+        }
+        true
+    }
+
+    /// MAIL FROM passed smtpd's checks: the milters' turn, or 250.
+    pub(super) fn sender_accepted(
+        &mut self,
+        cx: &mut Cx<'_>,
+        pool: &mut Pool,
+        from: &str,
+        params: &[String],
+    ) {
+        if self.milters.is_none() {
+            let _ = self
+                .session
+                .decide(Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"));
+            return;
+        }
+        let mut helo_macros: Macros = Vec::new();
+        if let Some(info) = self.stream.tls_info() {
+            helo_macros.push(("{tls_version}", info.version.to_string()));
+            helo_macros.push(("{cipher}", info.cipher.to_string()));
+        }
+        let helo = self.session.helo_name().unwrap_or("").to_string();
+        let mut macros: Macros = vec![
+            ("{mail_addr}", from.to_string()),
+            ("{mail_host}", domain(from)),
+            (
+                "{mail_mailer}",
+                if from.is_empty() { "local" } else { "smtp" }.into(),
+            ),
+        ];
+        if let Some((mech, user)) = &self.sasl_login {
+            macros.push(("{auth_type}", mech.clone()));
+            macros.push(("{auth_authen}", user.clone()));
+        }
+        let sender = format!("<{from}>");
+        let mut args: Vec<&str> = vec![&sender];
+        args.extend(params.iter().map(String::as_str));
+        self.milter_wait = Some(MilterWait::Mail);
+        let m = self.milters.as_mut().expect("checked above");
+        m.helo(&helo_macros, &helo);
+        if let Some(v) = m.ask(cx, Stage::Mail, &macros, &args) {
+            self.milter_decided(cx, pool, v);
+        }
+    }
+
+    /// A recipient passed smtpd's checks: the milters' turn, or 250.
+    pub(super) fn recipient_accepted(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, rcpt: Recipient) {
+        let Some(m) = self.milters.as_mut() else {
+            self.txn.recipients.push(rcpt);
+            let _ = self
+                .session
+                .decide(Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"));
+            return;
+        };
+        let macros: Macros = vec![
+            ("{rcpt_addr}", rcpt.address.clone()),
+            ("{rcpt_host}", domain(&rcpt.address)),
+            ("{rcpt_mailer}", "smtp".into()),
+        ];
+        let to = format!("<{}>", rcpt.address);
+        let v = m.ask(cx, Stage::Rcpt, &macros, &[&to]);
+        self.milter_wait = Some(MilterWait::Rcpt(rcpt));
+        if let Some(v) = v {
+            self.milter_decided(cx, pool, v);
+        }
+    }
+
+    /// DATA: the milters hear of it (their verdict counts at the end).
+    pub(super) fn milter_data(&mut self, cx: &mut Cx<'_>) {
+        let macros = self.queue_id_macro();
+        if let Some(m) = self.milters.as_mut() {
+            m.data(cx, &macros);
+        }
+    }
+
+    /// Content as it streams to cleanup.
+    pub(super) fn milter_content(&mut self, cx: &mut Cx<'_>, bytes: &[u8]) {
+        let macros = self.queue_id_macro();
+        if let Some(m) = self.milters.as_mut() {
+            m.content(cx, &macros, bytes);
+        }
+    }
+
+    /// The end of the content: the milters' verdict first, if any.
+    pub(super) fn end_of_message(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
+        let macros = self.queue_id_macro();
+        let Some(m) = self.milters.as_mut() else {
+            self.send_end(cx, pool);
+            return;
+        };
+        let v = m.ask(cx, Stage::Eom, &macros, &[]);
+        self.milter_wait = Some(MilterWait::Eom);
+        if let Some(v) = v {
+            self.milter_decided(cx, pool, v);
+        }
+    }
+
+    /// The transaction was abandoned.
+    pub(super) fn milter_abort(&mut self, cx: &mut Cx<'_>) {
+        self.milter_wait = None;
+        if let Some(m) = self.milters.as_mut() {
+            m.abort(cx);
+        }
+    }
+
+    /// The session ends.
+    pub(super) fn close_milters(&mut self, cx: &mut Cx<'_>) {
+        if let Some(m) = self.milters.as_mut() {
+            m.close(cx);
+        }
+    }
+
+    fn queue_id_macro(&self) -> Macros {
+        self.txn.queue_id.iter().map(|q| ("i", q.clone())).collect()
+    }
+
+    /// The milters' verdict on what the session waits for.
+    fn milter_decided(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, v: Verdict) {
+        match self.milter_wait.take() {
+            Some(MilterWait::Mail) => self.mail_verdict(v),
+            Some(MilterWait::Rcpt(r)) => self.rcpt_verdict(r, v),
+            Some(MilterWait::Eom) => self.eom_verdict(cx, pool, v),
+            None => {}
+        }
+    }
+
+    fn mail_verdict(&mut self, v: Verdict) {
+        match v {
+            Verdict::Continue | Verdict::Accept => {
+                let _ = self
+                    .session
+                    .decide(Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"));
+            }
+            Verdict::Discard => {
+                self.txn.discard = true;
+                let _ = self
+                    .session
+                    .decide(Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"));
+            }
+            refused => {
+                let reply = refusal(&refused);
+                self.log_refusal("MAIL", &reply, None);
+                let _ = self.session.decide(reply);
+            }
+        }
+    }
+
+    fn rcpt_verdict(&mut self, rcpt: Recipient, v: Verdict) {
+        match v {
+            Verdict::Continue | Verdict::Accept | Verdict::Discard => {
+                self.txn.discard |= v == Verdict::Discard;
+                self.txn.recipients.push(rcpt);
+                let _ = self
+                    .session
+                    .decide(Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"));
+            }
+            refused => {
+                let reply = refusal(&refused);
+                self.log_refusal("RCPT", &reply, Some(&rcpt.address));
+                let _ = self.session.decide(reply);
+            }
+        }
+    }
+
+    fn eom_verdict(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, v: Verdict) {
+        let qid = self.txn.queue_id.clone().unwrap_or_default();
+        match v {
+            Verdict::Continue | Verdict::Accept => {
+                let edits = self
+                    .milters
+                    .as_mut()
+                    .map(|m| m.take_edits())
+                    .unwrap_or_default();
+                if !edits.is_empty() && !self.send_edits(cx, pool, edits) {
+                    return;
+                }
+                self.send_end(cx, pool);
+            }
+            Verdict::Discard => {
+                msg_info!(
+                    "{qid}: milter-discard: END-OF-MESSAGE from {}: milter triggers DISCARD action; from=<{}>",
+                    self.client_label(),
+                    self.txn.sender
+                );
+                self.abort_link_txn(cx, pool);
+                let _ = self.session.decide(Reply::enhanced(
+                    250,
+                    EnhancedCode::OK,
+                    format!("Ok: queued as {qid}"),
+                ));
+            }
+            refused => {
+                let reply = refusal(&refused);
+                self.log_refusal("END-OF-MESSAGE", &reply, None);
+                self.abort_link_txn(cx, pool);
+                let _ = self.session.decide(reply);
+            }
+        }
+    }
+
+    /// The milters' changes to cleanup, in frames within its limits; false
+    /// (the session answered 451) if the link failed.
+    fn send_edits(
+        &mut self,
+        cx: &mut Cx<'_>,
+        pool: &mut Pool,
+        edits: Vec<ipc::cleanup::Edit>,
+    ) -> bool {
+        use ipc::cleanup::Edit;
+        let mut frames: Vec<Vec<Edit>> = vec![Vec::new()];
+        let mut size = 0;
+        for e in edits {
+            let pieces = match e {
+                Edit::ReplaceBody { bytes } if bytes.len() > MAX_CHUNK => bytes
+                    .chunks(MAX_CHUNK)
+                    .map(|c| Edit::ReplaceBody { bytes: c.to_vec() })
+                    .collect(),
+                e => vec![e],
+            };
+            for p in pieces {
+                let n = match &p {
+                    Edit::ReplaceBody { bytes } => bytes.len(),
+                    Edit::AddHeader { name, value }
+                    | Edit::InsertHeader { name, value, .. }
+                    | Edit::ChangeHeader { name, value, .. } => name.len() + value.len(),
+                    _ => 256,
+                };
+                if size + n > MAX_CHUNK && !frames.last().is_some_and(Vec::is_empty) {
+                    frames.push(Vec::new());
+                    size = 0;
+                }
+                size += n;
+                frames.last_mut().expect("one frame at least").push(p);
+            }
+        }
+        let Some(held) = self.link.as_mut() else {
+            return false;
+        };
+        for edits in frames {
+            if let Err(e) = held.link.send_later(&Request::Edits { edits }) {
+                daemon::msg_warn!("cleanup link: {e}");
+                held.waiting = Some((0, super::Waiting::Queued, cx.now));
+                self.break_link(cx, pool);
+                return false;
+            }
+        }
+        true
+    }
+
+    fn log_refusal(&self, stage: &str, reply: &Reply, to: Option<&str>) {
+        let enh = reply.enhanced.map(|e| format!(" {e}")).unwrap_or_default();
+        let to = to.map(|t| format!(" to=<{t}>")).unwrap_or_default();
+        msg_info!(
+            "{}: milter-reject: {stage} from {}: {}{enh} {}; from=<{}>{to} proto={} helo=<{}>",
+            self.txn.queue_id.as_deref().unwrap_or("NOQUEUE"),
+            self.client_label(),
+            reply.code,
+            reply.text(),
+            self.txn.sender,
+            if self.session.is_esmtp() {
+                "ESMTP"
+            } else {
+                "SMTP"
+            },
+            self.session.helo_name().unwrap_or("")
+        );
+    }
+}
+
+/// MAIL FROM's ESMTP parameters as milters get them.
+pub(super) fn mail_args(p: &smtp_proto::command::MailParams) -> Vec<String> {
+    use smtp_proto::command::Body;
+    let mut v = Vec::new();
+    if let Some(size) = p.size {
+        v.push(format!("SIZE={size}"));
+    }
+    if let Some(b) = p.body {
+        v.push(
+            match b {
+                Body::SevenBit => "BODY=7BIT",
+                Body::EightBitMime => "BODY=8BITMIME",
+                Body::BinaryMime => "BODY=BINARYMIME",
+            }
+            .into(),
+        );
+    }
+    if p.smtputf8 {
+        v.push("SMTPUTF8".into());
+    }
+    v
+}
+
+/// The domain part of an address (the `{mail_host}` and `{rcpt_host}` macros).
+fn domain(address: &str) -> String {
+    address
+        .rsplit_once('@')
+        .map(|(_, d)| d.to_string())
+        .unwrap_or_default()
+}
+
+/// The SMTP reply for a milter's refusal: its own, or Postfix's words.
+fn refusal(v: &Verdict) -> Reply {
+    let (own, code, enh, text) = match v {
+        Verdict::Tempfail(own) => (
+            own,
+            451,
+            EnhancedCode::new(4, 7, 1),
+            "Service unavailable - try again later",
+        ),
+        Verdict::Reject(own) => (own, 550, EnhancedCode::new(5, 7, 1), "Command rejected"),
+        _ => panic!("smtpd::milter: {v:?} is no refusal"),
+    };
+    if let Some(own) = own {
+        let code_of = own.get(..3).and_then(|c| c.parse::<u16>().ok());
+        let rest = own.get(4..).unwrap_or("").trim_start();
+        if let Some(c) = code_of {
+            let (e, t) = match rest.split_once(' ') {
+                Some((e, t)) => match EnhancedCode::parse(e) {
+                    Some(e) => (Some(e), t),
+                    None => (None, rest),
+                },
+                None => match EnhancedCode::parse(rest) {
+                    Some(e) => (Some(e), ""),
+                    None => (None, rest),
+                },
+            };
+            return Reply::new(c, e, t.to_string());
+        }
+    }
+    Reply::enhanced(code, enh, text)
+}

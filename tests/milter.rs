@@ -1,0 +1,366 @@
+//! smtpd_milters against real milters: a Python milter on Debian's
+//! python3-milter (libmilter) for every action — reject and tempfail at
+//! MAIL, RCPT, a header and the end of the message, discard, quarantine
+//! (hold), header changes, body replacement, recipient and sender
+//! changes — whose changes are checked in the message a sink receives;
+//! milters that are down, late or dying follow milter_default_action; and
+//! opendkim signing mail whose signature dkimpy verifies against the key
+//! published by dnsmasq (`milter_dkim.rs`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sluice_suite::testkit::ScriptedSink;
+use sluice_suite::{relay_instance, swaks, wait_for, Instance, Kill};
+
+/// Debian's Python, which has Debian's python3-milter (not a python3
+/// earlier in PATH, such as pyenv's).
+const PYTHON: &str = "/usr/bin/python3";
+
+/// The Python test milter on a Unix socket in its own directory.
+struct TestMilter {
+    _proc: Kill,
+    dir: tempfile::TempDir,
+}
+
+impl TestMilter {
+    fn start() -> TestMilter {
+        let probe = Command::new(PYTHON)
+            .args(["-c", "import Milter"])
+            .output()
+            .expect("python3");
+        assert!(
+            probe.status.success(),
+            "python3-milter is not installed (scripts/test installs it): {}",
+            String::from_utf8_lossy(&probe.stderr)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/test_milter.py");
+        let socket = dir.path().join("milter.sock");
+        let log = dir.path().join("milter.log");
+        let proc = Command::new(PYTHON)
+            .arg(script)
+            .arg(&socket)
+            .arg(&log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the test milter");
+        let m = TestMilter {
+            _proc: Kill(proc),
+            dir,
+        };
+        wait_for(20, "the test milter's socket", || {
+            std::os::unix::net::UnixStream::connect(m.socket())
+                .ok()
+                .map(drop)
+        });
+        m
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("milter.sock")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("milter.log")).unwrap_or_default()
+    }
+}
+
+fn send(port: u16, from: &str, to: &[&str], subject: &str, extra: &[&str]) -> (i32, String) {
+    let mut args = vec![
+        "--server".to_string(),
+        format!("127.0.0.1:{port}"),
+        "--from".into(),
+        from.into(),
+        "--to".into(),
+        to.join(","),
+        "--header".into(),
+        format!("Subject: {subject}"),
+        "--body".into(),
+        "Original body.\n.Leading dot.\n".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    swaks(&args)
+}
+
+fn queued_as(out: &str) -> String {
+    out.lines()
+        .find_map(|l| l.split("queued as ").nth(1))
+        .unwrap_or_else(|| panic!("no queue id in {out}"))
+        .trim()
+        .to_string()
+}
+
+fn milter_instance(sink: &ScriptedSink, milters: &str, extra: &str) -> (Instance, u16) {
+    relay_instance(
+        sink.port,
+        &format!("smtpd_milters = {milters}\nmilter_command_timeout = 3s\nmilter_content_timeout = 3s\n{extra}"),
+    )
+}
+
+#[test]
+fn every_action_of_a_python_milter() {
+    let milter = TestMilter::start();
+    let sink = ScriptedSink::start();
+    let (inst, port) = milter_instance(&sink, &format!("unix:{}", milter.socket().display()), "");
+
+    // Refusals at MAIL and RCPT carry the milter's own reply.
+    let (code, out) = send(
+        port,
+        "reject-mail@remote.example",
+        &["a@remote.example"],
+        "x",
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        out.contains("550 5.7.1 sender refused by the test milter"),
+        "{out}"
+    );
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["reject-rcpt@remote.example"],
+        "x",
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        out.contains("550 5.7.1 recipient refused by the test milter"),
+        "{out}"
+    );
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["tempfail-rcpt@remote.example"],
+        "x",
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(out.contains("451 4.7.1"), "{out}");
+    inst.wait_log(10, "milter-reject: RCPT from");
+
+    // A rejected header rejects the message at its end; a tempfail there too.
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["a@remote.example"],
+        "reject-header",
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(out.contains("<** 550 5.7.1 Command rejected"), "{out}");
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["a@remote.example"],
+        "tempfail-eom",
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(out.contains("<** 451 4.7.1"), "{out}");
+
+    // Discard: 250 for the client, nothing delivered.
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["d@remote.example"],
+        "discard",
+        &[],
+    );
+    assert_eq!(code, 0, "{out}");
+    inst.wait_log(10, "milter-discard: END-OF-MESSAGE");
+
+    // Every change at the end of the message.
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["kept@remote.example", "removed@test.example"],
+        "please rewrite",
+        &["--add-header", "X-Remove: this goes"],
+    );
+    assert_eq!(code, 0, "{out}");
+    let id = queued_as(&out);
+    let msg = wait_for(20, "the rewritten message at the sink", || {
+        sink.messages().into_iter().find(|m| {
+            m.data.contains("please rewrite") || m.data.contains("changed by the test milter")
+        })
+    });
+    assert_eq!(msg.from, "changed@test.example", "{msg:?}");
+    let mut rcpts = msg.rcpts.clone();
+    rcpts.sort();
+    // added@test.example is local to nothing here: relayed like the rest.
+    assert!(
+        rcpts.contains(&"kept@remote.example".to_string()),
+        "{rcpts:?}"
+    );
+    assert!(
+        rcpts.contains(&"added@test.example".to_string()),
+        "{rcpts:?}"
+    );
+    assert!(
+        !rcpts.contains(&"removed@test.example".to_string()),
+        "{rcpts:?}"
+    );
+    let d = &msg.data;
+    let (head, body) = d.split_once("\r\n\r\n").expect("header and body");
+    assert!(head.starts_with("Received: "), "{head}");
+    let first_after_received = head
+        .split("\r\n")
+        .find(|l| !l.starts_with("Received:") && !l.starts_with(|c: char| c.is_whitespace()))
+        .unwrap();
+    assert_eq!(first_after_received, "X-First: inserted", "{head}");
+    assert!(
+        head.contains("\r\nSubject: changed by the test milter\r\n"),
+        "{head}"
+    );
+    assert!(!head.contains("please rewrite"), "{head}");
+    assert!(!head.contains("X-Remove"), "{head}");
+    assert!(head.contains("\r\nX-Test-Milter: seen"), "{head}");
+    assert_eq!(
+        body,
+        "The test milter replaced this body.\r\n.A line with a dot.\r\n"
+    );
+    // qmgr has the changed sender too (the envelope, not only the sink's view).
+    inst.wait_log(10, &format!("{id}: from=<changed@test.example>"));
+
+    // Quarantine: accepted, and on hold in the queue.
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["q@remote.example"],
+        "quarantine me",
+        &[],
+    );
+    assert_eq!(code, 0, "{out}");
+    let id = queued_as(&out);
+    inst.wait_log(10, &format!("{id}: milter-hold: held by the test milter"));
+    let held = wait_for(10, "the quarantined message on hold", || {
+        inst.queue_json()
+            .into_iter()
+            .find(|l| l.contains(&id) && l.contains("\"queue_name\":\"hold\""))
+    });
+    assert!(held.contains("q@remote.example"), "{held}");
+
+    // What the milter heard: the connection with j, HELO, the macros of
+    // the sender stage, each header, and the queue id at the end of headers.
+    let log = milter.log();
+    assert!(
+        log.contains("connect [127.0.0.1] 127.0.0.1 j=mx.test.example"),
+        "{log}"
+    );
+    assert!(log.contains("helo "), "{log}");
+    assert!(log.contains("header Subject: please rewrite"), "{log}");
+    assert!(log.contains("header X-Remove: this goes"), "{log}");
+    assert!(log.contains("eoh i="), "{log}");
+    assert!(!log.contains("eoh i=None"), "{log}");
+}
+
+#[test]
+fn a_milter_that_is_down_follows_milter_default_action() {
+    let sink = ScriptedSink::start();
+    let gone = tempfile::tempdir().unwrap();
+    let missing = format!("unix:{}/nothing.sock", gone.path().display());
+
+    // tempfail (the default): 451 4.3.5, nothing queued.
+    let (inst, port) = milter_instance(&sink, &missing, "");
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["a@remote.example"],
+        "x",
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        out.contains("451 4.3.5 Server configuration problem"),
+        "{out}"
+    );
+    inst.wait_log(10, "applying milter_default_action = tempfail");
+    assert!(inst.queued_ids().is_empty());
+    drop(inst);
+
+    // reject: 550 5.5.0.
+    let (inst, port) = milter_instance(&sink, &missing, "milter_default_action = reject\n");
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["a@remote.example"],
+        "x",
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(out.contains("550 5.5.0"), "{out}");
+    drop(inst);
+
+    // accept: mail flows as if there were no milter.
+    let (inst, port) = milter_instance(&sink, &missing, "milter_default_action = accept\n");
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["flows@remote.example"],
+        "x",
+        &[],
+    );
+    assert_eq!(code, 0, "{out}");
+    wait_for(20, "the message at the sink", || {
+        sink.messages()
+            .into_iter()
+            .find(|m| m.rcpts.contains(&"flows@remote.example".to_string()))
+    });
+    drop(inst);
+
+    // quarantine: accepted and held.
+    let (inst, port) = milter_instance(&sink, &missing, "milter_default_action = quarantine\n");
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["held@remote.example"],
+        "x",
+        &[],
+    );
+    assert_eq!(code, 0, "{out}");
+    let id = queued_as(&out);
+    wait_for(10, "the message on hold", || {
+        inst.queue_json()
+            .into_iter()
+            .find(|l| l.contains(&id) && l.contains("\"queue_name\":\"hold\""))
+    });
+}
+
+#[test]
+fn a_late_milter_follows_milter_default_action() {
+    let milter = TestMilter::start();
+    let sink = ScriptedSink::start();
+    let (inst, port) = milter_instance(
+        &sink,
+        &format!("unix:{}", milter.socket().display()),
+        "milter_default_action = tempfail\n",
+    );
+    // The milter sleeps 6 s at the end of this message; the content
+    // timeout is 3 s: the client gets 451 and nothing is queued.
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["a@remote.example"],
+        "slow",
+        &[],
+    );
+    assert_ne!(code, 0);
+    assert!(out.contains("<** 451 4.3.5"), "{out}");
+    inst.wait_log(10, "timeout; applying milter_default_action = tempfail");
+    assert!(inst.queued_ids().is_empty(), "{:?}", inst.queue_json());
+    // A new session has a new connection: the milter serves it again.
+    let (code, out) = send(
+        port,
+        "alice@remote.example",
+        &["b@remote.example"],
+        "fine",
+        &[],
+    );
+    assert_eq!(code, 0, "{out}");
+}
