@@ -154,6 +154,8 @@ pub struct ClientStatus {
     pub rates: Vec<(String, WireRate, WireRate)>,
     /// Times the link was lost.
     pub losses: u64,
+    /// The instances connected, as last announced.
+    pub names: Vec<String>,
 }
 
 /// The instance's side of clusterd.
@@ -175,6 +177,8 @@ pub struct Client {
     events: VecDeque<ClientEvent>,
     changed: bool,
     losses: u64,
+    /// The instances connected, as last announced.
+    names: Vec<String>,
 }
 
 impl Client {
@@ -196,6 +200,7 @@ impl Client {
             events: VecDeque::new(),
             changed: false,
             losses: 0,
+            names: Vec::new(),
         }
     }
 
@@ -293,7 +298,8 @@ impl Client {
                 self.events.push_back(ClientEvent::Close);
                 self.lost(now, &format!("refused: {reason}"));
             }
-            ToInstance::Count { instances } => {
+            ToInstance::Count { instances, names } => {
+                self.names = names;
                 if instances != self.instances {
                     self.instances = instances;
                     self.changed = true;
@@ -405,6 +411,7 @@ impl Client {
                 .map(|(k, r)| (k.clone(), r.limit, self.part(r)))
                 .collect(),
             losses: self.losses,
+            names: self.names.clone(),
         }
     }
 

@@ -639,6 +639,12 @@ impl Coordinator {
 
     fn announce(&mut self) {
         let instances = self.instances();
+        let names: Vec<String> = self
+            .by_name
+            .iter()
+            .filter(|&(_, &i)| self.inst(i).is_some_and(|x| x.conn.is_some()))
+            .map(|(n, _)| n.clone())
+            .collect();
         let conns: Vec<ConnId> = self
             .instances
             .iter()
@@ -646,7 +652,13 @@ impl Coordinator {
             .filter_map(|x| x.conn)
             .collect();
         for c in conns {
-            self.out.push_back((c, ToInstance::Count { instances }));
+            self.out.push_back((
+                c,
+                ToInstance::Count {
+                    instances,
+                    names: names.clone(),
+                },
+            ));
         }
     }
 

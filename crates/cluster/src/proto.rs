@@ -133,6 +133,8 @@ pub enum ToInstance {
     Count {
         /// Instances connected.
         instances: u32,
+        /// Their names (`myhostname`), for `sluice cluster status`.
+        names: Vec<String>,
     },
     /// The slots of `key` this instance holds now (open and reserved),
     /// as of its first `seen` messages.
