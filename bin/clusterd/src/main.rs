@@ -184,6 +184,12 @@ impl Server for Clusterd {
         let outcome = p.ready(cx.registry, readable, writable, cx.closed);
         let id = p.id;
         match outcome {
+            Err(e) if !p.joined => {
+                // A handshake that fails is a peer without a certificate
+                // of the cluster's CA (or not speaking TLS): refused.
+                msg_warn!("refused {}: {e}", p.who());
+                self.drop_peer(cx, token, "");
+            }
             Err(e) => self.drop_peer(cx, token, &e),
             Ok(got) => {
                 if got.established {

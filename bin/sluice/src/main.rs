@@ -8,6 +8,7 @@
 
 mod aliases;
 mod check;
+mod cluster;
 mod lifecycle;
 mod map;
 mod policy;
@@ -91,6 +92,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: PolicyCmd,
     },
+    /// The link to clusterd and this instance's share of the cluster's limits.
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
+    /// Run clusterd, the cluster's coordinator, in the foreground (without master).
+    Clusterd,
     /// Print or edit main.cf parameters, like postconf.
     Config {
         /// Only parameters set in main.cf.
@@ -101,6 +109,16 @@ enum Cmd {
         defaults: bool,
         /// Parameter names to print, or name=value pairs to set in main.cf.
         args: Vec<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCmd {
+    /// The coordinator, the instances, and per shared key the cluster's limit beside this instance's share and use.
+    Status {
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -247,6 +265,10 @@ fn main() {
             destinations,
         } => top::top(&dir, once, interval, destinations),
         Cmd::Check => check::check(&dir),
+        Cmd::Cluster {
+            cmd: ClusterCmd::Status { json },
+        } => cluster::status(&dir, json),
+        Cmd::Clusterd => cluster::clusterd(&dir),
         Cmd::Route { hosts, addresses } => route::route(&dir, &addresses, hosts),
         Cmd::Newaliases => aliases::newaliases(&dir),
         Cmd::Map {
