@@ -107,7 +107,7 @@ impl Peer {
                         }
                     })?;
                 self.dec.push(&buf);
-                while let Some(m) = self.dec.next::<ToCoord>().map_err(|e| e.to_string())? {
+                while let Some(m) = self.dec.decode::<ToCoord>().map_err(|e| e.to_string())? {
                     got.msgs.push(m);
                 }
                 if st.eof {

@@ -207,7 +207,7 @@ impl ClusterConn {
                     Ok(st) => {
                         self.dec.push(&buf);
                         loop {
-                            match self.dec.next::<ToInstance>() {
+                            match self.dec.decode::<ToInstance>() {
                                 Ok(Some(m)) => msgs.push(m),
                                 Ok(None) => break,
                                 Err(e) => {

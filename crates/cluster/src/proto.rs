@@ -214,7 +214,7 @@ impl Decoder {
     }
 
     /// The next whole message, if one is in.
-    pub fn next<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, FrameError> {
+    pub fn decode<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, FrameError> {
         if self.buf.len() < 4 {
             return Ok(None);
         }
@@ -265,11 +265,11 @@ mod tests {
             let mut d = Decoder::new();
             let mut got = Vec::new();
             d.push(&bytes[..cut]);
-            while let Some(m) = d.next::<ToCoord>().unwrap() {
+            while let Some(m) = d.decode::<ToCoord>().unwrap() {
                 got.push(m);
             }
             d.push(&bytes[cut..]);
-            while let Some(m) = d.next::<ToCoord>().unwrap() {
+            while let Some(m) = d.decode::<ToCoord>().unwrap() {
                 got.push(m);
             }
             assert_eq!(got, msgs, "cut at {cut}");
@@ -282,16 +282,16 @@ mod tests {
         let mut d = Decoder::new();
         d.push(&u32::MAX.to_be_bytes());
         assert_eq!(
-            d.next::<ToCoord>(),
+            d.decode::<ToCoord>(),
             Err(FrameError::TooLong(u32::MAX as usize))
         );
         let mut d = Decoder::new();
         d.push(&[0, 0, 0, 3, 0xff, 0xff, 0xff]);
-        assert_eq!(d.next::<ToCoord>(), Err(FrameError::Garbled));
+        assert_eq!(d.decode::<ToCoord>(), Err(FrameError::Garbled));
         let mut d = Decoder::new();
         d.push(&[0, 0, 0, 0]);
         assert!(
-            d.next::<ToInstance>().is_err(),
+            d.decode::<ToInstance>().is_err(),
             "an empty payload is no message"
         );
     }
