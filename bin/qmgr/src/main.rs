@@ -17,10 +17,12 @@
 //! and whose actions it carries out: the program is the links
 //! (`links.rs`), the journal's files and its sync thread (`journal.rs`,
 //! `store.rs`), the metrics listener, and its clients served through
-//! `daemon::ipcserver` with one clock read per loop turn (`server.rs`).
+//! `daemon::ipcserver` with one clock read per loop turn (`server.rs`),
+//! and its link to clusterd when `cluster_server` is set (`cluster.rs`).
 #![forbid(unsafe_code)]
 
 mod clients;
+mod cluster;
 mod holds;
 mod journal;
 mod links;

@@ -217,6 +217,33 @@ pub fn prometheus(s: &Summary) -> String {
             })
             .collect(),
     );
+    if let Some(c) = &s.cluster {
+        let who = format!("coordinator=\"{}\"", label(&c.coordinator));
+        family(
+            "sluice_cluster_degraded",
+            "gauge",
+            "1 while clusterd is out of reach and limits are divided by the last known count.",
+            vec![(who.clone(), u64::from(c.state != "linked"))],
+        );
+        family(
+            "sluice_cluster_instances",
+            "gauge",
+            "Instances connected to clusterd, as last announced.",
+            vec![(who.clone(), u64::from(c.instances))],
+        );
+        family(
+            "sluice_cluster_link_losses_total",
+            "counter",
+            "Times the link to clusterd was lost.",
+            vec![(who, c.losses)],
+        );
+    }
+    family(
+        "sluice_policy_local_concurrency",
+        "gauge",
+        "This instance's share of a concurrency granted cluster-wide by clusterd.",
+        key(|k| k.local_concurrency.map(u64::from)),
+    );
     out
 }
 
@@ -556,6 +583,8 @@ mod tests {
                 rate_now: Some("10/1s".into()),
                 other: String::new(),
                 local: String::new(),
+                local_concurrency: Some(1),
+                local_rate: None,
                 connections: 2,
                 opened: 3,
                 transactions: 40,
@@ -569,8 +598,19 @@ mod tests {
                 ramping: false,
                 tag: String::new(),
             }],
+            cluster: Some(ipc::queuectl::ClusterLink {
+                coordinator: "192.0.2.9:4650".into(),
+                state: "degraded".into(),
+                instances: 5,
+                losses: 1,
+            }),
         };
         let text = prometheus(&s);
+        assert!(
+            text.contains("sluice_cluster_degraded{coordinator=\"192.0.2.9:4650\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("sluice_cluster_instances{coordinator=\"192.0.2.9:4650\"} 5\n"));
         assert!(
             text.contains("# TYPE sluice_deliveries_total counter\n"),
             "{text}"

@@ -57,6 +57,8 @@ pub struct QmgrServer {
     metrics_socket: Option<std::net::TcpListener>,
     /// The metrics endpoint, once registered.
     http: Option<crate::metrics::Http>,
+    /// The link to clusterd (`cluster_server`).
+    cluster: Option<crate::cluster::ClusterConn>,
 }
 
 /// Wall-clock milliseconds: the queue manager's time base, so retry and
@@ -129,6 +131,13 @@ impl QmgrServer {
             },
             Err(e) => msg_warn!("{}: {e}", crate::holds::path(&root).display()),
         }
+        let mut cluster = crate::cluster::ClusterConn::from_config(&ctx.config)?;
+        if let Some(c) = cluster.as_mut() {
+            if qm.shaper_mut().is_none() {
+                msg_warn!("cluster_server is set but no policy_file is: there is nothing to share");
+            }
+            c.install(&mut qm);
+        }
         Ok(QmgrServer {
             qm,
             waker: None,
@@ -144,6 +153,7 @@ impl QmgrServer {
             metrics_listen: ctx.config.str("metrics_listen"),
             metrics_socket,
             http: None,
+            cluster,
         })
     }
 
@@ -199,8 +209,13 @@ impl QmgrServer {
                 Action::Reply {
                     client,
                     request,
-                    body,
+                    mut body,
                 } => {
+                    if let (ipc::queuectl::Response::Summary(s), Some(c)) =
+                        (&mut body, self.cluster.as_ref())
+                    {
+                        s.cluster = Some(c.link());
+                    }
                     let to = ClientId::from_number(client);
                     self.owed.push((to, request, Response::Control(body)));
                     None
@@ -218,6 +233,9 @@ impl QmgrServer {
                     msg_warn!(
                         "destination {nexthop} is not responding: deliveries suspended for {secs}s"
                     );
+                    if let Some(c) = self.cluster.as_mut() {
+                        c.dead(&nexthop, secs);
+                    }
                     None
                 }
                 Action::RemoveData { id, storage } => {
@@ -302,7 +320,11 @@ impl QmgrServer {
             token,
             at,
             || cx.token(),
-            || crate::metrics::prometheus(&self.qm.summary(now, METRICS_TOP)),
+            || {
+                let mut s = self.qm.summary(now, METRICS_TOP);
+                s.cluster = self.cluster.as_ref().map(|c| c.link());
+                crate::metrics::prometheus(&s)
+            },
         );
         self.http = Some(h);
     }
@@ -348,6 +370,14 @@ impl Handler<Clients> for QmgrServer {
                 };
                 self.qm.handle(now, ev);
                 self.act(cx);
+            }
+            Request::Control(ipc::queuectl::Request::Cluster) if self.cluster.is_some() => {
+                let now = self.now(cx.now);
+                if let Some(c) = self.cluster.as_ref() {
+                    let view = c.view(&mut self.qm, now);
+                    let body = ipc::queuectl::Response::Cluster(Ok(Box::new(view)));
+                    self.owed.push((from, id, Response::Control(body)));
+                }
             }
             Request::Control(body) => {
                 let now = self.now(cx.now);
@@ -402,6 +432,10 @@ impl Handler<Clients> for QmgrServer {
                 sched: Box::new(scfg),
             },
         );
+        if let Some(c) = self.cluster.as_mut() {
+            // A new policy may bring a new shaper: the share goes with it.
+            c.install(&mut self.qm);
+        }
         self.act(cx);
         self.commit_pending(cx);
         true
@@ -435,6 +469,10 @@ impl Handler<Clients> for QmgrServer {
                 Err(e) => msg_warn!("metrics_listen {addr}: {e}; metrics are off"),
             }
         }
+        if let Some(c) = self.cluster.as_mut() {
+            let now = self.turn.1;
+            c.timeout(cx, &mut self.qm, now);
+        }
         self.act(cx);
         self.commit_pending(cx);
     }
@@ -459,6 +497,9 @@ impl Handler<Clients> for QmgrServer {
             self.act(cx);
         } else if self.http.as_ref().is_some_and(|h| h.owns(token)) {
             self.metrics_ready(cx, token);
+        } else if let Some(c) = self.cluster.as_mut().filter(|c| c.owns(token)) {
+            c.ready(cx, &mut self.qm, now, readable);
+            self.act(cx);
         }
         self.commit_pending(cx);
         self.pay(out);
@@ -472,6 +513,12 @@ impl Handler<Clients> for QmgrServer {
         if self.qm.poll_timeout().is_some_and(|t| t <= now) {
             self.qm.handle_timeout(now);
             self.act(cx);
+        }
+        if let Some(c) = self.cluster.as_mut() {
+            if c.next_deadline().is_some_and(|t| t <= cx.now) {
+                c.timeout(cx, &mut self.qm, now);
+                self.act(cx);
+            }
         }
         self.collect_garbage(cx);
         self.commit_pending(cx);
@@ -491,6 +538,9 @@ impl Handler<Clients> for QmgrServer {
         }
         at(self.last_gc + GC_INTERVAL);
         if let Some(t) = self.http.as_ref().and_then(|h| h.next_deadline()) {
+            at(t);
+        }
+        if let Some(t) = self.cluster.as_ref().and_then(|c| c.next_deadline()) {
             at(t);
         }
         d

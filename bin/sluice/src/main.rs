@@ -10,6 +10,7 @@
 mod aliases;
 mod check;
 mod dkim;
+mod cluster;
 mod lifecycle;
 mod map;
 mod policy;
@@ -98,6 +99,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: DkimCmd,
     },
+    /// The link to clusterd and this instance's share of the cluster's limits.
+    Cluster {
+        #[command(subcommand)]
+        cmd: ClusterCmd,
+    },
+    /// Run clusterd, the cluster's coordinator, in the foreground (without master).
+    Clusterd,
     /// Print or edit main.cf parameters, like postconf.
     Config {
         /// Only parameters set in main.cf.
@@ -128,6 +136,16 @@ enum DkimCmd {
         domain: String,
         /// The selector (s=).
         selector: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterCmd {
+    /// The coordinator, the instances, and per shared key the cluster's limit beside this instance's share and use.
+    Status {
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -274,6 +292,10 @@ fn main() {
             destinations,
         } => top::top(&dir, once, interval, destinations),
         Cmd::Check => check::check(&dir),
+        Cmd::Cluster {
+            cmd: ClusterCmd::Status { json },
+        } => cluster::status(&dir, json),
+        Cmd::Clusterd => cluster::clusterd(&dir),
         Cmd::Route { hosts, addresses } => route::route(&dir, &addresses, hosts),
         Cmd::Newaliases => aliases::newaliases(&dir),
         Cmd::Map {

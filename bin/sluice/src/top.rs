@@ -155,7 +155,7 @@ pub fn json_members(s: &Summary) -> String {
         .collect();
     format!(
         "\"queue\":{{\"messages\":{},\"incoming\":{},\"active\":{},\"deferred\":{},\"hold\":{},\"active_recipients\":{}}},\
-         \"deliveries\":{{\"sent\":{},\"deferred\":{},\"bounced\":{}}},\"transports\":[{}],\"destinations\":[{}]",
+         \"deliveries\":{{\"sent\":{},\"deferred\":{},\"bounced\":{}}},\"transports\":[{}],\"destinations\":[{}],\"cluster\":{}",
         s.messages,
         s.incoming,
         s.active,
@@ -166,7 +166,14 @@ pub fn json_members(s: &Summary) -> String {
         counter_json(&s.deferrals),
         counter_json(&s.bounced),
         transports.join(","),
-        dests.join(",")
+        dests.join(","),
+        s.cluster.as_ref().map_or("null".to_string(), |c| format!(
+            "{{\"coordinator\":{},\"state\":{},\"instances\":{},\"losses\":{}}}",
+            json_str(&c.coordinator),
+            json_str(&c.state),
+            c.instances,
+            c.losses
+        ))
     )
 }
 
@@ -225,7 +232,28 @@ pub fn status_text(s: &Summary) -> String {
             d.destination, d.transport, d.queued, d.deferred, d.window, d.busy
         ));
     }
+    if let Some(c) = &s.cluster {
+        out.push_str(&cluster_line(c));
+    }
     out
+}
+
+/// The link to clusterd in one line, for `sluice status` and `sluice top`.
+pub fn cluster_line(c: &ipc::queuectl::ClusterLink) -> String {
+    format!(
+        "cluster: clusterd at {} {}{}, {} instance{}, link lost {} time{}\n",
+        c.coordinator,
+        c.state,
+        if c.state == "degraded" {
+            " (limits divided by the last known count)"
+        } else {
+            ""
+        },
+        c.instances,
+        if c.instances == 1 { "" } else { "s" },
+        c.losses,
+        if c.losses == 1 { "" } else { "s" }
+    )
 }
 
 /// One frame of `sluice top`.
@@ -282,6 +310,11 @@ pub fn frame(s: &Summary) -> String {
                 (_, Some(c)) => c.to_string(),
                 _ => "-".into(),
             };
+            // In a cluster: this instance's share of the cluster's limit.
+            let limit = match k.local_concurrency {
+                Some(mine) => format!("{mine}/{limit}"),
+                None => limit,
+            };
             out.push_str(&format!(
                 "{:<40} {:>5} {:>6} {:>10} {:>9}\n",
                 k.key,
@@ -300,6 +333,10 @@ pub fn frame(s: &Summary) -> String {
                 h.when, h.action, h.origin, h.id
             ));
         }
+    }
+    if let Some(c) = &s.cluster {
+        out.push('\n');
+        out.push_str(&cluster_line(c));
     }
     out
 }

@@ -9,7 +9,7 @@ pub enum QueueCtl {}
 
 impl crate::Protocol for QueueCtl {
     const NAME: &'static str = "sluice-queuectl";
-    const VERSION: u32 = 4;
+    const VERSION: u32 = 5;
     type Request = Request;
     type Response = Response;
 }
@@ -59,6 +59,9 @@ pub enum Request {
     Suspensions,
     /// The shaping policy's keys and holds (`sluice policy show`).
     Policy,
+    /// The link to clusterd and this instance's share of the cluster's
+    /// limits (`sluice cluster status`).
+    Cluster,
 }
 
 /// Which messages an operation applies to.
@@ -95,6 +98,51 @@ pub enum Response {
     Holds(Result<Vec<HoldView>, String>),
     /// The answer to `Policy`, or why there is none.
     Policy(Result<Box<PolicyView>, String>),
+    /// The answer to `Cluster`, or why there is none (no cluster_server).
+    Cluster(Result<Box<ClusterView>, String>),
+}
+
+/// The link to clusterd, as `sluice status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterLink {
+    /// clusterd's address (`cluster_server`).
+    pub coordinator: String,
+    /// `linked`, `connecting`, or `degraded`: limits divided by the last
+    /// known count.
+    pub state: String,
+    /// Instances connected, as last announced (0: never heard).
+    pub instances: u32,
+    /// Times the link was lost since qmgr started.
+    pub losses: u64,
+}
+
+/// One shared key as `sluice cluster status` shows it: the cluster's
+/// limit beside this instance's share and use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterKeyView {
+    /// `field=value,…`.
+    pub key: String,
+    /// The cluster's concurrency, when it is shared.
+    pub concurrency: Option<u32>,
+    /// This instance's share of it now.
+    pub local_concurrency: Option<u32>,
+    /// Connections this instance has open.
+    pub connections: u32,
+    /// The cluster's rate (`N/S`), when it is shared.
+    pub rate: Option<String>,
+    /// This instance's part of it now.
+    pub local_rate: Option<String>,
+}
+
+/// `sluice cluster status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// The link.
+    pub link: ClusterLink,
+    /// The instances connected, by name.
+    pub names: Vec<String>,
+    /// Shared keys in use.
+    pub keys: Vec<ClusterKeyView>,
 }
 
 /// A suspension or back-off as `sluice queue suspensions` shows it.
@@ -133,6 +181,10 @@ pub struct KeyView {
     pub other: String,
     /// Properties that stay per instance in a cluster (`cluster: false`).
     pub local: String,
+    /// This instance's share of a concurrency granted cluster-wide.
+    pub local_concurrency: Option<u32>,
+    /// This instance's part of a rate divided between the instances.
+    pub local_rate: Option<String>,
     /// Connections open now.
     pub connections: u32,
     /// Connections opened and transactions started since it was first seen.
@@ -184,6 +236,8 @@ pub struct Summary {
     pub policy_keys: Vec<KeyView>,
     /// Suspensions and back-offs in force.
     pub holds: Vec<HoldView>,
+    /// The link to clusterd, when `cluster_server` is set.
+    pub cluster: Option<ClusterLink>,
 }
 
 /// An event counter: its total and its recent counts.

@@ -39,6 +39,10 @@ impl<S: Store> QueueManager<S> {
             | queuectl::Request::Resume { .. }
             | queuectl::Request::Suspensions
             | queuectl::Request::Policy) => self.shaping_control(r),
+            // bin/qmgr answers it when it has a link to clusterd.
+            queuectl::Request::Cluster => {
+                queuectl::Response::Cluster(Err("no cluster_server is set".into()))
+            }
             queuectl::Request::Summary { top } => queuectl::Response::Summary(Box::new(
                 self.summary(self.now, top.min(1000) as usize),
             )),
@@ -174,6 +178,8 @@ impl<S: Store> QueueManager<S> {
             destinations: self.destination_summary(now, top),
             policy_keys: self.policy_summary(top),
             holds: self.holds_summary(),
+            // bin/qmgr fills it in from its link to clusterd.
+            cluster: None,
         }
     }
 

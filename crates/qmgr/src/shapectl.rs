@@ -16,6 +16,22 @@ use shaping::{holdfile, Hold, Origin, RateAlgorithm};
 use crate::{Action, QueueManager, Store};
 
 impl<S: Store> QueueManager<S> {
+    /// The shaper in force, for the shell's link to clusterd (to install
+    /// its share and read the keys for `sluice cluster status`).
+    pub fn shaper_mut(&mut self) -> Option<&mut shaping::Shaper> {
+        self.deliver.sched.shaper()
+    }
+
+    /// clusterd's grants, allotments or count changed: destinations parked
+    /// on shaping try again.
+    pub fn limits_changed(&mut self, now: crate::Time) {
+        self.now = now;
+        if let Err(e) = self.deliver.sched.handle(now, sched::Event::LimitsChanged) {
+            self.warn(format!("scheduler: {e:?}"));
+        }
+        self.run_sched();
+    }
+
     /// Answers the shaping requests of `sluice queue` and `sluice policy`.
     pub(crate) fn shaping_control(&mut self, req: queuectl::Request) -> queuectl::Response {
         const NO_POLICY: &str = "no policy_file is in force";
@@ -256,6 +272,8 @@ fn key_view(k: &shaping::KeyView) -> KeyView {
         rate_now: k.rate_now.map(rate),
         other: other.join(" "),
         local: local.join(","),
+        local_concurrency: k.local_concurrency,
+        local_rate: k.local_rate.map(rate),
         connections: k.connections,
         opened: k.opened,
         transactions: k.transactions,

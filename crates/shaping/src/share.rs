@@ -24,13 +24,19 @@ pub trait Share: std::fmt::Debug + Send {
     /// The rate this instance may use on `key`, whose rate for the whole
     /// cluster is `cluster`.
     fn rate(&self, key: &KeyName, cluster: Rate) -> Rate;
-    /// Mail waits for a connection on `key`, which holds `held` here: ask
-    /// the coordinator for a slot.
-    fn want(&mut self, key: &KeyName, held: u32);
+    /// Mail waits for a connection on `key`, which holds `held` here and
+    /// `cluster` in the whole cluster: ask the coordinator for a slot.
+    fn want(&mut self, key: &KeyName, held: u32, cluster: u32);
     /// A connection on `key` opened (its slot is in use).
     fn opened(&mut self, key: &KeyName);
     /// A connection on `key` closed (its slot can go back).
     fn closed(&mut self, key: &KeyName);
+    /// A transaction took a token of `key`'s shared rate (`took`), or was
+    /// refused because this instance's part of it was spent: the backlog
+    /// the coordinator divides rates by (`cluster_rate_division = backlog`).
+    fn rate_used(&mut self, key: &KeyName, cluster: Rate, took: bool) {
+        let _ = (key, cluster, took);
+    }
 }
 
 /// Whether `key`'s concurrency under `props` is granted cluster-wide: its

@@ -452,7 +452,7 @@ impl Shaper {
                 if share::shared_concurrency(&st.name, &props) {
                     let mine = share.concurrency(&st.name, c);
                     if st.conns >= mine && st.conns < c {
-                        share.want(&st.name, st.conns);
+                        share.want(&st.name, st.conns, c);
                     }
                     limit = Some(mine.min(c));
                 }
@@ -518,7 +518,10 @@ impl Shaper {
     /// Takes one token of every rate of `b` for a transaction, or says
     /// when to ask again (all or nothing: no token is taken on a refusal).
     pub fn may_send(&mut self, now: Ms, id: BindId) -> Result<(), Block> {
-        self.can_send(now, id)?;
+        if let Err(block) = self.can_send(now, id) {
+            self.note_starved(now, id);
+            return Err(block);
+        }
         let algorithm = self.policy.algorithm;
         // Disjoint fields: the binding's keys are read while their states change.
         let Some(bound) = self.bound.get(id.0 as usize).and_then(Option::as_ref) else {
@@ -529,8 +532,9 @@ impl Shaper {
             let Some(st) = self.keys.get_mut(k.0 as usize).and_then(Option::as_mut) else {
                 continue;
             };
-            let rate = match (&self.share, rate) {
+            let rate = match (self.share.as_deref_mut(), rate) {
                 (Some(share), Some(r)) if share::shared_rate(&props) => {
+                    share.rate_used(&st.name, r, true);
                     Some(share.rate(&st.name, r))
                 }
                 (_, r) => r,
@@ -584,6 +588,39 @@ impl Shaper {
         match later {
             Some(at) => Err(Block::Until(at)),
             None => Ok(()),
+        }
+    }
+
+    /// Tells the share which of `id`'s shared rates refused a transaction
+    /// (this instance's part of them is spent), so the coordinator hears
+    /// that mail waits for them.
+    fn note_starved(&mut self, now: Ms, id: BindId) {
+        let algorithm = self.policy.algorithm;
+        let (Some(share), Some(bound)) = (
+            self.share.as_deref_mut(),
+            self.bound.get(id.0 as usize).and_then(Option::as_ref),
+        ) else {
+            return;
+        };
+        for &(k, props) in &bound.keys {
+            let Some(rate) = effective(&self.holds, now, &bound.binding, &props).rate else {
+                continue;
+            };
+            let Some(st) = self.keys.get(k.0 as usize).and_then(Option::as_ref) else {
+                continue;
+            };
+            if !share::shared_rate(&props) {
+                continue;
+            }
+            let mine = share.rate(&st.name, rate);
+            let (level, _) = refill(algorithm, mine, st.level, st.at, now);
+            let spent = match algorithm {
+                RateAlgorithm::TokenBucket => level < 1.0,
+                RateAlgorithm::FixedWindow => level >= f64::from(mine.tokens),
+            };
+            if spent {
+                share.rate_used(&st.name, rate, false);
+            }
         }
     }
 

@@ -398,14 +398,24 @@ impl Share for FakeShare {
             per: cluster.per,
         }
     }
-    fn want(&mut self, key: &KeyName, held: u32) {
-        self.log.lock().unwrap().push(format!("want {key} {held}"));
+    fn want(&mut self, key: &KeyName, held: u32, cluster: u32) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("want {key} {held} of {cluster}"));
     }
     fn opened(&mut self, key: &KeyName) {
         self.log.lock().unwrap().push(format!("opened {key}"));
     }
     fn closed(&mut self, key: &KeyName) {
         self.log.lock().unwrap().push(format!("closed {key}"));
+    }
+    fn rate_used(&mut self, key: &KeyName, cluster: Rate, took: bool) {
+        let what = if took { "took" } else { "starved" };
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("{what} {key} of {}", cluster.tokens));
     }
 }
 
@@ -431,7 +441,7 @@ fn a_share_grants_the_slots_and_divides_the_rates_of_shared_keys_only() {
         log.lock().unwrap().clone(),
         [
             "opened localip=127.0.0.2,grouping=orange",
-            "want localip=127.0.0.2,grouping=orange 1"
+            "want localip=127.0.0.2,grouping=orange 1 of 2"
         ]
     );
     s.closed(o);
@@ -444,6 +454,24 @@ fn a_share_grants_the_slots_and_divides_the_rates_of_shared_keys_only() {
         assert_eq!(s.may_send(0, o), Ok(()));
     }
     assert_eq!(s.may_send(0, o), Err(Block::Until(200)));
+    // The share heard each token taken and the refusal, with the
+    // cluster's rate: the backlog the coordinator divides by.
+    let log_now = log.lock().unwrap().clone();
+    let tail: Vec<&str> = log_now[log_now.len() - 6..]
+        .iter()
+        .map(|s| s.as_str())
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            "took localip=127.0.0.2,grouping=orange of 10",
+            "took localip=127.0.0.2,grouping=orange of 10",
+            "took localip=127.0.0.2,grouping=orange of 10",
+            "took localip=127.0.0.2,grouping=orange of 10",
+            "took localip=127.0.0.2,grouping=orange of 10",
+            "starved localip=127.0.0.2,grouping=orange of 10",
+        ]
+    );
     // The cluster: false clause is not shared; nor is the tenant policy's
     // concurrency (its fields lack localip and grouping).
     let y = s.bind(&binding("127.0.0.2", "yahoo", ""));

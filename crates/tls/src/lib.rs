@@ -10,14 +10,18 @@
 //! [`load_server_config`] reads the certificate chain and key named in
 //! main.cf and says which file is wrong when one is. [`check_peer`] classes
 //! a server's certificate for the client's `verify` and `secure` levels.
+//! [`mutual_server_config`] and [`mutual_client_config`] are clusterd's
+//! mutual TLS.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod config;
+mod mutual;
 mod stream;
 mod verify;
 
 pub use config::{insecure_client_config, load_server_config, server_name, TlsError};
+pub use mutual::{mutual_client_config, mutual_server_config, peer_names};
 pub use stream::{ReadStatus, Sock, Stream};
 pub use verify::{check_peer, load_trust_anchors, PeerTrust, SYSTEM_CA_FILE};
 

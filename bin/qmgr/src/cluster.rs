@@ -1,0 +1,373 @@
+//! qmgr's link to clusterd (`cluster_server`): the IO around the
+//! instance side of crates/cluster.
+//!
+//! The [`cluster::client::Client`] is installed as the shaper's share, so
+//! the scheduler asks it for this instance's part of every shared limit;
+//! this module connects to clusterd (nonblocking TCP, then TLS with this
+//! instance's certificate, clusterd's checked against
+//! `cluster_tls_CAfile`), moves the client's messages, and tells the queue
+//! manager when grants change. Losing clusterd is logged as a warning and
+//! shows in `sluice status` and the metrics as `degraded`: the client
+//! divides every limit by the last known count until it is back.
+//! Destination news from other instances is logged (the scheduler has no
+//! door for it yet). Nothing here blocks the loop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cluster::client::{Client, ClientConfig, ClientEvent, Handle, Link};
+use cluster::proto::{encode, Decoder, DestNews, ToInstance};
+use daemon::{msg_info, msg_warn, Cx};
+use ipc::queuectl::{ClusterKeyView, ClusterLink, ClusterView};
+use mio::{Interest, Token};
+use queue_manager::{QueueManager, Time};
+
+use crate::store::Disk;
+
+const READ_LIMIT: usize = 256 * 1024;
+
+/// The link.
+pub struct ClusterConn {
+    handle: Handle,
+    addr: SocketAddr,
+    server_name: rustls::pki_types::ServerName<'static>,
+    tls: Arc<rustls::ClientConfig>,
+    stream: Option<tls::Stream>,
+    token: Option<Token>,
+    dec: Decoder,
+    started: Instant,
+    /// Why the link is down, for the log and `sluice status`.
+    down_since: Option<Instant>,
+}
+
+impl ClusterConn {
+    /// The link configured by main.cf, or `None` without `cluster_server`;
+    /// an error names the parameter that is wrong.
+    pub fn from_config(config: &config::Config) -> Result<Option<ClusterConn>, String> {
+        let Some(addr) = config.listen("cluster_server") else {
+            return Ok(None);
+        };
+        let param = |n: &str| {
+            let v = config.str(n);
+            if v.is_empty() {
+                Err(format!(
+                    "{n} is empty: the link to clusterd is mutual TLS only"
+                ))
+            } else {
+                Ok(v)
+            }
+        };
+        let (cert, key, ca) = (
+            param("cluster_tls_cert_file")?,
+            param("cluster_tls_key_file")?,
+            param("cluster_tls_CAfile")?,
+        );
+        let tls = tls::mutual_client_config(
+            std::path::Path::new(&cert),
+            std::path::Path::new(&key),
+            std::path::Path::new(&ca),
+        )
+        .map_err(|e| e.to_string())?;
+        let name = config.str("cluster_tls_server_name");
+        let name = if name.is_empty() {
+            addr.ip().to_string()
+        } else {
+            name
+        };
+        let server_name = tls::server_name(&name)
+            .ok_or_else(|| format!("cluster_tls_server_name = {name}: not a host name"))?;
+        let seed = u64::from(std::process::id())
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+        let mut cfg = ClientConfig::new(&config.str("myhostname"), seed);
+        cfg.heartbeat_ms = (config.time("cluster_heartbeat_interval").as_millis() as u64).max(100);
+        cfg.shared_concurrency = config.bool("cluster_shared_concurrency");
+        Ok(Some(ClusterConn {
+            handle: Handle::new(Client::new(cfg), false),
+            addr,
+            server_name,
+            tls,
+            stream: None,
+            token: None,
+            dec: Decoder::new(),
+            started: Instant::now(),
+            down_since: None,
+        }))
+    }
+
+    fn ms(&self, at: Instant) -> u64 {
+        at.duration_since(self.started).as_millis() as u64
+    }
+
+    /// Puts the client in force as the shaper's share (again after a
+    /// reload, which may bring a new shaper or algorithm).
+    pub fn install(&mut self, qm: &mut QueueManager<Disk>) {
+        let Some(sh) = qm.shaper_mut() else {
+            return;
+        };
+        let fixed = sh.policy().algorithm == shaping::RateAlgorithm::FixedWindow;
+        self.handle.set_fixed_window(fixed);
+        sh.set_share(Some(Box::new(self.handle.clone())));
+    }
+
+    /// Whether `token` is the link's.
+    pub fn owns(&self, token: Token) -> bool {
+        self.token == Some(token)
+    }
+
+    /// When [`ClusterConn::timeout`] is next due.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.handle
+            .lock()
+            .poll_timeout()
+            .map(|ms| self.started + std::time::Duration::from_millis(ms))
+    }
+
+    /// Time passed: heartbeats, a silent clusterd, reconnecting.
+    pub fn timeout(&mut self, cx: &mut Cx<'_>, qm: &mut QueueManager<Disk>, now: Time) {
+        let ms = self.ms(cx.now);
+        let connect = {
+            let mut c = self.handle.lock();
+            c.handle_timeout(ms);
+            c.should_connect(ms)
+        };
+        if connect {
+            self.connect(cx);
+        }
+        self.pump(cx, qm, now);
+    }
+
+    fn connect(&mut self, cx: &mut Cx<'_>) {
+        let ms = self.ms(cx.now);
+        self.handle.lock().connecting(ms);
+        let sock = match mio::net::TcpStream::connect(self.addr) {
+            Ok(s) => s,
+            Err(e) => {
+                self.handle
+                    .lock()
+                    .lost(ms, &format!("connect to {}: {e}", self.addr));
+                return;
+            }
+        };
+        let mut stream = tls::Stream::plain(sock);
+        if let Err(e) = stream.start_client_tls(self.tls.clone(), self.server_name.clone()) {
+            self.handle.lock().lost(ms, &format!("TLS: {e}"));
+            return;
+        }
+        let token = cx.token();
+        if let Err(e) = cx.registry.register(
+            stream.socket(),
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            self.handle.lock().lost(ms, &format!("register: {e}"));
+            return;
+        }
+        self.dec = Decoder::new();
+        self.stream = Some(stream);
+        self.token = Some(token);
+    }
+
+    fn close(&mut self, cx: &mut Cx<'_>) {
+        if let Some(mut s) = self.stream.take() {
+            s.close();
+            let _ = cx.registry.deregister(s.socket());
+        }
+        self.token = None;
+    }
+
+    fn fail(&mut self, cx: &mut Cx<'_>, why: String) {
+        self.close(cx);
+        let ms = self.ms(cx.now);
+        self.handle.lock().lost(ms, &why);
+    }
+
+    /// The link's socket is ready.
+    pub fn ready(
+        &mut self,
+        cx: &mut Cx<'_>,
+        qm: &mut QueueManager<Disk>,
+        now: Time,
+        readable: bool,
+    ) {
+        let ms = self.ms(cx.now);
+        let Some(stream) = self.stream.as_mut() else {
+            return;
+        };
+        let was = stream.is_handshaking();
+        let mut msgs = Vec::new();
+        let mut result: Result<bool, String> = Ok(false);
+        if readable || cx.closed {
+            loop {
+                let mut buf = Vec::new();
+                match stream.read_event(&mut buf, READ_LIMIT, cx.closed) {
+                    Ok(st) => {
+                        self.dec.push(&buf);
+                        loop {
+                            match self.dec.decode::<ToInstance>() {
+                                Ok(Some(m)) => msgs.push(m),
+                                Ok(None) => break,
+                                Err(e) => {
+                                    result = Err(format!("from clusterd: {e}"));
+                                    break;
+                                }
+                            }
+                        }
+                        if st.eof {
+                            result = result.and(Ok(true));
+                            break;
+                        }
+                        if st.drained || st.bytes == 0 || result.is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        result = Err(if was {
+                            format!("TLS handshake with clusterd at {}: {e}", self.addr)
+                        } else {
+                            e.to_string()
+                        });
+                        break;
+                    }
+                }
+            }
+        }
+        if result.is_ok() {
+            if let Err(e) = stream.flush() {
+                result = Err(format!("connect to {}: {e}", self.addr));
+            }
+        }
+        let established = was && !stream.is_handshaking() && result.is_ok();
+        {
+            let mut c = self.handle.lock();
+            if established {
+                c.connected(ms);
+            }
+            for m in msgs {
+                c.handle(ms, m);
+            }
+        }
+        match result {
+            Err(e) => self.fail(cx, e),
+            Ok(true) => self.fail(cx, "clusterd closed the connection".into()),
+            Ok(false) => {}
+        }
+        self.pump(cx, qm, now);
+    }
+
+    /// Sends what the client has to say, logs its events, and wakes the
+    /// scheduler when the limits changed.
+    pub fn pump(&mut self, cx: &mut Cx<'_>, qm: &mut QueueManager<Disk>, now: Time) {
+        let (events, out, changed) = {
+            let mut c = self.handle.lock();
+            let mut events = Vec::new();
+            while let Some(e) = c.poll_event() {
+                events.push(e);
+            }
+            let mut out = Vec::new();
+            while let Some(m) = c.poll_transmit() {
+                out.extend_from_slice(&encode(&m));
+            }
+            (events, out, c.take_changed())
+        };
+        for ev in events {
+            match ev {
+                ClientEvent::Linked { instances } => {
+                    let was = self.down_since.take();
+                    msg_info!(
+                        "cluster: linked to clusterd at {}: {instances} instance{}{}",
+                        self.addr,
+                        if instances == 1 { "" } else { "s" },
+                        was.map_or(String::new(), |t| format!(
+                            " (after {}s degraded)",
+                            cx.now.duration_since(t).as_secs()
+                        ))
+                    );
+                }
+                ClientEvent::Degraded { reason, instances } => {
+                    self.down_since.get_or_insert(cx.now);
+                    msg_warn!(
+                        "cluster: clusterd at {} lost ({reason}): degraded, limits divided by {} instance{}",
+                        self.addr,
+                        instances.max(1),
+                        if instances == 1 { "" } else { "s" }
+                    );
+                }
+                ClientEvent::Close => self.close(cx),
+                ClientEvent::Count { instances } => {
+                    msg_info!("cluster: {instances} instances connected")
+                }
+                ClientEvent::News { from, news } => match news {
+                    DestNews::Dead { dest, secs } => msg_info!(
+                        "cluster: {from} says destination {dest} is not responding ({secs}s)"
+                    ),
+                    DestNews::HostRetry { host, secs } => {
+                        msg_info!("cluster: {from} put host {host} in retry ({secs}s)")
+                    }
+                },
+            }
+        }
+        if !out.is_empty() {
+            if let Some(s) = self.stream.as_mut() {
+                let r = s.write(&out).and_then(|_| s.flush().map(drop));
+                if let Err(e) = r {
+                    self.fail(cx, format!("to clusterd: {e}"));
+                }
+            }
+        }
+        if changed {
+            qm.limits_changed(now);
+        }
+    }
+
+    /// A destination this instance found dead: the others hear of it.
+    pub fn dead(&mut self, nexthop: &str, secs: u64) {
+        self.handle.lock().news(DestNews::Dead {
+            dest: nexthop.to_string(),
+            secs: secs.min(u64::from(u32::MAX)) as u32,
+        });
+    }
+
+    /// The link for `sluice status` and the metrics.
+    pub fn link(&self) -> ClusterLink {
+        let c = self.handle.lock();
+        let st = c.status();
+        ClusterLink {
+            coordinator: self.addr.to_string(),
+            state: match st.link {
+                Link::Linked => "linked",
+                Link::Connecting { .. } | Link::Hello if st.losses == 0 => "connecting",
+                _ => "degraded",
+            }
+            .into(),
+            instances: st.instances,
+            losses: st.losses,
+        }
+    }
+
+    /// `sluice cluster status`: the link and every shared key in use.
+    pub fn view(&self, qm: &mut QueueManager<Disk>, now: Time) -> ClusterView {
+        let link = self.link();
+        let names = self.handle.lock().status().names;
+        let rate = |r: shaping::Rate| format!("{}/{}s", r.tokens, r.per.as_secs_f64());
+        let keys = qm
+            .shaper_mut()
+            .map(|sh| sh.keys(now.0))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|k| k.local_concurrency.is_some() || k.local_rate.is_some())
+            .map(|k| ClusterKeyView {
+                key: k.name.to_string(),
+                concurrency: k.local_concurrency.and(k.props.concurrency),
+                local_concurrency: k.local_concurrency,
+                connections: k.connections,
+                rate: k.local_rate.and(k.props.rate).map(rate),
+                local_rate: k.local_rate.map(rate),
+            })
+            .collect();
+        ClusterView { link, names, keys }
+    }
+}

@@ -1,0 +1,23 @@
+//! clusterd's model: several Sluice instances sharing one set of limits.
+//!
+//! Halon's delivery orchestrator, in Sluice's sans-IO style. Each
+//! instance's qmgr runs a [`client::Client`] (the instance's
+//! [`shaping::Share`]); clusterd runs one [`coordinator::Coordinator`].
+//! They talk in [`proto`] messages over a TLS stream that the programs
+//! own. Neither core reads a clock, opens a socket or draws an unseeded
+//! random number: time is passed in as milliseconds on the caller's
+//! monotonic clock, so the in-process simulated cluster ([`sim`], tests)
+//! runs many instances in virtual time.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod coordinator;
+pub mod proto;
+pub mod rates;
+
+#[cfg(test)]
+mod sim;
+
+/// Milliseconds on the caller's monotonic clock.
+pub type Ms = u64;

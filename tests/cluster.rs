@@ -1,0 +1,353 @@
+//! clusterd end to end (issue 15): clusterd started by master, three full
+//! instances whose qmgr link to it with mutual TLS, all sending from the
+//! same source address to a grouping with concurrency 2, and the shaping
+//! sink on port 25 of loopback addresses (MX records from dnsmasq)
+//! recording every connection. Needs root (port 25, binding the source
+//! address), dnsmasq, smtp-source and openssl; without them the tests fail
+//! saying so. Each test has its own sink addresses (127.N.0.x).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use sluice_suite::testkit::ShapingSink;
+use sluice_suite::{dnsmasq, free_port, wait_for, Instance, Kill};
+
+const POLICY: &str = "rate:
+  algorithm: tokenbucket
+groupings:
+  - id: orange
+    remotemx: [\"*.mx.orange.test\"]
+sources:
+  - id: solo
+    localip: [127.0.0.2]
+policies:
+  - fields: [localip, grouping]
+    default:
+      concurrency: 20
+    conditions:
+      - if: { grouping: orange }
+        then: { concurrency: 2, transactions: 3 }
+";
+
+fn openssl(args: &[&str], dir: &Path) {
+    let st = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stderr(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("openssl(1) is installed by scripts/test");
+    assert!(st.success(), "openssl {args:?}");
+}
+
+/// A CA in `dir` (`ca.pem`, `ca.key`) and, for each name, `NAME.pem` and
+/// `NAME.key` signed by it, for serving and for client authentication,
+/// with the name and 127.0.0.1 as subjectAltNames.
+fn pki(dir: &Path, names: &[&str]) {
+    openssl(
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=Test cluster CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+        dir,
+    );
+    for n in names {
+        openssl(
+            &[
+                "req",
+                "-new",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-subj",
+                &format!("/CN={n}"),
+                "-keyout",
+                &format!("{n}.key"),
+                "-out",
+                &format!("{n}.csr"),
+            ],
+            dir,
+        );
+        std::fs::write(
+            dir.join(format!("{n}.ext")),
+            format!(
+                "subjectAltName=DNS:{n},IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+                 keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
+            ),
+        )
+        .unwrap();
+        openssl(
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{n}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{n}.ext"),
+                "-out",
+                &format!("{n}.pem"),
+            ],
+            dir,
+        );
+    }
+}
+
+fn tls_params(pki: &Path, name: &str) -> String {
+    format!(
+        "cluster_tls_cert_file = {d}/{name}.pem\ncluster_tls_key_file = {d}/{name}.key\n\
+         cluster_tls_CAfile = {d}/ca.pem\n",
+        d = pki.display()
+    )
+}
+
+struct Cluster {
+    sink: ShapingSink,
+    coord: Instance,
+    cport: u16,
+    insts: Vec<(Instance, u16)>,
+    pki: tempfile::TempDir,
+    _dns: Kill,
+}
+
+fn cluster(net: u8, n: usize) -> Cluster {
+    assert!(
+        sys::is_root(),
+        "the cluster tests need root: the sink listens on port 25, where MX delivery goes"
+    );
+    let pki_dir = tempfile::Builder::new()
+        .prefix("sluice-pki")
+        .tempdir()
+        .unwrap();
+    let names: Vec<String> = std::iter::once("clusterd.test".to_string())
+        .chain((1..=n).map(|i| format!("mx{i}.test")))
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    pki(pki_dir.path(), &refs);
+    // The instances run as nobody: the keys must be readable to them.
+    Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(pki_dir.path())
+        .status()
+        .unwrap();
+    let ip = |h: u8| format!("127.{net}.0.{h}");
+    let sink = ShapingSink::start_on(&[&ip(10)], 25);
+    let records = [
+        "--mx-host=orange.test,in1.mx.orange.test,10".to_string(),
+        format!("--host-record=in1.mx.orange.test,{}", ip(10)),
+    ];
+    let refs: Vec<&str> = records.iter().map(String::as_str).collect();
+    let (dns_kill, dns) = dnsmasq(&refs).expect("dnsmasq is installed by scripts/test");
+    let cport = free_port();
+    let mut coord = Instance::new(
+        "clusterd unix - - n 300 1 clusterd\n",
+        &format!(
+            "myhostname = clusterd.test\ncluster_listen = 127.0.0.1:{cport}\n{}",
+            tls_params(pki_dir.path(), "clusterd.test")
+        ),
+    );
+    coord.start();
+    coord.wait_log(20, "coordinating on 127.0.0.1");
+    let mut insts = Vec::new();
+    for i in 1..=n {
+        let port = free_port();
+        let cf = format!(
+            "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+             qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
+        );
+        let main = format!(
+            "myhostname = mx{i}.test\nsmtpd_reject_unlisted_recipient = no\ndns_servers = {dns}\n\
+             inet_protocols = ipv4\nminimal_backoff_time = 1s\nmaximal_backoff_time = 2s\n\
+             policy_file = policy.yaml\nsmtp_source_pool = solo\n\
+             cluster_server = 127.0.0.1:{cport}\ncluster_tls_server_name = clusterd.test\n{}",
+            tls_params(pki_dir.path(), &format!("mx{i}.test"))
+        );
+        let mut inst = Instance::new(&cf, &main);
+        std::fs::write(inst.etc().join("policy.yaml"), POLICY).unwrap();
+        inst.start();
+        inst.wait_port(port);
+        insts.push((inst, port));
+    }
+    for (inst, _) in &insts {
+        inst.wait_log(20, "cluster: linked to clusterd");
+    }
+    let plural = if n == 1 { "" } else { "s" };
+    coord.wait_log(20, &format!("{n} instance{plural} connected"));
+    Cluster {
+        sink,
+        coord,
+        cport,
+        insts,
+        pki: pki_dir,
+        _dns: dns_kill,
+    }
+}
+
+impl Cluster {
+    fn send(&self, i: usize, n: u32) {
+        let st = Command::new("smtp-source")
+            .args(["-s", "5", "-m", &n.to_string()])
+            .args(["-f", "bulk@sender.example", "-t", "someone@orange.test"])
+            .arg(format!("127.0.0.1:{}", self.insts[i].1))
+            .status()
+            .expect("smtp-source is installed by scripts/test");
+        assert!(st.success(), "smtp-source to instance {i}");
+    }
+
+    fn sent_by(&self, i: usize) -> usize {
+        self.insts[i]
+            .0
+            .log()
+            .lines()
+            .filter(|l| l.contains("status=sent"))
+            .count()
+    }
+}
+
+#[test]
+fn three_instances_keep_a_grouping_at_two_connections_cluster_wide_and_all_take_turns() {
+    let c = cluster(41, 3);
+    c.sink.delay("127.41.0.10", Duration::from_millis(100));
+    for i in 0..3 {
+        c.send(i, 30);
+    }
+    c.sink.wait_messages(90, 180);
+    let most = c
+        .sink
+        .max_concurrent_where(|x| x.source.ip().to_string() == "127.0.0.2");
+    assert_eq!(
+        most, 2,
+        "connections from 127.0.0.2 to orange, sampled at every connect, from three instances"
+    );
+    for i in 0..3 {
+        assert!(
+            c.sent_by(i) >= 20,
+            "instance {i} delivered {}",
+            c.sent_by(i)
+        );
+    }
+    let out = c.insts[0].0.sluice(&["cluster", "status"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("(linked), 3 instances: mx1.test, mx2.test, mx3.test"),
+        "{text}"
+    );
+    assert!(text.contains("localip=127.0.0.2,grouping=orange"), "{text}");
+    let json = c.insts[0].0.sluice(&["cluster", "status", "--json"]);
+    let json = String::from_utf8_lossy(&json.stdout);
+    assert!(
+        json.contains("\"state\":\"linked\",\"instances\":3"),
+        "{json}"
+    );
+}
+
+#[test]
+fn kill_9_of_clusterd_instances_fall_back_within_3s_and_delivery_goes_on() {
+    let c = cluster(42, 3);
+    c.sink.delay("127.42.0.10", Duration::from_millis(100));
+    for i in 0..3 {
+        c.send(i, 40);
+    }
+    wait_for(60, "deliveries under way", || {
+        (c.sink.messages().len() >= 20).then_some(())
+    });
+    let pids = c.coord.pids("clusterd");
+    assert_eq!(pids.len(), 1, "one clusterd");
+    let killed = Instant::now();
+    sys::process::signal(pids[0], 9).unwrap();
+    for (inst, _) in &c.insts {
+        inst.wait_log(5, "cluster: clusterd at");
+    }
+    let fell_back = killed.elapsed();
+    assert!(
+        fell_back <= Duration::from_secs(3),
+        "fallback after {fell_back:?}"
+    );
+    let line = c.insts[0]
+        .0
+        .wait_log(1, "degraded, limits divided by 3 instances");
+    assert!(line.contains("warning:"), "{line}");
+    // master starts clusterd again; the instances link again and every
+    // message still gets through.
+    c.coord.wait_pid("clusterd", &pids);
+    c.sink.wait_messages(120, 180);
+    for (inst, _) in &c.insts {
+        wait_for(30, "relinked", || {
+            (inst.log().matches("cluster: linked to clusterd").count() >= 2).then_some(())
+        });
+    }
+    let st = c.insts[1].0.sluice(&["status"]);
+    let text = String::from_utf8_lossy(&st.stdout);
+    assert!(text.contains("cluster: clusterd at 127.0.0.1:"), "{text}");
+    assert!(text.contains("link lost 1 time"), "{text}");
+}
+
+#[test]
+fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_and_logged() {
+    let c = cluster(43, 1);
+    // A certificate from another CA, and none at all.
+    let other = tempfile::tempdir().unwrap();
+    pki(other.path(), &["intruder.test"]);
+    let addr = format!("127.0.0.1:{}", c.cport);
+    for with_cert in [true, false] {
+        let mut cmd = Command::new("openssl");
+        cmd.args(["s_client", "-connect", &addr, "-CAfile"])
+            .arg(c.pki.path().join("ca.pem"));
+        if with_cert {
+            cmd.arg("-cert")
+                .arg(other.path().join("intruder.test.pem"))
+                .arg("-key")
+                .arg(other.path().join("intruder.test.key"));
+        }
+        let out = cmd
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("openssl s_client");
+        let _ = out;
+    }
+    for why in [
+        "TLS handshake failed: invalid peer certificate",
+        "TLS handshake failed: peer sent no certificates",
+    ] {
+        let line = c.coord.wait_log(10, why);
+        assert!(
+            line.contains("warning: refused unknown[127.0.0.1]:"),
+            "{line}"
+        );
+    }
+    assert!(
+        !c.coord.log().contains("intruder"),
+        "no instance joined under the intruder's name"
+    );
+    // The instance that has a good certificate is still linked.
+    let out = c.insts[0].0.sluice(&["cluster", "status", "--json"]);
+    let json = String::from_utf8_lossy(&out.stdout);
+    assert!(json.contains("\"state\":\"linked\""), "{json}");
+}
