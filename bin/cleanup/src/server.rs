@@ -352,7 +352,7 @@ impl CleanupServer {
                         always_add,
                         id_headers: &id_headers,
                     };
-                    write_held(&self.spool, self.size_limit, &mut m, &ctx);
+                    write_held(&self.spool, self.dkim.as_ref(), self.size_limit, &mut m, &ctx);
                 } else if let Some(headers) = m.headers.finish() {
                     // Content that ended inside the headers: a header
                     // section with no body, which RFC 5322 allows.
@@ -819,8 +819,15 @@ struct HeaderCtx<'a> {
 }
 
 /// Writes a held message (see `milter.rs`): its headers as the milters
-/// changed them behind Received:, then its body or their replacement.
-fn write_held(spool: &Spool, size_limit: u64, m: &mut Msg, ctx: &HeaderCtx<'_>) {
+/// changed them behind Received:, then its body or their replacement,
+/// signed as the milters left it when DKIM signing applies.
+fn write_held(
+    spool: &Spool,
+    dkim: Option<&Dkim>,
+    size_limit: u64,
+    m: &mut Msg,
+    ctx: &HeaderCtx<'_>,
+) {
     let Some(mut held) = m.held.take() else {
         return;
     };
@@ -838,11 +845,16 @@ fn write_held(spool: &Spool, size_limit: u64, m: &mut Msg, ctx: &HeaderCtx<'_>) 
         ctx.always_add,
         ctx.id_headers,
     );
+    start_signing(dkim, spool, m, &head);
     write(spool, m, &head, size_limit);
     let body = match held.replacement() {
         Some(b) => milter::wire_body(&b),
         None => std::mem::take(&mut held.body),
     };
+    if let Some(s) = m.sign.as_mut() {
+        // As when streamed: the body starts after the empty line.
+        s.body(body.strip_prefix(b"\r\n").unwrap_or(&body));
+    }
     write(spool, m, &body, size_limit);
     // Kept for the envelope changes, made after the address mapping.
     held.body = Vec::new();
