@@ -352,7 +352,13 @@ impl CleanupServer {
                         always_add,
                         id_headers: &id_headers,
                     };
-                    write_held(&self.spool, self.dkim.as_ref(), self.size_limit, &mut m, &ctx);
+                    write_held(
+                        &self.spool,
+                        self.dkim.as_ref(),
+                        self.size_limit,
+                        &mut m,
+                        &ctx,
+                    );
                 } else if let Some(headers) = m.headers.finish() {
                     // Content that ended inside the headers: a header
                     // section with no body, which RFC 5322 allows.

@@ -9,8 +9,8 @@
 
 mod aliases;
 mod check;
-mod dkim;
 mod cluster;
+mod dkim;
 mod lifecycle;
 mod map;
 mod policy;
