@@ -158,7 +158,7 @@ impl World {
                         }),
                     }
                 }
-                Action::Close { conn } => {
+                Action::Close { conn, .. } => {
                     if let Some(w) = self.conns.forget(conn) {
                         if let Some(c) = self.agent.get_mut(&w.id) {
                             c.close_asked = true;

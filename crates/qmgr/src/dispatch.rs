@@ -36,7 +36,9 @@ pub(crate) enum AgentWait {
         qid: u64,
         rcpts: Vec<u32>,
     },
-    Close,
+    /// With the shaping binding whose slots the connection holds until
+    /// the agent says it closed.
+    Close(Option<shaping::BindId>),
 }
 
 /// Where the router sends one recipient.
@@ -351,7 +353,12 @@ impl<S: Store> QueueManager<S> {
     ) {
         let wait =
             request.and_then(|r| self.deliver.agent_wait.remove(&(transport.to_string(), r)));
-        if matches!(wait, Some(AgentWait::Close)) {
+        if let Some(AgentWait::Close(release)) = wait {
+            // The agent closed it (its answer to our Close): the remote
+            // server no longer counts it against the policy.
+            if let Some(bind) = release {
+                self.sched_event(SchedEvent::SlotReleased { bind });
+            }
             return;
         }
         // An answer about a connection the scheduler has forgotten: what
@@ -493,7 +500,20 @@ impl<S: Store> QueueManager<S> {
     pub(crate) fn agent_lost(&mut self, transport: &str) {
         self.actions
             .retain(|a| !matches!(a, Action::ToAgent { transport: t, .. } if t == transport));
+        // Connections it was closing are gone with it.
+        let released: Vec<shaping::BindId> = self
+            .deliver
+            .agent_wait
+            .iter()
+            .filter_map(|((t, _), w)| match w {
+                AgentWait::Close(Some(b)) if t == transport => Some(*b),
+                _ => None,
+            })
+            .collect();
         self.deliver.agent_wait.retain(|(t, _), _| t != transport);
+        for bind in released {
+            self.sched_event(SchedEvent::SlotReleased { bind });
+        }
         for conn in self.deliver.conns.of_transport(transport) {
             self.sched_event(SchedEvent::ConnectionLost {
                 conn,
@@ -608,14 +628,16 @@ impl<S: Store> QueueManager<S> {
                     };
                     self.send_agent(tname, body, wait);
                 }
-                SchedAction::Close { conn } => {
+                SchedAction::Close { conn, release } => {
                     if let Some(Wire {
                         transport: tname,
                         id: wire,
                     }) = self.deliver.conns.forget(conn)
                     {
                         let body = delivery::Request::Close { conn: wire };
-                        self.send_agent(tname, body, AgentWait::Close);
+                        self.send_agent(tname, body, AgentWait::Close(release));
+                    } else if let Some(bind) = release {
+                        self.sched_event(SchedEvent::SlotReleased { bind });
                     }
                 }
                 SchedAction::Defer {

@@ -150,6 +150,12 @@ pub enum Event {
     },
     /// Restore a suspension saved before a restart.
     RestoreHold(shaping::Hold),
+    /// A connection closed by `Action::Close` is gone: the slots of its
+    /// shaping binding are free.
+    SlotReleased {
+        /// The binding of `Action::Close`'s `release`.
+        bind: shaping::BindId,
+    },
     /// Lift a suspension or back-off by id.
     Resume {
         /// The hold's id.
@@ -278,6 +284,11 @@ pub enum Action {
     Close {
         /// Connection.
         conn: ConnId,
+        /// The shaping binding whose slots the connection still holds: the
+        /// remote server counts it until it is really gone, so the shell
+        /// hands it back with `Event::SlotReleased` once the agent says the
+        /// connection closed (or at once when nothing is to be closed).
+        release: Option<shaping::BindId>,
     },
     /// An entry's recipients are deferred.
     Defer {

@@ -246,10 +246,17 @@ impl Scheduler {
             Event::RestoreHold(hold) => {
                 if let Some(sh) = self.shaping.as_mut() {
                     sh.shaper.restore(hold);
+                    sh.refresh_used();
                 }
                 self.arm_shaping(now);
             }
             Event::Resume { id } => self.resume(now, id),
+            Event::SlotReleased { bind } => {
+                if let Some(sh) = self.shaping.as_mut() {
+                    sh.shaper.closed(bind);
+                }
+                self.wake_shaping();
+            }
             Event::ConfigChanged(cfg) => self.reconfigure(*cfg)?,
             Event::Flush => self.flush(now),
             Event::ConnectionLost { conn, reason } => self.connection_lost(now, conn, &reason)?,
@@ -894,7 +901,12 @@ impl Scheduler {
 
     /// Closes a connection by our decision.
     pub(crate) fn close_conn(&mut self, now: Time, c: ConnId) {
-        self.actions.push_back(Action::Close { conn: c });
+        // A shaped connection keeps its slots until it is really closed.
+        let release = self.conns[c].bind.filter(|_| self.shaping.is_some());
+        self.actions.push_back(Action::Close { conn: c, release });
+        if release.is_some() {
+            self.conns[c].bind = None;
+        }
         self.drop_conn(now, c);
     }
 

@@ -173,7 +173,10 @@ fn one_message_full_lifecycle() {
     let t = s.poll_timeout().unwrap();
     assert!(t <= Time(20) + Duration::from_secs(2));
     s.handle_timeout(Time(20) + Duration::from_secs(2));
-    assert!(actions(&mut s).contains(&Action::Close { conn }));
+    assert!(actions(&mut s).contains(&Action::Close {
+        conn,
+        release: None
+    }));
     assert_eq!(s.connections(), 0);
     s.check_invariants().unwrap();
 }

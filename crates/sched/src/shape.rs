@@ -68,8 +68,8 @@ impl Shaping {
     }
 
     pub(crate) fn reload(&mut self, policy: Arc<Policy>) {
-        self.used = policy.fields_used();
         self.shaper.reload(policy);
+        self.refresh_used();
         self.groupings.clear();
         // Connections keep their side ids; new entries get fresh ones.
         self.cache.clear();
@@ -123,6 +123,25 @@ pub(crate) struct Side {
     /// The tenant, job, sender domain and own domain it was made for: the
     /// cache is keyed by their interned ids, which are reused once freed.
     names: [Box<str>; 4],
+}
+
+impl Shaping {
+    /// The fields an entry's side carries: those the policy uses and those
+    /// the holds in force name (an operator may suspend by a field no
+    /// policy counts by). A change empties the sides' cache.
+    pub(crate) fn refresh_used(&mut self) {
+        let mut used = self.shaper.policy().fields_used();
+        for h in self.shaper.active_holds(0) {
+            for (f, _) in &h.when {
+                used.insert(*f);
+            }
+        }
+        if used != self.used {
+            self.used = used;
+            self.cache.clear();
+            self.groupings.clear();
+        }
+    }
 }
 
 impl Scheduler {
@@ -469,6 +488,7 @@ impl Scheduler {
             return;
         };
         let id = sh.shaper.suspend(when, until.map(|t| t.0), tag);
+        sh.refresh_used();
         if let Some(hold) = sh.shaper.holds(now.0).iter().find(|h| h.id == id).cloned() {
             self.actions.push_back(crate::event::Action::Notice(
                 crate::event::Notice::Suspended { hold },

@@ -133,8 +133,12 @@ impl World {
                         self.started.push((now, self.serial[&conn], queue_id.0));
                         self.running.push((conn, entry, recipients, queue_id.0));
                     }
-                    Action::Close { conn } => {
+                    Action::Close { conn, release } => {
                         self.open.remove(&self.serial[&conn]);
+                        // The agent's QUIT is done at once here.
+                        if let Some(bind) = release {
+                            s.handle(now, Event::SlotReleased { bind }).unwrap();
+                        }
                     }
                     Action::Notice(n) => self.notices.push(n),
                     _ => {}
@@ -672,4 +676,71 @@ fn host_names_give_the_mx_name_and_the_address() {
         ("[192.0.2.9]:25", "192.0.2.9")
     );
     assert_eq!(host_parts("[relay.example]:25"), ("[relay.example]:25", ""));
+}
+
+#[test]
+fn a_suspension_by_a_field_no_policy_counts_by_still_holds() {
+    let mut s = sched(seed());
+    let mut w = World::default();
+    s.handle(
+        Time(0),
+        Event::Suspend {
+            when: vec![(Field::RecipientDomain, "slow.test".into())],
+            until: None,
+            tag: None,
+        },
+    )
+    .unwrap();
+    message(&mut s, &mut w, Time(0), 1, "", "slow.test", "mx.slow.test");
+    message(&mut s, &mut w, Time(0), 2, "", "fast.test", "mx.fast.test");
+    w.finish(&mut s, Time(10), |_| RcptStatus::Delivered);
+    let hosts: Vec<&String> = w.host.values().collect();
+    assert_eq!(hosts, ["mx.fast.test"], "slow.test's mail waits");
+}
+
+#[test]
+fn a_closed_connection_keeps_its_slots_until_the_agent_says_it_is_gone() {
+    let mut p = seed();
+    p.policies[1].default.concurrency = Some(1);
+    p.policies[1].default.idle_timeout = Some(Duration::from_secs(1));
+    let mut t = TransportConfig::new("smtp");
+    t.source_pool = Some("solo".into());
+    let mut pol = p;
+    pol.sources.push(Source {
+        id: "solo".into(),
+        localip: vec![ip("127.0.0.2")],
+        tenantid: vec![],
+        senderdomain: vec![],
+        grouping: vec![],
+    });
+    let mut s = Scheduler::new(SchedConfig {
+        transports: vec![t],
+        shaping: Some(Arc::new(pol)),
+        ..SchedConfig::default()
+    })
+    .unwrap();
+    let mut w = World::default();
+    message(&mut s, &mut w, Time(0), 1, "", "a.test", "mx.a.test");
+    w.finish(&mut s, Time(10), |_| RcptStatus::Delivered);
+    // The idle connection times out: closed, but its slot is kept.
+    s.handle_timeout(Time(2_000));
+    let mut release = None;
+    while let Some(a) = s.poll_action() {
+        if let Action::Close { release: r, .. } = a {
+            release = r;
+        }
+    }
+    let bind = release.expect("a shaped close hands its binding back");
+    message(&mut s, &mut w, Time(2_000), 2, "", "b.test", "mx.b.test");
+    assert_eq!(
+        w.open.len(),
+        1,
+        "b.test waits for the slot a.test's connection holds"
+    );
+    s.handle(Time(2_050), Event::SlotReleased { bind }).unwrap();
+    w.drain(&mut s, Time(2_050));
+    assert!(
+        w.host.values().any(|h| h == "mx.b.test"),
+        "the slot went to b.test once the close was done"
+    );
 }

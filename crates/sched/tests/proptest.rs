@@ -139,7 +139,7 @@ impl Driver {
                     recipients,
                     ..
                 } => self.starts.push((conn, entry, recipients)),
-                Action::Close { conn } => {
+                Action::Close { conn, .. } => {
                     self.live.remove(&conn);
                     self.opens.retain(|c| *c != conn);
                 }
