@@ -9,7 +9,8 @@
 //! fails both, so the verifiers are seen to check. Mail from a client
 //! outside mynetworks that did not authenticate is not signed; mail from
 //! one that authenticated (SASL through Dovecot) and mail submitted with
-//! sendmail(1) are.
+//! sendmail(1) are. A key that cannot be read is named by `sluice check`
+//! (with main.cf's line) and stops cleanup.
 //!
 //! Needs root (Postfix), dnsmasq, python3-dkim, opendkim and openssl
 //! (scripts/test installs them); without one the test fails saying which.
@@ -439,4 +440,47 @@ fn authenticated_and_local_mail_is_signed_and_a_strangers_is_not() {
         !log.contains(&format!("{stranger}: DKIM-Signature")),
         "a stranger's mail was signed: {log}"
     );
+}
+
+#[test]
+fn a_key_that_cannot_be_read_is_named_by_sluice_check_and_by_cleanup() {
+    let port = free_port();
+    let main = format!(
+        "{RECEIVE_MAIN_CF}dkim_signing_table = inline:{{ ed.test = ed }}\n\
+         dkim_key_table = inline:{{ ed = ed.test:e1:/nonexistent/e1.private }}\n"
+    );
+    let mut inst = Instance::new(&receive_master_cf(port, ""), &main);
+    let out = inst.sluice(&["check"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("main.cf, line")
+            && err.contains("dkim_key_table")
+            && err.contains("key ed: /nonexistent/e1.private: No such file or directory"),
+        "{err}"
+    );
+    // Started anyway: cleanup, started when smtpd first needs it (DATA), stops
+    // at once naming the key (master then throttles it); it never runs
+    // without the keys it was told to sign with.
+    inst.start();
+    inst.wait_port(port);
+    let (code, out) = swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--from",
+        "alice@ed.test",
+        "--to",
+        "b@remote.example",
+        "--timeout",
+        "3",
+    ]);
+    // smtpd starts cleanup at DATA; the message is not accepted.
+    assert_ne!(code, 0, "{out}");
+    let fatal = inst.wait_log(20, "fatal: dkim_key_table");
+    assert!(
+        fatal.contains("cleanup[") && fatal.contains("key ed: /nonexistent/e1.private"),
+        "{fatal}"
+    );
+    assert!(!inst.log().contains("DKIM-Signature field added"));
+    assert!(inst.queue_json().is_empty(), "{:?}", inst.queue_json());
 }
