@@ -7,7 +7,10 @@
 //! inline, so its signature is written into its message file after the
 //! body. A message changed after signing
 //! fails both, so the verifiers are seen to check. Mail from a client
-//! outside mynetworks that did not authenticate is not signed.
+//! outside mynetworks that did not authenticate is not signed; mail from
+//! one that authenticated (SASL through Dovecot) and mail submitted with
+//! sendmail(1) are. A key that cannot be read is named by `sluice check`
+//! (with main.cf's line) and stops cleanup.
 //!
 //! Needs root (Postfix), dnsmasq, python3-dkim, opendkim and openssl
 //! (scripts/test installs them); without one the test fails saying which.
@@ -16,8 +19,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use sluice_suite::dovecot::Dovecot;
 use sluice_suite::postfix::{Postfix, PostfixOptions};
-use sluice_suite::{dnsmasq, free_port, Instance};
+use sluice_suite::{dnsmasq, free_port, receive_master_cf, swaks, Instance, RECEIVE_MAIN_CF};
 
 const PYTHON: &str = "/usr/bin/python3";
 
@@ -329,4 +333,154 @@ fn signatures_verify_with_dkimpy_and_opendkim_after_a_postfix_relay() {
         !text.contains("DKIM-Signature"),
         "signed for an outsider: {text}"
     );
+}
+
+#[test]
+fn authenticated_and_local_mail_is_signed_and_a_strangers_is_not() {
+    let dovecot = Dovecot::start(&[("alice", "secret")], 0);
+    let port = free_port();
+    let keys_dir = tempfile::Builder::new()
+        .prefix("sluice-dkim-keys")
+        .tempdir()
+        .unwrap();
+    let keys = keys_dir.path();
+    std::fs::set_permissions(keys, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let main = format!(
+        "{RECEIVE_MAIN_CF}mynetworks = 192.0.2.0/24\nsmtpd_relay_restrictions = permit\n\
+         smtpd_sasl_auth_enable = yes\nsmtpd_sasl_type = dovecot\nsmtpd_sasl_path = {}\n\
+         smtpd_tls_auth_only = no\n\
+         dkim_signing_table = inline:{{ ed.test = ed }}\ndkim_key_table = texthash:{k}/keys\n",
+        dovecot.socket.display(),
+        k = keys.display()
+    );
+    let mut inst = Instance::new(&receive_master_cf(port, ""), &main);
+    if let Some((uid, gid)) = inst.run_as {
+        std::os::unix::fs::chown(keys, Some(uid), Some(gid)).unwrap();
+    }
+    keygen(&inst, keys, &["-a", "ed25519", "ed.test", "e1"]);
+    std::fs::write(
+        keys.join("keys"),
+        format!("ed ed.test:e1:{}/e1.private\n", keys.display()),
+    )
+    .unwrap();
+    inst.start();
+    inst.wait_port(port);
+    let server = format!("127.0.0.1:{port}");
+    let queued = |out: &str| {
+        out.lines()
+            .find_map(|l| l.split("queued as ").nth(1))
+            .unwrap_or_else(|| panic!("not queued: {out}"))
+            .trim()
+            .to_string()
+    };
+
+    // Outside mynetworks, not authenticated: accepted (relaying is open
+    // here) and not signed.
+    let (code, out) = swaks(&[
+        "--server",
+        &server,
+        "--from",
+        "x@ed.test",
+        "--to",
+        "a@remote.example",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let stranger = queued(&out);
+    // Authenticated: signed.
+    let (code, out) = swaks(&[
+        "--server",
+        &server,
+        "--auth",
+        "PLAIN",
+        "--auth-user",
+        "alice",
+        "--auth-password",
+        "secret",
+        "--from",
+        "alice@ed.test",
+        "--to",
+        "b@remote.example",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let authenticated = queued(&out);
+    // Submitted with sendmail(1): signed.
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(sluice_suite::bin_dir().join("sendmail"));
+    cmd.arg("c@remote.example")
+        .env("SLUICE_CONFIG_DIR", inst.etc());
+    if let Some((uid, gid)) = inst.run_as {
+        cmd.uid(uid).gid(gid);
+    }
+    let mut child = cmd.stdin(Stdio::piped()).spawn().expect("sendmail");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"From: alice@ed.test\nSubject: local\n\nhi\n")
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let local = inst.wait_log(20, "uid=");
+    let local = local
+        .split(": uid=")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .unwrap()
+        .to_string();
+
+    for id in [&authenticated, &local] {
+        inst.wait_log(
+            20,
+            &format!("{id}: DKIM-Signature field added (s=e1, d=ed.test)"),
+        );
+    }
+    let log = inst.log();
+    assert!(log.contains(&format!("{stranger}: message-id=")), "{log}");
+    assert!(
+        !log.contains(&format!("{stranger}: DKIM-Signature")),
+        "a stranger's mail was signed: {log}"
+    );
+}
+
+#[test]
+fn a_key_that_cannot_be_read_is_named_by_sluice_check_and_by_cleanup() {
+    let port = free_port();
+    let main = format!(
+        "{RECEIVE_MAIN_CF}dkim_signing_table = inline:{{ ed.test = ed }}\n\
+         dkim_key_table = inline:{{ ed = ed.test:e1:/nonexistent/e1.private }}\n"
+    );
+    let mut inst = Instance::new(&receive_master_cf(port, ""), &main);
+    let out = inst.sluice(&["check"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("main.cf, line")
+            && err.contains("dkim_key_table")
+            && err.contains("key ed: /nonexistent/e1.private: No such file or directory"),
+        "{err}"
+    );
+    // Started anyway: cleanup, started when smtpd first needs it (DATA), stops
+    // at once naming the key (master then throttles it); it never runs
+    // without the keys it was told to sign with.
+    inst.start();
+    inst.wait_port(port);
+    let (code, out) = swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--from",
+        "alice@ed.test",
+        "--to",
+        "b@remote.example",
+        "--timeout",
+        "3",
+    ]);
+    // smtpd starts cleanup at DATA; the message is not accepted.
+    assert_ne!(code, 0, "{out}");
+    let fatal = inst.wait_log(20, "fatal: dkim_key_table");
+    assert!(
+        fatal.contains("cleanup[") && fatal.contains("key ed: /nonexistent/e1.private"),
+        "{fatal}"
+    );
+    assert!(!inst.log().contains("DKIM-Signature field added"));
+    assert!(inst.queue_json().is_empty(), "{:?}", inst.queue_json());
 }

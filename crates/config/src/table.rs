@@ -181,7 +181,7 @@ static PARAMS: &[ParamSpec] = &[
     // DKIM signing in cleanup.
     p("dkim_signing_table", M, "", "Tables mapping a From: address, or else its domain, to a key name of dkim_key_table, as opendkim's SigningTable; empty: cleanup signs nothing."),
     p("dkim_key_table", M, "", "Tables (texthash, hash, lmdb or inline) mapping key names to domain:selector:/path/to/key.pem, as opendkim's KeyTable; every key is read when cleanup starts or reloads."),
-    p("dkim_signed_headers", L, "From, Reply-To, Subject, Date, To, Cc, Message-ID, In-Reply-To, References, MIME-Version, Content-Type, Content-Transfer-Encoding, Content-ID, Content-Description, List-Id, List-Unsubscribe, List-Unsubscribe-Post", "Header fields DKIM signatures cover, each instance present."),
+    p("dkim_signed_headers", L, "From, Reply-To, Subject, Date, To, Cc, Message-ID, In-Reply-To, References, MIME-Version, Content-Type, Content-Transfer-Encoding, Content-ID, Content-Description, List-Id, List-Unsubscribe, List-Unsubscribe-Post", "Header fields DKIM signatures cover, each instance present; From is signed whether listed or not (RFC 6376)."),
     p("dkim_oversigned_headers", L, "From", "Header fields signed once more than they occur, so that none can be added to a signed message."),
     p("dkim_canonicalization", T::Enum(&["relaxed/relaxed", "relaxed/simple", "simple/relaxed", "simple/simple"]), "relaxed/relaxed", "DKIM header/body canonicalization."),
     p("dkim_signing_origins", T::EnumList(&["mynetworks", "sasl_authenticated", "local", "all"]), "mynetworks, sasl_authenticated, local", "Mail cleanup signs: from SMTP clients in mynetworks, from SASL-authenticated clients, submitted locally (sendmail, forwards, notices), or all."),

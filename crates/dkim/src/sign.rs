@@ -80,7 +80,13 @@ impl Signing {
         let mut names = Vec::new();
         let mut header_data = Vec::new();
         let mut used: Vec<(String, usize)> = Vec::new();
-        for name in &settings.signed {
+        // From: must be signed (RFC 6376 5.4), whatever the list says.
+        let from = (!settings
+            .signed
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case("From")))
+        .then(|| "From".to_string());
+        for name in from.iter().chain(&settings.signed) {
             let lower = name.to_ascii_lowercase();
             if used.iter().any(|(n, _)| *n == lower) {
                 continue;
@@ -262,6 +268,23 @@ mod tests {
         ));
         assert!(text.ends_with("\r\n"));
         assert!(text.lines().all(|l| l.len() <= 78), "{text}");
+    }
+
+    #[test]
+    fn from_is_always_signed() {
+        let spec = KeySpec {
+            domain: "example.com".into(),
+            selector: "s1".into(),
+            key: key(),
+        };
+        let settings = Settings {
+            signed: vec!["Subject".into()],
+            oversigned: vec![],
+            ..Settings::default()
+        };
+        let s = Signing::start(spec, &settings, b"From: a@example.com\r\nSubject: x\r\n", 1);
+        let text = String::from_utf8(s.finish().unwrap()).unwrap();
+        assert!(text.contains("h=From:Subject;"), "{text}");
     }
 
     #[test]
