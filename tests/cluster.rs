@@ -133,6 +133,10 @@ struct Cluster {
 }
 
 fn cluster(net: u8, n: usize) -> Cluster {
+    cluster_with(net, n, POLICY)
+}
+
+fn cluster_with(net: u8, n: usize, policy: &str) -> Cluster {
     assert!(
         sys::is_root(),
         "the cluster tests need root: the sink listens on port 25, where MX delivery goes"
@@ -185,7 +189,7 @@ fn cluster(net: u8, n: usize) -> Cluster {
             tls_params(pki_dir.path(), &format!("mx{i}.test"))
         );
         let mut inst = Instance::new(&cf, &main);
-        std::fs::write(inst.etc().join("policy.yaml"), POLICY).unwrap();
+        std::fs::write(inst.etc().join("policy.yaml"), policy).unwrap();
         inst.start();
         inst.wait_port(port);
         insts.push((inst, port));
@@ -350,4 +354,40 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_and_logged() {
     let out = c.insts[0].0.sluice(&["cluster", "status", "--json"]);
     let json = String::from_utf8_lossy(&out.stdout);
     assert!(json.contains("\"state\":\"linked\""), "{json}");
+}
+
+#[test]
+fn cluster_false_keeps_a_concurrency_per_instance_while_a_rate_stays_cluster_wide() {
+    let policy = POLICY.replace(
+        "      - if: { grouping: orange }\n        then: { concurrency: 2, transactions: 3 }\n",
+        concat!(
+            "      - if: { grouping: orange }\n",
+            "        then: { concurrency: 5, cluster: false }\n",
+            "      - if: { grouping: orange }\n",
+            "        then: { rate: 20/1 }\n",
+        ),
+    );
+    assert!(policy.contains("cluster: false"));
+    let c = cluster_with(44, 3, &policy);
+    c.sink.delay("127.44.0.10", Duration::from_millis(400));
+    for i in 0..3 {
+        c.send(i, 60);
+    }
+    let msgs = c.sink.wait_messages(180, 120);
+    let first = msgs.iter().map(|m| m.at).min().unwrap();
+    let last = msgs.iter().map(|m| m.at).max().unwrap();
+    let span = last.duration_since(first);
+    // 180 messages at 20/s for the whole cluster, less one bucket: 8 s;
+    // each instance on its own would take 20/s and be done in 3.
+    assert!(
+        span >= Duration::from_secs(7),
+        "180 messages in {span:?}: the rate was not shared"
+    );
+    let most = c
+        .sink
+        .max_concurrent_where(|x| x.source.ip().to_string() == "127.0.0.2");
+    assert!(
+        most > 5 && most <= 15,
+        "{most} connections at once: 5 per instance, not 5 for the cluster"
+    );
 }
