@@ -391,3 +391,48 @@ fn cluster_false_keeps_a_concurrency_per_instance_while_a_rate_stays_cluster_wid
         "{most} connections at once: 5 per instance, not 5 for the cluster"
     );
 }
+
+#[test]
+fn an_instance_killed_holding_slots_gives_them_back_within_one_lease() {
+    let c = cluster(45, 2);
+    // Each message takes 40 s at the sink: mx1's two connections stay busy.
+    c.sink.delay("127.45.0.10", Duration::from_secs(40));
+    c.send(0, 4);
+    let busy = || {
+        c.sink
+            .conns()
+            .iter()
+            .filter(|x| x.closed.is_none() && x.source.ip().to_string() == "127.0.0.2")
+            .count()
+    };
+    wait_for(30, "mx1 holding both slots", || (busy() == 2).then_some(()));
+    c.send(1, 4);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(busy(), 2, "mx2 waits for a slot: the cluster's limit is 2");
+    // kill -9 of mx1: master and every process of its services.
+    let inst = &c.insts[0].0;
+    let mut pids: Vec<i32> = inst
+        .status()
+        .services
+        .iter()
+        .flat_map(|s| s.processes.iter().map(|p| p.pid))
+        .collect();
+    pids.push(inst.master_pid());
+    let killed = Instant::now();
+    for p in pids {
+        let _ = sys::process::signal(p, 9);
+    }
+    let before = c.sink.conns().len();
+    let took = wait_for(30, "mx2 connecting on a returned slot", || {
+        c.sink.conns()[before..]
+            .iter()
+            .any(|x| x.source.ip().to_string() == "127.0.0.2")
+            .then(|| killed.elapsed())
+    });
+    assert!(
+        took <= Duration::from_secs(15),
+        "slots came back after {took:?}"
+    );
+    c.coord
+        .wait_log(5, "instance mx1.test: lease ended, 2 slot(s) returned");
+}
