@@ -436,3 +436,37 @@ fn an_instance_killed_holding_slots_gives_them_back_within_one_lease() {
     c.coord
         .wait_log(5, "instance mx1.test: lease ended, 2 slot(s) returned");
 }
+
+#[test]
+fn sluice_check_refuses_a_cluster_link_without_its_certificates() {
+    let inst = Instance::new(
+        "clusterd unix - - n 300 1 clusterd\n",
+        "cluster_server = 127.0.0.1:4650\ncluster_tls_cert_file = /nonexistent/mx.pem\n",
+    );
+    let out = inst.sluice(&["check"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("master.cf runs clusterd but cluster_listen is empty"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cluster_tls_CAfile is empty: the cluster link is mutual TLS only"),
+        "{text}"
+    );
+    let inst = Instance::new(
+        "",
+        "cluster_server = 127.0.0.1:4650\ncluster_tls_cert_file = /nonexistent/mx.pem\n\
+         cluster_tls_CAfile = /nonexistent/ca.pem\ncluster_rate_division = fastest\n",
+    );
+    let out = inst.sluice(&["check"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("cluster_rate_division"), "{text}");
+    assert!(
+        text.contains("line"),
+        "a bad value is refused with its line: {text}"
+    );
+}
