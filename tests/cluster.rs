@@ -133,6 +133,10 @@ struct Cluster {
 }
 
 fn cluster(net: u8, n: usize) -> Cluster {
+    cluster_with(net, n, POLICY)
+}
+
+fn cluster_with(net: u8, n: usize, policy: &str) -> Cluster {
     assert!(
         sys::is_root(),
         "the cluster tests need root: the sink listens on port 25, where MX delivery goes"
@@ -185,7 +189,7 @@ fn cluster(net: u8, n: usize) -> Cluster {
             tls_params(pki_dir.path(), &format!("mx{i}.test"))
         );
         let mut inst = Instance::new(&cf, &main);
-        std::fs::write(inst.etc().join("policy.yaml"), POLICY).unwrap();
+        std::fs::write(inst.etc().join("policy.yaml"), policy).unwrap();
         inst.start();
         inst.wait_port(port);
         insts.push((inst, port));
@@ -350,4 +354,119 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_and_logged() {
     let out = c.insts[0].0.sluice(&["cluster", "status", "--json"]);
     let json = String::from_utf8_lossy(&out.stdout);
     assert!(json.contains("\"state\":\"linked\""), "{json}");
+}
+
+#[test]
+fn cluster_false_keeps_a_concurrency_per_instance_while_a_rate_stays_cluster_wide() {
+    let policy = POLICY.replace(
+        "      - if: { grouping: orange }\n        then: { concurrency: 2, transactions: 3 }\n",
+        concat!(
+            "      - if: { grouping: orange }\n",
+            "        then: { concurrency: 5, cluster: false }\n",
+            "      - if: { grouping: orange }\n",
+            "        then: { rate: 20/1 }\n",
+        ),
+    );
+    assert!(policy.contains("cluster: false"));
+    let c = cluster_with(44, 3, &policy);
+    c.sink.delay("127.44.0.10", Duration::from_millis(400));
+    for i in 0..3 {
+        c.send(i, 60);
+    }
+    let msgs = c.sink.wait_messages(180, 120);
+    let first = msgs.iter().map(|m| m.at).min().unwrap();
+    let last = msgs.iter().map(|m| m.at).max().unwrap();
+    let span = last.duration_since(first);
+    // 180 messages at 20/s for the whole cluster, less one bucket: 8 s;
+    // each instance on its own would take 20/s and be done in 3.
+    assert!(
+        span >= Duration::from_secs(7),
+        "180 messages in {span:?}: the rate was not shared"
+    );
+    let most = c
+        .sink
+        .max_concurrent_where(|x| x.source.ip().to_string() == "127.0.0.2");
+    assert!(
+        most > 5 && most <= 15,
+        "{most} connections at once: 5 per instance, not 5 for the cluster"
+    );
+}
+
+#[test]
+fn an_instance_killed_holding_slots_gives_them_back_within_one_lease() {
+    let c = cluster(45, 2);
+    // Each message takes 40 s at the sink: mx1's two connections stay busy.
+    c.sink.delay("127.45.0.10", Duration::from_secs(40));
+    c.send(0, 4);
+    let busy = || {
+        c.sink
+            .conns()
+            .iter()
+            .filter(|x| x.closed.is_none() && x.source.ip().to_string() == "127.0.0.2")
+            .count()
+    };
+    wait_for(30, "mx1 holding both slots", || (busy() == 2).then_some(()));
+    c.send(1, 4);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(busy(), 2, "mx2 waits for a slot: the cluster's limit is 2");
+    // kill -9 of mx1: master and every process of its services.
+    let inst = &c.insts[0].0;
+    let mut pids: Vec<i32> = inst
+        .status()
+        .services
+        .iter()
+        .flat_map(|s| s.processes.iter().map(|p| p.pid))
+        .collect();
+    pids.push(inst.master_pid());
+    let killed = Instant::now();
+    for p in pids {
+        let _ = sys::process::signal(p, 9);
+    }
+    let before = c.sink.conns().len();
+    let took = wait_for(30, "mx2 connecting on a returned slot", || {
+        c.sink.conns()[before..]
+            .iter()
+            .any(|x| x.source.ip().to_string() == "127.0.0.2")
+            .then(|| killed.elapsed())
+    });
+    assert!(
+        took <= Duration::from_secs(15),
+        "slots came back after {took:?}"
+    );
+    c.coord
+        .wait_log(5, "instance mx1.test: lease ended, 2 slot(s) returned");
+}
+
+#[test]
+fn sluice_check_refuses_a_cluster_link_without_its_certificates() {
+    let inst = Instance::new(
+        "clusterd unix - - n 300 1 clusterd\n",
+        "cluster_server = 127.0.0.1:4650\ncluster_tls_cert_file = /nonexistent/mx.pem\n",
+    );
+    let out = inst.sluice(&["check"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("master.cf runs clusterd but cluster_listen is empty"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cluster_tls_CAfile is empty: the cluster link is mutual TLS only"),
+        "{text}"
+    );
+    let inst = Instance::new(
+        "",
+        "cluster_server = 127.0.0.1:4650\ncluster_tls_cert_file = /nonexistent/mx.pem\n\
+         cluster_tls_CAfile = /nonexistent/ca.pem\ncluster_rate_division = fastest\n",
+    );
+    let out = inst.sluice(&["check"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("cluster_rate_division"), "{text}");
+    assert!(
+        text.contains("line"),
+        "a bad value is refused with its line: {text}"
+    );
 }

@@ -28,7 +28,6 @@ pub struct Got {
 /// An instance's connection.
 pub struct Peer {
     stream: tls::Stream,
-    token: Token,
     addr: SocketAddr,
     dec: Decoder,
     /// The coordinator's number for it.
@@ -61,7 +60,6 @@ impl Peer {
             .map_err(|e| e.to_string())?;
         Ok(Peer {
             stream,
-            token,
             addr,
             dec: Decoder::new(),
             id,
@@ -80,13 +78,7 @@ impl Peer {
     }
 
     /// Handles readiness: reads, decodes, flushes.
-    pub fn ready(
-        &mut self,
-        registry: &Registry,
-        readable: bool,
-        writable: bool,
-        closed: bool,
-    ) -> Result<Got, String> {
+    pub fn ready(&mut self, readable: bool, writable: bool, closed: bool) -> Result<Got, String> {
         let was = self.stream.is_handshaking();
         let mut got = Got {
             established: false,
@@ -124,7 +116,7 @@ impl Peer {
             got.established = true;
         }
         if writable || self.stream.wants_write() {
-            self.flush(registry)?;
+            self.flush()?;
         }
         Ok(got)
     }
@@ -134,17 +126,14 @@ impl Peer {
         let _ = self.stream.write(&encode(msg));
     }
 
-    /// Writes what the socket takes.
-    pub fn flush(&mut self, registry: &Registry) -> Result<(), String> {
-        self.stream.flush().map_err(|e| e.to_string())?;
-        let _ = registry;
-        Ok(())
+    /// Writes what the socket takes; the rest goes when it is writable.
+    pub fn flush(&mut self) -> Result<(), String> {
+        self.stream.flush().map(drop).map_err(|e| e.to_string())
     }
 
     /// Closes and deregisters.
     pub fn close(&mut self, registry: &Registry) {
         self.stream.close();
         let _ = registry.deregister(self.stream.socket());
-        let _ = self.token;
     }
 }

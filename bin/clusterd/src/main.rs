@@ -140,7 +140,7 @@ impl Clusterd {
 
     fn flush_one(&mut self, cx: &mut Cx<'_>, t: Token) {
         let failed = match self.peers.get_mut(&t) {
-            Some(p) => p.flush(cx.registry).err(),
+            Some(p) => p.flush().err(),
             None => None,
         };
         if let Some(e) = failed {
@@ -181,7 +181,7 @@ impl Server for Clusterd {
         let Some(p) = self.peers.get_mut(&token) else {
             return;
         };
-        let outcome = p.ready(cx.registry, readable, writable, cx.closed);
+        let outcome = p.ready(readable, writable, cx.closed);
         let id = p.id;
         match outcome {
             Err(e) if !p.joined => {

@@ -74,6 +74,7 @@ pub fn check(dir: &Path) -> i32 {
         check_queue(cfg, owner, &mut r);
         check_log(cfg, &mut r);
         check_policy(dir, cfg, &services, &mut r);
+        check_cluster(dir, cfg, &services, &mut r);
     }
     if r.errors == 0 {
         println!("sluice: check: no errors, {} warning(s)", r.warnings);
@@ -487,5 +488,54 @@ fn check_policy(dir: &Path, cfg: &Config, services: &[ServiceDef], r: &mut Repor
                 }
             }
         }
+    }
+}
+
+/// The cluster link's certificates, loaded as clusterd (`cluster_listen`,
+/// when master.cf runs it) and qmgr (`cluster_server`) load them.
+fn check_cluster(dir: &Path, cfg: &Config, services: &[ServiceDef], r: &mut Report) {
+    let serves = services.iter().any(|s| s.command == "clusterd");
+    let links = !cfg.str("cluster_server").is_empty();
+    if serves && cfg.str("cluster_listen").is_empty() {
+        r.error(format!(
+            "{}: master.cf runs clusterd but cluster_listen is empty",
+            origin(dir, cfg, "cluster_listen")
+        ));
+    }
+    if !serves && !links {
+        return;
+    }
+    let files: Vec<(&str, String)> = [
+        "cluster_tls_cert_file",
+        "cluster_tls_key_file",
+        "cluster_tls_CAfile",
+    ]
+    .iter()
+    .map(|p| (*p, cfg.str(p)))
+    .collect();
+    if let Some((p, _)) = files.iter().find(|(_, v)| v.is_empty()) {
+        r.error(format!(
+            "{}: {p} is empty: the cluster link is mutual TLS only",
+            origin(dir, cfg, p)
+        ));
+        return;
+    }
+    let (cert, key, ca) = (&files[0].1, &files[1].1, &files[2].1);
+    let loaded = if serves {
+        tls::mutual_server_config(cert.as_ref(), key.as_ref(), ca.as_ref()).map(drop)
+    } else {
+        tls::mutual_client_config(cert.as_ref(), key.as_ref(), ca.as_ref()).map(drop)
+    };
+    if let Err(e) = loaded {
+        r.error(format!(
+            "{}: {e}",
+            origin(dir, cfg, "cluster_tls_cert_file")
+        ));
+    }
+    if links && cfg.str("policy_file").is_empty() {
+        r.warn(format!(
+            "{}: cluster_server is set but no policy_file is: there is nothing to share",
+            origin(dir, cfg, "cluster_server")
+        ));
     }
 }

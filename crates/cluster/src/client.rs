@@ -651,8 +651,12 @@ impl Share for Handle {
     fn closed(&mut self, key: &KeyName) {
         self.lock().closed(&key.to_string())
     }
-    fn rate_used(&mut self, key: &KeyName, cluster: Rate, took: bool) {
+    fn sent(&mut self, key: &KeyName, cluster: Rate) {
         let fw = self.fixed_window;
-        self.lock().rate_used(&key.to_string(), cluster, fw, took)
+        self.lock().rate_used(&key.to_string(), cluster, fw, true)
+    }
+    fn starved(&self, key: &KeyName, cluster: Rate) {
+        self.lock()
+            .rate_used(&key.to_string(), cluster, self.fixed_window, false)
     }
 }

@@ -244,7 +244,7 @@ impl Coordinator {
     }
 
     /// A transport connection went away.
-    pub fn disconnect(&mut self, _now: Ms, conn: ConnId) {
+    pub fn disconnect(&mut self, now: Ms, conn: ConnId) {
         self.fresh.remove(&conn);
         let Some(i) = self.by_conn.remove(&conn) else {
             return;
@@ -263,7 +263,7 @@ impl Coordinator {
         let instances = self.instances();
         self.events.push_back(Event::Left { name, instances });
         self.announce();
-        self.redivide_all(_now);
+        self.redivide_all(now);
     }
 
     /// A message from `conn`.

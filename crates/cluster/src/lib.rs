@@ -6,7 +6,7 @@
 //! They talk in [`proto`] messages over a TLS stream that the programs
 //! own. Neither core reads a clock, opens a socket or draws an unseeded
 //! random number: time is passed in as milliseconds on the caller's
-//! monotonic clock, so the in-process simulated cluster ([`sim`], tests)
+//! monotonic clock, so the in-process simulated cluster (the `sim` tests)
 //! runs many instances in virtual time.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

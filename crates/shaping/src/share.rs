@@ -31,11 +31,17 @@ pub trait Share: std::fmt::Debug + Send {
     fn opened(&mut self, key: &KeyName);
     /// A connection on `key` closed (its slot can go back).
     fn closed(&mut self, key: &KeyName);
-    /// A transaction took a token of `key`'s shared rate (`took`), or was
-    /// refused because this instance's part of it was spent: the backlog
-    /// the coordinator divides rates by (`cluster_rate_division = backlog`).
-    fn rate_used(&mut self, key: &KeyName, cluster: Rate, took: bool) {
-        let _ = (key, cluster, took);
+    /// A transaction took a token of `key`'s shared rate, whose rate for
+    /// the whole cluster is `cluster`: the use the coordinator divides
+    /// rates by (`cluster_rate_division = backlog`).
+    fn sent(&mut self, key: &KeyName, cluster: Rate) {
+        let _ = (key, cluster);
+    }
+    /// Mail waits because this instance's part of `key`'s rate is spent
+    /// (asked from [`crate::Shaper::can_send`], which takes `&self`: a
+    /// share that records it keeps its state behind a lock).
+    fn starved(&self, key: &KeyName, cluster: Rate) {
+        let _ = (key, cluster);
     }
 }
 

@@ -518,10 +518,7 @@ impl Shaper {
     /// Takes one token of every rate of `b` for a transaction, or says
     /// when to ask again (all or nothing: no token is taken on a refusal).
     pub fn may_send(&mut self, now: Ms, id: BindId) -> Result<(), Block> {
-        if let Err(block) = self.can_send(now, id) {
-            self.note_starved(now, id);
-            return Err(block);
-        }
+        self.can_send(now, id)?;
         let algorithm = self.policy.algorithm;
         // Disjoint fields: the binding's keys are read while their states change.
         let Some(bound) = self.bound.get(id.0 as usize).and_then(Option::as_ref) else {
@@ -534,7 +531,7 @@ impl Shaper {
             };
             let rate = match (self.share.as_deref_mut(), rate) {
                 (Some(share), Some(r)) if share::shared_rate(&props) => {
-                    share.rate_used(&st.name, r, true);
+                    share.sent(&st.name, r);
                     Some(share.rate(&st.name, r))
                 }
                 (_, r) => r,
@@ -567,6 +564,7 @@ impl Shaper {
                 continue;
             };
             let Some(st) = self.key(k) else { continue };
+            let configured = rate;
             let rate = self.shared_rate(&st.name, &props, rate);
             let (level, _) = refill(algorithm, rate, st.level, st.at, now);
             let wait = match algorithm {
@@ -583,44 +581,16 @@ impl Shaper {
             };
             if let Some(at) = wait {
                 later = Some(later.map_or(at, |l: Ms| l.max(at)));
+                if let Some(share) = self.share.as_deref() {
+                    if share::shared_rate(&props) {
+                        share.starved(&st.name, configured);
+                    }
+                }
             }
         }
         match later {
             Some(at) => Err(Block::Until(at)),
             None => Ok(()),
-        }
-    }
-
-    /// Tells the share which of `id`'s shared rates refused a transaction
-    /// (this instance's part of them is spent), so the coordinator hears
-    /// that mail waits for them.
-    fn note_starved(&mut self, now: Ms, id: BindId) {
-        let algorithm = self.policy.algorithm;
-        let (Some(share), Some(bound)) = (
-            self.share.as_deref_mut(),
-            self.bound.get(id.0 as usize).and_then(Option::as_ref),
-        ) else {
-            return;
-        };
-        for &(k, props) in &bound.keys {
-            let Some(rate) = effective(&self.holds, now, &bound.binding, &props).rate else {
-                continue;
-            };
-            let Some(st) = self.keys.get(k.0 as usize).and_then(Option::as_ref) else {
-                continue;
-            };
-            if !share::shared_rate(&props) {
-                continue;
-            }
-            let mine = share.rate(&st.name, rate);
-            let (level, _) = refill(algorithm, mine, st.level, st.at, now);
-            let spent = match algorithm {
-                RateAlgorithm::TokenBucket => level < 1.0,
-                RateAlgorithm::FixedWindow => level >= f64::from(mine.tokens),
-            };
-            if spent {
-                share.rate_used(&st.name, rate, false);
-            }
         }
     }
 

@@ -410,12 +410,17 @@ impl Share for FakeShare {
     fn closed(&mut self, key: &KeyName) {
         self.log.lock().unwrap().push(format!("closed {key}"));
     }
-    fn rate_used(&mut self, key: &KeyName, cluster: Rate, took: bool) {
-        let what = if took { "took" } else { "starved" };
+    fn sent(&mut self, key: &KeyName, cluster: Rate) {
         self.log
             .lock()
             .unwrap()
-            .push(format!("{what} {key} of {}", cluster.tokens));
+            .push(format!("took {key} of {}", cluster.tokens));
+    }
+    fn starved(&self, key: &KeyName, cluster: Rate) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("starved {key} of {}", cluster.tokens));
     }
 }
 
