@@ -301,9 +301,12 @@ impl ClusterConn {
                     msg_info!("cluster: {instances} instances connected")
                 }
                 ClientEvent::News { from, news } => match news {
-                    DestNews::Dead { dest, secs } => msg_info!(
-                        "cluster: {from} says destination {dest} is not responding ({secs}s)"
-                    ),
+                    DestNews::Dead { dest, secs } => {
+                        msg_info!(
+                            "cluster: {from} says destination {dest} is not responding ({secs}s): its mail here waits too"
+                        );
+                        qm.dead_elsewhere(now, &dest, u64::from(secs));
+                    }
                     DestNews::HostRetry { host, secs } => {
                         msg_info!("cluster: {from} put host {host} in retry ({secs}s)")
                     }

@@ -32,6 +32,21 @@ impl<S: Store> QueueManager<S> {
         self.run_sched();
     }
 
+    /// Another instance found `nexthop` dead for `secs` (clusterd's news):
+    /// its mail here waits too instead of paying the connect timeouts.
+    pub fn dead_elsewhere(&mut self, now: crate::Time, nexthop: &str, secs: u64) {
+        self.now = now;
+        let until = now + std::time::Duration::from_secs(secs);
+        let ev = sched::Event::DeadElsewhere {
+            nexthop: nexthop.to_string(),
+            until,
+        };
+        if let Err(e) = self.deliver.sched.handle(now, ev) {
+            self.warn(format!("scheduler: {e:?}"));
+        }
+        self.run_sched();
+    }
+
     /// Answers the shaping requests of `sluice queue` and `sluice policy`.
     pub(crate) fn shaping_control(&mut self, req: queuectl::Request) -> queuectl::Response {
         const NO_POLICY: &str = "no policy_file is in force";

@@ -70,14 +70,41 @@ impl Scheduler {
         let dest = &mut self.dests[d];
         let retry_at = now + dest.backoff();
         dest.set_backoff((dest.backoff() * 2).min(self.cfg.maximal_backoff_time));
-        dest.dead = Some(Dead { retry_at });
-        self.stats.dead_events += 1;
-        self.timers.insert((retry_at, Timer::DeadRetry(d)));
         self.actions
             .push_back(Action::Notice(Notice::DestinationDead {
                 destination: d,
                 retry_at,
             }));
+        self.mark_dead(now, d, retry_at);
+    }
+
+    /// Another instance found `nexthop` dead until `retry_at` (clusterd's
+    /// news): the destinations of that name here wait as well, without
+    /// paying the connect timeouts themselves. No notice: the news is not
+    /// told on again.
+    pub(crate) fn dead_elsewhere(&mut self, now: Time, nexthop: &str, retry_at: Time) {
+        if retry_at <= now {
+            return;
+        }
+        // Kept for destinations made before it ends (mail that comes later).
+        self.dead_news.retain(|_, t| *t > now);
+        self.dead_news.insert(nexthop.into(), retry_at);
+        let ds: Vec<DestId> = self
+            .dests
+            .iter()
+            .filter(|(_, x)| &*x.nexthop == nexthop && x.dead.is_none())
+            .map(|(i, _)| i)
+            .collect();
+        for d in ds {
+            self.mark_dead(now, d, retry_at);
+        }
+    }
+
+    /// Marks `d` dead until `retry_at`; defers what waits for it.
+    pub(crate) fn mark_dead(&mut self, now: Time, d: DestId, retry_at: Time) {
+        self.dests[d].dead = Some(Dead { retry_at });
+        self.stats.dead_events += 1;
+        self.timers.insert((retry_at, Timer::DeadRetry(d)));
         let mut victims: Vec<EntryId> = Vec::new();
         for c in 0..3 {
             victims.extend(self.dests[d].queues[c].drain());

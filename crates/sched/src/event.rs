@@ -150,6 +150,14 @@ pub enum Event {
     },
     /// Restore a suspension saved before a restart.
     RestoreHold(shaping::Hold),
+    /// Another instance of the cluster found this next hop dead until
+    /// `until`: its destinations here wait too, without connect timeouts.
+    DeadElsewhere {
+        /// The next hop.
+        nexthop: String,
+        /// When it is tried again.
+        until: Time,
+    },
     /// A connection closed by `Action::Close` is gone: the slots of its
     /// shaping binding are free.
     SlotReleased {

@@ -127,6 +127,8 @@ pub struct Scheduler {
     extra_keys: BTreeMap<(MsgId, u8), KeyId>,
     /// Traffic shaping, when a policy is loaded.
     pub(crate) shaping: Option<Shaping>,
+    /// Next hops another instance found dead, until when (clusterd's news).
+    pub(crate) dead_news: BTreeMap<Box<str>, Time>,
     /// Job ids, sender and entry domains for shaping.
     pub(crate) side: ShapeSide,
 }
@@ -190,6 +192,7 @@ impl Scheduler {
             next_attempts: BTreeMap::new(),
             extra_keys: BTreeMap::new(),
             shaping: None,
+            dead_news: BTreeMap::new(),
             side: ShapeSide::default(),
         }
         .with_shaping())
@@ -251,6 +254,7 @@ impl Scheduler {
                 self.arm_shaping(now);
             }
             Event::Resume { id } => self.resume(now, id),
+            Event::DeadElsewhere { nexthop, until } => self.dead_elsewhere(now, &nexthop, until),
             Event::SlotReleased { bind } => {
                 if let Some(sh) = self.shaping.as_mut() {
                     sh.shaper.closed(bind);
@@ -543,6 +547,9 @@ impl Scheduler {
                 ));
                 let key = self.dests[d].nexthop.clone();
                 self.dest_index[t.0 as usize].insert(key, d);
+                if let Some(&until) = self.dead_news.get(nexthop).filter(|&&u| u > now) {
+                    self.mark_dead(now, d, until);
+                }
                 d
             }
         };

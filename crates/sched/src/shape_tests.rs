@@ -744,3 +744,94 @@ fn a_closed_connection_keeps_its_slots_until_the_agent_says_it_is_gone() {
         "the slot went to b.test once the close was done"
     );
 }
+
+#[test]
+fn a_destination_dead_elsewhere_waits_here_without_being_told_on() {
+    let mut s = sched(seed());
+    let mut w = World::default();
+    message(&mut s, &mut w, Time(0), 1, "", "down.test", "mx.down.test");
+    w.finish(&mut s, Time(10), |_| RcptStatus::Delivered);
+    let opens = w.source.len();
+    s.handle(
+        Time(20),
+        Event::DeadElsewhere {
+            nexthop: "down.test".into(),
+            until: Time(60_000),
+        },
+    )
+    .unwrap();
+    let acts: Vec<Action> = std::iter::from_fn(|| s.poll_action()).collect();
+    assert!(
+        !acts
+            .iter()
+            .any(|a| matches!(a, Action::Notice(Notice::DestinationDead { .. }))),
+        "news from another instance is not told on: {acts:?}"
+    );
+    // New mail for it is deferred until then, without a connection.
+    s.handle(
+        Time(30),
+        Event::MessageAdded(NewMessage {
+            queue_id: QueueId(2),
+            sender: "a@b.test".into(),
+            tenant: None,
+            job: None,
+            size: 100,
+            arrival: Time(30),
+            attempts: 0,
+            recipients: 1,
+        }),
+    )
+    .unwrap();
+    let _ = std::iter::from_fn(|| s.poll_action()).count();
+    s.handle(
+        Time(30),
+        Event::RecipientsRead {
+            queue_id: QueueId(2),
+            groups: vec![RecipientGroup {
+                domain: String::new(),
+                transport: "smtp".into(),
+                nexthop: "down.test".into(),
+                hosts: vec![vec!["mx.down.test".into()]],
+                recipients: vec![0],
+            }],
+            remaining: 0,
+        },
+    )
+    .unwrap();
+    let acts: Vec<Action> = std::iter::from_fn(|| s.poll_action()).collect();
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, Action::Defer { next_attempt, reason, .. }
+            if *next_attempt == Time(60_000) && reason.contains("dead"))),
+        "{acts:?}"
+    );
+    assert!(!acts.iter().any(|a| matches!(a, Action::Open { .. })));
+    assert_eq!(w.source.len(), opens);
+    // Another name is not affected; a destination made later for the
+    // dead name (here, through another transport's view) waits too.
+    message(&mut s, &mut w, Time(40), 3, "", "up.test", "mx.up.test");
+    s.handle(
+        Time(50),
+        Event::DeadElsewhere {
+            nexthop: "later.test".into(),
+            until: Time(90_000),
+        },
+    )
+    .unwrap();
+    let before = w.source.len();
+    message(
+        &mut s,
+        &mut w,
+        Time(60),
+        4,
+        "",
+        "later.test",
+        "mx.later.test",
+    );
+    assert_eq!(
+        w.source.len(),
+        before,
+        "no connection to a next hop dead elsewhere"
+    );
+    assert!(w.host.values().any(|h| h == "mx.up.test"));
+}
