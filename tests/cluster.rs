@@ -161,6 +161,9 @@ fn cluster_with(net: u8, n: usize, policy: &str) -> Cluster {
     let records = [
         "--mx-host=orange.test,in1.mx.orange.test,10".to_string(),
         format!("--host-record=in1.mx.orange.test,{}", ip(10)),
+        // Nothing listens there: a host to find unreachable.
+        "--mx-host=down.test,mx.down.test,10".to_string(),
+        format!("--host-record=mx.down.test,{}", ip(11)),
     ];
     let refs: Vec<&str> = records.iter().map(String::as_str).collect();
     let (dns_kill, dns) = dnsmasq(&refs).expect("dnsmasq is installed by scripts/test");
@@ -468,5 +471,35 @@ fn sluice_check_refuses_a_cluster_link_without_its_certificates() {
     assert!(
         text.contains("line"),
         "a bad value is refused with its line: {text}"
+    );
+}
+
+#[test]
+fn a_host_one_instance_could_not_reach_is_skipped_by_the_others() {
+    let c = cluster(46, 2);
+    let to_down = |i: usize| {
+        let st = Command::new("smtp-source")
+            .args(["-s", "1", "-m", "1"])
+            .args(["-f", "bulk@sender.example", "-t", "someone@down.test"])
+            .arg(format!("127.0.0.1:{}", c.insts[i].1))
+            .status()
+            .expect("smtp-source is installed by scripts/test");
+        assert!(st.success(), "smtp-source to instance {i}");
+    };
+    to_down(0);
+    c.insts[0]
+        .0
+        .wait_log(30, "connect to mx.down.test[127.46.0.11]:25");
+    c.insts[1].0.wait_log(20, "put host mx.down.test in retry");
+    to_down(1);
+    let line = c.insts[1].0.wait_log(30, "to=<someone@down.test>");
+    assert!(
+        line.contains("status=deferred") && line.contains("destdb retry"),
+        "{line}"
+    );
+    assert!(
+        !c.insts[1].0.log().contains("connect to mx.down.test"),
+        "the second instance did not pay the connect attempt itself:\n{}",
+        c.insts[1].0.log()
     );
 }

@@ -300,17 +300,20 @@ impl ClusterConn {
                 ClientEvent::Count { instances } => {
                     msg_info!("cluster: {instances} instances connected")
                 }
-                ClientEvent::News { from, news } => match news {
-                    DestNews::Dead { dest, secs } => {
-                        msg_info!(
+                ClientEvent::News { from, news } => {
+                    match news {
+                        DestNews::Dead { dest, secs } => {
+                            msg_info!(
                             "cluster: {from} says destination {dest} is not responding ({secs}s): its mail here waits too"
                         );
-                        qm.dead_elsewhere(now, &dest, u64::from(secs));
+                            qm.dead_elsewhere(now, &dest, u64::from(secs));
+                        }
+                        DestNews::HostRetry { host, secs } => {
+                            msg_info!("cluster: {from} put host {host} in retry ({secs}s): skipped here too");
+                            qm.host_retry_elsewhere(now, &host, u64::from(secs));
+                        }
                     }
-                    DestNews::HostRetry { host, secs } => {
-                        msg_info!("cluster: {from} put host {host} in retry ({secs}s)")
-                    }
-                },
+                }
             }
         }
         if !out.is_empty() {
@@ -324,6 +327,14 @@ impl ClusterConn {
         if changed {
             qm.limits_changed(now);
         }
+    }
+
+    /// A host this instance could not reach: the others skip it too.
+    pub fn host_retry(&mut self, host: &str, secs: u64) {
+        self.handle.lock().news(DestNews::HostRetry {
+            host: host.to_string(),
+            secs: secs.min(u64::from(u32::MAX)) as u32,
+        });
     }
 
     /// A destination this instance found dead: the others hear of it.

@@ -242,6 +242,13 @@ impl QmgrServer {
                     self.remove_data(id, storage);
                     None
                 }
+                Action::HostRetry { host, retry_at } => {
+                    let secs = retry_at.0.saturating_sub(self.turn.1 .0) / 1000;
+                    if let Some(c) = self.cluster.as_mut() {
+                        c.host_retry(&host, secs);
+                    }
+                    None
+                }
                 Action::SaveHolds { text } => {
                     self.save_holds(&text);
                     None

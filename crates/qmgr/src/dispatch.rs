@@ -772,7 +772,14 @@ impl<S: Store> QueueManager<S> {
                 "destination {}: concurrency window {from} -> {to}",
                 s.nexthop(destination).unwrap_or("?")
             ),
-            sched::Notice::HostRetry { .. } => return,
+            sched::Notice::HostRetry { host, until } => {
+                let host = s.host_name(host).to_string();
+                self.actions.push_back(Action::HostRetry {
+                    host,
+                    retry_at: until,
+                });
+                return;
+            }
             sched::Notice::Suspended { hold } => {
                 self.hold_placed(&hold);
                 return;

@@ -266,6 +266,14 @@ pub enum Action {
         /// When it is tried again.
         retry_at: Time,
     },
+    /// A host could not be reached and is skipped until `retry_at` (the
+    /// shell tells the cluster, if any).
+    HostRetry {
+        /// The host (an MX name).
+        host: String,
+        /// Until when.
+        retry_at: Time,
+    },
     /// Remove a message's data now: its `Removed` record is durable, or
     /// it was never journaled.
     RemoveData {

@@ -47,6 +47,21 @@ impl<S: Store> QueueManager<S> {
         self.run_sched();
     }
 
+    /// Another instance could not reach `host` and skips it for `secs`
+    /// (clusterd's news): it is skipped here too.
+    pub fn host_retry_elsewhere(&mut self, now: crate::Time, host: &str, secs: u64) {
+        self.now = now;
+        let until = now + std::time::Duration::from_secs(secs);
+        let ev = sched::Event::HostRetryElsewhere {
+            host: host.to_string(),
+            until,
+        };
+        if let Err(e) = self.deliver.sched.handle(now, ev) {
+            self.warn(format!("scheduler: {e:?}"));
+        }
+        self.run_sched();
+    }
+
     /// Answers the shaping requests of `sluice queue` and `sluice policy`.
     pub(crate) fn shaping_control(&mut self, req: queuectl::Request) -> queuectl::Response {
         const NO_POLICY: &str = "no policy_file is in force";

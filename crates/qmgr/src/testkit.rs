@@ -229,6 +229,7 @@ impl World {
                     self.removed.push(id);
                 }
                 Action::SaveHolds { text } => self.saved_holds.push(text),
+                Action::HostRetry { .. } => {}
             }
         }
     }

@@ -118,6 +118,17 @@ impl DestDb {
         Some(t)
     }
 
+    /// Skips the host called `name` until `until`, if it is known here
+    /// (news from another instance); whether it is.
+    pub fn retry_until(&mut self, name: &str, until: Time) -> bool {
+        let Some(&h) = self.by_name.get(name) else {
+            return false;
+        };
+        let r = &mut self.hosts[h];
+        r.retry_at = Some(r.retry_at.map_or(until, |t| t.max(until)));
+        true
+    }
+
     /// Forgets every retry record (an operator flush).
     pub fn forget_retries(&mut self) {
         let ids: Vec<HostId> = self.hosts.iter().map(|(h, _)| h).collect();

@@ -150,6 +150,14 @@ pub enum Event {
     },
     /// Restore a suspension saved before a restart.
     RestoreHold(shaping::Hold),
+    /// Another instance of the cluster could not reach this host (an MX
+    /// name): it is skipped here too until `until`.
+    HostRetryElsewhere {
+        /// The host.
+        host: String,
+        /// Until when.
+        until: Time,
+    },
     /// Another instance of the cluster found this next hop dead until
     /// `until`: its destinations here wait too, without connect timeouts.
     DeadElsewhere {

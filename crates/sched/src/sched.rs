@@ -129,6 +129,8 @@ pub struct Scheduler {
     pub(crate) shaping: Option<Shaping>,
     /// Next hops another instance found dead, until when (clusterd's news).
     pub(crate) dead_news: BTreeMap<Box<str>, Time>,
+    /// Hosts another instance could not reach, until when (clusterd's news).
+    host_news: BTreeMap<Box<str>, Time>,
     /// Job ids, sender and entry domains for shaping.
     pub(crate) side: ShapeSide,
 }
@@ -193,6 +195,7 @@ impl Scheduler {
             extra_keys: BTreeMap::new(),
             shaping: None,
             dead_news: BTreeMap::new(),
+            host_news: BTreeMap::new(),
             side: ShapeSide::default(),
         }
         .with_shaping())
@@ -255,6 +258,13 @@ impl Scheduler {
             }
             Event::Resume { id } => self.resume(now, id),
             Event::DeadElsewhere { nexthop, until } => self.dead_elsewhere(now, &nexthop, until),
+            Event::HostRetryElsewhere { host, until } => {
+                if until > now {
+                    self.host_news.retain(|_, t| *t > now);
+                    self.host_news.insert(host.as_str().into(), until);
+                    self.hosts.retry_until(&host, until);
+                }
+            }
             Event::SlotReleased { bind } => {
                 if let Some(sh) = self.shaping.as_mut() {
                     sh.shaper.closed(bind);
@@ -570,6 +580,12 @@ impl Scheduler {
                 .iter()
                 .map(|lvl| lvl.iter().map(|n| self.hosts.acquire(n)).collect())
                 .collect();
+            // A host another instance could not reach is skipped here too.
+            for n in hosts.iter().flatten() {
+                if let Some(&until) = self.host_news.get(n.as_str()).filter(|&&u| u > now) {
+                    self.hosts.retry_until(n, until);
+                }
+            }
             self.dests[d].hosts = HostLevels::new(new);
             // A grouping found by MX names may have changed with them.
             self.shaping_hosts_changed(d);

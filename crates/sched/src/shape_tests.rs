@@ -835,3 +835,24 @@ fn a_destination_dead_elsewhere_waits_here_without_being_told_on() {
     );
     assert!(w.host.values().any(|h| h == "mx.up.test"));
 }
+
+#[test]
+fn a_host_another_instance_could_not_reach_is_skipped_here() {
+    let mut s = sched(seed());
+    let mut w = World::default();
+    s.handle(
+        Time(0),
+        Event::HostRetryElsewhere {
+            host: "mx.down.test".into(),
+            until: Time(30_000),
+        },
+    )
+    .unwrap();
+    message(&mut s, &mut w, Time(10), 1, "", "down.test", "mx.down.test");
+    assert!(
+        w.host.is_empty(),
+        "no connection to a host in retry elsewhere"
+    );
+    message(&mut s, &mut w, Time(10), 2, "", "up.test", "mx.up.test");
+    assert_eq!(w.host.values().collect::<Vec<_>>(), ["mx.up.test"]);
+}

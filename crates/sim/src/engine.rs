@@ -716,7 +716,8 @@ impl Sim {
             | Action::Reply { .. }
             | Action::Answer { .. }
             | Action::DropCleanup
-            | Action::SaveHolds { .. } => {}
+            | Action::SaveHolds { .. }
+            | Action::HostRetry { .. } => {}
             Action::ToRouter { request, body } => {
                 let response = self.route(body);
                 self.handle(Event::RouterAnswer { request, response });
