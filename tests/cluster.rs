@@ -166,7 +166,7 @@ fn cluster_with(net: u8, n: usize, policy: &str) -> Cluster {
         format!("--host-record=mx.down.test,{}", ip(11)),
     ];
     let refs: Vec<&str> = records.iter().map(String::as_str).collect();
-    let (dns_kill, dns) = dnsmasq(&refs).expect("dnsmasq is installed by scripts/test");
+    let (dns_kill, dns) = dnsmasq(&refs);
     let cport = free_port();
     let mut coord = Instance::new(
         "clusterd unix - - n 300 1 clusterd\n",

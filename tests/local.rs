@@ -275,10 +275,7 @@ fn test_user(name: &str, home: &Path) -> sys::privilege::Identity {
 /// the user's Maildir as the user.
 #[test]
 fn as_root_maildir_is_written_as_the_instance_user() {
-    if !sys::is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    sluice_suite::require_root("files are written as the instance user");
     const USER: &str = "sluicemaildir";
     let home = Path::new("/tmp/sluice-maildir-home");
     let u = test_user(USER, home);
@@ -355,10 +352,7 @@ fn as_root_maildir_is_written_as_the_instance_user() {
 #[test]
 fn as_root_forward_checks_and_delivery_rights() {
     use std::os::unix::fs::MetadataExt;
-    if !sys::is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    sluice_suite::require_root("files are written as the instance user");
     const USER: &str = "sluicefwd";
     let home = Path::new("/tmp/sluice-fwd-home");
     let u = test_user(USER, home);

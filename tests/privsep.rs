@@ -36,10 +36,7 @@ fn proc_ids(pid: i32, field: &str) -> Vec<u32> {
 
 #[test]
 fn daemons_run_as_mail_owner_and_chrooted_where_marked() {
-    if !sys::is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    sluice_suite::require_root("privileges are dropped only by root");
     let owner = ensure_owner();
     let cf =
         "jailed unix - - y 60 1 anvil\nplain unix - - n 60 1 anvil\nrootly unix - n n 60 1 anvil\n";
@@ -85,10 +82,7 @@ fn daemons_run_as_mail_owner_and_chrooted_where_marked() {
 
 #[test]
 fn master_refuses_a_missing_or_root_mail_owner() {
-    if !sys::is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    sluice_suite::require_root("privileges are dropped only by root");
     for (owner, needle) in [("no-such-user-sluice", "no such user"), ("root", "uid 0")] {
         let inst = Instance::with_identity(
             "anvil unix - - n - 1 anvil\n",

@@ -185,15 +185,13 @@ fn pipelined_requests_are_answered_out_of_order() {
 
 #[test]
 fn hosts_from_dns() {
-    let Some((_d, addr)) = dnsmasq(&[
+    let (_d, addr) = dnsmasq(&[
         "--mx-host=example.org.test,mx1.example.org.test,10",
         "--mx-host=example.org.test,mx2.example.org.test,20",
         "--host-record=mx1.example.org.test,192.0.2.1",
         "--host-record=mx2.example.org.test,192.0.2.2",
         "--mx-host=nullmx.test,.,0",
-    ]) else {
-        return;
-    };
+    ]);
     let mut inst = site(&format!("dns_servers = {addr}\ninet_protocols = ipv4\n"));
     inst.start();
     let mut c = client(&inst);

@@ -78,7 +78,7 @@ fn world(net: u8, policy: &str, pool: &str) -> World {
         format!("--host-record=mta5.am0.yahoodns.test,{}", ip(14)),
     ];
     let refs: Vec<&str> = records.iter().map(String::as_str).collect();
-    let (dns_kill, dns) = dnsmasq(&refs).expect("dnsmasq is installed by scripts/test");
+    let (dns_kill, dns) = dnsmasq(&refs);
     let port = free_port();
     let cf = format!(
         "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
@@ -415,10 +415,15 @@ fn reload_keeps_the_bucket_and_restart_keeps_suspensions() {
     let mut w = world(27, &slow("1/10"), "solo");
     w.send(1, 1, "a@orange.test");
     let first = w.sink.wait_messages(1, 30)[0].at;
-    // A changed rate, reloaded: the emptied bucket is kept, not refilled.
-    std::fs::write(w.inst.etc().join("policy.yaml"), slow("1/12")).unwrap();
+    // A changed rate, reloaded (a change of the policy file alone is
+    // one): the new bucket holds 2, but the emptied one is kept, not refilled.
+    std::fs::write(w.inst.etc().join("policy.yaml"), slow("2/20")).unwrap();
     w.sluice(&["reload"]);
-    w.inst.wait_log(10, "qmgr");
+    wait_for(10, "the new rate in force", || {
+        w.sluice(&["policy", "show"])
+            .contains("2/20s")
+            .then_some(())
+    });
     w.send(1, 1, "b@orange.test");
     let second = w.sink.wait_messages(2, 30)[1].at;
     let gap = second.duration_since(first);
@@ -426,6 +431,25 @@ fn reload_keeps_the_bucket_and_restart_keeps_suspensions() {
         gap >= Duration::from_secs(8),
         "the second waited for a token: {gap:?}"
     );
+
+    // A broken policy reloaded: qmgr says where, and keeps the one in force.
+    std::fs::write(
+        w.inst.etc().join("policy.yaml"),
+        "policies:\n  - fields: [colour]\n",
+    )
+    .unwrap();
+    w.sluice(&["reload"]);
+    let warn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        w.inst.wait_log(10, "keeping the running configuration")
+    }))
+    .unwrap_or_else(|_| panic!("{}", w.inst.log()));
+    assert!(warn.contains("policy.yaml:2:"), "{warn}");
+    let show = w.sluice(&["policy", "show"]);
+    assert!(
+        show.contains("localip=127.0.0.2,grouping=orange") && show.contains("2/20s"),
+        "{show}"
+    );
+    std::fs::write(w.inst.etc().join("policy.yaml"), slow("2/20")).unwrap();
 
     let id = w
         .sluice(&["queue", "suspend", "grouping=yahoo"])

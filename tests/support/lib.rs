@@ -569,14 +569,15 @@ pub fn dumped(sink: &Sink) -> usize {
 }
 
 /// dnsmasq answering on a free 127.0.0.1 port (UDP and TCP) with `records`
-/// (`--mx-host=…`, `--host-record=…`); `None` (and a message) when it is not
-/// installed. Nothing but the given records: no upstream, no hosts file.
-pub fn dnsmasq(records: &[&str]) -> Option<(Kill, std::net::SocketAddr)> {
+/// (`--mx-host=…`, `--host-record=…`). Nothing but the given records: no
+/// upstream, no hosts file. Fails the test when dnsmasq is not installed
+/// (scripts/test installs it): a test never passes by skipping.
+pub fn dnsmasq(records: &[&str]) -> (Kill, std::net::SocketAddr) {
     let bin = "/usr/sbin/dnsmasq";
-    if !Path::new(bin).exists() {
-        eprintln!("skipped: {bin} is not installed");
-        return None;
-    }
+    assert!(
+        Path::new(bin).exists(),
+        "{bin} is not installed (scripts/test installs dnsmasq-base)"
+    );
     let port = loop {
         let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let p = u.local_addr().unwrap().port();
@@ -605,7 +606,7 @@ pub fn dnsmasq(records: &[&str]) -> Option<(Kill, std::net::SocketAddr)> {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start dnsmasq");
-    Some((Kill(child), format!("127.0.0.1:{port}").parse().unwrap()))
+    (Kill(child), format!("127.0.0.1:{port}").parse().unwrap())
 }
 
 /// A relaying instance: smtpd on a free port, every service, and
@@ -623,4 +624,10 @@ pub fn relay_instance(sink_port: u16, extra: &str) -> (Instance, u16) {
     inst.start();
     inst.wait_port(port);
     (inst, port)
+}
+
+/// Fails the test, saying why, when it does not run as root (CI does): a
+/// test that needs root never passes by skipping.
+pub fn require_root(why: &str) {
+    assert!(sys::is_root(), "this test needs root: {why}");
 }

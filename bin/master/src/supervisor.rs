@@ -50,7 +50,8 @@ pub struct Loaded {
     pub config: Config,
     /// master.cf.
     pub services: Vec<ServiceDef>,
-    /// main.cf's text, to tell whether a reload changed it.
+    /// main.cf's text and that of the policy file it names, to tell whether
+    /// a reload changed them (daemons hear of either by SIGHUP).
     pub main_text: String,
 }
 
@@ -62,7 +63,15 @@ pub fn load(config_dir: &std::path::Path) -> Result<Loaded, String> {
     for w in &loaded.warnings {
         msg_warn!("{w}");
     }
-    let main_text = std::fs::read_to_string(config_dir.join("main.cf")).unwrap_or_default();
+    let mut main_text = std::fs::read_to_string(config_dir.join("main.cf")).unwrap_or_default();
+    // qmgr reads the policy file at a reload: a change to it alone is a
+    // change of configuration too.
+    let policy = loaded.config.str("policy_file");
+    if !policy.trim().is_empty() {
+        main_text.push('\0');
+        main_text
+            .push_str(&std::fs::read_to_string(config_dir.join(policy.trim())).unwrap_or_default());
+    }
     Ok(Loaded {
         config: loaded.config,
         services,
