@@ -737,6 +737,11 @@ impl CleanupServer {
                         qmgr::Response::Committed => Response::Queued {
                             queue_id: p.id.to_string(),
                         },
+                        qmgr::Response::Unsettled(_) => {
+                            // An answer to transferd's question, never to cleanup's.
+                            msg_warn!("{}: qmgr: an answer cleanup never asks for", p.id);
+                            failed(451, "4.3.0", "Error: queue file write error")
+                        }
                         qmgr::Response::Failed { reason, disk_full } => {
                             msg_warn!("{}: qmgr: {reason}", p.id);
                             if disk_full {

@@ -191,6 +191,9 @@ mod tests {
                             ipc::qmgr::Response::Failed { disk_full, .. } => {
                                 self.seen.refused.push((i, disk_full))
                             }
+                            ipc::qmgr::Response::Unsettled(_) => {
+                                unreachable!("no transfer is asked about here")
+                            }
                         }
                     }
                     Action::RemoveData { id, storage } => self.seen.removed.push((id, storage)),

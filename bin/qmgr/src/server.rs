@@ -378,6 +378,16 @@ impl Handler<Clients> for QmgrServer {
                 self.qm.handle(now, ev);
                 self.act(cx);
             }
+            Request::Arrival(body) => {
+                let now = self.now(cx.now);
+                let ev = QmEvent::Transfer {
+                    client: from.number(),
+                    request: id,
+                    body,
+                };
+                self.qm.handle(now, ev);
+                self.act(cx);
+            }
             Request::Control(ipc::queuectl::Request::Cluster) if self.cluster.is_some() => {
                 let now = self.now(cx.now);
                 if let Some(c) = self.cluster.as_ref() {

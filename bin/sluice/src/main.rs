@@ -13,6 +13,7 @@ mod cluster;
 mod dkim;
 mod lifecycle;
 mod map;
+mod mover;
 mod policy;
 mod queue;
 mod route;
@@ -195,6 +196,30 @@ enum QueueCmd {
     },
     /// Put messages on hold: they are kept and not delivered.
     Hold(Select),
+    /// Move messages to other instances' transferd (see transferd(8)):
+    /// each keeps its envelope, retry time, expiry, hold and per-recipient
+    /// state, and is removed here once the receiver has it.
+    Move {
+        /// Receiver (HOST:PORT, its transfer_listen); several are used in turn.
+        #[arg(long = "to", required = true)]
+        to: Vec<String>,
+        /// At most N messages per SECONDS (N/SECONDS, e.g. 100/1).
+        #[arg(long)]
+        rate: Option<String>,
+        /// Show a progress bar with the rate and what is left.
+        #[arg(long)]
+        progress: bool,
+        /// Read a stopped instance's spool directory instead of the
+        /// running queue (a disk from a dead host).
+        #[arg(long = "from-spool")]
+        from_spool: Option<PathBuf>,
+        /// With --from-spool: the stopped instance's myhostname, so that
+        /// transfers it had begun are recognised (default: this one's).
+        #[arg(long = "from-name")]
+        from_name: Option<String>,
+        #[command(flatten)]
+        sel: Select,
+    },
     /// Release held messages.
     Release(Select),
     /// Delete messages, without a notice to anyone.
@@ -235,16 +260,28 @@ enum PolicyCmd {
     },
 }
 
-/// Which messages an operation applies to.
+/// Which messages an operation applies to: those matching every filter.
 #[derive(clap::Args, Debug)]
 struct Select {
     /// Messages from this envelope sender.
     #[arg(long)]
     sender: Option<String>,
-    /// Messages with a recipient in this domain.
+    /// Messages with a pending recipient in this domain.
     #[arg(long)]
     domain: Option<String>,
-    /// Every message.
+    /// Messages of this tenant.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Messages of this job.
+    #[arg(long)]
+    job: Option<String>,
+    /// Only deferred messages.
+    #[arg(long)]
+    deferred: bool,
+    /// Only messages on hold.
+    #[arg(long)]
+    held: bool,
+    /// Every message (held mail included); takes no ids or filters.
     #[arg(long)]
     all: bool,
     /// Queue ids.
@@ -254,22 +291,30 @@ struct Select {
 impl Select {
     fn selector(&self) -> Result<ipc::queuectl::Selector, String> {
         use ipc::queuectl::Selector;
-        let chosen = usize::from(self.sender.is_some())
-            + usize::from(self.domain.is_some())
-            + usize::from(self.all)
-            + usize::from(!self.ids.is_empty());
-        if chosen != 1 {
-            return Err("name queue ids, or exactly one of --sender, --domain, --all".into());
+        let sel = Selector {
+            ids: self.ids.clone(),
+            sender: self.sender.clone(),
+            domain: self.domain.clone(),
+            tenant: self.tenant.clone(),
+            job: self.job.clone(),
+            deferred: self.deferred,
+            held: self.held,
+            all: self.all,
+        };
+        let filtered = Selector {
+            all: false,
+            ..sel.clone()
+        };
+        if self.all && filtered.is_given() {
+            return Err("--all takes no queue ids or filters: name one or the other".into());
         }
-        Ok(if let Some(s) = &self.sender {
-            Selector::Sender(s.clone())
-        } else if let Some(d) = &self.domain {
-            Selector::Domain(d.clone())
-        } else if self.all {
-            Selector::All
-        } else {
-            Selector::Ids(self.ids.clone())
-        })
+        if !sel.is_given() {
+            return Err(
+                "name queue ids, or filters (--sender, --domain, --tenant, --job, --deferred, --held), or --all"
+                    .into(),
+            );
+        }
+        Ok(sel)
     }
 }
 
@@ -345,6 +390,33 @@ fn main() {
         Cmd::Queue {
             cmd: QueueCmd::Requeue(s),
         } => queue::operate(&dir, "requeue", s.selector()),
+        Cmd::Queue {
+            cmd:
+                QueueCmd::Move {
+                    to,
+                    rate,
+                    progress,
+                    from_spool,
+                    from_name,
+                    sel,
+                },
+        } => match sel.selector() {
+            Ok(sel) => mover::run(
+                &dir,
+                mover::MoveArgs {
+                    to,
+                    sel,
+                    rate,
+                    progress,
+                    from_spool,
+                    from_name,
+                },
+            ),
+            Err(e) => {
+                eprintln!("sluice: {e}");
+                2
+            }
+        },
         Cmd::Queue {
             cmd:
                 QueueCmd::Suspend {

@@ -195,6 +195,7 @@ static PARAMS: &[ParamSpec] = &[
     p("metrics_listen", T::Listen, "", "Address (address:port) where qmgr serves Prometheus metrics at GET /metrics; empty: off."),
     // clusterd: cluster-wide shaping across instances.
     p("cluster_listen", T::Listen, "", "Address (address:port) where clusterd, the cluster's coordinator, takes its instances' connections (mutual TLS); empty: clusterd does not run."),
+    p("transfer_listen", T::Listen, "", "Address (address:port) where transferd takes mail moved from other instances by sluice queue move (mutual TLS with the cluster_tls_* certificates); empty: none is taken."),
     p("cluster_server", T::Listen, "", "Address (address:port) of clusterd, to which qmgr connects to share the shaping policy's limits with the other instances; empty: this instance is alone."),
     p("cluster_tls_server_name", S, "", "Name clusterd's certificate must carry; empty: the address of cluster_server (an IP subjectAltName)."),
     p("cluster_tls_cert_file", S, "", "PEM certificate chain this end presents on the cluster link (clusterd's, or an instance's issued to its myhostname)."),

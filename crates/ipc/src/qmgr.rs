@@ -15,12 +15,15 @@ pub enum Qmgr {}
 
 impl crate::Protocol for Qmgr {
     const NAME: &'static str = "sluice-qmgr";
-    const VERSION: u32 = 2;
+    const VERSION: u32 = 3;
     type Request = Request;
     type Response = Response;
 }
 
-/// What cleanup sends.
+/// What cleanup sends (and transferd).
+// `Arrived` is the hot path and the others rare: not boxed, to save an
+// allocation per message.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// A message whose data is durable (or inline here).
@@ -30,6 +33,25 @@ pub enum Request {
         /// Put it on hold (access HOLD, or `sluice queue hold` policy).
         hold: bool,
     },
+    /// transferd(8) received a message moved from another instance; its
+    /// data is durable (or inline here). It is journaled on hold, out of
+    /// delivery until `Settle`; answered `Committed` once durable.
+    Import {
+        /// The message as the sender had it, under the receiver's queue id.
+        moved: Box<crate::queuectl::Movable>,
+        /// The sender's transfer id.
+        transfer: String,
+        /// The sending instance.
+        from: String,
+    },
+    /// The transfer of this imported message is settled: it joins
+    /// delivery (or stays on hold if it came so). Answered `Committed`.
+    Settle {
+        /// Its queue id.
+        id: mail::QueueId,
+    },
+    /// The imported messages not settled yet, with their transfer ids.
+    Unsettled,
 }
 
 /// qmgr's answer.
@@ -37,6 +59,8 @@ pub enum Request {
 pub enum Response {
     /// The `Arrived` record is on stable storage.
     Committed,
+    /// The answer to `Unsettled`: (transfer id, queue id) pairs.
+    Unsettled(Vec<(String, mail::QueueId)>),
     /// It could not be journaled; `disk_full` selects 452 4.3.1 over 451 4.3.0.
     Failed {
         /// Why.

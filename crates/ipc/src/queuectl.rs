@@ -9,7 +9,7 @@ pub enum QueueCtl {}
 
 impl crate::Protocol for QueueCtl {
     const NAME: &'static str = "sluice-queuectl";
-    const VERSION: u32 = 5;
+    const VERSION: u32 = 6;
     type Request = Request;
     type Response = Response;
 }
@@ -59,22 +59,124 @@ pub enum Request {
     Suspensions,
     /// The shaping policy's keys and holds (`sluice policy show`).
     Policy,
+    /// Take the selected messages out of delivery to move them
+    /// (`sluice queue move`); answered with the ids now moving.
+    MoveBegin(Selector),
+    /// One moving message's state and data location, once no delivery of
+    /// it is under way.
+    MoveTake {
+        /// Its queue id.
+        id: String,
+    },
+    /// The receiver has the message: remove it here.
+    MoveDone {
+        /// Its queue id here.
+        id: String,
+        /// The receiving instance.
+        to: String,
+        /// Its queue id there.
+        new_id: String,
+    },
     /// The link to clusterd and this instance's share of the cluster's
     /// limits (`sluice cluster status`).
     Cluster,
 }
 
-/// Which messages an operation applies to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Selector {
-    /// These queue ids.
-    Ids(Vec<String>),
+/// Which messages an operation applies to: those that match every
+/// filter given (ids, when named, are one of the filters).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Selector {
+    /// These queue ids (empty: any).
+    pub ids: Vec<String>,
     /// Messages from this envelope sender (exact, case-insensitive).
-    Sender(String),
+    pub sender: Option<String>,
     /// Messages with a pending recipient in this domain.
-    Domain(String),
+    pub domain: Option<String>,
+    /// Messages of this tenant.
+    pub tenant: Option<String>,
+    /// Messages of this job.
+    pub job: Option<String>,
+    /// Only deferred messages (tried, waiting for a retry).
+    pub deferred: bool,
+    /// Only messages on hold.
+    pub held: bool,
+    /// Every message: said so that an empty selection is never taken for
+    /// "all" (sluice(1) gives it alone; with filters, they apply).
+    pub all: bool,
+}
+
+impl Selector {
     /// Every message.
-    All,
+    pub fn all() -> Selector {
+        Selector {
+            all: true,
+            ..Selector::default()
+        }
+    }
+
+    /// These queue ids.
+    pub fn ids(ids: Vec<String>) -> Selector {
+        Selector {
+            ids,
+            ..Selector::default()
+        }
+    }
+
+    /// Messages with a pending recipient in this domain.
+    pub fn domain(domain: &str) -> Selector {
+        Selector {
+            domain: Some(domain.to_string()),
+            ..Selector::default()
+        }
+    }
+
+    /// Whether it names anything: ids, a filter, or `all`.
+    pub fn is_given(&self) -> bool {
+        self.all
+            || !self.ids.is_empty()
+            || self.sender.is_some()
+            || self.domain.is_some()
+            || self.tenant.is_some()
+            || self.job.is_some()
+            || self.deferred
+            || self.held
+    }
+}
+
+/// A message taken out of delivery for a move, as the mover sends it on:
+/// everything the receiver needs to queue it as it was here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Movable {
+    /// Queue id, envelope (all original recipients) and where the data is.
+    pub head: queue::MessageHead,
+    /// Recipient indices still to deliver.
+    pub remaining: Vec<u32>,
+    /// Next attempt, seconds since the epoch (0: due now).
+    pub next_attempt: u64,
+    /// Attempts made here.
+    pub attempts: u32,
+    /// On hold before the move (stays so at the receiver).
+    pub held: bool,
+    /// The sender was warned of the delay already.
+    pub warned: bool,
+    /// Notices owed for recipients already done (bounced, or delivered
+    /// with NOTIFY=SUCCESS): the receiver sends them.
+    pub owed: Vec<Owed>,
+    /// Where to read the data, relative to the queue directory.
+    pub data: crate::delivery::Data,
+}
+
+/// A notice owed for one recipient of a moved message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owed {
+    /// Recipient index.
+    pub index: u32,
+    /// Its enhanced status.
+    pub status: String,
+    /// The reason as logged.
+    pub reason: String,
+    /// A success notice (`Some(relayed)`) rather than a bounce.
+    pub success: Option<bool>,
 }
 
 /// qmgr's answers.
@@ -100,6 +202,11 @@ pub enum Response {
     Policy(Result<Box<PolicyView>, String>),
     /// The answer to `Cluster`, or why there is none (no cluster_server).
     Cluster(Result<Box<ClusterView>, String>),
+    /// The answer to `MoveBegin`: the ids now moving.
+    Moving(Vec<String>),
+    /// The answer to `MoveTake`: the message, `None` while a delivery of
+    /// it is under way (ask again), or why not.
+    Movable(Result<Option<Box<Movable>>, String>),
 }
 
 /// The link to clusterd, as `sluice status` shows it.

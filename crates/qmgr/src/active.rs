@@ -229,7 +229,7 @@ mod tests {
         w.handle(Event::Control {
             client: 1,
             request: 1,
-            body: ipc::queuectl::Request::Release(ipc::queuectl::Selector::All),
+            body: ipc::queuectl::Request::Release(ipc::queuectl::Selector::all()),
         });
         w.settle(|_| 250);
         assert!(!w.live(id));

@@ -39,6 +39,9 @@ impl<S: Store> QueueManager<S> {
             | queuectl::Request::Resume { .. }
             | queuectl::Request::Suspensions
             | queuectl::Request::Policy) => self.shaping_control(r),
+            r @ (queuectl::Request::MoveBegin(_)
+            | queuectl::Request::MoveTake { .. }
+            | queuectl::Request::MoveDone { .. }) => self.move_control(r),
             // bin/qmgr answers it when it has a link to clusterd.
             queuectl::Request::Cluster => {
                 queuectl::Response::Cluster(Err("no cluster_server is set".into()))
@@ -286,44 +289,57 @@ impl<S: Store> QueueManager<S> {
     }
 
     /// The live messages a selector names, oldest first.
-    fn select(&self, sel: &queuectl::Selector) -> Vec<QueueId> {
-        let mut ids: Vec<QueueId> = match sel {
-            queuectl::Selector::Ids(v) => v
-                .iter()
-                .filter_map(|s| s.parse().ok())
-                .filter(|id| self.state.messages.contains_key(id))
-                .collect(),
-            queuectl::Selector::All => self.state.messages.keys().copied().collect(),
-            queuectl::Selector::Sender(want) => self
-                .state
-                .messages
-                .keys()
-                .filter(|id| {
-                    self.head(id)
-                        .is_some_and(|(_, h)| h.envelope.sender.eq_ignore_ascii_case(want))
-                })
-                .copied()
-                .collect(),
-            queuectl::Selector::Domain(want) => {
-                let want = want.trim_start_matches('@').to_ascii_lowercase();
-                self.state
-                    .messages
-                    .keys()
-                    .filter(|id| {
-                        self.head(id).is_some_and(|(rec, h)| {
-                            self.state.pending(**id, &rec).iter().any(|i| {
-                                h.envelope.recipients.get(*i as usize).is_some_and(|r| {
-                                    r.address
-                                        .rsplit_once('@')
-                                        .is_some_and(|(_, d)| d.eq_ignore_ascii_case(&want))
-                                })
+    pub(crate) fn select(&self, sel: &queuectl::Selector) -> Vec<QueueId> {
+        if !sel.is_given() {
+            return Vec::new();
+        }
+        let named: Option<std::collections::HashSet<QueueId>> =
+            (!sel.ids.is_empty()).then(|| sel.ids.iter().filter_map(|s| s.parse().ok()).collect());
+        let domain = sel
+            .domain
+            .as_ref()
+            .map(|d| d.trim_start_matches('@').to_ascii_lowercase());
+        // Filters that need the envelope read it back from the journal.
+        let needs_head =
+            sel.sender.is_some() || domain.is_some() || sel.tenant.is_some() || sel.job.is_some();
+        let mut ids: Vec<QueueId> = self
+            .state
+            .messages
+            .iter()
+            .filter(|(id, m)| {
+                named.as_ref().is_none_or(|n| n.contains(id))
+                    && (!sel.held || m.held)
+                    && (!sel.deferred || (!m.held && m.next_attempt > 0 && !self.is_active(id)))
+            })
+            .map(|(id, _)| *id)
+            .filter(|id| {
+                if !needs_head {
+                    return true;
+                }
+                let Some((rec, h)) = self.head(id) else {
+                    return false;
+                };
+                let e = &h.envelope;
+                let same = |want: &Option<String>, have: &Option<String>| {
+                    want.as_ref()
+                        .is_none_or(|w| have.as_deref() == Some(w.as_str()))
+                };
+                sel.sender
+                    .as_ref()
+                    .is_none_or(|s| e.sender.eq_ignore_ascii_case(s))
+                    && same(&sel.tenant, &e.tenant)
+                    && same(&sel.job, &e.job)
+                    && domain.as_ref().is_none_or(|want| {
+                        self.state.pending(*id, &rec).iter().any(|i| {
+                            e.recipients.get(*i as usize).is_some_and(|r| {
+                                r.address
+                                    .rsplit_once('@')
+                                    .is_some_and(|(_, d)| d.eq_ignore_ascii_case(want))
                             })
                         })
                     })
-                    .copied()
-                    .collect()
-            }
-        };
+            })
+            .collect();
         ids.sort();
         ids
     }
@@ -462,7 +478,7 @@ mod tests {
         let mut w = World::new(settings());
         let id = w.arrive("alice@a.example", &["r@b.example"]);
         w.settle(|_| 450);
-        let sel = || Selector::Ids(vec![id.to_string()]);
+        let sel = || Selector::ids(vec![id.to_string()]);
         assert_eq!(ask(&mut w, Request::Hold(sel())), Response::Done(1));
         assert_eq!(
             ask(&mut w, Request::Hold(sel())),
@@ -472,7 +488,7 @@ mod tests {
         w.wait(std::time::Duration::from_secs(3600));
         assert!(w.router.is_empty(), "a held message is not retried");
         assert_eq!(
-            ask(&mut w, Request::Delete(Selector::All)),
+            ask(&mut w, Request::Delete(Selector::all())),
             Response::Done(1)
         );
         assert!(!w.live(id));
@@ -486,7 +502,7 @@ mod tests {
         let a = w.arrive("alice@a.example", &["r@b.example"]);
         let b = w.arrive("bob@a.example", &["r@c.example"]);
         w.settle(|_| 450);
-        let sel = Selector::Domain("@B.example".into());
+        let sel = Selector::domain("@B.example");
         assert_eq!(ask(&mut w, Request::Requeue(sel)), Response::Done(1));
         assert_eq!(w.router.len(), 1, "only the message for b.example");
         w.settle(|_| 250);

@@ -151,6 +151,36 @@ impl Commits {
         Ok(())
     }
 
+    /// Journals an arrival made of several records (an import: its head,
+    /// the notices it owes, `Imported`), answered as [`Commits::arrive`]'s;
+    /// a record that fails to append takes the ones before back.
+    pub fn arrive_all<S: Store>(
+        &mut self,
+        store: &mut S,
+        state: &mut Replay,
+        mut ack: Ack,
+        records: &[Record],
+    ) -> Result<(), Refusal> {
+        if let Some(s) = &self.stall {
+            return Err(s.why.clone());
+        }
+        for (i, rec) in records.iter().enumerate() {
+            if let Err(e) = store.append(rec, state) {
+                if i > 0 {
+                    self.take_back(store, state, ack.id, ack.storage);
+                }
+                return Err(Refusal {
+                    reason: e,
+                    disk_full: false,
+                    taken_back: i > 0,
+                });
+            }
+        }
+        ack.end = store.end();
+        self.acks.push(ack);
+        Ok(())
+    }
+
     /// Frees a message's data once everything appended before `end` (its
     /// `Removed` record) is durable.
     pub fn remove_later(&mut self, end: Lsn, id: QueueId, storage: Storage) {

@@ -35,6 +35,7 @@ mod dispatch;
 pub mod figures;
 pub mod journal;
 mod logline;
+mod moves;
 mod notices;
 #[cfg(test)]
 mod props;
@@ -190,6 +191,17 @@ pub enum Event {
         request: u64,
         /// The request.
         body: queuectl::Request,
+    },
+    /// transferd's request on the arrival socket (an import, a
+    /// settlement, the unsettled list; see the `moves` module); answered by
+    /// [`Action::Answer`].
+    Transfer {
+        /// The client, as the shell names it.
+        client: u64,
+        /// The request id to answer.
+        request: u64,
+        /// The request.
+        body: qmgr::Request,
     },
     /// `sluice reload`: new parameters (transports stay as they were at start).
     Reconfigure {
@@ -389,6 +401,11 @@ impl<S: Store> QueueManager<S> {
                 head,
                 hold,
             } => self.arrived(client, request, *head, hold),
+            Event::Transfer {
+                client,
+                request,
+                body,
+            } => self.transfer(client, request, body),
             Event::Durable(end) => self.commits.durable(end, now),
             Event::CommitFailed { reason, disk_full } => {
                 self.commits
@@ -549,7 +566,7 @@ impl<S: Store> QueueManager<S> {
     }
 
     /// Journals an arrival announced by cleanup; it is answered once durable.
-    fn arrived(&mut self, client: u64, request: u64, head: MessageHead, hold: bool) {
+    pub(crate) fn arrived(&mut self, client: u64, request: u64, head: MessageHead, hold: bool) {
         let id = head.id;
         let answer = |response| Action::Answer {
             client,

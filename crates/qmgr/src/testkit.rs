@@ -361,6 +361,8 @@ pub(crate) fn record_id(r: &Record) -> Option<QueueId> {
         | Record::Removed { id }
         | Record::Notified { id, .. }
         | Record::Warned { id }
+        | Record::Moving { id, .. }
+        | Record::Imported { id, .. }
         | Record::Succeeded { id, .. } => *id,
     })
 }

@@ -82,7 +82,8 @@ pub use record::{
 };
 pub use recover::{collect_garbage, recover, recover_on, Recovered, RecoveryReport};
 pub use replay::{
-    replay, replay_on, sender_key, Bounce, LiveMessage, QueueEntry, Replay, TailCause, TornTail,
+    replay, replay_on, sender_key, Bounce, Import, LiveMessage, QueueEntry, Replay, TailCause,
+    TornTail,
 };
 pub use spool::{Draft, FileMode, MessageData, Spool, SpoolConfig};
 pub use stats::fsync_count;

@@ -236,6 +236,31 @@ pub enum Record {
         /// The delivery as logged.
         reason: String,
     },
+    /// The message is being moved to another instance (`sluice queue
+    /// move`): it is not delivered here any more; `Removed` follows once
+    /// the receiver has it, `Released` if the operator gives up the move.
+    Moving {
+        /// The message.
+        id: QueueId,
+        /// It was on hold before (and stays so at the receiver).
+        held: bool,
+    },
+    /// The message was moved here from another instance; it follows its
+    /// `Rewritten` head (written on hold) and keeps the message out of
+    /// delivery until the sender's transfer is settled by `Released`
+    /// (then `Held` again when it came on hold).
+    Imported {
+        /// The message.
+        id: QueueId,
+        /// The transfer id the sender gave it (its instance and queue id).
+        transfer: String,
+        /// The sending instance, as its certificate names it.
+        from: String,
+        /// It was on hold at the sender.
+        held: bool,
+        /// Delivery attempts made at the sender.
+        attempts: u32,
+    },
 }
 
 mod wire;
@@ -305,6 +330,8 @@ impl Record {
             | Self::Succeeded { id, .. }
             | Self::Released { id }
             | Self::Removed { id }
+            | Self::Moving { id, .. }
+            | Self::Imported { id, .. }
             | Self::Notified { id, .. } => *id,
         }
     }

@@ -113,6 +113,19 @@ pub struct Bounce {
     pub success: Option<bool>,
 }
 
+/// A message moved here whose transfer the sender has not settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Import {
+    /// The sender's transfer id.
+    pub transfer: String,
+    /// The sending instance.
+    pub from: String,
+    /// It was on hold at the sender.
+    pub held: bool,
+    /// Delivery attempts made at the sender.
+    pub attempts: u32,
+}
+
 /// The state replay rebuilds.
 #[derive(Debug, Default)]
 pub struct Replay {
@@ -125,6 +138,12 @@ pub struct Replay {
     /// queued: index, status and reason, to build the notice again after a
     /// crash.
     pub unnotified: HashMap<QueueId, Vec<Bounce>>,
+    /// Messages being moved away (`Moving`), and whether each was on
+    /// hold before.
+    pub moving: HashMap<QueueId, bool>,
+    /// Messages moved here whose transfer is not settled yet (`Imported`,
+    /// no `Released` since).
+    pub imports: HashMap<QueueId, Import>,
     /// Ids with a `Removed` record still in the journal (their files may
     /// linger); filled by replay only, for recovery.
     pub removed: HashSet<QueueId>,
@@ -271,6 +290,40 @@ impl Replay {
                     unschedule(&mut self.deferred, *id, m);
                     m.held = matches!(rec, Record::Held { .. });
                     schedule(&mut self.deferred, *id, m);
+                    if !m.held {
+                        self.moving.remove(id);
+                        self.imports.remove(id);
+                    }
+                }
+                None => self.strays += 1,
+            },
+            Record::Moving { id, held } => match self.messages.get_mut(id) {
+                Some(m) => {
+                    unschedule(&mut self.deferred, *id, m);
+                    m.held = true;
+                    self.moving.insert(*id, *held);
+                }
+                None => self.strays += 1,
+            },
+            Record::Imported {
+                id,
+                transfer,
+                from,
+                held,
+                attempts,
+            } => match self.messages.get_mut(id) {
+                Some(m) => {
+                    unschedule(&mut self.deferred, *id, m);
+                    m.held = true;
+                    self.imports.insert(
+                        *id,
+                        Import {
+                            transfer: transfer.clone(),
+                            from: from.clone(),
+                            held: *held,
+                            attempts: *attempts,
+                        },
+                    );
                 }
                 None => self.strays += 1,
             },
@@ -281,6 +334,8 @@ impl Replay {
                 }
                 self.done.remove(id);
                 self.unnotified.remove(id);
+                self.moving.remove(id);
+                self.imports.remove(id);
                 if self.replaying {
                     self.removed.insert(*id);
                 }

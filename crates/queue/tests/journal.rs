@@ -442,6 +442,58 @@ fn pending_recipients_after_replay() {
     assert!(st.done(id(9)).is_empty());
 }
 
+/// A message moved away stays out of delivery across a restart, and one
+/// moved here stays unsettled (held) until `Released` settles it, keeping
+/// the transfer id, the sender's attempts and its own hold until then.
+#[test]
+fn moving_and_imported_messages_replay_held_with_their_transfer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut j = Journal::open(dir.path(), cfg(1 << 20)).unwrap();
+    j.append(&arrived(1, 2)).unwrap();
+    j.append(&Record::Moving {
+        id: id(1),
+        held: false,
+    })
+    .unwrap();
+    let Record::Arrived(h) = arrived(2, 3) else {
+        unreachable!()
+    };
+    j.append(&Record::Rewritten {
+        head: h,
+        remaining: vec![1, 2],
+        next_attempt: 900,
+        held: true,
+    })
+    .unwrap();
+    j.append(&Record::Imported {
+        id: id(2),
+        transfer: "a.example/1".into(),
+        from: "a.example".into(),
+        held: true,
+        attempts: 3,
+    })
+    .unwrap();
+    j.commit().unwrap();
+    let st = replay(dir.path(), 1 << 20).unwrap();
+    assert!(st.messages[&id(1)].held && !st.moving[&id(1)]);
+    assert!(st.deferred.is_empty(), "neither is scheduled");
+    let imp = &st.imports[&id(2)];
+    assert_eq!(
+        (imp.transfer.as_str(), imp.held, imp.attempts),
+        ("a.example/1", true, 3)
+    );
+    assert_eq!(st.messages[&id(2)].next_attempt, 900);
+    // Settled: released (the sender's hold is restated by `Held`); the
+    // move given up: released too.
+    j.append(&Record::Released { id: id(2) }).unwrap();
+    j.append(&Record::Released { id: id(1) }).unwrap();
+    j.commit().unwrap();
+    let st = replay(dir.path(), 1 << 20).unwrap();
+    assert!(st.imports.is_empty() && st.moving.is_empty());
+    assert!(!st.messages[&id(2)].held && !st.messages[&id(1)].held);
+    assert_eq!(st.deferred.len(), 1, "the import keeps its retry time");
+}
+
 #[test]
 fn deleting_dead_segments() {
     let dir = tempfile::tempdir().unwrap();

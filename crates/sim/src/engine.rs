@@ -692,7 +692,10 @@ impl Sim {
             if ids.is_empty() {
                 continue;
             }
-            let sel = ipc::queuectl::Selector::Ids(ids);
+            let sel = ipc::queuectl::Selector {
+                ids,
+                ..Default::default()
+            };
             let body = if delete {
                 ipc::queuectl::Request::Delete(sel)
             } else {

@@ -90,6 +90,17 @@ enum Out<'a> {
         next_attempt: u64,
         held: bool,
     },
+    Moving {
+        id: &'a QueueId,
+        held: bool,
+    },
+    Imported {
+        id: &'a QueueId,
+        transfer: &'a str,
+        from: &'a str,
+        held: bool,
+        attempts: u32,
+    },
 }
 
 #[derive(Deserialize)]
@@ -146,6 +157,17 @@ enum In {
         remaining: Vec<u32>,
         next_attempt: u64,
         held: bool,
+    },
+    Moving {
+        id: QueueId,
+        held: bool,
+    },
+    Imported {
+        id: QueueId,
+        transfer: String,
+        from: String,
+        held: bool,
+        attempts: u32,
     },
 }
 
@@ -225,6 +247,20 @@ impl Serialize for Record {
                 relayed: *relayed,
                 reason,
             },
+            Record::Moving { id, held } => Out::Moving { id, held: *held },
+            Record::Imported {
+                id,
+                transfer,
+                from,
+                held,
+                attempts,
+            } => Out::Imported {
+                id,
+                transfer,
+                from,
+                held: *held,
+                attempts: *attempts,
+            },
         };
         out.serialize(s)
     }
@@ -297,6 +333,20 @@ impl<'de> Deserialize<'de> for Record {
                 rcpts,
                 relayed,
                 reason,
+            },
+            In::Moving { id, held } => Record::Moving { id, held },
+            In::Imported {
+                id,
+                transfer,
+                from,
+                held,
+                attempts,
+            } => Record::Imported {
+                id,
+                transfer,
+                from,
+                held,
+                attempts,
             },
         })
     }

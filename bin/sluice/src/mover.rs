@@ -1,0 +1,694 @@
+//! `sluice queue move`: pushes queued mail to other instances' transferd.
+//!
+//! From the running queue, qmgr takes the selected messages out of
+//! delivery at once (`MoveBegin`), gives each one's state when no delivery
+//! of it is under way (`MoveTake`), and removes it once a receiver has
+//! accepted it (`MoveDone`). With `--from-spool DIR` a stopped instance's
+//! spool is recovered as its qmgr would at start (partial files dropped,
+//! committed ones adopted), read offline, and each accepted message gets a
+//! `Removed` record in that spool's journal, so that the instance, started
+//! again, does not deliver it too.
+//!
+//! Offers go round-robin over the targets and their addresses, many in
+//! flight per connection, paced by `--rate`. A temporary refusal or a lost
+//! connection is retried a few times; what is refused for good, or never
+//! moves, stays queued here (held) and makes the exit status 1.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ipc::queuectl::{Movable, Request, Response, Selector};
+use transfer::pace::Pace;
+use transfer::proto::{encode, transfer_id, Decoder, Offer, ToMover, ToReceiver, VERSION};
+use transfer::targets::{interleave, split, Rotation, Target};
+
+/// Offers in flight per connection.
+const WINDOW: usize = 128;
+/// Tries per message before it counts as not moved.
+const TRIES: u32 = 5;
+/// How long to wait for a message still in delivery to come free.
+const BUSY_WAIT: Duration = Duration::from_secs(120);
+
+/// What `sluice queue move` was asked.
+pub struct MoveArgs {
+    /// `--to HOST:PORT`, one or more.
+    pub to: Vec<String>,
+    /// The selection.
+    pub sel: Selector,
+    /// `--rate N/SECONDS`.
+    pub rate: Option<String>,
+    /// `--progress`.
+    pub progress: bool,
+    /// `--from-spool DIR`.
+    pub from_spool: Option<PathBuf>,
+    /// `--from-name NAME` (offline: the stopped instance's myhostname).
+    pub from_name: Option<String>,
+}
+
+/// Where the messages come from.
+trait Source {
+    /// The ids selected (and, live, taken out of delivery).
+    fn begin(&mut self, sel: &Selector) -> Result<Vec<String>, String>;
+    /// One message as an offer (its transfer id still unset); `None`
+    /// while it is in delivery.
+    fn take(&mut self, id: &str) -> Result<Option<Offer>, String>;
+    /// The receiver has it.
+    fn done(&mut self, id: &str, to: &str, new_id: &str) -> Result<(), String>;
+}
+
+/// The running queue, through qmgr.
+struct Live {
+    qmgr: crate::top::Qmgr,
+    root: PathBuf,
+}
+
+impl Source for Live {
+    fn begin(&mut self, sel: &Selector) -> Result<Vec<String>, String> {
+        match self.qmgr.call(&Request::MoveBegin(sel.clone()))? {
+            Response::Moving(ids) => Ok(ids),
+            other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+
+    fn take(&mut self, id: &str) -> Result<Option<Offer>, String> {
+        let m = match self.qmgr.call(&Request::MoveTake { id: id.into() })? {
+            Response::Movable(Ok(Some(m))) => m,
+            Response::Movable(Ok(None)) => return Ok(None),
+            Response::Movable(Err(e)) => return Err(e),
+            other => return Err(format!("unexpected answer {other:?}")),
+        };
+        let data = read_content(&m.data, &self.root)?;
+        Ok(Some(offer_of(*m, data)))
+    }
+
+    fn done(&mut self, id: &str, to: &str, new_id: &str) -> Result<(), String> {
+        match self.qmgr.call(&Request::MoveDone {
+            id: id.into(),
+            to: to.into(),
+            new_id: new_id.into(),
+        })? {
+            Response::Done(_) => Ok(()),
+            other => Err(format!("unexpected answer {other:?}")),
+        }
+    }
+}
+
+fn read_content(data: &ipc::delivery::Data, root: &Path) -> Result<Vec<u8>, String> {
+    let c = agent::Content::open(data, root).map_err(|e| e.to_string())?;
+    let mut out = vec![0u8; c.len() as usize];
+    let mut at = 0;
+    while at < out.len() {
+        let n = c
+            .read_at(&mut out[at..], at as u64)
+            .map_err(|e| format!("reading the message data: {e}"))?;
+        if n == 0 {
+            return Err("the message data ends early".into());
+        }
+        at += n;
+    }
+    Ok(out)
+}
+
+fn offer_of(m: Movable, data: Vec<u8>) -> Offer {
+    Offer {
+        transfer: String::new(),
+        envelope: m.head.envelope,
+        remaining: m.remaining,
+        next_attempt: m.next_attempt,
+        attempts: m.attempts,
+        held: m.held,
+        warned: m.warned,
+        owed: m.owed,
+        data,
+    }
+}
+
+/// A stopped instance's spool, read offline.
+struct Offline {
+    rec: queue::Recovered,
+}
+
+impl Offline {
+    fn open(dir: &Path) -> Result<Offline, String> {
+        if !dir.join("journal").is_dir() {
+            return Err(format!(
+                "{}: no journal/ here: not a Sluice spool",
+                dir.display()
+            ));
+        }
+        // A running instance's qmgr answers on its socket: never recover
+        // a live spool from here.
+        let sock = dir.join("private/qmgr");
+        if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
+            return Err(format!(
+                "{}: its instance is running (qmgr answers at {}): stop it, or move from it without --from-spool",
+                dir.display(),
+                sock.display()
+            ));
+        }
+        let rec = queue::recover(dir, queue::SpoolConfig::default())
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        let r = &rec.report;
+        eprintln!(
+            "sluice: {}: {} message(s) in the journal; {} partial file(s) dropped, {} committed file(s) adopted",
+            dir.display(),
+            rec.state.messages.len(),
+            r.partial.len(),
+            r.adopted.len()
+        );
+        Ok(Offline { rec })
+    }
+
+    fn head(&self, id: mail::QueueId) -> Result<(queue::Record, queue::MessageHead), String> {
+        let m = self
+            .rec
+            .state
+            .messages
+            .get(&id)
+            .ok_or_else(|| format!("{id}: not in the spool"))?;
+        let rec = self
+            .rec
+            .journal
+            .read_at(m.head)
+            .map_err(|e| e.to_string())?;
+        match &rec {
+            queue::Record::Arrived(h) | queue::Record::Rewritten { head: h, .. } => {
+                let h = h.clone();
+                Ok((rec, h))
+            }
+            _ => Err(format!("{id}: its head record is not a message")),
+        }
+    }
+}
+
+impl Source for Offline {
+    fn begin(&mut self, sel: &Selector) -> Result<Vec<String>, String> {
+        let mut ids: Vec<mail::QueueId> = self.rec.state.messages.keys().copied().collect();
+        ids.sort();
+        let mut out = Vec::new();
+        for id in ids {
+            let m = &self.rec.state.messages[&id];
+            if !sel.ids.is_empty() && !sel.ids.iter().any(|s| s == &id.to_string()) {
+                continue;
+            }
+            if (sel.held && !m.held) || (sel.deferred && (m.held || m.next_attempt == 0)) {
+                continue;
+            }
+            let (rec, h) = self.head(id)?;
+            let e = &h.envelope;
+            let pending = self.rec.state.pending(id, &rec);
+            let ok = sel
+                .sender
+                .as_ref()
+                .is_none_or(|s| e.sender.eq_ignore_ascii_case(s))
+                && sel
+                    .tenant
+                    .as_ref()
+                    .is_none_or(|t| e.tenant.as_ref() == Some(t))
+                && sel.job.as_ref().is_none_or(|j| e.job.as_ref() == Some(j))
+                && sel.domain.as_ref().is_none_or(|d| {
+                    let d = d.trim_start_matches('@');
+                    pending.iter().any(|i| {
+                        e.recipients.get(*i as usize).is_some_and(|r| {
+                            r.address
+                                .rsplit_once('@')
+                                .is_some_and(|(_, x)| x.eq_ignore_ascii_case(d))
+                        })
+                    })
+                });
+            if ok {
+                out.push(id.to_string());
+            }
+        }
+        Ok(out)
+    }
+
+    fn take(&mut self, id: &str) -> Result<Option<Offer>, String> {
+        let qid: mail::QueueId = id.parse().map_err(|e| format!("{id}: {e}"))?;
+        let (rec, h) = self.head(qid)?;
+        let st = &self.rec.state;
+        let m = &st.messages[&qid];
+        let data = match &h.data {
+            queue::DataRef::Inline(b) => b.clone(),
+            other => {
+                let mut d = self
+                    .rec
+                    .spool
+                    .open_data(qid, other)
+                    .map_err(|e| format!("{id}: {e}"))?;
+                let mut out = Vec::new();
+                d.read_to_end(&mut out).map_err(|e| format!("{id}: {e}"))?;
+                out
+            }
+        };
+        let owed = st
+            .unnotified
+            .get(&qid)
+            .map(|v| {
+                v.iter()
+                    .map(|b| ipc::queuectl::Owed {
+                        index: b.index,
+                        status: b.status.to_string(),
+                        reason: b.reason.clone(),
+                        success: b.success,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let held = st.moving.get(&qid).copied().unwrap_or(m.held);
+        Ok(Some(Offer {
+            transfer: String::new(),
+            remaining: st.pending(qid, &rec),
+            envelope: h.envelope,
+            next_attempt: m.next_attempt,
+            attempts: 0,
+            held,
+            warned: m.warned,
+            owed,
+            data,
+        }))
+    }
+
+    fn done(&mut self, id: &str, to: &str, new_id: &str) -> Result<(), String> {
+        let qid: mail::QueueId = id.parse().map_err(|e| format!("{id}: {e}"))?;
+        let j = &mut self.rec.journal;
+        j.append(&queue::Record::Removed { id: qid })
+            .and_then(|_| j.commit())
+            .map_err(|e| format!("{id}: journaling its removal: {e}"))?;
+        if let Some(m) = self.rec.state.messages.remove(&qid) {
+            let _ = self.rec.spool.remove_data(qid, m.storage);
+        }
+        eprintln!("sluice: {id}: moved to {to} as {new_id}");
+        Ok(())
+    }
+}
+
+/// One receiver connection.
+struct Conn {
+    tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+    dec: Decoder,
+    /// Transfer id → local queue id.
+    inflight: HashMap<String, String>,
+    name: String,
+}
+
+impl Conn {
+    fn open(t: &Target, cfg: &Arc<rustls::ClientConfig>, me: &str) -> Result<Conn, String> {
+        let sock = TcpStream::connect_timeout(&t.addr, Duration::from_secs(10))
+            .map_err(|e| format!("{} ({}): {e}", t.given, t.addr))?;
+        let _ = sock.set_nodelay(true);
+        let _ = sock.set_read_timeout(Some(Duration::from_secs(120)));
+        let name = rustls::pki_types::ServerName::try_from(t.host.clone())
+            .map_err(|e| format!("{}: {e}", t.given))?;
+        let conn = rustls::ClientConnection::new(cfg.clone(), name)
+            .map_err(|e| format!("{}: {e}", t.given))?;
+        let mut c = Conn {
+            tls: rustls::StreamOwned::new(conn, sock),
+            dec: Decoder::new(1 << 20),
+            inflight: HashMap::new(),
+            name: String::new(),
+        };
+        c.send(&ToReceiver::Hello {
+            version: VERSION,
+            name: me.to_string(),
+        })?;
+        match c.recv().map_err(|e| format!("{}: {e}", t.given))? {
+            ToMover::Hello { version, name } if version == VERSION => c.name = name,
+            ToMover::Hello { version, .. } => {
+                return Err(format!("{}: speaks transfer protocol {version}", t.given))
+            }
+            ToMover::Goodbye { reason } => return Err(format!("{}: refused: {reason}", t.given)),
+            other => return Err(format!("{}: unexpected {other:?}", t.given)),
+        }
+        Ok(c)
+    }
+
+    fn send(&mut self, m: &ToReceiver) -> Result<(), String> {
+        self.tls
+            .write_all(&encode(m))
+            .and_then(|_| self.tls.flush())
+            .map_err(|e| e.to_string())
+    }
+
+    fn recv(&mut self) -> Result<ToMover, String> {
+        loop {
+            if let Some(m) = self.dec.decode::<ToMover>().map_err(|e| e.to_string())? {
+                return Ok(m);
+            }
+            let mut buf = [0u8; 16 * 1024];
+            let n = self.tls.read(&mut buf).map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("the receiver closed the connection".into());
+            }
+            self.dec.push(&buf[..n]);
+        }
+    }
+}
+
+/// Counts for the summary and the progress line.
+#[derive(Default)]
+struct Tally {
+    total: usize,
+    moved: usize,
+    again: usize,
+    failed: usize,
+}
+
+struct Mover<'a> {
+    src: &'a mut dyn Source,
+    me: String,
+    cfg: Arc<rustls::ClientConfig>,
+    rot: Rotation,
+    conns: Vec<Option<Conn>>,
+    dead: Vec<bool>,
+    tries: HashMap<String, u32>,
+    todo: VecDeque<String>,
+    tally: Tally,
+    progress: bool,
+    started: Instant,
+    last_progress: Instant,
+}
+
+impl Mover<'_> {
+    fn conn(&mut self, i: usize) -> Result<&mut Conn, String> {
+        if self.conns[i].is_none() {
+            let t = self.rot.targets()[i].clone();
+            match Conn::open(&t, &self.cfg, &self.me) {
+                Ok(c) => self.conns[i] = Some(c),
+                Err(e) => {
+                    self.dead[i] = true;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(self.conns[i].as_mut().expect("just opened"))
+    }
+
+    /// Reads one answer from connection `i` and acts on it.
+    fn answer(&mut self, i: usize) {
+        let got = match self.conns[i].as_mut() {
+            Some(c) => c.recv(),
+            None => return,
+        };
+        let to = self.rot.targets()[i].given.clone();
+        match got {
+            Ok(ToMover::Accepted {
+                transfer,
+                id: new_id,
+                again,
+            }) => {
+                let Some(local) = self.conns[i]
+                    .as_mut()
+                    .and_then(|c| c.inflight.remove(&transfer))
+                else {
+                    return;
+                };
+                let peer = self.conns[i].as_ref().map(|c| c.name.clone()).unwrap_or(to);
+                match self.src.done(&local, &peer, &new_id) {
+                    Ok(()) => {
+                        self.tally.moved += 1;
+                        if again {
+                            self.tally.again += 1;
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("sluice: {local}: moved to {peer} as {new_id}, but: {e}");
+                        self.tally.failed += 1;
+                    }
+                }
+            }
+            Ok(ToMover::Refused {
+                transfer,
+                reason,
+                temporary,
+            }) => {
+                let Some(local) = self.conns[i]
+                    .as_mut()
+                    .and_then(|c| c.inflight.remove(&transfer))
+                else {
+                    return;
+                };
+                self.retry_or_fail(local, &format!("{to}: {reason}"), temporary);
+            }
+            Ok(other) => self.lost(i, &format!("{to}: unexpected {other:?}")),
+            Err(e) => self.lost(i, &format!("{to}: {e}")),
+        }
+    }
+
+    fn retry_or_fail(&mut self, local: String, why: &str, temporary: bool) {
+        let n = self.tries.entry(local.clone()).or_default();
+        *n += 1;
+        if temporary && *n < TRIES {
+            self.todo.push_back(local);
+        } else {
+            eprintln!("sluice: {local}: not moved: {why}");
+            self.tally.failed += 1;
+        }
+    }
+
+    /// A connection failed: what it had in flight is offered again
+    /// (elsewhere if need be); the receiver may have some of it, which
+    /// the transfer ids make harmless.
+    fn lost(&mut self, i: usize, why: &str) {
+        eprintln!("sluice: {why}");
+        self.dead[i] = true;
+        if let Some(c) = self.conns[i].take() {
+            for (_, local) in c.inflight {
+                self.retry_or_fail(local, why, true);
+            }
+        }
+    }
+
+    fn show_progress(&mut self, last: bool) {
+        if !self.progress || (!last && self.last_progress.elapsed() < Duration::from_millis(200)) {
+            return;
+        }
+        self.last_progress = Instant::now();
+        let t = &self.tally;
+        let done = t.moved + t.failed;
+        let secs = self.started.elapsed().as_secs_f64().max(0.001);
+        let width = 30;
+        let filled = (done * width).checked_div(t.total).unwrap_or(width);
+        eprint!(
+            "\r[{}{}] {}/{} moved, {:.0}/s, {} left{}",
+            "#".repeat(filled),
+            ".".repeat(width - filled),
+            t.moved,
+            t.total,
+            t.moved as f64 / secs,
+            t.total.saturating_sub(done),
+            if last { "\n" } else { "" }
+        );
+        let _ = std::io::stderr().flush();
+    }
+
+    fn run(&mut self, pace: Option<Pace>) {
+        let mut sent: u64 = 0;
+        let mut busy: Vec<String> = Vec::new();
+        let mut busy_since: HashMap<String, Instant> = HashMap::new();
+        loop {
+            while let Some(local) = self.todo.pop_front() {
+                if let Some(p) = pace {
+                    let w = p.wait(sent, self.started.elapsed());
+                    if !w.is_zero() {
+                        std::thread::sleep(w);
+                    }
+                }
+                let mut offer = match self.src.take(&local) {
+                    Ok(Some(o)) => o,
+                    Ok(None) => {
+                        busy_since.entry(local.clone()).or_insert_with(Instant::now);
+                        busy.push(local);
+                        continue;
+                    }
+                    Err(e) => {
+                        eprintln!("sluice: {local}: not moved: {e}");
+                        self.tally.failed += 1;
+                        continue;
+                    }
+                };
+                offer.transfer = transfer_id(&self.me, &local);
+                loop {
+                    let dead = self.dead.clone();
+                    let Some(i) = self.rot.pick(|i| !dead[i]) else {
+                        eprintln!("sluice: {local}: not moved: no receiver is reachable");
+                        self.tally.failed += 1;
+                        break;
+                    };
+                    let full = self.conns[i]
+                        .as_ref()
+                        .is_some_and(|c| c.inflight.len() >= WINDOW);
+                    if full {
+                        self.answer(i);
+                        if self.dead[i] {
+                            continue;
+                        }
+                    }
+                    let transfer = offer.transfer.clone();
+                    let frame = ToReceiver::Offer(Box::new(offer.clone()));
+                    let r = self.conn(i).and_then(|c| {
+                        c.send(&frame)?;
+                        c.inflight.insert(transfer, local.clone());
+                        Ok(())
+                    });
+                    match r {
+                        Ok(()) => {
+                            sent += 1;
+                            break;
+                        }
+                        Err(e) => self.lost(i, &e),
+                    }
+                }
+                self.show_progress(false);
+            }
+            // Drain what is in flight.
+            for i in 0..self.conns.len() {
+                while self.conns[i]
+                    .as_ref()
+                    .is_some_and(|c| !c.inflight.is_empty())
+                {
+                    self.answer(i);
+                    self.show_progress(false);
+                }
+            }
+            if !self.todo.is_empty() {
+                continue;
+            }
+            if busy.is_empty() {
+                break;
+            }
+            // Messages in delivery a moment ago: ask again, for a while.
+            std::thread::sleep(Duration::from_millis(200));
+            for local in std::mem::take(&mut busy) {
+                if busy_since
+                    .get(&local)
+                    .is_some_and(|t| t.elapsed() > BUSY_WAIT)
+                {
+                    eprintln!("sluice: {local}: not moved: still in delivery after {BUSY_WAIT:?}");
+                    self.tally.failed += 1;
+                } else {
+                    self.todo.push_back(local);
+                }
+            }
+        }
+        self.show_progress(true);
+    }
+}
+
+/// `sluice queue move`.
+pub fn run(dir: &Path, args: MoveArgs) -> i32 {
+    match run_inner(dir, args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            2
+        }
+    }
+}
+
+fn run_inner(dir: &Path, args: MoveArgs) -> Result<i32, String> {
+    if args.to.is_empty() {
+        return Err("say where to: --to HOST:PORT (one or more)".into());
+    }
+    let pace = args.rate.as_deref().map(Pace::parse).transpose()?;
+    let (cfg, _) = crate::load_config(dir, true)?;
+    let file = |name: &str| -> Result<PathBuf, String> {
+        let v = cfg.str(name);
+        if v.is_empty() {
+            Err(format!(
+                "{name} is empty: moving mail between instances is mutual TLS only"
+            ))
+        } else {
+            Ok(PathBuf::from(v))
+        }
+    };
+    let tls = tls::mutual_client_config(
+        &file("cluster_tls_cert_file")?,
+        &file("cluster_tls_key_file")?,
+        &file("cluster_tls_CAfile")?,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut resolved = Vec::new();
+    for given in &args.to {
+        let (host, port) = split(given)?;
+        let addrs: Vec<_> = (host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| format!("--to {given}: {e}"))?
+            .collect();
+        resolved.push((given.clone(), host, addrs));
+    }
+    let targets = interleave(resolved);
+    if targets.is_empty() {
+        return Err("no receiver address resolved".into());
+    }
+    let mut live;
+    let mut offline;
+    let (src, me): (&mut dyn Source, String) = match &args.from_spool {
+        Some(spool) => {
+            offline = Offline::open(spool)?;
+            let me = args
+                .from_name
+                .clone()
+                .unwrap_or_else(|| cfg.str("myhostname"));
+            (&mut offline, me)
+        }
+        None => {
+            live = Live {
+                qmgr: crate::top::Qmgr::new(dir, Duration::from_secs(60))?,
+                root: PathBuf::from(cfg.str("queue_directory")),
+            };
+            (&mut live, cfg.str("myhostname"))
+        }
+    };
+    let ids = src.begin(&args.sel)?;
+    let n = targets.len();
+    let mut m = Mover {
+        src,
+        me,
+        cfg: tls,
+        rot: Rotation::new(targets),
+        conns: (0..n).map(|_| None).collect(),
+        dead: vec![false; n],
+        tries: HashMap::new(),
+        todo: ids.into_iter().collect(),
+        tally: Tally::default(),
+        progress: args.progress,
+        started: Instant::now(),
+        last_progress: Instant::now(),
+    };
+    m.tally.total = m.todo.len();
+    m.run(pace);
+    let t = &m.tally;
+    eprintln!(
+        "sluice: move: {} of {} message(s) moved{}{}",
+        t.moved,
+        t.total,
+        if t.again > 0 {
+            format!(" ({} had been taken before)", t.again)
+        } else {
+            String::new()
+        },
+        if t.failed > 0 {
+            format!(
+                "; {} not moved, still queued here{}",
+                t.failed,
+                if args.from_spool.is_some() {
+                    ""
+                } else {
+                    " on hold (sluice queue release gives them back to delivery)"
+                }
+            )
+        } else {
+            String::new()
+        }
+    );
+    Ok(if t.failed == 0 && t.moved == t.total {
+        0
+    } else {
+        1
+    })
+}

@@ -1,0 +1,313 @@
+//! Moving mail between instances: both ends of `sluice queue move` as the
+//! queue manager sees them.
+//!
+//! The sending end (queue control): `MoveBegin` journals `Moving` for the
+//! selected messages, which takes them out of delivery at once (a message
+//! with a delivery under way finishes that attempt first: `MoveTake`
+//! answers "not yet" until it has); `MoveTake` gives a message's state —
+//! pending recipients, next attempt, attempts, hold, warning, the notices
+//! it owes — and where its data is; `MoveDone`, sent once the receiver
+//! has acknowledged, removes it here with the log line `moved to HOST as
+//! ID`. A move given up leaves the messages held; `sluice queue release`
+//! returns them to delivery (journaled `Released`).
+//!
+//! The receiving end (transferd(8) over the arrival socket): `Import`
+//! journals the message as it was at the sender — a `Rewritten` head on
+//! hold with its pending recipients and next attempt, the records of the
+//! notices it owes, then `Imported` with the transfer id — and answers
+//! once that is durable; the message stays out of delivery until transferd
+//! has recorded the transfer id in its ledger and sends `Settle`, which
+//! journals `Released` (and `Held` again for a message that came on hold).
+//! Until then a retried transfer finds it by its id (`Unsettled`), so a
+//! message is never queued twice nor delivered before its transfer counts
+//! as done.
+
+use ipc::qmgr;
+use ipc::queuectl::{self, Movable, Owed};
+use mail::{QueueId, StatusCode};
+use queue::{DataRef, Lsn, Record};
+
+use crate::{journal, Action, QueueManager, Store};
+
+impl<S: Store> QueueManager<S> {
+    /// Answers `MoveBegin`, `MoveTake` and `MoveDone`.
+    pub(crate) fn move_control(&mut self, req: queuectl::Request) -> queuectl::Response {
+        match req {
+            queuectl::Request::MoveBegin(sel) => {
+                let ids = self.select(&sel);
+                let mut out = Vec::with_capacity(ids.len());
+                for id in ids {
+                    if self.state.imports.contains_key(&id) {
+                        // Not settled here yet: its sender may still own it.
+                        continue;
+                    }
+                    if !self.state.moving.contains_key(&id) {
+                        let held = self.state.messages.get(&id).is_some_and(|m| m.held);
+                        self.append(Record::Moving { id, held });
+                        self.forget(&id);
+                        self.retry.unschedule(&[id]);
+                        self.info(format!("{id}: held for a move"));
+                    }
+                    out.push(id.to_string());
+                }
+                queuectl::Response::Moving(out)
+            }
+            queuectl::Request::MoveTake { id } => queuectl::Response::Movable(self.take(&id)),
+            queuectl::Request::MoveDone { id, to, new_id } => {
+                let Ok(qid) = id.parse::<QueueId>() else {
+                    return queuectl::Response::Done(0);
+                };
+                let Some(storage) = self.state.messages.get(&qid).map(|m| m.storage) else {
+                    return queuectl::Response::Done(0);
+                };
+                if !self.state.moving.contains_key(&qid) {
+                    // Released meanwhile: the receiver has it all the same.
+                    self.warn(format!(
+                        "{qid}: moved to {to} as {new_id} after its move was given up"
+                    ));
+                }
+                self.info(format!("{qid}: moved to {to} as {new_id}"));
+                self.append(Record::Removed { id: qid });
+                self.forget(&qid);
+                self.info(format!("{qid}: removed"));
+                self.remove_data(qid, storage);
+                queuectl::Response::Done(1)
+            }
+            _ => queuectl::Response::Done(0),
+        }
+    }
+
+    /// A moving message's state, once nothing of it is in delivery.
+    fn take(&mut self, id: &str) -> Result<Option<Box<Movable>>, String> {
+        let qid: QueueId = id.parse().map_err(|e| format!("{id}: {e}"))?;
+        let Some(m) = self.state.messages.get(&qid) else {
+            return Err(format!("{id}: not in the queue"));
+        };
+        let Some(&held) = self.state.moving.get(&qid) else {
+            return Err(format!("{id}: not being moved (released meanwhile?)"));
+        };
+        if self.is_active(&qid) || self.notices.owes(&qid) {
+            return Ok(None);
+        }
+        let (head_lsn, next_attempt, warned) = (m.head, m.next_attempt, m.warned);
+        let (rec, head) = self
+            .head(&qid)
+            .ok_or_else(|| format!("{id}: its journal record cannot be read"))?;
+        let remaining = self.state.pending(qid, &rec);
+        let data = match &head.data {
+            DataRef::Inline(_) => match rec.data_span(head_lsn) {
+                Some(span) => ipc::delivery::Data::Journal(span),
+                None => return Err(format!("{id}: its inline data has no span")),
+            },
+            DataRef::File => {
+                ipc::delivery::Data::File(format!("msg/{:02X}/{qid}", qid.hash_byte()))
+            }
+            DataRef::Pool(n) => ipc::delivery::Data::File(format!("pool/{n:08}")),
+        };
+        let owed = self
+            .state
+            .unnotified
+            .get(&qid)
+            .map(|v| {
+                v.iter()
+                    .map(|b| Owed {
+                        index: b.index,
+                        status: b.status.to_string(),
+                        reason: b.reason.clone(),
+                        success: b.success,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        // The bytes travel by their location, not in this answer.
+        let head = queue::MessageHead {
+            data: match head.data {
+                DataRef::Inline(_) => DataRef::Inline(Vec::new()),
+                d => d,
+            },
+            ..head
+        };
+        Ok(Some(Box::new(Movable {
+            head,
+            remaining,
+            next_attempt,
+            attempts: self.retry.attempts(&qid),
+            held,
+            warned,
+            owed,
+            data,
+        })))
+    }
+
+    /// transferd's requests: an import, a settlement, the unsettled list.
+    pub(crate) fn transfer(&mut self, client: u64, request: u64, body: qmgr::Request) {
+        let answer = |response| Action::Answer {
+            client,
+            request,
+            response,
+        };
+        match body {
+            qmgr::Request::Import {
+                moved,
+                transfer,
+                from,
+            } => self.import(client, request, *moved, transfer, from),
+            qmgr::Request::Settle { id } => {
+                if let Some(imp) = self.state.imports.get(&id).cloned() {
+                    self.append(Record::Released { id });
+                    if imp.held {
+                        self.append(Record::Held { id });
+                    } else {
+                        self.schedule_settled(id);
+                    }
+                }
+                self.actions.push_back(answer(qmgr::Response::Committed));
+            }
+            qmgr::Request::Unsettled => {
+                let mut v: Vec<(String, QueueId)> = self
+                    .state
+                    .imports
+                    .iter()
+                    .map(|(id, i)| (i.transfer.clone(), *id))
+                    .collect();
+                v.sort();
+                self.actions.push_back(answer(qmgr::Response::Unsettled(v)));
+            }
+            qmgr::Request::Arrived { head, hold } => self.arrived(client, request, head, hold),
+        }
+    }
+
+    /// A settled import joins delivery at its own next attempt.
+    fn schedule_settled(&mut self, id: QueueId) {
+        let Some(m) = self.state.messages.get(&id) else {
+            return;
+        };
+        let at = m.next_attempt.saturating_mul(1000);
+        if at > self.now.0 {
+            self.retry.schedule(sched::Time(at), id);
+        } else {
+            self.admit(id);
+        }
+    }
+
+    fn import(
+        &mut self,
+        client: u64,
+        request: u64,
+        moved: Movable,
+        transfer: String,
+        from: String,
+    ) {
+        let id = moved.head.id;
+        let refuse = |reason: String| Action::Answer {
+            client,
+            request,
+            response: qmgr::Response::Failed {
+                reason,
+                disk_full: false,
+            },
+        };
+        if self.state.messages.contains_key(&id) {
+            self.actions.push_back(refuse(format!(
+                "{id}: a message with this queue id is queued already"
+            )));
+            return;
+        }
+        let n = moved.head.envelope.recipients.len() as u32;
+        if moved
+            .remaining
+            .iter()
+            .chain(moved.owed.iter().map(|o| &o.index))
+            .any(|&i| i >= n)
+        {
+            self.actions.push_back(refuse(format!(
+                "{id}: a recipient index beyond the envelope"
+            )));
+            return;
+        }
+        let mut records = vec![Record::Rewritten {
+            head: moved.head.clone(),
+            remaining: moved.remaining.clone(),
+            next_attempt: moved.next_attempt,
+            held: true,
+        }];
+        // The notices it owes: the recipients are done, the notice is not.
+        for o in &moved.owed {
+            let status: StatusCode = match o.status.parse() {
+                Ok(s) => s,
+                Err(_) => {
+                    self.actions
+                        .push_back(refuse(format!("{id}: bad status {:?}", o.status)));
+                    return;
+                }
+            };
+            records.push(match o.success {
+                None => Record::Bounced {
+                    id,
+                    rcpts: vec![o.index],
+                    status,
+                    reason: o.reason.clone(),
+                },
+                Some(_) => Record::Delivered {
+                    id,
+                    rcpts: vec![o.index],
+                },
+            });
+            if let Some(relayed) = o.success {
+                records.push(Record::Succeeded {
+                    id,
+                    rcpts: vec![o.index],
+                    relayed,
+                    reason: o.reason.clone(),
+                });
+            }
+        }
+        if moved.warned {
+            records.push(Record::Warned { id });
+        }
+        records.push(Record::Imported {
+            id,
+            transfer: transfer.clone(),
+            from: from.clone(),
+            held: moved.held,
+            attempts: moved.attempts,
+        });
+        let storage = moved.head.data.storage();
+        let ack = journal::Ack {
+            end: Lsn::default(),
+            client,
+            request,
+            id,
+            storage,
+            summary: format!(
+                "{id}: moved from {from} as {}, nrcpt={} (queue hold until settled)",
+                transfer.rsplit('/').next().unwrap_or(&transfer),
+                moved.remaining.len()
+            ),
+            hold: true,
+        };
+        match self
+            .commits
+            .arrive_all(&mut self.store, &mut self.state, ack, &records)
+        {
+            Ok(()) => {
+                for _ in 0..moved.attempts {
+                    self.retry.tried(id);
+                }
+            }
+            Err(r) => {
+                self.actions.push_back(Action::Answer {
+                    client,
+                    request,
+                    response: qmgr::Response::Failed {
+                        reason: r.reason,
+                        disk_full: r.disk_full,
+                    },
+                });
+                if !r.taken_back {
+                    self.actions.push_back(Action::RemoveData { id, storage });
+                }
+            }
+        }
+    }
+}
