@@ -6,8 +6,10 @@
 //! kept, arrival times are kept (so the expiry is), a retried move finds
 //! nothing twice, and a peer without a certificate is refused.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use sluice_suite::{dumped, free_port, smtp_sink, wait_for, Instance};
 
@@ -113,6 +115,14 @@ struct Pair {
 /// Instance A relays to a port where nothing listens (its mail defers);
 /// instance B takes transfers and relays to smtp-sink.
 fn pair() -> Pair {
+    pair_with(
+        "minimal_backoff_time = 300s\nmaximal_backoff_time = 600s\n",
+        "",
+    )
+}
+
+/// `pair` with lines added to A's and B's main.cf.
+fn pair_with(a_extra: &str, b_extra: &str) -> Pair {
     let pki_dir = tempfile::Builder::new()
         .prefix("sluice-pki")
         .tempdir()
@@ -127,12 +137,18 @@ fn pair() -> Pair {
              qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n{extra}"
         )
     };
+    let a_extra = a_extra
+        .replace("{SINK}", &sink_port.to_string())
+        .replace("{DEAD}", &dead.to_string());
+    let b_extra = b_extra
+        .replace("{SINK}", &sink_port.to_string())
+        .replace("{DEAD}", &dead.to_string());
     let a_port = free_port();
     let mut a = Instance::new(
         &services(a_port, ""),
         &format!(
             "myhostname = a.test\nrelayhost = [127.0.0.1]:{dead}\nsmtpd_reject_unlisted_recipient = no\n\
-             minimal_backoff_time = 300s\nmaximal_backoff_time = 600s\n{}",
+             {a_extra}{}",
             tls(pki_dir.path(), "a.test")
         ),
     );
@@ -144,7 +160,7 @@ fn pair() -> Pair {
         &services(b_port, "transfer unix - - n 300 1 transferd\n"),
         &format!(
             "myhostname = b.test\nrelayhost = [127.0.0.1]:{sink_port}\nsmtpd_reject_unlisted_recipient = no\n\
-             transfer_listen = 127.0.0.1:{tport}\n{}",
+             transfer_listen = 127.0.0.1:{tport}\n{b_extra}{}",
             tls(pki_dir.path(), "b.test")
         ),
     );
@@ -197,13 +213,15 @@ fn listing(i: &Instance) -> Vec<(String, String, u64)> {
         .collect()
 }
 
+const N: usize = 10_000;
+
 #[test]
-fn deferred_and_held_mail_moves_with_its_state_and_is_delivered_once() {
+fn ten_thousand_deferred_and_held_messages_move_with_their_state_and_are_delivered_once() {
     let mut p = pair();
-    send(p.a_port, 60, 2);
-    wait_for(60, "A deferred all 60", || {
+    send(p.a_port, N as u32, 2);
+    wait_for(240, "A deferred them all", || {
         let l = listing(&p.a);
-        (l.len() == 60 && l.iter().all(|m| m.1 == "deferred")).then_some(())
+        (l.len() == N && l.iter().all(|m| m.1 == "deferred")).then_some(())
     });
     let before = listing(&p.a);
     // A third on hold: they must stay held at B.
@@ -216,15 +234,18 @@ fn deferred_and_held_mail_moves_with_its_state_and_is_delivered_once() {
         p.a.sluice(&["queue", "move", "--to", &to, "--all", "--progress"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "move: {err}");
-    assert!(err.contains("60 of 60 message(s) moved"), "{err}");
+    assert!(
+        err.contains(&format!("{N} of {N} message(s) moved")),
+        "{err}"
+    );
     assert!(listing(&p.a).is_empty(), "A keeps nothing");
     let alog = p.a.log();
-    assert_eq!(alog.matches(": moved to b.test as ").count(), 60, "{alog}");
+    assert_eq!(alog.matches(": moved to b.test as ").count(), N);
     // At B: the same arrivals, the holds kept, the rest deferred (their
     // retry times from A are minutes away: nothing is delivered early).
-    let after = wait_for(20, "B lists all 60", || {
+    let after = wait_for(60, "B lists them all", || {
         let l = listing(&p.b);
-        (l.len() == 60 && l.iter().filter(|m| m.1 == "hold").count() == held.len()).then_some(l)
+        (l.len() == N && l.iter().filter(|m| m.1 == "hold").count() == held.len()).then_some(l)
     });
     let mut arrivals_a: Vec<u64> = before.iter().map(|m| m.2).collect();
     let mut arrivals_b: Vec<u64> = after.iter().map(|m| m.2).collect();
@@ -233,12 +254,11 @@ fn deferred_and_held_mail_moves_with_its_state_and_is_delivered_once() {
     assert_eq!(arrivals_a, arrivals_b, "arrival times (and so expiry) kept");
     assert_eq!(
         after.iter().filter(|m| m.1 == "deferred").count(),
-        60 - held.len(),
-        "{after:?}"
+        N - held.len()
     );
     assert_eq!(
         p.b.log().matches(": moved from a.test as a.test/").count(),
-        60
+        N
     );
     assert_eq!(
         dumped(&p.sink),
@@ -250,14 +270,15 @@ fn deferred_and_held_mail_moves_with_its_state_and_is_delivered_once() {
     // Released and flushed at B, every message arrives once.
     assert!(p.b.sluice(&["queue", "release", "--all"]).status.success());
     assert!(p.b.sluice(&["queue", "flush"]).status.success());
-    wait_for(60, "the sink has all 60", || {
-        (dumped(&p.sink) == 60).then_some(())
+    wait_for(300, "the sink has them all", || {
+        (dumped(&p.sink) == N).then_some(())
     });
-    wait_for(20, "B's queue is empty", || {
+    wait_for(60, "B's queue is empty", || {
         listing(&p.b).is_empty().then_some(())
     });
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    assert_eq!(dumped(&p.sink), 60, "none twice");
+    let got = arrivals_at_sink(&p.sink);
+    assert_eq!(got.len(), N, "each once");
+    assert!(got.values().all(|n| *n == 1));
     p.a.stop();
     p.b.stop();
 }
@@ -298,6 +319,335 @@ fn a_move_with_no_certificate_is_refused_and_the_mail_stays() {
     // Released, they are A's to deliver again.
     assert!(p.a.sluice(&["queue", "release", "--all"]).status.success());
     assert!(listing(&p.a).iter().all(|m| m.1 != "hold"));
+    p.a.stop();
+    p.b.stop();
+}
+
+/// The sender's queue id of every message the sink got (from the
+/// Received: line A's cleanup wrote), and how many times each came.
+fn arrivals_at_sink(sink: &sluice_suite::Sink) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(sink.dir.path()).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap_or_default();
+        // "by a.test (Sluice) with SMTP id …" (ESMTP for an EHLO client).
+        let id_part = text
+            .split("by a.test (Sluice) with ")
+            .nth(1)
+            .and_then(|r| r.split_once(" id "))
+            .map(|(_, r)| r);
+        if let Some(rest) = id_part {
+            let id: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            *out.entry(id).or_default() += 1;
+        }
+    }
+    out
+}
+
+fn spawn_move(a: &Instance, args: &[&str]) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(sluice_suite::bin_dir().join("sluice"));
+    cmd.arg("-c")
+        .arg(a.etc())
+        .args(["queue", "move"])
+        .args(args);
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    if let Some((uid, gid)) = a.run_as {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd.spawn().expect("run sluice")
+}
+
+/// A small deterministic generator, seeded from the clock and printed,
+/// for the kill moments.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[test]
+fn kill_9_of_mover_sender_or_receiver_mid_move_loses_and_doubles_nothing() {
+    // A's mail is deferred for minutes (its relay is down): idle, so
+    // every message can move at once; B is flushed at the end.
+    let mut p = pair();
+    const N: usize = 3000;
+    let st = Command::new("smtp-source")
+        .args(["-s", "20", "-m", &N.to_string()])
+        .args(["-f", "bulk@sender.example", "-t", "someone@far.example"])
+        .arg(format!("127.0.0.1:{}", p.a_port))
+        .status()
+        .expect("smtp-source is installed by scripts/test");
+    assert!(st.success());
+    wait_for(120, "A deferred all of them", || {
+        let l = listing(&p.a);
+        (l.len() == N && l.iter().all(|m| m.1 == "deferred")).then_some(())
+    });
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("kill moments seeded with {seed}");
+    let mut rng = Lcg(seed);
+    let to = format!("127.0.0.1:{}", p.tport);
+    for round in 0..4 {
+        let mut mover = spawn_move(&p.a, &["--to", &to, "--all", "--rate", "300/1"]);
+        std::thread::sleep(Duration::from_millis(300 + rng.below(1200)));
+        match round % 4 {
+            // The mover itself.
+            0 => {}
+            // The receiver's transferd, then its qmgr.
+            1 => {
+                let t = p.b.pids("transfer");
+                sys::process::signal(t[0], 9).unwrap();
+                p.b.wait_pid("transfer", &t);
+            }
+            2 => {
+                let q = p.b.pids("qmgr");
+                sys::process::signal(q[0], 9).unwrap();
+                p.b.wait_pid("qmgr", &q);
+            }
+            // The sender's qmgr.
+            _ => {
+                let q = p.a.pids("qmgr");
+                sys::process::signal(q[0], 9).unwrap();
+                p.a.wait_pid("qmgr", &q);
+            }
+        }
+        let _ = mover.kill();
+        let out = mover.wait_with_output().unwrap();
+        eprintln!(
+            "round {round}: {} left at A; the mover said: {}",
+            listing(&p.a).len(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(
+        !listing(&p.a).is_empty(),
+        "the kills came in the middle of moves"
+    );
+    // Once more without a kill: everything left moves.
+    wait_for(30, "a move with everyone up", || {
+        let out = p.a.sluice(&["queue", "move", "--to", &to, "--all"]);
+        out.status.success().then_some(())
+    });
+    assert!(listing(&p.a).is_empty(), "A keeps nothing");
+    wait_for(30, "B has every message", || {
+        (listing(&p.b).len() == N).then_some(())
+    });
+    assert!(p.b.sluice(&["queue", "flush"]).status.success());
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while arrivals_at_sink(&p.sink).len() < N {
+        if Instant::now() > deadline {
+            let l = listing(&p.b);
+            panic!(
+                "the sink has {} of {N}; B holds {} ({} on hold); A holds {}",
+                arrivals_at_sink(&p.sink).len(),
+                l.len(),
+                l.iter().filter(|m| m.1 == "hold").count(),
+                listing(&p.a).len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    wait_for(30, "B's queue is empty", || {
+        listing(&p.b).is_empty().then_some(())
+    });
+    let got = arrivals_at_sink(&p.sink);
+    let twice: Vec<_> = got.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered twice: {twice:?}");
+    assert_eq!(got.len(), N);
+    p.a.stop();
+    p.b.stop();
+}
+
+#[test]
+fn partly_delivered_mail_moves_its_other_recipients_and_expires_on_its_first_clock() {
+    // A delivers good.example and defers far.example; B cannot reach
+    // far.example either, and its maximal_queue_lifetime is 20 s: the moved
+    // message expires 20 s after it came to A, not 20 s after the move.
+    let mut p = pair_with(
+        "transport_maps = inline:{ good.example = smtp:[127.0.0.1]:{SINK} }\n\
+         minimal_backoff_time = 2s\nmaximal_backoff_time = 2s\nhost_retry_time = 1s\n",
+        "transport_maps = inline:{ far.example = smtp:[127.0.0.1]:{DEAD} }\n\
+         maximal_queue_lifetime = 20s\nbounce_queue_lifetime = 20s\n\
+         minimal_backoff_time = 2s\nmaximal_backoff_time = 2s\nhost_retry_time = 1s\n",
+    );
+    let sent = Instant::now();
+    let (code, out) = sluice_suite::swaks(&[
+        "--server",
+        &format!("127.0.0.1:{}", p.a_port),
+        "--from",
+        "alice@sender.example",
+        "--to",
+        "one@good.example,two@far.example",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    p.a.wait_log(30, "to=<one@good.example>");
+    wait_for(30, "two@far.example deferred at A", || {
+        p.a.log().contains("to=<two@far.example>").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(8));
+    let to = format!("127.0.0.1:{}", p.tport);
+    let out = p.a.sluice(&["queue", "move", "--to", &to, "--all"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let at_b = wait_for(10, "B has it", || {
+        let j = p.b.queue_json();
+        (!j.is_empty()).then_some(j)
+    });
+    assert!(
+        at_b[0].contains("two@far.example") && !at_b[0].contains("one@good.example"),
+        "only the undelivered recipient moves: {at_b:?}"
+    );
+    p.b.wait_log(40, "message expired (maximal_queue_lifetime)");
+    let took = sent.elapsed();
+    assert!(
+        took < Duration::from_secs(27),
+        "expired {took:?} after arrival: the lifetime restarted at the move"
+    );
+    assert_eq!(dumped(&p.sink), 1, "good.example got its copy once, from A");
+    p.a.stop();
+    p.b.stop();
+}
+
+#[test]
+fn a_copy_of_a_live_spool_moves_offline_every_committed_message() {
+    let mut p = pair();
+    send(p.a_port, 200, 1);
+    wait_for(60, "A has 200", || {
+        (listing(&p.a).len() == 200).then_some(())
+    });
+    // cp -a while more mail is arriving: the crash case, with partial
+    // files and a journal cut anywhere.
+    let more = Command::new("smtp-source")
+        .args(["-s", "5", "-m", "300"])
+        .args(["-f", "bulk@sender.example", "-t", "someone@far.example"])
+        .arg(format!("127.0.0.1:{}", p.a_port))
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let rescue = tempfile::Builder::new()
+        .prefix("sluice-rescue")
+        .tempdir()
+        .unwrap();
+    Command::new("chmod")
+        .arg("755")
+        .arg(rescue.path())
+        .status()
+        .unwrap();
+    let copy = rescue.path().join("spool");
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(p.a.root().join("spool"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut more = more;
+    let _ = more.wait();
+    let to = format!("127.0.0.1:{}", p.tport);
+    let copy_s = copy.to_str().unwrap();
+    let out = p.a.sluice(&[
+        "queue",
+        "move",
+        "--to",
+        &to,
+        "--from-spool",
+        copy_s,
+        "--from-name",
+        "a.test",
+        "--all",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    let moved: usize = err
+        .split("move: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        moved >= 200,
+        "every message committed before the copy moves: {err}"
+    );
+    // Those never tried at A are due at B, which delivers them at once.
+    wait_for(30, "B has them, queued or delivered", || {
+        (listing(&p.b).len() + dumped(&p.sink) == moved).then_some(())
+    });
+    // The copy's journal says they left: a second run finds none.
+    let out = p.a.sluice(&[
+        "queue",
+        "move",
+        "--to",
+        &to,
+        "--from-spool",
+        copy_s,
+        "--all",
+    ]);
+    let err2 = String::from_utf8_lossy(&out.stderr);
+    assert!(err2.contains("0 of 0 message(s) moved"), "{err2}");
+    // A running instance's spool is refused.
+    let out = p.a.sluice(&[
+        "queue",
+        "move",
+        "--to",
+        &to,
+        "--from-spool",
+        p.a.root().join("spool").to_str().unwrap(),
+        "--all",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("its instance is running"));
+    p.a.stop();
+    p.b.stop();
+}
+
+#[test]
+fn a_rate_of_100_per_second_holds_over_30_seconds() {
+    let mut p = pair();
+    const N: usize = 3000;
+    let st = Command::new("smtp-source")
+        .args(["-s", "20", "-m", &N.to_string()])
+        .args(["-f", "bulk@sender.example", "-t", "someone@far.example"])
+        .arg(format!("127.0.0.1:{}", p.a_port))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    wait_for(120, "A has them all", || {
+        (listing(&p.a).len() == N).then_some(())
+    });
+    let to = format!("127.0.0.1:{}", p.tport);
+    let started = Instant::now();
+    let mut mover = spawn_move(&p.a, &["--to", &to, "--all", "--rate", "100/1"]);
+    let count = |b: &Instance| b.log().matches(": moved from a.test as ").count();
+    std::thread::sleep(Duration::from_secs(15));
+    let half = count(&p.b);
+    let st = mover.wait().unwrap();
+    let took = started.elapsed();
+    assert!(st.success());
+    assert_eq!(count(&p.b), N);
+    // 3,000 at 100/s: 30 s, within 5 %, and evenly (half by 15 s).
+    assert!(
+        (Duration::from_millis(28_500)..=Duration::from_millis(31_500)).contains(&took),
+        "{N} moved in {took:?}"
+    );
+    assert!(
+        (1425..=1575).contains(&half),
+        "{half} moved in the first 15 s"
+    );
     p.a.stop();
     p.b.stop();
 }

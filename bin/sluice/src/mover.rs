@@ -30,6 +30,8 @@ use transfer::targets::{interleave, split, Rotation, Target};
 const WINDOW: usize = 128;
 /// Tries per message before it counts as not moved.
 const TRIES: u32 = 5;
+/// How long a receiver may take to answer.
+const READ_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long to wait for a message still in delivery to come free.
 const BUSY_WAIT: Duration = Duration::from_secs(120);
 
@@ -301,7 +303,7 @@ impl Conn {
         let sock = TcpStream::connect_timeout(&t.addr, Duration::from_secs(10))
             .map_err(|e| format!("{} ({}): {e}", t.given, t.addr))?;
         let _ = sock.set_nodelay(true);
-        let _ = sock.set_read_timeout(Some(Duration::from_secs(120)));
+        let _ = sock.set_read_timeout(Some(READ_TIMEOUT));
         let name = rustls::pki_types::ServerName::try_from(t.host.clone())
             .map_err(|e| format!("{}: {e}", t.given))?;
         let conn = rustls::ClientConnection::new(cfg.clone(), name)
@@ -336,15 +338,42 @@ impl Conn {
 
     fn recv(&mut self) -> Result<ToMover, String> {
         loop {
-            if let Some(m) = self.dec.decode::<ToMover>().map_err(|e| e.to_string())? {
+            if let Some(m) = self.recv_until(None)? {
                 return Ok(m);
             }
-            let mut buf = [0u8; 16 * 1024];
-            let n = self.tls.read(&mut buf).map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Err("the receiver closed the connection".into());
+        }
+    }
+
+    /// The next answer, waiting until `deadline` at most (`None`: as long
+    /// as the socket's read timeout); `Ok(None)` when none came in time.
+    fn recv_until(&mut self, deadline: Option<Instant>) -> Result<Option<ToMover>, String> {
+        loop {
+            if let Some(m) = self.dec.decode::<ToMover>().map_err(|e| e.to_string())? {
+                return Ok(Some(m));
             }
-            self.dec.push(&buf[..n]);
+            let wait = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(w) if !w.is_zero() => w,
+                    _ => return Ok(None),
+                },
+                None => READ_TIMEOUT,
+            };
+            let _ = self.tls.sock.set_read_timeout(Some(wait));
+            let mut buf = [0u8; 16 * 1024];
+            match self.tls.read(&mut buf) {
+                Ok(0) => return Err("the receiver closed the connection".into()),
+                Ok(n) => self.dec.push(&buf[..n]),
+                Err(e)
+                    if deadline.is_some()
+                        && matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e.to_string()),
+            }
         }
     }
 }
@@ -394,6 +423,37 @@ impl Mover<'_> {
             Some(c) => c.recv(),
             None => return,
         };
+        self.handle(i, got);
+    }
+
+    /// Takes the answers that come until `until` (the pace's next send),
+    /// so that acceptances are acted on while the mover waits.
+    fn absorb(&mut self, until: Instant) {
+        loop {
+            let Some(i) = (0..self.conns.len()).find(|&i| {
+                self.conns[i]
+                    .as_ref()
+                    .is_some_and(|c| !c.inflight.is_empty())
+            }) else {
+                if let Some(w) = until.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(w);
+                }
+                return;
+            };
+            let got = match self.conns[i].as_mut() {
+                Some(c) => c.recv_until(Some(until)),
+                None => return,
+            };
+            match got {
+                Ok(Some(m)) => self.handle(i, Ok(m)),
+                Ok(None) => return,
+                Err(e) => self.handle(i, Err(e)),
+            }
+        }
+    }
+
+    /// Acts on one answer (or a failed read) from connection `i`.
+    fn handle(&mut self, i: usize, got: Result<ToMover, String>) {
         let to = self.rot.targets()[i].given.clone();
         match got {
             Ok(ToMover::Accepted {
@@ -495,7 +555,7 @@ impl Mover<'_> {
                 if let Some(p) = pace {
                     let w = p.wait(sent, self.started.elapsed());
                     if !w.is_zero() {
-                        std::thread::sleep(w);
+                        self.absorb(Instant::now() + w);
                     }
                 }
                 let mut offer = match self.src.take(&local) {

@@ -357,7 +357,23 @@ impl Transferd {
                 for (r, resp) in answers {
                     if Some(r) == self.unsettled_request {
                         if let qmgr::Response::Unsettled(v) = resp {
-                            self.unsettled.extend(v);
+                            // Those in the ledger were accepted: the mover
+                            // may have removed its copy, so nobody offers
+                            // them again. Settle them now (the settlement
+                            // was lost with a qmgr or transferd that died).
+                            let (done, open): (Vec<_>, Vec<_>) = v
+                                .into_iter()
+                                .partition(|(t, _)| self.ledger.get(t).is_some());
+                            for (_, id) in &done {
+                                self.settle(*id);
+                            }
+                            if !done.is_empty() {
+                                msg_info!(
+                                    "{} moved message(s) accepted before a restart: settled now",
+                                    done.len()
+                                );
+                            }
+                            self.unsettled.extend(open);
                             self.synced_with_qmgr = true;
                             if !self.unsettled.is_empty() {
                                 msg_info!(

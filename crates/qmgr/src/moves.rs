@@ -44,7 +44,8 @@ impl<S: Store> QueueManager<S> {
                     if !self.state.moving.contains_key(&id) {
                         let held = self.state.messages.get(&id).is_some_and(|m| m.held);
                         self.append(Record::Moving { id, held });
-                        self.forget(&id);
+                        // Its attempt count goes along with it.
+                        self.figures.forget(&id);
                         self.retry.unschedule(&[id]);
                         self.info(format!("{id}: held for a move"));
                     }
@@ -280,8 +281,7 @@ impl<S: Store> QueueManager<S> {
             id,
             storage,
             summary: format!(
-                "{id}: moved from {from} as {}, nrcpt={} (queue hold until settled)",
-                transfer.rsplit('/').next().unwrap_or(&transfer),
+                "{id}: queued from a move, nrcpt={} (held until the transfer is settled)",
                 moved.remaining.len()
             ),
             hold: true,
@@ -309,5 +309,177 @@ impl<S: Store> QueueManager<S> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ipc::qmgr;
+    use ipc::queuectl::{Movable, Request, Response, Selector};
+    use mail::{Envelope, QueueId, Recipient, Timestamp};
+    use queue::{DataRef, MessageHead};
+
+    use crate::testkit::{settings, World};
+    use crate::Event;
+
+    fn ask(w: &mut World, body: Request) -> Response {
+        w.handle(Event::Control {
+            client: 1,
+            request: 1,
+            body,
+        });
+        w.replies.pop().expect("a reply")
+    }
+
+    #[test]
+    fn a_moving_message_leaves_delivery_at_once_and_goes_once_the_receiver_has_it() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r@b.example", "s@b.example"]);
+        w.route_all(&[]);
+        w.deliver_all(|rcpt| if rcpt.starts_with('r') { 250 } else { 450 });
+        let Response::Moving(ids) = ask(&mut w, Request::MoveBegin(Selector::all())) else {
+            panic!()
+        };
+        assert_eq!(ids, [id.to_string()]);
+        // Its retry time passes: it is not tried here any more.
+        w.wait(Duration::from_secs(3600));
+        let tried = w
+            .agent
+            .iter()
+            .any(|(_, _, r)| !matches!(r, ipc::delivery::Request::Close { .. }));
+        assert!(w.router.is_empty() && !tried, "{:?}", w.agent);
+        let Response::Movable(Ok(Some(m))) = ask(&mut w, Request::MoveTake { id: id.to_string() })
+        else {
+            panic!()
+        };
+        assert_eq!(m.remaining, [1], "only the undelivered recipient");
+        assert!(m.next_attempt > 0 && !m.held && m.attempts == 1);
+        assert!(matches!(m.data, ipc::delivery::Data::Journal(_)));
+        ask(
+            &mut w,
+            Request::MoveDone {
+                id: id.to_string(),
+                to: "b.test".into(),
+                new_id: "X".into(),
+            },
+        );
+        assert!(!w.live(id));
+        assert!(w.logged(&format!("{id}: moved to b.test as X")));
+        assert_eq!(w.removed, [id]);
+    }
+
+    #[test]
+    fn a_move_given_up_is_released_to_delivery() {
+        let mut w = World::new(settings());
+        let id = w.stage("a@a.example", &["r@b.example"], true);
+        w.handle(Event::Committed { id, hold: true });
+        ask(&mut w, Request::MoveBegin(Selector::all()));
+        let Response::Movable(Ok(Some(m))) = ask(&mut w, Request::MoveTake { id: id.to_string() })
+        else {
+            panic!()
+        };
+        assert!(m.held, "held before the move: held at the receiver");
+        ask(&mut w, Request::Release(Selector::all()));
+        let Response::Movable(Err(e)) = ask(&mut w, Request::MoveTake { id: id.to_string() })
+        else {
+            panic!()
+        };
+        assert!(e.contains("not being moved"), "{e}");
+        w.settle(|_| 250);
+        assert!(!w.live(id), "delivered here after all");
+    }
+
+    fn import(w: &mut World, n: u32, next_attempt: u64, held: bool) -> QueueId {
+        let id = QueueId::from_parts(w.now.0 * 1000, 7, n).unwrap();
+        let envelope = Envelope {
+            sender: "a@a.example".into(),
+            recipients: vec![
+                Recipient::new("done@b.example"),
+                Recipient::new("r@b.example"),
+            ],
+            arrival: Timestamp::from_micros(1_000_000),
+            size: 24,
+            ..Envelope::default()
+        };
+        let moved = Movable {
+            head: MessageHead {
+                id,
+                envelope,
+                data: DataRef::Inline(b"Subject: test\r\n\r\nbody\r\n".to_vec()),
+            },
+            remaining: vec![1],
+            next_attempt,
+            attempts: 4,
+            held,
+            warned: false,
+            owed: Vec::new(),
+            data: ipc::delivery::Data::Inline(Vec::new()),
+        };
+        w.handle(Event::Transfer {
+            client: 9,
+            request: u64::from(n),
+            body: qmgr::Request::Import {
+                moved: Box::new(moved),
+                transfer: format!("a.test/{n}"),
+                from: "a.test".into(),
+            },
+        });
+        id
+    }
+
+    #[test]
+    fn an_import_waits_for_its_settlement_then_for_its_own_retry_time() {
+        let mut w = World::new(settings());
+        let later = w.now.0 / 1000 + 100;
+        let id = import(&mut w, 1, later, false);
+        assert_eq!(w.answers.pop(), Some(qmgr::Response::Committed));
+        w.handle(Event::Transfer {
+            client: 9,
+            request: 2,
+            body: qmgr::Request::Unsettled,
+        });
+        assert_eq!(
+            w.answers.pop(),
+            Some(qmgr::Response::Unsettled(vec![("a.test/1".into(), id)]))
+        );
+        w.wait(Duration::from_secs(200));
+        assert!(w.router.is_empty(), "not delivered before it is settled");
+        w.handle(Event::Transfer {
+            client: 9,
+            request: 3,
+            body: qmgr::Request::Settle { id },
+        });
+        assert!(w.qm.state().imports.is_empty());
+        // Its retry time had passed meanwhile: it goes now, and only the
+        // recipient still to deliver.
+        let asked: Vec<String> = w.router.iter().map(|(_, r)| format!("{r:?}")).collect();
+        assert_eq!(asked.len(), 1, "{asked:?}");
+        assert!(asked[0].contains("r@b.example"));
+        w.settle(|_| 250);
+        assert!(!w.live(id));
+    }
+
+    #[test]
+    fn a_settled_import_keeps_a_future_retry_time_and_its_hold() {
+        let mut w = World::new(settings());
+        let later = w.now.0 / 1000 + 600;
+        let id = import(&mut w, 1, later, false);
+        let held = import(&mut w, 2, 0, true);
+        for id in [id, held] {
+            w.handle(Event::Transfer {
+                client: 9,
+                request: 5,
+                body: qmgr::Request::Settle { id },
+            });
+        }
+        w.wait(Duration::from_secs(599));
+        assert!(w.router.is_empty(), "nothing before the retry time");
+        w.wait(Duration::from_secs(2));
+        assert_eq!(w.router.len(), 1);
+        w.settle(|_| 250);
+        assert!(!w.live(id) && w.live(held), "the held one stays held");
+        assert!(w.qm.state().messages[&held].held);
     }
 }

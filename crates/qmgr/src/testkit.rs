@@ -24,6 +24,8 @@ pub(crate) struct World {
     pub(crate) agent: VecDeque<(String, u64, delivery::Request)>,
     pub(crate) cleanup: VecDeque<(u64, Vec<cleanup::Request>)>,
     pub(crate) replies: Vec<queuectl::Response>,
+    /// Answers to arrivals and transfers the test announced itself.
+    pub(crate) answers: Vec<ipc::qmgr::Response>,
     pub(crate) removed: Vec<QueueId>,
     pub(crate) cleanup_dropped: usize,
     /// What the queue manager asked to save of its shaping holds, in order.
@@ -103,6 +105,7 @@ impl World {
             agent: VecDeque::new(),
             cleanup: VecDeque::new(),
             replies: Vec::new(),
+            answers: Vec::new(),
             removed: Vec::new(),
             cleanup_dropped: 0,
             saved_holds: Vec::new(),
@@ -218,9 +221,7 @@ impl World {
                     self.cleanup_dropped += 1;
                 }
                 Action::Reply { body, .. } => self.replies.push(body),
-                Action::Answer { .. } => {
-                    panic!("testkit: an answer to an arrival nobody announced")
-                }
+                Action::Answer { response, .. } => self.answers.push(response),
                 Action::DestinationDead { nexthop, .. } => self
                     .log
                     .push((Level::Warn, format!("destination {nexthop} is dead"))),
