@@ -1,6 +1,8 @@
-//! The saved shaping holds: `shaping.holds` in the queue directory,
-//! replaced whole (write, fsync, rename, fsync the directory) so that a
-//! crash leaves the old list or the new, never half of one.
+//! The saved shaping holds: `state/shaping.holds` in the queue directory
+//! (mail_owner's: the queue directory itself is root's when master runs
+//! privileged), replaced whole (write, fsync, rename, fsync the
+//! directory) so that a crash leaves the old list or the new, never half
+//! of one. A file an older release left at the top is still read.
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -8,27 +10,32 @@ use std::path::{Path, PathBuf};
 
 /// The file's path under the queue directory.
 pub fn path(root: &Path) -> PathBuf {
-    root.join("shaping.holds")
+    root.join("state/shaping.holds")
 }
 
 /// Replaces the saved holds with `text`.
 pub fn save(root: &Path, text: &str) -> io::Result<()> {
+    let dir = root.join("state");
+    fs::create_dir_all(&dir)?;
     let to = path(root);
-    let tmp = root.join("shaping.holds.tmp");
+    let tmp = dir.join("shaping.holds.tmp");
     let mut f = File::create(&tmp)?;
     f.write_all(text.as_bytes())?;
     f.sync_all()?;
     fs::rename(&tmp, &to)?;
-    File::open(root)?.sync_all()
+    File::open(&dir)?.sync_all()
 }
 
 /// The saved holds, empty when none were saved.
 pub fn load(root: &Path) -> io::Result<String> {
-    match fs::read_to_string(path(root)) {
-        Ok(t) => Ok(t),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(String::new()),
-        Err(e) => Err(e),
+    for p in [path(root), root.join("shaping.holds")] {
+        match fs::read_to_string(&p) {
+            Ok(t) => return Ok(t),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
     }
+    Ok(String::new())
 }
 
 #[cfg(test)]
@@ -42,6 +49,6 @@ mod tests {
         save(dir.path(), "1\tone\n").unwrap();
         save(dir.path(), "2\ttwo\n").unwrap();
         assert_eq!(load(dir.path()).unwrap(), "2\ttwo\n");
-        assert!(!dir.path().join("shaping.holds.tmp").exists());
+        assert!(!dir.path().join("state/shaping.holds.tmp").exists());
     }
 }

@@ -28,6 +28,8 @@ use transfer::targets::{interleave, split, Rotation, Target};
 
 /// Offers in flight per connection.
 const WINDOW: usize = 128;
+/// Bytes of offers gathered before they are written.
+const OUT_BATCH: usize = 64 * 1024;
 /// Tries per message before it counts as not moved.
 const TRIES: u32 = 5;
 /// How long a receiver may take to answer.
@@ -55,11 +57,11 @@ pub struct MoveArgs {
 trait Source {
     /// The ids selected (and, live, taken out of delivery).
     fn begin(&mut self, sel: &Selector) -> Result<Vec<String>, String>;
-    /// One message as an offer (its transfer id still unset); `None`
-    /// while it is in delivery.
-    fn take(&mut self, id: &str) -> Result<Option<Offer>, String>;
-    /// The receiver has it.
-    fn done(&mut self, id: &str, to: &str, new_id: &str) -> Result<(), String>;
+    /// Messages as offers (their transfer ids still unset), in the order
+    /// asked; `None` for one still in delivery.
+    fn take(&mut self, ids: &[String]) -> Result<Vec<Result<Option<Offer>, String>>, String>;
+    /// Receivers have these: (id here, receiver, id there).
+    fn done(&mut self, moved: Vec<(String, String, String)>) -> Result<(), String>;
 }
 
 /// The running queue, through qmgr.
@@ -76,23 +78,26 @@ impl Source for Live {
         }
     }
 
-    fn take(&mut self, id: &str) -> Result<Option<Offer>, String> {
-        let m = match self.qmgr.call(&Request::MoveTake { id: id.into() })? {
-            Response::Movable(Ok(Some(m))) => m,
-            Response::Movable(Ok(None)) => return Ok(None),
-            Response::Movable(Err(e)) => return Err(e),
+    fn take(&mut self, ids: &[String]) -> Result<Vec<Result<Option<Offer>, String>>, String> {
+        let answers = match self.qmgr.call(&Request::MoveTake { ids: ids.to_vec() })? {
+            Response::Movable(v) if v.len() == ids.len() => v,
             other => return Err(format!("unexpected answer {other:?}")),
         };
-        let data = read_content(&m.data, &self.root)?;
-        Ok(Some(offer_of(*m, data)))
+        Ok(answers
+            .into_iter()
+            .map(|a| match a {
+                Ok(Some(m)) => {
+                    let data = read_content(&m.data, &self.root)?;
+                    Ok(Some(offer_of(*m, data)))
+                }
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            })
+            .collect())
     }
 
-    fn done(&mut self, id: &str, to: &str, new_id: &str) -> Result<(), String> {
-        match self.qmgr.call(&Request::MoveDone {
-            id: id.into(),
-            to: to.into(),
-            new_id: new_id.into(),
-        })? {
+    fn done(&mut self, moved: Vec<(String, String, String)>) -> Result<(), String> {
+        match self.qmgr.call(&Request::MoveDone { moved })? {
             Response::Done(_) => Ok(()),
             other => Err(format!("unexpected answer {other:?}")),
         }
@@ -189,6 +194,40 @@ impl Offline {
 
 impl Source for Offline {
     fn begin(&mut self, sel: &Selector) -> Result<Vec<String>, String> {
+        self.select(sel)
+    }
+
+    fn take(&mut self, ids: &[String]) -> Result<Vec<Result<Option<Offer>, String>>, String> {
+        Ok(ids.iter().map(|id| self.take_one(id)).collect())
+    }
+
+    fn done(&mut self, moved: Vec<(String, String, String)>) -> Result<(), String> {
+        // One journal commit for the batch.
+        let mut gone = Vec::new();
+        for (id, to, new_id) in &moved {
+            let qid: mail::QueueId = id.parse().map_err(|e| format!("{id}: {e}"))?;
+            self.rec
+                .journal
+                .append(&queue::Record::Removed { id: qid })
+                .map_err(|e| format!("{id}: journaling its removal: {e}"))?;
+            gone.push((qid, to, new_id));
+        }
+        self.rec
+            .journal
+            .commit()
+            .map_err(|e| format!("journaling the removals: {e}"))?;
+        for (qid, to, new_id) in gone {
+            if let Some(m) = self.rec.state.messages.remove(&qid) {
+                let _ = self.rec.spool.remove_data(qid, m.storage);
+            }
+            eprintln!("sluice: {qid}: moved to {to} as {new_id}");
+        }
+        Ok(())
+    }
+}
+
+impl Offline {
+    fn select(&mut self, sel: &Selector) -> Result<Vec<String>, String> {
         let mut ids: Vec<mail::QueueId> = self.rec.state.messages.keys().copied().collect();
         ids.sort();
         let mut out = Vec::new();
@@ -229,7 +268,7 @@ impl Source for Offline {
         Ok(out)
     }
 
-    fn take(&mut self, id: &str) -> Result<Option<Offer>, String> {
+    fn take_one(&mut self, id: &str) -> Result<Option<Offer>, String> {
         let qid: mail::QueueId = id.parse().map_err(|e| format!("{id}: {e}"))?;
         let (rec, h) = self.head(qid)?;
         let st = &self.rec.state;
@@ -274,19 +313,6 @@ impl Source for Offline {
             data,
         }))
     }
-
-    fn done(&mut self, id: &str, to: &str, new_id: &str) -> Result<(), String> {
-        let qid: mail::QueueId = id.parse().map_err(|e| format!("{id}: {e}"))?;
-        let j = &mut self.rec.journal;
-        j.append(&queue::Record::Removed { id: qid })
-            .and_then(|_| j.commit())
-            .map_err(|e| format!("{id}: journaling its removal: {e}"))?;
-        if let Some(m) = self.rec.state.messages.remove(&qid) {
-            let _ = self.rec.spool.remove_data(qid, m.storage);
-        }
-        eprintln!("sluice: {id}: moved to {to} as {new_id}");
-        Ok(())
-    }
 }
 
 /// One receiver connection.
@@ -296,6 +322,9 @@ struct Conn {
     /// Transfer id → local queue id.
     inflight: HashMap<String, String>,
     name: String,
+    /// Offers not written yet: written together (one TLS record and one
+    /// write for many), always before waiting for an answer.
+    out: Vec<u8>,
 }
 
 impl Conn {
@@ -313,6 +342,7 @@ impl Conn {
             dec: Decoder::new(1 << 20),
             inflight: HashMap::new(),
             name: String::new(),
+            out: Vec::new(),
         };
         c.send(&ToReceiver::Hello {
             version: VERSION,
@@ -330,10 +360,30 @@ impl Conn {
     }
 
     fn send(&mut self, m: &ToReceiver) -> Result<(), String> {
-        self.tls
-            .write_all(&encode(m))
+        self.out.extend_from_slice(&encode(m));
+        self.flush_out()
+    }
+
+    /// Queues an encoded offer; written once enough wait.
+    fn push(&mut self, frame: &[u8]) -> Result<(), String> {
+        self.out.extend_from_slice(frame);
+        if self.out.len() >= OUT_BATCH {
+            self.flush_out()?;
+        }
+        Ok(())
+    }
+
+    fn flush_out(&mut self) -> Result<(), String> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let r = self
+            .tls
+            .write_all(&self.out)
             .and_then(|_| self.tls.flush())
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string());
+        self.out.clear();
+        r
     }
 
     fn recv(&mut self) -> Result<ToMover, String> {
@@ -347,6 +397,7 @@ impl Conn {
     /// The next answer, waiting until `deadline` at most (`None`: as long
     /// as the socket's read timeout); `Ok(None)` when none came in time.
     fn recv_until(&mut self, deadline: Option<Instant>) -> Result<Option<ToMover>, String> {
+        self.flush_out()?;
         loop {
             if let Some(m) = self.dec.decode::<ToMover>().map_err(|e| e.to_string())? {
                 return Ok(Some(m));
@@ -400,9 +451,68 @@ struct Mover<'a> {
     progress: bool,
     started: Instant,
     last_progress: Instant,
+    /// Offers taken from the source, waiting for their turn.
+    ready: VecDeque<(String, Offer)>,
+    /// Acceptances not yet told to the source: (id, receiver, id
+    /// there, taken before).
+    accepted: Vec<(String, String, String, bool)>,
 }
 
+/// Messages taken from the source, and told done, per round trip.
+const BATCH: usize = 64;
+
 impl Mover<'_> {
+    /// Tells the source what receivers accepted since the last time.
+    fn flush_done(&mut self) {
+        if self.accepted.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.accepted);
+        let n = batch.len();
+        let again = batch.iter().filter(|b| b.3).count();
+        let moved = batch.into_iter().map(|(a, b, c, _)| (a, b, c)).collect();
+        match self.src.done(moved) {
+            Ok(()) => {
+                self.tally.moved += n;
+                self.tally.again += again;
+            }
+            Err(e) => {
+                eprintln!("sluice: {n} message(s) accepted by their receivers, but: {e}");
+                self.tally.failed += n;
+            }
+        }
+    }
+
+    /// The next offer: from those taken already, else a new batch from
+    /// the source (ids still in delivery go to `busy`).
+    fn next_offer(&mut self, busy: &mut Vec<String>) -> Option<(String, Offer)> {
+        while self.ready.is_empty() && !self.todo.is_empty() {
+            let n = self.todo.len().min(BATCH);
+            let ids: Vec<String> = self.todo.drain(..n).collect();
+            match self.src.take(&ids) {
+                Ok(answers) => {
+                    for (id, a) in ids.into_iter().zip(answers) {
+                        match a {
+                            Ok(Some(o)) => self.ready.push_back((id, o)),
+                            Ok(None) => busy.push(id),
+                            Err(e) => {
+                                eprintln!("sluice: {id}: not moved: {e}");
+                                self.tally.failed += 1;
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    for id in ids {
+                        eprintln!("sluice: {id}: not moved: {e}");
+                        self.tally.failed += 1;
+                    }
+                }
+            }
+        }
+        self.ready.pop_front()
+    }
+
     fn conn(&mut self, i: usize) -> Result<&mut Conn, String> {
         if self.conns[i].is_none() {
             let t = self.rot.targets()[i].clone();
@@ -429,6 +539,14 @@ impl Mover<'_> {
     /// Takes the answers that come until `until` (the pace's next send),
     /// so that acceptances are acted on while the mover waits.
     fn absorb(&mut self, until: Instant) {
+        // What waits to be written goes now: the pace says it is due.
+        for i in 0..self.conns.len() {
+            let r = self.conns[i].as_mut().map(Conn::flush_out);
+            if let Some(Err(e)) = r {
+                let to = self.rot.targets()[i].given.clone();
+                self.lost(i, &format!("{to}: {e}"));
+            }
+        }
         loop {
             let Some(i) = (0..self.conns.len()).find(|&i| {
                 self.conns[i]
@@ -468,17 +586,9 @@ impl Mover<'_> {
                     return;
                 };
                 let peer = self.conns[i].as_ref().map(|c| c.name.clone()).unwrap_or(to);
-                match self.src.done(&local, &peer, &new_id) {
-                    Ok(()) => {
-                        self.tally.moved += 1;
-                        if again {
-                            self.tally.again += 1;
-                        }
-                    }
-                    Err(e) => {
-                        eprintln!("sluice: {local}: moved to {peer} as {new_id}, but: {e}");
-                        self.tally.failed += 1;
-                    }
+                self.accepted.push((local, peer, new_id, again));
+                if self.accepted.len() >= BATCH {
+                    self.flush_done();
                 }
             }
             Ok(ToMover::Refused {
@@ -551,27 +661,20 @@ impl Mover<'_> {
         let mut busy: Vec<String> = Vec::new();
         let mut busy_since: HashMap<String, Instant> = HashMap::new();
         loop {
-            while let Some(local) = self.todo.pop_front() {
+            while let Some((local, mut offer)) = self.next_offer(&mut busy) {
+                for id in &busy {
+                    busy_since.entry(id.clone()).or_insert_with(Instant::now);
+                }
                 if let Some(p) = pace {
                     let w = p.wait(sent, self.started.elapsed());
                     if !w.is_zero() {
+                        self.flush_done();
                         self.absorb(Instant::now() + w);
                     }
                 }
-                let mut offer = match self.src.take(&local) {
-                    Ok(Some(o)) => o,
-                    Ok(None) => {
-                        busy_since.entry(local.clone()).or_insert_with(Instant::now);
-                        busy.push(local);
-                        continue;
-                    }
-                    Err(e) => {
-                        eprintln!("sluice: {local}: not moved: {e}");
-                        self.tally.failed += 1;
-                        continue;
-                    }
-                };
                 offer.transfer = transfer_id(&self.me, &local);
+                let transfer = offer.transfer.clone();
+                let frame = encode(&ToReceiver::Offer(Box::new(offer)));
                 loop {
                     let dead = self.dead.clone();
                     let Some(i) = self.rot.pick(|i| !dead[i]) else {
@@ -588,11 +691,9 @@ impl Mover<'_> {
                             continue;
                         }
                     }
-                    let transfer = offer.transfer.clone();
-                    let frame = ToReceiver::Offer(Box::new(offer.clone()));
                     let r = self.conn(i).and_then(|c| {
-                        c.send(&frame)?;
-                        c.inflight.insert(transfer, local.clone());
+                        c.push(&frame)?;
+                        c.inflight.insert(transfer.clone(), local.clone());
                         Ok(())
                     });
                     match r {
@@ -615,7 +716,11 @@ impl Mover<'_> {
                     self.show_progress(false);
                 }
             }
-            if !self.todo.is_empty() {
+            self.flush_done();
+            for id in &busy {
+                busy_since.entry(id.clone()).or_insert_with(Instant::now);
+            }
+            if !self.todo.is_empty() || !self.ready.is_empty() {
                 continue;
             }
             if busy.is_empty() {
@@ -719,6 +824,8 @@ fn run_inner(dir: &Path, args: MoveArgs) -> Result<i32, String> {
         progress: args.progress,
         started: Instant::now(),
         last_progress: Instant::now(),
+        ready: VecDeque::new(),
+        accepted: Vec::new(),
     };
     m.tally.total = m.todo.len();
     m.run(pace);

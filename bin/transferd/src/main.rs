@@ -586,7 +586,11 @@ fn main() {
             .pool()
             .scan_free()
             .map_err(|e| format!("pool {}: {e}", root.display()))?;
-        let ledger = Ledger::open(&root.join("transfer.ledger"), now_secs(), LEDGER_KEEP)?;
+        // state/ is mail_owner's (master makes it; the queue directory
+        // itself is root's when master runs privileged).
+        let state = root.join("state");
+        std::fs::create_dir_all(&state).map_err(|e| format!("{}: {e}", state.display()))?;
+        let ledger = Ledger::open(&state.join("transfer.ledger"), now_secs(), LEDGER_KEEP)?;
         let limit = ctx.config.size("message_size_limit") as usize;
         Ok(Transferd {
             tls,

@@ -62,20 +62,17 @@ pub enum Request {
     /// Take the selected messages out of delivery to move them
     /// (`sluice queue move`); answered with the ids now moving.
     MoveBegin(Selector),
-    /// One moving message's state and data location, once no delivery of
-    /// it is under way.
+    /// Moving messages' states and data locations, each once no delivery
+    /// of it is under way (many per request: one round trip for a batch).
     MoveTake {
-        /// Its queue id.
-        id: String,
+        /// Their queue ids.
+        ids: Vec<String>,
     },
-    /// The receiver has the message: remove it here.
+    /// Receivers have these messages: remove them here.
     MoveDone {
-        /// Its queue id here.
-        id: String,
-        /// The receiving instance.
-        to: String,
-        /// Its queue id there.
-        new_id: String,
+        /// Per message: its queue id here, the receiving instance, its
+        /// queue id there.
+        moved: Vec<(String, String, String)>,
     },
     /// The link to clusterd and this instance's share of the cluster's
     /// limits (`sluice cluster status`).
@@ -204,9 +201,9 @@ pub enum Response {
     Cluster(Result<Box<ClusterView>, String>),
     /// The answer to `MoveBegin`: the ids now moving.
     Moving(Vec<String>),
-    /// The answer to `MoveTake`: the message, `None` while a delivery of
-    /// it is under way (ask again), or why not.
-    Movable(Result<Option<Box<Movable>>, String>),
+    /// The answer to `MoveTake`, per id in its order: the message, `None`
+    /// while a delivery of it is under way (ask again), or why not.
+    Movable(Vec<Result<Option<Box<Movable>>, String>>),
 }
 
 /// The link to clusterd, as `sluice status` shows it.

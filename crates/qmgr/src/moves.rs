@@ -53,29 +53,40 @@ impl<S: Store> QueueManager<S> {
                 }
                 queuectl::Response::Moving(out)
             }
-            queuectl::Request::MoveTake { id } => queuectl::Response::Movable(self.take(&id)),
-            queuectl::Request::MoveDone { id, to, new_id } => {
-                let Ok(qid) = id.parse::<QueueId>() else {
-                    return queuectl::Response::Done(0);
-                };
-                let Some(storage) = self.state.messages.get(&qid).map(|m| m.storage) else {
-                    return queuectl::Response::Done(0);
-                };
-                if !self.state.moving.contains_key(&qid) {
-                    // Released meanwhile: the receiver has it all the same.
-                    self.warn(format!(
-                        "{qid}: moved to {to} as {new_id} after its move was given up"
-                    ));
+            queuectl::Request::MoveTake { ids } => {
+                queuectl::Response::Movable(ids.iter().map(|id| self.take(id)).collect())
+            }
+            queuectl::Request::MoveDone { moved } => {
+                let mut n = 0;
+                for (id, to, new_id) in moved {
+                    n += u64::from(self.moved(&id, &to, &new_id));
                 }
-                self.info(format!("{qid}: moved to {to} as {new_id}"));
-                self.append(Record::Removed { id: qid });
-                self.forget(&qid);
-                self.info(format!("{qid}: removed"));
-                self.remove_data(qid, storage);
-                queuectl::Response::Done(1)
+                queuectl::Response::Done(n)
             }
             _ => queuectl::Response::Done(0),
         }
+    }
+
+    /// A receiver has `id`: it goes here. False if it is not queued.
+    fn moved(&mut self, id: &str, to: &str, new_id: &str) -> bool {
+        let Ok(qid) = id.parse::<QueueId>() else {
+            return false;
+        };
+        let Some(storage) = self.state.messages.get(&qid).map(|m| m.storage) else {
+            return false;
+        };
+        if !self.state.moving.contains_key(&qid) {
+            // Released meanwhile: the receiver has it all the same.
+            self.warn(format!(
+                "{qid}: moved to {to} as {new_id} after its move was given up"
+            ));
+        }
+        self.info(format!("{qid}: moved to {to} as {new_id}"));
+        self.append(Record::Removed { id: qid });
+        self.forget(&qid);
+        self.info(format!("{qid}: removed"));
+        self.remove_data(qid, storage);
+        true
     }
 
     /// A moving message's state, once nothing of it is in delivery.
@@ -333,6 +344,18 @@ mod tests {
         w.replies.pop().expect("a reply")
     }
 
+    fn take(w: &mut World, id: QueueId) -> Result<Option<Box<Movable>>, String> {
+        let Response::Movable(mut v) = ask(
+            w,
+            Request::MoveTake {
+                ids: vec![id.to_string()],
+            },
+        ) else {
+            panic!()
+        };
+        v.pop().unwrap()
+    }
+
     #[test]
     fn a_moving_message_leaves_delivery_at_once_and_goes_once_the_receiver_has_it() {
         let mut w = World::new(settings());
@@ -350,19 +373,14 @@ mod tests {
             .iter()
             .any(|(_, _, r)| !matches!(r, ipc::delivery::Request::Close { .. }));
         assert!(w.router.is_empty() && !tried, "{:?}", w.agent);
-        let Response::Movable(Ok(Some(m))) = ask(&mut w, Request::MoveTake { id: id.to_string() })
-        else {
-            panic!()
-        };
+        let m = take(&mut w, id).unwrap().unwrap();
         assert_eq!(m.remaining, [1], "only the undelivered recipient");
         assert!(m.next_attempt > 0 && !m.held && m.attempts == 1);
         assert!(matches!(m.data, ipc::delivery::Data::Journal(_)));
         ask(
             &mut w,
             Request::MoveDone {
-                id: id.to_string(),
-                to: "b.test".into(),
-                new_id: "X".into(),
+                moved: vec![(id.to_string(), "b.test".into(), "X".into())],
             },
         );
         assert!(!w.live(id));
@@ -376,16 +394,10 @@ mod tests {
         let id = w.stage("a@a.example", &["r@b.example"], true);
         w.handle(Event::Committed { id, hold: true });
         ask(&mut w, Request::MoveBegin(Selector::all()));
-        let Response::Movable(Ok(Some(m))) = ask(&mut w, Request::MoveTake { id: id.to_string() })
-        else {
-            panic!()
-        };
+        let m = take(&mut w, id).unwrap().unwrap();
         assert!(m.held, "held before the move: held at the receiver");
         ask(&mut w, Request::Release(Selector::all()));
-        let Response::Movable(Err(e)) = ask(&mut w, Request::MoveTake { id: id.to_string() })
-        else {
-            panic!()
-        };
+        let e = take(&mut w, id).unwrap_err();
         assert!(e.contains("not being moved"), "{e}");
         w.settle(|_| 250);
         assert!(!w.live(id), "delivered here after all");
