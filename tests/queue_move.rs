@@ -403,7 +403,7 @@ fn kill_9_of_mover_sender_or_receiver_mid_move_loses_and_doubles_nothing() {
     // A's mail is deferred for minutes (its relay is down): idle, so
     // every message can move at once; B is flushed at the end.
     let mut p = pair();
-    const N: usize = 3000;
+    const N: usize = 5000;
     let st = Command::new("smtp-source")
         .args(["-s", "20", "-m", &N.to_string()])
         .args(["-f", "bulk@sender.example", "-t", "someone@far.example"])

@@ -514,6 +514,46 @@ mod tests {
     }
 
     #[test]
+    fn filters_combine_and_an_empty_selection_is_nothing() {
+        let mut w = World::new(settings());
+        let t1_deferred = w.arrive_as("a@a.example", &["r@b.example"], Some("t1"), Some("j1"));
+        w.route_all(&[]);
+        w.deliver_all(|_| 450);
+        let t1_new = w.stage_as_pub(
+            "a@a.example",
+            &["r@c.example"],
+            true,
+            Some("t1"),
+            Some("j2"),
+        );
+        let t2 = w.stage_as_pub("a@a.example", &["r@b.example"], true, Some("t2"), None);
+        let sel = |f: &dyn Fn(&mut Selector)| {
+            let mut s = Selector::default();
+            f(&mut s);
+            s
+        };
+        let held_t1 = sel(&|s| {
+            s.held = true;
+            s.tenant = Some("t1".into());
+        });
+        assert_eq!(w.qm.select(&held_t1), [t1_new]);
+        let deferred = sel(&|s| s.deferred = true);
+        assert_eq!(w.qm.select(&deferred), [t1_deferred]);
+        let job = sel(&|s| s.job = Some("j1".into()));
+        assert_eq!(w.qm.select(&job), [t1_deferred]);
+        let b_held = sel(&|s| {
+            s.domain = Some("b.example".into());
+            s.held = true;
+        });
+        assert_eq!(w.qm.select(&b_held), [t2]);
+        assert!(
+            w.qm.select(&Selector::default()).is_empty(),
+            "nothing named, nothing chosen"
+        );
+        assert_eq!(w.qm.select(&Selector::all()).len(), 3);
+    }
+
+    #[test]
     fn the_summary_counts_messages_by_state_and_results() {
         let mut w = World::new(settings());
         w.arrive("alice@a.example", &["r@b.example"]);

@@ -141,6 +141,18 @@ impl World {
         self.stage_as(sender, rcpts, hold, None, None)
     }
 
+    /// [`World::stage`] with a tenant and a job.
+    pub(crate) fn stage_as_pub(
+        &mut self,
+        sender: &str,
+        rcpts: &[&str],
+        hold: bool,
+        tenant: Option<&str>,
+        job: Option<&str>,
+    ) -> QueueId {
+        self.stage_as(sender, rcpts, hold, tenant, job)
+    }
+
     fn stage_as(
         &mut self,
         sender: &str,
