@@ -96,6 +96,8 @@ pub enum ParamType {
     HeaderName,
     /// Milters: `unix:/path` or `inet:host:port` items; empty for none.
     MilterList,
+    /// Sendmail macro names: one character or `{name}`; empty for none.
+    MacroList,
 }
 
 impl ParamType {
@@ -119,6 +121,7 @@ impl ParamType {
             ParamType::Listen => "address:port, or empty".into(),
             ParamType::HeaderName => "header name, or empty".into(),
             ParamType::MilterList => "list of unix:/path or inet:host:port".into(),
+            ParamType::MacroList => "list of macro names (j, {name})".into(),
         }
     }
 
@@ -142,8 +145,28 @@ impl ParamType {
             ParamType::Listen => parse_listen(text).map(drop),
             ParamType::HeaderName => parse_header_name(text).map(drop),
             ParamType::MilterList => parse_milters(text).map(drop),
+            ParamType::MacroList => parse_macro_names(text).map(drop),
         }
     }
+}
+
+/// Parses a `milter_*_macros` list: each name one character (`i`, `j`,
+/// `_`) or braced (`{client_addr}`), as Sendmail names its macros.
+pub fn parse_macro_names(text: &str) -> Result<Vec<String>, ValueProblem> {
+    let words = split_list(text)?;
+    for w in &words {
+        let braced = w
+            .strip_prefix('{')
+            .and_then(|r| r.strip_suffix('}'))
+            .is_some_and(|n| {
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            });
+        let single = w.len() == 1 && w.bytes().all(|b| b.is_ascii_graphic());
+        if !(braced || single) {
+            return Err(ValueProblem::Macro(w.clone()));
+        }
+    }
+    Ok(words)
 }
 
 /// Where a milter listens.
