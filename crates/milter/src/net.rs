@@ -178,21 +178,21 @@ pub struct Milters {
 }
 
 impl Milters {
-    /// Connects to every milter (`token` gives each socket its token); one
+    /// Connects to every milter, the i-th socket under `tokens[i]`; one
     /// that cannot be reached fails at once.
-    pub fn open(
-        reg: &Registry,
-        mut token: impl FnMut() -> Token,
-        s: &Settings,
-        now: Instant,
-    ) -> Milters {
+    pub fn open(reg: &Registry, tokens: &[Token], s: &Settings, now: Instant) -> Milters {
+        assert_eq!(
+            tokens.len(),
+            s.milters.len(),
+            "milter::net: one token per milter"
+        );
         let names: Vec<String> = s.milters.iter().map(|(n, _)| n.clone()).collect();
         let mut m = Milters {
             chain: Chain::new(&names, s.options.clone(), now),
             links: Vec::new(),
         };
         for (i, (_, target)) in s.milters.iter().enumerate() {
-            let t = token();
+            let t = tokens[i];
             let sock = match target {
                 Target::Unix(p) => mio::net::UnixStream::connect(p).map(Sock::Unix),
                 Target::Inet(a) => mio::net::TcpStream::connect(*a).map(Sock::Tcp),
