@@ -45,7 +45,9 @@ use crate::headers::{self, Fed, HeaderBuffer};
 use crate::milter;
 use crate::rewrite::{self, Refusal};
 
+mod filter;
 mod write;
+use filter::{Filter, Outcome};
 use write::{
     finish_signing, header_block, hold_content, start_signing, write, write_held, HeaderCtx,
 };
@@ -80,6 +82,15 @@ struct Msg {
     sign: Option<::dkim::Signing>,
     /// Content held for the milters' changes (see `milter.rs`).
     held: Option<milter::Held>,
+    /// `non_smtpd_milters` at work on a local submission.
+    filter: Option<Filter>,
+    /// The id of the client's `End` while the filter decides.
+    filter_end: Option<u64>,
+    /// Recipients the milters added and the sender they set, while the
+    /// router maps them (the second mapping of the message).
+    added: Option<(String, Vec<mail::Recipient>)>,
+    /// The milters' envelope changes were mapped already.
+    remapped: bool,
 }
 
 impl Msg {
@@ -154,6 +165,14 @@ pub struct CleanupServer {
     me: u32,
     /// DKIM keys and settings, read before privileges were dropped.
     dkim: Option<Dkim>,
+    /// `non_smtpd_milters`, for local submissions on a public service.
+    non_smtpd: Option<std::sync::Arc<::milter::net::Settings>>,
+    /// This service listens in public/ (sendmail(1)'s `submit`): its
+    /// local mail is a user's submission, not mail Sluice made itself.
+    public: bool,
+    /// Which client's filter a milter socket belongs to.
+    filter_owner: BTreeMap<Token, ClientId>,
+    queue_root: PathBuf,
 }
 
 fn now_micros() -> u64 {
@@ -207,6 +226,10 @@ impl CleanupServer {
             tenant_from_sasl: ctx.config.bool("tenant_from_sasl"),
             me: sys::current_ids().0,
             dkim,
+            non_smtpd: non_smtpd_milters(&ctx.config, &root)?,
+            public: is_public(ctx),
+            filter_owner: BTreeMap::new(),
+            queue_root: root.clone(),
         })
     }
 
@@ -258,12 +281,41 @@ impl CleanupServer {
                     msg_info!("{id}: uid={} from=<{}>", peer.uid, envelope.sender);
                 }
                 let draft = self.spool.draft(id);
-                let held = matches!(origin, Origin::Smtp { milters: true, .. })
-                    .then(milter::Held::default);
-                let c = self.clients.get_mut(&token)?;
-                if let Some(mut old) = c.msg.take() {
+                // Postfix filters a user's submission with
+                // non_smtpd_milters, not bounces and forwarded mail
+                // (internal_mail_filter_classes is empty by default).
+                let filtered = self.public && matches!(origin, Origin::Local { .. });
+                let non_smtpd = self.non_smtpd.clone().filter(|_| filtered);
+                let held = (matches!(origin, Origin::Smtp { milters: true, .. })
+                    || non_smtpd.is_some())
+                .then(milter::Held::default);
+                let filter = non_smtpd.map(|s| {
+                    let tokens: Vec<Token> = s.milters.iter().map(|_| cx.token()).collect();
+                    let rcpts: Vec<String> = envelope
+                        .recipients
+                        .iter()
+                        .map(|r| r.address.clone())
+                        .collect();
+                    Filter::start(
+                        cx.registry,
+                        &tokens,
+                        &s,
+                        cx.now,
+                        &id.to_string(),
+                        &envelope.sender,
+                        &rcpts,
+                    )
+                });
+                if let Some(f) = &filter {
+                    for t in f.tokens() {
+                        self.filter_owner.insert(t, token);
+                    }
+                }
+                if let Some(mut old) = self.clients.get_mut(&token)?.msg.take() {
+                    self.drop_filter(cx, &mut old);
                     old.discard(&self.spool);
                 }
+                let c = self.clients.get_mut(&token)?;
                 let mapping = if self.address_mappings {
                     Mapping::Waiting
                 } else {
@@ -292,7 +344,12 @@ impl CleanupServer {
                     ids: headers::Ids::default(),
                     sign: None,
                     held,
+                    filter,
+                    filter_end: None,
+                    added: None,
+                    remapped: false,
                 });
+                self.log_filter(token);
                 if let Some(ask) = ask {
                     self.ask_router(cx, token, id, &ask);
                 }
@@ -341,15 +398,59 @@ impl CleanupServer {
                 None
             }
             Request::End => {
-                let hostname = self.hostname.clone();
-                let origin_domain = self.origin_domain.clone();
-                let always_add = self.always_add;
-                let size_limit = self.size_limit;
-                let id_headers = self.id_headers.clone();
                 let c = self.clients.get_mut(&token)?;
                 let Some(mut m) = c.msg.take() else {
                     return Some(failed(503, "5.5.1", "Error: no message in progress"));
                 };
+                if m.error.is_none() {
+                    if let Some(f) = m.filter.as_mut() {
+                        let held = m.held.get_or_insert_with(milter::Held::default);
+                        if held.headers.is_none() {
+                            held.headers = m.headers.finish();
+                        }
+                        let mut wire = held.headers.clone().unwrap_or_default();
+                        wire.extend_from_slice(&held.body);
+                        f.end(cx.registry, cx.now, wire);
+                        m.filter_end = Some(request);
+                        c.msg = Some(m);
+                        self.log_filter(token);
+                        return self.filter_done(cx, token);
+                    }
+                }
+                self.drop_filter(cx, &mut m);
+                self.end_message(cx, token, request, m)
+            }
+            Request::Edits { edits } => {
+                let c = self.clients.get_mut(&token)?;
+                if let Some(h) = c.msg.as_mut().and_then(|m| m.held.as_mut()) {
+                    h.edits.extend(edits);
+                }
+                None
+            }
+            Request::Abort => {
+                let mut m = self.clients.get_mut(&token)?.msg.take()?;
+                self.drop_filter(cx, &mut m);
+                m.discard(&self.spool);
+                None
+            }
+        }
+    }
+
+    /// The content is complete (and filtered): written with what cleanup
+    /// adds, then committed once its mapping is known.
+    fn end_message(
+        &mut self,
+        cx: &mut Cx<'_>,
+        token: ClientId,
+        request: u64,
+        mut m: Msg,
+    ) -> Option<Response> {
+        let hostname = self.hostname.clone();
+        let origin_domain = self.origin_domain.clone();
+        let always_add = self.always_add;
+        let size_limit = self.size_limit;
+        let id_headers = self.id_headers.clone();
+        {
                 if m.held.is_some() {
                     let ctx = HeaderCtx {
                         hostname: &hostname,
@@ -378,28 +479,13 @@ impl CleanupServer {
                     start_signing(self.dkim.as_ref(), &self.spool, &mut m, &out);
                     write(&self.spool, &mut m, &out, size_limit);
                 }
-                if matches!(m.mapping, Mapping::Waiting) && m.error.is_none() {
-                    m.ended = Some((request, cx.now + self.router_timeout));
-                    c.msg = Some(m);
-                    return None;
-                }
-                self.finish(cx, token, request, m)
-            }
-            Request::Edits { edits } => {
-                let c = self.clients.get_mut(&token)?;
-                if let Some(h) = c.msg.as_mut().and_then(|m| m.held.as_mut()) {
-                    h.edits.extend(edits);
-                }
-                None
-            }
-            Request::Abort => {
-                let c = self.clients.get_mut(&token)?;
-                if let Some(mut m) = c.msg.take() {
-                    m.discard(&self.spool);
-                }
-                None
-            }
         }
+        if matches!(m.mapping, Mapping::Waiting) && m.error.is_none() {
+            m.ended = Some((request, cx.now + self.router_timeout));
+            self.clients.get_mut(&token)?.msg = Some(m);
+            return None;
+        }
+        self.finish(cx, token, request, m)
     }
 
     /// Commits a message whose content is complete and whose mapping is
@@ -412,19 +498,60 @@ impl CleanupServer {
         mut m: Msg,
     ) -> Option<Response> {
         if m.error.is_none() {
+            let second = m.added.take();
             match std::mem::replace(&mut m.mapping, Mapping::Off) {
-                Mapping::Done(Ok((sender, rcpts))) => {
-                    if let Some(s) = sender {
-                        m.envelope.sender = s;
+                Mapping::Done(Ok((sender, rcpts))) => match second {
+                    None => {
+                        if let Some(s) = sender {
+                            m.envelope.sender = s;
+                        }
+                        m.envelope.recipients = rcpts;
                     }
-                    m.envelope.recipients = rcpts;
-                }
+                    // The milters' sender and added recipients, mapped.
+                    Some((given, _)) => {
+                        m.envelope.sender = sender.unwrap_or(given);
+                        for r in rcpts {
+                            let known = m
+                                .envelope
+                                .recipients
+                                .iter()
+                                .any(|x| x.address.eq_ignore_ascii_case(&r.address));
+                            if !known {
+                                m.envelope.recipients.push(r);
+                            }
+                        }
+                    }
+                },
                 Mapping::Done(Err(e)) => m.error = Some(e),
                 Mapping::Waiting => m.error = Some(rewrite::unavailable()),
                 Mapping::Off => {}
             }
+            // Recipients a milter adds and the sender it sets go through
+            // canonical and virtual alias mapping as any other (Postfix's
+            // cleanup_add_rcpt, cleanup_chg_from): a second question to
+            // the router.
+            let changes = m
+                .held
+                .as_ref()
+                .filter(|_| m.error.is_none() && !m.remapped && self.address_mappings)
+                .and_then(|h| milter::mapped_changes(&m.envelope, &h.edits));
+            if let Some((sender, added)) = changes {
+                let ask = router::Request::Rewrite {
+                    sender: sender.clone(),
+                    addresses: added.iter().map(|r| r.address.clone()).collect(),
+                    smtputf8: m.envelope.smtputf8,
+                };
+                m.remapped = true;
+                m.added = Some((sender, added));
+                m.mapping = Mapping::Waiting;
+                m.ended = Some((request, cx.now + self.router_timeout));
+                let id = m.id;
+                self.clients.get_mut(&token)?.msg = Some(m);
+                self.ask_router(cx, token, id, &ask);
+                return None;
+            }
             if let Some(h) = &m.held {
-                milter::edit_envelope(&mut m.envelope, &h.edits);
+                milter::edit_envelope(&mut m.envelope, &h.edits, m.remapped);
                 if let Some(reason) = h.hold_reason() {
                     msg_info!("{}: milter-hold: {reason}", m.id);
                     m.hold = true;
@@ -602,11 +729,14 @@ impl CleanupServer {
             else {
                 continue;
             };
+            // The second question is about the milters' changes alone.
+            let (given, asked) = match &m.added {
+                Some((s, added)) => (s, added),
+                None => (&m.envelope.sender, &m.envelope.recipients),
+            };
             let result = match resp {
-                router::Response::Rewritten { sender, recipients } => {
-                    rewrite::sender(&m.envelope.sender, sender)
-                        .and_then(|s| Ok((s, rewrite::apply(&m.envelope.recipients, recipients)?)))
-                }
+                router::Response::Rewritten { sender, recipients } => rewrite::sender(given, sender)
+                    .and_then(|s| Ok((s, rewrite::apply(asked, recipients)?))),
                 other => {
                     msg_warn!("{id}: router: unexpected answer {other:?}");
                     Err(rewrite::unavailable())
@@ -765,6 +895,100 @@ impl CleanupServer {
         }
     }
 
+    /// Closes a message's milters, if it has any.
+    fn drop_filter(&mut self, cx: &mut Cx<'_>, m: &mut Msg) {
+        if let Some(mut f) = m.filter.take() {
+            for t in f.tokens() {
+                self.filter_owner.remove(&t);
+            }
+            f.close(cx.registry);
+            for w in f.take_warnings() {
+                msg_warn!("{}: {w}", m.id);
+            }
+        }
+    }
+
+    /// Logs what a client's filter has to say.
+    fn log_filter(&mut self, token: ClientId) {
+        let Some(m) = self.clients.get_mut(&token).and_then(|c| c.msg.as_mut()) else {
+            return;
+        };
+        if let Some(f) = m.filter.as_mut() {
+            for w in f.take_warnings() {
+                msg_warn!("{}: {w}", m.id);
+            }
+        }
+    }
+
+    /// A message whose client waits at End for the milters: their
+    /// decision carried out, once they have made it.
+    fn filter_done(&mut self, cx: &mut Cx<'_>, token: ClientId) -> Option<Response> {
+        let c = self.clients.get_mut(&token)?;
+        let m = c.msg.as_mut()?;
+        let request = m.filter_end?;
+        let outcome = m.filter.as_mut()?.outcome()?;
+        let mut m = c.msg.take()?;
+        self.drop_filter(cx, &mut m);
+        let from = format!("from=<{}>", m.envelope.sender);
+        match outcome {
+            Outcome::Accept(edits) => {
+                if let Some(h) = m.held.as_mut() {
+                    h.edits.extend(edits.into_iter().map(ipc::cleanup::Edit::from));
+                }
+                self.end_message(cx, token, request, m)
+            }
+            Outcome::Refuse(code, enhanced, text) => {
+                msg_info!(
+                    "{}: milter-reject: END-OF-MESSAGE from localhost[127.0.0.1]: {enhanced} {text}; {from}",
+                    m.id
+                );
+                m.discard(&self.spool);
+                Some(failed(code, &enhanced, &text))
+            }
+            Outcome::Discard => {
+                msg_info!(
+                    "{}: milter-discard: END-OF-MESSAGE from localhost[127.0.0.1]: milter triggers DISCARD action; {from}",
+                    m.id
+                );
+                m.discard(&self.spool);
+                Some(Response::Queued {
+                    queue_id: m.id.to_string(),
+                })
+            }
+        }
+    }
+
+    /// A milter socket of a client's filter is ready.
+    fn filter_ready(&mut self, cx: &mut Cx<'_>, token: Token) {
+        let Some(&client) = self.filter_owner.get(&token) else {
+            return;
+        };
+        if let Some(f) = self
+            .clients
+            .get_mut(&client)
+            .and_then(|c| c.msg.as_mut())
+            .and_then(|m| m.filter.as_mut())
+        {
+            f.ready(cx.registry, cx.now, token);
+        }
+        self.filter_moved(cx, client);
+    }
+
+    /// After a filter moved: its log lines, and the answer to End if due.
+    fn filter_moved(&mut self, cx: &mut Cx<'_>, client: ClientId) {
+        self.log_filter(client);
+        let request = self
+            .clients
+            .get(&client)
+            .and_then(|c| c.msg.as_ref())
+            .and_then(|m| m.filter_end);
+        if let Some(resp) = self.filter_done(cx, client) {
+            if let Some(request) = request {
+                self.answer(client, request, resp);
+            }
+        }
+    }
+
     fn drop_client(&mut self, token: ClientId) {
         let (gone, keep): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut self.parked)
             .into_iter()
@@ -799,6 +1023,31 @@ fn address_mappings(config: &config::Config) -> bool {
         .list("receive_override_options")
         .iter()
         .any(|o| o.eq_ignore_ascii_case("no_address_mappings"))
+}
+
+/// `non_smtpd_milters` and the `milter_*` settings; None when it is empty.
+fn non_smtpd_milters(
+    config: &config::Config,
+    root: &std::path::Path,
+) -> Result<Option<std::sync::Arc<::milter::net::Settings>>, String> {
+    Ok(::milter::net::Settings::from_config(
+        config,
+        "non_smtpd_milters",
+        root,
+        config.size("message_size_limit"),
+    )?
+    .map(std::sync::Arc::new))
+}
+
+/// Whether this cleanup serves a public socket (master.cf's private = n),
+/// where sendmail(1) submits; the private one takes mail Sluice makes
+/// itself (bounces, local(8) forwarding) and smtpd's.
+fn is_public(ctx: &Context) -> bool {
+    let services = config::load_master_cf(&ctx.config_dir.join("master.cf")).unwrap_or_default();
+    services
+        .iter()
+        .find(|s| s.name == ctx.args.service && s.kind == config::ServiceKind::Unix)
+        .is_some_and(|s| !s.private)
 }
 
 fn remove_data(spool: &Spool, head: &MessageHead) {
@@ -846,6 +1095,12 @@ impl Handler<Cleanup> for CleanupServer {
         self.id_headers = headers::IdHeaders::from_config(config);
         self.tenant_from_sasl = config.bool("tenant_from_sasl");
         self.address_mappings = address_mappings(config);
+        match non_smtpd_milters(config, &self.queue_root) {
+            Ok(m) => self.non_smtpd = m,
+            Err(e) => {
+                msg_warn!("{e}; keeping the milters in use");
+            }
+        }
         self.router_timeout = config.time("cleanup_router_timeout");
         self.qmgr_timeout = config.time("cleanup_qmgr_timeout");
         true
@@ -871,7 +1126,11 @@ impl Handler<Cleanup> for CleanupServer {
         self.send_answers(out);
     }
 
-    fn gone(&mut self, _cx: &mut Cx<'_>, client: ClientId) {
+    fn gone(&mut self, cx: &mut Cx<'_>, client: ClientId) {
+        if let Some(mut m) = self.clients.get_mut(&client).and_then(|c| c.msg.take()) {
+            self.drop_filter(cx, &mut m);
+            m.discard(&self.spool);
+        }
         self.drop_client(client);
     }
 
@@ -891,6 +1150,8 @@ impl Handler<Cleanup> for CleanupServer {
             .is_some_and(|r| r.link.token() == token)
         {
             self.router_ready(cx);
+        } else if self.filter_owner.contains_key(&token) {
+            self.filter_ready(cx, token);
         }
         self.send_answers(out);
     }
@@ -901,15 +1162,45 @@ impl Handler<Cleanup> for CleanupServer {
             .values()
             .filter_map(|c| c.msg.as_ref().and_then(|m| m.ended).map(|(_, d)| d));
         let parked = self.parked.iter().map(|p| p.deadline);
+        let filters = self.clients.values().filter_map(|c| {
+            c.msg
+                .as_ref()
+                .and_then(|m| m.filter.as_ref())
+                .and_then(Filter::deadline)
+        });
         let pending = self
             .qmgr
             .iter()
             .flat_map(|l| l.pending.values().map(|p| p.deadline));
-        mapping.chain(parked).chain(pending).min()
+        mapping.chain(parked).chain(pending).chain(filters).min()
     }
 
     fn timeout(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Cleanup>) {
         let now = cx.now;
+        // Milters late with their answers.
+        let late: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| {
+                c.msg
+                    .as_ref()
+                    .and_then(|m| m.filter.as_ref())
+                    .and_then(Filter::deadline)
+                    .is_some_and(|d| d <= now)
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        for client in late {
+            if let Some(f) = self
+                .clients
+                .get_mut(&client)
+                .and_then(|c| c.msg.as_mut())
+                .and_then(|m| m.filter.as_mut())
+            {
+                f.expired(cx.registry, now);
+            }
+            self.filter_moved(cx, client);
+        }
         // Mappings the router did not give in time.
         let late: Vec<(ClientId, QueueId)> = self
             .clients

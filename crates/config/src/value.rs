@@ -755,6 +755,40 @@ mod tests {
     }
 
     #[test]
+    fn milter_macro_names() {
+        for (text, ok) in [
+            ("", true),
+            ("i j _ {client_addr}", true),
+            ("i, {auth_authen}", true),
+            ("{cert_subject} {daemon_name} {daemon_addr} v", true),
+            ("client_addr", false),
+            ("{client addr}", false),
+            ("{}", false),
+            ("{client_addr", false),
+        ] {
+            assert_eq!(parse_macro_names(text).is_ok(), ok, "{text:?}");
+        }
+        let text = "myhostname = h.test\nmilter_mail_macros = i client_addr\n";
+        let e = crate::Config::parse(text, std::path::Path::new("/etc/sluice/main.cf"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("main.cf, line 2")
+                && e.contains("milter_mail_macros")
+                && e.contains("bad macro name")
+                && e.contains("(client_addr; use one character or a name in braces"),
+            "{e}"
+        );
+        // Postfix's defaults are good values.
+        let text = "myhostname = h.test\n";
+        let c = crate::Config::parse(text, std::path::Path::new("/etc/sluice/main.cf"), &[]).unwrap();
+        assert_eq!(
+            c.config.str("milter_helo_macros"),
+            "{tls_version} {cipher} {cipher_bits} {cert_subject} {cert_issuer}"
+        );
+    }
+
+    #[test]
     fn times() {
         let d = |s| Some(Duration::from_secs(s));
         for (text, unit, want) in [

@@ -312,6 +312,12 @@ impl Milters {
         v.or_else(|| self.chain.poll_verdict())
     }
 
+    /// A verdict that came after the call that asked it and was not yet
+    /// returned (when several are asked without waiting).
+    pub fn poll_verdict(&mut self) -> Option<Verdict> {
+        self.chain.poll_verdict()
+    }
+
     /// The changes of the milters at the end of the message, in order.
     pub fn take_edits(&mut self) -> Vec<Edit> {
         self.chain.take_edits()
