@@ -264,5 +264,30 @@ fn smtpd_milters_run_in_turn_and_their_macros_follow_the_lists() {
         "{}",
         first.log()
     );
+
+    // A command smtpd does not know: the milters hear it; a temporary
+    // refusal replaces the 502, a permanent one does not, as with Postfix.
+    // (Its macros go out as Postfix sends them, but libmilter keeps none
+    // for this event, so the test milter cannot show them.)
+    let script = "import smtplib,sys\n\
+                  s=smtplib.SMTP('127.0.0.1',int(sys.argv[1]))\n\
+                  s.ehlo('client.example')\n\
+                  print(s.docmd('XYZZY please tempfail'))\n\
+                  print(s.docmd('XYZZY other'))\n\
+                  s.quit()\n";
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", script, &port.to_string()])
+        .output()
+        .expect("python3");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = said.lines().collect();
+    assert!(lines[0].starts_with("(451, b'4.7.1"), "{said}");
+    assert!(lines[1].starts_with("(502, b'5.5.2"), "{said}");
+    assert!(
+        first.log().contains("unknown XYZZY please tempfail"),
+        "{}",
+        first.log()
+    );
     drop(inst);
 }

@@ -17,6 +17,7 @@ usage: test_milter.py SOCKET LOGFILE
   Subject: with "tempfail-eom"      TEMPFAIL at the end
   Subject: with "slow"              sleeps 6 s at the end, then CONTINUE
   Subject: with "add-header"        at the end: X-Added-By-Milter: yes
+  an unknown SMTP command           TEMPFAIL with "tempfail" in it, else REJECT
 Every accepted message gets X-Test-Milter: seen. Each event is appended to
 LOGFILE as one line (stage and argument), so tests can see what the milter
 was told, macros included.
@@ -108,6 +109,12 @@ class TestMilter(Milter.Base):
         if "quarantine" in s:
             self.quarantine("held by the test milter")
         return Milter.CONTINUE
+
+    def unknown(self, cmd):
+        log("unknown %s client=%s" % (cmd, self.getsymval("{client_addr}")))
+        if "tempfail" in cmd:
+            return Milter.TEMPFAIL
+        return Milter.REJECT
 
     def abort(self):
         log("abort")

@@ -915,6 +915,7 @@ impl Conn {
                 self.auth_mechanism = None;
                 self.sasl_requests.push(SaslRequest::Cancel);
             }
+            Action::CheckUnknown { line } => self.unknown_command(cx, pool, &line),
             Action::Close => {
                 self.last_verb = "QUIT";
                 self.closing = true;

@@ -135,6 +135,8 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         bare_newline,
         sasl: cfg.bool("smtpd_sasl_auth_enable"),
         tls_auth_only: cfg.bool("smtpd_tls_auth_only"),
+        // Milters hear commands smtpd does not know, as with Postfix.
+        ask_unknown: !cfg.str("smtpd_milters").trim().is_empty(),
         ..ServerConfig::default()
     };
     let policy = policy::Policy::from_config(cfg).map_err(|e| e.to_string())?;

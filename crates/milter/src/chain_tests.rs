@@ -252,3 +252,27 @@ fn macros_follow_the_lists_and_a_milters_own_list() {
     let out = c.transmit(0);
     assert_eq!(data_of(&out, b'D')[0], b"R{client_addr}\x00192.0.2.1\0i\0QID\0");
 }
+
+#[test]
+fn an_unknown_command_carries_its_list_and_a_version_3_milter_hears_it() {
+    let now = Instant::now();
+    let mut o = opts(3);
+    o.macros.unknown = vec!["{client_addr}".into()];
+    let mut c = Chain::new(&["m".into()], o, now);
+    c.transmit(0);
+    c.receive(0, &negotiate(3, 0), now);
+    let known = vec![("{client_addr}", "192.0.2.1".to_string())];
+    assert_eq!(c.unknown(known, "XYZZY x", now), None);
+    let out = c.transmit(0);
+    assert_eq!(codes(&out), "DU");
+    assert_eq!(data_of(&out, b'D')[0], b"U{client_addr}\x00192.0.2.1\0");
+    assert_eq!(data_of(&out, b'U')[0], b"XYZZY x\0");
+    c.receive(0, &packet(b't', b""), now);
+    assert_eq!(c.poll_verdict(), Some(Verdict::Tempfail(None)));
+    // Version 2 has no unknown-command event: it is not sent.
+    let mut c = Chain::new(&["m".into()], opts(2), now);
+    c.transmit(0);
+    c.receive(0, &negotiate(2, 0), now);
+    assert_eq!(c.unknown(vec![], "XYZZY", now), Some(Verdict::Continue));
+    assert_eq!(codes(&c.transmit(0)), "");
+}

@@ -33,6 +33,8 @@ pub(super) enum MilterWait {
     Rcpt(Recipient),
     /// The end of the message's verdict and changes.
     Eom,
+    /// The verdict on a command smtpd does not know.
+    Unknown,
 }
 
 type Macros = milter::chain::Macros;
@@ -215,6 +217,24 @@ impl Conn {
         }
     }
 
+    /// A command smtpd does not know: the milters hear it and a
+    /// temporary refusal of theirs replaces the 502, as Postfix does
+    /// (a permanent one does not: smtpd's own 502 is the more precise).
+    pub(super) fn unknown_command(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, line: &str) {
+        if self.milters.is_none() {
+            let _ = self.session.decide(unrecognized());
+            return;
+        }
+        let macros = self.milter_macros(Vec::new());
+        let m = self.milters.as_mut().expect("checked above");
+        let v = m.unknown(cx.registry, cx.now, macros, line);
+        self.log_milter_warnings();
+        self.milter_wait = Some(MilterWait::Unknown);
+        if let Some(v) = v {
+            self.milter_decided(cx, pool, v);
+        }
+    }
+
     /// DATA: the milters hear of it (their verdict counts at the end).
     pub(super) fn milter_data(&mut self, cx: &mut Cx<'_>) {
         if self.milters.is_none() {
@@ -277,6 +297,13 @@ impl Conn {
             Some(MilterWait::Mail) => self.mail_verdict(v),
             Some(MilterWait::Rcpt(r)) => self.rcpt_verdict(r, v),
             Some(MilterWait::Eom) => self.eom_verdict(cx, pool, v),
+            Some(MilterWait::Unknown) => {
+                let reply = match v {
+                    Verdict::Tempfail(_) => refusal(&v),
+                    _ => unrecognized(),
+                };
+                let _ = self.session.decide(reply);
+            }
             None => {}
         }
     }
@@ -448,6 +475,11 @@ pub(super) fn mail_args(p: &smtp_proto::command::MailParams) -> Vec<String> {
         v.push("SMTPUTF8".into());
     }
     v
+}
+
+/// smtpd's answer to a command it does not know.
+fn unrecognized() -> Reply {
+    smtp_proto::CommandError::Unrecognized.reply()
 }
 
 /// The domain part of an address (the `{mail_host}` and `{rcpt_host}` macros).
