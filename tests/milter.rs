@@ -9,7 +9,7 @@
 
 use sluice_suite::test_milter::TestMilter;
 use sluice_suite::testkit::ScriptedSink;
-use sluice_suite::{relay_instance, swaks, wait_for, Instance, Kill};
+use sluice_suite::{relay_instance, swaks, wait_for, Instance};
 
 fn send(port: u16, from: &str, to: &[&str], subject: &str, extra: &[&str]) -> (i32, String) {
     let mut args = vec![

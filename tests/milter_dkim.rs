@@ -175,8 +175,19 @@ fn cleanups_signature_covers_what_a_milter_changed() {
     if let Some((uid, gid)) = inst.run_as {
         std::os::unix::fs::chown(&keys, Some(uid), Some(gid)).unwrap();
     }
-    let out = inst.sluice(&["dkim", "keygen", "-D", keys.to_str().unwrap(), "test.example", "sel"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = inst.sluice(&[
+        "dkim",
+        "keygen",
+        "-D",
+        keys.to_str().unwrap(),
+        "test.example",
+        "sel",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let txt: String = String::from_utf8(out.stdout)
         .unwrap()
         .split('"')
@@ -194,7 +205,10 @@ fn cleanups_signature_covers_what_a_milter_changed() {
         .chunks(250)
         .map(|c| String::from_utf8_lossy(c).into_owned())
         .collect();
-    let record = format!("--txt-record=sel._domainkey.test.example,{}", strings.join(","));
+    let record = format!(
+        "--txt-record=sel._domainkey.test.example,{}",
+        strings.join(",")
+    );
     let (_dns, dns_addr) = dnsmasq(&[&record]);
     inst.start();
     inst.wait_port(port);

@@ -62,9 +62,15 @@ fn sendmail(inst: &Instance, args: &[&str], message: &str) -> (i32, String) {
 }
 
 fn at_sink(sink: &ScriptedSink, needle: &str) -> sluice_suite::testkit::Message {
-    wait_for(20, &format!("a message with {needle:?} at the sink"), || {
-        sink.messages().into_iter().find(|m| m.data.contains(needle))
-    })
+    wait_for(
+        20,
+        &format!("a message with {needle:?} at the sink"),
+        || {
+            sink.messages()
+                .into_iter()
+                .find(|m| m.data.contains(needle))
+        },
+    )
 }
 
 #[test]
@@ -119,7 +125,11 @@ fn sendmail_mail_goes_through_non_smtpd_milters_with_every_action() {
     );
 
     // A temporary failure at the end: 75 (EX_TEMPFAIL).
-    let (code, err) = sendmail(&inst, &["a@remote.example"], "Subject: tempfail-eom\n\nbody\n");
+    let (code, err) = sendmail(
+        &inst,
+        &["a@remote.example"],
+        "Subject: tempfail-eom\n\nbody\n",
+    );
     assert_eq!(code, 75, "{err}");
     assert!(err.contains("451 4.7.1"), "{err}");
 
@@ -137,9 +147,16 @@ fn sendmail_mail_goes_through_non_smtpd_milters_with_every_action() {
     );
 
     // Discard: sendmail is told it was queued; nothing is delivered.
-    let (code, err) = sendmail(&inst, &["a@remote.example"], "Subject: discard me\n\nbody\n");
+    let (code, err) = sendmail(
+        &inst,
+        &["a@remote.example"],
+        "Subject: discard me\n\nbody\n",
+    );
     assert_eq!(code, 0, "{err}");
-    inst.wait_log(10, "milter-discard: END-OF-MESSAGE from localhost[127.0.0.1]");
+    inst.wait_log(
+        10,
+        "milter-discard: END-OF-MESSAGE from localhost[127.0.0.1]",
+    );
 
     // Quarantine: held.
     let (code, err) = sendmail(
@@ -190,7 +207,11 @@ fn sendmail_mail_goes_through_non_smtpd_milters_with_every_action() {
             .find(|m| m.from.is_empty() && m.rcpts == ["sender@remote.example"])
     });
     assert!(!bounce.data.contains("X-Test-Milter"), "{}", bounce.data);
-    assert!(!milter.log().contains("sender@remote.example"), "{}", milter.log());
+    assert!(
+        !milter.log().contains("sender@remote.example"),
+        "{}",
+        milter.log()
+    );
     // Nothing the milters refused or discarded was delivered.
     for m in sink.messages() {
         assert!(
@@ -234,7 +255,10 @@ fn smtpd_milters_run_in_turn_and_their_macros_follow_the_lists() {
     // The first rejects the sender: the second never hears of it.
     let (code, out) = send("reject-mail@remote.example", "a@remote.example", "x");
     assert_ne!(code, 0);
-    assert!(out.contains("550 5.7.1 sender refused by the test milter"), "{out}");
+    assert!(
+        out.contains("550 5.7.1 sender refused by the test milter"),
+        "{out}"
+    );
     assert!(first.log().contains("mail <reject-mail@remote.example>"));
     assert!(
         !second.log().contains("reject-mail"),
@@ -243,24 +267,36 @@ fn smtpd_milters_run_in_turn_and_their_macros_follow_the_lists() {
     );
 
     // The first rewrites; the second sees the message as it left it.
-    let (code, out) = send("alice@remote.example", "kept@remote.example", "please rewrite");
+    let (code, out) = send(
+        "alice@remote.example",
+        "kept@remote.example",
+        "please rewrite",
+    );
     assert_eq!(code, 0, "{out}");
     let msg = at_sink(&sink, "changed by the test milter");
     let log = second.log();
     assert!(log.contains("header X-First: inserted"), "{log}");
-    assert!(log.contains("header Subject: changed by the test milter"), "{log}");
+    assert!(
+        log.contains("header Subject: changed by the test milter"),
+        "{log}"
+    );
     assert!(!log.contains("header X-Remove"), "{log}");
     assert!(log.contains("header X-Test-Milter: seen"), "{log}");
     // Both added their header; the recipient the first added is mapped.
-    assert_eq!(msg.data.matches("X-Test-Milter: seen\r\n").count(), 2, "{}", msg.data);
+    assert_eq!(
+        msg.data.matches("X-Test-Milter: seen\r\n").count(),
+        2,
+        "{}",
+        msg.data
+    );
     let mut rcpts = msg.rcpts.clone();
     rcpts.sort();
     assert_eq!(rcpts, ["kept@remote.example", "mapped@remote.example"]);
     // milter_mail_macros names {client_addr}: it is sent.
     assert!(
-        first
-            .log()
-            .contains("mail <alice@remote.example> auth=None addr=alice@remote.example client=127.0.0.1"),
+        first.log().contains(
+            "mail <alice@remote.example> auth=None addr=alice@remote.example client=127.0.0.1"
+        ),
         "{}",
         first.log()
     );
@@ -280,7 +316,11 @@ fn smtpd_milters_run_in_turn_and_their_macros_follow_the_lists() {
         .output()
         .expect("python3");
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<&str> = said.lines().collect();
     assert!(lines[0].starts_with("(451, b'4.7.1"), "{said}");
     assert!(lines[1].starts_with("(502, b'5.5.2"), "{said}");

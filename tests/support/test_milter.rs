@@ -65,4 +65,3 @@ impl TestMilter {
         std::fs::read_to_string(self.dir.path().join("milter.log")).unwrap_or_default()
     }
 }
-

@@ -10,10 +10,13 @@
 //! ([`edit_headers`]), Received: and the missing headers are put in front
 //! as for any message, and the body (the milter's replacement when one
 //! was given, made wire format by [`wire_body`]) follows. Envelope
-//! changes ([`edit_envelope`]) are applied after the address mapping, so
-//! a recipient a milter adds is not alias-mapped; a recipient it deletes
-//! is matched on its address or its original (ORCPT) address. The held
-//! body is bounded by `message_size_limit`, which smtpd enforces.
+//! changes ([`edit_envelope`]) are applied after the address mapping; the
+//! recipients a milter adds and the sender it sets ([`mapped_changes`])
+//! are mapped in a second question to the router, as Postfix maps them; a
+//! recipient it deletes is matched on its address or its original (ORCPT)
+//! address. The held body is bounded by `message_size_limit`, which smtpd
+//! enforces (cleanup too, for local submissions through
+//! `non_smtpd_milters`, which `server/filter.rs` runs).
 //!
 //! Header positions are those the milters saw: the client's headers,
 //! without the Received: cleanup adds (Postfix shows its own Received:

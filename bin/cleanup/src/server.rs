@@ -451,34 +451,34 @@ impl CleanupServer {
         let size_limit = self.size_limit;
         let id_headers = self.id_headers.clone();
         {
-                if m.held.is_some() {
-                    let ctx = HeaderCtx {
-                        hostname: &hostname,
-                        origin_domain: &origin_domain,
-                        always_add,
-                        id_headers: &id_headers,
-                    };
-                    write_held(
-                        &self.spool,
-                        self.dkim.as_ref(),
-                        self.size_limit,
-                        &mut m,
-                        &ctx,
-                    );
-                } else if let Some(headers) = m.headers.finish() {
-                    // Content that ended inside the headers: a header
-                    // section with no body, which RFC 5322 allows.
-                    let out = header_block(
-                        &mut m,
-                        &headers,
-                        &hostname,
-                        &origin_domain,
-                        always_add,
-                        &id_headers,
-                    );
-                    start_signing(self.dkim.as_ref(), &self.spool, &mut m, &out);
-                    write(&self.spool, &mut m, &out, size_limit);
-                }
+            if m.held.is_some() {
+                let ctx = HeaderCtx {
+                    hostname: &hostname,
+                    origin_domain: &origin_domain,
+                    always_add,
+                    id_headers: &id_headers,
+                };
+                write_held(
+                    &self.spool,
+                    self.dkim.as_ref(),
+                    self.size_limit,
+                    &mut m,
+                    &ctx,
+                );
+            } else if let Some(headers) = m.headers.finish() {
+                // Content that ended inside the headers: a header
+                // section with no body, which RFC 5322 allows.
+                let out = header_block(
+                    &mut m,
+                    &headers,
+                    &hostname,
+                    &origin_domain,
+                    always_add,
+                    &id_headers,
+                );
+                start_signing(self.dkim.as_ref(), &self.spool, &mut m, &out);
+                write(&self.spool, &mut m, &out, size_limit);
+            }
         }
         if matches!(m.mapping, Mapping::Waiting) && m.error.is_none() {
             m.ended = Some((request, cx.now + self.router_timeout));
@@ -735,8 +735,10 @@ impl CleanupServer {
                 None => (&m.envelope.sender, &m.envelope.recipients),
             };
             let result = match resp {
-                router::Response::Rewritten { sender, recipients } => rewrite::sender(given, sender)
-                    .and_then(|s| Ok((s, rewrite::apply(asked, recipients)?))),
+                router::Response::Rewritten { sender, recipients } => {
+                    rewrite::sender(given, sender)
+                        .and_then(|s| Ok((s, rewrite::apply(asked, recipients)?)))
+                }
                 other => {
                     msg_warn!("{id}: router: unexpected answer {other:?}");
                     Err(rewrite::unavailable())
@@ -933,7 +935,8 @@ impl CleanupServer {
         match outcome {
             Outcome::Accept(edits) => {
                 if let Some(h) = m.held.as_mut() {
-                    h.edits.extend(edits.into_iter().map(ipc::cleanup::Edit::from));
+                    h.edits
+                        .extend(edits.into_iter().map(ipc::cleanup::Edit::from));
                 }
                 self.end_message(cx, token, request, m)
             }

@@ -160,8 +160,9 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
             .int("smtpd_client_auth_rate_limit")
             .clamp(0, i64::from(u32::MAX)) as u32,
     });
-    let milters = milter::net::Settings::from_config(cfg, "smtpd_milters", &queue_root, size_limit)?
-        .map(Arc::new);
+    let milters =
+        milter::net::Settings::from_config(cfg, "smtpd_milters", &queue_root, size_limit)?
+            .map(Arc::new);
     Ok(Settings {
         proto: Arc::new(proto),
         policy,

@@ -140,9 +140,9 @@ impl ValueProblem {
             ValueProblem::Milter(what) => format!(
                 " ({what}; use unix:/path/to/socket or inet:host:port, as inet:127.0.0.1:8891)"
             ),
-            ValueProblem::Macro(name) => format!(
-                " ({name}; use one character or a name in braces, as i or {{client_addr}})"
-            ),
+            ValueProblem::Macro(name) => {
+                format!(" ({name}; use one character or a name in braces, as i or {{client_addr}})")
+            }
         }
     }
 }

@@ -781,7 +781,8 @@ mod tests {
         );
         // Postfix's defaults are good values.
         let text = "myhostname = h.test\n";
-        let c = crate::Config::parse(text, std::path::Path::new("/etc/sluice/main.cf"), &[]).unwrap();
+        let c =
+            crate::Config::parse(text, std::path::Path::new("/etc/sluice/main.cf"), &[]).unwrap();
         assert_eq!(
             c.config.str("milter_helo_macros"),
             "{tls_version} {cipher} {cipher_bits} {cert_subject} {cert_issuer}"

@@ -76,15 +76,23 @@ pub struct Options {
 /// Macro values: the name and its value.
 pub type Macros = Vec<(&'static str, String)>;
 
+/// The SMTP client, as the connect event tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Its host name (`[address]` when it has none).
+    pub name: String,
+    /// `b'4'`, `b'6'`, `b'L'` (local) or `b'U'` (unknown).
+    pub family: u8,
+    /// Its port.
+    pub port: u16,
+    /// Its address.
+    pub addr: String,
+}
+
 /// An event that waits for each milter's answer in turn.
 #[derive(Clone, Debug)]
 enum Call {
-    Connect {
-        name: String,
-        family: u8,
-        port: u16,
-        addr: String,
-    },
+    Connect(Peer),
     Helo(String),
     Mail(Vec<String>),
     Rcpt(Vec<String>),
@@ -95,7 +103,7 @@ enum Call {
 impl Call {
     fn stage(&self) -> Stage {
         match self {
-            Call::Connect { .. } => Stage::Connect,
+            Call::Connect(_) => Stage::Connect,
             Call::Helo(_) => Stage::Helo,
             Call::Mail(_) => Stage::Mail,
             Call::Rcpt(_) => Stage::Rcpt,
@@ -256,14 +264,8 @@ impl Chain {
     }
 
     /// The client connected (its refusal answers the next event).
-    pub fn connect(&mut self, macros: Macros, name: &str, family: u8, port: u16, addr: &str, now: Instant) {
-        let call = Call::Connect {
-            name: name.to_string(),
-            family,
-            port,
-            addr: addr.to_string(),
-        };
-        self.push(call, macros, false, now);
+    pub fn connect(&mut self, macros: Macros, peer: Peer, now: Instant) {
+        self.push(Call::Connect(peer), macros, false, now);
     }
 
     /// HELO or EHLO (its refusal answers the next event).
@@ -320,12 +322,16 @@ impl Chain {
     }
 
     fn stream(&mut self, macros: &Macros, parts: Vec<Part>, now: Instant) {
-        if parts.iter().any(|p| *p == Part::EndOfHeaders) {
+        if parts.contains(&Part::EndOfHeaders) {
             self.eoh_macros = macros.clone();
         }
         if let Some(o) = self.ones.iter_mut().find(|o| o.streamed && !o.failed) {
             for p in &parts {
-                let m: &[(&str, String)] = if *p == Part::EndOfHeaders { macros } else { &[] };
+                let m: &[(&str, String)] = if *p == Part::EndOfHeaders {
+                    macros
+                } else {
+                    &[]
+                };
                 o.client.content(m, p);
             }
         }
@@ -349,7 +355,9 @@ impl Chain {
     pub fn take_edits(&mut self) -> Vec<Edit> {
         let mut edits = std::mem::take(&mut self.edits);
         if self.hold {
-            edits.push(Edit::Quarantine("milter_default_action = quarantine".into()));
+            edits.push(Edit::Quarantine(
+                "milter_default_action = quarantine".into(),
+            ));
         }
         edits
     }
@@ -357,7 +365,7 @@ impl Chain {
     /// The transaction was abandoned.
     pub fn abort(&mut self, now: Instant) {
         self.turns
-            .retain(|t| matches!(t.call, Call::Connect { .. } | Call::Helo(_)));
+            .retain(|t| matches!(t.call, Call::Connect(_) | Call::Helo(_)));
         self.verdicts.clear();
         self.splitter = Splitter::default();
         self.parts.clear();
@@ -499,19 +507,14 @@ impl Chain {
             let o = &mut self.ones[t.next];
             let m = &t.macros;
             match &t.call {
-                Call::Connect {
-                    name,
-                    family,
-                    port,
-                    addr,
-                } => o.client.connect(m, name, *family, *port, addr),
+                Call::Connect(p) => o.client.connect(m, &p.name, p.family, p.port, &p.addr),
                 Call::Helo(name) => o.client.helo(m, name),
-                Call::Mail(args) => {
-                    o.client.mail(m, &args.iter().map(String::as_str).collect::<Vec<_>>())
-                }
-                Call::Rcpt(args) => {
-                    o.client.rcpt(m, &args.iter().map(String::as_str).collect::<Vec<_>>())
-                }
+                Call::Mail(args) => o
+                    .client
+                    .mail(m, &args.iter().map(String::as_str).collect::<Vec<_>>()),
+                Call::Rcpt(args) => o
+                    .client
+                    .rcpt(m, &args.iter().map(String::as_str).collect::<Vec<_>>()),
                 Call::Unknown(command) => o.client.unknown(m, command),
                 Call::Eom => {
                     if !o.streamed {

@@ -57,6 +57,15 @@ fn go_on(c: &mut Chain, i: usize, now: Instant) -> String {
     }
 }
 
+fn peer() -> Peer {
+    Peer {
+        name: "[192.0.2.1]".into(),
+        family: b'4',
+        port: 25,
+        addr: "192.0.2.1".into(),
+    }
+}
+
 fn opts(protocol: u32) -> Options {
     Options {
         default_action: DefaultAction::Tempfail,
@@ -112,7 +121,11 @@ fn the_second_milter_sees_the_message_as_the_first_left_it() {
     assert_eq!(go_on(&mut c, 1, now), "M");
     assert_eq!(c.poll_verdict(), Some(Verdict::Continue));
     c.data(&vec![("i", "QID".to_string())], now);
-    c.content(&vec![("i", "QID".to_string())], b"Subject: hi\r\n\r\nold body\r\n", now);
+    c.content(
+        &vec![("i", "QID".to_string())],
+        b"Subject: hi\r\n\r\nold body\r\n",
+        now,
+    );
     // The content streams to the first only.
     assert_eq!(go_on(&mut c, 0, now), "DTLDNB");
     assert_eq!(go_on(&mut c, 1, now), "DT");
@@ -160,7 +173,7 @@ fn the_second_milter_sees_the_message_as_the_first_left_it() {
 fn a_refusal_at_connect_answers_the_next_event_and_the_second_is_not_told() {
     let now = Instant::now();
     let mut c = two(now);
-    c.connect(vec![], "[192.0.2.1]", b'4', 25, "192.0.2.1", now);
+    c.connect(vec![], peer(), now);
     assert_eq!(codes(&c.transmit(0)), "C");
     c.receive(0, &packet(b't', b""), now);
     assert_eq!(codes(&c.transmit(1)), "");
@@ -199,7 +212,7 @@ fn version_2_offers_its_flags_and_sends_no_data_event() {
     assert_eq!(&neg[8..12], &0x7fu32.to_be_bytes());
     // Flags of version 6 that a milter claims are not honoured below it.
     c.receive(0, &negotiate(2, crate::codec::proto::NR_CONN), now);
-    c.connect(vec![("j", "mx".into())], "[192.0.2.1]", b'4', 25, "192.0.2.1", now);
+    c.connect(vec![("j", "mx".into())], peer(), now);
     assert_eq!(codes(&c.transmit(0)), "DC");
     c.receive(0, &packet(b'c', b""), now);
     c.mail(vec![], vec!["<a@x>".into()], now);
@@ -224,8 +237,10 @@ fn a_newer_milter_than_offered_is_dropped() {
 #[test]
 fn macros_follow_the_lists_and_a_milters_own_list() {
     let now = Instant::now();
-    let mut lists = MacroLists::default();
-    lists.mail = vec!["{mail_addr}".into()];
+    let lists = MacroLists {
+        mail: vec!["{mail_addr}".into()],
+        ..MacroLists::default()
+    };
     let mut o = opts(6);
     o.macros = lists;
     let mut c = Chain::new(&["m".into()], o, now);
@@ -250,7 +265,10 @@ fn macros_follow_the_lists_and_a_milters_own_list() {
     c.receive(0, &packet(b'c', b""), now);
     c.rcpt(known(), vec!["<r@x>".into()], now);
     let out = c.transmit(0);
-    assert_eq!(data_of(&out, b'D')[0], b"R{client_addr}\x00192.0.2.1\0i\0QID\0");
+    assert_eq!(
+        data_of(&out, b'D')[0],
+        b"R{client_addr}\x00192.0.2.1\0i\0QID\0"
+    );
 }
 
 #[test]

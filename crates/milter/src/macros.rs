@@ -17,7 +17,8 @@ pub mod defaults {
     /// `milter_helo_macros`.
     pub const HELO: &str = "{tls_version} {cipher} {cipher_bits} {cert_subject} {cert_issuer}";
     /// `milter_mail_macros`.
-    pub const MAIL: &str = "i {auth_type} {auth_authen} {auth_author} {mail_addr} {mail_host} {mail_mailer}";
+    pub const MAIL: &str =
+        "i {auth_type} {auth_authen} {auth_author} {mail_addr} {mail_host} {mail_mailer}";
     /// `milter_rcpt_macros`.
     pub const RCPT: &str = "i {rcpt_addr} {rcpt_host} {rcpt_mailer}";
     /// `milter_data_macros`.

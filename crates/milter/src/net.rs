@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use mio::{Interest, Registry, Token};
 
-use crate::chain::{Chain, DefaultAction, Macros, Options};
+use crate::chain::{Chain, DefaultAction, Macros, Options, Peer};
 use crate::client::{Edit, Verdict};
 use crate::macros::{split, MacroLists};
 
@@ -251,18 +251,9 @@ impl Milters {
         self.chain.take_warnings()
     }
 
-    /// The client connected (`family` `'4'`, `'6'`, `'L'` or `'U'`).
-    pub fn connect(
-        &mut self,
-        reg: &Registry,
-        now: Instant,
-        macros: Macros,
-        name: &str,
-        family: u8,
-        port: u16,
-        addr: &str,
-    ) {
-        self.chain.connect(macros, name, family, port, addr, now);
+    /// The client connected.
+    pub fn connect(&mut self, reg: &Registry, now: Instant, macros: Macros, peer: Peer) {
+        self.chain.connect(macros, peer, now);
         self.pump(reg, now);
     }
 
@@ -273,21 +264,39 @@ impl Milters {
     }
 
     /// MAIL FROM; the verdict now or from [`Milters::ready`]/[`Milters::expired`].
-    pub fn mail(&mut self, reg: &Registry, now: Instant, macros: Macros, args: Vec<String>) -> Option<Verdict> {
+    pub fn mail(
+        &mut self,
+        reg: &Registry,
+        now: Instant,
+        macros: Macros,
+        args: Vec<String>,
+    ) -> Option<Verdict> {
         let v = self.chain.mail(macros, args, now);
         self.pump(reg, now);
         v.or_else(|| self.chain.poll_verdict())
     }
 
     /// RCPT TO; the verdict now or later.
-    pub fn rcpt(&mut self, reg: &Registry, now: Instant, macros: Macros, args: Vec<String>) -> Option<Verdict> {
+    pub fn rcpt(
+        &mut self,
+        reg: &Registry,
+        now: Instant,
+        macros: Macros,
+        args: Vec<String>,
+    ) -> Option<Verdict> {
         let v = self.chain.rcpt(macros, args, now);
         self.pump(reg, now);
         v.or_else(|| self.chain.poll_verdict())
     }
 
     /// An unknown SMTP command; the verdict now or later.
-    pub fn unknown(&mut self, reg: &Registry, now: Instant, macros: Macros, command: &str) -> Option<Verdict> {
+    pub fn unknown(
+        &mut self,
+        reg: &Registry,
+        now: Instant,
+        macros: Macros,
+        command: &str,
+    ) -> Option<Verdict> {
         let v = self.chain.unknown(macros, command, now);
         self.pump(reg, now);
         v.or_else(|| self.chain.poll_verdict())
@@ -306,7 +315,12 @@ impl Milters {
     }
 
     /// The end of the message; the verdict now or later, then [`Milters::take_edits`].
-    pub fn end_of_message(&mut self, reg: &Registry, now: Instant, macros: Macros) -> Option<Verdict> {
+    pub fn end_of_message(
+        &mut self,
+        reg: &Registry,
+        now: Instant,
+        macros: Macros,
+    ) -> Option<Verdict> {
         let v = self.chain.end_of_message(macros, now);
         self.pump(reg, now);
         v.or_else(|| self.chain.poll_verdict())

@@ -787,7 +787,9 @@ impl Session {
                     .and_then(Verb::from_name);
                 if quit_only {
                     self.respond(bad_sequence("Error: send QUIT"), verb);
-                } else if e == CommandError::Unrecognized && verb.is_none() && self.config.ask_unknown
+                } else if e == CommandError::Unrecognized
+                    && verb.is_none()
+                    && self.config.ask_unknown
                 {
                     self.flush = true;
                     let line = String::from_utf8_lossy(line).into_owned();

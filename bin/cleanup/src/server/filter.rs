@@ -20,7 +20,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use ::milter::chain::Macros;
+use ::milter::chain::{Macros, Peer};
 use ::milter::net::{Milters, Settings};
 use ::milter::{Edit, Verdict};
 use mio::{Registry, Token};
@@ -91,8 +91,17 @@ impl Filter {
             warnings: Vec::new(),
         };
         let m = f.base.clone();
-        f.milters
-            .connect(reg, now, m.clone(), "localhost", b'4', 0, "127.0.0.1");
+        f.milters.connect(
+            reg,
+            now,
+            m.clone(),
+            Peer {
+                name: "localhost".into(),
+                family: b'4',
+                port: 0,
+                addr: "127.0.0.1".into(),
+            },
+        );
         f.milters.helo(reg, now, m, "localhost");
         let mut mail = f.base.clone();
         mail.push(("{mail_addr}", sender.to_string()));

@@ -282,4 +282,3 @@ pub(super) fn compact_time(t: SystemTime) -> String {
         .unwrap_or(0);
     format!("{secs}")
 }
-

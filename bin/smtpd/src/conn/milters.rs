@@ -56,19 +56,15 @@ impl Conn {
             ("v", "Sluice".into()),
         ];
         self.milter_base = macros;
-        let family = if self.peer.is_ipv4() { b'4' } else { b'6' };
         let addr = self.peer.ip().to_string();
-        let name = format!("[{addr}]");
+        let peer = milter::chain::Peer {
+            name: format!("[{addr}]"),
+            family: if self.peer.is_ipv4() { b'4' } else { b'6' },
+            port: self.peer.port(),
+            addr,
+        };
         let known = self.milter_macros(Vec::new());
-        m.connect(
-            cx.registry,
-            cx.now,
-            known,
-            &name,
-            family,
-            self.peer.port(),
-            &addr,
-        );
+        m.connect(cx.registry, cx.now, known, peer);
         let tokens = m.tokens();
         self.milters = Some(m);
         self.log_milter_warnings();
