@@ -9,6 +9,14 @@
 //! the bytes to write, [`Client::receive`] takes the milter's, and
 //! [`Client::poll_event`] says what was decided.
 //!
+//! Negotiation offers every action and the protocol flags of the version
+//! offered (`milter_protocol`); below 6, or with a milter that answers
+//! with an older version, the flags that version lacks are not honoured
+//! and the events it lacks (DATA below 4, unknown commands below 3) are
+//! never sent, as Postfix's `milter8_connect` does. The macros sent with
+//! each event are those its list names ([`crate::macros`]), or the
+//! milter's own list when it gave one at negotiation.
+//!
 //! The stages a milter declines at negotiation (SMFIP_NO*) are not sent,
 //! those it does not answer (SMFIP_NR_*) are not waited for; both are
 //! decided `Continue` at once, so the caller waits the same way for every
