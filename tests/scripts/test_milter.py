@@ -16,6 +16,8 @@ usage: test_milter.py SOCKET LOGFILE
   Subject: with "discard"           DISCARD at the end
   Subject: with "tempfail-eom"      TEMPFAIL at the end
   Subject: with "slow"              sleeps 6 s at the end, then CONTINUE
+  Subject: with "add-header"        at the end: X-Added-By-Milter: yes
+  an unknown SMTP command           TEMPFAIL with "tempfail" in it, else REJECT
 Every accepted message gets X-Test-Milter: seen. Each event is appended to
 LOGFILE as one line (stage and argument), so tests can see what the milter
 was told, macros included.
@@ -41,7 +43,8 @@ class TestMilter(Milter.Base):
         self.subject = ""
 
     def connect(self, hostname, family, hostaddr):
-        log("connect %s %s j=%s" % (hostname, hostaddr[0], self.getsymval("j")))
+        log("connect %s %s j=%s _=%s" % (hostname, hostaddr[0], self.getsymval("j"),
+                                          self.getsymval("_")))
         return Milter.CONTINUE
 
     def hello(self, name):
@@ -49,7 +52,9 @@ class TestMilter(Milter.Base):
         return Milter.CONTINUE
 
     def envfrom(self, mailfrom, *params):
-        log("mail %s auth=%s" % (mailfrom, self.getsymval("{auth_authen}")))
+        log("mail %s auth=%s addr=%s client=%s i=%s" % (
+            mailfrom, self.getsymval("{auth_authen}"), self.getsymval("{mail_addr}"),
+            self.getsymval("{client_addr}"), self.getsymval("i")))
         self.subject = ""
         if "reject-mail" in mailfrom:
             self.setreply("550", "5.7.1", "sender refused by the test milter")
@@ -82,7 +87,7 @@ class TestMilter(Milter.Base):
         return Milter.CONTINUE
 
     def eom(self):
-        log("eom %s" % self.subject)
+        log("eom %s i=%s" % (self.subject, self.getsymval("i")))
         s = self.subject
         if "discard" in s:
             return Milter.DISCARD
@@ -99,9 +104,17 @@ class TestMilter(Milter.Base):
             self.addrcpt("<added@test.example>")
             self.delrcpt("<removed@test.example>")
             self.chgfrom("<changed@test.example>")
+        if "add-header" in s:
+            self.addheader("X-Added-By-Milter", "yes")
         if "quarantine" in s:
             self.quarantine("held by the test milter")
         return Milter.CONTINUE
+
+    def unknown(self, cmd):
+        log("unknown %s client=%s" % (cmd, self.getsymval("{client_addr}")))
+        if "tempfail" in cmd:
+            return Milter.TEMPFAIL
+        return Milter.REJECT
 
     def abort(self):
         log("abort")

@@ -13,6 +13,7 @@ pub mod fake_router;
 pub mod postfix;
 mod shaping_sink;
 pub mod smtp_client;
+pub mod test_milter;
 pub mod testkit;
 
 use std::os::unix::process::CommandExt;

@@ -10,10 +10,13 @@
 //! ([`edit_headers`]), Received: and the missing headers are put in front
 //! as for any message, and the body (the milter's replacement when one
 //! was given, made wire format by [`wire_body`]) follows. Envelope
-//! changes ([`edit_envelope`]) are applied after the address mapping, so
-//! a recipient a milter adds is not alias-mapped; a recipient it deletes
-//! is matched on its address or its original (ORCPT) address. The held
-//! body is bounded by `message_size_limit`, which smtpd enforces.
+//! changes ([`edit_envelope`]) are applied after the address mapping; the
+//! recipients a milter adds and the sender it sets ([`mapped_changes`])
+//! are mapped in a second question to the router, as Postfix maps them; a
+//! recipient it deletes is matched on its address or its original (ORCPT)
+//! address. The held body is bounded by `message_size_limit`, which smtpd
+//! enforces (cleanup too, for local submissions through
+//! `non_smtpd_milters`, which `server/filter.rs` runs).
 //!
 //! Header positions are those the milters saw: the client's headers,
 //! without the Received: cleanup adds (Postfix shows its own Received:
@@ -131,10 +134,38 @@ pub fn wire_body(body: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The milters' sender and recipient changes, in order.
-pub fn edit_envelope(env: &mut Envelope, edits: &[Edit]) {
+/// The sender the milters set and the recipients they add, when they
+/// changed either: for the address mapping they go through.
+pub fn mapped_changes(env: &Envelope, edits: &[Edit]) -> Option<(String, Vec<Recipient>)> {
+    let mut sender = None;
+    let mut added: Vec<Recipient> = Vec::new();
     for e in edits {
         match e {
+            Edit::ChangeSender { address } => sender = Some(address.clone()),
+            Edit::AddRecipient { address }
+                if !env
+                    .recipients
+                    .iter()
+                    .chain(added.iter())
+                    .any(|r| r.address.eq_ignore_ascii_case(address)) =>
+            {
+                added.push(Recipient::new(address.clone()));
+            }
+            _ => {}
+        }
+    }
+    if sender.is_none() && added.is_empty() {
+        return None;
+    }
+    Some((sender.unwrap_or_else(|| env.sender.clone()), added))
+}
+
+/// The milters' sender and recipient changes, in order; with `mapped`,
+/// the sender and added recipients were set already (mapped).
+pub fn edit_envelope(env: &mut Envelope, edits: &[Edit], mapped: bool) {
+    for e in edits {
+        match e {
+            Edit::ChangeSender { .. } | Edit::AddRecipient { .. } if mapped => {}
             Edit::ChangeSender { address } => env.sender = address.clone(),
             Edit::AddRecipient { address }
                 if !env
@@ -224,26 +255,32 @@ mod tests {
             ..Envelope::default()
         };
         env.recipients[1].orcpt = Some("rfc822;orig@x".into());
-        edit_envelope(
-            &mut env,
-            &[
-                Edit::ChangeSender {
-                    address: "s@y".into(),
-                },
-                Edit::DeleteRecipient {
-                    address: "B@x".into(),
-                },
-                Edit::DeleteRecipient {
-                    address: "orig@x".into(),
-                },
-                Edit::AddRecipient {
-                    address: "d@x".into(),
-                },
-                Edit::AddRecipient {
-                    address: "d@x".into(),
-                },
-            ],
-        );
+        let edits = [
+            Edit::ChangeSender {
+                address: "s@y".into(),
+            },
+            Edit::DeleteRecipient {
+                address: "B@x".into(),
+            },
+            Edit::DeleteRecipient {
+                address: "orig@x".into(),
+            },
+            Edit::AddRecipient {
+                address: "d@x".into(),
+            },
+            Edit::AddRecipient {
+                address: "d@x".into(),
+            },
+        ];
+        // For the mapping: the new sender and the one new recipient.
+        let (sender, added) = mapped_changes(&env, &edits).unwrap();
+        assert_eq!(sender, "s@y");
+        assert_eq!(added.len(), 1);
+        let mut mapped = env.clone();
+        edit_envelope(&mut mapped, &edits, true);
+        assert_eq!(mapped.sender, "a@x");
+        assert!(mapped.recipients.is_empty());
+        edit_envelope(&mut env, &edits, false);
         assert_eq!(env.sender, "s@y");
         let to: Vec<_> = env.recipients.iter().map(|r| r.address.as_str()).collect();
         assert_eq!(to, ["d@x"]);

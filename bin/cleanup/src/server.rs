@@ -45,6 +45,13 @@ use crate::headers::{self, Fed, HeaderBuffer};
 use crate::milter;
 use crate::rewrite::{self, Refusal};
 
+mod filter;
+mod write;
+use filter::{Filter, Outcome};
+use write::{
+    finish_signing, header_block, hold_content, start_signing, write, write_held, HeaderCtx,
+};
+
 /// Where a message's address mapping stands.
 enum Mapping {
     /// Not asked for (no_address_mappings), or applied already.
@@ -75,6 +82,15 @@ struct Msg {
     sign: Option<::dkim::Signing>,
     /// Content held for the milters' changes (see `milter.rs`).
     held: Option<milter::Held>,
+    /// `non_smtpd_milters` at work on a local submission.
+    filter: Option<Filter>,
+    /// The id of the client's `End` while the filter decides.
+    filter_end: Option<u64>,
+    /// Recipients the milters added and the sender they set, while the
+    /// router maps them (the second mapping of the message).
+    added: Option<(String, Vec<mail::Recipient>)>,
+    /// The milters' envelope changes were mapped already.
+    remapped: bool,
 }
 
 impl Msg {
@@ -149,6 +165,14 @@ pub struct CleanupServer {
     me: u32,
     /// DKIM keys and settings, read before privileges were dropped.
     dkim: Option<Dkim>,
+    /// `non_smtpd_milters`, for local submissions on a public service.
+    non_smtpd: Option<std::sync::Arc<::milter::net::Settings>>,
+    /// This service listens in public/ (sendmail(1)'s `submit`): its
+    /// local mail is a user's submission, not mail Sluice made itself.
+    public: bool,
+    /// Which client's filter a milter socket belongs to.
+    filter_owner: BTreeMap<Token, ClientId>,
+    queue_root: PathBuf,
 }
 
 fn now_micros() -> u64 {
@@ -202,6 +226,10 @@ impl CleanupServer {
             tenant_from_sasl: ctx.config.bool("tenant_from_sasl"),
             me: sys::current_ids().0,
             dkim,
+            non_smtpd: non_smtpd_milters(&ctx.config, &root)?,
+            public: is_public(ctx),
+            filter_owner: BTreeMap::new(),
+            queue_root: root.clone(),
         })
     }
 
@@ -253,12 +281,41 @@ impl CleanupServer {
                     msg_info!("{id}: uid={} from=<{}>", peer.uid, envelope.sender);
                 }
                 let draft = self.spool.draft(id);
-                let held = matches!(origin, Origin::Smtp { milters: true, .. })
-                    .then(milter::Held::default);
-                let c = self.clients.get_mut(&token)?;
-                if let Some(mut old) = c.msg.take() {
+                // Postfix filters a user's submission with
+                // non_smtpd_milters, not bounces and forwarded mail
+                // (internal_mail_filter_classes is empty by default).
+                let filtered = self.public && matches!(origin, Origin::Local { .. });
+                let non_smtpd = self.non_smtpd.clone().filter(|_| filtered);
+                let held = (matches!(origin, Origin::Smtp { milters: true, .. })
+                    || non_smtpd.is_some())
+                .then(milter::Held::default);
+                let filter = non_smtpd.map(|s| {
+                    let tokens: Vec<Token> = s.milters.iter().map(|_| cx.token()).collect();
+                    let rcpts: Vec<String> = envelope
+                        .recipients
+                        .iter()
+                        .map(|r| r.address.clone())
+                        .collect();
+                    Filter::start(
+                        cx.registry,
+                        &tokens,
+                        &s,
+                        cx.now,
+                        &id.to_string(),
+                        &envelope.sender,
+                        &rcpts,
+                    )
+                });
+                if let Some(f) = &filter {
+                    for t in f.tokens() {
+                        self.filter_owner.insert(t, token);
+                    }
+                }
+                if let Some(mut old) = self.clients.get_mut(&token)?.msg.take() {
+                    self.drop_filter(cx, &mut old);
                     old.discard(&self.spool);
                 }
+                let c = self.clients.get_mut(&token)?;
                 let mapping = if self.address_mappings {
                     Mapping::Waiting
                 } else {
@@ -287,7 +344,12 @@ impl CleanupServer {
                     ids: headers::Ids::default(),
                     sign: None,
                     held,
+                    filter,
+                    filter_end: None,
+                    added: None,
+                    remapped: false,
                 });
+                self.log_filter(token);
                 if let Some(ask) = ask {
                     self.ask_router(cx, token, id, &ask);
                 }
@@ -336,49 +398,27 @@ impl CleanupServer {
                 None
             }
             Request::End => {
-                let hostname = self.hostname.clone();
-                let origin_domain = self.origin_domain.clone();
-                let always_add = self.always_add;
-                let size_limit = self.size_limit;
-                let id_headers = self.id_headers.clone();
                 let c = self.clients.get_mut(&token)?;
                 let Some(mut m) = c.msg.take() else {
                     return Some(failed(503, "5.5.1", "Error: no message in progress"));
                 };
-                if m.held.is_some() {
-                    let ctx = HeaderCtx {
-                        hostname: &hostname,
-                        origin_domain: &origin_domain,
-                        always_add,
-                        id_headers: &id_headers,
-                    };
-                    write_held(
-                        &self.spool,
-                        self.dkim.as_ref(),
-                        self.size_limit,
-                        &mut m,
-                        &ctx,
-                    );
-                } else if let Some(headers) = m.headers.finish() {
-                    // Content that ended inside the headers: a header
-                    // section with no body, which RFC 5322 allows.
-                    let out = header_block(
-                        &mut m,
-                        &headers,
-                        &hostname,
-                        &origin_domain,
-                        always_add,
-                        &id_headers,
-                    );
-                    start_signing(self.dkim.as_ref(), &self.spool, &mut m, &out);
-                    write(&self.spool, &mut m, &out, size_limit);
+                if m.error.is_none() {
+                    if let Some(f) = m.filter.as_mut() {
+                        let held = m.held.get_or_insert_with(milter::Held::default);
+                        if held.headers.is_none() {
+                            held.headers = m.headers.finish();
+                        }
+                        let mut wire = held.headers.clone().unwrap_or_default();
+                        wire.extend_from_slice(&held.body);
+                        f.end(cx.registry, cx.now, wire);
+                        m.filter_end = Some(request);
+                        c.msg = Some(m);
+                        self.log_filter(token);
+                        return self.filter_done(cx, token);
+                    }
                 }
-                if matches!(m.mapping, Mapping::Waiting) && m.error.is_none() {
-                    m.ended = Some((request, cx.now + self.router_timeout));
-                    c.msg = Some(m);
-                    return None;
-                }
-                self.finish(cx, token, request, m)
+                self.drop_filter(cx, &mut m);
+                self.end_message(cx, token, request, m)
             }
             Request::Edits { edits } => {
                 let c = self.clients.get_mut(&token)?;
@@ -388,13 +428,64 @@ impl CleanupServer {
                 None
             }
             Request::Abort => {
-                let c = self.clients.get_mut(&token)?;
-                if let Some(mut m) = c.msg.take() {
-                    m.discard(&self.spool);
-                }
+                let mut m = self.clients.get_mut(&token)?.msg.take()?;
+                self.drop_filter(cx, &mut m);
+                m.discard(&self.spool);
                 None
             }
         }
+    }
+
+    /// The content is complete (and filtered): written with what cleanup
+    /// adds, then committed once its mapping is known.
+    fn end_message(
+        &mut self,
+        cx: &mut Cx<'_>,
+        token: ClientId,
+        request: u64,
+        mut m: Msg,
+    ) -> Option<Response> {
+        let hostname = self.hostname.clone();
+        let origin_domain = self.origin_domain.clone();
+        let always_add = self.always_add;
+        let size_limit = self.size_limit;
+        let id_headers = self.id_headers.clone();
+        {
+            if m.held.is_some() {
+                let ctx = HeaderCtx {
+                    hostname: &hostname,
+                    origin_domain: &origin_domain,
+                    always_add,
+                    id_headers: &id_headers,
+                };
+                write_held(
+                    &self.spool,
+                    self.dkim.as_ref(),
+                    self.size_limit,
+                    &mut m,
+                    &ctx,
+                );
+            } else if let Some(headers) = m.headers.finish() {
+                // Content that ended inside the headers: a header
+                // section with no body, which RFC 5322 allows.
+                let out = header_block(
+                    &mut m,
+                    &headers,
+                    &hostname,
+                    &origin_domain,
+                    always_add,
+                    &id_headers,
+                );
+                start_signing(self.dkim.as_ref(), &self.spool, &mut m, &out);
+                write(&self.spool, &mut m, &out, size_limit);
+            }
+        }
+        if matches!(m.mapping, Mapping::Waiting) && m.error.is_none() {
+            m.ended = Some((request, cx.now + self.router_timeout));
+            self.clients.get_mut(&token)?.msg = Some(m);
+            return None;
+        }
+        self.finish(cx, token, request, m)
     }
 
     /// Commits a message whose content is complete and whose mapping is
@@ -407,19 +498,60 @@ impl CleanupServer {
         mut m: Msg,
     ) -> Option<Response> {
         if m.error.is_none() {
+            let second = m.added.take();
             match std::mem::replace(&mut m.mapping, Mapping::Off) {
-                Mapping::Done(Ok((sender, rcpts))) => {
-                    if let Some(s) = sender {
-                        m.envelope.sender = s;
+                Mapping::Done(Ok((sender, rcpts))) => match second {
+                    None => {
+                        if let Some(s) = sender {
+                            m.envelope.sender = s;
+                        }
+                        m.envelope.recipients = rcpts;
                     }
-                    m.envelope.recipients = rcpts;
-                }
+                    // The milters' sender and added recipients, mapped.
+                    Some((given, _)) => {
+                        m.envelope.sender = sender.unwrap_or(given);
+                        for r in rcpts {
+                            let known = m
+                                .envelope
+                                .recipients
+                                .iter()
+                                .any(|x| x.address.eq_ignore_ascii_case(&r.address));
+                            if !known {
+                                m.envelope.recipients.push(r);
+                            }
+                        }
+                    }
+                },
                 Mapping::Done(Err(e)) => m.error = Some(e),
                 Mapping::Waiting => m.error = Some(rewrite::unavailable()),
                 Mapping::Off => {}
             }
+            // Recipients a milter adds and the sender it sets go through
+            // canonical and virtual alias mapping as any other (Postfix's
+            // cleanup_add_rcpt, cleanup_chg_from): a second question to
+            // the router.
+            let changes = m
+                .held
+                .as_ref()
+                .filter(|_| m.error.is_none() && !m.remapped && self.address_mappings)
+                .and_then(|h| milter::mapped_changes(&m.envelope, &h.edits));
+            if let Some((sender, added)) = changes {
+                let ask = router::Request::Rewrite {
+                    sender: sender.clone(),
+                    addresses: added.iter().map(|r| r.address.clone()).collect(),
+                    smtputf8: m.envelope.smtputf8,
+                };
+                m.remapped = true;
+                m.added = Some((sender, added));
+                m.mapping = Mapping::Waiting;
+                m.ended = Some((request, cx.now + self.router_timeout));
+                let id = m.id;
+                self.clients.get_mut(&token)?.msg = Some(m);
+                self.ask_router(cx, token, id, &ask);
+                return None;
+            }
             if let Some(h) = &m.held {
-                milter::edit_envelope(&mut m.envelope, &h.edits);
+                milter::edit_envelope(&mut m.envelope, &h.edits, m.remapped);
                 if let Some(reason) = h.hold_reason() {
                     msg_info!("{}: milter-hold: {reason}", m.id);
                     m.hold = true;
@@ -597,10 +729,15 @@ impl CleanupServer {
             else {
                 continue;
             };
+            // The second question is about the milters' changes alone.
+            let (given, asked) = match &m.added {
+                Some((s, added)) => (s, added),
+                None => (&m.envelope.sender, &m.envelope.recipients),
+            };
             let result = match resp {
                 router::Response::Rewritten { sender, recipients } => {
-                    rewrite::sender(&m.envelope.sender, sender)
-                        .and_then(|s| Ok((s, rewrite::apply(&m.envelope.recipients, recipients)?)))
+                    rewrite::sender(given, sender)
+                        .and_then(|s| Ok((s, rewrite::apply(asked, recipients)?)))
                 }
                 other => {
                     msg_warn!("{id}: router: unexpected answer {other:?}");
@@ -765,6 +902,101 @@ impl CleanupServer {
         }
     }
 
+    /// Closes a message's milters, if it has any.
+    fn drop_filter(&mut self, cx: &mut Cx<'_>, m: &mut Msg) {
+        if let Some(mut f) = m.filter.take() {
+            for t in f.tokens() {
+                self.filter_owner.remove(&t);
+            }
+            f.close(cx.registry);
+            for w in f.take_warnings() {
+                msg_warn!("{}: {w}", m.id);
+            }
+        }
+    }
+
+    /// Logs what a client's filter has to say.
+    fn log_filter(&mut self, token: ClientId) {
+        let Some(m) = self.clients.get_mut(&token).and_then(|c| c.msg.as_mut()) else {
+            return;
+        };
+        if let Some(f) = m.filter.as_mut() {
+            for w in f.take_warnings() {
+                msg_warn!("{}: {w}", m.id);
+            }
+        }
+    }
+
+    /// A message whose client waits at End for the milters: their
+    /// decision carried out, once they have made it.
+    fn filter_done(&mut self, cx: &mut Cx<'_>, token: ClientId) -> Option<Response> {
+        let c = self.clients.get_mut(&token)?;
+        let m = c.msg.as_mut()?;
+        let request = m.filter_end?;
+        let outcome = m.filter.as_mut()?.outcome()?;
+        let mut m = c.msg.take()?;
+        self.drop_filter(cx, &mut m);
+        let from = format!("from=<{}>", m.envelope.sender);
+        match outcome {
+            Outcome::Accept(edits) => {
+                if let Some(h) = m.held.as_mut() {
+                    h.edits
+                        .extend(edits.into_iter().map(ipc::cleanup::Edit::from));
+                }
+                self.end_message(cx, token, request, m)
+            }
+            Outcome::Refuse(code, enhanced, text) => {
+                msg_info!(
+                    "{}: milter-reject: END-OF-MESSAGE from localhost[127.0.0.1]: {enhanced} {text}; {from}",
+                    m.id
+                );
+                m.discard(&self.spool);
+                Some(failed(code, &enhanced, &text))
+            }
+            Outcome::Discard => {
+                msg_info!(
+                    "{}: milter-discard: END-OF-MESSAGE from localhost[127.0.0.1]: milter triggers DISCARD action; {from}",
+                    m.id
+                );
+                m.discard(&self.spool);
+                Some(Response::Queued {
+                    queue_id: m.id.to_string(),
+                })
+            }
+        }
+    }
+
+    /// A milter socket of a client's filter is ready.
+    fn filter_ready(&mut self, cx: &mut Cx<'_>, token: Token) {
+        let Some(&client) = self.filter_owner.get(&token) else {
+            return;
+        };
+        if let Some(f) = self
+            .clients
+            .get_mut(&client)
+            .and_then(|c| c.msg.as_mut())
+            .and_then(|m| m.filter.as_mut())
+        {
+            f.ready(cx.registry, cx.now, token);
+        }
+        self.filter_moved(cx, client);
+    }
+
+    /// After a filter moved: its log lines, and the answer to End if due.
+    fn filter_moved(&mut self, cx: &mut Cx<'_>, client: ClientId) {
+        self.log_filter(client);
+        let request = self
+            .clients
+            .get(&client)
+            .and_then(|c| c.msg.as_ref())
+            .and_then(|m| m.filter_end);
+        if let Some(resp) = self.filter_done(cx, client) {
+            if let Some(request) = request {
+                self.answer(client, request, resp);
+            }
+        }
+    }
+
     fn drop_client(&mut self, token: ClientId) {
         let (gone, keep): (Vec<Parked>, Vec<Parked>) = std::mem::take(&mut self.parked)
             .into_iter()
@@ -801,6 +1033,31 @@ fn address_mappings(config: &config::Config) -> bool {
         .any(|o| o.eq_ignore_ascii_case("no_address_mappings"))
 }
 
+/// `non_smtpd_milters` and the `milter_*` settings; None when it is empty.
+fn non_smtpd_milters(
+    config: &config::Config,
+    root: &std::path::Path,
+) -> Result<Option<std::sync::Arc<::milter::net::Settings>>, String> {
+    Ok(::milter::net::Settings::from_config(
+        config,
+        "non_smtpd_milters",
+        root,
+        config.size("message_size_limit"),
+    )?
+    .map(std::sync::Arc::new))
+}
+
+/// Whether this cleanup serves a public socket (master.cf's private = n),
+/// where sendmail(1) submits; the private one takes mail Sluice makes
+/// itself (bounces, local(8) forwarding) and smtpd's.
+fn is_public(ctx: &Context) -> bool {
+    let services = config::load_master_cf(&ctx.config_dir.join("master.cf")).unwrap_or_default();
+    services
+        .iter()
+        .find(|s| s.name == ctx.args.service && s.kind == config::ServiceKind::Unix)
+        .is_some_and(|s| !s.private)
+}
+
 fn remove_data(spool: &Spool, head: &MessageHead) {
     let _ = spool.remove_data(head.id, head.data.storage());
 }
@@ -819,276 +1076,6 @@ fn user_name(uid: u32) -> String {
         .flatten()
         .map(|u| u.name)
         .unwrap_or_else(|| format!("uid{uid}"))
-}
-
-/// What `header_block` needs of the server's settings.
-struct HeaderCtx<'a> {
-    hostname: &'a str,
-    origin_domain: &'a str,
-    always_add: bool,
-    id_headers: &'a headers::IdHeaders,
-}
-
-/// Writes a held message (see `milter.rs`): its headers as the milters
-/// changed them behind Received:, then its body or their replacement,
-/// signed as the milters left it when DKIM signing applies.
-fn write_held(
-    spool: &Spool,
-    dkim: Option<&Dkim>,
-    size_limit: u64,
-    m: &mut Msg,
-    ctx: &HeaderCtx<'_>,
-) {
-    let Some(mut held) = m.held.take() else {
-        return;
-    };
-    let section = held
-        .headers
-        .take()
-        .or_else(|| m.headers.finish())
-        .unwrap_or_default();
-    let section = milter::edit_headers(&section, &held.edits);
-    let head = header_block(
-        m,
-        &section,
-        ctx.hostname,
-        ctx.origin_domain,
-        ctx.always_add,
-        ctx.id_headers,
-    );
-    start_signing(dkim, spool, m, &head);
-    write(spool, m, &head, size_limit);
-    let body = match held.replacement() {
-        Some(b) => milter::wire_body(&b),
-        None => std::mem::take(&mut held.body),
-    };
-    if let Some(s) = m.sign.as_mut() {
-        // As when streamed: the body starts after the empty line.
-        s.body(body.strip_prefix(b"\r\n").unwrap_or(&body));
-    }
-    write(spool, m, &body, size_limit);
-    // Kept for the envelope changes, made after the address mapping.
-    held.body = Vec::new();
-    held.edits
-        .retain(|e| !matches!(e, ipc::cleanup::Edit::ReplaceBody { .. }));
-    m.held = Some(held);
-}
-
-/// Holds content of a message the milters may change, within the size limit.
-fn hold_content(m: &mut Msg, bytes: &[u8], size_limit: u64) {
-    let Some(h) = m.held.as_mut() else { return };
-    if m.error.is_some() {
-        return;
-    }
-    let held = h.body.len() + h.headers.as_ref().map_or(0, Vec::len) + bytes.len();
-    if size_limit > 0 && held as u64 > size_limit + 64 * 1024 {
-        m.error = Some((552, "5.3.4", "Message size exceeds fixed limit".into()));
-        return;
-    }
-    match m.headers.feed(bytes) {
-        Fed::Holding => {}
-        Fed::Through => h.body.extend_from_slice(bytes),
-        Fed::Complete { headers, rest } => {
-            h.headers = Some(headers);
-            h.body.extend_from_slice(&rest);
-        }
-    }
-}
-
-/// Appends content to the draft, remembering the first failure.
-fn write(spool: &Spool, m: &mut Msg, bytes: &[u8], size_limit: u64) {
-    if m.error.is_some() {
-        return;
-    }
-    let Some(d) = m.draft.as_mut() else { return };
-    if size_limit > 0 && d.len() + bytes.len() as u64 > size_limit + 64 * 1024 {
-        // smtpd enforces the limit on what the client sends; this catches
-        // local submissions, with room for the headers cleanup adds.
-        m.error = Some((552, "5.3.4", "Message size exceeds fixed limit".into()));
-        return;
-    }
-    if let Err(e) = d.append(spool, bytes) {
-        msg_warn!("{}: {e}", m.id);
-        m.error = Some(if e.is_disk_full() {
-            (452, "4.3.1", "Insufficient system storage".into())
-        } else {
-            (451, "4.3.0", "Error: queue file write error".into())
-        });
-    }
-}
-
-/// Starts the message's DKIM signature over its final header block, when
-/// it is to be signed, and reserves the signature's place at the front.
-fn start_signing(dkim: Option<&Dkim>, spool: &Spool, m: &mut Msg, head: &[u8]) {
-    let Some(dkim) = dkim else { return };
-    if m.error.is_some() {
-        return;
-    }
-    let time = m
-        .arrival
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let Some(sign) = dkim.start(m.id, &m.origin, &m.envelope, head, time) else {
-        return;
-    };
-    let Some(draft) = m.draft.as_mut() else {
-        return;
-    };
-    if let Err(e) = draft.reserve(spool, sign.len()) {
-        msg_warn!("{}: {e}", m.id);
-        m.error = Some(if e.is_disk_full() {
-            (452, "4.3.1", "Insufficient system storage".into())
-        } else {
-            (451, "4.3.0", "Error: queue file write error".into())
-        });
-        return;
-    }
-    m.sign = Some(sign);
-}
-
-/// Makes the signature and writes it into its reserved place.
-fn finish_signing(m: &mut Msg, sign: ::dkim::Signing) {
-    let (s, d) = (sign.key().selector.clone(), sign.key().domain.clone());
-    let field = match sign.finish() {
-        Ok(f) => f,
-        Err(e) => {
-            msg_warn!("{}: DKIM signing (s={s}, d={d}): {e}", m.id);
-            m.error = Some((451, "4.3.0", "Error: DKIM signing failed".into()));
-            return;
-        }
-    };
-    let Some(draft) = m.draft.as_mut() else {
-        return;
-    };
-    match draft.fill(&field) {
-        Ok(()) => msg_info!("{}: DKIM-Signature field added (s={s}, d={d})", m.id),
-        Err(e) => {
-            msg_warn!("{}: {e}", m.id);
-            m.error = Some(if e.is_disk_full() {
-                (452, "4.3.1", "Insufficient system storage".into())
-            } else {
-                (451, "4.3.0", "Error: queue file write error".into())
-            });
-        }
-    }
-}
-
-/// Received: plus the client's headers plus what is missing.
-fn header_block(
-    m: &mut Msg,
-    headers: &[u8],
-    hostname: &str,
-    origin_domain: &str,
-    always_add: bool,
-    id_headers: &headers::IdHeaders,
-) -> Vec<u8> {
-    let (headers, ids) = headers::take_ids(headers, id_headers);
-    let headers = &*headers;
-    for (what, v) in [("tenant", &ids.tenant), ("job", &ids.job)] {
-        if let Some(Err(bad)) = v {
-            msg_info!(
-                "{}: ignoring {what} id header value \"{bad}\" (empty, over {} bytes, or with control characters)",
-                m.id,
-                mail::MAX_SHAPING_ID
-            );
-        }
-    }
-    m.ids = ids;
-    let seen = headers::inspect(headers);
-    let date = sys::time::rfc5322_date(m.arrival);
-    let mut out = Vec::with_capacity(headers.len() + 512);
-    let env = &m.envelope;
-    let for_rcpt = match env.recipients.as_slice() {
-        [one] => format!("\r\n\tfor <{}>", one.address),
-        _ => String::new(),
-    };
-    match &m.origin {
-        Origin::Smtp {
-            protocol,
-            authenticated_sender,
-            ..
-        } => {
-            let helo = env.helo.as_deref().unwrap_or("unknown");
-            let name = env.client_name.as_deref().unwrap_or("unknown");
-            let addr = env.client_addr.as_deref().unwrap_or("unknown");
-            let tls = env
-                .tls
-                .as_deref()
-                .map(|t| format!("\r\n\t(using {t})"))
-                .unwrap_or_default();
-            // smtpd_sasl_authenticated_header, in Postfix's words.
-            let auth = authenticated_sender
-                .as_deref()
-                .map(|u| format!("\r\n\t(Authenticated sender: {u})"))
-                .unwrap_or_default();
-            out.extend_from_slice(
-                format!(
-                    "Received: from {helo} ({name} [{addr}]){auth}\r\n\tby {hostname} (Sluice) with {protocol} id {}{tls}{for_rcpt};\r\n\t{date}\r\n",
-                    m.id
-                )
-                .as_bytes(),
-            );
-        }
-        Origin::Local { user, .. } => {
-            let uid = sys::privilege::lookup_user(user)
-                .ok()
-                .flatten()
-                .map(|u| u.uid.to_string())
-                .unwrap_or_default();
-            out.extend_from_slice(
-                format!("Received: by {hostname} (Sluice, from userid {uid})\r\n\tid {}{for_rcpt}; {date}\r\n", m.id)
-                    .as_bytes(),
-            );
-        }
-    }
-    out.extend_from_slice(headers);
-    let local = matches!(m.origin, Origin::Local { .. });
-    if local || always_add {
-        if seen.message_id.is_none() {
-            let mid = format!("<{}.{}@{hostname}>", compact_time(m.arrival), m.id);
-            out.extend_from_slice(format!("Message-Id: {mid}\r\n").as_bytes());
-            msg_info!("{}: message-id={mid}", m.id);
-        }
-        if !seen.date {
-            out.extend_from_slice(format!("Date: {date}\r\n").as_bytes());
-        }
-        if !seen.from {
-            let from = match (&m.origin, env.sender.is_empty()) {
-                (
-                    Origin::Local {
-                        user,
-                        full_name: Some(n),
-                    },
-                    _,
-                ) => format!("{n} <{user}@{origin_domain}>"),
-                (
-                    Origin::Local {
-                        user,
-                        full_name: None,
-                    },
-                    _,
-                ) => format!("{user}@{origin_domain}"),
-                (_, true) => format!("MAILER-DAEMON@{origin_domain}"),
-                (_, false) => env.sender.clone(),
-            };
-            out.extend_from_slice(format!("From: {from}\r\n").as_bytes());
-        }
-    }
-    if let Some(mid) = &seen.message_id {
-        msg_info!("{}: message-id={mid}", m.id);
-    } else if !(local || always_add) {
-        msg_info!("{}: message-id=<>", m.id);
-    }
-    out
-}
-
-fn compact_time(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    format!("{secs}")
 }
 
 fn open_qmgr(cx: &mut Cx<'_>, path: &std::path::Path) -> Result<QmgrLink, String> {
@@ -1116,6 +1103,12 @@ impl Handler<Cleanup> for CleanupServer {
         self.id_headers = headers::IdHeaders::from_config(config);
         self.tenant_from_sasl = config.bool("tenant_from_sasl");
         self.address_mappings = address_mappings(config);
+        match non_smtpd_milters(config, &self.queue_root) {
+            Ok(m) => self.non_smtpd = m,
+            Err(e) => {
+                msg_warn!("{e}; keeping the milters in use");
+            }
+        }
         self.router_timeout = config.time("cleanup_router_timeout");
         self.qmgr_timeout = config.time("cleanup_qmgr_timeout");
         true
@@ -1141,7 +1134,11 @@ impl Handler<Cleanup> for CleanupServer {
         self.send_answers(out);
     }
 
-    fn gone(&mut self, _cx: &mut Cx<'_>, client: ClientId) {
+    fn gone(&mut self, cx: &mut Cx<'_>, client: ClientId) {
+        if let Some(mut m) = self.clients.get_mut(&client).and_then(|c| c.msg.take()) {
+            self.drop_filter(cx, &mut m);
+            m.discard(&self.spool);
+        }
         self.drop_client(client);
     }
 
@@ -1161,6 +1158,8 @@ impl Handler<Cleanup> for CleanupServer {
             .is_some_and(|r| r.link.token() == token)
         {
             self.router_ready(cx);
+        } else if self.filter_owner.contains_key(&token) {
+            self.filter_ready(cx, token);
         }
         self.send_answers(out);
     }
@@ -1171,15 +1170,45 @@ impl Handler<Cleanup> for CleanupServer {
             .values()
             .filter_map(|c| c.msg.as_ref().and_then(|m| m.ended).map(|(_, d)| d));
         let parked = self.parked.iter().map(|p| p.deadline);
+        let filters = self.clients.values().filter_map(|c| {
+            c.msg
+                .as_ref()
+                .and_then(|m| m.filter.as_ref())
+                .and_then(Filter::deadline)
+        });
         let pending = self
             .qmgr
             .iter()
             .flat_map(|l| l.pending.values().map(|p| p.deadline));
-        mapping.chain(parked).chain(pending).min()
+        mapping.chain(parked).chain(pending).chain(filters).min()
     }
 
     fn timeout(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Cleanup>) {
         let now = cx.now;
+        // Milters late with their answers.
+        let late: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| {
+                c.msg
+                    .as_ref()
+                    .and_then(|m| m.filter.as_ref())
+                    .and_then(Filter::deadline)
+                    .is_some_and(|d| d <= now)
+            })
+            .map(|(t, _)| *t)
+            .collect();
+        for client in late {
+            if let Some(f) = self
+                .clients
+                .get_mut(&client)
+                .and_then(|c| c.msg.as_mut())
+                .and_then(|m| m.filter.as_mut())
+            {
+                f.expired(cx.registry, now);
+            }
+            self.filter_moved(cx, client);
+        }
         // Mappings the router did not give in time.
         let late: Vec<(ClientId, QueueId)> = self
             .clients

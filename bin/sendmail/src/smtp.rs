@@ -106,6 +106,10 @@ pub fn run(cfg: &Config) -> i32 {
                         "Error: authentication not enabled",
                     ));
                 }
+                // Not asked here (ask_unknown is off); were it asked, 502.
+                Action::CheckUnknown { .. } => {
+                    let _ = session.decide(smtp_proto::command::CommandError::Unrecognized.reply());
+                }
                 Action::StartTls | Action::Event(_) | Action::AuthCancelled => {}
                 Action::Close => {
                     let _ = stdout.write_all(&session.take_output());

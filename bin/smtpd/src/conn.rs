@@ -145,7 +145,11 @@ pub struct Conn {
     /// The address the client connected to, as a PROXY header gave it.
     server_ip: Option<std::net::IpAddr>,
     /// The session's milters (`smtpd_milters`).
-    milters: Option<crate::milter::Milters>,
+    milters: Option<milter::net::Milters>,
+    /// The session-wide milter macros (j, {daemon_name}, …).
+    milter_base: milter::chain::Macros,
+    /// The HELO name the milters were last told.
+    milter_helo: Option<String>,
     /// What the session waits for from them.
     milter_wait: Option<MilterWait>,
     /// `smtpd_sasl_authenticated_header`.
@@ -216,6 +220,8 @@ impl Conn {
             sasl_login: None,
             auth_failures: 0,
             milters: None,
+            milter_base: Vec::new(),
+            milter_helo: None,
             milter_wait: None,
             sasl_header: s.sasl_header,
         }
@@ -909,6 +915,7 @@ impl Conn {
                 self.auth_mechanism = None;
                 self.sasl_requests.push(SaslRequest::Cancel);
             }
+            Action::CheckUnknown { line } => self.unknown_command(cx, pool, &line),
             Action::Close => {
                 self.last_verb = "QUIT";
                 self.closing = true;

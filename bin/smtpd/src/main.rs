@@ -10,7 +10,6 @@
 
 mod anvil;
 mod conn;
-mod milter;
 mod misconfigured;
 mod pool;
 mod proxy;

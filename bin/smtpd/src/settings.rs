@@ -52,7 +52,7 @@ pub struct Settings {
     /// `smtpd_upstream_proxy_timeout`, when `smtpd_upstream_proxy_protocol = haproxy`.
     pub proxy: Option<Duration>,
     /// `smtpd_milters` and their settings, when there are any.
-    pub milters: Option<Arc<crate::milter::MilterSettings>>,
+    pub milters: Option<Arc<milter::net::Settings>>,
     /// `smtpd_sasl_authenticated_header`.
     pub sasl_header: bool,
 }
@@ -135,6 +135,8 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         bare_newline,
         sasl: cfg.bool("smtpd_sasl_auth_enable"),
         tls_auth_only: cfg.bool("smtpd_tls_auth_only"),
+        // Milters hear commands smtpd does not know, as with Postfix.
+        ask_unknown: !cfg.str("smtpd_milters").trim().is_empty(),
         ..ServerConfig::default()
     };
     let policy = policy::Policy::from_config(cfg).map_err(|e| e.to_string())?;
@@ -158,7 +160,9 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
             .int("smtpd_client_auth_rate_limit")
             .clamp(0, i64::from(u32::MAX)) as u32,
     });
-    let milters = milter_settings(cfg, &queue_root, size_limit)?;
+    let milters =
+        milter::net::Settings::from_config(cfg, "smtpd_milters", &queue_root, size_limit)?
+            .map(Arc::new);
     Ok(Settings {
         proto: Arc::new(proto),
         policy,
@@ -188,63 +192,6 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         milters,
         sasl_header: cfg.bool("smtpd_sasl_authenticated_header"),
     })
-}
-
-/// `smtpd_milters` and the `milter_*` parameters. Host names of `inet:`
-/// milters are looked up here, at start and reload, not per session.
-fn milter_settings(
-    cfg: &Config,
-    queue_root: &std::path::Path,
-    size_limit: u64,
-) -> Result<Option<Arc<crate::milter::MilterSettings>>, String> {
-    use crate::milter::{DefaultAction, MilterSettings, Target};
-    use std::net::ToSocketAddrs;
-    let list = config::parse_milters(&cfg.str("smtpd_milters"))
-        .map_err(|e| format!("smtpd_milters: {e}"))?;
-    if list.is_empty() {
-        return Ok(None);
-    }
-    let mut milters = Vec::new();
-    for m in list {
-        let target = match &m {
-            config::MilterAddr::Unix(p) => Target::Unix(queue_root.join(p)),
-            config::MilterAddr::Inet(host, port) => {
-                let addr = (host.as_str(), *port)
-                    .to_socket_addrs()
-                    .ok()
-                    .and_then(|mut a| a.next())
-                    .ok_or_else(|| format!("smtpd_milters: {m}: cannot resolve {host}"))?;
-                Target::Inet(addr)
-            }
-        };
-        milters.push((m.to_string(), target));
-    }
-    let default_action = match cfg.choice("milter_default_action") {
-        "accept" => DefaultAction::Accept,
-        "reject" => DefaultAction::Reject,
-        "quarantine" => DefaultAction::Quarantine,
-        _ => DefaultAction::Tempfail,
-    };
-    // A milter may add headers and replace the body: bounded by the
-    // message size limit, with room for headers.
-    let edit_limit = if size_limit == 0 {
-        usize::MAX
-    } else {
-        usize::try_from(size_limit)
-            .unwrap_or(usize::MAX)
-            .saturating_add(1 << 20)
-    };
-    Ok(Some(Arc::new(MilterSettings {
-        milters,
-        default_action,
-        protocol: cfg.choice("milter_protocol").parse().unwrap_or(6),
-        connect_timeout: cfg.time("milter_connect_timeout"),
-        command_timeout: cfg.time("milter_command_timeout"),
-        content_timeout: cfg.time("milter_content_timeout"),
-        daemon_name: cfg.str("milter_macro_daemon_name"),
-        myhostname: cfg.str("myhostname"),
-        edit_limit,
-    })))
 }
 
 /// The access tables, compiled at start and on reload, answering the policy.

@@ -95,6 +95,8 @@ pub enum ValueProblem {
     HeaderName(String),
     /// A milter is not `unix:/path` or `inet:host:port`; the text says which.
     Milter(String),
+    /// A milter macro name is neither one character nor `{name}`.
+    Macro(String),
 }
 
 impl ValueProblem {
@@ -113,6 +115,7 @@ impl ValueProblem {
             ValueProblem::Listen(_) => "bad listening address",
             ValueProblem::HeaderName(_) => "bad header name",
             ValueProblem::Milter(_) => "bad milter address",
+            ValueProblem::Macro(_) => "bad macro name",
         }
     }
 
@@ -137,6 +140,9 @@ impl ValueProblem {
             ValueProblem::Milter(what) => format!(
                 " ({what}; use unix:/path/to/socket or inet:host:port, as inet:127.0.0.1:8891)"
             ),
+            ValueProblem::Macro(name) => {
+                format!(" ({name}; use one character or a name in braces, as i or {{client_addr}})")
+            }
         }
     }
 }

@@ -96,6 +96,8 @@ pub enum ParamType {
     HeaderName,
     /// Milters: `unix:/path` or `inet:host:port` items; empty for none.
     MilterList,
+    /// Sendmail macro names: one character or `{name}`; empty for none.
+    MacroList,
 }
 
 impl ParamType {
@@ -119,6 +121,7 @@ impl ParamType {
             ParamType::Listen => "address:port, or empty".into(),
             ParamType::HeaderName => "header name, or empty".into(),
             ParamType::MilterList => "list of unix:/path or inet:host:port".into(),
+            ParamType::MacroList => "list of macro names (j, {name})".into(),
         }
     }
 
@@ -142,8 +145,28 @@ impl ParamType {
             ParamType::Listen => parse_listen(text).map(drop),
             ParamType::HeaderName => parse_header_name(text).map(drop),
             ParamType::MilterList => parse_milters(text).map(drop),
+            ParamType::MacroList => parse_macro_names(text).map(drop),
         }
     }
+}
+
+/// Parses a `milter_*_macros` list: each name one character (`i`, `j`,
+/// `_`) or braced (`{client_addr}`), as Sendmail names its macros.
+pub fn parse_macro_names(text: &str) -> Result<Vec<String>, ValueProblem> {
+    let words = split_list(text)?;
+    for w in &words {
+        let braced = w
+            .strip_prefix('{')
+            .and_then(|r| r.strip_suffix('}'))
+            .is_some_and(|n| {
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            });
+        let single = w.len() == 1 && w.bytes().all(|b| b.is_ascii_graphic());
+        if !(braced || single) {
+            return Err(ValueProblem::Macro(w.clone()));
+        }
+    }
+    Ok(words)
 }
 
 /// Where a milter listens.
@@ -728,6 +751,41 @@ mod tests {
                 && e.contains("tenant_id_header")
                 && e.contains("bad header name"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn milter_macro_names() {
+        for (text, ok) in [
+            ("", true),
+            ("i j _ {client_addr}", true),
+            ("i, {auth_authen}", true),
+            ("{cert_subject} {daemon_name} {daemon_addr} v", true),
+            ("client_addr", false),
+            ("{client addr}", false),
+            ("{}", false),
+            ("{client_addr", false),
+        ] {
+            assert_eq!(parse_macro_names(text).is_ok(), ok, "{text:?}");
+        }
+        let text = "myhostname = h.test\nmilter_mail_macros = i client_addr\n";
+        let e = crate::Config::parse(text, std::path::Path::new("/etc/sluice/main.cf"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("main.cf, line 2")
+                && e.contains("milter_mail_macros")
+                && e.contains("bad macro name")
+                && e.contains("(client_addr; use one character or a name in braces"),
+            "{e}"
+        );
+        // Postfix's defaults are good values.
+        let text = "myhostname = h.test\n";
+        let c =
+            crate::Config::parse(text, std::path::Path::new("/etc/sluice/main.cf"), &[]).unwrap();
+        assert_eq!(
+            c.config.str("milter_helo_macros"),
+            "{tls_version} {cipher} {cipher_bits} {cert_subject} {cert_issuer}"
         );
     }
 

@@ -144,6 +144,38 @@ pub enum Edit {
     },
 }
 
+impl From<milter::Edit> for Edit {
+    /// A milter's change as cleanup takes it: addresses without their
+    /// angle brackets, ESMTP arguments of added recipients dropped.
+    fn from(e: milter::Edit) -> Edit {
+        use milter::Edit as M;
+        /// An address as milters give it, without its angle brackets.
+        fn bare(address: &str) -> String {
+            let a = address.trim();
+            a.strip_prefix('<')
+                .and_then(|a| a.strip_suffix('>'))
+                .unwrap_or(a)
+                .to_string()
+        }
+        match e {
+            M::AddHeader { name, value } => Edit::AddHeader { name, value },
+            M::InsertHeader { index, name, value } => Edit::InsertHeader { index, name, value },
+            M::ChangeHeader { index, name, value } => Edit::ChangeHeader { index, name, value },
+            M::AddRecipient { address, .. } => Edit::AddRecipient {
+                address: bare(&address),
+            },
+            M::DeleteRecipient { address } => Edit::DeleteRecipient {
+                address: bare(&address),
+            },
+            M::ChangeSender { address, .. } => Edit::ChangeSender {
+                address: bare(&address),
+            },
+            M::ReplaceBody(bytes) => Edit::ReplaceBody { bytes },
+            M::Quarantine(reason) => Edit::Hold { reason },
+        }
+    }
+}
+
 /// cleanup's answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {

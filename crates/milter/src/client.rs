@@ -9,6 +9,14 @@
 //! the bytes to write, [`Client::receive`] takes the milter's, and
 //! [`Client::poll_event`] says what was decided.
 //!
+//! Negotiation offers every action and the protocol flags of the version
+//! offered (`milter_protocol`); below 6, or with a milter that answers
+//! with an older version, the flags that version lacks are not honoured
+//! and the events it lacks (DATA below 4, unknown commands below 3) are
+//! never sent, as Postfix's `milter8_connect` does. The macros sent with
+//! each event are those its list names ([`crate::macros`]), or the
+//! milter's own list when it gave one at negotiation.
+//!
 //! The stages a milter declines at negotiation (SMFIP_NO*) are not sent,
 //! those it does not answer (SMFIP_NR_*) are not waited for; both are
 //! decided `Continue` at once, so the caller waits the same way for every
@@ -24,6 +32,7 @@ use std::collections::VecDeque;
 
 use crate::codec::{self, act, cmd, proto, Decoder, Response};
 use crate::content::Part;
+use crate::macros::MacroLists;
 
 /// The stages of a session a milter hears of.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +61,8 @@ pub enum Stage {
     Abort,
     /// The session ends.
     Quit,
+    /// An SMTP command smtpd does not know.
+    Unknown,
 }
 
 impl Stage {
@@ -70,6 +81,7 @@ impl Stage {
             Stage::Eom => cmd::BODYEOB,
             Stage::Abort => cmd::ABORT,
             Stage::Quit => cmd::QUIT,
+            Stage::Unknown => cmd::UNKNOWN,
         }
     }
 
@@ -84,6 +96,7 @@ impl Stage {
             Stage::Header => (proto::NOHDRS, proto::NR_HDR),
             Stage::Eoh => (proto::NOEOH, proto::NR_EOH),
             Stage::Body => (proto::NOBODY, proto::NR_BODY),
+            Stage::Unknown => (proto::NOUNKNOWN, proto::NR_UNKN),
             Stage::Negotiate | Stage::Eom | Stage::Abort | Stage::Quit => (0, 0),
         }
     }
@@ -220,6 +233,10 @@ pub struct Client {
     edit_bytes: usize,
     edit_limit: usize,
     failed: bool,
+    /// The protocol version offered (`milter_protocol`).
+    version: u32,
+    /// The macros sent at each stage (the milter may replace lists).
+    macros: MacroLists,
 }
 
 impl Default for Client {
@@ -230,12 +247,13 @@ impl Default for Client {
 
 impl Client {
     /// A client that starts with option negotiation, offering `version`
-    /// (`milter_protocol`: 2 to 6).
+    /// (`milter_protocol`: 2 to 6) and the protocol flags that version
+    /// defines; every action is offered, as Postfix does.
     pub fn new(version: u32) -> Self {
         let mut neg = Vec::with_capacity(12);
         neg.extend_from_slice(&version.to_be_bytes());
         neg.extend_from_slice(&act::ALL.to_be_bytes());
-        neg.extend_from_slice(&proto::OFFERED.to_be_bytes());
+        neg.extend_from_slice(&proto::of_version(version).to_be_bytes());
         let mut out = Vec::new();
         codec::encode(&mut out, cmd::OPTNEG, &neg);
         Client {
@@ -253,7 +271,15 @@ impl Client {
             edit_bytes: 0,
             edit_limit: usize::MAX,
             failed: false,
+            version,
+            macros: MacroLists::default(),
         }
+    }
+
+    /// The macro lists (`milter_*_macros`); a milter's own at negotiation
+    /// replace them.
+    pub fn set_macros(&mut self, lists: MacroLists) {
+        self.macros = lists;
     }
 
     /// Bounds the edits of one message (headers, body, addresses) in
@@ -335,6 +361,11 @@ impl Client {
     /// The end of the message: its verdict and edits come back.
     pub fn end_of_message(&mut self, macros: &[(&str, String)]) {
         self.push(Stage::Eom, macros, Vec::new(), true);
+    }
+
+    /// An unknown SMTP command, as the client sent it.
+    pub fn unknown(&mut self, macros: &[(&str, String)], command: &str) {
+        self.push(Stage::Unknown, macros, codec::strings([command]), true);
     }
 
     /// The transaction is abandoned: what was queued for it is dropped,
@@ -446,10 +477,11 @@ impl Client {
 
     fn push(&mut self, stage: Stage, macros: &[(&str, String)], data: Vec<u8>, wanted: bool) {
         let mut bytes = Vec::new();
+        let macros = self.macros.select(stage, macros);
         if !macros.is_empty() {
             let mut m = vec![stage.code()];
             for (k, v) in macros {
-                m.extend_from_slice(&codec::strings([*k, v.as_str()]));
+                m.extend_from_slice(&codec::strings([k, v]));
             }
             codec::encode(&mut bytes, cmd::MACRO, &m);
         }
@@ -529,11 +561,32 @@ impl Client {
                 version,
                 actions,
                 protocol,
+                macros,
             } if stage == Stage::Negotiate => {
                 if version < 2 {
                     return Err(format!("protocol version {version} is too old"));
                 }
-                self.negotiated = Some((actions & act::ALL, protocol));
+                if version > self.version {
+                    return Err(format!(
+                        "protocol version {version} conflict with MTA protocol version {}",
+                        self.version
+                    ));
+                }
+                if actions & !act::ALL != 0 {
+                    return Err(format!(
+                        "request mask {actions:#x} conflict with MTA request mask {:#x}",
+                        act::ALL
+                    ));
+                }
+                // As Postfix: flags of a later version than the one spoken
+                // are not honoured, and the events it lacks are never sent.
+                let known = proto::of_version(version);
+                let protocol = (protocol & known) | (proto::NOSEND_MASK & !known);
+                self.negotiated = Some((actions, protocol));
+                for (smfim, list) in macros {
+                    // An unknown stage number is ignored, as Postfix does.
+                    self.macros.set_requested(smfim, &list);
+                }
                 self.awaiting = None;
                 return Ok(());
             }

@@ -31,6 +31,7 @@ pub mod cmd {
     pub const QUIT: u8 = b'Q';
     pub const RCPT: u8 = b'R';
     pub const DATA: u8 = b'T';
+    pub const UNKNOWN: u8 = b'U';
 }
 
 /// Actions a milter may take at end of message (SMFIF_*).
@@ -76,6 +77,23 @@ pub mod proto {
     /// What this client can honour (no RCPT_REJ: rejected recipients
     /// are not shown to milters, as Postfix by default).
     pub const OFFERED: u32 = 0x1fffff & !RCPT_REJ;
+    /// The stages a milter may decline.
+    pub const NOSEND_MASK: u32 =
+        NOCONNECT | NOHELO | NOMAIL | NORCPT | NOBODY | NOHDRS | NOEOH | NOUNKNOWN | NODATA;
+
+    /// The flags defined for a protocol version, as Postfix's
+    /// MILTER8_V*_PROTO_MASK: version 2 knows no unknown-command and no
+    /// DATA event, 3 no DATA event, and only 6 has SKIP, the no-reply
+    /// flags and leading spaces.
+    pub fn of_version(version: u32) -> u32 {
+        let v2 = NOCONNECT | NOHELO | NOMAIL | NORCPT | NOBODY | NOHDRS | NOEOH;
+        match version {
+            0..=2 => v2,
+            3 => v2 | NOUNKNOWN,
+            4 | 5 => v2 | NOUNKNOWN | NODATA,
+            _ => OFFERED,
+        }
+    }
 }
 
 /// Appends one packet to `out`.
@@ -107,6 +125,8 @@ pub enum Response {
         actions: u32,
         /// The stages and replies it leaves out.
         protocol: u32,
+        /// The macro lists it asks for, by SMFIM_* stage number.
+        macros: Vec<(u32, String)>,
     },
     /// `c`: go on.
     Continue,
@@ -207,11 +227,28 @@ fn parse(code: u8, data: &[u8]) -> Result<Response, DecodeError> {
             .ok_or_else(bad)
     };
     Ok(match code {
-        b'O' => Response::Negotiate {
-            version: u32_at(0)?,
-            actions: u32_at(4)?,
-            protocol: u32_at(8)?,
-        },
+        b'O' => {
+            // After the three numbers: (stage number, NUL-ended list)
+            // pairs, when the milter sets its own macro lists.
+            let mut macros = Vec::new();
+            let mut rest = data.get(12..).ok_or_else(bad)?;
+            while !rest.is_empty() {
+                let stage = rest
+                    .get(..4)
+                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+                    .ok_or_else(bad)?;
+                let end = rest[4..].iter().position(|&b| b == 0).ok_or_else(bad)?;
+                let list = String::from_utf8(rest[4..4 + end].to_vec()).map_err(|_| bad())?;
+                macros.push((stage, list));
+                rest = &rest[4 + end + 1..];
+            }
+            Response::Negotiate {
+                version: u32_at(0)?,
+                actions: u32_at(4)?,
+                protocol: u32_at(8)?,
+                macros,
+            }
+        }
         b'c' => Response::Continue,
         b'a' => Response::Accept,
         b'r' => Response::Reject,
@@ -291,6 +328,8 @@ mod tests {
         let mut neg = 6u32.to_be_bytes().to_vec();
         neg.extend_from_slice(&0x1ffu32.to_be_bytes());
         neg.extend_from_slice(&0x80u32.to_be_bytes());
+        let mut neg_lists = neg.clone();
+        neg_lists.extend_from_slice(b"\0\0\0\x02{client_addr} i\0\0\0\0\x05\0");
         let mut ins = 0u32.to_be_bytes().to_vec();
         ins.extend_from_slice(b"DKIM-Signature\0v=1; a=rsa\0");
         let cases: Vec<(Vec<u8>, Response)> = vec![
@@ -300,6 +339,16 @@ mod tests {
                     version: 6,
                     actions: 0x1ff,
                     protocol: 0x80,
+                    macros: vec![],
+                },
+            ),
+            (
+                packet(b'O', &neg_lists),
+                Response::Negotiate {
+                    version: 6,
+                    actions: 0x1ff,
+                    protocol: 0x80,
+                    macros: vec![(2, "{client_addr} i".into()), (5, String::new())],
                 },
             ),
             (packet(b'c', b""), Response::Continue),
@@ -358,6 +407,7 @@ mod tests {
         for (code, data) in [
             (b'Z', &b""[..]),
             (b'O', b"\0\0"),
+            (b'O', b"\0\0\0\x06\0\0\0\0\0\0\0\0\0\0\0\x02no-nul"),
             (b'i', b"\0\0"),
             (b'h', b"only-name"),
             (b'h', b"\xff\xfe\0v\0"),

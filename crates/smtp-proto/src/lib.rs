@@ -48,6 +48,10 @@
 //!                 s.decide(Reply::ok()).unwrap()
 //!             }
 //!             Action::CheckData { .. } => s.decide(Reply::new(354, None, "go")).unwrap(),
+//!             // Only with `ask_unknown`: milters hear unknown commands.
+//!             Action::CheckUnknown { .. } => s
+//!                 .decide(Reply::enhanced(502, EnhancedCode::new(5, 5, 2), "not recognized"))
+//!                 .unwrap(),
 //!             // Stream to cleanup.
 //!             Action::Data(chunk) => message.extend_from_slice(&chunk),
 //!             // Answer 250 only once cleanup says the message is durable.

@@ -39,7 +39,8 @@ use std::sync::Arc;
 
 use crate::address::{Mailbox, Path};
 use crate::command::{
-    parse_command, Body, Command, MailParams, ParseOptions, RcptParams, Verb, COMMANDS,
+    parse_command, Body, Command, CommandError, MailParams, ParseOptions, RcptParams, Verb,
+    COMMANDS,
 };
 use crate::receiver::{
     BareNewline, BdatReceiver, DataReceiver, DataSummary, ReceiverLimits, Refusal,
@@ -115,6 +116,9 @@ pub struct ServerConfig {
     pub sasl: bool,
     /// AUTH only under TLS (`smtpd_tls_auth_only`).
     pub tls_auth_only: bool,
+    /// Ask before answering a command not recognized
+    /// ([`Action::CheckUnknown`]: milters hear it, as with Postfix).
+    pub ask_unknown: bool,
 }
 
 impl Default for ServerConfig {
@@ -142,6 +146,7 @@ impl Default for ServerConfig {
             helo_required: false,
             sasl: false,
             tls_auth_only: true,
+            ask_unknown: false,
         }
     }
 }
@@ -202,6 +207,13 @@ pub enum Action {
     },
     /// Message content, wire format (CRLF, dot-stuffed), in order.
     Data(Vec<u8>),
+    /// Question (with [`ServerConfig::ask_unknown`]): a command line with
+    /// no known verb; answer with the reply to send (502 5.5.2, or a
+    /// temporary refusal in its place).
+    CheckUnknown {
+        /// The line as the client sent it, without CRLF.
+        line: String,
+    },
     /// Question: the content is complete; answer with the final reply (250 only
     /// once the message is durable).
     MessageEnd(DataSummary),
@@ -253,6 +265,7 @@ enum Pending {
     FirstChunk { size: u64, last: bool },
     MessageEnd,
     Auth,
+    Unknown,
 }
 
 /// Protocol states.
@@ -640,6 +653,7 @@ impl Session {
                 self.respond(reply, verb);
             }
             Pending::Auth => self.auth_decided(reply, verb),
+            Pending::Unknown => self.respond(reply, None),
         }
         Ok(())
     }
@@ -773,6 +787,14 @@ impl Session {
                     .and_then(Verb::from_name);
                 if quit_only {
                     self.respond(bad_sequence("Error: send QUIT"), verb);
+                } else if e == CommandError::Unrecognized
+                    && verb.is_none()
+                    && self.config.ask_unknown
+                {
+                    self.flush = true;
+                    let line = String::from_utf8_lossy(line).into_owned();
+                    self.actions.push_back(Action::CheckUnknown { line });
+                    self.state = State::ExpectDecision(Pending::Unknown);
                 } else {
                     self.respond(e.reply(), verb);
                 }

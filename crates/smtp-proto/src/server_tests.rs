@@ -80,6 +80,10 @@ impl Shell {
                 Reply::enhanced(554, EnhancedCode::NOT_AUTHORIZED, "Data refused")
             }
             Action::CheckData { .. } => Reply::new(354, None, "go"),
+            Action::CheckUnknown { line } if line.contains("defer") => {
+                Reply::enhanced(451, EnhancedCode::new(4, 7, 1), "Try again later")
+            }
+            Action::CheckUnknown { .. } => CommandError::Unrecognized.reply(),
             Action::MessageEnd(_) => Reply::enhanced(
                 250,
                 EnhancedCode::OK,
@@ -247,6 +251,27 @@ fn helo_required() {
         b"MAIL FROM:<a@b.com>\r\nHELO x\r\nMAIL FROM:<a@b.com>\r\n",
     );
     assert_eq!(sh.replies(), [220, 503, 250, 250]);
+}
+
+#[test]
+fn unknown_commands_are_asked_about_only_when_configured() {
+    let input = b"EHLO x\r\nXYZZY defer me\r\nXYZZY\r\nMAIL FROM:<a@b.com>\r\n";
+    let sh = dialog(ServerConfig::default(), input);
+    assert_eq!(sh.replies(), [220, 250, 502, 502, 250]);
+    assert!(!sh.actions.iter().any(|a| a.contains("CheckUnknown")));
+    let cfg = ServerConfig {
+        ask_unknown: true,
+        ..ServerConfig::default()
+    };
+    let sh = dialog(cfg, input);
+    assert_eq!(sh.replies(), [220, 250, 451, 502, 250]);
+    assert!(
+        sh.actions
+            .iter()
+            .any(|a| a.contains("CheckUnknown { line: \"XYZZY defer me\" }")),
+        "{:?}",
+        sh.actions
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
-//! A session's side of its milters (`crate::milter`): which SMTP events
-//! they hear with which macros, and what their verdicts make of the
-//! session's replies.
+//! A session's side of its milters (`smtpd_milters`, run by
+//! `milter::net::Milters`, one after another): which SMTP events they
+//! hear with which macros, and what their verdicts make of the session's
+//! replies.
 //!
 //! The milters are asked after smtpd's own checks have passed, as in
 //! Postfix: MAIL FROM and RCPT TO wait for their verdict before the
@@ -9,13 +10,15 @@
 //! cleanup (`Request::Edits`) before `End`, so the 250 covers the
 //! changed message. A refusal at connect or HELO answers the next MAIL
 //! FROM (and every later command the milters hear), as Postfix does.
-//! Macros are Postfix's defaults for each stage; `i` (the queue id) is
-//! known from DATA on, since the queue file is made at DATA here.
+//! Each event carries every macro value known at that point; the
+//! `milter_*_macros` lists (or a milter's own) choose which are sent.
+//! `i` (the queue id) is known from DATA on, since the queue file is made
+//! at DATA here. Milters dropped are logged with the default action taken.
 
-use daemon::{msg_info, Cx};
+use daemon::{msg_info, msg_warn, Cx};
 use ipc::cleanup::{Request, MAX_CHUNK};
 use mail::Recipient;
-use milter::{Stage, Verdict};
+use milter::Verdict;
 use mio::Token;
 use smtp_proto::{EnhancedCode, Reply};
 
@@ -30,9 +33,11 @@ pub(super) enum MilterWait {
     Rcpt(Recipient),
     /// The end of the message's verdict and changes.
     Eom,
+    /// The verdict on a command smtpd does not know.
+    Unknown,
 }
 
-type Macros = Vec<(&'static str, String)>;
+type Macros = milter::chain::Macros;
 
 impl Conn {
     /// Opens the session's milters (when `smtpd_milters` names any) and
@@ -41,22 +46,64 @@ impl Conn {
         let Some(s) = shared.settings.milters.clone() else {
             return Vec::new();
         };
-        let mut m = crate::milter::Milters::open(cx, &s);
         let local = self.local_ip();
+        let tokens: Vec<Token> = s.milters.iter().map(|_| cx.token()).collect();
+        let mut m = milter::net::Milters::open(cx.registry, &tokens, &s, cx.now);
         let macros: Macros = vec![
             ("j", s.myhostname.clone()),
             ("{daemon_name}", s.daemon_name.clone()),
             ("{daemon_addr}", local.to_string()),
             ("v", "Sluice".into()),
-            ("_", format!("[{ip}] [{ip}]", ip = self.peer.ip())),
-            ("{client_addr}", self.peer.ip().to_string()),
-            ("{client_port}", self.peer.port().to_string()),
-            ("{client_name}", "unknown".into()),
         ];
-        m.connect(cx, &macros, self.peer);
+        self.milter_base = macros;
+        let addr = self.peer.ip().to_string();
+        let peer = milter::chain::Peer {
+            name: format!("[{addr}]"),
+            family: if self.peer.is_ipv4() { b'4' } else { b'6' },
+            port: self.peer.port(),
+            addr,
+        };
+        let known = self.milter_macros(Vec::new());
+        m.connect(cx.registry, cx.now, known, peer);
         let tokens = m.tokens();
         self.milters = Some(m);
+        self.log_milter_warnings();
         tokens
+    }
+
+    /// Every macro value known now, with `more` for the stage.
+    fn milter_macros(&self, more: Macros) -> Macros {
+        let ip = self.peer.ip();
+        let mut m = self.milter_base.clone();
+        m.extend([
+            ("_", format!("[{ip}] [{ip}]")),
+            ("{client_addr}", ip.to_string()),
+            ("{client_port}", self.peer.port().to_string()),
+            ("{client_name}", "unknown".to_string()),
+            ("{client_ptr}", "unknown".to_string()),
+        ]);
+        if let Some(info) = self.stream.tls_info() {
+            m.push(("{tls_version}", info.version.to_string()));
+            m.push(("{cipher}", info.cipher.to_string()));
+        }
+        if let Some((mech, user)) = &self.sasl_login {
+            m.push(("{auth_type}", mech.clone()));
+            m.push(("{auth_authen}", user.clone()));
+        }
+        if let Some(q) = &self.txn.queue_id {
+            m.push(("i", q.clone()));
+        }
+        m.extend(more);
+        m
+    }
+
+    /// Logs the milters dropped since the last call.
+    fn log_milter_warnings(&mut self) {
+        if let Some(m) = self.milters.as_mut() {
+            for w in m.take_warnings() {
+                msg_warn!("{w}");
+            }
+        }
     }
 
     /// Whether the milters hold more input than they have taken.
@@ -76,7 +123,11 @@ impl Conn {
 
     /// A milter socket is ready.
     pub fn milter_ready(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, token: Token) {
-        let v = self.milters.as_mut().and_then(|m| m.ready(cx, token));
+        let v = self
+            .milters
+            .as_mut()
+            .and_then(|m| m.ready(cx.registry, cx.now, token));
+        self.log_milter_warnings();
         if let Some(v) = v {
             self.milter_decided(cx, pool, v);
         }
@@ -87,7 +138,11 @@ impl Conn {
         if self.milter_deadline().is_none_or(|d| d > cx.now) {
             return false;
         }
-        let v = self.milters.as_mut().and_then(|m| m.expired(cx));
+        let v = self
+            .milters
+            .as_mut()
+            .and_then(|m| m.expired(cx.registry, cx.now));
+        self.log_milter_warnings();
         if let Some(v) = v {
             self.milter_decided(cx, pool, v);
         }
@@ -108,52 +163,69 @@ impl Conn {
                 .decide(Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"));
             return;
         }
-        let mut helo_macros: Macros = Vec::new();
-        if let Some(info) = self.stream.tls_info() {
-            helo_macros.push(("{tls_version}", info.version.to_string()));
-            helo_macros.push(("{cipher}", info.cipher.to_string()));
-        }
         let helo = self.session.helo_name().unwrap_or("").to_string();
-        let mut macros: Macros = vec![
+        let helo_macros = self.milter_macros(Vec::new());
+        let macros = self.milter_macros(vec![
             ("{mail_addr}", from.to_string()),
             ("{mail_host}", domain(from)),
             (
                 "{mail_mailer}",
                 if from.is_empty() { "local" } else { "smtp" }.into(),
             ),
-        ];
-        if let Some((mech, user)) = &self.sasl_login {
-            macros.push(("{auth_type}", mech.clone()));
-            macros.push(("{auth_authen}", user.clone()));
-        }
-        let sender = format!("<{from}>");
-        let mut args: Vec<&str> = vec![&sender];
-        args.extend(params.iter().map(String::as_str));
+        ]);
+        let mut args = vec![format!("<{from}>")];
+        args.extend(params.iter().cloned());
         self.milter_wait = Some(MilterWait::Mail);
         let m = self.milters.as_mut().expect("checked above");
-        m.helo(&helo_macros, &helo);
-        if let Some(v) = m.ask(cx, Stage::Mail, &macros, &args) {
+        // HELO once per name, just before the MAIL FROM it precedes.
+        if self.milter_helo.as_deref() != Some(helo.as_str()) {
+            m.helo(cx.registry, cx.now, helo_macros, &helo);
+            self.milter_helo = Some(helo);
+        }
+        let v = m.mail(cx.registry, cx.now, macros, args);
+        self.log_milter_warnings();
+        if let Some(v) = v {
             self.milter_decided(cx, pool, v);
         }
     }
 
     /// A recipient passed smtpd's checks: the milters' turn, or 250.
     pub(super) fn recipient_accepted(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, rcpt: Recipient) {
-        let Some(m) = self.milters.as_mut() else {
+        if self.milters.is_none() {
             self.txn.recipients.push(rcpt);
             let _ = self
                 .session
                 .decide(Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"));
             return;
-        };
-        let macros: Macros = vec![
+        }
+        let macros = self.milter_macros(vec![
             ("{rcpt_addr}", rcpt.address.clone()),
             ("{rcpt_host}", domain(&rcpt.address)),
             ("{rcpt_mailer}", "smtp".into()),
-        ];
+        ]);
         let to = format!("<{}>", rcpt.address);
-        let v = m.ask(cx, Stage::Rcpt, &macros, &[&to]);
+        let m = self.milters.as_mut().expect("checked above");
+        let v = m.rcpt(cx.registry, cx.now, macros, vec![to]);
+        self.log_milter_warnings();
         self.milter_wait = Some(MilterWait::Rcpt(rcpt));
+        if let Some(v) = v {
+            self.milter_decided(cx, pool, v);
+        }
+    }
+
+    /// A command smtpd does not know: the milters hear it and a
+    /// temporary refusal of theirs replaces the 502, as Postfix does
+    /// (a permanent one does not: smtpd's own 502 is the more precise).
+    pub(super) fn unknown_command(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, line: &str) {
+        if self.milters.is_none() {
+            let _ = self.session.decide(unrecognized());
+            return;
+        }
+        let macros = self.milter_macros(Vec::new());
+        let m = self.milters.as_mut().expect("checked above");
+        let v = m.unknown(cx.registry, cx.now, macros, line);
+        self.log_milter_warnings();
+        self.milter_wait = Some(MilterWait::Unknown);
         if let Some(v) = v {
             self.milter_decided(cx, pool, v);
         }
@@ -161,28 +233,38 @@ impl Conn {
 
     /// DATA: the milters hear of it (their verdict counts at the end).
     pub(super) fn milter_data(&mut self, cx: &mut Cx<'_>) {
-        let macros = self.queue_id_macro();
-        if let Some(m) = self.milters.as_mut() {
-            m.data(cx, &macros);
+        if self.milters.is_none() {
+            return;
         }
+        let macros = self.milter_macros(Vec::new());
+        if let Some(m) = self.milters.as_mut() {
+            m.data(cx.registry, cx.now, &macros);
+        }
+        self.log_milter_warnings();
     }
 
     /// Content as it streams to cleanup.
     pub(super) fn milter_content(&mut self, cx: &mut Cx<'_>, bytes: &[u8]) {
-        let macros = self.queue_id_macro();
-        if let Some(m) = self.milters.as_mut() {
-            m.content(cx, &macros, bytes);
+        if self.milters.is_none() {
+            return;
         }
+        let macros = self.milter_macros(Vec::new());
+        if let Some(m) = self.milters.as_mut() {
+            m.content(cx.registry, cx.now, &macros, bytes);
+        }
+        self.log_milter_warnings();
     }
 
     /// The end of the content: the milters' verdict first, if any.
     pub(super) fn end_of_message(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
-        let macros = self.queue_id_macro();
-        let Some(m) = self.milters.as_mut() else {
+        if self.milters.is_none() {
             self.send_end(cx, pool);
             return;
-        };
-        let v = m.ask(cx, Stage::Eom, &macros, &[]);
+        }
+        let macros = self.milter_macros(Vec::new());
+        let m = self.milters.as_mut().expect("checked above");
+        let v = m.end_of_message(cx.registry, cx.now, macros);
+        self.log_milter_warnings();
         self.milter_wait = Some(MilterWait::Eom);
         if let Some(v) = v {
             self.milter_decided(cx, pool, v);
@@ -193,19 +275,16 @@ impl Conn {
     pub(super) fn milter_abort(&mut self, cx: &mut Cx<'_>) {
         self.milter_wait = None;
         if let Some(m) = self.milters.as_mut() {
-            m.abort(cx);
+            m.abort(cx.registry, cx.now);
         }
+        self.log_milter_warnings();
     }
 
     /// The session ends.
     pub(super) fn close_milters(&mut self, cx: &mut Cx<'_>) {
         if let Some(m) = self.milters.as_mut() {
-            m.close(cx);
+            m.close(cx.registry);
         }
-    }
-
-    fn queue_id_macro(&self) -> Macros {
-        self.txn.queue_id.iter().map(|q| ("i", q.clone())).collect()
     }
 
     /// The milters' verdict on what the session waits for.
@@ -214,6 +293,13 @@ impl Conn {
             Some(MilterWait::Mail) => self.mail_verdict(v),
             Some(MilterWait::Rcpt(r)) => self.rcpt_verdict(r, v),
             Some(MilterWait::Eom) => self.eom_verdict(cx, pool, v),
+            Some(MilterWait::Unknown) => {
+                let reply = match v {
+                    Verdict::Tempfail(_) => refusal(&v),
+                    _ => unrecognized(),
+                };
+                let _ = self.session.decide(reply);
+            }
             None => {}
         }
     }
@@ -260,11 +346,14 @@ impl Conn {
         let qid = self.txn.queue_id.clone().unwrap_or_default();
         match v {
             Verdict::Continue | Verdict::Accept => {
-                let edits = self
+                let edits: Vec<ipc::cleanup::Edit> = self
                     .milters
                     .as_mut()
                     .map(|m| m.take_edits())
-                    .unwrap_or_default();
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(ipc::cleanup::Edit::from)
+                    .collect();
                 if !edits.is_empty() && !self.send_edits(cx, pool, edits) {
                     return;
                 }
@@ -382,6 +471,11 @@ pub(super) fn mail_args(p: &smtp_proto::command::MailParams) -> Vec<String> {
         v.push("SMTPUTF8".into());
     }
     v
+}
+
+/// smtpd's answer to a command it does not know.
+fn unrecognized() -> Reply {
+    smtp_proto::CommandError::Unrecognized.reply()
 }
 
 /// The domain part of an address (the `{mail_host}` and `{rcpt_host}` macros).

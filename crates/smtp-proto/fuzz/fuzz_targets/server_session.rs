@@ -8,7 +8,7 @@ use smtp_proto::server::{Action, ServerConfig, Session};
 use smtp_proto::{Reply, ReplyParser};
 
 fuzz_target!(|data: &[u8]| {
-    let cfg = Arc::new(ServerConfig { max_command_line: 128, ..ServerConfig::default() });
+    let cfg = Arc::new(ServerConfig { max_command_line: 128, ask_unknown: true, ..ServerConfig::default() });
     let mut s = Session::new(cfg, false);
     let mut buf = data.to_vec();
     let mut out = Vec::new();
@@ -21,6 +21,9 @@ fuzz_target!(|data: &[u8]| {
             match a {
                 Action::CheckSender { .. } | Action::CheckRecipient { .. } | Action::CheckData { .. } | Action::MessageEnd(_) => {
                     s.decide(Reply::ok()).unwrap();
+                }
+                Action::CheckUnknown { .. } => {
+                    s.decide(smtp_proto::CommandError::Unrecognized.reply()).unwrap();
                 }
                 Action::StartTls => {
                     buf.clear();

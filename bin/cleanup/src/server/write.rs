@@ -1,0 +1,284 @@
+//! Writing a message's content to its draft: the header block cleanup
+//! makes (Received:, the missing headers), content held for milters and
+//! written at End with their changes, and the DKIM signature's place.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use daemon::{msg_info, msg_warn};
+use ipc::cleanup::Origin;
+use queue::Spool;
+
+use super::Msg;
+use crate::dkim::Dkim;
+use crate::headers::{self, Fed};
+use crate::milter;
+
+/// What `header_block` needs of the server's settings.
+pub(super) struct HeaderCtx<'a> {
+    pub(super) hostname: &'a str,
+    pub(super) origin_domain: &'a str,
+    pub(super) always_add: bool,
+    pub(super) id_headers: &'a headers::IdHeaders,
+}
+
+/// Writes a held message (see `milter.rs`): its headers as the milters
+/// changed them behind Received:, then its body or their replacement,
+/// signed as the milters left it when DKIM signing applies.
+pub(super) fn write_held(
+    spool: &Spool,
+    dkim: Option<&Dkim>,
+    size_limit: u64,
+    m: &mut Msg,
+    ctx: &HeaderCtx<'_>,
+) {
+    let Some(mut held) = m.held.take() else {
+        return;
+    };
+    let section = held
+        .headers
+        .take()
+        .or_else(|| m.headers.finish())
+        .unwrap_or_default();
+    let section = milter::edit_headers(&section, &held.edits);
+    let head = header_block(
+        m,
+        &section,
+        ctx.hostname,
+        ctx.origin_domain,
+        ctx.always_add,
+        ctx.id_headers,
+    );
+    start_signing(dkim, spool, m, &head);
+    write(spool, m, &head, size_limit);
+    let body = match held.replacement() {
+        Some(b) => milter::wire_body(&b),
+        None => std::mem::take(&mut held.body),
+    };
+    if let Some(s) = m.sign.as_mut() {
+        // As when streamed: the body starts after the empty line.
+        s.body(body.strip_prefix(b"\r\n").unwrap_or(&body));
+    }
+    write(spool, m, &body, size_limit);
+    // Kept for the envelope changes, made after the address mapping.
+    held.body = Vec::new();
+    held.edits
+        .retain(|e| !matches!(e, ipc::cleanup::Edit::ReplaceBody { .. }));
+    m.held = Some(held);
+}
+
+/// Holds content of a message the milters may change, within the size limit.
+pub(super) fn hold_content(m: &mut Msg, bytes: &[u8], size_limit: u64) {
+    let Some(h) = m.held.as_mut() else { return };
+    if m.error.is_some() {
+        return;
+    }
+    let held = h.body.len() + h.headers.as_ref().map_or(0, Vec::len) + bytes.len();
+    if size_limit > 0 && held as u64 > size_limit + 64 * 1024 {
+        m.error = Some((552, "5.3.4", "Message size exceeds fixed limit".into()));
+        return;
+    }
+    match m.headers.feed(bytes) {
+        Fed::Holding => {}
+        Fed::Through => h.body.extend_from_slice(bytes),
+        Fed::Complete { headers, rest } => {
+            h.headers = Some(headers);
+            h.body.extend_from_slice(&rest);
+        }
+    }
+}
+
+/// Appends content to the draft, remembering the first failure.
+pub(super) fn write(spool: &Spool, m: &mut Msg, bytes: &[u8], size_limit: u64) {
+    if m.error.is_some() {
+        return;
+    }
+    let Some(d) = m.draft.as_mut() else { return };
+    if size_limit > 0 && d.len() + bytes.len() as u64 > size_limit + 64 * 1024 {
+        // smtpd enforces the limit on what the client sends; this catches
+        // local submissions, with room for the headers cleanup adds.
+        m.error = Some((552, "5.3.4", "Message size exceeds fixed limit".into()));
+        return;
+    }
+    if let Err(e) = d.append(spool, bytes) {
+        msg_warn!("{}: {e}", m.id);
+        m.error = Some(if e.is_disk_full() {
+            (452, "4.3.1", "Insufficient system storage".into())
+        } else {
+            (451, "4.3.0", "Error: queue file write error".into())
+        });
+    }
+}
+
+/// Starts the message's DKIM signature over its final header block, when
+/// it is to be signed, and reserves the signature's place at the front.
+pub(super) fn start_signing(dkim: Option<&Dkim>, spool: &Spool, m: &mut Msg, head: &[u8]) {
+    let Some(dkim) = dkim else { return };
+    if m.error.is_some() {
+        return;
+    }
+    let time = m
+        .arrival
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let Some(sign) = dkim.start(m.id, &m.origin, &m.envelope, head, time) else {
+        return;
+    };
+    let Some(draft) = m.draft.as_mut() else {
+        return;
+    };
+    if let Err(e) = draft.reserve(spool, sign.len()) {
+        msg_warn!("{}: {e}", m.id);
+        m.error = Some(if e.is_disk_full() {
+            (452, "4.3.1", "Insufficient system storage".into())
+        } else {
+            (451, "4.3.0", "Error: queue file write error".into())
+        });
+        return;
+    }
+    m.sign = Some(sign);
+}
+
+/// Makes the signature and writes it into its reserved place.
+pub(super) fn finish_signing(m: &mut Msg, sign: ::dkim::Signing) {
+    let (s, d) = (sign.key().selector.clone(), sign.key().domain.clone());
+    let field = match sign.finish() {
+        Ok(f) => f,
+        Err(e) => {
+            msg_warn!("{}: DKIM signing (s={s}, d={d}): {e}", m.id);
+            m.error = Some((451, "4.3.0", "Error: DKIM signing failed".into()));
+            return;
+        }
+    };
+    let Some(draft) = m.draft.as_mut() else {
+        return;
+    };
+    match draft.fill(&field) {
+        Ok(()) => msg_info!("{}: DKIM-Signature field added (s={s}, d={d})", m.id),
+        Err(e) => {
+            msg_warn!("{}: {e}", m.id);
+            m.error = Some(if e.is_disk_full() {
+                (452, "4.3.1", "Insufficient system storage".into())
+            } else {
+                (451, "4.3.0", "Error: queue file write error".into())
+            });
+        }
+    }
+}
+
+/// Received: plus the client's headers plus what is missing.
+pub(super) fn header_block(
+    m: &mut Msg,
+    headers: &[u8],
+    hostname: &str,
+    origin_domain: &str,
+    always_add: bool,
+    id_headers: &headers::IdHeaders,
+) -> Vec<u8> {
+    let (headers, ids) = headers::take_ids(headers, id_headers);
+    let headers = &*headers;
+    for (what, v) in [("tenant", &ids.tenant), ("job", &ids.job)] {
+        if let Some(Err(bad)) = v {
+            msg_info!(
+                "{}: ignoring {what} id header value \"{bad}\" (empty, over {} bytes, or with control characters)",
+                m.id,
+                mail::MAX_SHAPING_ID
+            );
+        }
+    }
+    m.ids = ids;
+    let seen = headers::inspect(headers);
+    let date = sys::time::rfc5322_date(m.arrival);
+    let mut out = Vec::with_capacity(headers.len() + 512);
+    let env = &m.envelope;
+    let for_rcpt = match env.recipients.as_slice() {
+        [one] => format!("\r\n\tfor <{}>", one.address),
+        _ => String::new(),
+    };
+    match &m.origin {
+        Origin::Smtp {
+            protocol,
+            authenticated_sender,
+            ..
+        } => {
+            let helo = env.helo.as_deref().unwrap_or("unknown");
+            let name = env.client_name.as_deref().unwrap_or("unknown");
+            let addr = env.client_addr.as_deref().unwrap_or("unknown");
+            let tls = env
+                .tls
+                .as_deref()
+                .map(|t| format!("\r\n\t(using {t})"))
+                .unwrap_or_default();
+            // smtpd_sasl_authenticated_header, in Postfix's words.
+            let auth = authenticated_sender
+                .as_deref()
+                .map(|u| format!("\r\n\t(Authenticated sender: {u})"))
+                .unwrap_or_default();
+            out.extend_from_slice(
+                format!(
+                    "Received: from {helo} ({name} [{addr}]){auth}\r\n\tby {hostname} (Sluice) with {protocol} id {}{tls}{for_rcpt};\r\n\t{date}\r\n",
+                    m.id
+                )
+                .as_bytes(),
+            );
+        }
+        Origin::Local { user, .. } => {
+            let uid = sys::privilege::lookup_user(user)
+                .ok()
+                .flatten()
+                .map(|u| u.uid.to_string())
+                .unwrap_or_default();
+            out.extend_from_slice(
+                format!("Received: by {hostname} (Sluice, from userid {uid})\r\n\tid {}{for_rcpt}; {date}\r\n", m.id)
+                    .as_bytes(),
+            );
+        }
+    }
+    out.extend_from_slice(headers);
+    let local = matches!(m.origin, Origin::Local { .. });
+    if local || always_add {
+        if seen.message_id.is_none() {
+            let mid = format!("<{}.{}@{hostname}>", compact_time(m.arrival), m.id);
+            out.extend_from_slice(format!("Message-Id: {mid}\r\n").as_bytes());
+            msg_info!("{}: message-id={mid}", m.id);
+        }
+        if !seen.date {
+            out.extend_from_slice(format!("Date: {date}\r\n").as_bytes());
+        }
+        if !seen.from {
+            let from = match (&m.origin, env.sender.is_empty()) {
+                (
+                    Origin::Local {
+                        user,
+                        full_name: Some(n),
+                    },
+                    _,
+                ) => format!("{n} <{user}@{origin_domain}>"),
+                (
+                    Origin::Local {
+                        user,
+                        full_name: None,
+                    },
+                    _,
+                ) => format!("{user}@{origin_domain}"),
+                (_, true) => format!("MAILER-DAEMON@{origin_domain}"),
+                (_, false) => env.sender.clone(),
+            };
+            out.extend_from_slice(format!("From: {from}\r\n").as_bytes());
+        }
+    }
+    if let Some(mid) = &seen.message_id {
+        msg_info!("{}: message-id={mid}", m.id);
+    } else if !(local || always_add) {
+        msg_info!("{}: message-id=<>", m.id);
+    }
+    out
+}
+
+pub(super) fn compact_time(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format!("{secs}")
+}
