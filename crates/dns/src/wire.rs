@@ -302,7 +302,11 @@ mod tests {
             &q,
             ResponseCode::NoError,
             vec![
-                ("_mta-sts.example.test", 300, txt(&["v=STSv1; ", "id=20260101;"])),
+                (
+                    "_mta-sts.example.test",
+                    300,
+                    txt(&["v=STSv1; ", "id=20260101;"]),
+                ),
                 ("_mta-sts.example.test", 300, txt(&["other"])),
             ],
             None,

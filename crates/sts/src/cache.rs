@@ -117,7 +117,8 @@ fn decode(s: &str) -> Option<Cached> {
 mod tests {
     use super::*;
 
-    const TEXT: &str = "version: STSv1\r\nmode: testing\r\nmx: *.example.test\r\nmax_age: 86400\r\n";
+    const TEXT: &str =
+        "version: STSv1\r\nmode: testing\r\nmx: *.example.test\r\nmax_age: 86400\r\n";
 
     #[test]
     fn entries_round_trip_and_expire() {
@@ -145,7 +146,11 @@ mod tests {
             assert!(path(dir.path(), d).is_none(), "{d}");
         }
         std::fs::create_dir_all(dir.path().join("sts/policy")).unwrap();
-        std::fs::write(dir.path().join("sts/policy/bad.test"), "id: x\nfetched: 1\n\n<html>").unwrap();
+        std::fs::write(
+            dir.path().join("sts/policy/bad.test"),
+            "id: x\nfetched: 1\n\n<html>",
+        )
+        .unwrap();
         assert!(load(dir.path(), "bad.test").is_none());
     }
 }

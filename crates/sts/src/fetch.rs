@@ -126,7 +126,9 @@ fn fetch_from(
         }
         fe(e.to_string())
     };
-    s.sock.set_write_timeout(Some(left(deadline)?)).map_err(io)?;
+    s.sock
+        .set_write_timeout(Some(left(deadline)?))
+        .map_err(io)?;
     s.write_all(req.as_bytes()).map_err(io)?;
     s.flush().map_err(io)?;
     let mut buf: Vec<u8> = Vec::new();
@@ -175,7 +177,10 @@ fn complete(buf: &[u8], closed: bool) -> Result<Option<String>, String> {
     let mut words = status.splitn(3, ' ');
     let (ver, code) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
     if !ver.starts_with("HTTP/1.") {
-        return Err(format!("not an HTTP response: \"{}\"", status.escape_debug()));
+        return Err(format!(
+            "not an HTTP response: \"{}\"",
+            status.escape_debug()
+        ));
     }
     if code != "200" {
         // RFC 8461 3.3: redirects are not followed; only 200 is a policy.
@@ -196,7 +201,9 @@ fn complete(buf: &[u8], closed: bool) -> Result<Option<String>, String> {
             _ => {}
         }
     }
-    let media = ctype.as_deref().map(|c| c.split(';').next().unwrap_or("").trim());
+    let media = ctype
+        .as_deref()
+        .map(|c| c.split(';').next().unwrap_or("").trim());
     if media != Some("text/plain") {
         return Err(format!(
             "media type {} is not text/plain",
@@ -269,12 +276,18 @@ mod tests {
     fn responses_are_read_as_the_rfc_allows() {
         let ok = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n{P}", P.len());
         assert_eq!(complete(ok.as_bytes(), false).unwrap().as_deref(), Some(P));
-        assert_eq!(complete(&ok.as_bytes()[..ok.len() - 3], false).unwrap(), None);
+        assert_eq!(
+            complete(&ok.as_bytes()[..ok.len() - 3], false).unwrap(),
+            None
+        );
         let chunked = format!(
             "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{P}\r\n0\r\n\r\n",
             P.len()
         );
-        assert_eq!(complete(chunked.as_bytes(), false).unwrap().as_deref(), Some(P));
+        assert_eq!(
+            complete(chunked.as_bytes(), false).unwrap().as_deref(),
+            Some(P)
+        );
         let bare = format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n{P}");
         assert_eq!(complete(bare.as_bytes(), false).unwrap(), None);
         assert_eq!(complete(bare.as_bytes(), true).unwrap().as_deref(), Some(P));

@@ -78,7 +78,10 @@ impl fmt::Display for PolicyError {
             PolicyError::Version => f.write_str("version is missing or not STSv1"),
             PolicyError::Mode => f.write_str("mode is missing or not enforce, testing or none"),
             PolicyError::MaxAge => {
-                write!(f, "max_age is missing, not a number or over {MAX_AGE_LIMIT}")
+                write!(
+                    f,
+                    "max_age is missing, not a number or over {MAX_AGE_LIMIT}"
+                )
             }
             PolicyError::Mx(v) if v.is_empty() => f.write_str("no mx pattern"),
             PolicyError::Mx(v) => write!(f, "bad mx pattern \"{}\"", v.escape_debug()),
@@ -302,18 +305,51 @@ mod tests {
     #[test]
     fn bad_policies_are_refused_with_the_reason() {
         let cases: &[(&str, PolicyError)] = &[
-            ("mode: enforce\nmx: a.test\nmax_age: 1\n", PolicyError::Version),
-            ("version: STSv2\nmode: enforce\nmx: a.test\nmax_age: 1\n", PolicyError::Version),
-            ("version: STSv1\nmode: strict\nmx: a.test\nmax_age: 1\n", PolicyError::Mode),
-            ("version: STSv1\nmode: enforce\nmx: a.test\n", PolicyError::MaxAge),
-            ("version: STSv1\nmode: enforce\nmx: a.test\nmax_age: -1\n", PolicyError::MaxAge),
-            ("version: STSv1\nmode: enforce\nmx: a.test\nmax_age: 31557601\n", PolicyError::MaxAge),
-            ("version: STSv1\nmode: enforce\nmax_age: 86400\n", PolicyError::Mx(String::new())),
-            ("version: STSv1\nmode: testing\nmx: *.test\nmax_age: 1\n", PolicyError::Mx("*.test".into())),
-            ("version: STSv1\nmode: testing\nmx: a..test\nmax_age: 1\n", PolicyError::Mx("a..test".into())),
-            ("version: STSv1\nmode: testing\nmx: a.*.test\nmax_age: 1\n", PolicyError::Mx("a.*.test".into())),
+            (
+                "mode: enforce\nmx: a.test\nmax_age: 1\n",
+                PolicyError::Version,
+            ),
+            (
+                "version: STSv2\nmode: enforce\nmx: a.test\nmax_age: 1\n",
+                PolicyError::Version,
+            ),
+            (
+                "version: STSv1\nmode: strict\nmx: a.test\nmax_age: 1\n",
+                PolicyError::Mode,
+            ),
+            (
+                "version: STSv1\nmode: enforce\nmx: a.test\n",
+                PolicyError::MaxAge,
+            ),
+            (
+                "version: STSv1\nmode: enforce\nmx: a.test\nmax_age: -1\n",
+                PolicyError::MaxAge,
+            ),
+            (
+                "version: STSv1\nmode: enforce\nmx: a.test\nmax_age: 31557601\n",
+                PolicyError::MaxAge,
+            ),
+            (
+                "version: STSv1\nmode: enforce\nmax_age: 86400\n",
+                PolicyError::Mx(String::new()),
+            ),
+            (
+                "version: STSv1\nmode: testing\nmx: *.test\nmax_age: 1\n",
+                PolicyError::Mx("*.test".into()),
+            ),
+            (
+                "version: STSv1\nmode: testing\nmx: a..test\nmax_age: 1\n",
+                PolicyError::Mx("a..test".into()),
+            ),
+            (
+                "version: STSv1\nmode: testing\nmx: a.*.test\nmax_age: 1\n",
+                PolicyError::Mx("a.*.test".into()),
+            ),
             ("version: STSv1\n<html>\n", PolicyError::Syntax { line: 2 }),
-            ("version: STSv1\nmode: enforce\nmx: a\0.test\nmax_age: 1\n", PolicyError::Mx("a\0.test".into())),
+            (
+                "version: STSv1\nmode: enforce\nmx: a\0.test\nmax_age: 1\n",
+                PolicyError::Mx("a\0.test".into()),
+            ),
             ("", PolicyError::Version),
         ];
         for (text, want) in cases {
@@ -323,16 +359,27 @@ mod tests {
 
     #[test]
     fn first_key_wins_unknown_keys_are_ignored_and_none_needs_no_mx() {
-        let p = parse("version: STSv1\nmode: none\nmode: enforce\nmax_age: 10\nfuture: x\n").unwrap();
+        let p =
+            parse("version: STSv1\nmode: none\nmode: enforce\nmax_age: 10\nfuture: x\n").unwrap();
         assert_eq!(p.mode, Mode::None);
         assert!(p.mx.is_empty());
     }
 
     #[test]
     fn sts_records() {
-        assert_eq!(sts_record(["v=STSv1; id=20160831085700Z;"]), Some("20160831085700Z".into()));
-        assert_eq!(sts_record(["v=STSv1;id=abc", "v=spf1 -all"]), Some("abc".into()));
-        assert_eq!(sts_record(["v=STSv1; id=a", "v=STSv1; id=b"]), None, "two records");
+        assert_eq!(
+            sts_record(["v=STSv1; id=20160831085700Z;"]),
+            Some("20160831085700Z".into())
+        );
+        assert_eq!(
+            sts_record(["v=STSv1;id=abc", "v=spf1 -all"]),
+            Some("abc".into())
+        );
+        assert_eq!(
+            sts_record(["v=STSv1; id=a", "v=STSv1; id=b"]),
+            None,
+            "two records"
+        );
         assert_eq!(sts_record(["v=STSv1; id=has-dash"]), None);
         assert_eq!(sts_record(["v=STSv1;"]), None);
         assert_eq!(sts_record(["v=STSv10; id=a"]), None);
@@ -349,7 +396,11 @@ mod tests {
             tlsrpt_rua(["v=TLSRPTv1;rua=mailto:a%2Bb@example.com?subject=x, mailto:c@d.example"]),
             ["a+b@example.com", "c@d.example"]
         );
-        assert!(tlsrpt_rua(["v=TLSRPTv1; rua=mailto:a@b.example", "v=TLSRPTv1; rua=mailto:c@d.example"]).is_empty());
+        assert!(tlsrpt_rua([
+            "v=TLSRPTv1; rua=mailto:a@b.example",
+            "v=TLSRPTv1; rua=mailto:c@d.example"
+        ])
+        .is_empty());
         assert!(tlsrpt_rua(["v=TLSRPTv1; rua=mailto:<x>@b.example"]).is_empty());
         assert!(tlsrpt_rua(["v=STSv1; id=1"]).is_empty());
     }

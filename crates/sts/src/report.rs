@@ -44,7 +44,10 @@ pub enum Outcome {
 const NAMES: [(Outcome, &str); 9] = [
     (Outcome::Success, "success"),
     (Outcome::StarttlsNotSupported, "starttls-not-supported"),
-    (Outcome::CertificateHostMismatch, "certificate-host-mismatch"),
+    (
+        Outcome::CertificateHostMismatch,
+        "certificate-host-mismatch",
+    ),
     (Outcome::CertificateExpired, "certificate-expired"),
     (Outcome::CertificateNotTrusted, "certificate-not-trusted"),
     (Outcome::ValidationFailure, "validation-failure"),
@@ -375,7 +378,9 @@ pub fn message(
         "Content-Type: multipart/report; report-type=\"tlsrpt\";\r\n\tboundary=\"{boundary}\"\r\n\r\n"
     ));
     m.push_str("This is a multipart message in MIME format.\r\n\r\n");
-    m.push_str(&format!("--{boundary}\r\nContent-Type: text/plain; charset=us-ascii\r\n\r\n"));
+    m.push_str(&format!(
+        "--{boundary}\r\nContent-Type: text/plain; charset=us-ascii\r\n\r\n"
+    ));
     m.push_str(&format!(
         "This is an aggregate TLS report from {} for {domain},\r\n{} to {}.\r\n\r\n",
         by.organization,
@@ -425,7 +430,11 @@ mod tests {
             outcome,
             mx_host: host.into(),
             ip: "192.0.2.1".into(),
-            detail: if outcome == Outcome::Success { String::new() } else { "why\there".into() },
+            detail: if outcome == Outcome::Success {
+                String::new()
+            } else {
+                "why\there".into()
+            },
         }
     }
 
@@ -434,10 +443,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         assert_eq!(period_start(root, 100).unwrap(), 100);
-        assert_eq!(period_start(root, 200).unwrap(), 100, "kept across restarts");
+        assert_eq!(
+            period_start(root, 200).unwrap(),
+            100,
+            "kept across restarts"
+        );
         record(root, &ev("a.test", Outcome::Success, "mx.a.test")).unwrap();
-        record(root, &ev("a.test", Outcome::CertificateHostMismatch, "mx.a.test")).unwrap();
-        record(root, &ev("a.test", Outcome::CertificateHostMismatch, "mx.a.test")).unwrap();
+        record(
+            root,
+            &ev("a.test", Outcome::CertificateHostMismatch, "mx.a.test"),
+        )
+        .unwrap();
+        record(
+            root,
+            &ev("a.test", Outcome::CertificateHostMismatch, "mx.a.test"),
+        )
+        .unwrap();
         record(root, &ev("b.test", Outcome::StsPolicyFetchError, "")).unwrap();
         std::fs::OpenOptions::new()
             .append(true)
@@ -451,7 +472,12 @@ mod tests {
         let t = tally(&events(&std::fs::read_to_string(&file).unwrap()));
         let a = &t["a.test"];
         assert_eq!((a.successes, a.failed()), (1, 2));
-        let key = (Outcome::CertificateHostMismatch, "mx.a.test".to_string(), "192.0.2.1".to_string(), "why here".to_string());
+        let key = (
+            Outcome::CertificateHostMismatch,
+            "mx.a.test".to_string(),
+            "192.0.2.1".to_string(),
+            "why here".to_string(),
+        );
         assert_eq!(a.failures[&key], 2);
         assert_eq!((t["b.test"].successes, t["b.test"].failed()), (0, 1));
         assert_eq!(rotate(root, 200, 300).unwrap(), None, "nothing logged");
@@ -476,8 +502,14 @@ mod tests {
             text: text.into(),
             policy: crate::policy::parse(text).unwrap(),
         };
-        let t = tally(&[ev("a.test", Outcome::Success, "x"), ev("a.test", Outcome::StarttlsNotSupported, "mx.a.test")]);
-        let by = Submitter { organization: "out.test".into(), contact: "postmaster@out.test".into() };
+        let t = tally(&[
+            ev("a.test", Outcome::Success, "x"),
+            ev("a.test", Outcome::StarttlsNotSupported, "mx.a.test"),
+        ]);
+        let by = Submitter {
+            organization: "out.test".into(),
+            contact: "postmaster@out.test".into(),
+        };
         let j = json(&by, "a.test", 0, 86_400, &t["a.test"], Some(&c));
         for want in [
             "\"policy-type\":\"sts\"",
@@ -491,7 +523,16 @@ mod tests {
         ] {
             assert!(j.contains(want), "{want} in {j}");
         }
-        let m = String::from_utf8(message(&by, "a.test", 0, 86_400, &["r@a.test".into()], &j, "Thu, 1 Jan 1970 00:00:00 +0000")).unwrap();
+        let m = String::from_utf8(message(
+            &by,
+            "a.test",
+            0,
+            86_400,
+            &["r@a.test".into()],
+            &j,
+            "Thu, 1 Jan 1970 00:00:00 +0000",
+        ))
+        .unwrap();
         assert!(m.contains("report-type=\"tlsrpt\""));
         assert!(m.contains("TLS-Report-Domain: a.test\r\n"));
         assert!(m.lines().all(|l| l.len() <= 998));
