@@ -12,13 +12,17 @@
 //!   does not name it): deferred with 4.7.5, a certificate-host-mismatch;
 //! - try.test (testing, MX mx.try.test, likewise): delivered anyway, the
 //!   mismatch logged and counted;
+//! - plain.test (enforce, MX Postfix's smtp-sink, which offers no
+//!   STARTTLS): deferred, a starttls-not-supported;
 //! - nopolicy.test announces a policy the server does not have (404): a
 //!   sts-policy-fetch-error, and its mail goes as without a policy.
 //!
-//! With `smtp_tls_report_interval = 15s`, the router then sends each
-//! domain's report to the rua of its `_smtp._tls` record; the rua domain
-//! is routed to Postfix's smtp-sink, and the reports' JSON is parsed with
-//! Python's json module.
+//! Then the smtp agents and the router are killed with kill -9 and one
+//! more message goes to good.test: the counts from before and after are
+//! in the same report. With `smtp_tls_report_interval = 30s`, the router
+//! sends each domain's report to the rua of its `_smtp._tls` record; the
+//! rua domain is routed to another smtp-sink, and the reports' JSON is
+//! parsed with Python's json module.
 
 use std::io::BufRead;
 use std::path::Path;
@@ -88,7 +92,7 @@ fn make_pki(dir: &Path) {
     );
     std::fs::write(
         dir.join("ext.cnf"),
-        "subjectAltName=DNS:mx.sts.test,DNS:mta-sts.good.test,DNS:mta-sts.bad.test,DNS:mta-sts.try.test,DNS:mta-sts.nopolicy.test\n\
+        "subjectAltName=DNS:mx.sts.test,DNS:mta-sts.good.test,DNS:mta-sts.bad.test,DNS:mta-sts.try.test,DNS:mta-sts.nopolicy.test,DNS:mta-sts.plain.test\n\
          extendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
     )
     .unwrap();
@@ -170,6 +174,11 @@ fn policies_are_enforced_tested_and_reported() {
         policy("testing", "mx.try.test"),
     )
     .unwrap();
+    std::fs::write(
+        pol.join("mta-sts.plain.test.txt"),
+        policy("enforce", "mx.plain.test"),
+    )
+    .unwrap();
     let _https = https_server(dir.path());
 
     // The receiver: STARTTLS with the mx.sts.test certificate.
@@ -187,18 +196,23 @@ fn policies_are_enforced_tested_and_reported() {
     // Where the reports go.
     let sink_port = free_port();
     let sink = smtp_sink(&format!("127.0.0.1:{sink_port}"), &[]);
+    // An MX without STARTTLS.
+    let plain_port = free_port();
+    let plain = smtp_sink(&format!("127.0.0.1:{plain_port}"), &[]);
 
     let mut records = vec![
         "--host-record=mx.sts.test,127.0.0.1".to_string(),
         "--host-record=mx.bad.test,127.0.0.1".to_string(),
         "--host-record=mx.try.test,127.0.0.1".to_string(),
         "--host-record=mx.nopolicy.test,127.0.0.1".to_string(),
+        "--host-record=mx.plain.test,127.0.0.1".to_string(),
+        "--mx-host=plain.test,mx.plain.test,10".to_string(),
         "--mx-host=good.test,mx.sts.test,10".to_string(),
         "--mx-host=bad.test,mx.bad.test,10".to_string(),
         "--mx-host=try.test,mx.try.test,10".to_string(),
         "--mx-host=nopolicy.test,mx.nopolicy.test,10".to_string(),
     ];
-    for d in ["good", "bad", "try", "nopolicy"] {
+    for d in ["good", "bad", "try", "nopolicy", "plain"] {
         records.push(format!("--host-record=mta-sts.{d}.test,127.0.0.1"));
         records.push(format!(
             "--txt-record=_mta-sts.{d}.test,v=STSv1; id=2026{d};"
@@ -218,17 +232,18 @@ fn policies_are_enforced_tested_and_reported() {
     let main = format!(
         "myhostname = out.test.example\nsmtpd_reject_unlisted_recipient = no\ndns_servers = {dns}\n\
          inet_protocols = ipv4\nminimal_backoff_time = 5s\nmaximal_backoff_time = 10s\n\
-         smtp_mta_sts = yes\nsmtp_tls_CAfile = {ca}\nsmtp_tls_report_interval = 15s\n\
+         smtp_mta_sts = yes\nsmtp_tls_CAfile = {ca}\nsmtp_tls_report_interval = 30s\n\
          smtp_tls_report_organization = sluice-test\n\
          transport_maps = inline:{{ good.test = smtp:good.test:{port}, bad.test = smtp:bad.test:{port}, \
          try.test = smtp:try.test:{port}, nopolicy.test = smtp:nopolicy.test:{port}, \
+         plain.test = smtp:plain.test:{plain_port}, \
          reports.test = smtp:[127.0.0.1]:{sink_port} }}\n",
         ca = dir.path().join("ca.pem").display(),
     );
     let mut inst = Instance::new(&cf, &main);
     inst.start();
     inst.wait_port(smtpd);
-    for to in ["a@good.test", "b@bad.test", "c@try.test", "d@nopolicy.test"] {
+    let send = |to: &str| {
         let (code, out) = sluice_suite::swaks(&[
             "--server",
             &format!("127.0.0.1:{smtpd}"),
@@ -238,6 +253,15 @@ fn policies_are_enforced_tested_and_reported() {
             to,
         ]);
         assert_eq!(code, 0, "{out}");
+    };
+    for to in [
+        "a@good.test",
+        "b@bad.test",
+        "c@try.test",
+        "d@nopolicy.test",
+        "e@plain.test",
+    ] {
+        send(to);
     }
 
     // enforce, matching certificate: sent over verified TLS.
@@ -275,6 +299,13 @@ fn policies_are_enforced_tested_and_reported() {
         "mta-sts: good.test: policy id 2026good, mode enforce, max_age 86400, mx mx.sts.test",
     );
     assert!(inst.root().join("spool/sts/policy/try.test").is_file());
+    // enforce, no STARTTLS: deferred, nothing sent.
+    let p = inst.wait_log(30, "to=<e@plain.test>");
+    assert!(
+        p.contains("status=deferred") && p.contains("TLS is required, but was not offered"),
+        "{p}"
+    );
+    assert_eq!(dumped(&plain), 0);
     let queued = receiver.queue_json();
     assert_eq!(
         queued.len(),
@@ -282,12 +313,29 @@ fn policies_are_enforced_tested_and_reported() {
         "good, try and nopolicy arrived: {queued:?}"
     );
 
-    // The reports: one per domain, each with its counts.
-    for d in ["good", "bad", "try", "nopolicy"] {
-        inst.wait_log(60, &format!("tlsrpt: {d}.test: report "));
+    // The counts are on disk, not in the processes that made them.
+    let mut killed = inst.pids("smtp");
+    killed.extend(inst.pids("router"));
+    assert!(!killed.is_empty());
+    for pid in &killed {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
     }
-    wait_for(60, "four reports at the sink", || {
-        (dumped(&sink) >= 4).then_some(())
+    wait_for(10, "the killed processes gone", || {
+        killed
+            .iter()
+            .all(|p| !sluice_suite::running(*p))
+            .then_some(())
+    });
+    send("f@good.test");
+    let again = inst.wait_log(30, "to=<f@good.test>");
+    assert!(again.contains("status=sent"), "{again}");
+
+    // The reports: one per domain, each with its counts.
+    for d in ["good", "bad", "try", "nopolicy", "plain"] {
+        inst.wait_log(90, &format!("tlsrpt: {d}.test: report "));
+    }
+    wait_for(60, "five reports at the sink", || {
+        (dumped(&sink) >= 5).then_some(())
     });
     let files: Vec<String> = std::fs::read_dir(sink.dir.path())
         .unwrap()
@@ -320,7 +368,8 @@ fn policies_are_enforced_tested_and_reported() {
     assert_eq!(field(&g, "header"), "good.test");
     assert_eq!(field(&g, "type"), "sts");
     assert_eq!(field(&g, "mx"), "mx.sts.test");
-    assert_eq!((num(&g, "ok"), num(&g, "failed")), (1, 0), "{g}");
+    // Before and after the kill -9.
+    assert_eq!((num(&g, "ok"), num(&g, "failed")), (2, 0), "{g}");
     assert_eq!(field(&g, "org"), "sluice-test", "{g}");
 
     let b = line("bad.test");
@@ -339,5 +388,10 @@ fn policies_are_enforced_tested_and_reported() {
     assert_eq!(num(&n, "ok"), 0, "{n}");
     assert!(num(&n, "failed") >= 1, "{n}");
     assert_eq!(field(&n, "results"), "sts-policy-fetch-error", "{n}");
+
+    let p = line("plain.test");
+    assert_eq!(num(&p, "ok"), 0, "{p}");
+    assert!(num(&p, "failed") >= 1, "{p}");
+    assert_eq!(field(&p, "results"), "starttls-not-supported", "{p}");
     inst.stop();
 }
