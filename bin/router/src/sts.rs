@@ -125,18 +125,9 @@ impl Sts {
         }
     }
 
-    /// The domain whose policy applies to `nexthop`, if one may: a domain
-    /// (with or without `:port`), not a `[host]` or a socket.
+    /// The domain whose policy applies to `nexthop`, if one may.
     pub fn domain_of(&self, nexthop: &str) -> Option<String> {
-        if !self.enabled || nexthop.starts_with('[') || nexthop.contains('/') {
-            return None;
-        }
-        let d = match nexthop.rsplit_once(':') {
-            Some((d, p)) if p.parse::<u16>().is_ok() => d,
-            _ => nexthop,
-        };
-        let d = d.trim_end_matches('.').to_ascii_lowercase();
-        (d.contains('.') && !d.contains(':')).then_some(d)
+        policy_domain(nexthop).filter(|_| self.enabled)
     }
 
     /// Starts the record lookup for `w`.
@@ -261,6 +252,21 @@ impl Sts {
     }
 }
 
+/// The domain of a next hop that MTA-STS applies to: a domain (with or
+/// without `:port`), not a `[host]` relay, an address or a socket.
+fn policy_domain(nexthop: &str) -> Option<String> {
+    if nexthop.starts_with('[') || nexthop.contains('/') {
+        return None;
+    }
+    let d = match nexthop.rsplit_once(':') {
+        Some((d, p)) if p.parse::<u16>().is_ok() => d,
+        _ => nexthop,
+    };
+    let d = d.trim_end_matches('.').to_ascii_lowercase();
+    let ip = d.parse::<std::net::IpAddr>().is_ok();
+    (d.contains('.') && !d.contains(':') && !ip).then_some(d)
+}
+
 /// Resolves `mta-sts.<domain>` and fetches and parses its policy.
 fn fetch_policy(
     domain: &str,
@@ -328,4 +334,95 @@ pub fn apply(resp: Response, domain: &str, policy: Option<&Cached>) -> Response 
         hosts: keep,
         ..list
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipc::router::Host;
+
+    #[test]
+    fn policies_apply_to_domains_only() {
+        let cases = [
+            ("example.com", Some("example.com")),
+            ("Example.COM.", Some("example.com")),
+            ("example.com:2525", Some("example.com")),
+            ("[mx.example.com]:25", None),
+            ("[mx.example.com]", None),
+            ("192.0.2.1", None),
+            ("unix:private/lmtp", None),
+            ("localhost", None),
+        ];
+        for (nexthop, want) in cases {
+            assert_eq!(policy_domain(nexthop).as_deref(), want, "{nexthop}");
+        }
+    }
+
+    fn host(name: &str) -> Host {
+        Host {
+            name: name.into(),
+            preference: 10,
+            port: 0,
+            addrs: vec!["192.0.2.1".parse().unwrap()],
+            error: None,
+        }
+    }
+
+    fn cached(mode: &str) -> Cached {
+        let text = format!("version: STSv1\nmode: {mode}\nmx: *.example.com\nmax_age: 600\n");
+        Cached {
+            id: "1".into(),
+            fetched: 0,
+            policy: sts::policy::parse(&text).unwrap(),
+            text,
+        }
+    }
+
+    fn list(names: &[&str]) -> Response {
+        Response::Hosts(HostList {
+            nexthop: "example.com".into(),
+            from_mx: true,
+            hosts: names.iter().map(|n| host(n)).collect(),
+            ttl: 60,
+            authentic: false,
+        })
+    }
+
+    #[test]
+    fn enforce_keeps_matching_hosts_and_defers_without_any() {
+        let both = list(&["mx1.example.com", "mx.attacker.test"]);
+        let names = |r: &Response| match r {
+            Response::Hosts(l) => l.hosts.iter().map(|h| h.name.clone()).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        let r = apply(both.clone(), "example.com", Some(&cached("enforce")));
+        assert_eq!(names(&r), ["mx1.example.com"]);
+        for mode in ["testing", "none"] {
+            let r = apply(both.clone(), "example.com", Some(&cached(mode)));
+            assert_eq!(r, both, "{mode} changes nothing");
+        }
+        assert_eq!(apply(both.clone(), "example.com", None), both);
+        match apply(
+            list(&["mx.attacker.test"]),
+            "example.com",
+            Some(&cached("enforce")),
+        ) {
+            Response::Failed { temporary, text } => {
+                assert!(temporary);
+                assert!(
+                    text.starts_with("4.7.0 MTA-STS policy of example.com: no MX host matches"),
+                    "{text}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let failed = Response::Failed {
+            temporary: true,
+            text: "4.4.3 DNS lookup timed out".into(),
+        };
+        assert_eq!(
+            apply(failed.clone(), "example.com", Some(&cached("enforce"))),
+            failed
+        );
+    }
 }

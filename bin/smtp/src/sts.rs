@@ -184,3 +184,91 @@ impl Check {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root_with(mode: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let text =
+            format!("version: STSv1\r\nmode: {mode}\r\nmx: mx.example.com\r\nmax_age: 86400\r\n");
+        let c = Cached {
+            id: "1".into(),
+            fetched: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+            policy: sts::policy::parse(&text).unwrap(),
+            text,
+        };
+        sts::cache::store(dir.path(), "example.com", &c).unwrap();
+        dir
+    }
+
+    fn events(root: &std::path::Path) -> Vec<Event> {
+        sts::report::events(
+            &std::fs::read_to_string(root.join("tlsrpt/events")).unwrap_or_default(),
+        )
+    }
+
+    #[test]
+    fn enforce_requires_tls_and_the_listed_host() {
+        let dir = root_with("enforce");
+        assert!(Check::for_open(dir.path(), "mx.example.com", "[mx.example.com]:25").is_none());
+        assert!(Check::for_open(dir.path(), "mx.example.org", "example.org").is_none());
+        let mut c = Check::for_open(dir.path(), "mx.example.com", "example.com:25").unwrap();
+        assert_eq!(c.client_tls(ClientTls::Disabled), ClientTls::Required);
+        assert_eq!(c.host_refused(), None);
+        // No anchors: the certificate cannot be trusted, the mail waits.
+        let why = c
+            .certificate(&[], None, Some("192.0.2.1:25".parse().unwrap()))
+            .unwrap();
+        assert!(
+            why.starts_with("MTA-STS policy of example.com: server certificate not trusted"),
+            "{why}"
+        );
+        let mut other = Check::for_open(dir.path(), "mx.attacker.test", "example.com").unwrap();
+        let why = other.host_refused().unwrap();
+        assert!(
+            why.contains("MX host mx.attacker.test does not match mx: mx.example.com"),
+            "{why}"
+        );
+        let ev = events(dir.path());
+        assert_eq!(ev.len(), 2, "{ev:?}");
+        assert_eq!(
+            (ev[0].outcome, ev[0].ip.as_str()),
+            (Outcome::CertificateNotTrusted, "192.0.2.1")
+        );
+        assert_eq!(ev[1].outcome, Outcome::ValidationFailure);
+    }
+
+    #[test]
+    fn testing_tries_tls_delivers_and_logs_once() {
+        let dir = root_with("testing");
+        let mut c = Check::for_open(dir.path(), "mx.example.com", "example.com").unwrap();
+        assert_eq!(c.client_tls(ClientTls::Disabled), ClientTls::Opportunistic);
+        assert_eq!(c.client_tls(ClientTls::Required), ClientTls::Required);
+        assert_eq!(
+            c.certificate(&[], None, None),
+            None,
+            "testing never refuses"
+        );
+        c.opened(true, None);
+        c.opened(true, None);
+        let mut plain = Check::for_open(dir.path(), "mx.example.com", "example.com").unwrap();
+        plain.opened(false, None);
+        let ev = events(dir.path());
+        let outcomes: Vec<Outcome> = ev.iter().map(|e| e.outcome).collect();
+        assert_eq!(
+            outcomes,
+            [
+                Outcome::CertificateNotTrusted,
+                Outcome::StarttlsNotSupported
+            ]
+        );
+        assert!(
+            Check::for_open(root_with("none").path(), "mx.example.com", "example.com").is_none()
+        );
+    }
+}
