@@ -176,12 +176,13 @@ fn make_queue_dirs(queue: &Path, owner: Option<&sys::privilege::Identity>) -> Re
     mk(&queue.join("pid"), 0o755)?;
     mk(&queue.join("private"), 0o700)?;
     mk(&queue.join("public"), 0o755)?;
-    // The spool proper: only mail_owner's daemons read and write it.
-    for d in ["msg", "journal", "pool"] {
+    // The spool proper: only mail_owner's daemons read and write it
+    // (sts: router's cache of MTA-STS policies; tlsrpt: the TLS report log).
+    for d in ["msg", "journal", "pool", "sts", "tlsrpt"] {
         mk(&queue.join(d), 0o700)?;
     }
     if let Some(o) = owner {
-        for d in ["private", "public", "msg", "journal", "pool"] {
+        for d in ["private", "public", "msg", "journal", "pool", "sts", "tlsrpt"] {
             let p = queue.join(d);
             std::os::unix::fs::chown(&p, Some(o.uid), Some(o.gid))
                 .map_err(|e| format!("chown {}: {e}", p.display()))?;
