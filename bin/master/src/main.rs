@@ -182,7 +182,9 @@ fn make_queue_dirs(queue: &Path, owner: Option<&sys::privilege::Identity>) -> Re
         mk(&queue.join(d), 0o700)?;
     }
     if let Some(o) = owner {
-        for d in ["private", "public", "msg", "journal", "pool", "sts", "tlsrpt"] {
+        for d in [
+            "private", "public", "msg", "journal", "pool", "sts", "tlsrpt",
+        ] {
             let p = queue.join(d);
             std::os::unix::fs::chown(&p, Some(o.uid), Some(o.gid))
                 .map_err(|e| format!("chown {}: {e}", p.display()))?;
