@@ -178,12 +178,14 @@ fn make_queue_dirs(queue: &Path, owner: Option<&sys::privilege::Identity>) -> Re
     mk(&queue.join("public"), 0o755)?;
     // The spool proper: only mail_owner's daemons read and write it.
     // state/: the daemons' small files (saved shaping holds, transferd's
-    // ledger), mail_owner's like the spool.
-    for d in ["msg", "journal", "pool", "state"] {
+    // ledger); sts/: router's cache of MTA-STS policies; tlsrpt/: the TLS
+    // report log.
+    let spool = ["msg", "journal", "pool", "state", "sts", "tlsrpt"];
+    for d in spool {
         mk(&queue.join(d), 0o700)?;
     }
     if let Some(o) = owner {
-        for d in ["private", "public", "msg", "journal", "pool", "state"] {
+        for d in spool.iter().chain(&["private", "public"]) {
             let p = queue.join(d);
             std::os::unix::fs::chown(&p, Some(o.uid), Some(o.gid))
                 .map_err(|e| format!("chown {}: {e}", p.display()))?;

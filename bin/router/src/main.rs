@@ -13,6 +13,8 @@
 
 mod convert;
 mod server;
+mod sts;
+mod tlsrpt;
 
 use daemon::msg_warn;
 
@@ -47,6 +49,10 @@ fn main() {
                     dns,
                     ctx.config_dir.clone(),
                     ctx.args.overrides.clone(),
+                )
+                .with_sts(
+                    sts::Sts::new(&ctx.config),
+                    tlsrpt::Reports::new(&ctx.config),
                 ),
             ))
         },

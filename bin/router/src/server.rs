@@ -35,6 +35,9 @@ type NativeDone = (
     Result<Vec<std::net::IpAddr>, dns::DnsError>,
 );
 
+/// A domain and its MTA-STS policy, for the hosts answer.
+type Policy = (String, Option<Arc<sts::Cached>>);
+
 /// The router daemon's state.
 pub struct RouterServer {
     router: route::Router,
@@ -43,8 +46,11 @@ pub struct RouterServer {
     native_tx: Sender<NativeDone>,
     native_rx: Receiver<NativeDone>,
     waker: Option<(Arc<mio::Waker>, Token)>,
-    /// DNS jobs and who waits for each.
-    jobs: HashMap<JobId, (ClientId, u64)>,
+    /// DNS jobs and who waits for each, with the MTA-STS policy of the
+    /// next hop's domain when one applies.
+    jobs: HashMap<JobId, (ClientId, u64, Option<Policy>)>,
+    sts: Option<crate::sts::Sts>,
+    reports: Option<crate::tlsrpt::Reports>,
     config_dir: PathBuf,
     overrides: Vec<(String, String)>,
 }
@@ -67,8 +73,68 @@ impl RouterServer {
             native_rx,
             waker: None,
             jobs: HashMap::new(),
+            sts: None,
+            reports: None,
             config_dir,
             overrides,
+        }
+    }
+
+    /// With MTA-STS and TLS reports (`crate::sts`, `crate::tlsrpt`).
+    pub fn with_sts(
+        mut self,
+        sts: crate::sts::Sts,
+        reports: Option<crate::tlsrpt::Reports>,
+    ) -> RouterServer {
+        self.sts = sts.enabled.then_some(sts);
+        self.reports = reports;
+        self
+    }
+
+    /// The waker of helper threads (system resolver, policy fetches),
+    /// made on first use.
+    fn waker(&mut self, cx: &mut Cx<'_>) -> Option<Arc<mio::Waker>> {
+        if self.waker.is_none() {
+            let t = cx.token();
+            match mio::Waker::new(cx.registry, t) {
+                Ok(w) => self.waker = Some((Arc::new(w), t)),
+                Err(e) => msg_warn!("cannot make a waker: {e}"),
+            }
+        }
+        self.waker.as_ref().map(|(w, _)| w.clone())
+    }
+
+    /// Starts the hosts lookup of a request, with the policy it got.
+    fn start_hosts(
+        &mut self,
+        cx: &mut Cx<'_>,
+        client: ClientId,
+        id: u64,
+        nexthop: &str,
+        policy: Option<Policy>,
+    ) {
+        let job = self.dns.hosts(nexthop, cx.now);
+        self.jobs.insert(job, (client, id, policy));
+    }
+
+    /// Hands single lookups that ended to MTA-STS, and fetches that ended.
+    fn sts_progress(&mut self, cx: &mut Cx<'_>) {
+        let Some(mut sts) = self.sts.take() else {
+            return;
+        };
+        let waker = self.waker(cx);
+        let mut go = Vec::new();
+        while let Some((q, r)) = self.dns.poll_lookup() {
+            if let Some(crate::sts::Next::Hosts(w, p)) = sts.lookup_done(q, r, waker.clone()) {
+                go.push((w, p));
+            }
+        }
+        while let Ok(f) = sts.rx.try_recv() {
+            go.extend(sts.fetched(f));
+        }
+        self.sts = Some(sts);
+        for (w, p) in go {
+            self.start_hosts(cx, w.client, w.id, &w.nexthop, Some((w.domain, p)));
         }
     }
 
@@ -80,13 +146,23 @@ impl RouterServer {
         while let Some(req) = self.dns.poll_native() {
             self.native_lookup(cx, req);
         }
+        self.sts_progress(cx);
+        // Hosts jobs just started may have been answered from the cache.
+        let (registry, now) = (cx.registry, cx.now);
+        self.transport
+            .flush(&mut self.dns, registry, &mut || cx.token(), now);
         self.answer_jobs(out);
     }
 
     fn answer_jobs(&mut self, out: &mut Out<'_>) {
         while let Some((job, r)) = self.dns.poll_event() {
-            if let Some((client, id)) = self.jobs.remove(&job) {
-                out.send(client, id, &convert::hosts(r));
+            if let Some((client, id, policy)) = self.jobs.remove(&job) {
+                let r = convert::hosts(r);
+                let r = match &policy {
+                    Some((domain, p)) => crate::sts::apply(r, domain, p.as_deref()),
+                    None => r,
+                };
+                out.send(client, id, &r);
             }
         }
     }
@@ -94,20 +170,9 @@ impl RouterServer {
     /// smtp_host_lookup = native: getaddrinfo in a thread, so the loop
     /// never waits for it; the answer comes back through a channel and a waker.
     fn native_lookup(&mut self, cx: &mut Cx<'_>, req: dns::NativeRequest) {
-        if self.waker.is_none() {
-            let t = cx.token();
-            match mio::Waker::new(cx.registry, t) {
-                Ok(w) => self.waker = Some((Arc::new(w), t)),
-                Err(e) => {
-                    let r = Err(dns::DnsError::ServFail(format!(
-                        "cannot start a lookup: {e}"
-                    )));
-                    self.dns.native_done(&req, r, cx.now);
-                    return;
-                }
-            }
-        }
-        let Some((waker, _)) = self.waker.clone() else {
+        let Some(waker) = self.waker(cx) else {
+            let r = Err(dns::DnsError::ServFail("cannot start a lookup".into()));
+            self.dns.native_done(&req, r, cx.now);
             return;
         };
         let tx = self.native_tx.clone();
@@ -188,8 +253,25 @@ impl Handler<Proto> for RouterServer {
                     Some(hp) => lmtp_inet_nexthop(hp),
                     None => nexthop,
                 };
-                let job = self.dns.hosts(&nexthop, cx.now);
-                self.jobs.insert(job, (from, id));
+                let domain = self.sts.as_ref().and_then(|s| s.domain_of(&nexthop));
+                if let Some(domain) = domain {
+                    let waker = self.waker(cx);
+                    let w = crate::sts::Waiting {
+                        client: from,
+                        id,
+                        nexthop,
+                        domain,
+                    };
+                    if let Some(sts) = self.sts.as_mut() {
+                        if let crate::sts::Next::Hosts(w, p) =
+                            sts.begin(&mut self.dns, w, cx.now, waker)
+                        {
+                            self.start_hosts(cx, w.client, w.id, &w.nexthop, Some((w.domain, p)));
+                        }
+                    }
+                } else {
+                    self.start_hosts(cx, from, id, &nexthop, None);
+                }
                 self.pump(cx, out);
             }
             Request::Reload => {
@@ -217,7 +299,7 @@ impl Handler<Proto> for RouterServer {
 
     fn gone(&mut self, _cx: &mut Cx<'_>, client: ClientId) {
         // Jobs for it run on (their answers fill the cache) but answer nobody.
-        self.jobs.retain(|_, (c, _)| *c != client);
+        self.jobs.retain(|_, (c, _, _)| *c != client);
     }
 
     fn ready(
@@ -232,7 +314,7 @@ impl Handler<Proto> for RouterServer {
             while let Ok((req, r)) = self.native_rx.try_recv() {
                 self.dns.native_done(&req, r, cx.now);
             }
-            self.answer_jobs(out);
+            self.pump(cx, out);
             return;
         }
         if self
@@ -244,6 +326,11 @@ impl Handler<Proto> for RouterServer {
     }
 
     fn timeout(&mut self, cx: &mut Cx<'_>, out: &mut Out<'_>) {
+        if let Some(r) = self.reports.as_mut() {
+            if r.deadline(cx.now) <= cx.now {
+                r.tick();
+            }
+        }
         self.dns.resolver.handle_timeout(cx.now);
         self.transport.expire(&mut self.dns, cx.registry, cx.now);
         self.dns.poll(cx.now);
@@ -251,9 +338,11 @@ impl Handler<Proto> for RouterServer {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
+        let now = Instant::now();
         [
             self.dns.resolver.poll_timeout(),
             self.transport.next_deadline(),
+            self.reports.as_ref().map(|r| r.deadline(now)),
         ]
         .into_iter()
         .flatten()

@@ -122,6 +122,8 @@ pub struct SmtpConn {
     done: bool,
     stage: &'static str,
     again: bool,
+    /// The MTA-STS policy of the next hop's domain, when it has one.
+    sts: Option<crate::sts::Check>,
 }
 
 const INBUF: usize = 64 * 1024;
@@ -151,7 +153,13 @@ impl SmtpConn {
         token: Token,
         cx: &Cx<'_>,
     ) -> SmtpConn {
+        let sts = if settings.mta_sts {
+            crate::sts::Check::for_open(&settings.queue_root, &open.host, &open.nexthop)
+        } else {
+            None
+        };
         SmtpConn {
+            sts,
             settings,
             id,
             open_request,
@@ -340,8 +348,11 @@ impl SmtpConn {
                     (Ok(None), Ok(_)) => {
                         self.phase = Phase::Session;
                         self.relay = self.current_relay();
-                        self.session =
-                            Some(ClientSession::new(self.settings.client.clone(), false));
+                        let mut client = self.settings.client.clone();
+                        if let Some(sts) = &self.sts {
+                            client.tls = sts.client_tls(client.tls);
+                        }
+                        self.session = Some(ClientSession::new(client, false));
                         self.deadline = Some(cx.now + self.settings.helo_timeout);
                         // "helo" once the greeting is in (see session_step).
                         self.stage = "connect";
@@ -388,6 +399,12 @@ impl SmtpConn {
                         .push(format!("connect to {}: {e}", self.current_relay())),
                 }
                 continue;
+            }
+            if self.next_addr == 0 {
+                if let Some(why) = self.sts.as_mut().and_then(|s| s.host_refused()) {
+                    self.tls_refused(why);
+                    return;
+                }
             }
             let Some(addr) = self.addrs.get(self.next_addr).copied() else {
                 let reason = if self.errors.is_empty() {
@@ -501,6 +518,13 @@ impl SmtpConn {
                 i.version,
                 i.cipher
             );
+        }
+        if let Some(sts) = self.sts.as_mut() {
+            let ip = self.addrs.get(self.next_addr.saturating_sub(1)).copied();
+            if let Some(why) = sts.certificate(&chain, self.settings.roots.as_deref(), ip) {
+                self.tls_refused(format!("{why}, host {}", self.relay));
+                return false;
+            }
         }
         if !self.settings.tls_level.authenticates() {
             return true;
@@ -765,6 +789,13 @@ impl SmtpConn {
             ClientAction::Ready => {
                 if !self.opened {
                     self.opened = true;
+                    if let Some(sts) = self.sts.as_mut() {
+                        let tls = self.session.as_ref().is_some_and(|s| s.tls_active());
+                        sts.opened(
+                            tls,
+                            self.addrs.get(self.next_addr.saturating_sub(1)).copied(),
+                        );
+                    }
                     self.setup = now.saturating_duration_since(self.connect_started);
                     self.outcomes.push(Outcome {
                         request: self.open_request,
@@ -826,6 +857,11 @@ impl SmtpConn {
             }
             ClientAction::MessageDone(reply) => self.finish(reply, now),
             ClientAction::Failed(e) => {
+                if let (Some(sts), smtp_proto::client_session::ClientError::TlsUnavailable(_)) =
+                    (self.sts.as_mut(), &e)
+                {
+                    sts.no_starttls(self.addrs.get(self.next_addr.saturating_sub(1)).copied());
+                }
                 let handshake_phase = !self.opened;
                 if handshake_phase {
                     msg_info!("{}", describe(&e, &self.relay));

@@ -26,6 +26,7 @@ mod conn;
 mod results;
 mod server;
 mod settings;
+mod sts;
 
 /// Runs the agent: SMTP, or LMTP when `lmtp`.
 pub fn run(lmtp: bool) -> ! {

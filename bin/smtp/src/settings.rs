@@ -71,6 +71,8 @@ pub struct Settings {
     pub logger: agent::Logger,
     /// Speak LMTP (lmtp(8)).
     pub lmtp: bool,
+    /// `smtp_mta_sts`: apply the policies router(8) cached.
+    pub mta_sts: bool,
 }
 
 /// `smtp_tls_security_level` of transport `service`.
@@ -91,7 +93,8 @@ pub fn tls_level(cfg: &config::Config, service: &str) -> TlsLevel {
 /// the Trusted/Untrusted distinction in the logs.
 pub fn load_roots(ctx: &Context) -> Result<Option<Arc<rustls::RootCertStore>>, String> {
     let level = tls_level(&ctx.config, &ctx.args.service);
-    if level == TlsLevel::None {
+    let mta_sts = ctx.config.transport(&ctx.args.service).bool("smtp_mta_sts");
+    if level == TlsLevel::None && !mta_sts {
         return Ok(None);
     }
     let file = ctx
@@ -113,6 +116,10 @@ pub fn load_roots(ctx: &Context) -> Result<Option<Arc<rustls::RootCertStore>>, S
                 "secure"
             }
         )),
+        Err(e) if mta_sts => {
+            msg_warn!("smtp_tls_CAfile: {e}: MTA-STS policies in enforce mode defer all mail");
+            Ok(None)
+        }
         Err(e) => {
             msg_warn!("smtp_tls_CAfile: {e}: server certificates are not checked");
             Ok(None)
@@ -130,6 +137,7 @@ impl Settings {
     ) -> Result<Settings, String> {
         let t = cfg.transport(service);
         let tls_level = tls_level(cfg, service);
+        let mta_sts = t.bool("smtp_mta_sts");
         let tls = match tls_level {
             TlsLevel::None => ClientTls::Disabled,
             TlsLevel::May => ClientTls::Opportunistic,
@@ -173,7 +181,8 @@ impl Settings {
             },
             // Certificates are checked after the handshake (as Postfix
             // does), so that may and encrypt can still say what they got.
-            tls: (tls != ClientTls::Disabled).then(tls::insecure_client_config),
+            // MTA-STS may want STARTTLS whatever the level says.
+            tls: (tls != ClientTls::Disabled || mta_sts).then(tls::insecure_client_config),
             tls_level,
             roots,
             cert_match,
@@ -190,6 +199,7 @@ impl Settings {
             },
             logger: agent::Logger::from_config(cfg),
             lmtp: false,
+            mta_sts,
         })
     }
 
@@ -203,6 +213,7 @@ impl Settings {
             self.tls = None;
             self.tls_level = TlsLevel::None;
             self.roots = None;
+            self.mta_sts = false;
         }
         self
     }

@@ -376,6 +376,11 @@ static PARAMS: &[ParamSpec] = &[
     p("smtp_tls_verify_cert_match", T::EnumList(&["hostname", "nexthop", "dot-nexthop"]), "hostname", "Names the server certificate must match at the verify level."),
     p("smtp_tls_secure_cert_match", T::EnumList(&["hostname", "nexthop", "dot-nexthop"]), "nexthop, dot-nexthop", "Names the server certificate must match at the secure level."),
     p("smtp_tls_loglevel", I, "0", "TLS logging detail of the SMTP client."),
+    p("smtp_mta_sts", B, "no", "Honour the MTA-STS policies (RFC 8461) of recipient domains: router fetches and caches them, enforce mode keeps mail to matching MX hosts over verified TLS, testing mode only logs and reports."),
+    p("smtp_mta_sts_fetch_timeout", SEC, "10s", "Time limit for fetching one MTA-STS policy over HTTPS (connection, TLS and the response)."),
+    p("smtp_tls_report_interval", SEC, "1d", "Period of the TLS reports (RFC 8460) sent for domains with an MTA-STS policy to the rua of their _smtp._tls record; 0 sends none."),
+    p("smtp_tls_report_organization", S, "$myhostname", "organization-name of the TLS reports."),
+    p("smtp_tls_report_contact", S, "postmaster@$myhostname", "Sender address and contact-info of the TLS reports."),
     // Local delivery.
     p("alias_maps", M, "hash:/etc/aliases", "Alias tables used by local delivery."),
     p("alias_database", M, "hash:/etc/aliases", "Alias tables that sluice newaliases compiles."),

@@ -360,7 +360,7 @@ impl Dns {
                     Ok(a) => host.addrs.extend(a.data.iter().filter_map(|d| match d {
                         Data::A(ip) => Some(IpAddr::V4(*ip)),
                         Data::Aaaa(ip) => Some(IpAddr::V6(*ip)),
-                        Data::Mx(..) => None,
+                        Data::Mx(..) | Data::Txt(_) => None,
                     })),
                     Err(e) => {
                         if e.is_temporary() {

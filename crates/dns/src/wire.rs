@@ -24,6 +24,8 @@ pub enum QType {
     Aaaa,
     /// Mail exchangers.
     Mx,
+    /// Text records (MTA-STS and TLSRPT policies).
+    Txt,
 }
 
 impl QType {
@@ -32,6 +34,7 @@ impl QType {
             QType::A => RecordType::A,
             QType::Aaaa => RecordType::AAAA,
             QType::Mx => RecordType::MX,
+            QType::Txt => RecordType::TXT,
         }
     }
 }
@@ -45,6 +48,9 @@ pub enum Data {
     Aaaa(Ipv6Addr),
     /// An MX: preference and exchange (lower case, no trailing dot; `""` is the root).
     Mx(u16, String),
+    /// A TXT record: its character-strings joined, as RFC 8461 and RFC
+    /// 8460 read them (not valid UTF-8 is replaced, never an error).
+    Txt(String),
 }
 
 /// What a response said, once read.
@@ -164,6 +170,12 @@ pub(crate) fn read(payload: &[u8], id: u16, name: &str, qtype: QType) -> Option<
             (RData::A(a), QType::A) => Data::A(a.0),
             (RData::AAAA(a), QType::Aaaa) => Data::Aaaa(a.0),
             (RData::MX(mx), QType::Mx) => Data::Mx(mx.preference, name_str(&mx.exchange)),
+            (RData::TXT(t), QType::Txt) => Data::Txt(
+                t.txt_data
+                    .iter()
+                    .map(|c| String::from_utf8_lossy(c))
+                    .collect(),
+            ),
             _ => continue,
         };
         ttl = ttl.min(r.ttl);
@@ -234,6 +246,12 @@ pub(crate) mod build {
     pub fn mx(pref: u16, host: &str) -> RData {
         RData::MX(MX::new(pref, Name::from_utf8(host).unwrap()))
     }
+    /// A TXT record's data, from its character-strings.
+    pub fn txt(parts: &[&str]) -> RData {
+        RData::TXT(hickory_proto::rr::rdata::TXT::new(
+            parts.iter().map(|p| p.to_string()).collect(),
+        ))
+    }
     /// A CNAME record's data.
     pub fn cname(host: &str) -> RData {
         RData::CNAME(CNAME(Name::from_utf8(host).unwrap()))
@@ -276,6 +294,34 @@ mod tests {
             read(&q, 7, "example.test", QType::Mx),
             None,
             "a query is not a response"
+        );
+
+        // RFC 8461 3.1: a record split in character-strings is read joined.
+        let q = query(3, "_mta-sts.example.test", QType::Txt).unwrap();
+        let r = response(
+            &q,
+            ResponseCode::NoError,
+            vec![
+                (
+                    "_mta-sts.example.test",
+                    300,
+                    txt(&["v=STSv1; ", "id=20260101;"]),
+                ),
+                ("_mta-sts.example.test", 300, txt(&["other"])),
+            ],
+            None,
+        );
+        assert_eq!(
+            read(&r, 3, "_mta-sts.example.test", QType::Txt),
+            Some(Reply::Records {
+                name: "_mta-sts.example.test".into(),
+                data: vec![
+                    Data::Txt("v=STSv1; id=20260101;".into()),
+                    Data::Txt("other".into())
+                ],
+                ttl: 300,
+                authentic: false
+            })
         );
 
         let q = query(1, "www.test", QType::A).unwrap();
