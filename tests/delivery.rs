@@ -731,13 +731,22 @@ fn retries_back_off_by_age_and_expired_mail_bounces() {
         (ages(&inst).len() >= 3).then_some(())
     });
     let qmgr = inst.pids("qmgr");
+    let before_kill = ages(&inst).len();
     sys::process::signal(qmgr[0], 9).unwrap();
     inst.wait_pid("qmgr", &qmgr);
     inst.wait_log(40, "status=bounced");
     inst.wait_log(20, &format!("{id}: sender non-delivery notification: "));
     let a = ages(&inst);
     assert!(a.len() >= 4, "{a:?}");
-    let gaps: Vec<f64> = a.windows(2).map(|w| w[1] - w[0]).collect();
+    // The gap across the kill may be short: a deferral whose record the
+    // kill kept from the journal is tried again at once (at least once,
+    // never lost).
+    let gaps: Vec<f64> = a
+        .windows(2)
+        .enumerate()
+        .filter(|(i, _)| *i + 1 != before_kill)
+        .map(|(_, w)| w[1] - w[0])
+        .collect();
     // 1 s, then the age (about 1, 2, 4 s), capped at 4 s; never shorter
     // than the minimum, never much longer than the cap.
     assert!(gaps.iter().all(|g| (0.9..=5.5).contains(g)), "{gaps:?}");

@@ -42,7 +42,7 @@ def dest(port):
 
 
 def not_yet(why):
-    print("not yet: %s" % why)
+    print("not yet: %s" % (why,))
     sys.exit(0)
 
 
