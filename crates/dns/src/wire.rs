@@ -1,7 +1,10 @@
 //! The wire format, through hickory-proto: build queries, read answers.
 //!
 //! Queries ask for recursion and carry EDNS0 with a 1232-byte payload
-//! (the DNS flag day 2020 value, which avoids IP fragmentation). Reading an
+//! (the DNS flag day 2020 value, which avoids IP fragmentation). With
+//! DNSSEC on (`smtp_dns_support_level = dnssec`) they also set the DO bit
+//! and the AD bit (RFC 6840 5.7), so that a validating resolver says in
+//! its answer's AD bit whether it validated it. Reading an
 //! answer follows its CNAME chain from the name asked, collects the
 //! records of the type asked at the end of the chain, and takes the TTL
 //! (the smallest one; for negative answers the SOA minimum, RFC 2308).
@@ -24,6 +27,8 @@ pub enum QType {
     Aaaa,
     /// Mail exchangers.
     Mx,
+    /// DANE TLSA records (RFC 6698).
+    Tlsa,
 }
 
 impl QType {
@@ -32,6 +37,7 @@ impl QType {
             QType::A => RecordType::A,
             QType::Aaaa => RecordType::AAAA,
             QType::Mx => RecordType::MX,
+            QType::Tlsa => RecordType::TLSA,
         }
     }
 }
@@ -45,6 +51,8 @@ pub enum Data {
     Aaaa(Ipv6Addr),
     /// An MX: preference and exchange (lower case, no trailing dot; `""` is the root).
     Mx(u16, String),
+    /// A TLSA record: certificate usage, selector, matching type, data.
+    Tlsa(u8, u8, u8, Vec<u8>),
 }
 
 /// What a response said, once read.
@@ -72,15 +80,17 @@ pub(crate) enum Reply {
     ServerError(String),
 }
 
-/// Builds a query message.
-pub(crate) fn query(id: u16, name: &str, qtype: QType) -> Option<Vec<u8>> {
+/// Builds a query message; `dnssec` asks for the AD bit (DO and AD set).
+pub(crate) fn query(id: u16, name: &str, qtype: QType, dnssec: bool) -> Option<Vec<u8>> {
     let mut n = Name::from_utf8(name).ok()?;
     n.set_fqdn(true);
     let mut m = Message::new(id, MessageType::Query, OpCode::Query);
     m.metadata.recursion_desired = true;
+    m.metadata.authentic_data = dnssec;
     m.add_query(Query::query(n, qtype.record_type()));
     let mut edns = Edns::new();
     edns.set_max_payload(EDNS_PAYLOAD);
+    edns.set_dnssec_ok(dnssec);
     m.set_edns(edns);
     m.to_vec().ok()
 }
@@ -164,6 +174,12 @@ pub(crate) fn read(payload: &[u8], id: u16, name: &str, qtype: QType) -> Option<
             (RData::A(a), QType::A) => Data::A(a.0),
             (RData::AAAA(a), QType::Aaaa) => Data::Aaaa(a.0),
             (RData::MX(mx), QType::Mx) => Data::Mx(mx.preference, name_str(&mx.exchange)),
+            (RData::TLSA(t), QType::Tlsa) => Data::Tlsa(
+                t.cert_usage.into(),
+                t.selector.into(),
+                t.matching.into(),
+                t.cert_data.clone(),
+            ),
             _ => continue,
         };
         ttl = ttl.min(r.ttl);
@@ -238,6 +254,15 @@ pub(crate) mod build {
     pub fn cname(host: &str) -> RData {
         RData::CNAME(CNAME(Name::from_utf8(host).unwrap()))
     }
+    /// A TLSA record's data.
+    pub fn tlsa(usage: u8, selector: u8, matching: u8, data: &[u8]) -> RData {
+        RData::TLSA(hickory_proto::rr::rdata::TLSA::new(
+            usage.into(),
+            selector.into(),
+            matching.into(),
+            data.to_vec(),
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -247,7 +272,7 @@ mod tests {
 
     #[test]
     fn reads_answers_chains_and_errors() {
-        let q = query(7, "Example.TEST", QType::Mx).unwrap();
+        let q = query(7, "Example.TEST", QType::Mx, false).unwrap();
         let r = response(
             &q,
             ResponseCode::NoError,
@@ -278,7 +303,7 @@ mod tests {
             "a query is not a response"
         );
 
-        let q = query(1, "www.test", QType::A).unwrap();
+        let q = query(1, "www.test", QType::A, false).unwrap();
         let r = response(
             &q,
             ResponseCode::NoError,
@@ -315,7 +340,7 @@ mod tests {
             read(&r, 1, "www.test", QType::A).is_some(),
             "a self-CNAME ends"
         );
-        let q6 = query(2, "v6.test", QType::Aaaa).unwrap();
+        let q6 = query(2, "v6.test", QType::Aaaa, false).unwrap();
         let r = response(
             &q6,
             ResponseCode::NoError,
@@ -324,6 +349,35 @@ mod tests {
         );
         assert!(
             matches!(read(&r, 2, "v6.test", QType::Aaaa), Some(Reply::Records { data, .. }) if data.len() == 1)
+        );
+    }
+
+    #[test]
+    fn dnssec_queries_ask_for_the_ad_bit_and_tlsa_is_read() {
+        let plain = Message::from_vec(&query(3, "x.test", QType::Mx, false).unwrap()).unwrap();
+        assert!(!plain.metadata.authentic_data);
+        assert!(!plain.edns.as_ref().unwrap().flags().dnssec_ok);
+        let name = "_25._tcp.mx.example.test";
+        let q = query(4, name, QType::Tlsa, true).unwrap();
+        let m = Message::from_vec(&q).unwrap();
+        assert!(m.metadata.authentic_data, "AD set (RFC 6840 5.7)");
+        assert!(m.edns.as_ref().unwrap().flags().dnssec_ok, "DO set");
+        let mut r = Message::from_vec(&response(
+            &q,
+            ResponseCode::NoError,
+            vec![(name, 300, tlsa(3, 1, 1, &[0xab; 32]))],
+            None,
+        ))
+        .unwrap();
+        r.metadata.authentic_data = true;
+        assert_eq!(
+            read(&r.to_vec().unwrap(), 4, name, QType::Tlsa),
+            Some(Reply::Records {
+                name: name.into(),
+                data: vec![Data::Tlsa(3, 1, 1, vec![0xab; 32])],
+                ttl: 300,
+                authentic: true
+            })
         );
     }
 
