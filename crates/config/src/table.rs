@@ -280,6 +280,7 @@ static PARAMS: &[ParamSpec] = &[
     p("dns_timeout", SEC, "5s", "Time to wait for one DNS reply before retrying."),
     p("dns_attempts", I, "2", "Times each name server is tried for one query."),
     p("dns_cache_size", I, "10000", "Most DNS answers kept in the router's cache."),
+    p("smtp_dns_support_level", T::Enum(&["enabled", "dnssec"]), "enabled", "DNS for the SMTP client: enabled, or dnssec (ask a validating resolver, trust its AD bit, and look up TLSA records for DANE)."),
     // SMTP server.
     p("smtpd_banner", S, "$myhostname ESMTP $mail_name", "Text after 220 in the SMTP greeting."),
     p("smtpd_client_restrictions", L, "", "Access restrictions applied at connect time."),
@@ -361,7 +362,7 @@ static PARAMS: &[ParamSpec] = &[
     p("smtp_skip_5xx_greeting", B, "yes", "Try the next server when one greets with 5xx."),
     p("smtp_discard_ehlo_keywords", L, "", "EHLO keywords the SMTP client ignores in server replies (e.g. chunking, pipelining, starttls)."),
     p("smtp_line_length_limit", I, "998", "Longest line sent; longer ones are folded."),
-    p("smtp_tls_security_level", T::Enum(&["none", "may", "encrypt", "verify", "secure"]), "none", "STARTTLS policy of the SMTP client."),
+    p("smtp_tls_security_level", T::Enum(&["none", "may", "encrypt", "verify", "secure", "dane", "dane-only"]), "none", "STARTTLS policy of the SMTP client; dane and dane-only take it from DNSSEC-validated TLSA records (RFC 7672) and need smtp_dns_support_level = dnssec."),
     p("smtp_tls_CAfile", S, "", "PEM file of trusted roots for verify and secure (empty: /etc/ssl/certs/ca-certificates.crt)."),
     p("smtp_tls_verify_cert_match", T::EnumList(&["hostname", "nexthop", "dot-nexthop"]), "hostname", "Names the server certificate must match at the verify level."),
     p("smtp_tls_secure_cert_match", T::EnumList(&["hostname", "nexthop", "dot-nexthop"]), "nexthop, dot-nexthop", "Names the server certificate must match at the secure level."),
