@@ -20,6 +20,10 @@ pub enum TlsLevel {
     Verify,
     /// STARTTLS required, chain verified, names per `smtp_tls_secure_cert_match`.
     Secure,
+    /// Opportunistic DANE: TLSA records where DNSSEC validated them, else `may`.
+    Dane,
+    /// Mandatory DANE: no delivery without usable validated TLSA records.
+    DaneOnly,
 }
 
 impl TlsLevel {
@@ -80,6 +84,8 @@ pub fn tls_level(cfg: &config::Config, service: &str) -> TlsLevel {
         "encrypt" => TlsLevel::Encrypt,
         "verify" => TlsLevel::Verify,
         "secure" => TlsLevel::Secure,
+        "dane" => TlsLevel::Dane,
+        "dane-only" => TlsLevel::DaneOnly,
         _ => TlsLevel::None,
     }
 }
@@ -132,9 +138,23 @@ impl Settings {
         let tls_level = tls_level(cfg, service);
         let tls = match tls_level {
             TlsLevel::None => ClientTls::Disabled,
-            TlsLevel::May => ClientTls::Opportunistic,
+            // Per connection, from the host's TLSA records (crate::dane).
+            TlsLevel::May | TlsLevel::Dane | TlsLevel::DaneOnly => ClientTls::Opportunistic,
             _ => ClientTls::Required,
         };
+        let dnssec = cfg.choice("smtp_dns_support_level") == "dnssec";
+        if matches!(tls_level, TlsLevel::Dane | TlsLevel::DaneOnly) && !dnssec {
+            // As Postfix: without validated DNS there are no TLSA records.
+            msg_warn!(
+                "{service}: smtp_tls_security_level = {} needs smtp_dns_support_level = dnssec: {}",
+                t.choice("smtp_tls_security_level"),
+                if tls_level == TlsLevel::Dane {
+                    "TLS is opportunistic (may) for every host"
+                } else {
+                    "all mail is deferred"
+                }
+            );
+        }
         let match_param = match tls_level {
             TlsLevel::Secure => "smtp_tls_secure_cert_match",
             _ => "smtp_tls_verify_cert_match",
