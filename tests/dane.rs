@@ -109,8 +109,22 @@ fn make_pki(dir: &Path) {
     run(
         "openssl",
         &[
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-set_serial", "9", "-days", "2", "-extfile", "ext.cnf", "-out", "server.pem",
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            "9",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+            "-out",
+            "server.pem",
         ],
         dir,
         None,
@@ -127,12 +141,32 @@ fn make_pki(dir: &Path) {
 /// certificate (selector 0), by openssl.
 fn digest(dir: &Path, pem: &str, selector: u8) -> String {
     let der = if selector == 0 {
-        run("openssl", &["x509", "-in", pem, "-outform", "DER"], dir, None)
+        run(
+            "openssl",
+            &["x509", "-in", pem, "-outform", "DER"],
+            dir,
+            None,
+        )
     } else {
-        let key = run("openssl", &["x509", "-in", pem, "-noout", "-pubkey"], dir, None);
-        run("openssl", &["pkey", "-pubin", "-outform", "DER"], dir, Some(&key))
+        let key = run(
+            "openssl",
+            &["x509", "-in", pem, "-noout", "-pubkey"],
+            dir,
+            None,
+        );
+        run(
+            "openssl",
+            &["pkey", "-pubin", "-outform", "DER"],
+            dir,
+            Some(&key),
+        )
     };
-    hex(&run("openssl", &["dgst", "-sha256", "-binary"], dir, Some(&der)))
+    hex(&run(
+        "openssl",
+        &["dgst", "-sha256", "-binary"],
+        dir,
+        Some(&der),
+    ))
 }
 
 /// A port free for both UDP and TCP on 127.0.0.1.
@@ -157,10 +191,7 @@ struct Dns {
 /// validates with unbound; `port` is the receiver's (TLSA names carry it).
 fn start_dns(dir: &Path, port: u16) -> Dns {
     let (nsd, unbound) = (tool("/usr/sbin/nsd"), tool("/usr/sbin/unbound"));
-    let (keygen, signzone) = (
-        tool("/usr/bin/ldns-keygen"),
-        tool("/usr/bin/ldns-signzone"),
-    );
+    let (keygen, signzone) = (tool("/usr/bin/ldns-keygen"), tool("/usr/bin/ldns-signzone"));
     let ee = digest(dir, "server.pem", 1);
     let ca = digest(dir, "ca.pem", 0);
     let wrong = hex(&[0x5a; 32]);
@@ -245,7 +276,9 @@ fn start_dns(dir: &Path, port: u16) -> Dns {
     let unbound = spawn(unbound, &["-d", "-c", &conf("unbound.conf")]);
     for p in [auth, val] {
         wait_for(20, &format!("DNS server on port {p}"), || {
-            std::net::TcpStream::connect(("127.0.0.1", p)).ok().map(drop)
+            std::net::TcpStream::connect(("127.0.0.1", p))
+                .ok()
+                .map(drop)
         });
     }
     Dns {
@@ -340,10 +373,19 @@ fn dane_verifies_defers_and_falls_back_as_rfc_7672_says() {
         ("u@strict-good.example", "mx.good.dane.test"),
     ] {
         let line = outcome(&inst, rcpt);
-        assert!(line.contains(&relay(host)) && line.contains("status=sent"), "{line}");
+        assert!(
+            line.contains(&relay(host)) && line.contains("status=sent"),
+            "{line}"
+        );
     }
-    log_has(&format!("Verified TLS connection established to {}", relay("mx.good.dane.test")));
-    log_has(&format!("Verified TLS connection established to {}", relay("mx.ta.dane.test")));
+    log_has(&format!(
+        "Verified TLS connection established to {}",
+        relay("mx.good.dane.test")
+    ));
+    log_has(&format!(
+        "Verified TLS connection established to {}",
+        relay("mx.ta.dane.test")
+    ));
 
     // A DANE-EE record that does not match: deferred, with the reason.
     let line = outcome(&inst, "u@bad.dane.test");
@@ -366,13 +408,22 @@ fn dane_verifies_defers_and_falls_back_as_rfc_7672_says() {
     ] {
         let line = outcome(&inst, rcpt);
         assert!(line.contains("status=sent"), "{line}");
-        log_has(&format!("Untrusted TLS connection established to {}", relay(host)));
+        log_has(&format!(
+            "Untrusted TLS connection established to {}",
+            relay(host)
+        ));
     }
 
     // The unsigned zone's mismatching record is not believed: `may`.
     let line = outcome(&inst, "u@plain.test");
-    assert!(line.contains(&relay("mx.plain.test")) && line.contains("status=sent"), "{line}");
-    log_has(&format!("Untrusted TLS connection established to {}", relay("mx.plain.test")));
+    assert!(
+        line.contains(&relay("mx.plain.test")) && line.contains("status=sent"),
+        "{line}"
+    );
+    log_has(&format!(
+        "Untrusted TLS connection established to {}",
+        relay("mx.plain.test")
+    ));
     // ... and dane-only will not deliver there at all.
     let line = inst.wait_log(30, "to=<u@strict-plain.example>");
     assert!(
@@ -389,7 +440,9 @@ fn dane_verifies_defers_and_falls_back_as_rfc_7672_says() {
     });
     assert_eq!(arrived.len(), 6, "{arrived:?}");
     assert!(
-        arrived.iter().all(|m| !m.contains("bad.dane.test") && !m.contains("strict-plain")),
+        arrived
+            .iter()
+            .all(|m| !m.contains("bad.dane.test") && !m.contains("strict-plain")),
         "{arrived:?}"
     );
     inst.stop();

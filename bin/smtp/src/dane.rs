@@ -143,7 +143,13 @@ mod tests {
             let p = Policy::new(level, dane, "mx.example.test", "example.test", 25);
             assert_eq!(word(&p), want, "{level:?} {dane:?}");
         }
-        let p = Policy::new(TlsLevel::Dane, &usable, "mx.example.test", "example.test", 25);
+        let p = Policy::new(
+            TlsLevel::Dane,
+            &usable,
+            "mx.example.test",
+            "example.test",
+            25,
+        );
         assert_eq!(p.client_tls(), ClientTls::Required);
         let p = Policy::new(TlsLevel::Dane, &Dane::Insecure, "mx", "example.test", 25);
         assert_eq!(p.client_tls(), ClientTls::Opportunistic);

@@ -397,7 +397,8 @@ impl Resolver {
         match reply {
             Reply::Truncated if !q.tcp => {
                 let server = self.cfg.servers[(q.try_no % self.cfg.servers.len() as u32) as usize];
-                let Some(payload) = wire::query(q.wire_id, &q.name, q.key.1, self.cfg.dnssec) else {
+                let Some(payload) = wire::query(q.wire_id, &q.name, q.key.1, self.cfg.dnssec)
+                else {
                     return;
                 };
                 q.tcp = true;

@@ -568,7 +568,10 @@ fn dnssec_classes_hosts_for_dane() {
     let (r, _) = run_hosts(&mut dns, "sec.test", &[], Instant::now());
     let l = r.unwrap();
     let dane = |n: &str| l.hosts.iter().find(|h| h.name == n).unwrap().dane.clone();
-    assert_eq!(dane("mx.sec.test"), Dane::Records(vec![(3, 1, 1, vec![7; 32])]));
+    assert_eq!(
+        dane("mx.sec.test"),
+        Dane::Records(vec![(3, 1, 1, vec![7; 32])])
+    );
     assert_eq!(dane("bare.sec.test"), Dane::NoRecords, "secure, no TLSA");
     assert!(
         matches!(dane("broken.sec.test"), Dane::Failed(DnsError::ServFail(_))),

@@ -276,8 +276,5 @@ pub fn dane_failure(e: &std::io::Error) -> Option<String> {
     else {
         return None;
     };
-    other
-        .0
-        .downcast_ref::<DaneError>()
-        .map(|d| d.0.clone())
+    other.0.downcast_ref::<DaneError>().map(|d| d.0.clone())
 }

@@ -79,8 +79,22 @@ fn pki() -> Pki {
     .unwrap();
     openssl(
         &[
-            "x509", "-req", "-in", "ee.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-set_serial",
-            "7", "-days", "2", "-extfile", "ext.cnf", "-out", "ee.pem",
+            "x509",
+            "-req",
+            "-in",
+            "ee.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            "7",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+            "-out",
+            "ee.pem",
         ],
         &dir,
         None,
@@ -110,7 +124,11 @@ impl Pki {
             openssl(&["x509", "-in", &pem, "-outform", "DER"], &self.dir, None)
         } else {
             let key = openssl(&["x509", "-in", &pem, "-noout", "-pubkey"], &self.dir, None);
-            openssl(&["pkey", "-pubin", "-outform", "DER"], &self.dir, Some(&key))
+            openssl(
+                &["pkey", "-pubin", "-outform", "DER"],
+                &self.dir,
+                Some(&key),
+            )
         };
         match matching {
             0 => der,
@@ -217,11 +235,14 @@ fn mismatches_and_unusable_records_do_not_verify() {
 }
 
 /// Runs a handshake in memory; the client's error, if any.
-fn handshake(client: std::sync::Arc<rustls::ClientConfig>, dir: &Path) -> Result<(), rustls::Error> {
+fn handshake(
+    client: std::sync::Arc<rustls::ClientConfig>,
+    dir: &Path,
+) -> Result<(), rustls::Error> {
     let scfg = tls::load_server_config(&dir.join("chain.pem"), &dir.join("ee.key")).unwrap();
     let mut s = rustls::ServerConnection::new(scfg).unwrap();
-    let mut c = rustls::ClientConnection::new(client, tls::server_name("mx.dane.test").unwrap())
-        .unwrap();
+    let mut c =
+        rustls::ClientConnection::new(client, tls::server_name("mx.dane.test").unwrap()).unwrap();
     for _ in 0..20 {
         let mut buf = Vec::new();
         c.write_tls(&mut buf).unwrap();
