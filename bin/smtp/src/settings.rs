@@ -199,13 +199,14 @@ impl Settings {
             ));
         }
         let bind = cfg.str(n("smtp_bind_address"));
-        let bind = if bind.is_empty() {
-            None
-        } else {
-            Some(bind.parse().map_err(|_| {
-                format!("{} = {bind}: not an IP address", n("smtp_bind_address"))
-            })?)
-        };
+        let bind =
+            if bind.is_empty() {
+                None
+            } else {
+                Some(bind.parse().map_err(|_| {
+                    format!("{} = {bind}: not an IP address", n("smtp_bind_address"))
+                })?)
+            };
         Ok(Settings {
             client: ClientConfig {
                 helo_name: cfg.str(n("smtp_helo_name")),
@@ -288,9 +289,15 @@ mod tests {
         let l = settings("", true);
         assert_eq!(l.client.helo_name, "out.example", "$myhostname by default");
         let bad = config::Config::with_hostname("out.example")
-            .with_text("lmtp_bind_address = nowhere\n", std::path::Path::new("main.cf"), &[])
+            .with_text(
+                "lmtp_bind_address = nowhere\n",
+                std::path::Path::new("main.cf"),
+                &[],
+            )
             .unwrap();
-        let e = Settings::from(&bad.config, false, "lmtp", None, true).err().unwrap();
+        let e = Settings::from(&bad.config, false, "lmtp", None, true)
+            .err()
+            .unwrap();
         assert_eq!(e, "lmtp_bind_address = nowhere: not an IP address");
     }
 }
