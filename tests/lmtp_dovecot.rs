@@ -157,6 +157,7 @@ fn lmtp_delivers_to_dovecot_maildirs_with_a_reply_per_recipient() {
     );
     let main = format!(
         "myhostname = mx.test.example\nsmtpd_reject_unlisted_recipient = no\n\
+         lmtp_lhlo_name = lhlo.test.example\nsmtp_helo_name = helo.test.example\n\
          transport_maps = inline:{{ mailbox.test = lmtp:unix:{sock}, inet.test = lmtp:inet:127.0.0.1:{lmtp_port} }}\n",
         sock = dv.socket().display()
     );
@@ -223,4 +224,13 @@ fn lmtp_delivers_to_dovecot_maildirs_with_a_reply_per_recipient() {
     assert!(alice.iter().any(|m| m.contains("Subject: second")));
     assert!(bob.iter().any(|m| m.contains("Subject: third")));
     assert!(alice.iter().all(|m| m.contains("quota filler line")));
+    // lmtp(8) reads lmtp_lhlo_name, not smtp_helo_name: Dovecot's
+    // Received: header names what LHLO said.
+    assert!(
+        alice
+            .iter()
+            .chain(&bob)
+            .all(|m| m.contains("Received: from lhlo.test.example")),
+        "{alice:?}"
+    );
 }

@@ -71,6 +71,7 @@ fn open_from(c: &mut Client<Delivery>, conn: u64, addr: &str, source: Option<&st
         nexthop: "sink.test".into(),
         addrs: vec![addr.parse().unwrap()],
         source: source.map(|s| s.parse().unwrap()),
+        dane: Default::default(),
     })
     .unwrap()
 }

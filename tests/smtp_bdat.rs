@@ -136,6 +136,7 @@ fn open(c: &mut Client<Delivery>, port: u16) {
             nexthop: "sink.test".into(),
             addrs: vec![format!("127.0.0.1:{port}").parse().unwrap()],
             source: None,
+            dane: Default::default(),
         })
         .unwrap();
     assert!(matches!(r, Response::Opened { .. }), "{r:?}");

@@ -160,6 +160,7 @@ impl Setup {
                 nexthop: nexthop.into(),
                 addrs: vec![format!("127.0.0.1:{}", self.port).parse().unwrap()],
                 source: None,
+                dane: Default::default(),
             })
             .unwrap();
         if !matches!(open, Response::Opened { .. }) {

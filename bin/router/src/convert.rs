@@ -80,6 +80,7 @@ pub fn hosts(r: Result<dns::HostList, dns::DnsError>) -> proto::Response {
                     port: h.port,
                     addrs: h.addrs,
                     error: h.error.map(|e| (e.is_temporary(), e.status_text())),
+                    dane: dane(h.dane),
                 })
                 .collect(),
         }),
@@ -87,6 +88,26 @@ pub fn hosts(r: Result<dns::HostList, dns::DnsError>) -> proto::Response {
             temporary: e.is_temporary(),
             text: e.status_text(),
         },
+    }
+}
+
+/// A host's DANE standing as the protocols carry it.
+fn dane(d: dns::Dane) -> ipc::delivery::Dane {
+    use ipc::delivery::{Dane, Tlsa};
+    match d {
+        dns::Dane::Insecure => Dane::Insecure,
+        dns::Dane::NoRecords => Dane::NoRecords,
+        dns::Dane::Records(r) => Dane::Records(
+            r.into_iter()
+                .map(|(usage, selector, matching, data)| Tlsa {
+                    usage,
+                    selector,
+                    matching,
+                    data,
+                })
+                .collect(),
+        ),
+        dns::Dane::Failed(e) => Dane::Failed(e.status_text()),
     }
 }
 
@@ -105,5 +126,6 @@ pub fn dns_params(cfg: &Config) -> dns::Params {
         inet_protocols: cfg.choice("inet_protocols").to_string(),
         address_preference: cfg.choice("smtp_address_preference").to_string(),
         host_lookup: cfg.list("smtp_host_lookup"),
+        dnssec: cfg.choice("smtp_dns_support_level") == "dnssec",
     }
 }

@@ -369,6 +369,7 @@ fn lmtp_unix_hosts(nexthop: &str) -> Option<ipc::router::HostList> {
             port: 0,
             addrs: vec![std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)],
             error: None,
+            dane: ipc::delivery::Dane::Insecure,
         }],
         ttl: 3600,
         authentic: false,

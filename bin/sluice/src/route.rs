@@ -100,6 +100,7 @@ pub fn route_to(
                     inet_protocols: cfg.choice("inet_protocols").to_string(),
                     address_preference: cfg.choice("smtp_address_preference").to_string(),
                     host_lookup: cfg.list("smtp_host_lookup"),
+                    dnssec: cfg.choice("smtp_dns_support_level") == "dnssec",
                 };
                 let (rc, hc, warnings) = params.build(seed);
                 for w in warnings {
@@ -126,11 +127,26 @@ pub fn route_to(
                         } else {
                             format!(":{}", h.port)
                         };
-                        let note = h
+                        let mut note = h
                             .error
                             .as_ref()
                             .map(|e| format!(" ({e})"))
                             .unwrap_or_default();
+                        // What the smtp agent's dane levels will make of it.
+                        match &h.dane {
+                            dns::Dane::Insecure => {}
+                            dns::Dane::NoRecords => note += " dnssec=secure tlsa=none",
+                            dns::Dane::Records(r) => {
+                                let r: Vec<String> = r
+                                    .iter()
+                                    .map(|(u, s, m, _)| format!("{u} {s} {m}"))
+                                    .collect();
+                                note += &format!(" dnssec=secure tlsa=[{}]", r.join(", "));
+                            }
+                            dns::Dane::Failed(e) => {
+                                note += &format!(" dnssec=secure tlsa=error ({e})")
+                            }
+                        }
                         let _ = writeln!(
                             out,
                             "  host {}{port} preference={} addresses={}{note}",

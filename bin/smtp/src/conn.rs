@@ -19,6 +19,11 @@
 //! recipient is that recipient's outcome; if the connection breaks after
 //! some of those replies came, their recipients keep them (a delivered
 //! recipient is never deferred to be delivered twice).
+//!
+//! At `dane` and `dane-only` the host's TLSA records (`crate::dane`)
+//! decide per connection: a host that may not be used is deferred before
+//! any connect; with usable records the handshake itself checks the
+//! certificate, and a mismatch defers with the reason (4.7.5).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -35,6 +40,7 @@ use smtp_proto::Reply;
 
 use rustls::pki_types::UnixTime;
 
+use crate::dane::Policy;
 use crate::results::{describe, envelope, nexthop_domain, relay, result_of};
 use crate::settings::{CertMatch, Settings};
 
@@ -96,6 +102,8 @@ pub struct SmtpConn {
     addrs: Vec<SocketAddr>,
     /// The address to bind, from qmgr's Open (the shaping policy's source).
     source: Option<std::net::IpAddr>,
+    /// TLS for this host (the level, or what its TLSA records say).
+    policy: Policy,
     next_addr: usize,
     token: Token,
     stream: Option<tls::Stream>,
@@ -158,9 +166,18 @@ impl SmtpConn {
         } else {
             None
         };
+        let port = open.addrs.first().map_or(25, |a| a.port());
+        let policy = Policy::new(
+            settings.tls_level,
+            &open.dane,
+            &open.host,
+            &open.nexthop,
+            port,
+        );
         SmtpConn {
             sts,
             settings,
+            policy,
             id,
             open_request,
             host: open.host,
@@ -305,6 +322,12 @@ impl SmtpConn {
         if self.done {
             return;
         }
+        if let Policy::Refuse(why) = &self.policy {
+            let why = why.clone();
+            msg_info!("{}: {why}", self.host);
+            self.tls_refused(why);
+            return;
+        }
         if matches!(self.phase, Phase::Connecting) {
             self.connect_step(cx);
             if !matches!(self.phase, Phase::Session) {
@@ -349,6 +372,7 @@ impl SmtpConn {
                         self.phase = Phase::Session;
                         self.relay = self.current_relay();
                         let mut client = self.settings.client.clone();
+                        client.tls = self.policy.client_tls();
                         if let Some(sts) = &self.sts {
                             client.tls = sts.client_tls(client.tls);
                         }
@@ -506,6 +530,10 @@ impl SmtpConn {
         let chain = stream.peer_certificates();
         let patterns = self.cert_patterns();
         let trust = match &self.settings.roots {
+            // The TLSA records matched during the handshake (tls::dane).
+            _ if matches!(self.policy, Policy::Tlsa(_)) => {
+                tls::PeerTrust::Verified(self.host.clone())
+            }
             Some(roots) => tls::check_peer(&chain, roots, &patterns, UnixTime::now()),
             None if chain.is_empty() => tls::PeerTrust::Anonymous,
             None => tls::PeerTrust::Untrusted("no trust anchors".into()),
@@ -519,14 +547,15 @@ impl SmtpConn {
                 i.cipher
             );
         }
-        if let Some(sts) = self.sts.as_mut() {
+        // RFC 8461 section 2: where DANE applies it decides, not MTA-STS.
+        if let Some(sts) = self.sts.as_mut().filter(|_| !matches!(self.policy, Policy::Tlsa(_))) {
             let ip = self.addrs.get(self.next_addr.saturating_sub(1)).copied();
             if let Some(why) = sts.certificate(&chain, self.settings.roots.as_deref(), ip) {
                 self.tls_refused(format!("{why}, host {}", self.relay));
                 return false;
             }
         }
-        if !self.settings.tls_level.authenticates() {
+        if !self.policy.level().authenticates() {
             return true;
         }
         let why = match trust {
@@ -639,6 +668,17 @@ impl SmtpConn {
                     }
                 }
                 Err(e) => {
+                    if let Some(why) = tls::dane::dane_failure(&e).filter(|_| self.handshaking) {
+                        msg_info!(
+                            "server certificate verification failed for {}: {why}",
+                            self.relay
+                        );
+                        self.tls_refused(format!(
+                            "Server certificate not trusted (TLSA certificate verification failed: {why}), host {}",
+                            self.relay
+                        ));
+                        return false;
+                    }
                     let why = if self.handshaking {
                         format!("TLS handshake with {} failed: {e}", self.relay)
                     } else {
@@ -809,7 +849,11 @@ impl SmtpConn {
             }
             ClientAction::StartTls => {
                 let name = tls::server_name(&self.host);
-                match (self.settings.tls.clone(), name, self.stream.as_mut()) {
+                let cfg = match &self.policy {
+                    Policy::Tlsa(c) => Some(c.clone()),
+                    _ => self.settings.tls.clone(),
+                };
+                match (cfg, name, self.stream.as_mut()) {
                     (Some(cfg), Some(name), Some(stream)) => {
                         if let Some(s) = self.session.as_mut() {
                             let out = s.take_output();

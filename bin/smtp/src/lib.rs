@@ -5,7 +5,8 @@
 //! `sluice-delivery` protocol); this program speaks SMTP on them with the
 //! sans-IO `smtp_proto::client_session` engine: EHLO with HELO fallback,
 //! STARTTLS per `smtp_tls_security_level` (certificates verified at
-//! `verify` and `secure`), PIPELINING, many messages per
+//! `verify` and `secure`, matched against DNSSEC-validated TLSA records at
+//! `dane` and `dane-only`, RFC 7672), PIPELINING, many messages per
 //! connection, content streamed from the spool (wire format) with DATA, or
 //! with BDAT when the server offers CHUNKING.
 //! It reports a result per recipient and per connection, and logs each
@@ -23,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 mod conn;
+mod dane;
 mod results;
 mod server;
 mod settings;

@@ -48,7 +48,8 @@ impl SmtpAgent {
         let chrooted = ctx.args.chroot && sys::is_root();
         Ok(SmtpAgent {
             settings: Arc::new(
-                Settings::from(&ctx.config, chrooted, &ctx.args.service, roots)?.speaking(lmtp),
+                Settings::from(&ctx.config, chrooted, &ctx.args.service, roots, lmtp)?
+                    .speaking(lmtp),
             ),
             lmtp,
             conns: BTreeMap::new(),
@@ -194,7 +195,7 @@ impl Agent for SmtpAgent {
                 "reload: smtp_tls_CAfile changed: the trust anchors read at start stay until smtp restarts (sluice stop; sluice start)"
             );
         }
-        match Settings::from(config, self.chrooted, &self.service, roots.clone()) {
+        match Settings::from(config, self.chrooted, &self.service, roots.clone(), self.lmtp) {
             Ok(s) if self.lmtp => self.settings = Arc::new(s.speaking(true)),
             Ok(_) if want_roots && roots.is_none() => msg_warn!(
                 "reload: certificate verification needs trust anchors read at start; restart smtp (sluice stop; sluice start)"

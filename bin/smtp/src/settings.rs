@@ -20,6 +20,10 @@ pub enum TlsLevel {
     Verify,
     /// STARTTLS required, chain verified, names per `smtp_tls_secure_cert_match`.
     Secure,
+    /// Opportunistic DANE: TLSA records where DNSSEC validated them, else `may`.
+    Dane,
+    /// Mandatory DANE: no delivery without usable validated TLSA records.
+    DaneOnly,
 }
 
 impl TlsLevel {
@@ -75,6 +79,27 @@ pub struct Settings {
     pub mta_sts: bool,
 }
 
+/// The parameters lmtp(8) reads in place of smtp(8)'s, as Postfix's
+/// lmtp does.
+const LMTP_NAMES: [(&str, &str); 8] = [
+    ("smtp_helo_name", "lmtp_lhlo_name"),
+    ("smtp_bind_address", "lmtp_bind_address"),
+    ("smtp_connect_timeout", "lmtp_connect_timeout"),
+    ("smtp_helo_timeout", "lmtp_lhlo_timeout"),
+    ("smtp_rcpt_timeout", "lmtp_rcpt_timeout"),
+    ("smtp_data_xfer_timeout", "lmtp_data_xfer_timeout"),
+    ("smtp_data_done_timeout", "lmtp_data_done_timeout"),
+    ("smtp_discard_ehlo_keywords", "lmtp_discard_lhlo_keywords"),
+];
+
+/// The name of parameter `smtp_name` for smtp(8), or for lmtp(8) when `lmtp`.
+fn param(smtp_name: &'static str, lmtp: bool) -> &'static str {
+    LMTP_NAMES
+        .iter()
+        .find(|(s, _)| lmtp && *s == smtp_name)
+        .map_or(smtp_name, |(_, l)| l)
+}
+
 /// `smtp_tls_security_level` of transport `service`.
 pub fn tls_level(cfg: &config::Config, service: &str) -> TlsLevel {
     match cfg.transport(service).choice("smtp_tls_security_level") {
@@ -82,6 +107,8 @@ pub fn tls_level(cfg: &config::Config, service: &str) -> TlsLevel {
         "encrypt" => TlsLevel::Encrypt,
         "verify" => TlsLevel::Verify,
         "secure" => TlsLevel::Secure,
+        "dane" => TlsLevel::Dane,
+        "dane-only" => TlsLevel::DaneOnly,
         _ => TlsLevel::None,
     }
 }
@@ -128,21 +155,37 @@ pub fn load_roots(ctx: &Context) -> Result<Option<Arc<rustls::RootCertStore>>, S
 }
 
 impl Settings {
-    /// Reads the settings of transport `service`.
+    /// Reads the settings of transport `service` (lmtp(8)'s names when `lmtp`).
     pub fn from(
         cfg: &config::Config,
         chrooted: bool,
         service: &str,
         roots: Option<Arc<rustls::RootCertStore>>,
+        lmtp: bool,
     ) -> Result<Settings, String> {
         let t = cfg.transport(service);
+        let n = |name| param(name, lmtp);
         let tls_level = tls_level(cfg, service);
         let mta_sts = t.bool("smtp_mta_sts");
         let tls = match tls_level {
             TlsLevel::None => ClientTls::Disabled,
-            TlsLevel::May => ClientTls::Opportunistic,
+            // Per connection, from the host's TLSA records (crate::dane).
+            TlsLevel::May | TlsLevel::Dane | TlsLevel::DaneOnly => ClientTls::Opportunistic,
             _ => ClientTls::Required,
         };
+        let dnssec = cfg.choice("smtp_dns_support_level") == "dnssec";
+        if matches!(tls_level, TlsLevel::Dane | TlsLevel::DaneOnly) && !dnssec && !lmtp {
+            // As Postfix: without validated DNS there are no TLSA records.
+            msg_warn!(
+                "{service}: smtp_tls_security_level = {} needs smtp_dns_support_level = dnssec: {}",
+                t.choice("smtp_tls_security_level"),
+                if tls_level == TlsLevel::Dane {
+                    "TLS is opportunistic (may) for every host"
+                } else {
+                    "all mail is deferred"
+                }
+            );
+        }
         let match_param = match tls_level {
             TlsLevel::Secure => "smtp_tls_secure_cert_match",
             _ => "smtp_tls_verify_cert_match",
@@ -163,20 +206,20 @@ impl Settings {
                 "{match_param} is empty: no certificate name could match"
             ));
         }
-        let bind = cfg.str("smtp_bind_address");
-        let bind = if bind.is_empty() {
-            None
-        } else {
-            Some(
-                bind.parse()
-                    .map_err(|_| format!("smtp_bind_address = {bind}: not an IP address"))?,
-            )
-        };
+        let bind = cfg.str(n("smtp_bind_address"));
+        let bind =
+            if bind.is_empty() {
+                None
+            } else {
+                Some(bind.parse().map_err(|_| {
+                    format!("{} = {bind}: not an IP address", n("smtp_bind_address"))
+                })?)
+            };
         Ok(Settings {
             client: ClientConfig {
-                helo_name: cfg.str("smtp_helo_name"),
+                helo_name: cfg.str(n("smtp_helo_name")),
                 tls,
-                discard_ehlo_keywords: t.list("smtp_discard_ehlo_keywords"),
+                discard_ehlo_keywords: t.list(n("smtp_discard_ehlo_keywords")),
                 ..ClientConfig::default()
             },
             // Certificates are checked after the handshake (as Postfix
@@ -187,11 +230,11 @@ impl Settings {
             roots,
             cert_match,
             bind,
-            connect_timeout: t.time("smtp_connect_timeout"),
-            helo_timeout: t.time("smtp_helo_timeout"),
-            cmd_timeout: t.time("smtp_rcpt_timeout"),
-            xfer_timeout: t.time("smtp_data_xfer_timeout"),
-            done_timeout: t.time("smtp_data_done_timeout"),
+            connect_timeout: t.time(n("smtp_connect_timeout")),
+            helo_timeout: t.time(n("smtp_helo_timeout")),
+            cmd_timeout: t.time(n("smtp_rcpt_timeout")),
+            xfer_timeout: t.time(n("smtp_data_xfer_timeout")),
+            done_timeout: t.time(n("smtp_data_done_timeout")),
             queue_root: if chrooted {
                 PathBuf::from("/")
             } else {
@@ -216,5 +259,56 @@ impl Settings {
             self.mta_sts = false;
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(main_cf: &str, lmtp: bool) -> Settings {
+        let loaded = config::Config::with_hostname("out.example")
+            .with_text(main_cf, std::path::Path::new("main.cf"), &[])
+            .unwrap();
+        let service = if lmtp { "lmtp" } else { "smtp" };
+        Settings::from(&loaded.config, false, service, None, lmtp)
+            .unwrap()
+            .speaking(lmtp)
+    }
+
+    #[test]
+    fn lmtp_reads_the_lmtp_parameters() {
+        let main = "smtp_helo_name = helo.example\nlmtp_lhlo_name = lhlo.example\n\
+                    smtp_connect_timeout = 11s\nlmtp_connect_timeout = 7s\n\
+                    lmtp_lhlo_timeout = 9s\nlmtp_rcpt_timeout = 8s\n\
+                    lmtp_data_xfer_timeout = 6s\nlmtp_data_done_timeout = 5s\n\
+                    lmtp_bind_address = 127.0.0.2\nlmtp_discard_lhlo_keywords = pipelining\n";
+        let l = settings(main, true);
+        assert_eq!(l.client.helo_name, "lhlo.example");
+        assert_eq!(l.connect_timeout, Duration::from_secs(7));
+        assert_eq!(l.helo_timeout, Duration::from_secs(9));
+        assert_eq!(l.cmd_timeout, Duration::from_secs(8));
+        assert_eq!(l.xfer_timeout, Duration::from_secs(6));
+        assert_eq!(l.done_timeout, Duration::from_secs(5));
+        assert_eq!(l.bind, Some("127.0.0.2".parse().unwrap()));
+        assert_eq!(l.client.discard_ehlo_keywords, ["pipelining"]);
+        let s = settings(main, false);
+        assert_eq!(s.client.helo_name, "helo.example");
+        assert_eq!(s.connect_timeout, Duration::from_secs(11));
+        assert_eq!(s.bind, None);
+        assert!(s.client.discard_ehlo_keywords.is_empty());
+        let l = settings("", true);
+        assert_eq!(l.client.helo_name, "out.example", "$myhostname by default");
+        let bad = config::Config::with_hostname("out.example")
+            .with_text(
+                "lmtp_bind_address = nowhere\n",
+                std::path::Path::new("main.cf"),
+                &[],
+            )
+            .unwrap();
+        let e = Settings::from(&bad.config, false, "lmtp", None, true)
+            .err()
+            .unwrap();
+        assert_eq!(e, "lmtp_bind_address = nowhere: not an IP address");
     }
 }

@@ -42,6 +42,8 @@ pub struct OpenRequest {
     /// The local address to bind (the shaping policy's source), over the
     /// agent's own setting.
     pub source: Option<std::net::IpAddr>,
+    /// The host's DANE standing, for smtp's `dane` security levels.
+    pub dane: ipc::delivery::Dane,
 }
 
 /// Answers for qmgr, written out by the skeleton after each callback.
@@ -183,6 +185,7 @@ impl<A: Agent> Handler<Delivery> for AgentServer<A> {
                 nexthop,
                 addrs,
                 source,
+                dane,
             } => {
                 let id = ConnId { client, conn };
                 if self.open.insert(id) {
@@ -191,6 +194,7 @@ impl<A: Agent> Handler<Delivery> for AgentServer<A> {
                         nexthop,
                         addrs,
                         source,
+                        dane,
                     };
                     self.agent.open(cx, &mut out, id, request, open);
                 } else {

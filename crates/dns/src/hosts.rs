@@ -10,6 +10,16 @@
 //! `inet_protocols`) are looked up in parallel. A host whose addresses
 //! could not be found keeps its place with the reason; the whole request
 //! fails only when no host has an address.
+//!
+//! With DNSSEC on (the resolver's `dnssec`), each host is also classed for
+//! DANE (RFC 7672 2.2): secure when the MX answer (or the configured
+//! `[host]` next hop) and all its address answers were validated; then its
+//! TLSA records `_port._tcp.host` are looked up alongside its addresses
+//! and carried in [`Host::dane`]. A secure host whose address or TLSA
+//! lookup failed is marked failed, not insecure, so that a fault (or an
+//! attacker) cannot turn DANE off by breaking a lookup. Limit: the TLSA
+//! base domain is the exchanger's name as the MX gives it, not its
+//! CNAME-expanded name.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
@@ -70,6 +80,21 @@ impl Default for HostsConfig {
     }
 }
 
+/// What validated DNS says of a host's TLS (RFC 7672 2.2).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Dane {
+    /// DNSSEC is off, or the MX or address answers were not validated.
+    #[default]
+    Insecure,
+    /// Validated host, and no validated TLSA records.
+    NoRecords,
+    /// The validated TLSA records: usage, selector, matching type, data.
+    Records(Vec<(u8, u8, u8, Vec<u8>)>),
+    /// A validated host whose address or TLSA lookup failed: not to be
+    /// used where DANE is required.
+    Failed(DnsError),
+}
+
 /// One server of a next hop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Host {
@@ -83,6 +108,8 @@ pub struct Host {
     pub addrs: Vec<IpAddr>,
     /// Why there are no addresses, when there are none.
     pub error: Option<DnsError>,
+    /// Its DANE standing.
+    pub dane: Dane,
 }
 
 /// The answer to `hosts(nexthop)`.
@@ -108,6 +135,18 @@ pub struct JobId(pub u64);
 enum Slot {
     Mx,
     Addr(usize, QType),
+    Tlsa(usize),
+}
+
+/// What the lookups of one host said about its DNSSEC standing.
+#[derive(Debug, Default)]
+struct Sec {
+    /// An address answer was not validated.
+    insecure: bool,
+    /// An address lookup failed for a reason other than NXDOMAIN.
+    failed: Option<DnsError>,
+    /// The TLSA lookup, when it was made.
+    tlsa: Option<Outcome>,
 }
 
 #[derive(Debug)]
@@ -121,6 +160,10 @@ struct Job {
     ttl: u32,
     authentic: bool,
     temp_error: Option<DnsError>,
+    /// The MX answer was validated (or the next hop needed none).
+    mx_secure: bool,
+    /// Per host, parallel to `hosts`.
+    sec: Vec<Sec>,
 }
 
 /// The resolver plus `hosts()` jobs on top of it.
@@ -137,6 +180,38 @@ pub struct Dns {
     events: VecDeque<(JobId, Result<HostList, DnsError>)>,
     lookups: VecDeque<(QueryId, Outcome)>,
     native: VecDeque<NativeRequest>,
+}
+
+/// A validated host's DANE standing from its lookups.
+fn dane_of(sec: Sec) -> Dane {
+    if let Some(e) = sec.failed {
+        return Dane::Failed(e);
+    }
+    if sec.insecure {
+        return Dane::Insecure;
+    }
+    match sec.tlsa {
+        // An address literal: no name, no TLSA records.
+        None => Dane::Insecure,
+        Some(Ok(a)) if a.authentic => {
+            let records: Vec<_> = a
+                .data
+                .into_iter()
+                .filter_map(|d| match d {
+                    Data::Tlsa(u, s, m, data) => Some((u, s, m, data)),
+                    _ => None,
+                })
+                .collect();
+            if records.is_empty() {
+                Dane::NoRecords
+            } else {
+                Dane::Records(records)
+            }
+        }
+        // Unsigned TLSA records, or none: DANE does not apply (RFC 7672 2.2.2).
+        Some(Ok(_)) | Some(Err(DnsError::NotFound(_))) => Dane::NoRecords,
+        Some(Err(e)) => Dane::Failed(e),
+    }
 }
 
 /// Splits a next hop into (host, port, literal): `[h]:p`, `[h]`, `h:p`, `h`.
@@ -212,6 +287,8 @@ impl Dns {
             ttl: u32::MAX,
             authentic: true,
             temp_error: None,
+            mx_secure: literal,
+            sec: vec![],
         };
         if literal {
             if let Ok(ip) = host.parse::<IpAddr>() {
@@ -221,6 +298,7 @@ impl Dns {
                     port,
                     addrs: vec![ip],
                     error: None,
+                    dane: Dane::Insecure,
                 });
                 job.ttl = 0;
                 self.jobs.insert(id, job);
@@ -233,7 +311,9 @@ impl Dns {
                 port,
                 addrs: vec![],
                 error: None,
+                dane: Dane::Insecure,
             });
+            job.sec.push(Sec::default());
             self.jobs.insert(id, job);
             self.ask_addresses(id, 0, now);
         } else {
@@ -255,9 +335,19 @@ impl Dns {
     }
 
     fn ask_addresses(&mut self, job: JobId, host: usize, now: Instant) {
-        let Some(name) = self.jobs.get(&job).map(|j| j.hosts[host].name.clone()) else {
+        let Some((name, port, mx_secure)) = self
+            .jobs
+            .get(&job)
+            .map(|j| (j.hosts[host].name.clone(), j.hosts[host].port, j.mx_secure))
+        else {
             return;
         };
+        // Native lookups say nothing of DNSSEC: such hosts stay insecure.
+        if self.resolver.config().dnssec && mx_secure && !self.cfg.native {
+            let port = if port == 0 { 25 } else { port };
+            let tlsa = format!("_{port}._tcp.{name}");
+            self.ask(job, Slot::Tlsa(host), &tlsa, QType::Tlsa, now);
+        }
         if self.cfg.native {
             if let Some(j) = self.jobs.get_mut(&job) {
                 j.pending += 1;
@@ -300,11 +390,21 @@ impl Dns {
         job.pending = job.pending.saturating_sub(1);
         if let Ok(a) = &outcome {
             job.ttl = job.ttl.min(a.ttl);
-            job.authentic &= a.authentic;
+            if !matches!(slot, Slot::Tlsa(_)) {
+                job.authentic &= a.authentic;
+            }
         }
         match slot {
+            Slot::Tlsa(h) => {
+                if let Some(sec) = job.sec.get_mut(h) {
+                    sec.tlsa = Some(outcome);
+                }
+            }
             Slot::Mx => match outcome {
-                Ok(Answer { data, .. }) => {
+                Ok(Answer {
+                    data, authentic, ..
+                }) => {
+                    job.mx_secure = authentic;
                     let mut mx: Vec<(u16, String)> = data
                         .into_iter()
                         .filter_map(|d| {
@@ -341,8 +441,10 @@ impl Dns {
                             port,
                             addrs: vec![],
                             error: None,
+                            dane: Dane::Insecure,
                         })
                         .collect();
+                    job.sec = job.hosts.iter().map(|_| Sec::default()).collect();
                     for h in 0..job.hosts.len() {
                         self.ask_addresses(id, h, now);
                     }
@@ -356,11 +458,20 @@ impl Dns {
                 let Some(host) = job.hosts.get_mut(h) else {
                     return;
                 };
+                if let Some(sec) = job.sec.get_mut(h) {
+                    match &outcome {
+                        Ok(a) if !a.authentic => sec.insecure = true,
+                        Ok(_) | Err(DnsError::NotFound(_)) => {}
+                        Err(e) => {
+                            sec.failed.get_or_insert(e.clone());
+                        }
+                    }
+                }
                 match outcome {
                     Ok(a) => host.addrs.extend(a.data.iter().filter_map(|d| match d {
                         Data::A(ip) => Some(IpAddr::V4(*ip)),
                         Data::Aaaa(ip) => Some(IpAddr::V6(*ip)),
-                        Data::Mx(..) | Data::Txt(_) => None,
+                        Data::Mx(..) | Data::Txt(_) | Data::Tlsa(..) => None,
                     })),
                     Err(e) => {
                         if e.is_temporary() {
@@ -407,6 +518,10 @@ impl Dns {
             return;
         };
         let prefer_v6 = self.cfg.prefer_ipv6;
+        let dnssec = self.resolver.config().dnssec && job.mx_secure;
+        for (h, sec) in job.hosts.iter_mut().zip(std::mem::take(&mut job.sec)) {
+            h.dane = if dnssec { dane_of(sec) } else { Dane::Insecure };
+        }
         for h in &mut job.hosts {
             h.addrs.sort_by_key(|a| a.is_ipv4() == prefer_v6);
             if !h.addrs.is_empty() {

@@ -15,7 +15,9 @@
 //!   address lookups to the shell ([`Dns::poll_native`]), which runs
 //!   getaddrinfo where blocking is allowed.
 //!
-//! Limits: no DNSSEC validation (the AD bit is passed on for DANE), no
+//! Limits: no DNSSEC validation of its own: with `smtp_dns_support_level
+//! = dnssec` it asks a validating resolver for the AD bit and trusts it
+//! (as Postfix does), and looks up TLSA records for DANE; no
 //! search domains (mail names are fully qualified), no `/etc/hosts`.
 //! Nothing here panics on any input from the network.
 #![forbid(unsafe_code)]
@@ -27,7 +29,7 @@ pub mod resolver;
 pub mod transport;
 pub mod wire;
 
-pub use hosts::{Dns, Host, HostList, HostsConfig, JobId, NativeRequest, Protocols};
+pub use hosts::{Dane, Dns, Host, HostList, HostsConfig, JobId, NativeRequest, Protocols};
 pub use resolver::{Answer, Lookup, QueryId, Resolver, ResolverConfig, Transmit};
 pub use wire::{Data, QType};
 
@@ -188,6 +190,8 @@ pub struct Params {
     /// `smtp_host_lookup`: `dns`, `native` (addresses from the system
     /// resolver, MX still from DNS) or both (DNS wins).
     pub host_lookup: Vec<String>,
+    /// `smtp_dns_support_level = dnssec`: trust the AD bit, look up TLSA.
+    pub dnssec: bool,
 }
 
 impl Params {
@@ -225,6 +229,7 @@ impl Params {
             cache_size: self.cache_size.max(0) as usize,
             seed,
             max_in_flight: resolver::MAX_IN_FLIGHT,
+            dnssec: self.dnssec,
         };
         let protocols = match self.inet_protocols.as_str() {
             "ipv4" => Protocols::Ipv4,

@@ -83,6 +83,9 @@ pub struct ResolverConfig {
     /// answers larger than the socket's receive buffer would be dropped by
     /// the kernel and cost a whole timeout each.
     pub max_in_flight: usize,
+    /// `smtp_dns_support_level = dnssec`: ask for DNSSEC (DO and AD bits)
+    /// and believe the AD bit of answers. Otherwise no answer is authentic.
+    pub dnssec: bool,
 }
 
 /// The default [`ResolverConfig::max_in_flight`].
@@ -97,6 +100,7 @@ impl Default for ResolverConfig {
             cache_size: 10_000,
             seed: 1,
             max_in_flight: MAX_IN_FLIGHT,
+            dnssec: false,
         }
     }
 }
@@ -315,7 +319,7 @@ impl Resolver {
         while self.by_wire.contains_key(&wire_id) {
             wire_id = self.rng.next_u64() as u16;
         }
-        let Some(payload) = wire::query(wire_id, &q.name, q.key.1) else {
+        let Some(payload) = wire::query(wire_id, &q.name, q.key.1, self.cfg.dnssec) else {
             let e = DnsError::BadName(q.name.clone());
             self.finish(id, Err(e), now);
             return;
@@ -393,7 +397,8 @@ impl Resolver {
         match reply {
             Reply::Truncated if !q.tcp => {
                 let server = self.cfg.servers[(q.try_no % self.cfg.servers.len() as u32) as usize];
-                let Some(payload) = wire::query(q.wire_id, &q.name, q.key.1) else {
+                let Some(payload) = wire::query(q.wire_id, &q.name, q.key.1, self.cfg.dnssec)
+                else {
                     return;
                 };
                 q.tcp = true;
@@ -451,7 +456,9 @@ impl Resolver {
                     name,
                     data,
                     ttl: q.ttl,
-                    authentic: q.authentic,
+                    // The AD bit means something only from a validating
+                    // resolver the operator chose to trust (Postfix's rule).
+                    authentic: q.authentic && self.cfg.dnssec,
                 });
                 let (key, ttl) = (q.key.clone(), q.ttl);
                 self.store(key, &out, ttl, now);

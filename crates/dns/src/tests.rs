@@ -43,6 +43,7 @@ fn answer(dns: &mut Dns, zone: Zone, down: &[SocketAddr], tx: Transmit, now: Ins
         let qt = match q.queries[0].query_type() {
             hickory_proto::rr::RecordType::A => QType::A,
             hickory_proto::rr::RecordType::AAAA => QType::Aaaa,
+            hickory_proto::rr::RecordType::TLSA => QType::Tlsa,
             _ => QType::Mx,
         };
         let Some((rcode, answers)) = zone(&name, qt, tx.tcp) else {
@@ -61,6 +62,12 @@ fn answer(dns: &mut Dns, zone: Zone, down: &[SocketAddr], tx: Transmit, now: Ins
         if truncate {
             let mut m = Message::from_vec(&r).unwrap();
             m.metadata.truncation = true;
+            r = m.to_vec().unwrap();
+        }
+        // The zone "sec.test" is signed: a validating resolver sets AD.
+        if name.ends_with("sec.test") && rcode == ResponseCode::NoError {
+            let mut m = Message::from_vec(&r).unwrap();
+            m.metadata.authentic_data = true;
             r = m.to_vec().unwrap();
         }
         if tx.tcp {
@@ -98,6 +105,21 @@ fn zone(name: &str, qt: QType, tcp: bool) -> Option<Reply> {
             ],
         ),
         ("implicit.test", A) => (ok, vec![rec(name, 300, a("192.0.2.9"))]),
+        ("sec.test", Mx) => (
+            ok,
+            vec![
+                rec(name, 300, mx(10, "mx.sec.test")),
+                rec(name, 300, mx(20, "bare.sec.test")),
+                rec(name, 300, mx(30, "broken.sec.test")),
+                rec(name, 300, mx(40, "mx1.example.test")),
+            ],
+        ),
+        ("mx.sec.test" | "bare.sec.test" | "broken.sec.test", A) => {
+            (ok, vec![rec(name, 300, a("192.0.2.10"))])
+        }
+        ("_25._tcp.mx.sec.test", Tlsa) => (ok, vec![rec(name, 300, tlsa(3, 1, 1, &[7; 32]))]),
+        ("_25._tcp.broken.sec.test", Tlsa) => (ResponseCode::ServFail, vec![]),
+        ("insecure.test", Mx) => (ok, vec![rec(name, 300, mx(10, "mx.sec.test"))]),
         ("nullmx.test", Mx) => (ok, vec![rec(name, 300, mx(0, "."))]),
         ("servfail.test", _) => (ResponseCode::ServFail, vec![]),
         ("refused.test", _) => (ResponseCode::Refused, vec![]),
@@ -142,6 +164,7 @@ fn new_dns(seed: u64) -> Dns {
         cache_size: 100,
         seed,
         max_in_flight: 4,
+        dnssec: false,
     };
     Dns::new(
         Resolver::new(cfg),
@@ -532,4 +555,43 @@ proptest::proptest! {
         dns.hosts(&s, Instant::now());
         dns.poll(Instant::now());
     }
+}
+
+#[test]
+fn dnssec_classes_hosts_for_dane() {
+    let cfg = ResolverConfig {
+        servers: servers(),
+        dnssec: true,
+        ..ResolverConfig::default()
+    };
+    let mut dns = Dns::new(Resolver::new(cfg), HostsConfig::default());
+    let (r, _) = run_hosts(&mut dns, "sec.test", &[], Instant::now());
+    let l = r.unwrap();
+    let dane = |n: &str| l.hosts.iter().find(|h| h.name == n).unwrap().dane.clone();
+    assert_eq!(
+        dane("mx.sec.test"),
+        Dane::Records(vec![(3, 1, 1, vec![7; 32])])
+    );
+    assert_eq!(dane("bare.sec.test"), Dane::NoRecords, "secure, no TLSA");
+    assert!(
+        matches!(dane("broken.sec.test"), Dane::Failed(DnsError::ServFail(_))),
+        "a failed TLSA lookup of a secure host is not 'no records'"
+    );
+    assert_eq!(
+        dane("mx1.example.test"),
+        Dane::Insecure,
+        "unsigned address records"
+    );
+    assert!(!l.authentic);
+    // An unsigned MX answer makes every exchanger insecure, signed or not.
+    let (r, _) = run_hosts(&mut dns, "insecure.test", &[], Instant::now());
+    assert_eq!(r.unwrap().hosts[0].dane, Dane::Insecure);
+    // A configured [host] needs no MX: its own records decide.
+    let (r, _) = run_hosts(&mut dns, "[mx.sec.test]", &[], Instant::now());
+    assert!(matches!(r.unwrap().hosts[0].dane, Dane::Records(_)));
+    // Without DNSSEC the AD bit is not believed and TLSA is not asked.
+    let mut plain = new_dns(3);
+    let (r, _) = run_hosts(&mut plain, "sec.test", &[], Instant::now());
+    let l = r.unwrap();
+    assert!(!l.authentic && l.hosts.iter().all(|h| h.dane == Dane::Insecure));
 }

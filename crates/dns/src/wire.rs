@@ -1,7 +1,10 @@
 //! The wire format, through hickory-proto: build queries, read answers.
 //!
 //! Queries ask for recursion and carry EDNS0 with a 1232-byte payload
-//! (the DNS flag day 2020 value, which avoids IP fragmentation). Reading an
+//! (the DNS flag day 2020 value, which avoids IP fragmentation). With
+//! DNSSEC on (`smtp_dns_support_level = dnssec`) they also set the DO bit
+//! and the AD bit (RFC 6840 5.7), so that a validating resolver says in
+//! its answer's AD bit whether it validated it. Reading an
 //! answer follows its CNAME chain from the name asked, collects the
 //! records of the type asked at the end of the chain, and takes the TTL
 //! (the smallest one; for negative answers the SOA minimum, RFC 2308).
@@ -26,6 +29,8 @@ pub enum QType {
     Mx,
     /// Text records (MTA-STS and TLSRPT policies).
     Txt,
+    /// DANE TLSA records (RFC 6698).
+    Tlsa,
 }
 
 impl QType {
@@ -35,6 +40,7 @@ impl QType {
             QType::Aaaa => RecordType::AAAA,
             QType::Mx => RecordType::MX,
             QType::Txt => RecordType::TXT,
+            QType::Tlsa => RecordType::TLSA,
         }
     }
 }
@@ -51,6 +57,8 @@ pub enum Data {
     /// A TXT record: its character-strings joined, as RFC 8461 and RFC
     /// 8460 read them (not valid UTF-8 is replaced, never an error).
     Txt(String),
+    /// A TLSA record: certificate usage, selector, matching type, data.
+    Tlsa(u8, u8, u8, Vec<u8>),
 }
 
 /// What a response said, once read.
@@ -78,15 +86,17 @@ pub(crate) enum Reply {
     ServerError(String),
 }
 
-/// Builds a query message.
-pub(crate) fn query(id: u16, name: &str, qtype: QType) -> Option<Vec<u8>> {
+/// Builds a query message; `dnssec` asks for the AD bit (DO and AD set).
+pub(crate) fn query(id: u16, name: &str, qtype: QType, dnssec: bool) -> Option<Vec<u8>> {
     let mut n = Name::from_utf8(name).ok()?;
     n.set_fqdn(true);
     let mut m = Message::new(id, MessageType::Query, OpCode::Query);
     m.metadata.recursion_desired = true;
+    m.metadata.authentic_data = dnssec;
     m.add_query(Query::query(n, qtype.record_type()));
     let mut edns = Edns::new();
     edns.set_max_payload(EDNS_PAYLOAD);
+    edns.set_dnssec_ok(dnssec);
     m.set_edns(edns);
     m.to_vec().ok()
 }
@@ -176,6 +186,12 @@ pub(crate) fn read(payload: &[u8], id: u16, name: &str, qtype: QType) -> Option<
                     .map(|c| String::from_utf8_lossy(c))
                     .collect(),
             ),
+            (RData::TLSA(t), QType::Tlsa) => Data::Tlsa(
+                t.cert_usage.into(),
+                t.selector.into(),
+                t.matching.into(),
+                t.cert_data.clone(),
+            ),
             _ => continue,
         };
         ttl = ttl.min(r.ttl);
@@ -256,6 +272,15 @@ pub(crate) mod build {
     pub fn cname(host: &str) -> RData {
         RData::CNAME(CNAME(Name::from_utf8(host).unwrap()))
     }
+    /// A TLSA record's data.
+    pub fn tlsa(usage: u8, selector: u8, matching: u8, data: &[u8]) -> RData {
+        RData::TLSA(hickory_proto::rr::rdata::TLSA::new(
+            usage.into(),
+            selector.into(),
+            matching.into(),
+            data.to_vec(),
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -265,7 +290,7 @@ mod tests {
 
     #[test]
     fn reads_answers_chains_and_errors() {
-        let q = query(7, "Example.TEST", QType::Mx).unwrap();
+        let q = query(7, "Example.TEST", QType::Mx, false).unwrap();
         let r = response(
             &q,
             ResponseCode::NoError,
@@ -297,7 +322,7 @@ mod tests {
         );
 
         // RFC 8461 3.1: a record split in character-strings is read joined.
-        let q = query(3, "_mta-sts.example.test", QType::Txt).unwrap();
+        let q = query(3, "_mta-sts.example.test", QType::Txt, false).unwrap();
         let r = response(
             &q,
             ResponseCode::NoError,
@@ -324,7 +349,7 @@ mod tests {
             })
         );
 
-        let q = query(1, "www.test", QType::A).unwrap();
+        let q = query(1, "www.test", QType::A, false).unwrap();
         let r = response(
             &q,
             ResponseCode::NoError,
@@ -361,7 +386,7 @@ mod tests {
             read(&r, 1, "www.test", QType::A).is_some(),
             "a self-CNAME ends"
         );
-        let q6 = query(2, "v6.test", QType::Aaaa).unwrap();
+        let q6 = query(2, "v6.test", QType::Aaaa, false).unwrap();
         let r = response(
             &q6,
             ResponseCode::NoError,
@@ -370,6 +395,35 @@ mod tests {
         );
         assert!(
             matches!(read(&r, 2, "v6.test", QType::Aaaa), Some(Reply::Records { data, .. }) if data.len() == 1)
+        );
+    }
+
+    #[test]
+    fn dnssec_queries_ask_for_the_ad_bit_and_tlsa_is_read() {
+        let plain = Message::from_vec(&query(3, "x.test", QType::Mx, false).unwrap()).unwrap();
+        assert!(!plain.metadata.authentic_data);
+        assert!(!plain.edns.as_ref().unwrap().flags().dnssec_ok);
+        let name = "_25._tcp.mx.example.test";
+        let q = query(4, name, QType::Tlsa, true).unwrap();
+        let m = Message::from_vec(&q).unwrap();
+        assert!(m.metadata.authentic_data, "AD set (RFC 6840 5.7)");
+        assert!(m.edns.as_ref().unwrap().flags().dnssec_ok, "DO set");
+        let mut r = Message::from_vec(&response(
+            &q,
+            ResponseCode::NoError,
+            vec![(name, 300, tlsa(3, 1, 1, &[0xab; 32]))],
+            None,
+        ))
+        .unwrap();
+        r.metadata.authentic_data = true;
+        assert_eq!(
+            read(&r.to_vec().unwrap(), 4, name, QType::Tlsa),
+            Some(Reply::Records {
+                name: name.into(),
+                data: vec![Data::Tlsa(3, 1, 1, vec![0xab; 32])],
+                ttl: 300,
+                authentic: true
+            })
         );
     }
 

@@ -119,6 +119,7 @@ fn driver(servers: Vec<SocketAddr>, protocols: Protocols, timeout: Duration) -> 
         cache_size: 1000,
         seed: 42,
         max_in_flight: 64,
+        dnssec: false,
     };
     Driver::new(Dns::new(
         Resolver::new(cfg),

@@ -26,7 +26,7 @@ pub enum Delivery {}
 
 impl crate::Protocol for Delivery {
     const NAME: &'static str = "sluice-delivery";
-    const VERSION: u32 = 5;
+    const VERSION: u32 = 6;
     type Request = Request;
     type Response = Response;
 }
@@ -48,6 +48,8 @@ pub enum Request {
         /// The local address to bind before connecting (the shaping
         /// policy's source); `None`: `smtp_bind_address`, or the kernel's choice.
         source: Option<IpAddr>,
+        /// The host's DANE standing, from the router's validated DNS.
+        dane: Dane,
     },
     /// Run one transaction on connection `conn` once it is free.
     Send {
@@ -61,6 +63,36 @@ pub enum Request {
         /// The connection.
         conn: u64,
     },
+}
+
+/// What DNSSEC-validated DNS says of a host's TLS (RFC 7672 2.2), as
+/// the router found it; the agent's `smtp_tls_security_level` decides
+/// what it means.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Dane {
+    /// DNSSEC is not in use, or the MX or address records were not validated.
+    #[default]
+    Insecure,
+    /// A validated host without validated TLSA records.
+    NoRecords,
+    /// The validated TLSA records of the host.
+    Records(Vec<Tlsa>),
+    /// A validated host whose address or TLSA lookup failed: the text,
+    /// with its enhanced status.
+    Failed(String),
+}
+
+/// One TLSA record (RFC 6698).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tlsa {
+    /// Certificate usage: 2 DANE-TA, 3 DANE-EE (0 and 1 are unusable for SMTP).
+    pub usage: u8,
+    /// 0 the whole certificate, 1 its public key.
+    pub selector: u8,
+    /// 0 exact, 1 SHA-256, 2 SHA-512.
+    pub matching: u8,
+    /// The certificate association data.
+    pub data: Vec<u8>,
 }
 
 /// One message to some of its recipients.

@@ -23,7 +23,7 @@ pub enum Router {}
 
 impl crate::Protocol for Router {
     const NAME: &'static str = "sluice-router";
-    const VERSION: u32 = 3;
+    const VERSION: u32 = 4;
     type Request = Request;
     type Response = Response;
 }
@@ -159,7 +159,7 @@ pub struct HostList {
     pub hosts: Vec<Host>,
     /// Seconds the answer may be kept.
     pub ttl: u32,
-    /// Every answer had the AD bit (for DANE later).
+    /// Every address and MX answer had the AD bit.
     pub authentic: bool,
 }
 
@@ -176,6 +176,8 @@ pub struct Host {
     pub addrs: Vec<IpAddr>,
     /// Why it has no addresses, when it has none; `temporary` as in [`Response::Failed`].
     pub error: Option<(bool, String)>,
+    /// Its DANE standing (`smtp_dns_support_level = dnssec`).
+    pub dane: crate::delivery::Dane,
 }
 
 #[cfg(test)]
@@ -219,6 +221,12 @@ mod tests {
             port: 0,
             addrs: vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()],
             error: None,
+            dane: crate::delivery::Dane::Records(vec![crate::delivery::Tlsa {
+                usage: 3,
+                selector: 1,
+                matching: 1,
+                data: vec![0xab; 32],
+            }]),
         };
         let resps = [
             Response::Resolved {

@@ -578,11 +578,13 @@ impl<S: Store> QueueManager<S> {
                     let tname = s.transport_name(transport).to_string();
                     let nexthop = s.nexthop(destination).unwrap_or("").to_string();
                     let hname = s.host_name(host).to_string();
-                    let addrs = self
-                        .resolve
-                        .hosts
-                        .get(&nexthop)
+                    let known = self.resolve.hosts.get(&nexthop);
+                    let addrs = known
                         .and_then(|h| h.addrs.get(&hname))
+                        .cloned()
+                        .unwrap_or_default();
+                    let dane = known
+                        .and_then(|h| h.dane.get(&hname))
                         .cloned()
                         .unwrap_or_default();
                     let wire = self.deliver.conns.open(conn, &tname);
@@ -596,6 +598,7 @@ impl<S: Store> QueueManager<S> {
                         nexthop,
                         addrs,
                         source,
+                        dane,
                     };
                     self.send_agent(tname, body, AgentWait::Open);
                 }

@@ -35,6 +35,8 @@ pub(crate) struct Hosts {
     /// Host names by MX preference level, best first.
     pub(crate) levels: Vec<Vec<String>>,
     pub(crate) addrs: HashMap<String, Vec<SocketAddr>>,
+    /// Each host's DANE standing (absent: insecure), for the agent's Open.
+    pub(crate) dane: HashMap<String, ipc::delivery::Dane>,
 }
 
 /// Router requests in flight and the host lists at hand.
@@ -288,6 +290,7 @@ impl<S: Store> QueueManager<S> {
 fn hosts_of(list: &router::HostList, now: Time, by_address: bool) -> Hosts {
     let mut levels: Vec<(u16, Vec<String>)> = Vec::new();
     let mut addrs = HashMap::new();
+    let mut dane = HashMap::new();
     for h in &list.hosts {
         if h.addrs.is_empty() {
             continue;
@@ -313,6 +316,9 @@ fn hosts_of(list: &router::HostList, now: Time, by_address: bool) -> Hosts {
             vec![(h.name.clone(), all)]
         };
         for (name, a) in named {
+            if h.dane != ipc::delivery::Dane::Insecure {
+                dane.insert(name.clone(), h.dane.clone());
+            }
             addrs.insert(name.clone(), a);
             match levels.iter_mut().find(|(p, _)| *p == h.preference) {
                 Some((_, v)) => v.push(name),
@@ -325,6 +331,7 @@ fn hosts_of(list: &router::HostList, now: Time, by_address: bool) -> Hosts {
         expires: Time(now.0 + u64::from(list.ttl.max(60)) * 1000),
         levels: levels.into_iter().map(|(_, v)| v).collect(),
         addrs,
+        dane,
     }
 }
 
@@ -498,6 +505,7 @@ mod tests {
                     port: 0,
                     addrs: vec!["192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap()],
                     error: None,
+                    dane: Default::default(),
                 },
                 router::Host {
                     name: "mx2.example.test".into(),
@@ -505,6 +513,7 @@ mod tests {
                     port: 2525,
                     addrs: vec!["2001:db8::2".parse().unwrap()],
                     error: None,
+                    dane: Default::default(),
                 },
             ],
             ttl: 300,

@@ -405,6 +405,7 @@ pub(crate) fn hosts(nexthop: &str) -> router::Response {
             port: 0,
             addrs: vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))],
             error: None,
+            dane: Default::default(),
         }],
         ttl: 300,
     })

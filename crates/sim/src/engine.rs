@@ -863,6 +863,7 @@ impl Sim {
                             // Addresses are not modelled: servers are by name.
                             addrs: vec![IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))],
                             error: None,
+                            dane: Default::default(),
                         });
                     }
                 }

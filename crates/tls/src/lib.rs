@@ -11,11 +11,13 @@
 //! main.cf and says which file is wrong when one is. [`check_peer`] classes
 //! a server's certificate for the client's `verify` and `secure` levels.
 //! [`mutual_server_config`] and [`mutual_client_config`] are clusterd's
-//! mutual TLS.
+//! mutual TLS. [`dane`] checks a server's certificate against its TLSA
+//! records (RFC 7672) during the handshake.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod config;
+pub mod dane;
 mod mutual;
 mod stream;
 mod verify;

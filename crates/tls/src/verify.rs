@@ -110,7 +110,7 @@ pub fn check_peer(
 }
 
 /// The subjectAltName DNS names of a certificate, wildcards included.
-fn cert_names(ee: &CertificateDer<'_>) -> Vec<String> {
+pub(crate) fn cert_names(ee: &CertificateDer<'_>) -> Vec<String> {
     webpki::EndEntityCert::try_from(ee)
         .map(|c| c.valid_dns_names().map(str::to_string).collect())
         .unwrap_or_default()
@@ -118,7 +118,7 @@ fn cert_names(ee: &CertificateDer<'_>) -> Vec<String> {
 
 /// Postfix's `match_servername`: exact (no case), `.domain` for any name
 /// below the domain, and a certificate wildcard standing for one label.
-fn name_matches(cert_name: &str, pattern: &str) -> bool {
+pub(crate) fn name_matches(cert_name: &str, pattern: &str) -> bool {
     let cert_name = cert_name.trim_end_matches('.');
     let pattern = pattern.trim_end_matches('.');
     if pattern.is_empty() {
@@ -143,7 +143,7 @@ fn name_matches(cert_name: &str, pattern: &str) -> bool {
 }
 
 /// Postfix-like wording of a chain error.
-fn describe(e: &rustls::Error) -> String {
+pub(crate) fn describe(e: &rustls::Error) -> String {
     use rustls::CertificateError as C;
     match e {
         rustls::Error::InvalidCertificate(c) => match c {
