@@ -492,11 +492,21 @@ fn check_policy(dir: &Path, cfg: &Config, services: &[ServiceDef], r: &mut Repor
 }
 
 /// The cluster link's certificates, loaded as clusterd (`cluster_listen`,
-/// when master.cf runs it) and qmgr (`cluster_server`) load them.
+/// when master.cf runs it), transferd (`transfer_listen`) and qmgr
+/// (`cluster_server`) load them.
 fn check_cluster(dir: &Path, cfg: &Config, services: &[ServiceDef], r: &mut Report) {
-    let serves = services.iter().any(|s| s.command == "clusterd");
+    // transferd (transfer_listen) serves on the same certificates.
+    let transfers = !cfg.str("transfer_listen").is_empty();
+    if transfers && !services.iter().any(|s| s.command == "transferd") {
+        r.warn(format!(
+            "{}: transfer_listen is set but master.cf runs no transferd: nothing takes moved mail",
+            origin(dir, cfg, "transfer_listen")
+        ));
+    }
+    let coordinates = services.iter().any(|s| s.command == "clusterd");
+    let serves = coordinates || transfers;
     let links = !cfg.str("cluster_server").is_empty();
-    if serves && cfg.str("cluster_listen").is_empty() {
+    if coordinates && cfg.str("cluster_listen").is_empty() {
         r.error(format!(
             "{}: master.cf runs clusterd but cluster_listen is empty",
             origin(dir, cfg, "cluster_listen")
