@@ -365,6 +365,7 @@ mod tests {
             port: 0,
             addrs: vec!["192.0.2.1".parse().unwrap()],
             error: None,
+            dane: ipc::delivery::Dane::Insecure,
         }
     }
 
