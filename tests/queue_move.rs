@@ -303,13 +303,24 @@ fn a_move_with_no_certificate_is_refused_and_the_mail_stays() {
     p.b.wait_log(20, "refused unknown[127.0.0.1]");
     // sluice check loads transferd's certificates as transferd does.
     let out = p.b.sluice(&["check"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let main = p.b.etc().join("main.cf");
     let text = std::fs::read_to_string(&main).unwrap();
-    std::fs::write(&main, format!("{text}cluster_tls_key_file = /nonexistent/b.key\n")).unwrap();
+    std::fs::write(
+        &main,
+        format!("{text}cluster_tls_key_file = /nonexistent/b.key\n"),
+    )
+    .unwrap();
     let out = p.b.sluice(&["check"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("/nonexistent/b.key"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("/nonexistent/b.key"),
+        "{err}"
+    );
     std::fs::write(&main, text).unwrap();
     // A receiver nobody listens on: nothing moves, the mail stays (held),
     // the exit status says so.

@@ -548,7 +548,11 @@ impl SmtpConn {
             );
         }
         // RFC 8461 section 2: where DANE applies it decides, not MTA-STS.
-        if let Some(sts) = self.sts.as_mut().filter(|_| !matches!(self.policy, Policy::Tlsa(_))) {
+        if let Some(sts) = self
+            .sts
+            .as_mut()
+            .filter(|_| !matches!(self.policy, Policy::Tlsa(_)))
+        {
             let ip = self.addrs.get(self.next_addr.saturating_sub(1)).copied();
             if let Some(why) = sts.certificate(&chain, self.settings.roots.as_deref(), ip) {
                 self.tls_refused(format!("{why}, host {}", self.relay));
