@@ -1,0 +1,267 @@
+//! clusterd on a network (issue 15): every Sluice instance, clusterd and
+//! the recording sink in a network namespace of its own on a private
+//! bridge (tests/support/netns.rs), as on separate hosts. The instances
+//! all send from one shared source address (the policy's `localip`,
+//! translated per namespace, so the sink sees which instance each
+//! connection and message came from); the sink listens on port 25 of the
+//! MX hosts, which dnsmasq in the sink's namespace names. Each test makes
+//! its own network and removes it, whatever happens. Needs root, ip(8),
+//! nft(8), nsenter(1), dnsmasq, smtp-source and openssl; without them the
+//! tests fail saying so.
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use sluice_suite::netns::Net;
+use sluice_suite::pki::pki;
+use sluice_suite::testkit::{ShapingSink, SinkConn};
+use sluice_suite::{wait_for, Instance, Kill};
+
+/// Host numbers on the test network.
+const CLUSTERD: u8 = 2;
+const SINK: u8 = 3;
+/// The MX host of orange.test, on the sink's host.
+const ORANGE_MX: u8 = 20;
+/// The MX hosts of dead.test, on the sink's host, where nothing listens.
+const DEAD_MX: [u8; 3] = [30, 31, 32];
+/// Instance k (from 1) is host 10 + k.
+const fn inst_host(k: usize) -> u8 {
+    10 + k as u8
+}
+
+/// The policy: `LOCALIP` is replaced by the shared source address.
+const POLICY: &str = "rate:
+  algorithm: tokenbucket
+groupings:
+  - id: orange
+    remotemx: [\"*.mx.orange.test\"]
+sources:
+  - id: shared
+    localip: [LOCALIP]
+policies:
+  - fields: [localip, grouping]
+    default:
+      concurrency: 20
+    conditions:
+      - if: { grouping: orange }
+        then: { concurrency: 2, transactions: 3 }
+";
+
+/// A cluster on its own network; fields drop in order: the instances and
+/// clusterd stop before the network they run in goes.
+struct Cluster {
+    insts: Vec<(Instance, String)>,
+    coord: Instance,
+    sink: ShapingSink,
+    _dns: Kill,
+    _pki: tempfile::TempDir,
+    net: Net,
+}
+
+fn tls_params(pki: &std::path::Path, name: &str) -> String {
+    format!(
+        "cluster_tls_cert_file = {d}/{name}.pem\ncluster_tls_key_file = {d}/{name}.key\n\
+         cluster_tls_CAfile = {d}/ca.pem\n",
+        d = pki.display()
+    )
+}
+
+fn cluster(n: usize, policy: &str, extra: &str) -> Cluster {
+    let mut net = Net::new();
+    let pki_dir = tempfile::Builder::new()
+        .prefix("sluice-pki")
+        .tempdir()
+        .unwrap();
+    let names: Vec<String> = std::iter::once("clusterd.test".to_string())
+        .chain((1..=n).map(|i| format!("mx{i}.test")))
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    pki(pki_dir.path(), &refs);
+    // The instances run as nobody: the keys must be readable to them.
+    Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(pki_dir.path())
+        .status()
+        .unwrap();
+    net.host(CLUSTERD);
+    net.host(SINK);
+    net.add_addr(SINK, ORANGE_MX);
+    for h in DEAD_MX {
+        net.add_addr(SINK, h);
+    }
+    let mut records = vec![
+        "--mx-host=orange.test,in1.mx.orange.test,10".to_string(),
+        format!("--host-record=in1.mx.orange.test,{}", net.addr(ORANGE_MX)),
+    ];
+    for (i, h) in DEAD_MX.iter().enumerate() {
+        records.push(format!("--mx-host=dead.test,mx{i}.dead.test,{}", 10 * (i + 1)));
+        records.push(format!("--host-record=mx{i}.dead.test,{}", net.addr(*h)));
+    }
+    let refs: Vec<&str> = records.iter().map(String::as_str).collect();
+    let dns = net.dnsmasq(SINK, &refs);
+    let sink = ShapingSink::start_in(&net.ns_path(SINK), &[&net.addr(ORANGE_MX)], 25);
+    let cport = 4650;
+    let mut coord = Instance::new(
+        "clusterd unix - - n 300 1 clusterd\n",
+        &format!(
+            "myhostname = clusterd.test\ncluster_listen = {}:{cport}\n{}",
+            net.addr(CLUSTERD),
+            tls_params(pki_dir.path(), "clusterd.test")
+        ),
+    );
+    coord.netns = Some(net.ns(CLUSTERD));
+    coord.start();
+    coord.wait_log(20, "coordinating on");
+    let policy = policy.replace("LOCALIP", &net.shared_source());
+    let mut insts = Vec::new();
+    for k in 1..=n {
+        let h = inst_host(k);
+        net.host(h);
+        net.own_shared_source(h);
+        let addr = net.addr(h);
+        let cf = format!(
+            "{addr}:2525 inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+             qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
+        );
+        let main = format!(
+            "myhostname = mx{k}.test\nsmtpd_reject_unlisted_recipient = no\nmynetworks = 10.77.{net}.0/24\n\
+             dns_servers = {dns}\ninet_protocols = ipv4\nminimal_backoff_time = 1s\nmaximal_backoff_time = 2s\n\
+             policy_file = policy.yaml\nsmtp_source_pool = shared\n\
+             cluster_server = {cd}:{cport}\ncluster_tls_server_name = clusterd.test\n{tls}{extra}",
+            net = net.n,
+            dns = net.addr(SINK),
+            cd = net.addr(CLUSTERD),
+            tls = tls_params(pki_dir.path(), &format!("mx{k}.test"))
+        );
+        let mut inst = Instance::new(&cf, &main);
+        std::fs::write(inst.etc().join("policy.yaml"), &policy).unwrap();
+        inst.netns = Some(net.ns(h));
+        inst.start();
+        wait_for(20, &format!("smtpd on {addr}:2525"), || {
+            std::net::TcpStream::connect((addr.as_str(), 2525))
+                .ok()
+                .map(drop)
+        });
+        insts.push((inst, addr));
+    }
+    for (inst, _) in &insts {
+        inst.wait_log(20, "cluster: linked to clusterd");
+    }
+    let plural = if n == 1 { "" } else { "s" };
+    coord.wait_log(20, &format!("{n} instance{plural} connected"));
+    Cluster {
+        insts,
+        coord,
+        sink,
+        _dns: dns,
+        _pki: pki_dir,
+        net,
+    }
+}
+
+impl Cluster {
+    /// Starts smtp-source sending `n` messages to `rcpt` through instance
+    /// `k` (from 1).
+    fn inject(&self, k: usize, n: u32, rcpt: &str) -> Child {
+        Command::new("smtp-source")
+            .args(["-s", "5", "-m", &n.to_string()])
+            .args(["-f", "bulk@sender.example", "-t", rcpt])
+            .arg(format!("{}:2525", self.insts[k - 1].1))
+            .spawn()
+            .expect("smtp-source is installed by scripts/test")
+    }
+
+    /// Sends to orange.test through each instance at once (`counts[k-1]`
+    /// messages through instance k), waiting until all are accepted.
+    fn send_all(&self, counts: &[u32]) {
+        let children: Vec<(usize, Child)> = counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(i, &c)| (i + 1, self.inject(i + 1, c, "someone@orange.test")))
+            .collect();
+        for (k, mut c) in children {
+            let st = c.wait().unwrap();
+            assert!(st.success(), "smtp-source through instance {k}");
+        }
+    }
+
+    /// The instance (from 1) a sink connection came from, by its source.
+    fn from(&self, c: &SinkConn) -> Option<usize> {
+        let ip = c.source.ip().to_string();
+        self.insts.iter().position(|(_, a)| *a == ip).map(|i| i + 1)
+    }
+
+    /// The most connections to orange open at once, from the whole cluster,
+    /// sampled at every connect.
+    fn most_at_once(&self) -> usize {
+        let mx = self.net.addr(ORANGE_MX);
+        self.sink
+            .max_concurrent_where(|c| c.listen.ip().to_string() == mx)
+    }
+
+    /// Each instance's connection-seconds at the sink within `[from, to)`.
+    fn slot_time(&self, from: Instant, to: Instant) -> Vec<f64> {
+        let mut per = vec![0.0; self.insts.len()];
+        for c in self.sink.conns() {
+            let Some(k) = self.from(&c) else { continue };
+            let open = c.connected.max(from);
+            let close = c.closed.unwrap_or(to).min(to);
+            if close > open {
+                per[k - 1] += close.duration_since(open).as_secs_f64();
+            }
+        }
+        per
+    }
+
+    /// Messages from instance `k` that reached the sink.
+    fn delivered_from(&self, k: usize) -> usize {
+        let ip = &self.insts[k - 1].1;
+        self.sink
+            .messages()
+            .iter()
+            .filter(|m| m.source.to_string() == *ip)
+            .count()
+    }
+}
+
+fn policy(then: &str) -> String {
+    POLICY.replace("{ concurrency: 2, transactions: 3 }", then)
+}
+
+#[test]
+fn five_instances_at_concurrency_two_each_get_a_fifth_of_the_slot_time() {
+    let c = cluster(5, POLICY, "");
+    c.sink
+        .delay(&c.net.addr(ORANGE_MX), Duration::from_millis(100));
+    c.send_all(&[250; 5]);
+    // Measured once every instance has its backlog queued, for 40 s, while
+    // none can have run out (about 16 messages a second go in all).
+    let from = Instant::now() + Duration::from_secs(2);
+    let to = from + Duration::from_secs(40);
+    std::thread::sleep(to.saturating_duration_since(Instant::now()));
+    let most = c.most_at_once();
+    assert!(
+        most <= 2,
+        "{most} connections at once to orange from the cluster, whose limit is 2"
+    );
+    let per = c.slot_time(from, to);
+    let total: f64 = per.iter().sum();
+    assert!(total > 0.0, "no connection at the sink");
+    for (i, t) in per.iter().enumerate() {
+        let share = 100.0 * t / total;
+        assert!(
+            (16.0..=24.0).contains(&share),
+            "instance {} had {share:.1} % of the slot-time (shares {:?})",
+            i + 1,
+            per.iter()
+                .map(|t| format!("{:.1}", 100.0 * t / total))
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            c.delivered_from(i + 1) > 0,
+            "instance {} delivered nothing",
+            i + 1
+        );
+    }
+}
