@@ -265,3 +265,81 @@ fn five_instances_at_concurrency_two_each_get_a_fifth_of_the_slot_time() {
         );
     }
 }
+
+/// Messages at the sink that arrived within `[a, b)`.
+fn arrived(c: &Cluster, a: Instant, b: Instant) -> usize {
+    c.sink
+        .messages()
+        .iter()
+        .filter(|m| m.at >= a && m.at < b)
+        .count()
+}
+
+#[test]
+fn one_instance_of_five_with_mail_gets_the_whole_concurrency_and_rate_within_a_second() {
+    let c = cluster(
+        5,
+        &policy("{ concurrency: 2, transactions: 3, rate: 20/1 }"),
+        "",
+    );
+    c.send_all(&[400]);
+    let msgs = c.sink.wait_messages(1, 60);
+    let first = msgs[0].at;
+    // 10 s from one second after the first message: 200 at the whole rate.
+    let (a, b) = (first + Duration::from_secs(1), first + Duration::from_secs(11));
+    std::thread::sleep(b.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
+    let got = arrived(&c, a, b);
+    eprintln!("one of five: {got} messages in the 10 s from 1 s after the first");
+    assert!(
+        got >= 190,
+        "{got} messages in 10 s where the cluster's rate allows 200: the one instance with mail \
+         did not get 95 % of it within 1 s"
+    );
+    assert_eq!(
+        c.most_at_once(),
+        2,
+        "the one instance with mail holds both of the cluster's connections"
+    );
+    assert!((2..=5).all(|k| c.delivered_from(k) == 0));
+}
+
+/// The rate scenario's length (the issue's: 10 minutes).
+const RATE_RUN: Duration = Duration::from_secs(600);
+
+#[test]
+fn a_rate_of_600_a_minute_gives_6000_in_10_minutes_with_three_instances_sending() {
+    let c = cluster(3, &policy("{ rate: 10/1 }"), "");
+    let secs = RATE_RUN.as_secs() as u32;
+    // More than the run can carry, so that all three always have mail.
+    c.send_all(&[4 * secs, 4 * secs, 4 * secs]);
+    let first = c.sink.wait_messages(1, 60)[0].at;
+    let end = first + RATE_RUN;
+    std::thread::sleep(end.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
+    let got = arrived(&c, first, end) as f64;
+    let want = 10.0 * RATE_RUN.as_secs_f64();
+    let per: Vec<usize> = (1..=3).map(|k| c.delivered_from(k)).collect();
+    assert!(
+        (got - want).abs() <= 0.02 * want,
+        "{got} messages in {RATE_RUN:?} at 600 a minute: {:.1} % of {want} (per instance {per:?})",
+        100.0 * got / want
+    );
+}
+
+#[test]
+fn an_80_20_split_of_the_backlog_between_two_instances_still_gets_95_percent_of_the_rate() {
+    let c = cluster(2, &policy("{ rate: 10/1 }"), "");
+    // Two minutes at 10 a second: 1,200. The second instance's 300 last
+    // about a minute at half the rate; then the first must get it all.
+    c.send_all(&[1200, 300]);
+    let first = c.sink.wait_messages(1, 60)[0].at;
+    let end = first + Duration::from_secs(120);
+    std::thread::sleep(end.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
+    let got = arrived(&c, first, end);
+    let per: Vec<usize> = (1..=2).map(|k| c.delivered_from(k)).collect();
+    assert_eq!(per[1], 300, "the second instance's backlog was delivered within the run");
+    assert!(
+        got >= 1140,
+        "{got} messages in 2 minutes at 600 a minute, backlog split 80/20 (per instance {per:?}): \
+         under 95 % of 1,200"
+    );
+}

@@ -113,10 +113,13 @@ impl Net {
                 "{tool} is not installed (scripts/test installs iproute2, nftables and util-linux)"
             );
         }
+        // Tests of one process start at different numbers, processes at
+        // numbers spread by their pid.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let me = std::process::id();
-        let start = (me % 200) as u8;
-        for i in 0..200u8 {
-            let n = 20 + (start.wrapping_add(i) % 200);
+        let start = me.wrapping_mul(37) + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for i in 0..200u32 {
+            let n = (20 + (start.wrapping_add(i) % 200)) as u8;
             let bridge = format!("slbr{n}");
             let made = Command::new("ip")
                 .args(["link", "add", &bridge, "type", "bridge"])
@@ -124,13 +127,12 @@ impl Net {
                 .status()
                 .is_ok_and(|s| s.success());
             if !made {
-                match owner(&bridge) {
-                    Some(pid) if crate::running(pid) => continue,
-                    _ => {
-                        remove_stale(n);
-                        continue;
-                    }
+                // A bridge without its alias yet is being made by another
+                // test: only one whose owner is gone is stale.
+                if owner(&bridge).is_some_and(|pid| !crate::running(pid)) {
+                    remove_stale(n);
                 }
+                continue;
             }
             ip(&["link", "set", &bridge, "alias", &format!("sluice-test pid={me}")]);
             let net = Net {

@@ -362,8 +362,18 @@ impl Client {
         }
     }
 
-    /// When [`Client::handle_timeout`] or a reconnect is next due.
+    /// When [`Client::handle_timeout`] or a reconnect is next due; at
+    /// once (0) while messages wait to go out on a link that is up.
     pub fn poll_timeout(&self) -> Option<Ms> {
+        // The share queues wants, releases and starved reports from inside
+        // the scheduler, where the shell does not look for them: unless
+        // they are due now they would wait for the next heartbeat, a slot
+        // freed here reaching the coordinator up to a second late (one
+        // connection a second at concurrency 2), a starved instance heard
+        // a second late at every allotment.
+        if !self.out.is_empty() && matches!(self.link, Link::Hello | Link::Linked) {
+            return Some(0);
+        }
         match self.link {
             Link::Down { retry_at } => Some(retry_at),
             Link::Connecting { since } => Some(since + self.cfg.lost_after_ms),
