@@ -125,12 +125,18 @@ fn cluster(n: usize, policy: &str, extra: &str) -> Cluster {
         );
         let main = format!(
             "myhostname = mx{k}.test\nsmtpd_reject_unlisted_recipient = no\nmynetworks = 10.77.{net}.0/24\n\
-             dns_servers = {dns}\ninet_protocols = ipv4\nminimal_backoff_time = 1s\nmaximal_backoff_time = 2s\n\
+             dns_servers = {dns}\ninet_protocols = ipv4\n{backoff}\
              policy_file = policy.yaml\nsmtp_source_pool = shared\n\
              cluster_server = {cd}:{cport}\ncluster_tls_server_name = clusterd.test\n{tls}{extra}",
             net = net.n,
             dns = net.addr(SINK),
             cd = net.addr(CLUSTERD),
+            // Mail that fails comes back soon, unless the test says otherwise.
+            backoff = if extra.contains("minimal_backoff_time") {
+                ""
+            } else {
+                "minimal_backoff_time = 1s\nmaximal_backoff_time = 2s\n"
+            },
             tls = tls_params(pki_dir.path(), &format!("mx{k}.test"))
         );
         let mut inst = Instance::new(&cf, &main);
@@ -342,4 +348,49 @@ fn an_80_20_split_of_the_backlog_between_two_instances_still_gets_95_percent_of_
         "{got} messages in 2 minutes at 600 a minute, backlog split 80/20 (per instance {per:?}): \
          under 95 % of 1,200"
     );
+}
+
+#[test]
+fn a_destination_one_instance_found_dead_is_skipped_by_the_others_without_connecting() {
+    // dead.test has three MX hosts on the sink's host where nothing
+    // listens: each refuses, is put in retry, and the failed cohorts
+    // declare the destination dead (at concurrency 1, the second).
+    let c = cluster(
+        3,
+        POLICY,
+        "initial_destination_concurrency = 1\nminimal_backoff_time = 60s\nmaximal_backoff_time = 120s\n",
+    );
+    let send = |k: usize, n: u32| {
+        let st = c.inject(k, n, "someone@dead.test").wait().unwrap();
+        assert!(st.success(), "smtp-source through instance {k}");
+    };
+    send(1, 3);
+    let line = c.insts[0]
+        .0
+        .wait_log(60, "destination dead.test is not responding");
+    assert!(line.contains("deliveries suspended"), "{line}");
+    for k in [2, 3] {
+        c.insts[k - 1]
+            .0
+            .wait_log(10, "cluster: mx1.test says destination dead.test is not responding");
+    }
+    send(2, 2);
+    send(3, 2);
+    for k in [2, 3] {
+        let inst = &c.insts[k - 1].0;
+        wait_for(30, "both messages deferred", || {
+            (inst
+                .log()
+                .lines()
+                .filter(|l| l.contains("to=<someone@dead.test>") && l.contains("status=deferred"))
+                .count()
+                >= 2)
+                .then_some(())
+        });
+        assert!(
+            !inst.log().contains(".dead.test["),
+            "instance {k} connected to dead.test's hosts itself:\n{}",
+            inst.log()
+        );
+    }
 }
