@@ -394,3 +394,60 @@ fn a_destination_one_instance_found_dead_is_skipped_by_the_others_without_connec
         );
     }
 }
+
+#[test]
+fn kill_9_of_clusterd_delivery_goes_on_and_its_restart_never_takes_the_cluster_over_the_limit() {
+    // Concurrency 3 on three instances: the fallback's division (1 each)
+    // keeps the limit too, so it must hold at every connect of the run.
+    let c = cluster(
+        3,
+        &policy("{ concurrency: 3, transactions: 3 }"),
+        "",
+    );
+    c.sink
+        .delay(&c.net.addr(ORANGE_MX), Duration::from_millis(100));
+    c.send_all(&[150, 150, 150]);
+    wait_for(60, "deliveries under way", || {
+        (c.sink.messages().len() >= 30).then_some(())
+    });
+    let pids = c.coord.pids("clusterd");
+    assert_eq!(pids.len(), 1, "one clusterd");
+    let killed = Instant::now();
+    sys::process::signal(pids[0], 9).unwrap();
+    for (inst, _) in &c.insts {
+        inst.wait_log(5, "degraded, limits divided by 3 instances");
+    }
+    let fell_back = killed.elapsed();
+    assert!(
+        fell_back <= Duration::from_secs(3),
+        "fallback after {fell_back:?}"
+    );
+    // master starts clusterd again; it waits out its recovery window and
+    // the instances link again.
+    c.coord.wait_pid("clusterd", &pids);
+    for (inst, _) in &c.insts {
+        wait_for(30, "relinked", || {
+            (inst.log().matches("cluster: linked to clusterd").count() >= 2).then_some(())
+        });
+    }
+    let msgs = c.sink.wait_messages(450, 120);
+    let most = c.most_at_once();
+    assert!(
+        most <= 3,
+        "{most} connections at once to orange, whose limit is 3, around clusterd's restart"
+    );
+    // Delivery never stopped: from the kill on, no 3 s without a message.
+    let mut at: Vec<Instant> = msgs.iter().map(|m| m.at).filter(|&t| t >= killed).collect();
+    at.sort();
+    let gap = at
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]))
+        .max()
+        .unwrap_or_default();
+    let first_after = at.first().map(|t| t.duration_since(killed));
+    assert!(
+        gap <= Duration::from_secs(3) && first_after.is_some_and(|d| d <= Duration::from_secs(3)),
+        "delivery stalled: {gap:?} between messages, first {first_after:?} after the kill"
+    );
+    c.coord.wait_log(10, "recovery window over");
+}
