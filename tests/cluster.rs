@@ -419,3 +419,84 @@ fn a_host_one_instance_could_not_reach_is_skipped_by_the_others() {
         c.insts[1].0.log()
     );
 }
+
+#[test]
+fn clusterd_drops_a_peer_that_stops_reading_instead_of_queueing_for_it_without_bound() {
+    use cluster::proto::{encode, RateUse, ToCoord, WireRate, VERSION};
+    use std::io::Write;
+    assert!(
+        sys::is_root(),
+        "the cluster tests run as root: the instances' certificates are made readable to nobody"
+    );
+    let pki_dir = tempfile::tempdir().unwrap();
+    pki(pki_dir.path(), &["clusterd.test", "mx9.test"]);
+    Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(pki_dir.path())
+        .status()
+        .unwrap();
+    let cport = free_port();
+    let mut coord = Instance::new(
+        "clusterd unix - - n 300 1 clusterd\n",
+        &format!(
+            "myhostname = clusterd.test\ncluster_listen = 127.0.0.1:{cport}\n{}",
+            tls_params(pki_dir.path(), "clusterd.test")
+        ),
+    );
+    coord.start();
+    coord.wait_log(20, "coordinating on 127.0.0.1");
+    // An instance that says hello, then asks for a part of many rates
+    // and never reads clusterd's answers (one allotment per key).
+    let d = pki_dir.path();
+    let cfg = tls::mutual_client_config(
+        &d.join("mx9.test.pem"),
+        &d.join("mx9.test.key"),
+        &d.join("ca.pem"),
+    )
+    .unwrap();
+    let conn =
+        rustls::ClientConnection::new(cfg, "clusterd.test".try_into().unwrap()).unwrap();
+    let sock = std::net::TcpStream::connect(("127.0.0.1", cport)).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let hello = ToCoord::Hello {
+        version: VERSION,
+        name: "mx9.test".into(),
+        held: vec![],
+        rates: vec![],
+    };
+    tls.write_all(&encode(&hello)).unwrap();
+    tls.flush().unwrap();
+    coord.wait_log(20, "instance mx9.test joined");
+    let limit = WireRate {
+        tokens: 10,
+        per_ms: 1000,
+        fixed_window: false,
+    };
+    for round in 0..5 {
+        let rates = (0..50_000)
+            .map(|i| RateUse {
+                key: format!("localip=192.0.2.1,grouping=g{round}x{i}"),
+                limit,
+                used: 1,
+                starved: true,
+            })
+            .collect();
+        // clusterd may already have dropped us: the later writes fail.
+        if tls
+            .write_all(&encode(&ToCoord::Heartbeat { rates }))
+            .and_then(|()| tls.flush())
+            .is_err()
+        {
+            break;
+        }
+    }
+    let line = coord.wait_log(60, "the peer stopped reading");
+    assert!(
+        line.contains("disconnect from mx9.test[127.0.0.1]:") && line.contains("bytes queued"),
+        "{line}"
+    );
+    coord.wait_log(10, "instance mx9.test left: 0 connected");
+    // clusterd itself goes on: a new peer is welcome.
+    let again = std::net::TcpStream::connect(("127.0.0.1", cport));
+    assert!(again.is_ok(), "clusterd still listens");
+}
