@@ -500,3 +500,26 @@ fn clusterd_drops_a_peer_that_stops_reading_instead_of_queueing_for_it_without_b
     let again = std::net::TcpStream::connect(("127.0.0.1", cport));
     assert!(again.is_ok(), "clusterd still listens");
 }
+
+#[test]
+fn an_instance_restarted_while_clusterd_is_away_divides_by_the_count_it_last_heard() {
+    let mut c = cluster(47, 3);
+    let saved = c.insts[0].0.root().join("spool/cluster.instances");
+    wait_for(10, "the count kept", || {
+        (std::fs::read_to_string(&saved).ok()?.trim() == "3").then_some(())
+    });
+    c.coord.stop();
+    let inst = &mut c.insts[0].0;
+    inst.stop();
+    inst.start();
+    let json = wait_for(20, "a cluster view", || {
+        let out = inst.sluice(&["cluster", "status", "--json"]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    });
+    assert!(
+        json.contains("\"instances\":3") && !json.contains("\"state\":\"linked\""),
+        "restarted without clusterd, it divides by the 3 it last heard, not by 1: {json}"
+    );
+}

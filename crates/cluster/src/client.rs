@@ -398,6 +398,22 @@ impl Client {
         std::mem::take(&mut self.changed)
     }
 
+    /// The count a previous run of this instance last heard (saved by the
+    /// shell), used by the fallback until clusterd says one: an instance
+    /// restarted while clusterd is away divides by it rather than taking
+    /// 1 per key. Ignored once a count was heard in this run.
+    pub fn remember_instances(&mut self, instances: u32) {
+        if self.instances == 0 && instances > 0 {
+            self.instances = instances;
+            self.changed = true;
+        }
+    }
+
+    /// The instance count last heard (0: never, in this run or a saved one).
+    pub fn instances(&self) -> u32 {
+        self.instances
+    }
+
     /// Shares what this instance learnt of a destination.
     pub fn news(&mut self, news: DestNews) {
         if self.linked() {
