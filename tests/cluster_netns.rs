@@ -451,3 +451,84 @@ fn kill_9_of_clusterd_delivery_goes_on_and_its_restart_never_takes_the_cluster_o
     );
     c.coord.wait_log(10, "recovery window over");
 }
+
+#[test]
+fn an_instance_killed_holding_both_slots_gives_them_back_within_one_lease() {
+    let c = cluster(2, POLICY, "");
+    // Each message takes 40 s at the sink: mx1's two connections stay busy.
+    c.sink
+        .delay(&c.net.addr(ORANGE_MX), Duration::from_secs(40));
+    c.send_all(&[4]);
+    let open_from = |k: usize| {
+        c.sink
+            .conns()
+            .iter()
+            .filter(|x| x.closed.is_none() && c.from(x) == Some(k))
+            .count()
+    };
+    wait_for(30, "mx1 holding both slots", || (open_from(1) == 2).then_some(()));
+    c.send_all(&[0, 4]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(open_from(2), 0, "mx2 waits for a slot: the cluster's limit is 2");
+    // kill -9 of mx1: master and every process of its services.
+    let inst = &c.insts[0].0;
+    let mut pids: Vec<i32> = inst
+        .status()
+        .services
+        .iter()
+        .flat_map(|s| s.processes.iter().map(|p| p.pid))
+        .collect();
+    pids.push(inst.master_pid());
+    let killed = Instant::now();
+    for p in pids {
+        let _ = sys::process::signal(p, 9);
+    }
+    let took = wait_for(30, "mx2 connecting on a returned slot", || {
+        (open_from(2) > 0).then(|| killed.elapsed())
+    });
+    assert!(
+        took <= Duration::from_secs(15),
+        "slots came back after {took:?}"
+    );
+    c.coord
+        .wait_log(5, "instance mx1.test: lease ended, 2 slot(s) returned");
+}
+
+#[test]
+fn cluster_false_gives_each_of_three_instances_five_connections_while_a_rate_stays_shared() {
+    let policy = POLICY.replace(
+        "      - if: { grouping: orange }\n        then: { concurrency: 2, transactions: 3 }\n",
+        concat!(
+            "      - if: { grouping: orange }\n",
+            "        then: { concurrency: 5, cluster: false }\n",
+            "      - if: { grouping: orange }\n",
+            "        then: { rate: 20/1 }\n",
+        ),
+    );
+    assert!(policy.contains("cluster: false"));
+    let c = cluster(3, &policy, "");
+    c.sink
+        .delay(&c.net.addr(ORANGE_MX), Duration::from_millis(400));
+    c.send_all(&[60, 60, 60]);
+    let msgs = c.sink.wait_messages(180, 120);
+    let first = msgs.iter().map(|m| m.at).min().unwrap();
+    let last = msgs.iter().map(|m| m.at).max().unwrap();
+    let span = last.duration_since(first);
+    // 180 messages at 20/s for the whole cluster, less one bucket: 8 s;
+    // each instance on its own would take 20/s and be done in 3.
+    assert!(
+        span >= Duration::from_secs(7),
+        "180 messages in {span:?}: the rate was not shared"
+    );
+    let most = c.most_at_once();
+    assert!(
+        most > 5 && most <= 15,
+        "{most} connections at once: 5 per instance, not 5 for the cluster"
+    );
+    for k in 1..=3 {
+        let mine = c
+            .sink
+            .max_concurrent_where(|x| c.from(x) == Some(k) && x.listen.port() == 25);
+        assert!(mine <= 5, "instance {k} held {mine} connections at once");
+    }
+}
