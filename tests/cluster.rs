@@ -454,8 +454,7 @@ fn clusterd_drops_a_peer_that_stops_reading_instead_of_queueing_for_it_without_b
         &d.join("ca.pem"),
     )
     .unwrap();
-    let conn =
-        rustls::ClientConnection::new(cfg, "clusterd.test".try_into().unwrap()).unwrap();
+    let conn = rustls::ClientConnection::new(cfg, "clusterd.test".try_into().unwrap()).unwrap();
     let sock = std::net::TcpStream::connect(("127.0.0.1", cport)).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, sock);
     let hello = ToCoord::Hello {

@@ -94,7 +94,10 @@ fn cluster(n: usize, policy: &str, extra: &str) -> Cluster {
         format!("--host-record=in1.mx.orange.test,{}", net.addr(ORANGE_MX)),
     ];
     for (i, h) in DEAD_MX.iter().enumerate() {
-        records.push(format!("--mx-host=dead.test,mx{i}.dead.test,{}", 10 * (i + 1)));
+        records.push(format!(
+            "--mx-host=dead.test,mx{i}.dead.test,{}",
+            10 * (i + 1)
+        ));
         records.push(format!("--host-record=mx{i}.dead.test,{}", net.addr(*h)));
     }
     let refs: Vec<&str> = records.iter().map(String::as_str).collect();
@@ -292,7 +295,10 @@ fn one_instance_of_five_with_mail_gets_the_whole_concurrency_and_rate_within_a_s
     let msgs = c.sink.wait_messages(1, 60);
     let first = msgs[0].at;
     // 10 s from one second after the first message: 200 at the whole rate.
-    let (a, b) = (first + Duration::from_secs(1), first + Duration::from_secs(11));
+    let (a, b) = (
+        first + Duration::from_secs(1),
+        first + Duration::from_secs(11),
+    );
     std::thread::sleep(b.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
     let got = arrived(&c, a, b);
     eprintln!("one of five: {got} messages in the 10 s from 1 s after the first");
@@ -342,7 +348,10 @@ fn an_80_20_split_of_the_backlog_between_two_instances_still_gets_95_percent_of_
     std::thread::sleep(end.saturating_duration_since(Instant::now()) + Duration::from_secs(1));
     let got = arrived(&c, first, end);
     let per: Vec<usize> = (1..=2).map(|k| c.delivered_from(k)).collect();
-    assert_eq!(per[1], 300, "the second instance's backlog was delivered within the run");
+    assert_eq!(
+        per[1], 300,
+        "the second instance's backlog was delivered within the run"
+    );
     assert!(
         got >= 1140,
         "{got} messages in 2 minutes at 600 a minute, backlog split 80/20 (per instance {per:?}): \
@@ -370,9 +379,10 @@ fn a_destination_one_instance_found_dead_is_skipped_by_the_others_without_connec
         .wait_log(60, "destination dead.test is not responding");
     assert!(line.contains("deliveries suspended"), "{line}");
     for k in [2, 3] {
-        c.insts[k - 1]
-            .0
-            .wait_log(10, "cluster: mx1.test says destination dead.test is not responding");
+        c.insts[k - 1].0.wait_log(
+            10,
+            "cluster: mx1.test says destination dead.test is not responding",
+        );
     }
     send(2, 2);
     send(3, 2);
@@ -399,11 +409,7 @@ fn a_destination_one_instance_found_dead_is_skipped_by_the_others_without_connec
 fn kill_9_of_clusterd_delivery_goes_on_and_its_restart_never_takes_the_cluster_over_the_limit() {
     // Concurrency 3 on three instances: the fallback's division (1 each)
     // keeps the limit too, so it must hold at every connect of the run.
-    let c = cluster(
-        3,
-        &policy("{ concurrency: 3, transactions: 3 }"),
-        "",
-    );
+    let c = cluster(3, &policy("{ concurrency: 3, transactions: 3 }"), "");
     c.sink
         .delay(&c.net.addr(ORANGE_MX), Duration::from_millis(100));
     c.send_all(&[150, 150, 150]);
@@ -466,10 +472,16 @@ fn an_instance_killed_holding_both_slots_gives_them_back_within_one_lease() {
             .filter(|x| x.closed.is_none() && c.from(x) == Some(k))
             .count()
     };
-    wait_for(30, "mx1 holding both slots", || (open_from(1) == 2).then_some(()));
+    wait_for(30, "mx1 holding both slots", || {
+        (open_from(1) == 2).then_some(())
+    });
     c.send_all(&[0, 4]);
     std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(open_from(2), 0, "mx2 waits for a slot: the cluster's limit is 2");
+    assert_eq!(
+        open_from(2),
+        0,
+        "mx2 waits for a slot: the cluster's limit is 2"
+    );
     // kill -9 of mx1: master and every process of its services.
     let inst = &c.insts[0].0;
     let mut pids: Vec<i32> = inst

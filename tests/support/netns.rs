@@ -134,7 +134,13 @@ impl Net {
                 }
                 continue;
             }
-            ip(&["link", "set", &bridge, "alias", &format!("sluice-test pid={me}")]);
+            ip(&[
+                "link",
+                "set",
+                &bridge,
+                "alias",
+                &format!("sluice-test pid={me}"),
+            ]);
             let net = Net {
                 n,
                 bridge: bridge.clone(),
@@ -177,12 +183,22 @@ impl Net {
         ip(&["-n", &ns, "link", "set", "lo", "up"]);
         let outer = format!("sl{}h{h}", self.n);
         let inner = format!("sl{}h{h}p", self.n);
-        ip(&["link", "add", &outer, "type", "veth", "peer", "name", &inner]);
+        ip(&[
+            "link", "add", &outer, "type", "veth", "peer", "name", &inner,
+        ]);
         self.links.push(outer.clone());
         ip(&["link", "set", &outer, "master", &self.bridge, "up"]);
         ip(&["link", "set", &inner, "netns", &ns]);
         ip(&["-n", &ns, "link", "set", &inner, "name", "eth0"]);
-        ip(&["-n", &ns, "addr", "add", &format!("{}/24", self.addr(h)), "dev", "eth0"]);
+        ip(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{}/24", self.addr(h)),
+            "dev",
+            "eth0",
+        ]);
         ip(&["-n", &ns, "link", "set", "eth0", "up"]);
         ip(&["-n", &ns, "route", "add", "default", "via", &self.addr(1)]);
         ns
@@ -206,7 +222,15 @@ impl Net {
     pub fn own_shared_source(&self, h: u8) {
         let ns = self.ns(h);
         let shared = self.shared_source();
-        ip(&["-n", &ns, "addr", "add", &format!("{shared}/32"), "dev", "lo"]);
+        ip(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{shared}/32"),
+            "dev",
+            "lo",
+        ]);
         let rules = format!(
             "add table ip sluice_test\n\
              add chain ip sluice_test post {{ type nat hook postrouting priority 100 ; }}\n\

@@ -89,4 +89,3 @@ pub fn pki(dir: &Path, names: &[&str]) {
         );
     }
 }
-

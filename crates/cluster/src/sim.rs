@@ -668,7 +668,10 @@ fn a_message_the_share_queued_is_due_at_once_not_at_the_next_heartbeat() {
             instances: 2,
         },
     );
-    assert!(c.poll_timeout().is_some_and(|t| t > 5), "idle: the heartbeat");
+    assert!(
+        c.poll_timeout().is_some_and(|t| t > 5),
+        "idle: the heartbeat"
+    );
     c.want(KEY, 0, 2);
     assert_eq!(c.poll_timeout(), Some(0), "a want waiting is due now");
     assert!(matches!(c.poll_transmit(), Some(ToCoord::Want { .. })));
