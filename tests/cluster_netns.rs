@@ -67,7 +67,7 @@ fn tls_params(pki: &std::path::Path, name: &str) -> String {
 }
 
 fn cluster(n: usize, policy: &str, extra: &str) -> Cluster {
-    let mut net = Net::new();
+    let mut net = Net::claim();
     let pki_dir = tempfile::Builder::new()
         .prefix("sluice-pki")
         .tempdir()

@@ -16,7 +16,7 @@
 //! left by a killed test run is removed when its number is claimed again.
 //! Dropping a [`Net`] removes its veths, namespaces and bridge; drop the
 //! processes running in it first. Needs root, ip(8) and nft(8); without
-//! them, [`Net::new`] fails the test saying so.
+//! them, [`Net::claim`] fails the test saying so.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -99,7 +99,7 @@ fn owner(bridge: &str) -> Option<i32> {
 
 impl Net {
     /// Claims a free network number and makes its bridge.
-    pub fn new() -> Net {
+    pub fn claim() -> Net {
         crate::require_root("it makes network namespaces, veth pairs and a bridge");
         for tool in ["ip", "nft", "nsenter"] {
             let found = Command::new("sh")
