@@ -7,7 +7,8 @@
 //! connects N instances (`bench1.test` … with `DIR/benchI.test.pem` and
 //! `.key`, clusterd's certificate checked against `DIR/ca.pem` under the
 //! name `clusterd.test`), each behaving as qmgr's link does at a steady
-//! load: once a second a heartbeat reporting its use of K shared rates
+//! load: once a second (the instances spread over the second) a heartbeat
+//! reporting its use of K shared rates
 //! (the same K keys on every instance; each second a tenth of them
 //! starved, the rest with a few tokens used), and reading every answer.
 //! One more connection, the probe, asks for a slot of a fresh key every
@@ -158,7 +159,10 @@ fn instance(
     };
     let mut dec = Decoder::new();
     let mut buf = vec![0u8; 64 * 1024];
-    let mut next_beat = Instant::now();
+    // Instances started together would beat together; real ones are
+    // spread over the second, as their starts are.
+    let mut next_beat =
+        Instant::now() + Duration::from_millis(1000 * seed / a.instances.max(1) as u64);
     let mut round = seed;
     while !stop.load(Ordering::Relaxed) {
         if Instant::now() >= next_beat {
@@ -221,10 +225,19 @@ fn probe(a: &Args, stop: &AtomicBool, measuring: &AtomicBool) -> Vec<u64> {
                 limit: 2,
             },
         );
-        let _ = s.sock.set_read_timeout(Some(Duration::from_secs(5)));
+        // Short reads, so that heartbeats go on while it waits: a probe
+        // silent for 3 s would be closed as a lost instance.
+        let _ = s.sock.set_read_timeout(Some(Duration::from_millis(100)));
         let granted = 'wait: loop {
-            if !read_some(&mut s, &mut dec, &mut buf) {
+            if t0.elapsed() > Duration::from_secs(5) {
                 break 'wait false;
+            }
+            if Instant::now() >= next_beat {
+                next_beat += Duration::from_secs(1);
+                send(&mut s, &ToCoord::Heartbeat { rates: vec![] });
+            }
+            if !read_some(&mut s, &mut dec, &mut buf) {
+                continue;
             }
             while let Some(m) = dec
                 .decode::<ToInstance>()
