@@ -234,6 +234,7 @@ impl Cluster {
     }
 }
 
+/// The policy with `then` for orange instead of concurrency 2, 3 transactions.
 fn policy(then: &str) -> String {
     POLICY.replace("{ concurrency: 2, transactions: 3 }", then)
 }
