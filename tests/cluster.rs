@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use sluice_suite::pki::pki;
 use sluice_suite::testkit::ShapingSink;
 use sluice_suite::{dnsmasq, free_port, wait_for, Instance, Kill};
 
@@ -29,91 +30,6 @@ policies:
       - if: { grouping: orange }
         then: { concurrency: 2, transactions: 3 }
 ";
-
-fn openssl(args: &[&str], dir: &Path) {
-    let st = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stderr(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("openssl(1) is installed by scripts/test");
-    assert!(st.success(), "openssl {args:?}");
-}
-
-/// A CA in `dir` (`ca.pem`, `ca.key`) and, for each name, `NAME.pem` and
-/// `NAME.key` signed by it, for serving and for client authentication,
-/// with the name and 127.0.0.1 as subjectAltNames.
-fn pki(dir: &Path, names: &[&str]) {
-    openssl(
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=Test cluster CA",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.pem",
-        ],
-        dir,
-    );
-    for n in names {
-        openssl(
-            &[
-                "req",
-                "-new",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-subj",
-                &format!("/CN={n}"),
-                "-keyout",
-                &format!("{n}.key"),
-                "-out",
-                &format!("{n}.csr"),
-            ],
-            dir,
-        );
-        std::fs::write(
-            dir.join(format!("{n}.ext")),
-            format!(
-                "subjectAltName=DNS:{n},IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-                 keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
-            ),
-        )
-        .unwrap();
-        openssl(
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &format!("{n}.csr"),
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-extfile",
-                &format!("{n}.ext"),
-                "-out",
-                &format!("{n}.pem"),
-            ],
-            dir,
-        );
-    }
-}
 
 fn tls_params(pki: &Path, name: &str) -> String {
     format!(
@@ -501,5 +417,108 @@ fn a_host_one_instance_could_not_reach_is_skipped_by_the_others() {
         !c.insts[1].0.log().contains("connect to mx.down.test"),
         "the second instance did not pay the connect attempt itself:\n{}",
         c.insts[1].0.log()
+    );
+}
+
+#[test]
+fn clusterd_drops_a_peer_that_stops_reading_instead_of_queueing_for_it_without_bound() {
+    use cluster::proto::{encode, RateUse, ToCoord, WireRate, VERSION};
+    use std::io::Write;
+    assert!(
+        sys::is_root(),
+        "the cluster tests run as root: the instances' certificates are made readable to nobody"
+    );
+    let pki_dir = tempfile::tempdir().unwrap();
+    pki(pki_dir.path(), &["clusterd.test", "mx9.test"]);
+    Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(pki_dir.path())
+        .status()
+        .unwrap();
+    let cport = free_port();
+    let mut coord = Instance::new(
+        "clusterd unix - - n 300 1 clusterd\n",
+        &format!(
+            "myhostname = clusterd.test\ncluster_listen = 127.0.0.1:{cport}\n{}",
+            tls_params(pki_dir.path(), "clusterd.test")
+        ),
+    );
+    coord.start();
+    coord.wait_log(20, "coordinating on 127.0.0.1");
+    // An instance that says hello, then asks for a part of many rates
+    // and never reads clusterd's answers (one allotment per key).
+    let d = pki_dir.path();
+    let cfg = tls::mutual_client_config(
+        &d.join("mx9.test.pem"),
+        &d.join("mx9.test.key"),
+        &d.join("ca.pem"),
+    )
+    .unwrap();
+    let conn = rustls::ClientConnection::new(cfg, "clusterd.test".try_into().unwrap()).unwrap();
+    let sock = std::net::TcpStream::connect(("127.0.0.1", cport)).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    let hello = ToCoord::Hello {
+        version: VERSION,
+        name: "mx9.test".into(),
+        held: vec![],
+        rates: vec![],
+    };
+    tls.write_all(&encode(&hello)).unwrap();
+    tls.flush().unwrap();
+    coord.wait_log(20, "instance mx9.test joined");
+    let limit = WireRate {
+        tokens: 10,
+        per_ms: 1000,
+        fixed_window: false,
+    };
+    for round in 0..5 {
+        let rates = (0..50_000)
+            .map(|i| RateUse {
+                key: format!("localip=192.0.2.1,grouping=g{round}x{i}"),
+                limit,
+                used: 1,
+                starved: true,
+            })
+            .collect();
+        // clusterd may already have dropped us: the later writes fail.
+        if tls
+            .write_all(&encode(&ToCoord::Heartbeat { rates }))
+            .and_then(|()| tls.flush())
+            .is_err()
+        {
+            break;
+        }
+    }
+    let line = coord.wait_log(60, "the peer stopped reading");
+    assert!(
+        line.contains("disconnect from mx9.test[127.0.0.1]:") && line.contains("bytes queued"),
+        "{line}"
+    );
+    coord.wait_log(10, "instance mx9.test left: 0 connected");
+    // clusterd itself goes on: a new peer is welcome.
+    let again = std::net::TcpStream::connect(("127.0.0.1", cport));
+    assert!(again.is_ok(), "clusterd still listens");
+}
+
+#[test]
+fn an_instance_restarted_while_clusterd_is_away_divides_by_the_count_it_last_heard() {
+    let mut c = cluster(47, 3);
+    let saved = c.insts[0].0.root().join("spool/state/cluster.instances");
+    wait_for(10, "the count kept", || {
+        (std::fs::read_to_string(&saved).ok()?.trim() == "3").then_some(())
+    });
+    c.coord.stop();
+    let inst = &mut c.insts[0].0;
+    inst.stop();
+    inst.start();
+    let json = wait_for(20, "a cluster view", || {
+        let out = inst.sluice(&["cluster", "status", "--json"]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    });
+    assert!(
+        json.contains("\"instances\":3") && !json.contains("\"state\":\"linked\""),
+        "restarted without clusterd, it divides by the 3 it last heard, not by 1: {json}"
     );
 }

@@ -10,6 +10,8 @@
 
 pub mod dovecot;
 pub mod fake_router;
+pub mod netns;
+pub mod pki;
 pub mod postfix;
 mod shaping_sink;
 pub mod smtp_client;
@@ -65,6 +67,8 @@ pub struct Instance {
     pub dir: tempfile::TempDir,
     /// Run the `sluice` command (and so master) as this user; `None` = as we are.
     pub run_as: Option<(u32, u32)>,
+    /// The network namespace (`ip netns` name) it runs in; `None`: ours.
+    pub netns: Option<String>,
     started: bool,
 }
 
@@ -115,6 +119,7 @@ impl Instance {
         Instance {
             dir,
             run_as,
+            netns: None,
             started: false,
         }
     }
@@ -131,12 +136,34 @@ impl Instance {
 
     /// Runs `sluice -c etc ARGS...` and returns its output.
     pub fn sluice(&self, args: &[&str]) -> Output {
-        let mut cmd = Command::new(bin_dir().join("sluice"));
+        let mut cmd = self.command(&bin_dir().join("sluice"));
         cmd.arg("-c").arg(self.etc()).args(args);
-        if let Some((uid, gid)) = self.run_as {
-            cmd.uid(uid).gid(gid);
-        }
         cmd.output().expect("run sluice")
+    }
+
+    /// A command for `program` as the instance's user, in its network
+    /// namespace when it has one (nsenter(1) enters it as root, then
+    /// takes the user's ids).
+    fn command(&self, program: &Path) -> Command {
+        match &self.netns {
+            Some(ns) => {
+                let mut cmd = Command::new("nsenter");
+                cmd.arg(format!("--net=/run/netns/{ns}"));
+                if let Some((uid, gid)) = self.run_as {
+                    cmd.arg(format!("--setuid={uid}"))
+                        .arg(format!("--setgid={gid}"));
+                }
+                cmd.arg("--").arg(program);
+                cmd
+            }
+            None => {
+                let mut cmd = Command::new(program);
+                if let Some((uid, gid)) = self.run_as {
+                    cmd.uid(uid).gid(gid);
+                }
+                cmd
+            }
+        }
     }
 
     /// `sluice start`, asserting success.

@@ -181,6 +181,22 @@ impl ShapingSink {
         }
     }
 
+    /// Like [`ShapingSink::start_on`], listening in the network namespace
+    /// whose file is `netns` (see [`crate::netns`]): its sockets are made
+    /// by a thread that entered it, and stay in it.
+    pub fn start_in(netns: &std::path::Path, ips: &[&str], port: u16) -> ShapingSink {
+        let netns = netns.to_path_buf();
+        let ips: Vec<String> = ips.iter().map(|s| s.to_string()).collect();
+        std::thread::spawn(move || {
+            sys::net::enter_net_namespace(&netns)
+                .unwrap_or_else(|e| panic!("enter {}: {e}", netns.display()));
+            let refs: Vec<&str> = ips.iter().map(String::as_str).collect();
+            ShapingSink::start_on(&refs, port)
+        })
+        .join()
+        .expect("the sink starts in its namespace")
+    }
+
     /// Answers `stage` on connections to `listen` with `reply` (a whole
     /// line, e.g. `421 4.7.0 [TS04] try later`), from the next command on.
     pub fn reply(&self, listen: &str, stage: Stage, reply: &str) {

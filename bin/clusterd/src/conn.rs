@@ -2,7 +2,11 @@
 //!
 //! Input is bounded: at most [`READ_LIMIT`] bytes of plaintext per read
 //! and one frame (`cluster::proto::MAX_FRAME`) in the decoder; a frame that
-//! does not decode ends the connection.
+//! does not decode ends the connection. Output is bounded too: frames wait
+//! in the peer's queue and go to TLS a chunk at a time as the socket takes
+//! them (rustls refuses more than 64 KiB unsent, and a refused write would
+//! lose a frame); a peer that stops reading until [`OUT_LIMIT`] bytes wait
+//! is an error, and clusterd drops it rather than grow without bound.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +18,15 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
 const READ_LIMIT: usize = 256 * 1024;
+
+/// Bytes of frames a peer may leave unread before it is dropped: a few
+/// full re-syncs of a thousand keys, far more than a peer that reads ever
+/// has waiting.
+pub const OUT_LIMIT: usize = 4 << 20;
+
+/// Plaintext handed to TLS at once: well under rustls's 64 KiB of unsent
+/// records, so that a write after a complete flush always fits.
+const CHUNK: usize = 16 * 1024;
 
 /// What one readiness event brought.
 pub struct Got {
@@ -37,6 +50,9 @@ pub struct Peer {
     /// Accepted at.
     pub since: Instant,
     names: Vec<String>,
+    /// Frames not yet handed to TLS, from `out_pos`.
+    out: Vec<u8>,
+    out_pos: usize,
 }
 
 impl Peer {
@@ -66,6 +82,8 @@ impl Peer {
             joined: false,
             since: cx.now,
             names: Vec::new(),
+            out: Vec::new(),
+            out_pos: 0,
         })
     }
 
@@ -115,20 +133,51 @@ impl Peer {
             self.names = tls::peer_names(&self.stream.peer_certificates());
             got.established = true;
         }
-        if writable || self.stream.wants_write() {
+        if writable || self.stream.wants_write() || self.queued() > 0 {
             self.flush()?;
         }
         Ok(got)
     }
 
-    /// Queues a message.
-    pub fn send(&mut self, msg: &ToInstance) {
-        let _ = self.stream.write(&encode(msg));
+    /// Queues a message; an error when the peer has left [`OUT_LIMIT`]
+    /// bytes unread (the caller drops it).
+    pub fn send(&mut self, msg: &ToInstance) -> Result<(), String> {
+        self.out.extend_from_slice(&encode(msg));
+        let queued = self.queued();
+        if queued > OUT_LIMIT {
+            return Err(format!(
+                "{queued} bytes queued: the peer stopped reading (limit {OUT_LIMIT})"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes queued and not yet handed to TLS.
+    pub fn queued(&self) -> usize {
+        self.out.len() - self.out_pos
     }
 
     /// Writes what the socket takes; the rest goes when it is writable.
     pub fn flush(&mut self) -> Result<(), String> {
-        self.stream.flush().map(drop).map_err(|e| e.to_string())
+        loop {
+            let all_out = self.stream.flush().map_err(|e| e.to_string())?;
+            if !all_out || self.out_pos == self.out.len() {
+                break;
+            }
+            let end = self.out.len().min(self.out_pos + CHUNK);
+            self.stream
+                .write(&self.out[self.out_pos..end])
+                .map_err(|e| e.to_string())?;
+            self.out_pos = end;
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        } else if self.out_pos > OUT_LIMIT / 2 {
+            self.out.drain(..self.out_pos);
+            self.out_pos = 0;
+        }
+        Ok(())
     }
 
     /// Closes and deregisters.

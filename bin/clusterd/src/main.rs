@@ -124,17 +124,33 @@ impl Clusterd {
             }
         }
         let mut touched = Vec::new();
+        let mut stuck = Vec::new();
         while let Some((conn, msg)) = self.coord.poll_transmit() {
             if let Some(&t) = self.ids.get(&conn) {
                 if let Some(p) = self.peers.get_mut(&t) {
-                    p.send(&msg);
-                    touched.push(t);
+                    match p.send(&msg) {
+                        Ok(()) => touched.push(t),
+                        Err(e) => stuck.push((t, e)),
+                    }
                 }
             }
         }
+        touched.sort();
         touched.dedup();
         for t in touched {
             self.flush_one(cx, t);
+        }
+        // A peer that stopped reading is dropped with what it left
+        // unread: its slots wait out their lease as a killed instance's
+        // do, and it re-syncs when it connects again.
+        if !stuck.is_empty() {
+            for (t, why) in stuck {
+                if self.peers.contains_key(&t) {
+                    self.drop_peer(cx, t, &why);
+                }
+            }
+            // What the coordinator says of their leaving (the new count).
+            self.pump(cx);
         }
     }
 

@@ -8,9 +8,12 @@
 //! `cluster_tls_CAfile`), moves the client's messages, and tells the queue
 //! manager when grants change. Losing clusterd is logged as a warning and
 //! shows in `sluice status` and the metrics as `degraded`: the client
-//! divides every limit by the last known count until it is back.
-//! Destination news from other instances is logged (the scheduler has no
-//! door for it yet). Nothing here blocks the loop.
+//! divides every limit by the last known count until it is back. That
+//! count is kept in `state/cluster.instances` in the queue directory, so that an
+//! instance restarted while clusterd is away divides by it too (one that
+//! never heard a count takes 1 per key: see [`COUNT_FILE`]). Destination
+//! news from other instances goes to the scheduler. Nothing here blocks
+//! the loop (the count file is a few bytes, written when the count changes).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +30,16 @@ use crate::store::Disk;
 
 const READ_LIMIT: usize = 256 * 1024;
 
+/// The last instance count heard, in the queue directory. Halon's
+/// fallback divides by "the last number of known hosts"; an instance that
+/// restarts while clusterd is away would otherwise know none and take 1
+/// connection per key and 1 token per interval of each shared rate (the
+/// safe floor: no limit of the cluster is exceeded by more than the
+/// fallback's own at least 1 per instance, but a rate of 600/min becomes
+/// 1/min). Saved without fsync: a count lost in a crash only means that
+/// floor until clusterd answers.
+pub const COUNT_FILE: &str = "state/cluster.instances";
+
 /// The link.
 pub struct ClusterConn {
     handle: Handle,
@@ -39,12 +52,18 @@ pub struct ClusterConn {
     started: Instant,
     /// Why the link is down, for the log and `sluice status`.
     down_since: Option<Instant>,
+    /// Where the last count is kept ([`COUNT_FILE`]).
+    count_file: std::path::PathBuf,
 }
 
 impl ClusterConn {
     /// The link configured by main.cf, or `None` without `cluster_server`;
-    /// an error names the parameter that is wrong.
-    pub fn from_config(config: &config::Config) -> Result<Option<ClusterConn>, String> {
+    /// an error names the parameter that is wrong. `root` is the queue
+    /// directory as qmgr sees it, where [`COUNT_FILE`] is.
+    pub fn from_config(
+        config: &config::Config,
+        root: &std::path::Path,
+    ) -> Result<Option<ClusterConn>, String> {
         let Some(addr) = config.listen("cluster_server") else {
             return Ok(None);
         };
@@ -85,8 +104,16 @@ impl ClusterConn {
         let mut cfg = ClientConfig::new(&config.str("myhostname"), seed);
         cfg.heartbeat_ms = (config.time("cluster_heartbeat_interval").as_millis() as u64).max(100);
         cfg.shared_concurrency = config.bool("cluster_shared_concurrency");
+        let mut client = Client::new(cfg);
+        let count_file = root.join(COUNT_FILE);
+        if let Some(n) = std::fs::read_to_string(&count_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+        {
+            client.remember_instances(n);
+        }
         Ok(Some(ClusterConn {
-            handle: Handle::new(Client::new(cfg), false),
+            handle: Handle::new(client, false),
             addr,
             server_name,
             tls,
@@ -95,6 +122,7 @@ impl ClusterConn {
             dec: Decoder::new(),
             started: Instant::now(),
             down_since: None,
+            count_file,
         }))
     }
 
@@ -276,6 +304,7 @@ impl ClusterConn {
         for ev in events {
             match ev {
                 ClientEvent::Linked { instances } => {
+                    self.save_count(instances);
                     let was = self.down_since.take();
                     msg_info!(
                         "cluster: linked to clusterd at {}: {instances} instance{}{}",
@@ -298,7 +327,8 @@ impl ClusterConn {
                 }
                 ClientEvent::Close => self.close(cx),
                 ClientEvent::Count { instances } => {
-                    msg_info!("cluster: {instances} instances connected")
+                    msg_info!("cluster: {instances} instances connected");
+                    self.save_count(instances);
                 }
                 ClientEvent::News { from, news } => {
                     match news {
@@ -326,6 +356,17 @@ impl ClusterConn {
         }
         if changed {
             qm.limits_changed(now);
+        }
+    }
+
+    /// Keeps the count for a restart (see [`COUNT_FILE`]); a failure is
+    /// logged and costs only that.
+    fn save_count(&self, instances: u32) {
+        let tmp = self.count_file.with_extension("tmp");
+        let r = std::fs::write(&tmp, format!("{instances}\n"))
+            .and_then(|()| std::fs::rename(&tmp, &self.count_file));
+        if let Err(e) = r {
+            msg_warn!("cluster: {}: {e}", self.count_file.display());
         }
     }
 

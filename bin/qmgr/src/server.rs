@@ -131,7 +131,7 @@ impl QmgrServer {
             },
             Err(e) => msg_warn!("{}: {e}", crate::holds::path(&root).display()),
         }
-        let mut cluster = crate::cluster::ClusterConn::from_config(&ctx.config)?;
+        let mut cluster = crate::cluster::ClusterConn::from_config(&ctx.config, &root)?;
         if let Some(c) = cluster.as_mut() {
             if qm.shaper_mut().is_none() {
                 msg_warn!("cluster_server is set but no policy_file is: there is nothing to share");

@@ -362,8 +362,18 @@ impl Client {
         }
     }
 
-    /// When [`Client::handle_timeout`] or a reconnect is next due.
+    /// When [`Client::handle_timeout`] or a reconnect is next due; at
+    /// once (0) while messages wait to go out on a link that is up.
     pub fn poll_timeout(&self) -> Option<Ms> {
+        // The share queues wants, releases and starved reports from inside
+        // the scheduler, where the shell does not look for them: unless
+        // they are due now they would wait for the next heartbeat, a slot
+        // freed here reaching the coordinator up to a second late (one
+        // connection a second at concurrency 2), a starved instance heard
+        // a second late at every allotment.
+        if !self.out.is_empty() && matches!(self.link, Link::Hello | Link::Linked) {
+            return Some(0);
+        }
         match self.link {
             Link::Down { retry_at } => Some(retry_at),
             Link::Connecting { since } => Some(since + self.cfg.lost_after_ms),
@@ -386,6 +396,22 @@ impl Client {
     /// call: the scheduler must hear `LimitsChanged`.
     pub fn take_changed(&mut self) -> bool {
         std::mem::take(&mut self.changed)
+    }
+
+    /// The count a previous run of this instance last heard (saved by the
+    /// shell), used by the fallback until clusterd says one: an instance
+    /// restarted while clusterd is away divides by it rather than taking
+    /// 1 per key. Ignored once a count was heard in this run.
+    pub fn remember_instances(&mut self, instances: u32) {
+        if self.instances == 0 && instances > 0 {
+            self.instances = instances;
+            self.changed = true;
+        }
+    }
+
+    /// The instance count last heard (0: never, in this run or a saved one).
+    pub fn instances(&self) -> u32 {
+        self.instances
     }
 
     /// Shares what this instance learnt of a destination.

@@ -651,3 +651,29 @@ fn before_any_count_an_instance_takes_one_connection_and_one_token() {
         fixed_window: false,
     };
 }
+
+#[test]
+fn a_message_the_share_queued_is_due_at_once_not_at_the_next_heartbeat() {
+    // The scheduler's calls (a want, a release, a starved report) queue
+    // messages where the shell looks only when a timeout is due: a slot
+    // freed here must not wait for the next heartbeat to reach clusterd.
+    let mut c = Client::new(ClientConfig::new("mx1.example", 7));
+    c.connecting(0);
+    c.connected(0);
+    while c.poll_transmit().is_some() {}
+    c.handle(
+        5,
+        ToInstance::Welcome {
+            version: crate::proto::VERSION,
+            instances: 2,
+        },
+    );
+    assert!(
+        c.poll_timeout().is_some_and(|t| t > 5),
+        "idle: the heartbeat"
+    );
+    c.want(KEY, 0, 2);
+    assert_eq!(c.poll_timeout(), Some(0), "a want waiting is due now");
+    assert!(matches!(c.poll_transmit(), Some(ToCoord::Want { .. })));
+    assert!(c.poll_timeout().is_some_and(|t| t > 5), "sent: idle again");
+}

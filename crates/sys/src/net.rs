@@ -84,6 +84,17 @@ pub fn tcp_connect(
     Ok(unsafe { std::net::TcpStream::from_raw_fd(fd.into_raw_fd()) })
 }
 
+/// Moves the calling thread (only it) into the network namespace whose
+/// file is `path` (`/run/netns/NAME`, as `ip netns add` makes): sockets
+/// it makes from then on belong to that namespace's stack. Needs
+/// CAP_SYS_ADMIN; the test harness uses it to put listeners in a
+/// namespace without a helper process.
+pub fn enter_net_namespace(path: &std::path::Path) -> std::io::Result<()> {
+    let f = std::fs::File::open(path)?;
+    nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
