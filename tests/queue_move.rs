@@ -13,81 +13,10 @@ use std::time::{Duration, Instant};
 
 use sluice_suite::{dumped, free_port, smtp_sink, wait_for, Instance};
 
-fn openssl(args: &[&str], dir: &Path) {
-    let st = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("openssl(1) is installed by scripts/test");
-    assert!(st.success(), "openssl {args:?}");
-}
-
-/// A CA and, per name, a certificate for DNS:name and IP:127.0.0.1.
+/// The test CA and certificates (DNS:name, IP:127.0.0.1), readable by
+/// the instances' user.
 fn pki(dir: &Path, names: &[&str]) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend([
-        "-days",
-        "2",
-        "-subj",
-        "/CN=Test CA",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    ]);
-    openssl(&ca, dir);
-    for n in names {
-        let (key, csr, ext, pem) = (
-            format!("{n}.key"),
-            format!("{n}.csr"),
-            format!("{n}.ext"),
-            format!("{n}.pem"),
-        );
-        let subj = format!("/CN={n}");
-        let mut req = vec!["req", "-new"];
-        req.extend(ec);
-        req.extend(["-subj", &subj, "-keyout", &key, "-out", &csr]);
-        openssl(&req, dir);
-        std::fs::write(
-            dir.join(&ext),
-            format!(
-                "subjectAltName=DNS:{n},IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-                 keyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\n"
-            ),
-        )
-        .unwrap();
-        openssl(
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-extfile",
-                &ext,
-                "-out",
-                &pem,
-            ],
-            dir,
-        );
-    }
-    // The instances may run as nobody: the keys must be readable to them.
+    sluice_suite::pki::pki(dir, names);
     Command::new("chmod")
         .args(["-R", "a+rX"])
         .arg(dir)
@@ -178,13 +107,20 @@ fn pair_with(a_extra: &str, b_extra: &str) -> Pair {
 }
 
 fn send(port: u16, n: u32, rcpts: u32) {
-    let st = Command::new("smtp-source")
-        .args(["-s", "5", "-m", &n.to_string(), "-r", &rcpts.to_string()])
-        .args(["-f", "bulk@sender.example", "-t", "someone@far.example"])
-        .arg(format!("127.0.0.1:{port}"))
+    let st = source(port, n, 5, rcpts)
         .status()
         .expect("smtp-source is installed by scripts/test");
     assert!(st.success(), "smtp-source");
+}
+
+/// smtp-source sending `n` messages of `rcpts` recipients over `sessions`.
+fn source(port: u16, n: u32, sessions: u32, rcpts: u32) -> Command {
+    let mut c = Command::new("smtp-source");
+    c.args(["-s", &sessions.to_string(), "-m", &n.to_string()])
+        .args(["-r", &rcpts.to_string()])
+        .args(["-f", "bulk@sender.example", "-t", "someone@far.example"])
+        .arg(format!("127.0.0.1:{port}"));
+    c
 }
 
 /// (queue id, state, arrival) per message, from `queue list --json`.
@@ -425,10 +361,7 @@ fn kill_9_of_mover_sender_or_receiver_mid_move_loses_and_doubles_nothing() {
     // every message can move at once; B is flushed at the end.
     let mut p = pair();
     const N: usize = 5000;
-    let st = Command::new("smtp-source")
-        .args(["-s", "20", "-m", &N.to_string()])
-        .args(["-f", "bulk@sender.example", "-t", "someone@far.example"])
-        .arg(format!("127.0.0.1:{}", p.a_port))
+    let st = source(p.a_port, N as u32, 20, 1)
         .status()
         .expect("smtp-source is installed by scripts/test");
     assert!(st.success());
@@ -599,12 +532,7 @@ fn a_copy_of_a_live_spool_moves_offline_every_committed_message() {
     });
     // cp -a while more mail is arriving: the crash case, with partial
     // files and a journal cut anywhere.
-    let more = Command::new("smtp-source")
-        .args(["-s", "5", "-m", "300"])
-        .args(["-f", "bulk@sender.example", "-t", "someone@far.example"])
-        .arg(format!("127.0.0.1:{}", p.a_port))
-        .spawn()
-        .unwrap();
+    let more = source(p.a_port, 300, 5, 1).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let rescue = tempfile::Builder::new()
         .prefix("sluice-rescue")
@@ -686,12 +614,7 @@ fn a_copy_of_a_live_spool_moves_offline_every_committed_message() {
 fn a_rate_of_100_per_second_holds_over_30_seconds() {
     let mut p = pair();
     const N: usize = 3000;
-    let st = Command::new("smtp-source")
-        .args(["-s", "20", "-m", &N.to_string()])
-        .args(["-f", "bulk@sender.example", "-t", "someone@far.example"])
-        .arg(format!("127.0.0.1:{}", p.a_port))
-        .status()
-        .unwrap();
+    let st = source(p.a_port, N as u32, 20, 1).status().unwrap();
     assert!(st.success());
     wait_for(120, "A has them all", || {
         (listing(&p.a).len() == N).then_some(())
