@@ -115,10 +115,9 @@ impl std::fmt::Display for FrameError {
 
 /// One message as a frame.
 pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
-    let mut out = vec![0u8; 4];
-    // Serializing plain data into a Vec cannot fail.
-    let out = postcard::to_extend(msg, std::mem::take(&mut out)).unwrap_or_default();
-    let mut out = out;
+    // Written after a 4-byte room for the length, without a second copy.
+    let mut out = postcard::to_extend(msg, vec![0u8; 4])
+        .expect("transfer: postcard encodes every message (plain data into a Vec)");
     let len = (out.len() - 4) as u32;
     out[..4].copy_from_slice(&len.to_be_bytes());
     out
