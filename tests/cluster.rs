@@ -460,6 +460,7 @@ fn clusterd_drops_a_peer_that_stops_reading_instead_of_queueing_for_it_without_b
     let hello = ToCoord::Hello {
         version: VERSION,
         name: "mx9.test".into(),
+        keys: vec![],
         held: vec![],
         rates: vec![],
     };
@@ -471,21 +472,28 @@ fn clusterd_drops_a_peer_that_stops_reading_instead_of_queueing_for_it_without_b
         per_ms: 1000,
         fixed_window: false,
     };
-    for round in 0..5 {
-        let rates = (0..50_000)
-            .map(|i| RateUse {
-                key: format!("localip=192.0.2.1,grouping=g{round}x{i}"),
+    for round in 0..5u32 {
+        let ids = round * 50_000..(round + 1) * 50_000;
+        let mut bytes: Vec<u8> = ids
+            .clone()
+            .flat_map(|id| {
+                encode(&ToCoord::Key {
+                    id,
+                    name: format!("localip=192.0.2.1,grouping=g{id}"),
+                })
+            })
+            .collect();
+        let rates = ids
+            .map(|id| RateUse {
+                key: id,
                 limit,
                 used: 1,
                 starved: true,
             })
             .collect();
+        bytes.extend(encode(&ToCoord::Heartbeat { rates }));
         // clusterd may already have dropped us: the later writes fail.
-        if tls
-            .write_all(&encode(&ToCoord::Heartbeat { rates }))
-            .and_then(|()| tls.flush())
-            .is_err()
-        {
+        if tls.write_all(&bytes).and_then(|()| tls.flush()).is_err() {
             break;
         }
     }

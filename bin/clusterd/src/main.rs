@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster::coordinator::{Config as CoordConfig, Coordinator, Event};
+use cluster::proto::ToCoord;
 use cluster::rates::Division;
 use daemon::{msg_info, msg_warn, Conn, Context, Cx, Server};
 use mio::net::TcpListener;
@@ -80,9 +81,9 @@ impl Clusterd {
                 self.coord.disconnect(self.ms(cx.now), p.id);
             }
             if !why.is_empty() {
-                msg_info!("disconnect from {}: {why}", p.who());
+                msg_info!("disconnect from {}: {why}", p.wire.who());
             }
-            p.close(cx.registry);
+            p.wire.close(cx.registry);
         }
     }
 
@@ -106,7 +107,9 @@ impl Clusterd {
                     msg_info!("instance {name}: lease ended, {slots} slot(s) returned")
                 }
                 Event::Refused { conn, reason } => {
-                    msg_warn!("hello refused: {reason}");
+                    let who = self.ids.get(&conn).and_then(|t| self.peers.get(t));
+                    let who = who.map_or_else(String::new, |p| p.wire.who());
+                    msg_warn!("refused {who}: {reason}");
                     if let Some(&t) = self.ids.get(&conn) {
                         self.flush_one(cx, t);
                         self.drop_peer(cx, t, "");
@@ -128,7 +131,7 @@ impl Clusterd {
         while let Some((conn, msg)) = self.coord.poll_transmit() {
             if let Some(&t) = self.ids.get(&conn) {
                 if let Some(p) = self.peers.get_mut(&t) {
-                    match p.send(&msg) {
+                    match p.wire.send(&msg) {
                         Ok(()) => touched.push(t),
                         Err(e) => stuck.push((t, e)),
                     }
@@ -156,7 +159,7 @@ impl Clusterd {
 
     fn flush_one(&mut self, cx: &mut Cx<'_>, t: Token) {
         let failed = match self.peers.get_mut(&t) {
-            Some(p) => p.flush().err(),
+            Some(p) => p.wire.flush().err(),
             None => None,
         };
         if let Some(e) = failed {
@@ -197,26 +200,28 @@ impl Server for Clusterd {
         let Some(p) = self.peers.get_mut(&token) else {
             return;
         };
-        let outcome = p.ready(readable, writable, cx.closed);
+        let outcome = p.wire.ready::<ToCoord>(readable, writable, cx.closed);
         let id = p.id;
         match outcome {
             Err(e) if !p.joined => {
                 // A handshake that fails is a peer without a certificate
                 // of the cluster's CA (or not speaking TLS): refused.
-                msg_warn!("refused {}: {e}", p.who());
+                msg_warn!("refused {}: {e}", p.wire.who());
                 self.drop_peer(cx, token, "");
             }
             Err(e) => self.drop_peer(cx, token, &e),
             Ok(got) => {
                 if got.established {
-                    msg_info!("connect from {}", p.who());
+                    msg_info!("connect from {}", p.wire.who());
                     p.joined = true;
                     self.coord.connect(now, id);
                 }
                 for msg in got.msgs {
                     self.coord.handle(now, id, msg);
                 }
-                if got.eof {
+                if let Some(bad) = got.bad {
+                    self.drop_peer(cx, token, &bad);
+                } else if got.eof {
                     self.drop_peer(cx, token, "connection closed");
                 }
             }
@@ -230,7 +235,7 @@ impl Server for Clusterd {
         let stale: Vec<Token> = self
             .peers
             .iter()
-            .filter(|(_, p)| !p.joined && cx.now.duration_since(p.since) >= HELLO_TIMEOUT)
+            .filter(|(_, p)| !p.joined && cx.now.duration_since(p.wire.since) >= HELLO_TIMEOUT)
             .map(|(&t, _)| t)
             .collect();
         for t in stale {
@@ -248,7 +253,7 @@ impl Server for Clusterd {
             .peers
             .values()
             .filter(|p| !p.joined)
-            .map(|p| p.since + HELLO_TIMEOUT)
+            .map(|p| p.wire.since + HELLO_TIMEOUT)
             .min();
         match (coord, hello) {
             (Some(a), Some(b)) => Some(a.min(b)),

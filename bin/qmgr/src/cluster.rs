@@ -119,7 +119,7 @@ impl ClusterConn {
             tls,
             stream: None,
             token: None,
-            dec: Decoder::new(),
+            dec: cluster::proto::decoder(),
             started: Instant::now(),
             down_since: None,
             count_file,
@@ -194,7 +194,7 @@ impl ClusterConn {
             self.handle.lock().lost(ms, &format!("register: {e}"));
             return;
         }
-        self.dec = Decoder::new();
+        self.dec = cluster::proto::decoder();
         self.stream = Some(stream);
         self.token = Some(token);
     }

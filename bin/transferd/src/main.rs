@@ -502,7 +502,7 @@ impl Server for Transferd {
         let stale: Vec<Token> = self
             .peers
             .iter()
-            .filter(|(_, p)| p.name.is_none() && cx.now.duration_since(p.since) >= HELLO_TIMEOUT)
+            .filter(|(_, p)| p.name.is_none() && cx.now.duration_since(p.since()) >= HELLO_TIMEOUT)
             .map(|(&t, _)| t)
             .collect();
         for t in stale {
@@ -515,7 +515,7 @@ impl Server for Transferd {
             .peers
             .values()
             .filter(|p| p.name.is_none())
-            .map(|p| p.since + HELLO_TIMEOUT)
+            .map(|p| p.since() + HELLO_TIMEOUT)
             .min();
         match (self.retry_qmgr_at, hello) {
             (Some(a), Some(b)) => Some(a.min(b)),

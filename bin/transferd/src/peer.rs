@@ -1,7 +1,7 @@
-//! One mover's TLS connection: bytes in and out, the hello, offers decoded.
+//! One mover's connection: `wire`'s mutual-TLS peer, the hello, offers.
 //!
-//! Input is bounded: at most [`READ_LIMIT`] bytes of plaintext per read
-//! and one frame of the daemon's limit in the decoder.
+//! Frames over the daemon's limit end the connection, and so does a mover
+//! that leaves [`OUT_LIMIT`] bytes of answers unread.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,10 +9,12 @@ use std::time::Instant;
 
 use daemon::Cx;
 use mio::net::TcpStream;
-use mio::{Interest, Registry, Token};
-use transfer::proto::{encode, Decoder, Offer, ToMover, ToReceiver, VERSION};
+use mio::{Registry, Token};
+use transfer::proto::{Offer, ToMover, ToReceiver, VERSION};
 
-const READ_LIMIT: usize = 1 << 20;
+/// Answers a mover may leave unread: tens of thousands of acceptances,
+/// far beyond its window.
+const OUT_LIMIT: usize = 4 << 20;
 
 /// What one readiness event brought.
 pub struct Got {
@@ -26,15 +28,12 @@ pub struct Got {
 
 /// A mover's connection.
 pub struct Peer {
-    stream: tls::Stream,
-    addr: SocketAddr,
-    dec: Decoder,
+    wire: wire::Peer,
     /// The mover's instance name, once it said hello.
     pub name: Option<String>,
-    /// Accepted at.
-    pub since: Instant,
-    cert_names: Vec<String>,
     my_name: String,
+    /// Why the mover must go (it stopped reading), for the next flush.
+    stuck: Option<String>,
 }
 
 impl Peer {
@@ -48,122 +47,91 @@ impl Peer {
         cx: &mut Cx<'_>,
         token: Token,
     ) -> Result<Peer, String> {
-        let mut stream = tls::Stream::plain(sock);
-        stream.start_server_tls(cfg).map_err(|e| e.to_string())?;
-        cx.registry
-            .register(
-                stream.socket(),
-                token,
-                Interest::READABLE | Interest::WRITABLE,
-            )
-            .map_err(|e| e.to_string())?;
-        Ok(Peer {
-            stream,
+        let wire = wire::Peer::accept(
+            sock,
             addr,
-            dec: Decoder::new(max_frame),
+            cfg,
+            max_frame,
+            OUT_LIMIT,
+            cx.registry,
+            token,
+            cx.now,
+        )?;
+        Ok(Peer {
+            wire,
             name: None,
-            since: cx.now,
-            cert_names: Vec::new(),
             my_name,
+            stuck: None,
         })
     }
 
     /// The peer for log lines: its certificate's name and address.
     pub fn who(&self) -> String {
-        match self.cert_names.first() {
-            Some(n) => format!("{n}[{}]:{}", self.addr.ip(), self.addr.port()),
-            None => format!("unknown[{}]:{}", self.addr.ip(), self.addr.port()),
-        }
+        self.wire.who()
     }
 
-    /// Handles readiness: reads, decodes, flushes.
+    /// Accepted at.
+    pub fn since(&self) -> Instant {
+        self.wire.since
+    }
+
+    /// Handles readiness: reads, the hello, offers; flushes.
     pub fn ready(&mut self, readable: bool, writable: bool, closed: bool) -> Result<Got, String> {
-        let was = self.stream.is_handshaking();
-        let mut got = Got {
+        let got = self.wire.ready::<ToReceiver>(readable, writable, closed)?;
+        let mut out = Got {
             offers: Vec::new(),
-            eof: false,
+            eof: got.eof,
             bad: None,
         };
-        if readable || closed {
-            loop {
-                let mut buf = Vec::new();
-                let st = self
-                    .stream
-                    .read_event(&mut buf, READ_LIMIT, closed)
-                    .map_err(|e| {
-                        if was {
-                            format!("TLS handshake failed: {e}")
-                        } else {
-                            e.to_string()
-                        }
-                    })?;
-                if was && !self.stream.is_handshaking() && self.cert_names.is_empty() {
-                    self.cert_names = tls::peer_names(&self.stream.peer_certificates());
-                }
-                self.dec.push(&buf);
-                loop {
-                    match self.dec.decode::<ToReceiver>() {
-                        Ok(Some(ToReceiver::Hello { version, name })) => {
-                            if version != VERSION {
-                                got.bad = Some(format!(
-                                    "protocol version {version}, this receiver speaks {VERSION}"
-                                ));
-                                return Ok(got);
-                            }
-                            if name.is_empty() || name.contains([' ', '/', '\n']) {
-                                got.bad =
-                                    Some(format!("instance name {name:?} is not a host name"));
-                                return Ok(got);
-                            }
-                            self.send(&ToMover::Hello {
-                                version: VERSION,
-                                name: self.my_name.clone(),
-                            });
-                            daemon::msg_info!("connect from {} (instance {name})", self.who());
-                            self.name = Some(name);
-                        }
-                        Ok(Some(ToReceiver::Offer(o))) if self.name.is_some() => {
-                            got.offers.push(*o)
-                        }
-                        Ok(Some(ToReceiver::Offer(_))) => {
-                            got.bad = Some("an offer before hello".into());
-                            return Ok(got);
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            got.bad = Some(e.to_string());
-                            return Ok(got);
-                        }
+        for msg in got.msgs {
+            match msg {
+                ToReceiver::Hello { version, name } => {
+                    if version != VERSION {
+                        out.bad = Some(format!(
+                            "protocol version {version}, this receiver speaks {VERSION}"
+                        ));
+                        return Ok(out);
                     }
+                    if name.is_empty() || name.contains([' ', '/', '\n']) {
+                        out.bad = Some(format!("instance name {name:?} is not a host name"));
+                        return Ok(out);
+                    }
+                    self.send(&ToMover::Hello {
+                        version: VERSION,
+                        name: self.my_name.clone(),
+                    });
+                    daemon::msg_info!("connect from {} (instance {name})", self.who());
+                    self.name = Some(name);
                 }
-                if st.eof {
-                    got.eof = true;
-                    break;
-                }
-                if st.drained || st.bytes == 0 {
-                    break;
+                ToReceiver::Offer(o) if self.name.is_some() => out.offers.push(*o),
+                ToReceiver::Offer(_) => {
+                    out.bad = Some("an offer before hello".into());
+                    return Ok(out);
                 }
             }
         }
-        if writable || self.stream.wants_write() {
-            self.flush()?;
-        }
-        Ok(got)
+        out.bad = got.bad;
+        Ok(out)
     }
 
     /// Queues a message.
     pub fn send(&mut self, msg: &ToMover) {
-        let _ = self.stream.write(&encode(msg));
+        if let Err(e) = self.wire.send(msg) {
+            self.stuck.get_or_insert(e);
+        }
     }
 
-    /// Writes what the socket takes; the rest goes when it is writable.
+    /// Writes what the socket takes; the rest goes when it is writable. An
+    /// error drops the mover.
     pub fn flush(&mut self) -> Result<(), String> {
-        self.stream.flush().map(drop).map_err(|e| e.to_string())
+        if let Some(e) = self.stuck.take() {
+            return Err(e);
+        }
+        self.wire.flush()
     }
 
     /// Closes and deregisters.
     pub fn close(&mut self, registry: &Registry) {
-        self.stream.close();
-        let _ = registry.deregister(self.stream.socket());
+        self.wire.close(registry);
     }
 }

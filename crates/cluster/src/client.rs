@@ -16,13 +16,15 @@
 //! capped at [`ClientConfig::backoff_max_ms`]; its hello re-syncs all it
 //! holds in one exchange. It never reads a clock: `now` is passed in.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shaping::{KeyName, Rate, Share};
 
-use crate::proto::{DestNews, Held, RateUse, ToCoord, ToInstance, WireRate, VERSION};
+use crate::proto::{
+    DestNews, Held, KeyId, RateUse, ToCoord, ToInstance, WireRate, MAX_NAMES, VERSION,
+};
 use crate::rates;
 use crate::Ms;
 
@@ -179,6 +181,14 @@ pub struct Client {
     losses: u64,
     /// The instances connected, as last announced.
     names: Vec<String>,
+    /// This side's number of each key name (kept across connections).
+    ids: HashMap<String, KeyId>,
+    /// Names by number.
+    keys: Vec<String>,
+    /// Numbers already named on this connection.
+    named: Vec<bool>,
+    /// The coordinator's numbers on this connection.
+    theirs: HashMap<KeyId, String>,
 }
 
 impl Client {
@@ -201,6 +211,10 @@ impl Client {
             changed: false,
             losses: 0,
             names: Vec::new(),
+            ids: HashMap::new(),
+            keys: Vec::new(),
+            named: Vec::new(),
+            theirs: HashMap::new(),
         }
     }
 
@@ -230,25 +244,55 @@ impl Client {
         self.sent = 0;
         self.last_heard = now;
         self.out.clear();
+        self.named.clear();
+        self.theirs.clear();
         for s in self.slots.values_mut() {
             // The hello (message 1) carries the want.
             s.want_sent = u64::from(s.wanting);
         }
-        let held = self
+        let held: Vec<(String, Held)> = self
             .slots
             .iter()
             .filter(|(_, s)| s.conns > 0 || s.wanting)
-            .map(|(k, s)| Held {
-                key: k.clone(),
-                limit: s.limit,
-                conns: s.conns,
-                wants: s.wanting,
+            .map(|(k, s)| {
+                let h = Held {
+                    key: 0,
+                    limit: s.limit,
+                    conns: s.conns,
+                    wants: s.wanting,
+                };
+                (k.clone(), h)
             })
             .collect();
         let rates = self.take_rate_use(false);
+        // The hello names every key it carries: no message may come first.
+        let mut keys = Vec::new();
+        let mut number = |c: &mut Client, name: &str| {
+            let id = c.id_of(name);
+            if !c.is_named(id) {
+                c.mark_named(id);
+                keys.push((id, name.to_string()));
+            }
+            id
+        };
+        let held = held
+            .into_iter()
+            .map(|(k, h)| Held {
+                key: number(self, &k),
+                ..h
+            })
+            .collect();
+        let rates = rates
+            .into_iter()
+            .map(|(k, u)| RateUse {
+                key: number(self, &k),
+                ..u
+            })
+            .collect();
         self.send(ToCoord::Hello {
             version: VERSION,
             name: self.cfg.name.clone(),
+            keys,
             held,
             rates,
         });
@@ -306,12 +350,23 @@ impl Client {
                     self.events.push_back(ClientEvent::Count { instances });
                 }
             }
+            ToInstance::Key { id, name } => {
+                if self.theirs.len() >= MAX_NAMES {
+                    self.events.push_back(ClientEvent::Close);
+                    self.lost(now, "clusterd named too many keys");
+                    return;
+                }
+                self.theirs.insert(id, name);
+            }
             ToInstance::Grant {
                 key,
                 slots,
                 seen,
                 waiting,
             } => {
+                let Some(key) = self.their_key(now, key) else {
+                    return;
+                };
                 let s = self.slots.entry(key).or_default();
                 s.releases.retain(|&n| n > seen);
                 // A want sent after this grant was made is still in line.
@@ -322,6 +377,9 @@ impl Client {
                 self.changed = true;
             }
             ToInstance::Allot { key, rate } => {
+                let Some(key) = self.their_key(now, key) else {
+                    return;
+                };
                 // A key this instance has not used yet gets its part too,
                 // ready for its first mail.
                 let r = self.rates.entry(key).or_insert(RateState {
@@ -356,6 +414,13 @@ impl Client {
             Link::Linked if now >= self.next_beat => {
                 self.next_beat = now + self.cfg.heartbeat_ms;
                 let rates = self.take_rate_use(true);
+                let rates = rates
+                    .into_iter()
+                    .map(|(k, u)| RateUse {
+                        key: self.name_key(&k),
+                        ..u
+                    })
+                    .collect();
                 self.send(ToCoord::Heartbeat { rates });
             }
             _ => {}
@@ -446,6 +511,56 @@ impl Client {
         self.out.push_back(msg);
     }
 
+    /// This side's number of `name`, made on first sight.
+    fn id_of(&mut self, name: &str) -> KeyId {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.keys.len() as KeyId;
+        self.keys.push(name.to_string());
+        self.ids.insert(name.to_string(), id);
+        id
+    }
+
+    fn is_named(&self, id: KeyId) -> bool {
+        self.named.get(id as usize).copied().unwrap_or(false)
+    }
+
+    fn mark_named(&mut self, id: KeyId) {
+        let at = id as usize;
+        if self.named.len() <= at {
+            self.named.resize(at + 1, false);
+        }
+        self.named[at] = true;
+    }
+
+    /// The number of `name` on this connection, named first if it was not.
+    fn name_key(&mut self, name: &str) -> KeyId {
+        let id = self.id_of(name);
+        if !self.is_named(id) {
+            self.mark_named(id);
+            self.send(ToCoord::Key {
+                id,
+                name: name.to_string(),
+            });
+        }
+        id
+    }
+
+    /// The name of the coordinator's key number; a number it never named
+    /// is a broken coordinator: the link is dropped.
+    fn their_key(&mut self, now: Ms, id: KeyId) -> Option<String> {
+        if let Some(k) = self.theirs.get(&id) {
+            return Some(k.clone());
+        }
+        self.events.push_back(ClientEvent::Close);
+        self.lost(
+            now,
+            &format!("clusterd used key number {id} it never named"),
+        );
+        None
+    }
+
     /// Full jitter: uniform in [100 ms, min(cap, min·2^attempt)], so
     /// instances cut off together come back spread out, the more so the
     /// longer the coordinator stays away.
@@ -466,16 +581,18 @@ impl Client {
         FLOOR_MS + r % (ceiling - FLOOR_MS + 1)
     }
 
-    fn take_rate_use(&mut self, period: bool) -> Vec<RateUse> {
+    /// Use since the last report, by key name (numbered by the caller).
+    fn take_rate_use(&mut self, period: bool) -> Vec<(String, RateUse)> {
         let mut v = Vec::new();
         for (k, r) in &mut self.rates {
             if r.used > 0 || r.starved || !period {
-                v.push(RateUse {
-                    key: k.clone(),
+                let u = RateUse {
+                    key: 0,
                     limit: r.limit,
                     used: r.used,
                     starved: r.starved,
-                });
+                };
+                v.push((k.clone(), u));
             }
             r.used = 0;
             r.starved = false;
@@ -551,9 +668,12 @@ impl Client {
         }
         s.wanting = true;
         if linked {
-            s.want_sent = self.sent + 1;
+            let id = self.name_key(key);
+            if let Some(s) = self.slots.get_mut(key) {
+                s.want_sent = self.sent + 1;
+            }
             self.send(ToCoord::Want {
-                key: key.to_string(),
+                key: id,
                 limit: cluster,
             });
         }
@@ -564,14 +684,17 @@ impl Client {
         let s = self.slots.entry(key.to_string()).or_default();
         s.conns += 1;
         if linked {
-            self.send(ToCoord::Opened {
-                key: key.to_string(),
-            });
+            let id = self.name_key(key);
+            self.send(ToCoord::Opened { key: id });
         }
     }
 
     pub(crate) fn closed(&mut self, key: &str) {
         let linked = self.linked() && self.cfg.shared_concurrency;
+        if !self.slots.contains_key(key) {
+            return;
+        }
+        let id = if linked { self.name_key(key) } else { 0 };
         let sent = self.sent + 1;
         let Some(s) = self.slots.get_mut(key) else {
             return;
@@ -584,9 +707,7 @@ impl Client {
             self.slots.remove(key);
         }
         if linked {
-            self.send(ToCoord::Release {
-                key: key.to_string(),
-            });
+            self.send(ToCoord::Release { key: id });
         }
     }
 
@@ -610,13 +731,13 @@ impl Client {
             // Refused for want of a part: tell the coordinator now, once
             // per allotment, rather than at the next heartbeat.
             r.told = true;
+            let used = std::mem::take(&mut r.used);
             let one = RateUse {
-                key: key.to_string(),
+                key: self.name_key(key),
                 limit,
-                used: r.used,
+                used,
                 starved: true,
             };
-            r.used = 0;
             self.send(ToCoord::Heartbeat { rates: vec![one] });
         }
     }

@@ -15,15 +15,21 @@
 //! (clamped to one heartbeat … 10 s), at once when the count changes.
 //! Destination news from one instance is relayed to the others.
 //!
+//! Keys are interned: each name the instances give is one number here,
+//! which is also the number this side names it by on every connection;
+//! the instances' own numbers are translated per connection.
+//!
 //! The state is soft: after a start, during [`Config::recovery_ms`]
 //! (about two heartbeats) instances re-sync what they hold and nothing new
 //! is granted, so a restart never takes the cluster over a limit. Time is
 //! the caller's monotonic clock in milliseconds; nothing here logs,
 //! [`Event`]s say what a log should. Panics: never on a peer's messages.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use crate::proto::{DestNews, Held, RateUse, ToCoord, ToInstance, WireRate, VERSION};
+use crate::proto::{
+    DestNews, Held, KeyId, RateUse, ToCoord, ToInstance, WireRate, MAX_NAME, MAX_NAMES, VERSION,
+};
 use crate::rates::{self, Demand, Division};
 use crate::Ms;
 
@@ -86,7 +92,8 @@ pub enum Event {
         /// Slots returned.
         slots: u32,
     },
-    /// A hello was refused; the caller closes the connection.
+    /// A hello was refused, or a message broke the protocol (a key number
+    /// never named): the caller closes the connection.
     Refused {
         /// The connection.
         conn: ConnId,
@@ -113,7 +120,14 @@ struct Instance {
     /// Messages read on `conn` (echoed in grants).
     seen: u64,
     last_heard: Ms,
+    /// The instance's key numbers on this connection → ours.
+    theirs: HashMap<KeyId, Kx>,
+    /// Our numbers already named to it on this connection.
+    named: Vec<bool>,
 }
+
+/// A key's number here (an index into the coordinator's names).
+type Kx = u32;
 
 #[derive(Debug, Default)]
 struct Holding {
@@ -188,8 +202,11 @@ pub struct Coordinator {
     by_conn: BTreeMap<ConnId, usize>,
     /// Connections that have not said hello yet.
     fresh: BTreeMap<ConnId, Ms>,
-    slots: BTreeMap<String, SlotKey>,
-    rates: BTreeMap<String, RateKey>,
+    /// Every key name heard, by number.
+    names: Vec<String>,
+    index: HashMap<String, Kx>,
+    slots: BTreeMap<Kx, SlotKey>,
+    rates: BTreeMap<Kx, RateKey>,
     recovering_until: Option<Ms>,
     order: u64,
     out: VecDeque<(ConnId, ToInstance)>,
@@ -206,6 +223,8 @@ impl Coordinator {
             by_name: BTreeMap::new(),
             by_conn: BTreeMap::new(),
             fresh: BTreeMap::new(),
+            names: Vec::new(),
+            index: HashMap::new(),
             slots: BTreeMap::new(),
             rates: BTreeMap::new(),
             recovering_until: Some(until),
@@ -268,14 +287,8 @@ impl Coordinator {
 
     /// A message from `conn`.
     pub fn handle(&mut self, now: Ms, conn: ConnId, msg: ToCoord) {
-        if let ToCoord::Hello {
-            version,
-            name,
-            held,
-            rates,
-        } = msg
-        {
-            self.hello(now, conn, version, name, held, rates);
+        if matches!(msg, ToCoord::Hello { .. }) {
+            self.hello(now, conn, msg);
             return;
         }
         let Some(&i) = self.by_conn.get(&conn) else {
@@ -286,31 +299,43 @@ impl Coordinator {
             inst.seen += 1;
             inst.last_heard = now;
         }
+        if let Err(reason) = self.dispatch(now, i, msg) {
+            self.events.push_back(Event::Refused { conn, reason });
+        }
+    }
+
+    /// One message of a welcomed instance; an error is a protocol breach
+    /// (the caller closes the connection).
+    fn dispatch(&mut self, now: Ms, i: usize, msg: ToCoord) -> Result<(), String> {
         match msg {
             ToCoord::Hello { .. } => unreachable!("coordinator: hello handled above"),
+            ToCoord::Key { id, name } => self.learn(i, id, name)?,
             ToCoord::Want { key, limit } => {
+                let key = self.theirs(i, key)?;
                 let order = self.next_order();
-                let k = self.slots.entry(key.clone()).or_default();
+                let k = self.slots.entry(key).or_default();
                 k.limit = limit;
                 if !k.waiters.iter().any(|&(w, _)| w == i) {
                     k.waiters.push((i, order));
                 }
-                self.fill(now, &key);
+                self.fill(now, key);
             }
             ToCoord::Opened { key } => {
-                let k = self.slots.entry(key.clone()).or_default();
+                let key = self.theirs(i, key)?;
+                let k = self.slots.entry(key).or_default();
                 let h = k.holders.entry(i).or_default();
                 if h.reserved.is_empty() {
                     // Opened without a reservation (a connection of the
                     // fallback): count it, and say so.
                     h.open += 1;
-                    self.grant_msg(i, &key);
+                    self.grant_msg(i, key);
                 } else {
                     h.reserved.remove(0);
                     h.open += 1;
                 }
             }
             ToCoord::Release { key } => {
+                let key = self.theirs(i, key)?;
                 if let Some(k) = self.slots.get_mut(&key) {
                     if let Some(h) = k.holders.get_mut(&i) {
                         if h.open > 0 {
@@ -323,26 +348,70 @@ impl Coordinator {
                         }
                     }
                 }
-                self.grant_msg(i, &key);
-                self.fill(now, &key);
+                self.grant_msg(i, key);
+                self.fill(now, key);
             }
             ToCoord::Heartbeat { rates } => {
-                self.rate_use(now, i, rates);
+                self.rate_use(now, i, rates)?;
                 self.send_to(i, ToInstance::Beat);
             }
             ToCoord::News(news) => self.relay(i, news),
         }
+        Ok(())
     }
 
-    fn hello(
-        &mut self,
-        now: Ms,
-        conn: ConnId,
-        version: u16,
-        name: String,
-        held: Vec<Held>,
-        rates: Vec<RateUse>,
-    ) {
+    /// The instance names a key.
+    fn learn(&mut self, i: usize, id: KeyId, name: String) -> Result<(), String> {
+        if name.is_empty() || name.len() > MAX_NAME {
+            return Err(format!("key name of {} bytes", name.len()));
+        }
+        let kx = self.intern(name);
+        let Some(inst) = self.instances[i].as_mut() else {
+            return Ok(());
+        };
+        match inst.theirs.get(&id) {
+            Some(&was) if was != kx => {
+                return Err(format!("key number {id} named twice, with two names"));
+            }
+            Some(_) => return Ok(()),
+            None if inst.theirs.len() >= MAX_NAMES => {
+                return Err(format!("over {MAX_NAMES} key names"));
+            }
+            None => {}
+        }
+        inst.theirs.insert(id, kx);
+        Ok(())
+    }
+
+    /// Our number for a key name, made on first sight.
+    fn intern(&mut self, name: String) -> Kx {
+        if let Some(&kx) = self.index.get(&name) {
+            return kx;
+        }
+        let kx = self.names.len() as Kx;
+        self.names.push(name.clone());
+        self.index.insert(name, kx);
+        kx
+    }
+
+    /// Our number for the instance's `id`.
+    fn theirs(&self, i: usize, id: KeyId) -> Result<Kx, String> {
+        self.inst(i)
+            .and_then(|x| x.theirs.get(&id).copied())
+            .ok_or_else(|| format!("key number {id} was never named"))
+    }
+
+    fn hello(&mut self, now: Ms, conn: ConnId, msg: ToCoord) {
+        let ToCoord::Hello {
+            version,
+            name,
+            keys,
+            held,
+            rates,
+        } = msg
+        else {
+            return;
+        };
         self.fresh.remove(&conn);
         if version != VERSION {
             let reason = format!("protocol version {version}, this clusterd speaks {VERSION}");
@@ -378,8 +447,37 @@ impl Coordinator {
             conn: Some(conn),
             seen: 1,
             last_heard: now,
+            theirs: HashMap::new(),
+            named: Vec::new(),
         });
         self.by_conn.insert(conn, i);
+        let mut breach = None;
+        for (id, key) in keys {
+            if let Err(e) = self.learn(i, id, key) {
+                breach = Some(e);
+                break;
+            }
+        }
+        let held: Result<Vec<(Kx, Held)>, String> = match breach {
+            Some(e) => Err(e),
+            None => held
+                .into_iter()
+                .map(|h| Ok((self.theirs(i, h.key)?, h)))
+                .collect(),
+        };
+        let held = match held {
+            Ok(h) => h,
+            Err(reason) => {
+                // Forget the connection, not the instance: a lease it
+                // holds from before runs out as if it had gone silent.
+                if let Some(x) = self.instances[i].as_mut() {
+                    x.conn = None;
+                }
+                self.by_conn.remove(&conn);
+                self.events.push_back(Event::Refused { conn, reason });
+                return;
+            }
+        };
         // The instance's report is the truth about what it holds: it
         // replaces what this coordinator believed.
         for k in self.slots.values_mut() {
@@ -395,18 +493,18 @@ impl Coordinator {
             },
         ));
         let mut wanted = Vec::new();
-        for h in held {
+        for (kx, h) in held {
             let order = self.next_order();
-            let k = self.slots.entry(h.key.clone()).or_default();
+            let k = self.slots.entry(kx).or_default();
             k.limit = h.limit;
             if h.conns > 0 {
                 k.holders.entry(i).or_default().open = h.conns;
             }
             if h.wants {
                 k.waiters.push((i, order));
-                wanted.push(h.key.clone());
+                wanted.push(kx);
             }
-            self.grant_msg(i, &h.key);
+            self.grant_msg(i, kx);
         }
         self.events.push_back(Event::Joined {
             name,
@@ -414,10 +512,12 @@ impl Coordinator {
             resumed,
         });
         self.announce();
-        self.rate_use(now, i, rates);
+        if let Err(reason) = self.rate_use(now, i, rates) {
+            self.events.push_back(Event::Refused { conn, reason });
+        }
         self.redivide_all(now);
         for key in wanted {
-            self.fill(now, &key);
+            self.fill(now, key);
         }
     }
 
@@ -428,26 +528,26 @@ impl Coordinator {
             self.events.push_back(Event::Recovered {
                 instances: self.instances(),
             });
-            let keys: Vec<String> = self.slots.keys().cloned().collect();
+            let keys: Vec<Kx> = self.slots.keys().copied().collect();
             for key in keys {
-                self.fill(now, &key);
+                self.fill(now, key);
             }
         }
         // Reservations not used in time go to the next waiter.
-        let mut lapsed: Vec<(String, usize)> = Vec::new();
-        for (key, k) in &mut self.slots {
+        let mut lapsed: Vec<(Kx, usize)> = Vec::new();
+        for (&key, k) in &mut self.slots {
             for (&i, h) in &mut k.holders {
                 let before = h.reserved.len();
                 h.reserved.retain(|&t| t > now);
                 if h.reserved.len() != before {
-                    lapsed.push((key.clone(), i));
+                    lapsed.push((key, i));
                 }
             }
             k.holders.retain(|_, h| h.slots() > 0);
         }
         for (key, i) in lapsed {
-            self.grant_msg(i, &key);
-            self.fill(now, &key);
+            self.grant_msg(i, key);
+            self.fill(now, key);
         }
         // Leases: an instance silent for lease_ms loses its slots.
         let expired: Vec<usize> = self
@@ -463,14 +563,14 @@ impl Coordinator {
         for i in expired {
             self.expire(now, i);
         }
-        let due: Vec<String> = self
+        let due: Vec<Kx> = self
             .rates
             .iter()
             .filter(|(_, r)| now >= r.next)
-            .map(|(k, _)| k.clone())
+            .map(|(&k, _)| k)
             .collect();
         for key in due {
-            self.redivide(now, &key, true);
+            self.redivide(now, key, true);
         }
     }
 
@@ -506,17 +606,21 @@ impl Coordinator {
 
     /// Every key, for `sluice cluster status` on the coordinator's side.
     pub fn keys(&self) -> Vec<KeyStatus> {
-        let mut names: Vec<&String> = self.slots.keys().chain(self.rates.keys()).collect();
-        names.sort();
-        names.dedup();
+        let mut keys: Vec<Kx> = self
+            .slots
+            .keys()
+            .chain(self.rates.keys())
+            .copied()
+            .collect();
+        keys.sort_by(|a, b| self.names[*a as usize].cmp(&self.names[*b as usize]));
+        keys.dedup();
         let name_of = |i: &usize| self.inst(*i).map_or(String::new(), |x| x.name.clone());
-        names
-            .into_iter()
+        keys.into_iter()
             .map(|key| {
-                let s = self.slots.get(key);
-                let r = self.rates.get(key);
+                let s = self.slots.get(&key);
+                let r = self.rates.get(&key);
                 KeyStatus {
-                    key: key.clone(),
+                    key: self.names[key as usize].clone(),
                     limit: s.map(|s| s.limit),
                     slots: s.map_or(Vec::new(), |s| {
                         s.holders
@@ -552,15 +656,36 @@ impl Coordinator {
         }
     }
 
-    fn grant_msg(&mut self, i: usize, key: &str) {
-        let (slots, waiting) = self.slots.get(key).map_or((0, false), |k| {
+    /// Names `key` to instance `i` if this connection has not heard it.
+    fn name_to(&mut self, i: usize, key: Kx) {
+        let Some(x) = self.instances.get_mut(i).and_then(Option::as_mut) else {
+            return;
+        };
+        let Some(conn) = x.conn else {
+            return;
+        };
+        let at = key as usize;
+        if x.named.len() <= at {
+            x.named.resize(at + 1, false);
+        }
+        if !x.named[at] {
+            x.named[at] = true;
+            let name = self.names[at].clone();
+            self.out
+                .push_back((conn, ToInstance::Key { id: key, name }));
+        }
+    }
+
+    fn grant_msg(&mut self, i: usize, key: Kx) {
+        let (slots, waiting) = self.slots.get(&key).map_or((0, false), |k| {
             (k.slots_of(i), k.waiters.iter().any(|&(w, _)| w == i))
         });
         let seen = self.inst(i).map_or(0, |x| x.seen);
+        self.name_to(i, key);
         self.send_to(
             i,
             ToInstance::Grant {
-                key: key.to_string(),
+                key,
                 slots,
                 seen,
                 waiting,
@@ -569,12 +694,12 @@ impl Coordinator {
     }
 
     /// Gives free slots of `key` to its waiters, fewest slots held first.
-    fn fill(&mut self, now: Ms, key: &str) {
+    fn fill(&mut self, now: Ms, key: Kx) {
         if self.recovering_until.is_some() {
             return;
         }
         loop {
-            let Some(k) = self.slots.get_mut(key) else {
+            let Some(k) = self.slots.get_mut(&key) else {
                 return;
             };
             if k.total() >= k.limit || k.waiters.is_empty() {
@@ -613,10 +738,10 @@ impl Coordinator {
         }
         let mut freed = 0;
         let mut keys = Vec::new();
-        for (key, k) in &mut self.slots {
+        for (&key, k) in &mut self.slots {
             if let Some(h) = k.holders.remove(&i) {
                 freed += h.slots();
-                keys.push(key.clone());
+                keys.push(key);
             }
             k.waiters.retain(|&(w, _)| w != i);
             k.served.remove(&i);
@@ -632,7 +757,7 @@ impl Coordinator {
             self.announce();
         }
         for key in keys {
-            self.fill(now, &key);
+            self.fill(now, key);
         }
         self.redivide_all(now);
     }
@@ -684,11 +809,12 @@ impl Coordinator {
         }
     }
 
-    fn rate_use(&mut self, now: Ms, i: usize, uses: Vec<RateUse>) {
+    fn rate_use(&mut self, now: Ms, i: usize, uses: Vec<RateUse>) -> Result<(), String> {
         let refresh = self.refresh_ms(0);
         for u in uses {
-            let fresh = !self.rates.contains_key(&u.key);
-            let r = self.rates.entry(u.key.clone()).or_insert_with(|| RateKey {
+            let key = self.theirs(i, u.key)?;
+            let fresh = !self.rates.contains_key(&key);
+            let r = self.rates.entry(key).or_insert_with(|| RateKey {
                 limit: u.limit,
                 users: BTreeMap::new(),
                 since: now,
@@ -703,9 +829,10 @@ impl Coordinator {
             // divided yet) is heard at once, not at the next refresh.
             let short = user.allot.is_none_or(|a| a.tokens == 0);
             if fresh || (newly_starved && short) {
-                self.redivide(now, &u.key, false);
+                self.redivide(now, key, false);
             }
         }
+        Ok(())
     }
 
     fn refresh_ms(&self, per_ms: Ms) -> Ms {
@@ -713,15 +840,15 @@ impl Coordinator {
     }
 
     fn redivide_all(&mut self, now: Ms) {
-        let keys: Vec<String> = self.rates.keys().cloned().collect();
+        let keys: Vec<Kx> = self.rates.keys().copied().collect();
         for key in keys {
-            self.redivide(now, &key, false);
+            self.redivide(now, key, false);
         }
     }
 
     /// New allotments of `key` for every connected instance; `period`
     /// closes the measuring period (the once-per-interval refresh).
-    fn redivide(&mut self, now: Ms, key: &str, period: bool) {
+    fn redivide(&mut self, now: Ms, key: Kx, period: bool) {
         let live: Vec<usize> = self
             .instances
             .iter()
@@ -730,10 +857,10 @@ impl Coordinator {
             .collect();
         let division = self.cfg.division;
         let refresh = {
-            let per = self.rates.get(key).map_or(0, |r| r.limit.per_ms);
+            let per = self.rates.get(&key).map_or(0, |r| r.limit.per_ms);
             self.refresh_ms(per)
         };
-        let Some(r) = self.rates.get_mut(key) else {
+        let Some(r) = self.rates.get_mut(&key) else {
             return;
         };
         let parts: Vec<WireRate> = match division {
@@ -769,13 +896,8 @@ impl Coordinator {
             r.next = now + refresh;
         }
         for (i, rate) in sends {
-            self.send_to(
-                i,
-                ToInstance::Allot {
-                    key: key.to_string(),
-                    rate,
-                },
-            );
+            self.name_to(i, key);
+            self.send_to(i, ToInstance::Allot { key, rate });
         }
     }
 }

@@ -1,21 +1,43 @@
 //! The messages between an instance and clusterd, and their framing.
 //!
-//! One enum per direction, variant = verb. Frames are a big-endian u32
-//! length and a postcard payload, as ipc's are; the first message each
+//! One enum per direction, variant = verb. Frames are `wire`'s (a
+//! big-endian u32 length and a postcard payload); the first message each
 //! way carries [`VERSION`], bumped on every change, and a peer of another
-//! version is refused. Keys travel as their display form
+//! version is refused. Keys are named by their display form
 //! (`localip=192.0.2.1,grouping=orange`): the coordinator only needs them
-//! as names, and the instances, configured alike, agree on them. A frame
+//! as names, and the instances, configured alike, agree on them. A name
+//! travels once per connection and direction: the sender numbers it
+//! ([`KeyId`], its own numbering, which may outlive the connection) in the hello or a `Key`
+//! message before its first use, and the messages after carry the number
+//! (a heartbeat of a thousand keys is then numbers, not a thousand strings
+//! to decode and look up every second). A number never named is a
+//! protocol error that ends the connection. A frame
 //! over [`MAX_FRAME`] or one that does not decode is an error for that
 //! connection (the caller closes it); nothing here panics on a peer's bytes.
 
 use serde::{Deserialize, Serialize};
+pub use wire::{encode, Decoder, FrameError};
 
 /// The protocol version, in both hellos.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
+
+/// A key's number on one connection, in one direction.
+pub type KeyId = u32;
+
+/// Names one connection may give in one direction (far above any policy's
+/// keys; a peer past it is broken and dropped).
+pub const MAX_NAMES: usize = 1 << 20;
+
+/// The longest key name accepted.
+pub const MAX_NAME: usize = 1024;
 
 /// The largest frame accepted (a re-sync of many keys fits easily).
 pub const MAX_FRAME: usize = 4 << 20;
+
+/// A decoder for this protocol's frames (at most [`MAX_FRAME`]).
+pub fn decoder() -> Decoder {
+    Decoder::new(MAX_FRAME)
+}
 
 /// A rate as it travels: tokens per `per_ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,7 +54,7 @@ pub struct WireRate {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Held {
     /// The key.
-    pub key: String,
+    pub key: KeyId,
     /// Its cluster-wide limit.
     pub limit: u32,
     /// Connections this instance has open on it.
@@ -45,7 +67,7 @@ pub struct Held {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RateUse {
     /// The key.
-    pub key: String,
+    pub key: KeyId,
     /// The cluster's rate.
     pub limit: WireRate,
     /// Tokens taken since the last report.
@@ -83,27 +105,36 @@ pub enum ToCoord {
         version: u16,
         /// The instance's `myhostname`.
         name: String,
+        /// Names of the keys `held` and `rates` use: (number, name).
+        keys: Vec<(KeyId, String)>,
         /// Concurrency keys held or wanted.
         held: Vec<Held>,
         /// Rates in use.
         rates: Vec<RateUse>,
     },
+    /// Names a key before its first use on this connection.
+    Key {
+        /// Its number (the instance's own, kept across its connections).
+        id: KeyId,
+        /// Its name.
+        name: String,
+    },
     /// Mail waits for a slot of `key`.
     Want {
         /// The key.
-        key: String,
+        key: KeyId,
         /// Its cluster-wide limit.
         limit: u32,
     },
     /// A connection opened on a granted slot.
     Opened {
         /// The key.
-        key: String,
+        key: KeyId,
     },
     /// A connection closed: its slot goes back.
     Release {
         /// The key.
-        key: String,
+        key: KeyId,
     },
     /// Renews the instance's leases; carries its rate use.
     Heartbeat {
@@ -136,11 +167,19 @@ pub enum ToInstance {
         /// Their names (`myhostname`), for `sluice cluster status`.
         names: Vec<String>,
     },
+    /// Names a key before its first use on this connection (the
+    /// coordinator's own numbering).
+    Key {
+        /// Its number.
+        id: KeyId,
+        /// Its name.
+        name: String,
+    },
     /// The slots of `key` this instance holds now (open and reserved),
     /// as of its first `seen` messages.
     Grant {
         /// The key.
-        key: String,
+        key: KeyId,
         /// Slots.
         slots: u32,
         /// Messages of this connection the coordinator had read.
@@ -151,7 +190,7 @@ pub enum ToInstance {
     /// This instance's part of `key`'s rate until the next one.
     Allot {
         /// The key.
-        key: String,
+        key: KeyId,
         /// Tokens per interval (the interval may be the key's scaled).
         rate: WireRate,
     },
@@ -166,76 +205,6 @@ pub enum ToInstance {
     },
 }
 
-/// Why a frame could not be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FrameError {
-    /// A length over [`MAX_FRAME`].
-    TooLong(usize),
-    /// A payload that is not a message.
-    Garbled,
-}
-
-impl std::fmt::Display for FrameError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FrameError::TooLong(n) => write!(f, "frame of {n} bytes over {MAX_FRAME}"),
-            FrameError::Garbled => f.write_str("malformed message"),
-        }
-    }
-}
-
-impl std::error::Error for FrameError {}
-
-/// A message, framed.
-pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
-    let payload = postcard::to_allocvec(msg).expect("cluster: postcard encodes every message");
-    let mut out = Vec::with_capacity(4 + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(&payload);
-    out
-}
-
-/// Bytes in, messages out; holds at most one frame plus what was pushed.
-#[derive(Debug, Default)]
-pub struct Decoder {
-    buf: Vec<u8>,
-}
-
-impl Decoder {
-    /// An empty decoder.
-    pub fn new() -> Decoder {
-        Decoder::default()
-    }
-
-    /// Adds bytes read from the stream.
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
-    }
-
-    /// The next whole message, if one is in.
-    pub fn decode<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, FrameError> {
-        if self.buf.len() < 4 {
-            return Ok(None);
-        }
-        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
-        if len > MAX_FRAME {
-            return Err(FrameError::TooLong(len));
-        }
-        if self.buf.len() < 4 + len {
-            return Ok(None);
-        }
-        let msg = postcard::from_bytes(&self.buf[4..4 + len]).map_err(|_| FrameError::Garbled);
-        self.buf.drain(..4 + len);
-        msg.map(Some)
-    }
-
-    /// Bytes held that are not yet a message.
-    pub fn pending(&self) -> usize {
-        self.buf.len()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,15 +215,20 @@ mod tests {
             ToCoord::Hello {
                 version: VERSION,
                 name: "mx1.example".into(),
+                keys: vec![(0, "localip=192.0.2.1,grouping=orange".into())],
                 held: vec![Held {
-                    key: "localip=192.0.2.1,grouping=orange".into(),
+                    key: 0,
                     limit: 2,
                     conns: 1,
                     wants: true,
                 }],
                 rates: vec![],
             },
-            ToCoord::Release { key: "k".into() },
+            ToCoord::Key {
+                id: 1,
+                name: "k".into(),
+            },
+            ToCoord::Release { key: 1 },
             ToCoord::News(DestNews::Dead {
                 dest: "example.org".into(),
                 secs: 300,
@@ -262,7 +236,7 @@ mod tests {
         ];
         let bytes: Vec<u8> = msgs.iter().flat_map(encode).collect();
         for cut in 0..bytes.len() {
-            let mut d = Decoder::new();
+            let mut d = decoder();
             let mut got = Vec::new();
             d.push(&bytes[..cut]);
             while let Some(m) = d.decode::<ToCoord>().unwrap() {
@@ -279,16 +253,16 @@ mod tests {
 
     #[test]
     fn hostile_frames_are_errors_not_panics() {
-        let mut d = Decoder::new();
+        let mut d = decoder();
         d.push(&u32::MAX.to_be_bytes());
         assert_eq!(
             d.decode::<ToCoord>(),
-            Err(FrameError::TooLong(u32::MAX as usize))
+            Err(FrameError::TooLong(u32::MAX as usize, MAX_FRAME))
         );
-        let mut d = Decoder::new();
+        let mut d = decoder();
         d.push(&[0, 0, 0, 3, 0xff, 0xff, 0xff]);
         assert_eq!(d.decode::<ToCoord>(), Err(FrameError::Garbled));
-        let mut d = Decoder::new();
+        let mut d = decoder();
         d.push(&[0, 0, 0, 0]);
         assert!(
             d.decode::<ToInstance>().is_err(),

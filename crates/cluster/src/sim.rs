@@ -279,6 +279,7 @@ fn a_reservation_not_used_goes_to_the_next_waiter() {
     let hello = |name: &str| ToCoord::Hello {
         version: crate::proto::VERSION,
         name: name.into(),
+        keys: vec![(0, KEY.into())],
         held: vec![],
         rates: vec![],
     };
@@ -287,10 +288,7 @@ fn a_reservation_not_used_goes_to_the_next_waiter() {
     c.handle(0, 1, hello("a"));
     c.handle(0, 2, hello("b"));
     c.handle_timeout(2000); // recovery over
-    let want = || ToCoord::Want {
-        key: KEY.into(),
-        limit: 1,
-    };
+    let want = || ToCoord::Want { key: 0, limit: 1 };
     c.handle(2000, 1, want());
     c.handle(2000, 2, want());
     let grants = |c: &mut Coordinator| {
@@ -309,7 +307,7 @@ fn a_reservation_not_used_goes_to_the_next_waiter() {
     c.handle_timeout(4000);
     assert_eq!(grants(&mut c), [(1, 0), (2, 1)]);
     // b opens in time: its slot stays.
-    c.handle(4100, 2, ToCoord::Opened { key: KEY.into() });
+    c.handle(4100, 2, ToCoord::Opened { key: 0 });
     c.handle(4100, 2, ToCoord::Heartbeat { rates: vec![] });
     c.handle_timeout(7000);
     assert_eq!(grants(&mut c), []);
@@ -563,6 +561,7 @@ fn another_protocol_version_is_refused() {
         ToCoord::Hello {
             version: 999,
             name: "old".into(),
+            keys: vec![],
             held: vec![],
             rates: vec![],
         },
@@ -591,27 +590,34 @@ fn a_grant_crossing_a_release_never_allows_one_too_many() {
         },
     );
     while cl.poll_transmit().is_some() {}
-    cl.want(KEY, 0, 2);
+    cl.want(KEY, 0, 2); // message 2 names the key, 3 is the want
+    cl.handle(
+        2,
+        ToInstance::Key {
+            id: 7,
+            name: KEY.into(),
+        },
+    );
     cl.handle(
         2,
         ToInstance::Grant {
-            key: KEY.into(),
+            key: 7,
             slots: 1,
-            seen: 2,
+            seen: 3,
             waiting: false,
         },
     );
-    cl.opened(KEY); // message 3
-    cl.want(KEY, 1, 2); // message 4
-    cl.closed(KEY); // message 5: the release
+    cl.opened(KEY); // message 4
+    cl.want(KEY, 1, 2); // message 5
+    cl.closed(KEY); // message 6: the release
     assert_eq!(cl.concurrency_of(KEY, 2), 0);
     // The coordinator granted a second slot before it read the release.
     cl.handle(
         3,
         ToInstance::Grant {
-            key: KEY.into(),
+            key: 7,
             slots: 2,
-            seen: 4,
+            seen: 5,
             waiting: false,
         },
     );
@@ -623,9 +629,9 @@ fn a_grant_crossing_a_release_never_allows_one_too_many() {
     cl.handle(
         4,
         ToInstance::Grant {
-            key: KEY.into(),
+            key: 7,
             slots: 1,
-            seen: 5,
+            seen: 6,
             waiting: false,
         },
     );
@@ -674,6 +680,145 @@ fn a_message_the_share_queued_is_due_at_once_not_at_the_next_heartbeat() {
     );
     c.want(KEY, 0, 2);
     assert_eq!(c.poll_timeout(), Some(0), "a want waiting is due now");
-    assert!(matches!(c.poll_transmit(), Some(ToCoord::Want { .. })));
+    assert!(matches!(
+        c.poll_transmit(),
+        Some(ToCoord::Key { id: 0, .. })
+    ));
+    assert!(matches!(
+        c.poll_transmit(),
+        Some(ToCoord::Want { key: 0, .. })
+    ));
     assert!(c.poll_timeout().is_some_and(|t| t > 5), "sent: idle again");
+}
+
+#[test]
+fn a_key_is_named_once_per_connection_and_numbers_follow() {
+    let rate = shaping::Rate {
+        tokens: 600,
+        per: std::time::Duration::from_secs(60),
+    };
+    let mut c = Client::new(ClientConfig::new("mx1.example", 7));
+    c.connecting(0);
+    c.connected(0);
+    while c.poll_transmit().is_some() {}
+    c.handle(
+        5,
+        ToInstance::Welcome {
+            version: crate::proto::VERSION,
+            instances: 2,
+        },
+    );
+    let beat = |c: &mut Client, now: Ms| {
+        c.rate_used(KEY, rate, false, true);
+        c.rate_used("localip=192.0.2.2,grouping=free", rate, false, true);
+        c.handle_timeout(now);
+        std::iter::from_fn(|| c.poll_transmit()).collect::<Vec<_>>()
+    };
+    let first = beat(&mut c, 1005);
+    let names: Vec<_> = first
+        .iter()
+        .filter_map(|m| match m {
+            ToCoord::Key { id, name } => Some((*id, name.as_str())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            (0, "localip=192.0.2.1,grouping=orange"),
+            (1, "localip=192.0.2.2,grouping=free")
+        ]
+    );
+    assert!(matches!(first.last(), Some(ToCoord::Heartbeat { rates }) if rates.len() == 2));
+    let second = beat(&mut c, 2005);
+    assert!(
+        matches!(&second[..], [ToCoord::Heartbeat { rates }] if rates.iter().map(|u| u.key).eq([0, 1])),
+        "numbers only: {second:?}"
+    );
+    // A new connection names them again, in its hello.
+    c.lost(2100, "cut");
+    c.connecting(20_000);
+    c.connected(20_000);
+    match c.poll_transmit() {
+        Some(ToCoord::Hello { keys, rates, .. }) => {
+            assert_eq!(keys.len(), 2);
+            assert!(rates
+                .iter()
+                .all(|u| keys.iter().any(|(id, _)| *id == u.key)));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_key_number_never_named_ends_the_connection() {
+    let mut c = Coordinator::new(Config::new(1000, 10_000, Division::Equal), 0);
+    c.connect(0, 1);
+    c.handle(
+        0,
+        1,
+        ToCoord::Hello {
+            version: crate::proto::VERSION,
+            name: "a".into(),
+            keys: vec![],
+            held: vec![],
+            rates: vec![],
+        },
+    );
+    while c.poll_event().is_some() {}
+    c.handle(10, 1, ToCoord::Want { key: 3, limit: 2 });
+    assert!(matches!(
+        c.poll_event(),
+        Some(Event::Refused { conn: 1, reason }) if reason.contains("never named")
+    ));
+    // One number, two names.
+    for name in [KEY, "localip=192.0.2.7,grouping=other"] {
+        c.handle(
+            20,
+            1,
+            ToCoord::Key {
+                id: 5,
+                name: name.into(),
+            },
+        );
+    }
+    assert!(matches!(
+        c.poll_event(),
+        Some(Event::Refused { conn: 1, reason }) if reason.contains("two names")
+    ));
+}
+
+#[test]
+fn the_coordinator_names_a_key_before_its_first_grant_on_each_connection() {
+    let mut c = Coordinator::new(Config::new(1000, 10_000, Division::Equal), 0);
+    c.connect(0, 1);
+    c.handle(
+        0,
+        1,
+        ToCoord::Hello {
+            version: crate::proto::VERSION,
+            name: "a".into(),
+            keys: vec![(0, KEY.into())],
+            held: vec![],
+            rates: vec![],
+        },
+    );
+    c.handle_timeout(2000);
+    while c.poll_transmit().is_some() {}
+    let out = |c: &mut Coordinator, msg| {
+        c.handle(2000, 1, msg);
+        std::iter::from_fn(|| c.poll_transmit())
+            .map(|(_, m)| m)
+            .collect::<Vec<_>>()
+    };
+    let got = out(&mut c, ToCoord::Want { key: 0, limit: 2 });
+    assert!(
+        matches!(&got[..], [ToInstance::Key { id, name }, ToInstance::Grant { key, slots: 1, .. }] if id == key && name == KEY),
+        "{got:?}"
+    );
+    let got = out(&mut c, ToCoord::Want { key: 0, limit: 2 });
+    assert!(
+        matches!(&got[..], [ToInstance::Grant { slots: 2, .. }]),
+        "{got:?}"
+    );
 }

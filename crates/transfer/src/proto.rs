@@ -1,6 +1,7 @@
 //! The transfer protocol.
 //!
-//! Each frame is a big-endian u32 length and that many bytes of postcard.
+//! Frames are `wire`'s: a big-endian u32 length and that many bytes of
+//! postcard.
 //! The mover says `Hello` and the receiver answers `Hello` (with the
 //! protocol version each speaks: both ends come from one release line,
 //! and a mismatch is refused in words rather than garbled). Then the mover
@@ -14,6 +15,7 @@
 use ipc::queuectl::Owed;
 use mail::Envelope;
 use serde::{Deserialize, Serialize};
+pub use wire::{encode, Decoder, FrameError};
 
 /// The protocol version spoken by this build.
 pub const VERSION: u32 = 1;
@@ -95,79 +97,6 @@ pub enum ToMover {
     },
 }
 
-/// Why bytes are not a frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FrameError {
-    /// Longer than the receiver takes.
-    TooLong(usize),
-    /// Not a message of this protocol.
-    Garbled,
-}
-
-impl std::fmt::Display for FrameError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FrameError::TooLong(n) => write!(f, "a frame of {n} bytes is over the limit"),
-            FrameError::Garbled => write!(f, "a frame that does not decode"),
-        }
-    }
-}
-
-/// One message as a frame.
-pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
-    // Written after a 4-byte room for the length, without a second copy.
-    let mut out = postcard::to_extend(msg, vec![0u8; 4])
-        .expect("transfer: postcard encodes every message (plain data into a Vec)");
-    let len = (out.len() - 4) as u32;
-    out[..4].copy_from_slice(&len.to_be_bytes());
-    out
-}
-
-/// Bytes in, messages out; holds at most one frame of up to `max` bytes
-/// plus what was pushed.
-#[derive(Debug)]
-pub struct Decoder {
-    buf: Vec<u8>,
-    max: usize,
-}
-
-impl Decoder {
-    /// A decoder refusing frames over `max` bytes.
-    pub fn new(max: usize) -> Decoder {
-        Decoder {
-            buf: Vec::new(),
-            max,
-        }
-    }
-
-    /// Adds bytes read from the stream.
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
-    }
-
-    /// Bytes held that are not a whole frame yet.
-    pub fn buffered(&self) -> usize {
-        self.buf.len()
-    }
-
-    /// The next whole message, if one is in.
-    pub fn decode<T: for<'de> Deserialize<'de>>(&mut self) -> Result<Option<T>, FrameError> {
-        if self.buf.len() < 4 {
-            return Ok(None);
-        }
-        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
-        if len > self.max {
-            return Err(FrameError::TooLong(len));
-        }
-        if self.buf.len() < 4 + len {
-            return Ok(None);
-        }
-        let msg = postcard::from_bytes(&self.buf[4..4 + len]).map_err(|_| FrameError::Garbled);
-        self.buf.drain(..4 + len);
-        msg.map(Some)
-    }
-}
-
 /// A transfer id: the sending instance and the queue id there.
 pub fn transfer_id(instance: &str, queue_id: &str) -> String {
     format!("{instance}/{queue_id}")
@@ -208,7 +137,7 @@ mod tests {
             }
         }
         assert_eq!(got, vec![offer(3000), offer(5)]);
-        assert_eq!(d.buffered(), 0);
+        assert_eq!(d.pending(), 0);
     }
 
     #[test]
@@ -217,7 +146,7 @@ mod tests {
         d.push(&encode(&offer(500)));
         assert_eq!(
             d.decode::<ToReceiver>(),
-            Err(FrameError::TooLong(d_len(500)))
+            Err(FrameError::TooLong(d_len(500), 100))
         );
         let mut d = Decoder::new(100);
         d.push(&[0, 0, 0, 3, 0xff, 0xff, 0xff]);

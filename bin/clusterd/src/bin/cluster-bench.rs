@@ -76,7 +76,8 @@ fn args() -> Args {
 }
 
 /// Connects as `name` and says hello.
-fn connect(a: &Args, name: &str) -> Tls {
+/// Connects and says hello, naming `keys` (numbered 0, 1, …).
+fn connect(a: &Args, name: &str, keys: Vec<(u32, String)>) -> Tls {
     let d: &Path = &a.pki;
     let cfg = tls::mutual_client_config(
         &d.join(format!("{name}.pem")),
@@ -95,6 +96,7 @@ fn connect(a: &Args, name: &str) -> Tls {
         &ToCoord::Hello {
             version: VERSION,
             name: name.to_string(),
+            keys,
             held: vec![],
             rates: vec![],
         },
@@ -103,7 +105,13 @@ fn connect(a: &Args, name: &str) -> Tls {
 }
 
 fn send(s: &mut Tls, msg: &ToCoord) {
-    s.write_all(&encode(msg))
+    send_all(s, std::slice::from_ref(msg));
+}
+
+/// Several messages in one write, as qmgr's link sends what is queued.
+fn send_all(s: &mut Tls, msgs: &[ToCoord]) {
+    let bytes: Vec<u8> = msgs.iter().flat_map(encode).collect();
+    s.write_all(&bytes)
         .and_then(|()| s.flush())
         .unwrap_or_else(|e| fail(&format!("write to clusterd: {e}")));
 }
@@ -150,14 +158,15 @@ fn instance(
     stop: &AtomicBool,
     measuring: &AtomicBool,
 ) {
-    let mut s = connect(a, name);
+    let names = (0..a.keys).map(|i| (i as u32, key(i))).collect();
+    let mut s = connect(a, name, names);
     let _ = s.sock.set_read_timeout(Some(Duration::from_millis(20)));
     let limit = WireRate {
         tokens: 600,
         per_ms: 60_000,
         fixed_window: false,
     };
-    let mut dec = Decoder::new();
+    let mut dec = cluster::proto::decoder();
     let mut buf = vec![0u8; 64 * 1024];
     // Instances started together would beat together; real ones are
     // spread over the second, as their starts are.
@@ -172,7 +181,7 @@ fn instance(
                 .map(|i| {
                     let starved = (i as u64 + round).is_multiple_of(10);
                     RateUse {
-                        key: key(i),
+                        key: i as u32,
                         limit,
                         used: if starved { 0 } else { 1 + (i as u32 % 3) },
                         starved,
@@ -204,8 +213,8 @@ fn instance(
 
 /// The probe: a fresh key's slot every 10 ms, timed; the latencies in µs.
 fn probe(a: &Args, stop: &AtomicBool, measuring: &AtomicBool) -> Vec<u64> {
-    let mut s = connect(a, "probe.test");
-    let mut dec = Decoder::new();
+    let mut s = connect(a, "probe.test", vec![]);
+    let mut dec = cluster::proto::decoder();
     let mut buf = vec![0u8; 64 * 1024];
     let mut lat = Vec::new();
     let mut next_beat = Instant::now();
@@ -215,15 +224,21 @@ fn probe(a: &Args, stop: &AtomicBool, measuring: &AtomicBool) -> Vec<u64> {
             next_beat += Duration::from_secs(1);
             send(&mut s, &ToCoord::Heartbeat { rates: vec![] });
         }
+        // Each probe key is fresh: named, then wanted, in one write.
+        let id = n as u32;
         n += 1;
         let k = format!("localip=192.0.2.9,grouping=probe{n}");
+        let mut theirs = None;
         let t0 = Instant::now();
-        send(
+        send_all(
             &mut s,
-            &ToCoord::Want {
-                key: k.clone(),
-                limit: 2,
-            },
+            &[
+                ToCoord::Key {
+                    id,
+                    name: k.clone(),
+                },
+                ToCoord::Want { key: id, limit: 2 },
+            ],
         );
         // Short reads, so that heartbeats go on while it waits: a probe
         // silent for 3 s would be closed as a lost instance.
@@ -243,8 +258,12 @@ fn probe(a: &Args, stop: &AtomicBool, measuring: &AtomicBool) -> Vec<u64> {
                 .decode::<ToInstance>()
                 .unwrap_or_else(|e| fail(&format!("a frame from clusterd: {e}")))
             {
-                if matches!(&m, ToInstance::Grant { key, slots, .. } if *key == k && *slots > 0) {
-                    break 'wait true;
+                match &m {
+                    ToInstance::Key { id, name } if *name == k => theirs = Some(*id),
+                    ToInstance::Grant { key, slots, .. } if Some(*key) == theirs && *slots > 0 => {
+                        break 'wait true;
+                    }
+                    _ => {}
                 }
             }
         };
@@ -259,8 +278,8 @@ fn probe(a: &Args, stop: &AtomicBool, measuring: &AtomicBool) -> Vec<u64> {
         if measuring.load(Ordering::Relaxed) {
             lat.push(took.as_micros() as u64);
         }
-        send(&mut s, &ToCoord::Opened { key: k.clone() });
-        send(&mut s, &ToCoord::Release { key: k });
+        send(&mut s, &ToCoord::Opened { key: id });
+        send(&mut s, &ToCoord::Release { key: id });
         std::thread::sleep(Duration::from_millis(10));
     }
     lat
