@@ -4,11 +4,14 @@
 //! sink on port 25 of loopback addresses (MX records from dnsmasq)
 //! recording every connection. Needs root (port 25, binding the source
 //! address), dnsmasq, smtp-source and openssl; without them the tests fail
-//! saying so. Each test has its own sink addresses (127.N.0.x).
+//! saying so. Each test has its own sink addresses (127.N.0.x). The
+//! issue's scenarios that need a real network (clusterd killed, an
+//! instance killed holding slots, `cluster: false`, fairness over five
+//! instances) are in `cluster_netns.rs`; these are what loopback shows.
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_suite::pki::pki;
 use sluice_suite::testkit::ShapingSink;
@@ -192,47 +195,6 @@ fn three_instances_keep_a_grouping_at_two_connections_cluster_wide_and_all_take_
 }
 
 #[test]
-fn kill_9_of_clusterd_instances_fall_back_within_3s_and_delivery_goes_on() {
-    let c = cluster(42, 3);
-    c.sink.delay("127.42.0.10", Duration::from_millis(100));
-    for i in 0..3 {
-        c.send(i, 40);
-    }
-    wait_for(60, "deliveries under way", || {
-        (c.sink.messages().len() >= 20).then_some(())
-    });
-    let pids = c.coord.pids("clusterd");
-    assert_eq!(pids.len(), 1, "one clusterd");
-    let killed = Instant::now();
-    sys::process::signal(pids[0], 9).unwrap();
-    for (inst, _) in &c.insts {
-        inst.wait_log(5, "cluster: clusterd at");
-    }
-    let fell_back = killed.elapsed();
-    assert!(
-        fell_back <= Duration::from_secs(3),
-        "fallback after {fell_back:?}"
-    );
-    let line = c.insts[0]
-        .0
-        .wait_log(1, "degraded, limits divided by 3 instances");
-    assert!(line.contains("warning:"), "{line}");
-    // master starts clusterd again; the instances link again and every
-    // message still gets through.
-    c.coord.wait_pid("clusterd", &pids);
-    c.sink.wait_messages(120, 180);
-    for (inst, _) in &c.insts {
-        wait_for(30, "relinked", || {
-            (inst.log().matches("cluster: linked to clusterd").count() >= 2).then_some(())
-        });
-    }
-    let st = c.insts[1].0.sluice(&["status"]);
-    let text = String::from_utf8_lossy(&st.stdout);
-    assert!(text.contains("cluster: clusterd at 127.0.0.1:"), "{text}");
-    assert!(text.contains("link lost 1 time"), "{text}");
-}
-
-#[test]
 fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_and_logged() {
     let c = cluster(43, 1);
     // A certificate from another CA, and none at all.
@@ -273,87 +235,6 @@ fn a_peer_without_a_certificate_of_the_cluster_ca_is_refused_and_logged() {
     let out = c.insts[0].0.sluice(&["cluster", "status", "--json"]);
     let json = String::from_utf8_lossy(&out.stdout);
     assert!(json.contains("\"state\":\"linked\""), "{json}");
-}
-
-#[test]
-fn cluster_false_keeps_a_concurrency_per_instance_while_a_rate_stays_cluster_wide() {
-    let policy = POLICY.replace(
-        "      - if: { grouping: orange }\n        then: { concurrency: 2, transactions: 3 }\n",
-        concat!(
-            "      - if: { grouping: orange }\n",
-            "        then: { concurrency: 5, cluster: false }\n",
-            "      - if: { grouping: orange }\n",
-            "        then: { rate: 20/1 }\n",
-        ),
-    );
-    assert!(policy.contains("cluster: false"));
-    let c = cluster_with(44, 3, &policy);
-    c.sink.delay("127.44.0.10", Duration::from_millis(400));
-    for i in 0..3 {
-        c.send(i, 60);
-    }
-    let msgs = c.sink.wait_messages(180, 120);
-    let first = msgs.iter().map(|m| m.at).min().unwrap();
-    let last = msgs.iter().map(|m| m.at).max().unwrap();
-    let span = last.duration_since(first);
-    // 180 messages at 20/s for the whole cluster, less one bucket: 8 s;
-    // each instance on its own would take 20/s and be done in 3.
-    assert!(
-        span >= Duration::from_secs(7),
-        "180 messages in {span:?}: the rate was not shared"
-    );
-    let most = c
-        .sink
-        .max_concurrent_where(|x| x.source.ip().to_string() == "127.0.0.2");
-    assert!(
-        most > 5 && most <= 15,
-        "{most} connections at once: 5 per instance, not 5 for the cluster"
-    );
-}
-
-#[test]
-fn an_instance_killed_holding_slots_gives_them_back_within_one_lease() {
-    let c = cluster(45, 2);
-    // Each message takes 40 s at the sink: mx1's two connections stay busy.
-    c.sink.delay("127.45.0.10", Duration::from_secs(40));
-    c.send(0, 4);
-    let busy = || {
-        c.sink
-            .conns()
-            .iter()
-            .filter(|x| x.closed.is_none() && x.source.ip().to_string() == "127.0.0.2")
-            .count()
-    };
-    wait_for(30, "mx1 holding both slots", || (busy() == 2).then_some(()));
-    c.send(1, 4);
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(busy(), 2, "mx2 waits for a slot: the cluster's limit is 2");
-    // kill -9 of mx1: master and every process of its services.
-    let inst = &c.insts[0].0;
-    let mut pids: Vec<i32> = inst
-        .status()
-        .services
-        .iter()
-        .flat_map(|s| s.processes.iter().map(|p| p.pid))
-        .collect();
-    pids.push(inst.master_pid());
-    let killed = Instant::now();
-    for p in pids {
-        let _ = sys::process::signal(p, 9);
-    }
-    let before = c.sink.conns().len();
-    let took = wait_for(30, "mx2 connecting on a returned slot", || {
-        c.sink.conns()[before..]
-            .iter()
-            .any(|x| x.source.ip().to_string() == "127.0.0.2")
-            .then(|| killed.elapsed())
-    });
-    assert!(
-        took <= Duration::from_secs(15),
-        "slots came back after {took:?}"
-    );
-    c.coord
-        .wait_log(5, "instance mx1.test: lease ended, 2 slot(s) returned");
 }
 
 #[test]
@@ -460,6 +341,7 @@ fn clusterd_drops_a_peer_that_stops_reading_instead_of_queueing_for_it_without_b
     let hello = ToCoord::Hello {
         version: VERSION,
         name: "mx9.test".into(),
+        known: 0,
         keys: vec![],
         held: vec![],
         rates: vec![],

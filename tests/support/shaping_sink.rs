@@ -247,9 +247,20 @@ impl ShapingSink {
     /// The most connections satisfying `which` open at once, sampled at
     /// each of their connects (e.g. one source to any of a grouping's hosts).
     pub fn max_concurrent_where(&self, which: impl Fn(&SinkConn) -> bool) -> usize {
+        self.max_concurrent_since(which, None)
+    }
+
+    /// As [`ShapingSink::max_concurrent_where`], sampled only at the
+    /// connects at or after `since` (those before still count as open).
+    pub fn max_concurrent_since(
+        &self,
+        which: impl Fn(&SinkConn) -> bool,
+        since: Option<Instant>,
+    ) -> usize {
         let st = self.shared.state.lock().unwrap();
         let sel: Vec<&SinkConn> = st.conns.iter().filter(|c| which(c)).collect();
         sel.iter()
+            .filter(|c| since.is_none_or(|t| c.connected >= t))
             .map(|c| {
                 sel.iter()
                     .filter(|d| {
@@ -320,7 +331,18 @@ fn serve(stream: TcpStream, sh: &Shared) {
     };
     session(&mut c, sh, id, key);
     let _ = c.stream.shutdown(std::net::Shutdown::Both);
+    end(sh, id, key);
+}
+
+/// Records the end of connection `id` (once): when the sink answers QUIT,
+/// or when the connection goes. A client told 221 may open its next
+/// connection at once, and this thread's own close would then be counted
+/// after that connect, one too many at once that no server would see.
+fn end(sh: &Shared, id: usize, key: (IpAddr, IpAddr)) {
     let mut st = sh.state.lock().unwrap();
+    if st.conns[id].closed_seq.is_some() {
+        return;
+    }
     st.seq += 1;
     let seq = st.seq;
     if let Some(live) = st.live.get_mut(&key) {
@@ -401,6 +423,7 @@ fn session(c: &mut Conn, sh: &Shared, id: usize, (source, listen): (IpAddr, IpAd
         } else if upper == "NOOP" {
             c.reply("250 2.0.0 Ok")
         } else if upper == "QUIT" {
+            end(sh, id, (source, listen));
             let _ = c.reply("221 2.0.0 Bye");
             let _ = c.stream.flush();
             return;

@@ -28,6 +28,10 @@ use crate::proto::{
 use crate::rates;
 use crate::Ms;
 
+/// The reconnect back-off's cap: an instance cut off comes back within
+/// this long of the coordinator's return.
+pub const BACKOFF_CAP_MS: Ms = 10_000;
+
 /// The instance's settings.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -56,7 +60,7 @@ impl ClientConfig {
             heartbeat_ms: 1000,
             lost_after_ms: 3000,
             backoff_min_ms: 2000,
-            backoff_max_ms: 10_000,
+            backoff_max_ms: BACKOFF_CAP_MS,
             shared_concurrency: true,
             seed,
         }
@@ -292,6 +296,7 @@ impl Client {
         self.send(ToCoord::Hello {
             version: VERSION,
             name: self.cfg.name.clone(),
+            known: self.instances,
             keys,
             held,
             rates,
@@ -328,9 +333,10 @@ impl Client {
                 self.attempt = 0;
                 self.instances = instances;
                 self.next_beat = now + self.cfg.heartbeat_ms;
+                // Releases sent after the hello stay in flight: the grants
+                // that follow the welcome say whether they were read.
                 for s in self.slots.values_mut() {
                     s.granted = 0;
-                    s.releases.clear();
                 }
                 for r in self.rates.values_mut() {
                     r.allot = None;
@@ -659,8 +665,16 @@ impl Client {
         }
     }
 
+    /// Whether the coordinator hears of this instance's connections: from
+    /// the hello on (what happens between the hello and the welcome must
+    /// reach it too, or a connection opened then would be one it never
+    /// counts, and a want raised then would never be sent).
+    fn talking(&self) -> bool {
+        matches!(self.link, Link::Hello | Link::Linked) && self.cfg.shared_concurrency
+    }
+
     pub(crate) fn want(&mut self, key: &str, held: u32, cluster: u32) {
-        let linked = self.linked();
+        let linked = self.talking();
         let s = self.slots.entry(key.to_string()).or_default();
         s.limit = cluster;
         if !self.cfg.shared_concurrency || s.wanting || held < s.effective() || held >= cluster {
@@ -680,7 +694,7 @@ impl Client {
     }
 
     pub(crate) fn opened(&mut self, key: &str) {
-        let linked = self.linked() && self.cfg.shared_concurrency;
+        let linked = self.talking();
         let s = self.slots.entry(key.to_string()).or_default();
         s.conns += 1;
         if linked {
@@ -690,7 +704,7 @@ impl Client {
     }
 
     pub(crate) fn closed(&mut self, key: &str) {
-        let linked = self.linked() && self.cfg.shared_concurrency;
+        let linked = self.talking();
         if !self.slots.contains_key(key) {
             return;
         }

@@ -21,7 +21,12 @@
 //!
 //! The state is soft: after a start, during [`Config::recovery_ms`]
 //! (about two heartbeats) instances re-sync what they hold and nothing new
-//! is granted, so a restart never takes the cluster over a limit. Time is
+//! is granted, so a restart never takes the cluster over a limit. Each
+//! hello says how many instances that instance last heard of; the window
+//! stays open until that many are back (their reconnects are spread over
+//! up to the back-off cap), or at most [`Config::recovery_max_ms`]: a
+//! slot granted while an instance still on its fallback is away would
+//! count without its connections. Time is
 //! the caller's monotonic clock in milliseconds; nothing here logs,
 //! [`Event`]s say what a log should. Panics: never on a peer's messages.
 
@@ -44,6 +49,8 @@ pub struct Config {
     pub reserve_ms: Ms,
     /// After a start, no new grants for this long.
     pub recovery_ms: Ms,
+    /// … and until the instances last heard of are back, or this long.
+    pub recovery_max_ms: Ms,
     /// How rates are divided.
     pub division: Division,
 }
@@ -58,6 +65,7 @@ impl Config {
             lease_ms,
             reserve_ms: 2 * heartbeat_ms,
             recovery_ms: 2 * heartbeat_ms,
+            recovery_max_ms: crate::client::BACKOFF_CAP_MS + 2 * heartbeat_ms,
             division,
         }
     }
@@ -208,6 +216,10 @@ pub struct Coordinator {
     slots: BTreeMap<Kx, SlotKey>,
     rates: BTreeMap<Kx, RateKey>,
     recovering_until: Option<Ms>,
+    /// The window's end whoever is missing.
+    recovering_max: Ms,
+    /// Instances the hellos say there were.
+    expect: u32,
     order: u64,
     out: VecDeque<(ConnId, ToInstance)>,
     events: VecDeque<Event>,
@@ -218,7 +230,7 @@ impl Coordinator {
     pub fn new(cfg: Config, now: Ms) -> Coordinator {
         let until = now + cfg.recovery_ms;
         Coordinator {
-            cfg,
+            cfg: cfg.clone(),
             instances: Vec::new(),
             by_name: BTreeMap::new(),
             by_conn: BTreeMap::new(),
@@ -228,6 +240,8 @@ impl Coordinator {
             slots: BTreeMap::new(),
             rates: BTreeMap::new(),
             recovering_until: Some(until),
+            recovering_max: now + cfg.recovery_max_ms.max(cfg.recovery_ms),
+            expect: 0,
             order: 0,
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -405,6 +419,7 @@ impl Coordinator {
         let ToCoord::Hello {
             version,
             name,
+            known,
             keys,
             held,
             rates,
@@ -519,20 +534,15 @@ impl Coordinator {
         for key in wanted {
             self.fill(now, key);
         }
+        if self.recovering_until.is_some() {
+            self.expect = self.expect.max(known);
+            self.maybe_recovered(now);
+        }
     }
 
     /// Advances time: reservations, leases, the recovery window, rate refreshes.
     pub fn handle_timeout(&mut self, now: Ms) {
-        if self.recovering_until.is_some_and(|t| now >= t) {
-            self.recovering_until = None;
-            self.events.push_back(Event::Recovered {
-                instances: self.instances(),
-            });
-            let keys: Vec<Kx> = self.slots.keys().copied().collect();
-            for key in keys {
-                self.fill(now, key);
-            }
-        }
+        self.maybe_recovered(now);
         // Reservations not used in time go to the next waiter.
         let mut lapsed: Vec<(Kx, usize)> = Vec::new();
         for (&key, k) in &mut self.slots {
@@ -574,9 +584,34 @@ impl Coordinator {
         }
     }
 
+    /// Ends the recovery window when its time is up and every instance
+    /// the hellos spoke of is back, or at its longest.
+    fn maybe_recovered(&mut self, now: Ms) {
+        let Some(until) = self.recovering_until else {
+            return;
+        };
+        if now < until || (self.instances() < self.expect && now < self.recovering_max) {
+            return;
+        }
+        self.recovering_until = None;
+        self.events.push_back(Event::Recovered {
+            instances: self.instances(),
+        });
+        let keys: Vec<Kx> = self.slots.keys().copied().collect();
+        for key in keys {
+            self.fill(now, key);
+        }
+    }
+
     /// When [`Coordinator::handle_timeout`] next has work.
     pub fn poll_timeout(&self) -> Option<Ms> {
-        let mut t = self.recovering_until;
+        let mut t = self.recovering_until.map(|until| {
+            if self.instances() < self.expect {
+                self.recovering_max
+            } else {
+                until
+            }
+        });
         let mut min = |x: Ms| t = Some(t.map_or(x, |t: Ms| t.min(x)));
         for k in self.slots.values() {
             for h in k.holders.values() {

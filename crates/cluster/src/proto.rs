@@ -105,6 +105,9 @@ pub enum ToCoord {
         version: u16,
         /// The instance's `myhostname`.
         name: String,
+        /// Instances it last heard of (0: none), for a restarted
+        /// coordinator's recovery window.
+        known: u32,
         /// Names of the keys `held` and `rates` use: (number, name).
         keys: Vec<(KeyId, String)>,
         /// Concurrency keys held or wanted.
@@ -215,6 +218,7 @@ mod tests {
             ToCoord::Hello {
                 version: VERSION,
                 name: "mx1.example".into(),
+                known: 0,
                 keys: vec![(0, "localip=192.0.2.1,grouping=orange".into())],
                 held: vec![Held {
                     key: 0,

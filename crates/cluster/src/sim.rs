@@ -279,6 +279,7 @@ fn a_reservation_not_used_goes_to_the_next_waiter() {
     let hello = |name: &str| ToCoord::Hello {
         version: crate::proto::VERSION,
         name: name.into(),
+        known: 0,
         keys: vec![(0, KEY.into())],
         held: vec![],
         rates: vec![],
@@ -495,6 +496,37 @@ fn a_restart_grants_nothing_new_during_recovery_nor_over_the_limit() {
     assert!(s.max_open <= 2, "{} open", s.max_open);
 }
 
+/// Three instances at a limit of 3, the coordinator away for 8 s (their
+/// back-offs grow) and restarted: the most connections open at once from
+/// its restart on, with the recovery window's longest end `max_ms`.
+fn restart_with_spread_reconnects(max_ms: Ms) -> u32 {
+    let mut s = Sim::new(3, Division::Equal);
+    s.limit = 3;
+    s.cfg.recovery_max_ms = max_ms;
+    s.coord = Some(Coordinator::new(s.cfg.clone(), 0));
+    for n in &mut s.nodes {
+        n.backlog = true;
+    }
+    s.run_until(5_000);
+    s.kill_coordinator();
+    s.run_until(s.now + 8_000);
+    s.start_coordinator();
+    s.max_open = 0;
+    s.run_until(s.now + 30_000);
+    s.max_open
+}
+
+#[test]
+fn a_restarted_coordinator_waits_for_every_instance_it_is_told_of() {
+    // An instance still on its fallback connections when the window
+    // closes is not counted: a grant to another takes the cluster over.
+    let two_heartbeats = restart_with_spread_reconnects(2_000);
+    assert!(two_heartbeats > 3, "{two_heartbeats} open at once");
+    let waits =
+        restart_with_spread_reconnects(Config::new(1000, 10_000, Division::Equal).recovery_max_ms);
+    assert_eq!(waits, 3, "open at once after the restart");
+}
+
 #[test]
 fn divide_by_n_when_shared_concurrency_is_off() {
     let mut s = Sim::new(3, Division::Equal);
@@ -561,6 +593,7 @@ fn another_protocol_version_is_refused() {
         ToCoord::Hello {
             version: 999,
             name: "old".into(),
+            known: 0,
             keys: vec![],
             held: vec![],
             rates: vec![],
@@ -760,6 +793,7 @@ fn a_key_number_never_named_ends_the_connection() {
         ToCoord::Hello {
             version: crate::proto::VERSION,
             name: "a".into(),
+            known: 0,
             keys: vec![],
             held: vec![],
             rates: vec![],
@@ -798,6 +832,7 @@ fn the_coordinator_names_a_key_before_its_first_grant_on_each_connection() {
         ToCoord::Hello {
             version: crate::proto::VERSION,
             name: "a".into(),
+            known: 0,
             keys: vec![(0, KEY.into())],
             held: vec![],
             rates: vec![],
@@ -820,5 +855,29 @@ fn the_coordinator_names_a_key_before_its_first_grant_on_each_connection() {
     assert!(
         matches!(&got[..], [ToInstance::Grant { slots: 2, .. }]),
         "{got:?}"
+    );
+}
+
+#[test]
+fn what_happens_between_hello_and_welcome_reaches_the_coordinator() {
+    let mut c = Client::new(ClientConfig::new("mx1.example", 7));
+    c.connecting(0);
+    c.connected(0);
+    // The fallback's share lets the scheduler open one while the welcome
+    // is on its way, and ask for more.
+    c.opened(KEY);
+    c.want(KEY, 1, 3);
+    let sent: Vec<ToCoord> = std::iter::from_fn(|| c.poll_transmit()).collect();
+    assert!(
+        matches!(
+            &sent[..],
+            [
+                ToCoord::Hello { .. },
+                ToCoord::Key { id: 0, .. },
+                ToCoord::Opened { key: 0 },
+                ToCoord::Want { key: 0, limit: 3 }
+            ]
+        ),
+        "{sent:?}"
     );
 }

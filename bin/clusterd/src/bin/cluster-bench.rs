@@ -96,6 +96,7 @@ fn connect(a: &Args, name: &str, keys: Vec<(u32, String)>) -> Tls {
         &ToCoord::Hello {
             version: VERSION,
             name: name.to_string(),
+            known: 0,
             keys,
             held: vec![],
             rates: vec![],
