@@ -691,11 +691,8 @@ fn before_any_count_an_instance_takes_one_connection_and_one_token() {
     };
 }
 
-#[test]
-fn a_message_the_share_queued_is_due_at_once_not_at_the_next_heartbeat() {
-    // The scheduler's calls (a want, a release, a starved report) queue
-    // messages where the shell looks only when a timeout is due: a slot
-    // freed here must not wait for the next heartbeat to reach clusterd.
+/// A client linked at 5 ms, told of 2 instances, its hello taken.
+fn welcomed_client() -> Client {
     let mut c = Client::new(ClientConfig::new("mx1.example", 7));
     c.connecting(0);
     c.connected(0);
@@ -707,6 +704,15 @@ fn a_message_the_share_queued_is_due_at_once_not_at_the_next_heartbeat() {
             instances: 2,
         },
     );
+    c
+}
+
+#[test]
+fn a_message_the_share_queued_is_due_at_once_not_at_the_next_heartbeat() {
+    // The scheduler's calls (a want, a release, a starved report) queue
+    // messages where the shell looks only when a timeout is due: a slot
+    // freed here must not wait for the next heartbeat to reach clusterd.
+    let mut c = welcomed_client();
     assert!(
         c.poll_timeout().is_some_and(|t| t > 5),
         "idle: the heartbeat"
@@ -730,17 +736,7 @@ fn a_key_is_named_once_per_connection_and_numbers_follow() {
         tokens: 600,
         per: std::time::Duration::from_secs(60),
     };
-    let mut c = Client::new(ClientConfig::new("mx1.example", 7));
-    c.connecting(0);
-    c.connected(0);
-    while c.poll_transmit().is_some() {}
-    c.handle(
-        5,
-        ToInstance::Welcome {
-            version: crate::proto::VERSION,
-            instances: 2,
-        },
-    );
+    let mut c = welcomed_client();
     let beat = |c: &mut Client, now: Ms| {
         c.rate_used(KEY, rate, false, true);
         c.rate_used("localip=192.0.2.2,grouping=free", rate, false, true);
@@ -783,22 +779,23 @@ fn a_key_is_named_once_per_connection_and_numbers_follow() {
     }
 }
 
+/// A hello of protocol 2 naming `keys`, holding nothing.
+fn hello(name: &str, keys: Vec<(u32, String)>) -> ToCoord {
+    ToCoord::Hello {
+        version: crate::proto::VERSION,
+        name: name.into(),
+        known: 0,
+        keys,
+        held: vec![],
+        rates: vec![],
+    }
+}
+
 #[test]
 fn a_key_number_never_named_ends_the_connection() {
     let mut c = Coordinator::new(Config::new(1000, 10_000, Division::Equal), 0);
     c.connect(0, 1);
-    c.handle(
-        0,
-        1,
-        ToCoord::Hello {
-            version: crate::proto::VERSION,
-            name: "a".into(),
-            known: 0,
-            keys: vec![],
-            held: vec![],
-            rates: vec![],
-        },
-    );
+    c.handle(0, 1, hello("a", vec![]));
     while c.poll_event().is_some() {}
     c.handle(10, 1, ToCoord::Want { key: 3, limit: 2 });
     assert!(matches!(
@@ -826,18 +823,7 @@ fn a_key_number_never_named_ends_the_connection() {
 fn the_coordinator_names_a_key_before_its_first_grant_on_each_connection() {
     let mut c = Coordinator::new(Config::new(1000, 10_000, Division::Equal), 0);
     c.connect(0, 1);
-    c.handle(
-        0,
-        1,
-        ToCoord::Hello {
-            version: crate::proto::VERSION,
-            name: "a".into(),
-            known: 0,
-            keys: vec![(0, KEY.into())],
-            held: vec![],
-            rates: vec![],
-        },
-    );
+    c.handle(0, 1, hello("a", vec![(0, KEY.into())]));
     c.handle_timeout(2000);
     while c.poll_transmit().is_some() {}
     let out = |c: &mut Coordinator, msg| {
