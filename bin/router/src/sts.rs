@@ -6,7 +6,9 @@
 //! (`sts::cache`) when its id matches the record and it has not expired;
 //! otherwise it is fetched over HTTPS in a thread of its own (name lookup
 //! of `mta-sts.<domain>` on the same DNS servers, then `sts::fetch`), and
-//! the hosts request waits for it. A valid cached policy is used at once
+//! the hosts request waits for it. At most [`MAX_FETCHES`] fetches run at
+//! once (mail to ten thousand new domains must not start ten thousand
+//! threads); the others wait their turn in order. A valid cached policy is used at once
 //! even when the record's id changed or its end nears: the fetch then runs
 //! in the background and replaces it (RFC 8461 section 5.1). A domain
 //! without a record, or whose fetch failed, has no policy unless an
@@ -19,7 +21,7 @@
 //! for TLS reports (`sts::report`). Logs one line per fetch, never one
 //! per request.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
@@ -68,8 +70,10 @@ pub struct Sts {
     txt: HashMap<QueryId, Waiting>,
     /// Requests waiting for a fetch, by domain.
     fetching: HashMap<String, Vec<Waiting>>,
-    /// Domains whose fetch is under way.
-    inflight: std::collections::HashSet<String>,
+    /// Fetches running and waiting their turn.
+    queue: FetchQueue,
+    /// The router loop's waker, for the fetch threads.
+    waker: Option<Arc<mio::Waker>>,
     tx: Sender<Fetched>,
     /// Finished fetches.
     pub rx: Receiver<Fetched>,
@@ -119,7 +123,8 @@ impl Sts {
             timeout: cfg.time("smtp_mta_sts_fetch_timeout"),
             txt: HashMap::new(),
             fetching: HashMap::new(),
-            inflight: Default::default(),
+            queue: FetchQueue::default(),
+            waker: None,
             tx,
             rx,
         }
@@ -194,16 +199,28 @@ impl Sts {
         Next::Wait
     }
 
-    /// Fetches the policy of `domain` in a thread (at most one per domain).
+    /// Fetches the policy of `domain` in a thread (at most one per domain,
+    /// [`MAX_FETCHES`] at once).
     fn fetch(&mut self, domain: &str, id: &str, waker: Option<Arc<mio::Waker>>) {
-        let (Some(tls), Some(waker)) = (self.tls.clone(), waker) else {
-            return;
-        };
-        if !self.inflight.insert(domain.to_string()) {
+        if self.tls.is_none() {
             return;
         }
+        if let Some(w) = waker {
+            self.waker = Some(w);
+        }
+        if self.waker.is_none() {
+            return;
+        }
+        if let Some((domain, id)) = self.queue.want(domain, id) {
+            self.spawn(domain, id);
+        }
+    }
+
+    fn spawn(&mut self, domain: String, id: String) {
+        let (Some(tls), Some(waker)) = (self.tls.clone(), self.waker.clone()) else {
+            return;
+        };
         let (dns, timeout, tx) = (self.dns.clone(), self.timeout, self.tx.clone());
-        let (domain, id) = (domain.to_string(), id.to_string());
         std::thread::spawn(move || {
             let r = fetch_policy(&domain, &id, &dns, &tls, timeout);
             let _ = tx.send((domain, id, r));
@@ -215,7 +232,9 @@ impl Sts {
     /// with the policy they get.
     pub fn fetched(&mut self, f: Fetched) -> Vec<(Waiting, Option<Arc<Cached>>)> {
         let (domain, id, r) = f;
-        self.inflight.remove(&domain);
+        if let Some((next, next_id)) = self.queue.done(&domain) {
+            self.spawn(next, next_id);
+        }
         let waiting = self.fetching.remove(&domain).unwrap_or_default();
         let now = wall();
         let policy = match r {
@@ -249,6 +268,49 @@ impl Sts {
         };
         let policy = policy.map(Arc::new);
         waiting.into_iter().map(|w| (w, policy.clone())).collect()
+    }
+}
+
+/// Policy fetches running at once.
+pub const MAX_FETCHES: usize = 16;
+
+/// Which fetches run and which wait: one per domain, [`MAX_FETCHES`] at
+/// once, the rest in the order they were asked for.
+#[derive(Debug, Default)]
+struct FetchQueue {
+    /// Domains running or waiting.
+    known: HashSet<String>,
+    running: usize,
+    waiting: VecDeque<(String, String)>,
+}
+
+impl FetchQueue {
+    /// A fetch of `domain` (record id `id`) is wanted: the one to start
+    /// now, if it may.
+    fn want(&mut self, domain: &str, id: &str) -> Option<(String, String)> {
+        if !self.known.insert(domain.to_string()) {
+            return None;
+        }
+        if self.running < MAX_FETCHES {
+            self.running += 1;
+            return Some((domain.to_string(), id.to_string()));
+        }
+        self.waiting.push_back((domain.to_string(), id.to_string()));
+        None
+    }
+
+    /// The fetch of `domain` ended: the next one to start, if one waits.
+    fn done(&mut self, domain: &str) -> Option<(String, String)> {
+        if !self.known.remove(domain) {
+            return None;
+        }
+        match self.waiting.pop_front() {
+            Some(next) => Some(next),
+            None => {
+                self.running = self.running.saturating_sub(1);
+                None
+            }
+        }
     }
 }
 
@@ -340,6 +402,26 @@ pub fn apply(resp: Response, domain: &str, policy: Option<&Cached>) -> Response 
 mod tests {
     use super::*;
     use ipc::router::Host;
+
+    #[test]
+    fn at_most_max_fetches_run_at_once_and_the_rest_wait_in_order() {
+        let mut q = FetchQueue::default();
+        let started: Vec<_> = (0..MAX_FETCHES + 3)
+            .filter_map(|i| q.want(&format!("d{i}.example"), "1"))
+            .collect();
+        assert_eq!(started.len(), MAX_FETCHES);
+        assert_eq!(q.want("d0.example", "2"), None, "one per domain");
+        // Each end starts the next in line, until none waits.
+        let next: Vec<_> = (0..5)
+            .filter_map(|i| q.done(&format!("d{i}.example")))
+            .map(|(d, _)| d)
+            .collect();
+        assert_eq!(next, ["d16.example", "d17.example", "d18.example"]);
+        assert_eq!(q.running, MAX_FETCHES - 2);
+        assert_eq!(q.done("never.example"), None);
+        // A domain done may be fetched again.
+        assert!(q.want("d0.example", "3").is_some());
+    }
 
     #[test]
     fn policies_apply_to_domains_only() {
