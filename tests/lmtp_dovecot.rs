@@ -158,12 +158,22 @@ fn lmtp_delivers_to_dovecot_maildirs_with_a_reply_per_recipient() {
     let main = format!(
         "myhostname = mx.test.example\nsmtpd_reject_unlisted_recipient = no\n\
          lmtp_lhlo_name = lhlo.test.example\nsmtp_helo_name = helo.test.example\n\
-         transport_maps = inline:{{ mailbox.test = lmtp:unix:{sock}, inet.test = lmtp:inet:127.0.0.1:{lmtp_port} }}\n",
+         transport_maps = inline:{{ mailbox.test = lmtp:unix:{sock}, inet.test = lmtp:inet:127.0.0.1:{lmtp_port}, \
+         gone.test = lmtp:unix:/nonexistent/lmtp }}\n",
         sock = dv.socket().display()
     );
     let mut inst = Instance::new(&cf, &main);
     inst.start();
     inst.wait_port(port);
+
+    // A socket that is not there defers its mail; it is a host of its own,
+    // so the other socket's mail is not held back by its retry.
+    let gone = send(port, &["carol@gone.test"], "zeroth");
+    let line = inst.wait_log(30, &format!("{gone}: to=<carol@gone.test>"));
+    assert!(
+        line.contains("status=deferred") && line.contains("localhost[/nonexistent/lmtp]"),
+        "{line}"
+    );
 
     // One message, four recipients: two delivered, one over quota after
     // DATA, one unknown at RCPT.

@@ -338,6 +338,8 @@ impl ClusterConn {
                         );
                             qm.dead_elsewhere(now, &dest, u64::from(secs));
                         }
+                        // Another machine's own host is not this one's.
+                        DestNews::HostRetry { host, .. } if local_host(&host) => {}
                         DestNews::HostRetry { host, secs } => {
                             msg_info!("cluster: {from} put host {host} in retry ({secs}s): skipped here too");
                             qm.host_retry_elsewhere(now, &host, u64::from(secs));
@@ -370,8 +372,13 @@ impl ClusterConn {
         }
     }
 
-    /// A host this instance could not reach: the others skip it too.
+    /// A host this instance could not reach: the others skip it too,
+    /// unless it is this instance's own (a socket, localhost, a loopback
+    /// address), which another instance's of that name is not.
     pub fn host_retry(&mut self, host: &str, secs: u64) {
+        if local_host(host) {
+            return;
+        }
         self.handle.lock().news(DestNews::HostRetry {
             host: host.to_string(),
             secs: secs.min(u64::from(u32::MAX)) as u32,
@@ -424,5 +431,46 @@ impl ClusterConn {
             })
             .collect();
         ClusterView { link, names, keys }
+    }
+}
+
+/// Whether a host of qmgr's destination database is this machine's own:
+/// an LMTP socket (`unix:PATH`), `localhost`, or a loopback literal
+/// (`[127.0.0.1]`, `[::1]`, also as `name[address]`).
+fn local_host(host: &str) -> bool {
+    let lower = host.to_ascii_lowercase();
+    if lower.starts_with("unix:") || lower == "localhost" || lower.starts_with("localhost[") {
+        return true;
+    }
+    let literal = lower
+        .rsplit_once('[')
+        .and_then(|(_, rest)| rest.split(']').next())
+        .and_then(|a| a.parse::<std::net::IpAddr>().ok());
+    literal.is_some_and(|ip| ip.is_loopback() || ip.is_unspecified())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_host;
+
+    #[test]
+    fn hosts_of_this_machine_are_not_news_for_the_cluster() {
+        for h in [
+            "unix:private/dovecot-lmtp",
+            "localhost",
+            "[127.0.0.1]",
+            "relay[::1]",
+            "LocalHost[127.0.0.2]",
+        ] {
+            assert!(local_host(h), "{h}");
+        }
+        for h in [
+            "mx1.example.com",
+            "[192.0.2.1]",
+            "mx.example[2001:db8::1]",
+            "localhost.example.com",
+        ] {
+            assert!(!local_host(h), "{h}");
+        }
     }
 }

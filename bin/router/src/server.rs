@@ -355,16 +355,18 @@ impl Handler<Proto> for RouterServer {
     }
 }
 
-/// The host list of an LMTP `unix:PATH` next hop: one host, `localhost`,
-/// with a placeholder address (qmgr's host lists hold IP addresses; the
-/// lmtp agent connects to the path the next hop names).
+/// The host list of an LMTP `unix:PATH` next hop: one host named after the
+/// next hop (each socket its own host in qmgr's destination database: one
+/// that fails must not put every other socket in retry), with a placeholder
+/// address (qmgr's host lists hold IP addresses; the lmtp agent connects to
+/// the path the next hop names).
 fn lmtp_unix_hosts(nexthop: &str) -> Option<ipc::router::HostList> {
     nexthop.strip_prefix("unix:").filter(|p| !p.is_empty())?;
     Some(ipc::router::HostList {
         nexthop: nexthop.to_string(),
         from_mx: false,
         hosts: vec![ipc::router::Host {
-            name: "localhost".into(),
+            name: nexthop.to_string(),
             preference: 0,
             port: 0,
             addrs: vec![std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)],
@@ -404,6 +406,10 @@ mod lmtp_tests {
         assert_eq!(lmtp_inet_nexthop("[::1]"), "[::1]:24");
         let l = lmtp_unix_hosts("unix:private/dovecot-lmtp").unwrap();
         assert_eq!(l.hosts.len(), 1);
+        assert_eq!(
+            l.hosts[0].name, "unix:private/dovecot-lmtp",
+            "a host per socket"
+        );
         assert!(lmtp_unix_hosts("unix:").is_none());
         assert!(lmtp_unix_hosts("example.com").is_none());
     }

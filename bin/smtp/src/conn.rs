@@ -297,7 +297,9 @@ impl SmtpConn {
             .strip_prefix("unix:")
             .filter(|_| self.settings.lmtp)
         {
-            return format!("{}[{p}]", self.host);
+            // The host is named after the next hop; the logs say what
+            // Postfix's do for a socket.
+            return format!("localhost[{p}]");
         }
         let i = self.next_addr.saturating_sub(1);
         self.addrs
