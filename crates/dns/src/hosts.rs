@@ -17,9 +17,11 @@
 //! TLSA records `_port._tcp.host` are looked up alongside its addresses
 //! and carried in [`Host::dane`]. A secure host whose address or TLSA
 //! lookup failed is marked failed, not insecure, so that a fault (or an
-//! attacker) cannot turn DANE off by breaking a lookup. Limit: the TLSA
-//! base domain is the exchanger's name as the MX gives it, not its
-//! CNAME-expanded name.
+//! attacker) cannot turn DANE off by breaking a lookup. When a secure
+//! host's name is an alias (its validated address answer ends at another
+//! name), the TLSA records at the expanded name come first and those at
+//! the name the MX gives only when the expanded name has none (RFC 7672
+//! 2.2.2, as Postfix does).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
@@ -136,6 +138,8 @@ enum Slot {
     Mx,
     Addr(usize, QType),
     Tlsa(usize),
+    /// TLSA at the host's CNAME-expanded name.
+    TlsaExpanded(usize),
 }
 
 /// What the lookups of one host said about its DNSSEC standing.
@@ -147,6 +151,10 @@ struct Sec {
     failed: Option<DnsError>,
     /// The TLSA lookup, when it was made.
     tlsa: Option<Outcome>,
+    /// The CNAME-expanded name, once a validated address answer gave one.
+    expanded: Option<String>,
+    /// The TLSA lookup at the expanded name.
+    tlsa_expanded: Option<Outcome>,
 }
 
 #[derive(Debug)]
@@ -190,10 +198,17 @@ fn dane_of(sec: Sec) -> Dane {
     if sec.insecure {
         return Dane::Insecure;
     }
-    match sec.tlsa {
-        // An address literal: no name, no TLSA records.
-        None => Dane::Insecure,
-        Some(Ok(a)) if a.authentic => {
+    // The expanded name's records, if it has any; else the original name's.
+    match tlsa_standing(sec.tlsa_expanded) {
+        Some(Dane::NoRecords) | None => tlsa_standing(sec.tlsa).unwrap_or(Dane::Insecure),
+        Some(d) => d,
+    }
+}
+
+/// What one TLSA answer says; `None` when no lookup was made.
+fn tlsa_standing(tlsa: Option<Outcome>) -> Option<Dane> {
+    Some(match tlsa? {
+        Ok(a) if a.authentic => {
             let records: Vec<_> = a
                 .data
                 .into_iter()
@@ -209,9 +224,9 @@ fn dane_of(sec: Sec) -> Dane {
             }
         }
         // Unsigned TLSA records, or none: DANE does not apply (RFC 7672 2.2.2).
-        Some(Ok(_)) | Some(Err(DnsError::NotFound(_))) => Dane::NoRecords,
-        Some(Err(e)) => Dane::Failed(e),
-    }
+        Ok(_) | Err(DnsError::NotFound(_)) => Dane::NoRecords,
+        Err(e) => Dane::Failed(e),
+    })
 }
 
 /// Splits a next hop into (host, port, literal): `[h]:p`, `[h]`, `h:p`, `h`.
@@ -384,20 +399,28 @@ impl Dns {
     }
 
     fn on_outcome(&mut self, id: JobId, slot: Slot, outcome: Outcome, now: Instant) {
+        // Whether ask_addresses asked for TLSA records (of a secure MX).
+        let tlsa_on = self.resolver.config().dnssec && !self.cfg.native;
         let Some(job) = self.jobs.get_mut(&id) else {
             return;
         };
         job.pending = job.pending.saturating_sub(1);
         if let Ok(a) = &outcome {
             job.ttl = job.ttl.min(a.ttl);
-            if !matches!(slot, Slot::Tlsa(_)) {
+            if !matches!(slot, Slot::Tlsa(_) | Slot::TlsaExpanded(_)) {
                 job.authentic &= a.authentic;
             }
         }
+        let mut expand = None;
         match slot {
             Slot::Tlsa(h) => {
                 if let Some(sec) = job.sec.get_mut(h) {
                     sec.tlsa = Some(outcome);
+                }
+            }
+            Slot::TlsaExpanded(h) => {
+                if let Some(sec) = job.sec.get_mut(h) {
+                    sec.tlsa_expanded = Some(outcome);
                 }
             }
             Slot::Mx => match outcome {
@@ -461,6 +484,14 @@ impl Dns {
                 if let Some(sec) = job.sec.get_mut(h) {
                     match &outcome {
                         Ok(a) if !a.authentic => sec.insecure = true,
+                        // A secure alias: its target's TLSA records come first.
+                        Ok(a) if tlsa_on && job.mx_secure && sec.expanded.is_none() => {
+                            let target = a.name.trim_end_matches('.');
+                            if !target.eq_ignore_ascii_case(host.name.trim_end_matches('.')) {
+                                sec.expanded = Some(target.to_string());
+                                expand = Some((h, target.to_string(), host.port));
+                            }
+                        }
                         Ok(_) | Err(DnsError::NotFound(_)) => {}
                         Err(e) => {
                             sec.failed.get_or_insert(e.clone());
@@ -483,6 +514,11 @@ impl Dns {
                     }
                 }
             }
+        }
+        if let Some((h, target, port)) = expand {
+            let port = if port == 0 { 25 } else { port };
+            let name = format!("_{port}._tcp.{target}");
+            self.ask(id, Slot::TlsaExpanded(h), &name, QType::Tlsa, now);
         }
         if self.jobs.get(&id).is_some_and(|j| j.pending == 0) {
             self.complete(id);

@@ -119,6 +119,30 @@ fn zone(name: &str, qt: QType, tcp: bool) -> Option<Reply> {
         }
         ("_25._tcp.mx.sec.test", Tlsa) => (ok, vec![rec(name, 300, tlsa(3, 1, 1, &[7; 32]))]),
         ("_25._tcp.broken.sec.test", Tlsa) => (ResponseCode::ServFail, vec![]),
+        ("alias.sec.test", Mx) => (
+            ok,
+            vec![
+                rec(name, 300, mx(10, "cn.sec.test")),
+                rec(name, 300, mx(20, "cnbare.sec.test")),
+            ],
+        ),
+        ("cn.sec.test", A) => (
+            ok,
+            vec![
+                rec(name, 300, cname("real.sec.test")),
+                rec("real.sec.test", 300, a("192.0.2.11")),
+            ],
+        ),
+        ("cnbare.sec.test", A) => (
+            ok,
+            vec![
+                rec(name, 300, cname("realbare.sec.test")),
+                rec("realbare.sec.test", 300, a("192.0.2.12")),
+            ],
+        ),
+        ("_25._tcp.cn.sec.test", Tlsa) => (ok, vec![rec(name, 300, tlsa(3, 1, 1, &[7; 32]))]),
+        ("_25._tcp.real.sec.test", Tlsa) => (ok, vec![rec(name, 300, tlsa(3, 1, 1, &[9; 32]))]),
+        ("_25._tcp.cnbare.sec.test", Tlsa) => (ok, vec![rec(name, 300, tlsa(3, 1, 1, &[8; 32]))]),
         ("insecure.test", Mx) => (ok, vec![rec(name, 300, mx(10, "mx.sec.test"))]),
         ("nullmx.test", Mx) => (ok, vec![rec(name, 300, mx(0, "."))]),
         ("servfail.test", _) => (ResponseCode::ServFail, vec![]),
@@ -589,6 +613,19 @@ fn dnssec_classes_hosts_for_dane() {
     // A configured [host] needs no MX: its own records decide.
     let (r, _) = run_hosts(&mut dns, "[mx.sec.test]", &[], Instant::now());
     assert!(matches!(r.unwrap().hosts[0].dane, Dane::Records(_)));
+    // An alias: the TLSA records at its target come first; a target
+    // without any leaves the alias's own.
+    let (r, _) = run_hosts(&mut dns, "alias.sec.test", &[], Instant::now());
+    let l = r.unwrap();
+    let dane = |n: &str| l.hosts.iter().find(|h| h.name == n).unwrap().dane.clone();
+    assert_eq!(
+        dane("cn.sec.test"),
+        Dane::Records(vec![(3, 1, 1, vec![9; 32])])
+    );
+    assert_eq!(
+        dane("cnbare.sec.test"),
+        Dane::Records(vec![(3, 1, 1, vec![8; 32])])
+    );
     // Without DNSSEC the AD bit is not believed and TLSA is not asked.
     let mut plain = new_dns(3);
     let (r, _) = run_hosts(&mut plain, "sec.test", &[], Instant::now());
