@@ -72,9 +72,26 @@ struct Live {
 
 impl Source for Live {
     fn begin(&mut self, sel: &Selector) -> Result<Vec<String>, String> {
-        match self.qmgr.call(&Request::MoveBegin(sel.clone()))? {
-            Response::Moving(ids) => Ok(ids),
-            other => Err(format!("unexpected answer {other:?}")),
+        // A page per request: qmgr journals one page a loop turn and its
+        // answers stay small, however large the queue.
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let req = Request::MoveBegin {
+                sel: sel.clone(),
+                after: after.take(),
+                max: 10_000,
+            };
+            match self.qmgr.call(&req)? {
+                Response::Moving { ids, next } => {
+                    all.extend(ids);
+                    match next {
+                        Some(n) => after = Some(n),
+                        None => return Ok(all),
+                    }
+                }
+                other => return Err(format!("unexpected answer {other:?}")),
+            }
         }
     }
 

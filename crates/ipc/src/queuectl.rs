@@ -60,8 +60,17 @@ pub enum Request {
     /// The shaping policy's keys and holds (`sluice policy show`).
     Policy,
     /// Take the selected messages out of delivery to move them
-    /// (`sluice queue move`); answered with the ids now moving.
-    MoveBegin(Selector),
+    /// (`sluice queue move`), a page at a time: at most `max` (qmgr may
+    /// take fewer) after `after`; answered with the ids now moving and
+    /// where the next page starts.
+    MoveBegin {
+        /// The selection.
+        sel: Selector,
+        /// The previous page's `next`.
+        after: Option<String>,
+        /// Most ids in this page.
+        max: u32,
+    },
     /// Moving messages' states and data locations, each once no delivery
     /// of it is under way (many per request: one round trip for a batch).
     MoveTake {
@@ -199,8 +208,14 @@ pub enum Response {
     Policy(Result<Box<PolicyView>, String>),
     /// The answer to `Cluster`, or why there is none (no cluster_server).
     Cluster(Result<Box<ClusterView>, String>),
-    /// The answer to `MoveBegin`: the ids now moving.
-    Moving(Vec<String>),
+    /// The answer to `MoveBegin`: the ids now moving, and where the next
+    /// page starts (`None`: that was the last).
+    Moving {
+        /// The ids.
+        ids: Vec<String>,
+        /// The next page's `after`.
+        next: Option<String>,
+    },
     /// The answer to `MoveTake`, per id in its order: the message, `None`
     /// while a delivery of it is under way (ask again), or why not.
     Movable(Vec<Result<Option<Box<Movable>>, String>>),

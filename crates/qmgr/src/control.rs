@@ -39,7 +39,7 @@ impl<S: Store> QueueManager<S> {
             | queuectl::Request::Resume { .. }
             | queuectl::Request::Suspensions
             | queuectl::Request::Policy) => self.shaping_control(r),
-            r @ (queuectl::Request::MoveBegin(_)
+            r @ (queuectl::Request::MoveBegin { .. }
             | queuectl::Request::MoveTake { .. }
             | queuectl::Request::MoveDone { .. }) => self.move_control(r),
             // bin/qmgr answers it when it has a link to clusterd.
@@ -290,8 +290,20 @@ impl<S: Store> QueueManager<S> {
 
     /// The live messages a selector names, oldest first.
     pub(crate) fn select(&self, sel: &queuectl::Selector) -> Vec<QueueId> {
-        if !sel.is_given() {
-            return Vec::new();
+        self.select_page(sel, None, usize::MAX).0
+    }
+
+    /// At most `max` of the live messages a selector names after `after`,
+    /// oldest first, and where the next page starts when there may be more
+    /// (a move of a million messages is many loop turns, not one).
+    pub(crate) fn select_page(
+        &self,
+        sel: &queuectl::Selector,
+        after: Option<QueueId>,
+        max: usize,
+    ) -> (Vec<QueueId>, Option<QueueId>) {
+        if !sel.is_given() || max == 0 {
+            return (Vec::new(), None);
         }
         let named: Option<std::collections::HashSet<QueueId>> =
             (!sel.ids.is_empty()).then(|| sel.ids.iter().filter_map(|s| s.parse().ok()).collect());
@@ -302,16 +314,25 @@ impl<S: Store> QueueManager<S> {
         // Filters that need the envelope read it back from the journal.
         let needs_head =
             sel.sender.is_some() || domain.is_some() || sel.tenant.is_some() || sel.job.is_some();
-        let mut ids: Vec<QueueId> = self
+        let mut cheap: Vec<QueueId> = self
             .state
             .messages
             .iter()
             .filter(|(id, m)| {
-                named.as_ref().is_none_or(|n| n.contains(id))
+                after.is_none_or(|a| **id > a)
+                    && named.as_ref().is_none_or(|n| n.contains(id))
                     && (!sel.held || m.held)
                     && (!sel.deferred || (!m.held && m.next_attempt > 0 && !self.is_active(id)))
             })
             .map(|(id, _)| *id)
+            .collect();
+        cheap.sort();
+        // The envelope is read back only for the candidates this page scans.
+        let mut scanned = 0;
+        let ids: Vec<QueueId> = cheap
+            .iter()
+            .copied()
+            .inspect(|_| scanned += 1)
             .filter(|id| {
                 if !needs_head {
                     return true;
@@ -339,9 +360,10 @@ impl<S: Store> QueueManager<S> {
                         })
                     })
             })
+            .take(max)
             .collect();
-        ids.sort();
-        ids
+        let next = (ids.len() == max && scanned < cheap.len()).then(|| cheap[scanned - 1]);
+        (ids, next)
     }
 
     /// `sluice queue show`: envelope, headers, and each recipient's state.

@@ -29,12 +29,26 @@ use queue::{DataRef, Lsn, Record};
 
 use crate::{journal, Action, QueueManager, Store};
 
+/// Most messages one `MoveBegin` takes out of delivery: a page is one loop
+/// turn's work (its records, its log lines) and one answer well under the
+/// frame limit.
+pub const MOVE_PAGE: usize = 10_000;
+
 impl<S: Store> QueueManager<S> {
     /// Answers `MoveBegin`, `MoveTake` and `MoveDone`.
     pub(crate) fn move_control(&mut self, req: queuectl::Request) -> queuectl::Response {
         match req {
-            queuectl::Request::MoveBegin(sel) => {
-                let ids = self.select(&sel);
+            queuectl::Request::MoveBegin { sel, after, max } => {
+                let after = match after.map(|a| a.parse::<QueueId>()) {
+                    Some(Ok(a)) => Some(a),
+                    // Only qmgr makes cursors: the mover says what it got.
+                    Some(Err(_)) => {
+                        return queuectl::Response::Shown(Err("MoveBegin: bad page cursor".into()))
+                    }
+                    None => None,
+                };
+                let max = (max as usize).clamp(1, MOVE_PAGE);
+                let (ids, next) = self.select_page(&sel, after, max);
                 let mut out = Vec::with_capacity(ids.len());
                 for id in ids {
                     if self.state.imports.contains_key(&id) {
@@ -51,7 +65,10 @@ impl<S: Store> QueueManager<S> {
                     }
                     out.push(id.to_string());
                 }
-                queuectl::Response::Moving(out)
+                queuectl::Response::Moving {
+                    ids: out,
+                    next: next.map(|n| n.to_string()),
+                }
             }
             queuectl::Request::MoveTake { ids } => {
                 queuectl::Response::Movable(ids.iter().map(|id| self.take(id)).collect())
@@ -344,6 +361,52 @@ mod tests {
         w.replies.pop().expect("a reply")
     }
 
+    fn begin(after: Option<String>, max: u32) -> Request {
+        Request::MoveBegin {
+            sel: Selector::all(),
+            after,
+            max,
+        }
+    }
+
+    #[test]
+    fn a_large_move_is_taken_a_page_at_a_time_in_id_order() {
+        let mut w = World::new(settings());
+        let mut all: Vec<String> = (0..7)
+            .map(|i| {
+                w.arrive("a@a.example", &[&format!("r{i}@b.example")])
+                    .to_string()
+            })
+            .collect();
+        all.sort();
+        let mut got = Vec::new();
+        let mut after = None;
+        let mut pages = 0;
+        loop {
+            let Response::Moving { ids, next } = ask(&mut w, begin(after.take(), 3)) else {
+                panic!()
+            };
+            assert!(ids.len() <= 3);
+            pages += 1;
+            got.extend(ids);
+            match next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(got, all);
+        assert_eq!(pages, 3);
+        // Asked again, a page names the messages moving already too.
+        let Response::Moving { ids, next: None } = ask(&mut w, begin(None, 10)) else {
+            panic!()
+        };
+        assert_eq!(ids, all);
+        let Response::Shown(Err(e)) = ask(&mut w, begin(Some("junk".into()), 10)) else {
+            panic!()
+        };
+        assert!(e.contains("cursor"), "{e}");
+    }
+
     fn take(w: &mut World, id: QueueId) -> Result<Option<Box<Movable>>, String> {
         let Response::Movable(mut v) = ask(
             w,
@@ -362,7 +425,7 @@ mod tests {
         let id = w.arrive("a@a.example", &["r@b.example", "s@b.example"]);
         w.route_all(&[]);
         w.deliver_all(|rcpt| if rcpt.starts_with('r') { 250 } else { 450 });
-        let Response::Moving(ids) = ask(&mut w, Request::MoveBegin(Selector::all())) else {
+        let Response::Moving { ids, next: None } = ask(&mut w, begin(None, 10_000)) else {
             panic!()
         };
         assert_eq!(ids, [id.to_string()]);
@@ -393,7 +456,7 @@ mod tests {
         let mut w = World::new(settings());
         let id = w.stage("a@a.example", &["r@b.example"], true);
         w.handle(Event::Committed { id, hold: true });
-        ask(&mut w, Request::MoveBegin(Selector::all()));
+        ask(&mut w, begin(None, 10_000));
         let m = take(&mut w, id).unwrap().unwrap();
         assert!(m.held, "held before the move: held at the receiver");
         ask(&mut w, Request::Release(Selector::all()));
