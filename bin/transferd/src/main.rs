@@ -50,6 +50,9 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a transfer id stays in the ledger: far past any retry.
 const LEDGER_KEEP: u64 = 30 * 86400;
 
+/// How often the ledger drops what is past [`LEDGER_KEEP`].
+const COMPACT_EVERY: Duration = Duration::from_secs(86400);
+
 /// An import qmgr has not answered yet.
 struct Waiting {
     peer: Token,
@@ -77,6 +80,8 @@ struct Transferd {
     unsettled_request: Option<u64>,
     max_frame: usize,
     retry_qmgr_at: Option<Instant>,
+    /// When the ledger is next compacted (daily: transferd may run for months).
+    compact_at: Instant,
     myhostname: String,
     /// Taken this turn, to accept once the ledger is synced.
     done: Vec<(Token, String, QueueId, bool)>,
@@ -499,6 +504,14 @@ impl Server for Transferd {
         if self.retry_qmgr_at.is_some_and(|t| cx.now >= t) && self.mio_listener.is_some() {
             self.link_qmgr(cx);
         }
+        if cx.now >= self.compact_at {
+            self.compact_at = cx.now + COMPACT_EVERY;
+            match self.ledger.compact(now_secs(), LEDGER_KEEP) {
+                Ok(0) => {}
+                Ok(n) => msg_info!("ledger: {n} transfer ids past 30 days dropped"),
+                Err(e) => msg_warn!("ledger: {e}"),
+            }
+        }
         let stale: Vec<Token> = self
             .peers
             .iter()
@@ -517,10 +530,10 @@ impl Server for Transferd {
             .filter(|p| p.name.is_none())
             .map(|p| p.since() + HELLO_TIMEOUT)
             .min();
-        match (self.retry_qmgr_at, hello) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.retry_qmgr_at, hello, Some(self.compact_at)]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn clients(&self) -> usize {
@@ -609,6 +622,7 @@ fn main() {
             unsettled_request: None,
             max_frame: limit.saturating_add(transfer::proto::MAX_OVERHEAD),
             retry_qmgr_at: None,
+            compact_at: Instant::now() + COMPACT_EVERY,
             done: Vec::new(),
             myhostname: ctx.config.str("myhostname"),
         })

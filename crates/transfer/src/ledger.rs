@@ -6,8 +6,8 @@
 //! One line per transfer, `TRANSFER QUEUEID SECONDS`, appended and
 //! synced before the acceptance goes out. Entries older than the
 //! retention (long past any retry a mover would make) are dropped when
-//! the ledger is opened, by writing the rest to a new file and renaming
-//! it over the old. A torn last line (a crash mid-append) is ignored: its
+//! the ledger is opened and whenever its owner compacts it (transferd:
+//! daily), by writing the rest to a new file and renaming it over the old. A torn last line (a crash mid-append) is ignored: its
 //! transfer was never accepted. Nothing here panics on file contents.
 
 use std::collections::HashMap;
@@ -61,15 +61,7 @@ impl Ledger {
             Err(e) => return Err(ctx("open", path, e)),
         }
         if dropped > 0 {
-            let tmp = path.with_extension("new");
-            let mut out = Vec::new();
-            for (t, (id, at)) in &taken {
-                out.extend_from_slice(format!("{t} {id} {at}\n").as_bytes());
-            }
-            let mut f = File::create(&tmp).map_err(|e| ctx("create", &tmp, e))?;
-            f.write_all(&out).map_err(|e| ctx("write", &tmp, e))?;
-            f.sync_data().map_err(|e| ctx("fdatasync", &tmp, e))?;
-            fs::rename(&tmp, path).map_err(|e| ctx("rename", path, e))?;
+            rewrite(path, &taken)?;
         }
         let mut file = OpenOptions::new()
             .create(true)
@@ -129,6 +121,25 @@ impl Ledger {
         Ok(())
     }
 
+    /// Drops the entries older than `keep_secs` before `now_secs` and
+    /// rewrites the file without them (nothing dropped, nothing written);
+    /// how many went.
+    pub fn compact(&mut self, now_secs: u64, keep_secs: u64) -> Result<usize, String> {
+        self.sync()?;
+        let before = self.taken.len();
+        self.taken
+            .retain(|_, (_, at)| at.saturating_add(keep_secs) >= now_secs);
+        let dropped = before - self.taken.len();
+        if dropped > 0 {
+            rewrite(&self.path, &self.taken)?;
+            self.file = OpenOptions::new()
+                .append(true)
+                .open(&self.path)
+                .map_err(|e| ctx("open", &self.path, e))?;
+        }
+        Ok(dropped)
+    }
+
     /// Writes and syncs what was added: one `fdatasync` for many.
     pub fn sync(&mut self) -> Result<(), String> {
         if self.unsynced.is_empty() {
@@ -141,6 +152,26 @@ impl Ledger {
         self.unsynced.clear();
         Ok(())
     }
+}
+
+/// Replaces the file at `path` with `taken`, durably: a new file synced,
+/// renamed over the old, the directory synced.
+fn rewrite(path: &Path, taken: &HashMap<String, (String, u64)>) -> Result<(), String> {
+    let tmp = path.with_extension("new");
+    let mut out = Vec::new();
+    for (t, (id, at)) in taken {
+        out.extend_from_slice(format!("{t} {id} {at}\n").as_bytes());
+    }
+    let mut f = File::create(&tmp).map_err(|e| ctx("create", &tmp, e))?;
+    f.write_all(&out).map_err(|e| ctx("write", &tmp, e))?;
+    f.sync_data().map_err(|e| ctx("fdatasync", &tmp, e))?;
+    fs::rename(&tmp, path).map_err(|e| ctx("rename", path, e))?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| ctx("fsync", dir, e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -177,5 +208,31 @@ mod tests {
             !text.contains("a/1") && text.contains("a/2 Q2 900\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_running_ledger_compacts_without_losing_what_it_adds_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ledger");
+        let mut l = Ledger::open(&p, 1000, 500).unwrap();
+        l.add("a/1", "Q1", 1000).unwrap();
+        l.add("a/2", "Q2", 1400).unwrap();
+        l.sync().unwrap();
+        assert_eq!(l.compact(1450, 500).unwrap(), 0, "nothing old yet");
+        assert_eq!(l.compact(1600, 500).unwrap(), 1);
+        assert_eq!((l.get("a/1"), l.get("a/2")), (None, Some("Q2")));
+        // Appends after a compaction go to the new file.
+        l.add("a/3", "Q3", 1600).unwrap();
+        l.sync().unwrap();
+        drop(l);
+        let text = fs::read_to_string(&p).unwrap();
+        assert!(
+            !text.contains("a/1")
+                && text.contains("a/2 Q2 1400\n")
+                && text.contains("a/3 Q3 1600\n"),
+            "{text}"
+        );
+        let l = Ledger::open(&p, 1600, 500).unwrap();
+        assert_eq!((l.len(), l.get("a/3")), (2, Some("Q3")));
     }
 }
