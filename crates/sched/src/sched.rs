@@ -79,6 +79,8 @@ pub struct Stats {
     pub dead_events: u64,
     /// Entries moved to their key's new class at the head of a queue.
     pub reclassed_entries: u64,
+    /// Times a destination waited for a rate or a shaping policy's limit.
+    pub limited: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -1189,6 +1191,9 @@ impl Scheduler {
     }
 
     pub(crate) fn park(&mut self, d: DestId, p: Park) {
+        if matches!(p, Park::Until(_) | Park::Shaping) {
+            self.stats.limited += 1;
+        }
         let dest = &mut self.dests[d];
         dest.park = p;
         match p {
