@@ -50,8 +50,8 @@ pub use event::{
 };
 pub use ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 pub use limiter::{Limiter, LocalLimiter};
+pub use observed::Behaviour;
 pub use policy::{Fifo, Policy, ThreeClass, ThreeClassFixed};
 pub use sched::{SchedError, Scheduler, Stats};
-pub use observed::Behaviour;
 pub use stats::{DestStats, TransportStats};
 pub use time::Time;

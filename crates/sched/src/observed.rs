@@ -177,7 +177,11 @@ mod tests {
         let b = o.behaviour();
         assert_eq!(b.greeting_ms, [7]);
         assert_eq!(b.conn_failures, 2);
-        assert_eq!(b.refused_at, Some(4), "only a refusal records the concurrency");
+        assert_eq!(
+            b.refused_at,
+            Some(4),
+            "only a refusal records the concurrency"
+        );
         for _ in 0..MEMORY {
             o.transaction(1, 1, [0, 1, 0], 1);
         }

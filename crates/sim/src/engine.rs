@@ -497,7 +497,9 @@ impl Sim {
                     Recipient::new(format!("m{i}r{r}@{domain}"))
                 })
                 .collect(),
-            arrival: Timestamp::from_micros(m.at.0.saturating_sub(prior.age.as_millis() as u64) * 1000),
+            arrival: Timestamp::from_micros(
+                m.at.0.saturating_sub(prior.age.as_millis() as u64) * 1000,
+            ),
             size: m.size,
             tenant: prior.tenant,
             ..Envelope::default()
@@ -777,7 +779,11 @@ impl Sim {
                     self.changed();
                     if let Some(&i) = self.index.get(&id) {
                         let m = &self.msgs[i as usize];
-                        let age = self.cfg.prior.get(i as usize).map_or(Duration::ZERO, |p| p.age);
+                        let age = self
+                            .cfg
+                            .prior
+                            .get(i as usize)
+                            .map_or(Duration::ZERO, |p| p.age);
                         let delay = (self.now.since(m.at) + age).as_secs_f64();
                         self.report.latency.entry(m.tag).or_default().push(delay);
                     }

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use ipc::queuectl::{SnapDest, Snapshot};
-use sched::{SchedConfig, Time, ThreeClass};
+use sched::{SchedConfig, ThreeClass, Time};
 
 use crate::engine::{OverLimit, Prior, ServerModel, Sim, SimConfig, SimDest, SimMessage};
 
@@ -66,7 +66,11 @@ impl Arrival {
                     .ok_or_else(bad),
             }
         };
-        let count = f[0].parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(bad)?;
+        let count = f[0]
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(bad)?;
         if !f[2].contains('@') {
             return Err(bad());
         }
@@ -114,7 +118,10 @@ fn service_time(samples: &[(u32, u16)]) -> Option<(Duration, Duration, f64)> {
     let (mx, my) = samples.iter().fold((0.0, 0.0), |(x, y), (ms, r)| {
         (x + f64::from(*r) / n, y + f64::from(*ms) / n)
     });
-    let sxx: f64 = samples.iter().map(|(_, r)| (f64::from(*r) - mx).powi(2)).sum();
+    let sxx: f64 = samples
+        .iter()
+        .map(|(_, r)| (f64::from(*r) - mx).powi(2))
+        .sum();
     let sxy: f64 = samples
         .iter()
         .map(|(ms, r)| (f64::from(*r) - mx) * (f64::from(*ms) - my))
@@ -546,7 +553,11 @@ mod tests {
         SnapRcpt {
             address: a.into(),
             transport: if routed { "smtp".into() } else { String::new() },
-            nexthop: if routed { "sink.example".into() } else { String::new() },
+            nexthop: if routed {
+                "sink.example".into()
+            } else {
+                String::new()
+            },
         }
     }
 
@@ -576,7 +587,10 @@ mod tests {
             arrival_ms: now - 60_000,
             sender: "late@example.com".into(),
             next_attempt: now / 1000 + 30,
-            recipients: vec![rcpt("l@sink.example", false), rcpt("o@other.example", false)],
+            recipients: vec![
+                rcpt("l@sink.example", false),
+                rcpt("o@other.example", false),
+            ],
             ..SnapMessage::default()
         });
         Snapshot {
@@ -612,7 +626,10 @@ mod tests {
         assert_eq!(a.over, Duration::from_millis(500));
         let e = Arrival::parse("x,a,b").unwrap_err();
         assert!(e.contains("N,SENDER,RECIPIENT"), "{e}");
-        assert!(Arrival::parse("1,a@b,c").is_err(), "a recipient needs a domain");
+        assert!(
+            Arrival::parse("1,a@b,c").is_err(),
+            "a recipient needs a domain"
+        );
     }
 
     #[test]
@@ -644,12 +661,22 @@ mod tests {
         };
         assert!((9.0..12.0).contains(&bulk(&five)), "{five:?}");
         assert!((4.5..6.5).contains(&bulk(&ten)), "{ten:?}");
-        assert!(d5 >= 30.0 && d10 >= 30.0, "the deferred message waits for its retry");
-        let small = five.senders.iter().find(|s| s.name == "small@example.org").unwrap();
+        assert!(
+            d5 >= 30.0 && d10 >= 30.0,
+            "the deferred message waits for its retry"
+        );
+        let small = five
+            .senders
+            .iter()
+            .find(|s| s.name == "small@example.org")
+            .unwrap();
         assert_eq!(small.messages, 10);
         assert!(small.p50 < 1.0, "small mail overtakes the bulk: {small:?}");
         let bulk_p50 = five.senders[0].p50;
-        assert!(bulk_p50 > 2.0, "the bulk's delay includes its 2 s in the queue");
+        assert!(
+            bulk_p50 > 2.0,
+            "the bulk's delay includes its 2 s in the queue"
+        );
         assert_eq!(five.delivered, 500 + 2 + 10);
         assert!(five.drain.first().unwrap().1 >= 500);
         assert_eq!(five.drain.last().unwrap().1, 0);
