@@ -474,7 +474,7 @@ impl Sim {
     /// Counts an arrival or a removal, keeping a drain point now and then.
     fn changed(&mut self) {
         let stride = (self.msgs.len() as u64 / 500).max(1);
-        if self.changes % stride == 0 {
+        if self.changes.is_multiple_of(stride) {
             let left = self.live.len() as u64 + self.future_msgs;
             self.report.drain.push((self.now, left));
         }
