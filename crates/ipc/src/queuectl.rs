@@ -253,19 +253,23 @@ pub struct SnapMessage {
     pub next_attempt: u64,
     /// In delivery now (in the scheduler's active queue).
     pub active: bool,
-    /// Recipients still to deliver.
+    /// Recipients still to deliver, grouped by domain and route.
     pub recipients: Vec<SnapRcpt>,
 }
 
-/// A pending recipient: its address and, when qmgr has routed it, where to.
+/// Pending recipients of one message with the same domain and, when qmgr
+/// has routed them, the same transport and nexthop (grouped, so that a
+/// mailing list is a few entries, not a million addresses).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapRcpt {
-    /// The address.
-    pub address: String,
-    /// Its transport; empty while not routed.
+    /// Their domain, lower-cased.
+    pub domain: String,
+    /// Their transport; empty while not routed.
     pub transport: String,
-    /// Its nexthop; empty while not routed.
+    /// Their nexthop; empty while not routed.
     pub nexthop: String,
+    /// How many.
+    pub count: u32,
 }
 
 /// A destination with what the scheduler's counters saw of it recently.

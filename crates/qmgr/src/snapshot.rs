@@ -6,8 +6,14 @@
 //!
 //! A page reads the journal once per message (as `sluice queue list`
 //! does) and costs O(queued messages) in memory to choose its ids, so a
-//! large queue is several round trips, each small enough for one frame.
-//! Messages that come or go between pages are simply seen or not.
+//! large queue is several round trips, each small enough for one frame:
+//! recipients are grouped by domain and route, a page ends once it holds
+//! [`GROUPS_MAX`] groups, and a message with more groups than that keeps
+//! the first ones, the rest counted in the last. Destinations and holds
+//! come with the first page only. Messages that come or go between pages
+//! are simply seen or not.
+
+use std::collections::BTreeMap;
 
 use ipc::queuectl::{self, SnapDest, SnapMessage, SnapRcpt};
 use mail::QueueId;
@@ -17,6 +23,8 @@ use crate::{QueueManager, Store};
 /// Messages per page at most, whatever the client asks (a page of
 /// messages with a few recipients each stays well under a frame).
 pub const PAGE_MAX: u32 = 5000;
+/// Recipient groups per page (and per message) at most: about 5 MB.
+pub const GROUPS_MAX: usize = 100_000;
 
 impl<S: Store> QueueManager<S> {
     /// One page of the snapshot: messages after `after`, at most `max`.
@@ -36,13 +44,34 @@ impl<S: Store> QueueManager<S> {
             ids.truncate(max);
         }
         ids.sort();
-        let messages = ids.iter().filter_map(|id| self.snap_message(id)).collect();
+        let mut messages: Vec<SnapMessage> = Vec::new();
+        let mut groups = 0;
+        let mut cut = false;
+        for id in &ids {
+            if groups >= GROUPS_MAX {
+                cut = true;
+                break;
+            }
+            if let Some(m) = self.snap_message(id) {
+                groups += m.recipients.len();
+                messages.push(m);
+            }
+        }
+        let first = after.is_none();
         queuectl::Snapshot {
             now_ms: self.now.0,
             messages,
-            more,
-            destinations: self.snap_destinations(),
-            holds: self.holds_summary(),
+            more: more || cut,
+            destinations: if first {
+                self.snap_destinations()
+            } else {
+                Vec::new()
+            },
+            holds: if first {
+                self.holds_summary()
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -57,16 +86,32 @@ impl<S: Store> QueueManager<S> {
             .and_then(|q| self.deliver.msgs.get(q))
             .map(|d| &d.routes);
         let env = &h.envelope;
-        let recipients = pending
-            .iter()
-            .filter_map(|i| {
-                let r = env.recipients.get(*i as usize)?;
-                let route = routes.and_then(|x| x.get(i));
-                Some(SnapRcpt {
-                    address: r.address.clone(),
-                    transport: route.map(|x| x.transport.clone()).unwrap_or_default(),
-                    nexthop: route.map(|x| x.nexthop.clone()).unwrap_or_default(),
-                })
+        let mut by: BTreeMap<(String, &str, &str), u32> = BTreeMap::new();
+        for i in &pending {
+            let Some(r) = env.recipients.get(*i as usize) else {
+                continue;
+            };
+            let route = routes.and_then(|x| x.get(i));
+            let domain = r.address.rsplit_once('@').map_or("", |(_, d)| d);
+            let key = (
+                domain.to_ascii_lowercase(),
+                route.map_or("", |x| x.transport.as_str()),
+                route.map_or("", |x| x.nexthop.as_str()),
+            );
+            if by.len() < GROUPS_MAX || by.contains_key(&key) {
+                *by.entry(key).or_default() += 1;
+            } else if let Some(mut last) = by.last_entry() {
+                // Past the cap: counted with the last group.
+                *last.get_mut() += 1;
+            }
+        }
+        let recipients = by
+            .into_iter()
+            .map(|((domain, transport, nexthop), count)| SnapRcpt {
+                domain,
+                transport: transport.to_string(),
+                nexthop: nexthop.to_string(),
+                count,
             })
             .collect();
         Some(SnapMessage {
@@ -146,6 +191,7 @@ mod tests {
         let last = first.messages.last().map(|m| m.id.clone());
         let second = page(&mut w, last, 2);
         assert!(!second.more);
+        assert!(second.destinations.is_empty(), "with the first page only");
         let all: Vec<_> = first.messages.iter().chain(&second.messages).collect();
         let ids: Vec<String> = all.iter().map(|m| m.id.clone()).collect();
         let mut want = vec![a.to_string(), held.to_string(), fresh.to_string()];
@@ -154,7 +200,8 @@ mod tests {
         let by = |id: mail::QueueId| all.iter().find(|m| m.id == id.to_string()).unwrap();
         let deferred = by(a);
         assert_eq!(deferred.recipients.len(), 1, "only the pending recipient");
-        assert_eq!(deferred.recipients[0].address, "r2@c.example");
+        assert_eq!(deferred.recipients[0].domain, "c.example");
+        assert_eq!(deferred.recipients[0].count, 1);
         assert!(deferred.next_attempt > 0 && !deferred.held && !deferred.active);
         assert!(by(held).held);
         let f = by(fresh);

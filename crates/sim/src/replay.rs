@@ -197,7 +197,7 @@ impl Replay {
         for rc in msgs.iter().flat_map(|m| &m.recipients) {
             if !rc.transport.is_empty() {
                 by_domain
-                    .entry(domain(&rc.address))
+                    .entry(rc.domain.clone())
                     .or_insert_with(|| (rc.transport.clone(), rc.nexthop.clone()));
             }
         }
@@ -211,27 +211,26 @@ impl Replay {
                        sender: &str,
                        tenant: Option<String>,
                        size: u64,
-                       rcpts: Vec<(String, String)>| {
+                       rcpts: Vec<((String, String), u32)>| {
             let tag = *sender_ix.entry(sender.to_string()).or_insert_with(|| {
                 r.senders.push(sender.to_string());
                 r.backlog.push(0);
                 r.senders.len() as u32 - 1
             });
-            r.backlog[tag as usize] += rcpts.len() as u64;
-            let idx = rcpts
-                .into_iter()
-                .map(|(t, n)| {
-                    *r.transports.entry(t.clone()).or_default() += 1;
-                    *dest_ix.entry((t.clone(), n.clone())).or_insert_with(|| {
-                        r.dests.push(SimDest {
-                            transport: t,
-                            nexthop: n.clone(),
-                            hosts: vec![vec![n]],
-                        });
-                        r.dests.len() as u32 - 1
-                    })
-                })
-                .collect::<Vec<u32>>();
+            let mut idx = Vec::new();
+            for ((t, n), count) in rcpts {
+                *r.transports.entry(t.clone()).or_default() += u64::from(count);
+                let d = *dest_ix.entry((t.clone(), n.clone())).or_insert_with(|| {
+                    r.dests.push(SimDest {
+                        transport: t,
+                        nexthop: n.clone(),
+                        hosts: vec![vec![n]],
+                    });
+                    r.dests.len() as u32 - 1
+                });
+                idx.extend(std::iter::repeat_n(d, count as usize));
+            }
+            r.backlog[tag as usize] += idx.len() as u64;
             r.queued.0 += 1;
             r.queued.1 += idx.len() as u64;
             r.msgs.push(SimMessage {
@@ -246,7 +245,7 @@ impl Replay {
         for m in &msgs {
             if m.held {
                 r.held.0 += 1;
-                r.held.1 += m.recipients.len() as u64;
+                r.held.1 += m.recipients.iter().map(|x| u64::from(x.count)).sum::<u64>();
                 continue;
             }
             if m.recipients.is_empty() {
@@ -262,14 +261,15 @@ impl Replay {
                 .iter()
                 .map(|rc| {
                     if !rc.transport.is_empty() {
-                        return (rc.transport.clone(), rc.nexthop.clone());
+                        return ((rc.transport.clone(), rc.nexthop.clone()), rc.count);
                     }
-                    unrouted += 1;
-                    let d = domain(&rc.address);
-                    by_domain.get(&d).cloned().unwrap_or_else(|| {
+                    unrouted += u64::from(rc.count);
+                    let d = rc.domain.clone();
+                    let route = by_domain.get(&d).cloned().unwrap_or_else(|| {
                         guessed.insert(d.clone());
                         (transport.to_string(), d)
-                    })
+                    });
+                    (route, rc.count)
                 })
                 .collect();
             let at = Time(r.t0.0 + wait);
@@ -299,7 +299,7 @@ impl Replay {
                     &a.sender,
                     None,
                     1024,
-                    vec![route.clone()],
+                    vec![(route.clone(), 1)],
                 );
             }
         }
@@ -551,7 +551,8 @@ mod tests {
 
     fn rcpt(a: &str, routed: bool) -> SnapRcpt {
         SnapRcpt {
-            address: a.into(),
+            domain: a.rsplit_once('@').unwrap().1.into(),
+            count: 1,
             transport: if routed { "smtp".into() } else { String::new() },
             nexthop: if routed {
                 "sink.example".into()
