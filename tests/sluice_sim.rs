@@ -1,7 +1,7 @@
 //! `sluice sim` against the real thing (issue 20): the fairness setup of
 //! `scripts/bench fairness` (a bulk sender's backlog relayed to a slow
 //! sink at limited concurrency, then small senders' bursts), a snapshot
-//! taken when the bulk backlog is queued, and the forecast of the small
+//! taken when the bulk backlog is queued (as the bursts come), and the forecast of the small
 //! senders' median delay and of the bulk drain time held to ± 30 % of what
 //! the real run then measures, under the running configuration and under
 //! another `default_destination_concurrency_limit`, run for real afterwards
@@ -45,7 +45,7 @@ fn epoch() -> f64 {
 struct Measured {
     /// Epoch time of the start of the bulk injection.
     t0: f64,
-    /// When the bulk backlog was queued (the snapshot's moment).
+    /// The snapshot's moment: the bulk backlog queued, the gap over.
     queued: f64,
     /// The small messages' injection times.
     injected: Vec<f64>,
@@ -76,6 +76,11 @@ fn real_run(limit: u32, snapshot: &Path) -> (Instance, Measured) {
         .output()
         .expect("smtp-source (Postfix) is needed");
     assert!(out.status.success(), "smtp-source: {out:?}");
+    // The harness's gap between the bulk and the burst; the snapshot at
+    // its end, as the small senders come (what the scheduler counted of
+    // the sink is then its steady pace, not its pace while smtpd and
+    // cleanup were taking the bulk in on the same two cores).
+    std::thread::sleep(GAP);
     let queued = epoch();
     let save = inst.sluice(&["sim", "--save", snapshot.to_str().unwrap()]);
     assert!(
@@ -83,8 +88,6 @@ fn real_run(limit: u32, snapshot: &Path) -> (Instance, Measured) {
         "sluice sim --save: {}",
         String::from_utf8_lossy(&save.stderr)
     );
-    // The harness's gap between the bulk and the burst.
-    std::thread::sleep(GAP);
     // The small senders' bursts in one session, interleaved, each message's
     // injection time printed (as scripts/bench fairness's harness does).
     let py = Command::new("python3")
