@@ -27,9 +27,10 @@ mod holds;
 mod journal;
 mod links;
 mod metrics;
-mod schedconf;
 mod server;
 mod store;
+
+use queue_manager::schedconf;
 
 fn main() {
     // qmgr owns state the whole system relies on: it never exits on idle or use count.

@@ -2,7 +2,7 @@
 //!
 //! `start`, `stop`, `reload`, `status`, `top`, `check` and `config`, in the manner
 //! of Postfix's `postfix` and `postconf` commands; `dkim keygen` as
-//! opendkim-genkey. Exit codes a script can
+//! opendkim-genkey; `sim`, the queue replayed under a proposed configuration. Exit codes a script can
 //! rely on: 0 success, 1 failure (with a message on stderr), 2 bad usage,
 //! 3 from `status` when the mail system is not running.
 #![forbid(unsafe_code)]
@@ -18,6 +18,7 @@ mod policy;
 mod queue;
 mod route;
 mod shape;
+mod sim;
 mod top;
 
 use std::path::PathBuf;
@@ -107,6 +108,30 @@ enum Cmd {
     },
     /// Run clusterd, the cluster's coordinator, in the foreground (without master).
     Clusterd,
+    /// Replay the live queue in the simulator under the running and a proposed configuration.
+    Sim {
+        /// The proposed configuration directory (main.cf, master.cf, policy file).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Simulate at most this long (90s, 15m, 2h, 1d).
+        #[arg(long, default_value = "1d")]
+        duration: String,
+        /// One JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Plot the queue draining under each configuration to this SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+        /// Only take the snapshot and write it to FILE.
+        #[arg(long, value_name = "FILE", conflicts_with = "from")]
+        save: Option<PathBuf>,
+        /// Replay the snapshot in FILE (from --save) instead of taking one.
+        #[arg(long, value_name = "FILE")]
+        from: Option<PathBuf>,
+        /// Add N messages from SENDER to RECIPIENT, the first AT s after the snapshot, spread over OVER s.
+        #[arg(long, value_name = "N,SENDER,RECIPIENT[,AT[,OVER]]")]
+        add: Vec<String>,
+    },
     /// Print or edit main.cf parameters, like postconf.
     Config {
         /// Only parameters set in main.cf.
@@ -341,6 +366,26 @@ fn main() {
             cmd: ClusterCmd::Status { json },
         } => cluster::status(&dir, json),
         Cmd::Clusterd => cluster::clusterd(&dir),
+        Cmd::Sim {
+            config,
+            duration,
+            json,
+            plot,
+            save,
+            from,
+            add,
+        } => sim::sim(
+            &dir,
+            sim::SimArgs {
+                config,
+                duration,
+                json,
+                plot,
+                save,
+                from,
+                add,
+            },
+        ),
         Cmd::Route { hosts, addresses } => route::route(&dir, &addresses, hosts),
         Cmd::Newaliases => aliases::newaliases(&dir),
         Cmd::Map {

@@ -9,7 +9,7 @@ pub enum QueueCtl {}
 
 impl crate::Protocol for QueueCtl {
     const NAME: &'static str = "sluice-queuectl";
-    const VERSION: u32 = 6;
+    const VERSION: u32 = 7;
     type Request = Request;
     type Response = Response;
 }
@@ -86,6 +86,15 @@ pub enum Request {
     /// The link to clusterd and this instance's share of the cluster's
     /// limits (`sluice cluster status`).
     Cluster,
+    /// One page of the queue as `sluice sim` replays it: messages after
+    /// `after` (a queue id; none: from the first), at most `max`, with
+    /// every destination's recent behaviour and the holds in force.
+    Snapshot {
+        /// The last queue id of the previous page.
+        after: Option<String>,
+        /// Messages per page.
+        max: u32,
+    },
 }
 
 /// Which messages an operation applies to: those that match every
@@ -219,6 +228,90 @@ pub enum Response {
     /// The answer to `MoveTake`, per id in its order: the message, `None`
     /// while a delivery of it is under way (ask again), or why not.
     Movable(Vec<Result<Option<Box<Movable>>, String>>),
+    /// The answer to `Snapshot`.
+    Snapshot(Box<Snapshot>),
+}
+
+/// One page of the queue for `sluice sim`, taken without stopping delivery.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// qmgr's clock, milliseconds since the epoch.
+    pub now_ms: u64,
+    /// Messages in queue id order.
+    pub messages: Vec<SnapMessage>,
+    /// Whether more messages follow this page.
+    pub more: bool,
+    /// Every destination the scheduler knows, with its recent behaviour.
+    pub destinations: Vec<SnapDest>,
+    /// Suspensions and back-offs in force.
+    pub holds: Vec<HoldView>,
+}
+
+/// A queued message as `sluice sim` replays it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapMessage {
+    /// Queue id.
+    pub id: String,
+    /// Arrival, milliseconds since the epoch.
+    pub arrival_ms: u64,
+    /// Envelope sender.
+    pub sender: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Tenant, if any.
+    pub tenant: Option<String>,
+    /// Job, if any.
+    pub job: Option<String>,
+    /// On hold.
+    pub held: bool,
+    /// Next attempt, seconds since the epoch (0: due now).
+    pub next_attempt: u64,
+    /// In delivery now (in the scheduler's active queue).
+    pub active: bool,
+    /// Recipients still to deliver, grouped by domain and route.
+    pub recipients: Vec<SnapRcpt>,
+}
+
+/// Pending recipients of one message with the same domain and, when qmgr
+/// has routed them, the same transport and nexthop (grouped, so that a
+/// mailing list is a few entries, not a million addresses).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapRcpt {
+    /// Their domain, lower-cased.
+    pub domain: String,
+    /// Their transport; empty while not routed.
+    pub transport: String,
+    /// Their nexthop; empty while not routed.
+    pub nexthop: String,
+    /// How many.
+    pub count: u32,
+}
+
+/// A destination with what the scheduler's counters saw of it recently.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapDest {
+    /// Transport.
+    pub transport: String,
+    /// Nexthop.
+    pub nexthop: String,
+    /// Entries in the active queue.
+    pub entries: u32,
+    /// Concurrency window.
+    pub window: u32,
+    /// Connections open or opening.
+    pub busy: u32,
+    /// When it is tried again, milliseconds since the epoch, if dead.
+    pub dead_until_ms: Option<u64>,
+    /// Recent transaction times in ms with their recipient counts.
+    pub txn_ms: Vec<(u32, u16)>,
+    /// Recent connect-plus-greeting times in ms.
+    pub greeting_ms: Vec<u32>,
+    /// Recipients answered 2xx, 4xx, 5xx, and failed connections, recently.
+    pub replies: [u64; 4],
+    /// Most connections open while one delivered.
+    pub busy_ok: u32,
+    /// Connections open at its last handshake failure, if any.
+    pub refused_at: Option<u32>,
 }
 
 /// The link to clusterd, as `sluice status` shows it.

@@ -41,7 +41,9 @@ mod notices;
 mod props;
 mod resolve;
 mod retry;
+pub mod schedconf;
 mod shapectl;
+mod snapshot;
 mod store;
 #[cfg(test)]
 mod testkit;

@@ -37,6 +37,9 @@ pub struct Connection {
     pub transactions: u32,
     /// Opening time.
     pub opened_at: Time,
+    /// When its running transaction started (for the destination's
+    /// observed transaction times).
+    pub txn_since: Time,
     /// Idle since (no jobs), if idle.
     pub idle_since: Option<Time>,
     /// No new jobs: reuse count or age limit reached.
@@ -65,6 +68,7 @@ impl Connection {
             in_flight: None,
             transactions: 0,
             opened_at: now,
+            txn_since: now,
             idle_since: None,
             retiring: false,
             bind: None,

@@ -107,6 +107,8 @@ pub struct Destination {
     pub entries: u32,
     /// Last time it had work (for garbage collection).
     pub touched: Time,
+    /// What its deliveries showed recently (`sluice sim`).
+    pub observed: Option<Box<crate::observed::Observed>>,
 }
 
 impl Destination {
@@ -133,6 +135,7 @@ impl Destination {
             backoff_ms: 0,
             entries: 0,
             touched: now,
+            observed: None,
         };
         d.set_backoff(backoff);
         d

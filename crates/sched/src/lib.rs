@@ -32,6 +32,7 @@ mod invariants;
 pub mod limiter;
 mod memory;
 pub mod message;
+pub mod observed;
 pub mod policy;
 mod reclass;
 pub mod rng;
@@ -49,6 +50,7 @@ pub use event::{
 };
 pub use ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 pub use limiter::{Limiter, LocalLimiter};
+pub use observed::Behaviour;
 pub use policy::{Fifo, Policy, ThreeClass, ThreeClassFixed};
 pub use sched::{SchedError, Scheduler, Stats};
 pub use stats::{DestStats, TransportStats};

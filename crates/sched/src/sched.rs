@@ -79,6 +79,8 @@ pub struct Stats {
     pub dead_events: u64,
     /// Entries moved to their key's new class at the head of a queue.
     pub reclassed_entries: u64,
+    /// Times a destination waited for a rate or a shaping policy's limit.
+    pub limited: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -221,6 +223,9 @@ impl Scheduler {
                     .get_mut(conn)
                     .ok_or(SchedError::UnknownConnection(conn))?;
                 c.state = ConnState::Open;
+                let (d, since) = (c.dest, c.opened_at);
+                crate::observed::Observed::of(&mut self.dests[d].observed, now)
+                    .greeting(now.since(since).as_millis() as u64);
                 self.conn_next(now, conn);
             }
             Event::ConnectionFailed {
@@ -818,9 +823,10 @@ impl Scheduler {
 
     // ----- connections -----
 
-    pub(crate) fn start(&mut self, c: ConnId, e: EntryId) {
+    pub(crate) fn start(&mut self, now: Time, c: ConnId, e: EntryId) {
         let conn = &mut self.conns[c];
         conn.in_flight = Some(e);
+        conn.txn_since = now;
         if let Some(t) = conn.idle_since.take() {
             self.transports[conn.transport.0 as usize]
                 .idle
@@ -867,7 +873,7 @@ impl Scheduler {
         }
         if let Some(e) = conn.backlog.pop_front() {
             let e = self.share_swap(c, e);
-            self.start(c, e);
+            self.start(now, c, e);
         } else if conn.retiring || cache.is_zero() {
             self.close_conn(now, c);
         } else if conn.idle_since.is_none() {
@@ -983,6 +989,12 @@ impl Scheduler {
     ) -> Result<(), SchedError> {
         let conn = self.conns.get(c).ok_or(SchedError::UnknownConnection(c))?;
         let (d, h, t) = (conn.dest, conn.host, conn.transport.0 as usize);
+        let busy = self.dests[d].busy;
+        crate::observed::Observed::of(&mut self.dests[d].observed, now).failed(
+            now,
+            failure == ConnFailure::Handshake,
+            busy,
+        );
         // The delivery that opened the connection failed (Postfix defers it);
         // the others that were queued on the connection are rescheduled.
         if failure == ConnFailure::Handshake {
@@ -1071,7 +1083,7 @@ impl Scheduler {
         }
         conn.in_flight = None;
         conn.transactions += 1;
-        let (d, h) = (conn.dest, conn.host);
+        let (d, h, since) = (conn.dest, conn.host, conn.txn_since);
         let m = self.entries[e].message;
         let q = self.msgs[m].queue_id;
         let mut delivered = Vec::new();
@@ -1096,6 +1108,14 @@ impl Scheduler {
                 }
             }
         }
+        let busy = self.dests[d].busy;
+        let replies = [delivered.len(), deferred.len(), bounced.len()].map(|n| n as u64);
+        crate::observed::Observed::of(&mut self.dests[d].observed, now).transaction(
+            now.since(since).as_millis() as u64,
+            self.entries[e].recipients().len(),
+            replies,
+            busy,
+        );
         if self.shaping.is_some() {
             for why in [&defer_reason, &bounce_reason] {
                 if !why.is_empty() {
@@ -1171,6 +1191,9 @@ impl Scheduler {
     }
 
     pub(crate) fn park(&mut self, d: DestId, p: Park) {
+        if matches!(p, Park::Until(_) | Park::Shaping) {
+            self.stats.limited += 1;
+        }
         let dest = &mut self.dests[d];
         dest.park = p;
         match p {

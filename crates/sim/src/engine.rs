@@ -126,6 +126,16 @@ pub struct SimMessage {
     pub tag: u32,
 }
 
+/// What a message brings from before the run, when the run replays a live
+/// queue (`sluice sim`).
+#[derive(Clone, Debug, Default)]
+pub struct Prior {
+    /// How long it had waited already: added to its delay.
+    pub age: Duration,
+    /// Its tenant (a scheduler class key).
+    pub tenant: Option<String>,
+}
+
 /// Simulation settings.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -149,6 +159,9 @@ pub struct SimConfig {
     /// Record every transaction's start and every connection's opening and
     /// end by host ([`Report::sends`], [`Report::conn_events`]).
     pub record: bool,
+    /// Per message index, what it brings from before the run (missing:
+    /// nothing; it is new).
+    pub prior: Vec<Prior>,
 }
 
 impl Default for SimConfig {
@@ -163,6 +176,7 @@ impl Default for SimConfig {
             track: None,
             fair_admission: true,
             record: false,
+            prior: Vec::new(),
         }
     }
 }
@@ -216,6 +230,11 @@ pub struct Report {
     pub sends: Vec<(Time, String)>,
     /// With `record`: (time, host, +1 opened / -1 ended) of every connection.
     pub conn_events: Vec<(Time, String, i8)>,
+    /// Messages left (queued, or still to arrive) over time: about a
+    /// thousand points, for plots.
+    pub drain: Vec<(Time, u64)>,
+    /// Times a destination waited for a rate or a shaping policy's limit.
+    pub limited: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -279,6 +298,8 @@ pub struct Sim {
     integral: (f64, f64, f64),
     /// The server's words for a transaction it defers, by connection.
     deferrals: HashMap<u64, String>,
+    /// Arrivals and removals so far (every `stride`-th is a drain point).
+    changes: u64,
     /// The measurements.
     pub report: Report,
 }
@@ -355,6 +376,7 @@ impl Sim {
             tracked_since: Time::ZERO,
             integral: (0.0, 0.0, 0.0),
             deferrals: HashMap::new(),
+            changes: 0,
             report: Report {
                 trace: 0xcbf2_9ce4_8422_2325,
                 ..Report::default()
@@ -438,6 +460,9 @@ impl Sim {
         }
         r.end = self.now;
         r.decisions = self.qm.scheduler().stats().decisions;
+        r.limited = self.qm.scheduler().stats().limited;
+        let left = self.live.len() as u64 + self.future_msgs;
+        r.drain.push((self.now, left));
         for id in &self.live {
             let i = self.index[id] as usize;
             let settled = self.settled.get(id).copied().unwrap_or(0);
@@ -446,8 +471,19 @@ impl Sim {
         self.report
     }
 
+    /// Counts an arrival or a removal, keeping a drain point now and then.
+    fn changed(&mut self) {
+        let stride = (self.msgs.len() as u64 / 500).max(1);
+        if self.changes.is_multiple_of(stride) {
+            let left = self.live.len() as u64 + self.future_msgs;
+            self.report.drain.push((self.now, left));
+        }
+        self.changes += 1;
+    }
+
     /// Message `i` arrives: journaled, then committed.
     fn arrive(&mut self, i: u32) {
+        let prior = self.cfg.prior.get(i as usize).cloned().unwrap_or_default();
         let m = &self.msgs[i as usize];
         let id = queue_id(m.at, i);
         let envelope = Envelope {
@@ -461,8 +497,11 @@ impl Sim {
                     Recipient::new(format!("m{i}r{r}@{domain}"))
                 })
                 .collect(),
-            arrival: Timestamp::from_micros(m.at.0 * 1000),
+            arrival: Timestamp::from_micros(
+                m.at.0.saturating_sub(prior.age.as_millis() as u64) * 1000,
+            ),
             size: m.size,
+            tenant: prior.tenant,
             ..Envelope::default()
         };
         let head = MessageHead {
@@ -477,6 +516,7 @@ impl Sim {
         }
         self.index.insert(id, i);
         self.live.insert(id);
+        self.changed();
         self.handle(Event::Committed { id, hold: false });
     }
 
@@ -736,9 +776,15 @@ impl Sim {
             }
             Action::RemoveData { id, .. } => {
                 if self.live.remove(&id) {
+                    self.changed();
                     if let Some(&i) = self.index.get(&id) {
                         let m = &self.msgs[i as usize];
-                        let delay = self.now.since(m.at).as_secs_f64();
+                        let age = self
+                            .cfg
+                            .prior
+                            .get(i as usize)
+                            .map_or(Duration::ZERO, |p| p.age);
+                        let delay = (self.now.since(m.at) + age).as_secs_f64();
                         self.report.latency.entry(m.tag).or_default().push(delay);
                     }
                 }

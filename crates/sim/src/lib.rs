@@ -5,7 +5,8 @@
 //! holds the six experiments of issue 5 (full and `--quick` sizes) and
 //! `shaping` those of traffic shaping, that the
 //! `sim` binary prints and the tests assert on; `bench` measures decisions
-//! per second and memory per queued recipient. Deterministic: a seed fixes
+//! per second and memory per queued recipient; `replay` runs a live
+//! queue's snapshot (`sluice sim`). Deterministic: a seed fixes
 //! every run. Panics: never.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -13,5 +14,6 @@
 pub mod bench;
 pub mod engine;
 pub mod policybench;
+pub mod replay;
 pub mod scenarios;
 pub mod shaping;

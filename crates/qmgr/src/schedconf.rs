@@ -1,4 +1,5 @@
-//! The scheduler's configuration, from main.cf and master.cf.
+//! The scheduler's configuration, from main.cf and master.cf (qmgr's,
+//! and `sluice sim`'s for the configuration it compares).
 //!
 //! Every master.cf service whose program is a delivery agent is a
 //! transport, in master.cf order (the scheduler's round-robin order); its
