@@ -156,7 +156,7 @@ impl Scheduler {
         let m = self.entries[e].message;
         let side = self.entry_side(e);
         let sid = side.as_ref().map(|s| s.id);
-        let plan = self.plan(now, t, d, m, sid);
+        let plan = self.plan(now, t, d, m, sid, class);
         if let Plan::Block(p) = plan {
             return Err(p);
         }
@@ -242,6 +242,23 @@ impl Scheduler {
         self.limiter.acquire(now, scope, &key)
     }
 
+    /// Whether an entry of `class` may wait in connection `c`'s backlog:
+    /// not behind a job of a larger class. A list's 50-recipient
+    /// transaction takes 25 times a one-recipient message's time, and a
+    /// small sender queued behind it waited for it (docs/scheduler.md,
+    /// scenario 3); it waits in its class queue instead, where the next
+    /// connection to free up serves it.
+    fn may_wait_behind(&self, c: ConnId, class: Class) -> bool {
+        if !self.policy.shares() {
+            return true;
+        }
+        let x = &self.conns[c];
+        x.in_flight
+            .iter()
+            .chain(x.backlog.iter())
+            .all(|&e| self.entries[e].class <= class)
+    }
+
     /// fanf's free ride: the first active connection with fewer jobs than the
     /// newest, else the first; bounded at twice the backlog threshold so a
     /// ride cannot move a whole queue onto connections.
@@ -269,7 +286,15 @@ impl Scheduler {
             .or(Some(active[0]))
     }
 
-    fn plan(&mut self, now: Time, t: TransportId, d: DestId, m: MsgId, side: Option<u32>) -> Plan {
+    fn plan(
+        &mut self,
+        now: Time,
+        t: TransportId,
+        d: DestId,
+        m: MsgId,
+        side: Option<u32>,
+        class: Class,
+    ) -> Plan {
         let tr = &self.transports[t.0 as usize];
         let backlog = tr.cfg.connection_backlog_limit;
         let free = tr.free_workers();
@@ -285,6 +310,7 @@ impl Scheduler {
             if conn.state == ConnState::Open
                 && conn.jobs() > 0
                 && conn.may_take(backlog, conn.reuse_limit)
+                && self.may_wait_behind(c, class)
                 && self.compatible(c, side)
                 && self.sendable(now, c, &mut wait)
             {
@@ -322,7 +348,15 @@ impl Scheduler {
             if unproven && (free == 0 || !tr.waiting.is_empty()) {
                 return Plan::Block(Park::Transport);
             }
-            if dest.window_room() {
+            // With a reserving policy, a class may not fill the window
+            // while no smaller class holds a connection: the last slot is
+            // kept for one that comes.
+            let reserved = self.policy.reserve()
+                && dest.window.concurrency >= 2
+                && dest.busy + 1 >= dest.window.concurrency
+                && class > Class::Small
+                && (0..class.idx()).all(|k| dest.inflight[k] == 0);
+            if dest.window_room() && !reserved {
                 let close_idle = if free > 0 {
                     Some(None)
                 } else if tr.workers == tr.cfg.process_limit {

@@ -49,7 +49,7 @@ pub use event::{
 };
 pub use ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 pub use limiter::{Limiter, LocalLimiter};
-pub use policy::{Fifo, Policy, ThreeClass, ThreeClassFixed};
+pub use policy::{Fifo, Policy, ThreeClass, ThreeClassFixed, ThreeClassReserve};
 pub use sched::{SchedError, Scheduler, Stats};
 pub use stats::{DestStats, TransportStats};
 pub use time::Time;

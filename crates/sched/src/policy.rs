@@ -20,6 +20,12 @@ pub trait Policy: std::fmt::Debug {
     fn reclass(&self) -> bool {
         true
     }
+    /// Whether a medium or large class may not take a destination's last
+    /// free connection slot while no smaller class holds a connection there
+    /// (the slot is kept for small senders that come).
+    fn reserve(&self) -> bool {
+        false
+    }
 }
 
 /// Wietse's three-class scheduler (the default).
@@ -55,6 +61,28 @@ impl Policy for ThreeClassFixed {
     }
     fn reclass(&self) -> bool {
         false
+    }
+}
+
+/// The three-class scheduler that keeps a destination's last connection
+/// slot for a smaller class (a comparison, docs/scheduler.md scenario 3: it
+/// halves the small senders' wait behind a list, and costs a lone large
+/// sender one connection of the window).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreeClassReserve;
+
+impl Policy for ThreeClassReserve {
+    fn name(&self) -> &'static str {
+        "three-class-reserve"
+    }
+    fn classify(&self, count: u32, thresholds: [u32; 2]) -> Class {
+        Class::from_count(count, thresholds)
+    }
+    fn shares(&self) -> bool {
+        true
+    }
+    fn reserve(&self) -> bool {
+        true
     }
 }
 

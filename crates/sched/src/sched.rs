@@ -632,7 +632,12 @@ impl Scheduler {
             self.defer_entry(now, e, "destination is dead", Some(dead.retry_at), true);
             return;
         }
+        let first = self.dests[d].queues[class.idx()].is_empty();
         self.dests[d].queue(class).push_back(e);
+        if first && self.dests[d].park == Park::Window && self.policy.reserve() {
+            // The slot a larger class may not take may be this class's.
+            self.unpark(d);
+        }
         self.ensure_ring(d, class);
     }
 
@@ -669,6 +674,7 @@ impl Scheduler {
             self.msgs[entry.message].workers -= 1;
             self.transports[t.0 as usize].inflight[entry.class.idx()] -= 1;
             self.dests[entry.dest].inflight[entry.class.idx()] -= 1;
+            self.dests[entry.dest].inflight_rcpts[entry.class.idx()] -= n;
         }
         let msg = &mut self.msgs[entry.message];
         msg.live_entries -= 1;
@@ -838,8 +844,14 @@ impl Scheduler {
         self.stats.transactions += 1;
     }
 
-    /// After a transaction or the opening: start the next job, idle, or close.
+    /// After the opening or an assignment: start the next job, idle, or close.
     pub(crate) fn conn_next(&mut self, now: Time, c: ConnId) {
+        self.conn_next_after(now, c, false);
+    }
+
+    /// Like `conn_next`; `waited` after a transaction, when the next job
+    /// has waited on the connection while smaller classes may have come.
+    fn conn_next_after(&mut self, now: Time, c: ConnId, waited: bool) {
         let conn = &self.conns[c];
         if conn.state != ConnState::Open || conn.in_flight.is_some() {
             return;
@@ -866,7 +878,7 @@ impl Scheduler {
             conn.retiring = true;
         }
         if let Some(e) = conn.backlog.pop_front() {
-            let e = self.share_swap(c, e);
+            let e = self.share_swap(c, e, waited);
             self.start(c, e);
         } else if conn.retiring || cache.is_zero() {
             self.close_conn(now, c);
@@ -884,18 +896,32 @@ impl Scheduler {
     }
 
     /// Before a waiting job starts: if its class is over its share of the
-    /// destination and another class with queued work is under it, the job
-    /// goes back to the head of its class queue and the other class's head
-    /// runs instead, so connection backlogs cannot starve a class.
-    fn share_swap(&mut self, c: ConnId, e: EntryId) -> EntryId {
+    /// destination and another class with queued work is under it, or
+    /// (`waited`) a smaller class with queued work is under its share, the
+    /// job goes back to the head of its class queue and the other class's
+    /// head runs instead, so connection backlogs cannot starve a class.
+    fn share_swap(&mut self, c: ConnId, e: EntryId, waited: bool) -> EntryId {
         if !self.policy.shares() || self.has_tx_limits {
             return e;
         }
         let (d, class) = (self.entries[e].dest, self.entries[e].class);
-        let want = self.dests[d].share_class_excluding(class, 1);
+        let n = self.entries[e].recipient_count();
+        let mut want = self.dests[d].share_class_excluding(class, 1, n);
         if want == class {
-            return e;
+            // Smaller classes wait in their queues, not behind larger jobs on
+            // connections (`may_wait_behind`): they still go before a job
+            // that waited there. (A job just assigned was the dispatcher's
+            // choice in the class round-robin.)
+            if !waited {
+                return e;
+            }
+            match self.dests[d].smaller_waiting(class, n) {
+                Some(k) => want = k,
+                None => return e,
+            }
         }
+        // Its head may belong to another class by now (`reclass`).
+        self.settle_head(d, want);
         let Some(f) = self.dests[d].queue(want).pop_front() else {
             return e;
         };
@@ -907,6 +933,7 @@ impl Scheduler {
         let t = self.dests[d].transport.0 as usize;
         self.transports[t].inflight[want.idx()] += 1;
         self.dests[d].inflight[want.idx()] += 1;
+        self.dests[d].inflight_rcpts[want.idx()] += self.entries[f].recipient_count();
         f
     }
 
@@ -967,6 +994,7 @@ impl Scheduler {
         let t = self.dests[d].transport.0 as usize;
         self.transports[t].inflight[class.idx()] -= 1;
         self.dests[d].inflight[class.idx()] -= 1;
+        self.dests[d].inflight_rcpts[class.idx()] -= self.entries[e].recipient_count();
         // Its key may have changed class while it was on the connection.
         let class = self.current_class(e);
         self.entries[e].class = class;
@@ -1153,7 +1181,7 @@ impl Scheduler {
             self.hosts.worked(h);
             self.positive(now, d);
             if self.conns.contains(c) {
-                self.conn_next(now, c);
+                self.conn_next_after(now, c, true);
             }
         }
         Ok(())
@@ -1369,6 +1397,7 @@ impl Scheduler {
         let t = self.dests[d].transport.0 as usize;
         self.transports[t].inflight[class.idx()] += 1;
         self.dests[d].inflight[class.idx()] += 1;
+        self.dests[d].inflight_rcpts[class.idx()] += self.entries[e].recipient_count();
         // Waiting jobs are ordered by class (smaller classes first, FIFO
         // within a class), so a connection's backlog does not undo the class
         // round-robin: a small sender's entry waits behind at most the

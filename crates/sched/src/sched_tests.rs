@@ -1266,3 +1266,6 @@ fn backoff_is_the_messages_age_as_in_postfix() {
     );
     assert_eq!(s.backoff(Time(1_000_000), m), Time(1_300_000), "capped");
 }
+
+#[path = "fair_tests.rs"]
+mod fair;

@@ -1,0 +1,94 @@
+//! Unit tests of what keeps small senders from waiting behind a mailing
+//! list (docs/scheduler.md, scenario 3): connection backlogs, the share
+//! swap and the reserved connection slot.
+
+use super::*;
+use crate::ThreeClassReserve;
+
+/// Thresholds at which a 2-entry list is large and a 1-entry sender small.
+fn list_cfg(window: u32, backlog: u32) -> SchedConfig {
+    let mut c = cfg();
+    let t = &mut c.transports[0];
+    t.sender_class_thresholds = [1, 2];
+    t.initial_destination_concurrency = window;
+    t.destination_concurrency_limit = window;
+    t.connection_backlog_limit = backlog;
+    t.destination_recipient_limit = 50;
+    c
+}
+
+fn done(s: &mut Scheduler, now: Time, (conn, entry, r): (ConnId, EntryId, Vec<u32>)) {
+    s.handle(
+        now,
+        Event::DeliveryDone {
+            conn,
+            entry,
+            results: ok(&r),
+            conn_failed: false,
+        },
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_small_entry_does_not_wait_behind_a_list_transaction_but_goes_first() {
+    let mut s = Scheduler::new(list_cfg(1, 3)).unwrap();
+    let c = opens(&add_read(&mut s, Time(0), 1, "list@x", "d.example", 100));
+    assert_eq!(c.len(), 1);
+    s.handle(Time(1), Event::ConnectionOpened { conn: c[0] })
+        .unwrap();
+    let first = starts(&actions(&mut s)).remove(0);
+    assert_eq!(first.2.len(), 50, "a list transaction runs");
+    assert_eq!(
+        s.conn_jobs(c[0]).len(),
+        2,
+        "the list's second entry waits on it"
+    );
+    add_read(&mut s, Time(2), 2, "small@y", "d.example", 1);
+    let d = s.dest_id(TransportId(0), "d.example").unwrap();
+    assert_eq!(
+        s.queued(d),
+        [1, 0, 0],
+        "the small entry waits in its queue, not behind 50 recipients"
+    );
+    done(&mut s, Time(3), first);
+    let next = starts(&actions(&mut s));
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].2.len(), 1, "the small entry goes before the list's");
+    assert_eq!(s.queued(d), [0, 0, 0]);
+    assert_eq!(
+        s.conn_jobs(c[0]).len(),
+        2,
+        "the list's entry waits behind it"
+    );
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn a_small_entry_may_wait_behind_a_small_one() {
+    let mut s = Scheduler::new(list_cfg(1, 2)).unwrap();
+    let c = opens(&add_read(&mut s, Time(0), 1, "a@x", "d.example", 1));
+    s.handle(Time(1), Event::ConnectionOpened { conn: c[0] })
+        .unwrap();
+    add_read(&mut s, Time(2), 2, "b@y", "d.example", 1);
+    assert_eq!(s.conn_jobs(c[0]).len(), 2, "pipelined behind its peer");
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn the_reserving_policy_keeps_the_last_slot_for_a_smaller_class() {
+    let mut s = Scheduler::with_policy(list_cfg(3, 1), Box::new(ThreeClassReserve)).unwrap();
+    let a = add_read(&mut s, Time(0), 1, "list@x", "d.example", 250);
+    assert_eq!(opens(&a).len(), 2, "the list alone takes 2 of 3 slots");
+    let a = add_read(&mut s, Time(1), 2, "small@y", "d.example", 1);
+    assert_eq!(
+        opens(&a).len(),
+        1,
+        "the small sender gets the third at once"
+    );
+    s.check_invariants().unwrap();
+    // Without the reservation the list fills the window.
+    let mut s = Scheduler::new(list_cfg(3, 1)).unwrap();
+    let a = add_read(&mut s, Time(0), 1, "list@x", "d.example", 250);
+    assert_eq!(opens(&a).len(), 3);
+}
