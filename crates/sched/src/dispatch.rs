@@ -52,7 +52,12 @@ impl Scheduler {
         while idle_rounds < n {
             let t = self.rr_transport % n;
             self.rr_transport = (t + 1) % n;
-            if self.dispatch_one(now, TransportId(t as u32)) {
+            let done = if self.preemptive() {
+                self.dispatch_jobs(now, TransportId(t as u32))
+            } else {
+                self.dispatch_one(now, TransportId(t as u32))
+            };
+            if done {
                 idle_rounds = 0;
             } else {
                 idle_rounds += 1;
@@ -60,17 +65,10 @@ impl Scheduler {
         }
     }
 
-    /// fanf's allowed_new_worker for the message.
-    fn allowed_new_worker(&self, m: MsgId, free_workers: u32) -> bool {
-        let w = self.msgs[m].workers;
-        w < self.cfg.max_message_concurrency
-            || w < self.cfg.scale_max_concurrency.saturating_mul(free_workers)
-    }
-
-    /// One decision on transport `t`; false when nothing could be started.
-    fn dispatch_one(&mut self, now: Time, t: TransportId) -> bool {
-        let ti = t.0 as usize;
-        // Wake destinations that wait for a worker, as many as could get one.
+    /// Wakes destinations that wait for a worker of transport `ti`, as many
+    /// as could get one.
+    pub(crate) fn wake_waiting(&mut self, ti: usize) {
+        let t = TransportId(ti as u32);
         let tr = &self.transports[ti];
         let mut wake = (tr.free_workers() as usize + tr.idle.len()).min(tr.waiting.len());
         while wake > 0 {
@@ -86,6 +84,19 @@ impl Scheduler {
                 self.unpark(d);
             }
         }
+    }
+
+    /// fanf's allowed_new_worker for the message.
+    fn allowed_new_worker(&self, m: MsgId, free_workers: u32) -> bool {
+        let w = self.msgs[m].workers;
+        w < self.cfg.max_message_concurrency
+            || w < self.cfg.scale_max_concurrency.saturating_mul(free_workers)
+    }
+
+    /// One decision on transport `t`; false when nothing could be started.
+    fn dispatch_one(&mut self, now: Time, t: TransportId) -> bool {
+        let ti = t.0 as usize;
+        self.wake_waiting(ti);
         let (order, k) = self.transports[ti].class_order(self.policy.shares());
         for &class in &order[..k] {
             let c = class.idx();
@@ -137,7 +148,7 @@ impl Scheduler {
         false
     }
 
-    fn try_dispatch(
+    pub(crate) fn try_dispatch(
         &mut self,
         now: Time,
         t: TransportId,

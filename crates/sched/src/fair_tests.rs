@@ -3,7 +3,7 @@
 //! swap and the reserved connection slot.
 
 use super::*;
-use crate::ThreeClassReserve;
+use crate::{Nqmgr, SlotParams, ThreeClassReserve};
 
 /// Thresholds at which a 2-entry list is large and a 1-entry sender small.
 fn list_cfg(window: u32, backlog: u32) -> SchedConfig {
@@ -91,4 +91,86 @@ fn the_reserving_policy_keeps_the_last_slot_for_a_smaller_class() {
     let mut s = Scheduler::new(list_cfg(3, 1)).unwrap();
     let a = add_read(&mut s, Time(0), 1, "list@x", "d.example", 250);
     assert_eq!(opens(&a).len(), 3);
+}
+
+/// Runs one connection (window 1, one job at a time) and returns the queue
+/// ids of the entries in the order they were started: each delivery frees
+/// the one delivery slot for the next selection.
+fn slot_sequence(params: SlotParams, jobs: &[(u64, u32)]) -> (Vec<u64>, u64) {
+    let mut c = cfg();
+    let t = &mut c.transports[0];
+    t.initial_destination_concurrency = 1;
+    t.destination_concurrency_limit = 1;
+    t.connection_backlog_limit = 1;
+    t.destination_recipient_limit = 1;
+    let mut s = Scheduler::with_policy(c, Box::new(Nqmgr(params))).unwrap();
+    let mut pending = Vec::new();
+    for &(q, n) in jobs {
+        pending.extend(add_read(
+            &mut s,
+            Time(0),
+            q,
+            &format!("s{q}@x"),
+            "d.example",
+            n,
+        ));
+    }
+    let conn = opens(&pending)[0];
+    s.handle(Time(1), Event::ConnectionOpened { conn }).unwrap();
+    let mut order = Vec::new();
+    let mut now = 1;
+    let mut ready = starts(&actions(&mut s));
+    while let Some(st) = ready.pop() {
+        let e = st.1;
+        order.push(s.msgs[s.entries[e].message].queue_id.0);
+        now += 1;
+        done(&mut s, Time(now), st);
+        s.check_invariants().unwrap();
+        ready.extend(starts(&actions(&mut s)));
+    }
+    (order, s.preemptions())
+}
+
+fn digits(v: &[u64]) -> String {
+    v.iter().map(|q| q.to_string()).collect()
+}
+
+#[test]
+fn nqmgr_preempts_as_the_sched_readme_shows() {
+    // SCHED_README: a ten-recipient mail followed by two two-recipient
+    // mails, slot cost 2. Preempting once all the slots are earned:
+    let full = SlotParams {
+        cost: 2,
+        loan: 0,
+        discount: 0,
+        min_slots: 3,
+    };
+    let (order, n) = slot_sequence(full, &[(1, 10), (2, 2), (3, 2)]);
+    assert_eq!(digits(&order), "11112211113311");
+    assert_eq!(n, 2);
+    // ... and waiting for only 50 % of them, the rest paid back later:
+    let loan = SlotParams {
+        discount: 50,
+        ..full
+    };
+    let (order, _) = slot_sequence(loan, &[(1, 10), (2, 2), (3, 2)]);
+    assert_eq!(digits(&order), "11221111331111");
+}
+
+#[test]
+fn nqmgr_lets_one_small_job_in_per_slot_cost_entries_with_the_defaults() {
+    // Cost 5, loan 3, discount 50: the first small job goes in after one
+    // list entry (loan), then one per five list entries.
+    let mut jobs = vec![(1, 40)];
+    jobs.extend((2..=6).map(|q| (q, 1)));
+    let (order, n) = slot_sequence(SlotParams::default(), &jobs);
+    assert_eq!(n, 5);
+    let at: Vec<usize> = (2..=6)
+        .map(|q| order.iter().position(|&x| x == q).unwrap())
+        .collect();
+    assert_eq!(at, [1, 7, 13, 19, 25], "{}", digits(&order));
+    // A job too small to earn the minimum slots is never preempted.
+    let (order, n) = slot_sequence(SlotParams::default(), &[(1, 10), (2, 1)]);
+    assert_eq!(n, 0);
+    assert_eq!(order.iter().position(|&x| x == 2), Some(10));
 }

@@ -33,6 +33,7 @@ pub mod limiter;
 mod memory;
 pub mod message;
 pub mod policy;
+mod preempt;
 mod reclass;
 pub mod rng;
 mod sched;
@@ -49,7 +50,7 @@ pub use event::{
 };
 pub use ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 pub use limiter::{Limiter, LocalLimiter};
-pub use policy::{Fifo, Policy, ThreeClass, ThreeClassFixed, ThreeClassReserve};
+pub use policy::{Fifo, Nqmgr, Policy, SlotParams, ThreeClass, ThreeClassFixed, ThreeClassReserve};
 pub use sched::{SchedError, Scheduler, Stats};
 pub use stats::{DestStats, TransportStats};
 pub use time::Time;

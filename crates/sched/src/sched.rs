@@ -133,6 +133,8 @@ pub struct Scheduler {
     host_news: BTreeMap<Box<str>, Time>,
     /// Job ids, sender and entry domains for shaping.
     pub(crate) side: ShapeSide,
+    /// nqmgr's job lists, one per transport, with a preemptive policy.
+    pub(crate) jobs: Vec<crate::preempt::JobList>,
 }
 
 /// A limiter that can be printed (so the scheduler derives Debug).
@@ -169,6 +171,9 @@ impl Scheduler {
             .limits
             .iter()
             .any(|r| r.scope == crate::limiter::Scope::Connect);
+        let jobs = policy.preemption().map_or(Vec::new(), |p| {
+            vec![crate::preempt::JobList::new(p); n_transports]
+        });
         Ok(Scheduler {
             cfg,
             policy,
@@ -197,6 +202,7 @@ impl Scheduler {
             dead_news: BTreeMap::new(),
             host_news: BTreeMap::new(),
             side: ShapeSide::default(),
+            jobs,
         }
         .with_shaping())
     }
@@ -634,6 +640,10 @@ impl Scheduler {
         }
         let first = self.dests[d].queues[class.idx()].is_empty();
         self.dests[d].queue(class).push_back(e);
+        if self.preemptive() {
+            let t = self.dests[d].transport;
+            self.job_entry_queued(now, t, m, d, true);
+        }
         if first && self.dests[d].park == Park::Window && self.policy.reserve() {
             // The slot a larger class may not take may be this class's.
             self.unpark(d);
@@ -779,6 +789,9 @@ impl Scheduler {
         }
         if msg.live_entries == 0 && msg.unread == 0 {
             let msg = self.msgs.remove(m);
+            for jl in &mut self.jobs {
+                jl.free(m);
+            }
             self.msg_index.remove(&msg.queue_id);
             for k in [
                 self.side.jobs.remove(&m),
@@ -1000,6 +1013,12 @@ impl Scheduler {
         self.entries[e].class = class;
         self.dests[d].queue(class).push_front(e);
         self.ensure_ring(d, class);
+        if self.preemptive() {
+            // qmgr_entry_unselect; the job is linked again if it was
+            // retired. (It exists: its entry does; the time is its own.)
+            let t = self.dests[d].transport;
+            self.job_entry_queued(Time::ZERO, t, m, d, false);
+        }
     }
 
     fn connection_failed(
@@ -1041,6 +1060,10 @@ impl Scheduler {
             let class = self.entries[e].class;
             self.dests[d].queue(class).push_front(e);
             self.ensure_ring(d, class);
+            if self.preemptive() {
+                let (t, m) = (self.dests[d].transport, self.entries[e].message);
+                self.job_entry_queued(now, t, m, d, false);
+            }
         }
         self.drop_conn(now, c);
         if let Some(e) = first {
@@ -1191,6 +1214,10 @@ impl Scheduler {
 
     /// Puts a destination in its class ring if it has work there and is not parked.
     pub(crate) fn ensure_ring(&mut self, d: DestId, c: Class) {
+        if self.preemptive() {
+            // nqmgr selects by job, not by class ring.
+            return;
+        }
         let dest = &mut self.dests[d];
         if !dest.in_ring[c.idx()] && dest.park == Park::No && !dest.queues[c.idx()].is_empty() {
             dest.in_ring[c.idx()] = true;
@@ -1218,8 +1245,12 @@ impl Scheduler {
             return;
         };
         dest.park = Park::No;
+        let t = dest.transport.0 as usize;
         for c in Class::ALL {
             self.ensure_ring(d, c);
+        }
+        if let Some(jl) = self.jobs.get_mut(t) {
+            jl.unblocked(d);
         }
     }
 
@@ -1299,6 +1330,9 @@ impl Scheduler {
                 tr.fb = crate::feedback::FeedbackParams::from_transport(tc);
             } else {
                 self.transports.push(Transport::new(tc.clone()));
+                if let Some(p) = self.policy.preemption() {
+                    self.jobs.push(crate::preempt::JobList::new(p));
+                }
                 self.dest_index.push(BTreeMap::new());
             }
         }
