@@ -1,6 +1,7 @@
 //! Unit tests of what keeps small senders from waiting behind a mailing
 //! list (docs/scheduler.md, scenario 3): connection backlogs, the share
-//! swap and the reserved connection slot.
+//! swap, the reserved connection slot and nqmgr's preemption; and of a
+//! destination kept alive by its delivering connections (issue 20).
 
 use super::*;
 use crate::{Nqmgr, SlotParams, ThreeClassReserve};
@@ -173,4 +174,73 @@ fn nqmgr_lets_one_small_job_in_per_slot_cost_entries_with_the_defaults() {
     let (order, n) = slot_sequence(SlotParams::default(), &[(1, 10), (2, 1)]);
     assert_eq!(n, 0);
     assert_eq!(order.iter().position(|&x| x == 2), Some(10));
+}
+
+/// A server that greets one session and refuses (421) every other: the
+/// other connections fail until none is left; whether it was declared dead.
+fn refused_beyond_one(dead_while_delivering: bool) -> (bool, u32) {
+    let mut c = cfg();
+    let t = &mut c.transports[0];
+    t.connection_backlog_limit = 1;
+    t.dead_while_delivering = dead_while_delivering;
+    let mut s = Scheduler::new(c).unwrap();
+    let mut opened = Vec::new();
+    for q in 0..30 {
+        opened.extend(opens(&add_read(
+            &mut s,
+            Time(0),
+            q,
+            &format!("s{q}@x"),
+            "d.example",
+            1,
+        )));
+    }
+    assert_eq!(opened.len(), 5, "the initial window");
+    let live = opened[0];
+    s.handle(Time(1), Event::ConnectionOpened { conn: live })
+        .unwrap();
+    assert_eq!(
+        starts(&actions(&mut s)).len(),
+        1,
+        "the live session delivers"
+    );
+    let mut now = 1;
+    loop {
+        let next = s.conns.iter().map(|(c, _)| c).find(|&c| c != live);
+        let Some(conn) = next else { break };
+        now += 1;
+        s.handle(
+            Time(now),
+            Event::ConnectionFailed {
+                conn,
+                failure: ConnFailure::Handshake,
+                reason: "421 4.7.0 too many connections".into(),
+            },
+        )
+        .unwrap();
+        actions(&mut s);
+        s.check_invariants().unwrap();
+    }
+    let d = s.dest_id(TransportId(0), "d.example").unwrap();
+    (s.dead_until(d).is_some(), s.window(d).unwrap())
+}
+
+#[test]
+fn a_destination_whose_session_delivers_is_not_declared_dead() {
+    // Postfix's rule: the 421s are a failed pseudo-cohort, dead.
+    assert_eq!(refused_beyond_one(true), (true, 0));
+    // Sluice's default: the window drops to the session that delivers.
+    assert_eq!(refused_beyond_one(false), (false, 1));
+}
+
+#[test]
+fn without_a_delivering_session_the_pseudo_cohort_rule_stands() {
+    let mut s = Scheduler::new(cfg()).unwrap();
+    for q in 0..10 {
+        add_read(&mut s, Time(0), q, &format!("s{q}@x"), "d.example", 1);
+    }
+    actions(&mut s);
+    fail_all(&mut s, Time(30_000), ConnFailure::Unreachable);
+    let d = s.dest_id(TransportId(0), "d.example").unwrap();
+    assert!(s.dead_until(d).is_some(), "dead with the default setting");
 }

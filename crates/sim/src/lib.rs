@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod deadlive;
 pub mod engine;
 pub mod policybench;
 pub mod scenarios;

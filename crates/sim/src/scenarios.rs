@@ -173,7 +173,7 @@ pub(crate) fn run(
 }
 
 /// Scenario names.
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "limiter",
     "fairness",
     "mailing-list",
@@ -183,6 +183,7 @@ pub const NAMES: [&str; 9] = [
     "burst",
     "shaping",
     "shaping-ramp",
+    "dead-live",
 ];
 
 /// Runs a scenario by name.
@@ -197,6 +198,7 @@ pub fn run_scenario(name: &str, quick: bool, seed: u64) -> Option<Output> {
         "burst" => burst(quick, seed),
         "shaping" => crate::shaping::shaping(quick, seed),
         "shaping-ramp" => crate::shaping::ramp(quick, seed),
+        "dead-live" => crate::deadlive::dead_live(quick, seed),
         _ => return None,
     })
 }

@@ -198,3 +198,21 @@ fn a_ts04_reply_suspends_then_ramps_back_in_steps() {
         "other mail flows"
     );
 }
+
+#[test]
+fn a_server_that_refuses_sessions_beyond_two_is_not_declared_dead_while_they_deliver() {
+    let o = run("dead-live");
+    // Postfix's rule: the 421s beyond the limit are failed pseudo-cohorts.
+    assert!(fig(&o, "limited_postfix_dead_events") >= 1.0);
+    // The default: never dead, everything delivered, sooner.
+    assert_eq!(fig(&o, "limited_live_dead_events"), 0.0);
+    assert_eq!(fig(&o, "limited_live_delivered"), 500.0);
+    assert!(fig(&o, "limited_live_drain_s") < fig(&o, "limited_postfix_drain_s"));
+    // A really dead server is declared dead either way, after its first
+    // connect timeouts.
+    for k in ["dead_postfix", "dead_live"] {
+        assert!(fig(&o, &format!("{k}_dead_events")) >= 2.0, "{k}");
+        assert!(fig(&o, &format!("{k}_first_dead_s")) <= 120.0, "{k}");
+        assert_eq!(fig(&o, &format!("{k}_delivered")), 0.0, "{k}");
+    }
+}
