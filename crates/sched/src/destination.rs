@@ -196,14 +196,14 @@ impl Destination {
             .unwrap_or(c)
     }
 
-    /// A class smaller than `c` with queued entries and under its share: it
-    /// goes before a waiting job of `c` (one with `own_rcpts` recipients,
-    /// not counted), as if it had been queued on the connection ahead of it.
-    pub fn smaller_waiting(&self, c: Class, own_rcpts: u32) -> Option<Class> {
-        Class::ALL[..c.idx()].iter().copied().find(|&k| {
-            !self.queues[k.idx()].is_empty()
-                && self.under_share(self.inflight_rcpts[k.idx()], 1, own_rcpts)
-        })
+    /// A class smaller than `c` with queued entries: it goes before a
+    /// waiting job of `c`, as if it had been queued on the connection ahead
+    /// of it (connection backlogs are ordered by class).
+    pub fn smaller_waiting(&self, c: Class) -> Option<Class> {
+        Class::ALL[..c.idx()]
+            .iter()
+            .copied()
+            .find(|&k| !self.queues[k.idx()].is_empty())
     }
 
     /// Whether a class holding `held` recipients in flight is under its

@@ -465,16 +465,6 @@ impl Scheduler {
         false
     }
 
-    /// Delivery slots bookkeeping for tests: (slots available, level) of `m`'s job.
-    #[cfg(test)]
-    pub(crate) fn job_slots(&self, t: usize, m: MsgId) -> Option<(i64, i32)> {
-        self.jobs
-            .get(t)?
-            .jobs
-            .get(&m)
-            .map(|j| (j.slots_available, j.level))
-    }
-
     /// Preemptions done on every transport.
     pub fn preemptions(&self) -> u64 {
         self.jobs.iter().map(|j| j.preemptions).sum()

@@ -928,7 +928,7 @@ impl Scheduler {
             if !waited {
                 return e;
             }
-            match self.dests[d].smaller_waiting(class, n) {
+            match self.dests[d].smaller_waiting(class) {
                 Some(k) => want = k,
                 None => return e,
             }
