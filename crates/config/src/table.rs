@@ -219,6 +219,7 @@ static PARAMS: &[ParamSpec] = &[
     t("default_destination_concurrency_positive_feedback", F, "1/concurrency", "Concurrency increase after a delivery without connection or handshake failure."),
     t("default_destination_concurrency_negative_feedback", F, "1/concurrency", "Concurrency decrease after a connection or handshake failure."),
     t("default_destination_concurrency_failed_cohort_limit", I, "1", "Failed pseudo-cohorts after which a destination at concurrency 1 is declared dead."),
+    t("default_destination_dead_while_delivering", B, "no", "Declare a destination dead after the failed pseudo-cohorts even while one of its connections is open and delivers (Postfix's rule); with no, its concurrency window drops to those connections instead (a server that takes a few sessions and answers 421 to the rest)."),
     t("default_destination_rate_delay", SEC, "0s", "Pause between deliveries to one destination (0: none)."),
     t("default_transport_rate_delay", SEC, "0s", "Pause between deliveries through one transport (0: none)."),
     t("transport_retry_time", SEC, "60s", "Time between attempts to use a transport whose agents failed."),

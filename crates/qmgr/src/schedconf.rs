@@ -93,6 +93,7 @@ pub fn build(cfg: &Config, services: &[ServiceDef], seed: u64) -> Result<SchedCo
                 feedback(t.feedback("default_destination_concurrency_negative_feedback"));
             tc.failed_cohort_limit =
                 t.int("default_destination_concurrency_failed_cohort_limit") as f64;
+            tc.dead_while_delivering = t.bool("default_destination_dead_while_delivering");
             let th = t.ints("sender_class_thresholds");
             if th.len() == 2 {
                 tc.sender_class_thresholds = [u32_of(th[0]), u32_of(th[1])];

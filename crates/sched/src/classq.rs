@@ -41,6 +41,14 @@ impl ClassQueue {
         self.fifo.pop_front()
     }
 
+    /// Takes `e` out from wherever it waits (O(length)); whether it was there.
+    pub fn remove(&mut self, e: EntryId) -> bool {
+        match self.fifo.iter().position(|&x| x == e) {
+            Some(i) => self.fifo.remove(i).is_some(),
+            None => false,
+        }
+    }
+
     /// Takes every entry out (dead destination).
     pub fn drain(&mut self) -> Vec<EntryId> {
         self.fifo.drain(..).collect()

@@ -77,6 +77,13 @@ pub struct TransportConfig {
     pub feedback_hysteresis: u32,
     /// `<transport>_destination_concurrency_failed_cohort_limit` (1).
     pub failed_cohort_limit: f64,
+    /// `<transport>_destination_dead_while_delivering` (no): whether the
+    /// failed pseudo-cohort rule declares a destination dead while one of
+    /// its connections is open and delivers (Postfix: yes). With
+    /// `false` such a destination's window drops to the connections that
+    /// deliver instead (a server that takes N sessions and answers 421 to
+    /// the rest).
+    pub dead_while_delivering: bool,
     /// `<transport>_sender_class_thresholds` (10, 1000): small below the first, large from the second.
     pub sender_class_thresholds: [u32; 2],
     /// `<transport>_scheduler_class_key` (sender).
@@ -113,6 +120,7 @@ impl TransportConfig {
             negative_feedback: FeedbackFn::PerConcurrency(1.0),
             feedback_hysteresis: 1,
             failed_cohort_limit: 1.0,
+            dead_while_delivering: false,
             sender_class_thresholds: [10, 1000],
             scheduler_class_key: ClassKey::Sender,
             connection_backlog_limit: 2,

@@ -5,7 +5,9 @@
 //! also revives a dead destination: "back from the almost grave", window =
 //! busy or initial), negative feedback after a failed connection or
 //! handshake, and, when the failed pseudo-cohorts pass the limit, declares
-//! the destination dead: its waiting entries are deferred (one journal record
+//! the destination dead (unless `<transport>_destination_dead_while_delivering`
+//! is off and one of its connections is open and delivers: then its
+//! window drops to those connections): its waiting entries are deferred (one journal record
 //! per message) until a retry time that doubles from `minimal_backoff_time`
 //! to `maximal_backoff_time` per consecutive death; its idle connections
 //! close. Panics: never.
@@ -48,7 +50,29 @@ impl Scheduler {
     pub(crate) fn negative(&mut self, now: Time, d: DestId) {
         let t = self.dests[d].transport.0 as usize;
         let fb = self.transports[t].fb;
+        let before = self.dests[d].window.concurrency;
         match self.dests[d].window.failure(&fb) {
+            Change::Dead if !self.transports[t].cfg.dead_while_delivering => {
+                // Connections that the server greeted and that deliver (a
+                // transaction running or done) show it alive: it refuses
+                // sessions beyond some number (421 to the rest), and that
+                // many is the window. Without any, the failed pseudo-cohort
+                // rule stands.
+                let live = self.dests[d]
+                    .conns
+                    .iter()
+                    .filter(|&&c| {
+                        let x = &self.conns[c];
+                        x.state == ConnState::Open && (x.transactions > 0 || x.in_flight.is_some())
+                    })
+                    .count() as u32;
+                if live == 0 {
+                    self.dest_dead(now, d);
+                } else {
+                    self.dests[d].window.revive(live);
+                    self.window_notice(d, before, live);
+                }
+            }
             Change::Dead => self.dest_dead(now, d),
             Change::Window(from, to) => self.window_notice(d, from, to),
             Change::Same => {}

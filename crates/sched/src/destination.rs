@@ -95,6 +95,8 @@ pub struct Destination {
     pub queues: [ClassQueue; 3],
     /// Entries on connections, per class (for the per-destination class shares).
     pub inflight: [u32; 3],
+    /// Their recipients, per class (the shares weigh entries by recipients).
+    pub inflight_rcpts: [u32; 3],
     /// Whether it is in each class ring.
     pub in_ring: [bool; 3],
     /// Parking state.
@@ -130,6 +132,7 @@ impl Destination {
             queues: Default::default(),
             in_ring: [false; 3],
             inflight: [0; 3],
+            inflight_rcpts: [0; 3],
             park: Park::No,
             dead: None,
             backoff_ms: 0,
@@ -167,26 +170,61 @@ impl Destination {
     }
 
     /// The class to serve instead of `c` so that every class with work gets
-    /// at least its share (window / classes with work) of this destination;
-    /// `c` itself when it is under its share or nobody else is.
+    /// at least its share of this destination; `c` itself when it is under
+    /// its share or nobody else is.
+    ///
+    /// The share is window / classes with work, in entries of the mean size
+    /// in flight: a class's entries in flight count by their recipients, so
+    /// five 50-recipient list transactions hold as much of the destination
+    /// as 250 one-recipient ones (they keep its connections 25 times as
+    /// long). With entries of one size this is the share in entries.
     pub fn share_class(&self, c: Class) -> Class {
-        self.share_class_excluding(c, 0)
+        self.share_class_excluding(c, 0, 0)
     }
 
     /// Like `share_class`, not counting `own` of class `c`'s entries in
-    /// flight (the entry being decided about is already on a connection).
-    pub fn share_class_excluding(&self, c: Class, own: u32) -> Class {
-        let active = (0..3)
-            .filter(|&k| !self.queues[k].is_empty() || self.inflight[k] > 0)
-            .count() as u32;
-        let share = (self.window.concurrency / active.max(1)).max(1);
-        if self.inflight[c.idx()].saturating_sub(own) < share {
+    /// flight, with `own_rcpts` recipients (the entry being decided about
+    /// is already on a connection).
+    pub fn share_class_excluding(&self, c: Class, own: u32, own_rcpts: u32) -> Class {
+        let mine = self.inflight_rcpts[c.idx()].saturating_sub(own_rcpts);
+        if self.under_share(mine, own, own_rcpts) {
             return c;
         }
         Class::ALL
             .into_iter()
-            .find(|k| !self.queues[k.idx()].is_empty() && self.inflight[k.idx()] < share)
+            .find(|k| {
+                !self.queues[k.idx()].is_empty()
+                    && self.under_share(self.inflight_rcpts[k.idx()], own, own_rcpts)
+            })
             .unwrap_or(c)
+    }
+
+    /// A class smaller than `c` with queued entries: it goes before a
+    /// waiting job of `c`, as if it had been queued on the connection ahead
+    /// of it (connection backlogs are ordered by class).
+    pub fn smaller_waiting(&self, c: Class) -> Option<Class> {
+        Class::ALL[..c.idx()]
+            .iter()
+            .copied()
+            .find(|&k| !self.queues[k.idx()].is_empty())
+    }
+
+    /// Whether a class holding `held` recipients in flight is under its
+    /// share: held < share x mean recipients per entry in flight, not
+    /// counting one entry (`own`, `own_rcpts`) being decided about.
+    fn under_share(&self, held: u32, own: u32, own_rcpts: u32) -> bool {
+        let active = (0..3)
+            .filter(|&x| !self.queues[x].is_empty() || self.inflight[x] > 0)
+            .count() as u32;
+        let share = u64::from((self.window.concurrency / active.max(1)).max(1));
+        let entries = u64::from(self.inflight.iter().sum::<u32>().saturating_sub(own));
+        let rcpts = u64::from(
+            self.inflight_rcpts
+                .iter()
+                .sum::<u32>()
+                .saturating_sub(own_rcpts),
+        );
+        entries == 0 || u64::from(held) * entries < share * rcpts
     }
 
     /// True when nothing refers to it and it may be forgotten.
@@ -247,18 +285,50 @@ mod tests {
         );
         d.queues[0].push_back(crate::ids::EntryId(1));
         d.queues[1].push_back(crate::ids::EntryId(2));
+        // One recipient per entry: the share is in entries.
         d.inflight = [1, 15, 0];
+        d.inflight_rcpts = d.inflight;
         // share = 20 / 2 = 10: Medium is over it, Small under.
         assert_eq!(d.share_class(Class::Medium), Class::Small);
         assert_eq!(d.share_class(Class::Small), Class::Small);
         d.inflight = [10, 9, 0];
+        d.inflight_rcpts = d.inflight;
         assert_eq!(d.share_class(Class::Medium), Class::Medium);
         d.queues[0].pop_front();
         d.inflight = [0, 19, 0];
+        d.inflight_rcpts = d.inflight;
         assert_eq!(
             d.share_class(Class::Medium),
             Class::Medium,
             "nobody else has work"
         );
+    }
+
+    #[test]
+    fn shares_weigh_entries_by_recipients() {
+        let mut d = Destination::new(
+            TransportId(0),
+            "lists.example",
+            9,
+            Duration::from_secs(300),
+            Time(0),
+        );
+        d.queues[0].push_back(crate::ids::EntryId(1));
+        d.queues[2].push_back(crate::ids::EntryId(2));
+        // Five 50-recipient list entries and four one-recipient ones in
+        // flight: by entries the small class is at its share (9 / 2 = 4),
+        // by recipients it holds 4 of 254 and stays under it.
+        d.inflight = [4, 0, 5];
+        d.inflight_rcpts = [4, 0, 250];
+        assert_eq!(d.share_class(Class::Large), Class::Small);
+        assert_eq!(d.share_class(Class::Small), Class::Small);
+        // The list with nothing in flight is under its share again.
+        d.inflight = [9, 0, 0];
+        d.inflight_rcpts = [9, 0, 0];
+        assert_eq!(d.share_class(Class::Small), Class::Large);
+        // Not counting the entry being decided about.
+        d.inflight = [4, 0, 1];
+        d.inflight_rcpts = [4, 0, 50];
+        assert_eq!(d.share_class_excluding(Class::Large, 1, 50), Class::Large);
     }
 }

@@ -52,7 +52,12 @@ impl Scheduler {
         while idle_rounds < n {
             let t = self.rr_transport % n;
             self.rr_transport = (t + 1) % n;
-            if self.dispatch_one(now, TransportId(t as u32)) {
+            let done = if self.preemptive() {
+                self.dispatch_jobs(now, TransportId(t as u32))
+            } else {
+                self.dispatch_one(now, TransportId(t as u32))
+            };
+            if done {
                 idle_rounds = 0;
             } else {
                 idle_rounds += 1;
@@ -60,17 +65,10 @@ impl Scheduler {
         }
     }
 
-    /// fanf's allowed_new_worker for the message.
-    fn allowed_new_worker(&self, m: MsgId, free_workers: u32) -> bool {
-        let w = self.msgs[m].workers;
-        w < self.cfg.max_message_concurrency
-            || w < self.cfg.scale_max_concurrency.saturating_mul(free_workers)
-    }
-
-    /// One decision on transport `t`; false when nothing could be started.
-    fn dispatch_one(&mut self, now: Time, t: TransportId) -> bool {
-        let ti = t.0 as usize;
-        // Wake destinations that wait for a worker, as many as could get one.
+    /// Wakes destinations that wait for a worker of transport `ti`, as many
+    /// as could get one.
+    pub(crate) fn wake_waiting(&mut self, ti: usize) {
+        let t = TransportId(ti as u32);
         let tr = &self.transports[ti];
         let mut wake = (tr.free_workers() as usize + tr.idle.len()).min(tr.waiting.len());
         while wake > 0 {
@@ -86,6 +84,19 @@ impl Scheduler {
                 self.unpark(d);
             }
         }
+    }
+
+    /// fanf's allowed_new_worker for the message.
+    fn allowed_new_worker(&self, m: MsgId, free_workers: u32) -> bool {
+        let w = self.msgs[m].workers;
+        w < self.cfg.max_message_concurrency
+            || w < self.cfg.scale_max_concurrency.saturating_mul(free_workers)
+    }
+
+    /// One decision on transport `t`; false when nothing could be started.
+    fn dispatch_one(&mut self, now: Time, t: TransportId) -> bool {
+        let ti = t.0 as usize;
+        self.wake_waiting(ti);
         let (order, k) = self.transports[ti].class_order(self.policy.shares());
         for &class in &order[..k] {
             let c = class.idx();
@@ -137,7 +148,7 @@ impl Scheduler {
         false
     }
 
-    fn try_dispatch(
+    pub(crate) fn try_dispatch(
         &mut self,
         now: Time,
         t: TransportId,
@@ -156,7 +167,7 @@ impl Scheduler {
         let m = self.entries[e].message;
         let side = self.entry_side(e);
         let sid = side.as_ref().map(|s| s.id);
-        let plan = self.plan(now, t, d, m, sid);
+        let plan = self.plan(now, t, d, m, sid, class);
         if let Plan::Block(p) = plan {
             return Err(p);
         }
@@ -242,6 +253,23 @@ impl Scheduler {
         self.limiter.acquire(now, scope, &key)
     }
 
+    /// Whether an entry of `class` may wait in connection `c`'s backlog:
+    /// not behind a job of a larger class. A list's 50-recipient
+    /// transaction takes 25 times a one-recipient message's time, and a
+    /// small sender queued behind it waited for it (docs/scheduler.md,
+    /// scenario 3); it waits in its class queue instead, where the next
+    /// connection to free up serves it.
+    fn may_wait_behind(&self, c: ConnId, class: Class) -> bool {
+        if !self.policy.shares() {
+            return true;
+        }
+        let x = &self.conns[c];
+        x.in_flight
+            .iter()
+            .chain(x.backlog.iter())
+            .all(|&e| self.entries[e].class <= class)
+    }
+
     /// fanf's free ride: the first active connection with fewer jobs than the
     /// newest, else the first; bounded at twice the backlog threshold so a
     /// ride cannot move a whole queue onto connections.
@@ -269,7 +297,15 @@ impl Scheduler {
             .or(Some(active[0]))
     }
 
-    fn plan(&mut self, now: Time, t: TransportId, d: DestId, m: MsgId, side: Option<u32>) -> Plan {
+    fn plan(
+        &mut self,
+        now: Time,
+        t: TransportId,
+        d: DestId,
+        m: MsgId,
+        side: Option<u32>,
+        class: Class,
+    ) -> Plan {
         let tr = &self.transports[t.0 as usize];
         let backlog = tr.cfg.connection_backlog_limit;
         let free = tr.free_workers();
@@ -285,6 +321,7 @@ impl Scheduler {
             if conn.state == ConnState::Open
                 && conn.jobs() > 0
                 && conn.may_take(backlog, conn.reuse_limit)
+                && self.may_wait_behind(c, class)
                 && self.compatible(c, side)
                 && self.sendable(now, c, &mut wait)
             {
@@ -322,7 +359,15 @@ impl Scheduler {
             if unproven && (free == 0 || !tr.waiting.is_empty()) {
                 return Plan::Block(Park::Transport);
             }
-            if dest.window_room() {
+            // With a reserving policy, a class may not fill the window
+            // while no smaller class holds a connection: the last slot is
+            // kept for one that comes.
+            let reserved = self.policy.reserve()
+                && dest.window.concurrency >= 2
+                && dest.busy + 1 >= dest.window.concurrency
+                && class > Class::Small
+                && (0..class.idx()).all(|k| dest.inflight[k] == 0);
+            if dest.window_room() && !reserved {
                 let close_idle = if free > 0 {
                     Some(None)
                 } else if tr.workers == tr.cfg.process_limit {

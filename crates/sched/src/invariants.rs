@@ -59,6 +59,19 @@ impl Scheduler {
             if n != dest.entries {
                 return Err(format!("dest {d:?}: entries {} != {}", dest.entries, n));
             }
+            let (mut infl, mut rcpts) = ([0u32; 3], [0u32; 3]);
+            for (_, e) in self.entries.iter() {
+                if e.dest == d && e.state != EntryState::Queued {
+                    infl[e.class.idx()] += 1;
+                    rcpts[e.class.idx()] += e.recipient_count();
+                }
+            }
+            if infl != dest.inflight || rcpts != dest.inflight_rcpts {
+                return Err(format!(
+                    "dest {d:?}: inflight {:?} / {:?} != {infl:?} / {rcpts:?}",
+                    dest.inflight, dest.inflight_rcpts
+                ));
+            }
             for c in Class::ALL {
                 for e in dest.queues[c.idx()].iter() {
                     let Some(x) = self.entries.get(e) else {

@@ -34,6 +34,7 @@ mod memory;
 pub mod message;
 pub mod observed;
 pub mod policy;
+mod preempt;
 mod reclass;
 pub mod rng;
 mod sched;
@@ -51,7 +52,7 @@ pub use event::{
 pub use ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 pub use limiter::{Limiter, LocalLimiter};
 pub use observed::Behaviour;
-pub use policy::{Fifo, Policy, ThreeClass, ThreeClassFixed};
+pub use policy::{Fifo, Nqmgr, Policy, SlotParams, ThreeClass, ThreeClassFixed, ThreeClassReserve};
 pub use sched::{SchedError, Scheduler, Stats};
 pub use stats::{DestStats, TransportStats};
 pub use time::Time;

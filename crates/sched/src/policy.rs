@@ -1,4 +1,5 @@
-//! Scheduling policies: the three-class scheduler and a FIFO baseline.
+//! Scheduling policies: the three-class scheduler, and nqmgr's preemption
+//! and a FIFO baseline to compare it with.
 //!
 //! STYLE: "a policy to compare is a trait in `sched`, not a copy of the
 //! program". The policy decides an entry's class and whether class shares
@@ -6,6 +7,30 @@
 //! so a comparison isolates the selection rule. Panics: never.
 
 use crate::entry::Class;
+
+/// nqmgr's delivery slot parameters (Postfix `<transport>_delivery_slot_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotParams {
+    /// `delivery_slot_cost` (5): entries selected per slot earned; below 2 no preemption.
+    pub cost: u32,
+    /// `delivery_slot_loan` (3): slots lent ahead of time.
+    pub loan: u32,
+    /// `delivery_slot_discount` (50): percentage of the needed slots not required up front.
+    pub discount: u32,
+    /// `minimum_delivery_slots` (3): a job that can never earn this many is not preempted.
+    pub min_slots: u32,
+}
+
+impl Default for SlotParams {
+    fn default() -> Self {
+        SlotParams {
+            cost: 5,
+            loan: 3,
+            discount: 50,
+            min_slots: 3,
+        }
+    }
+}
 
 /// How entries are put into classes.
 pub trait Policy: std::fmt::Debug {
@@ -19,6 +44,17 @@ pub trait Policy: std::fmt::Debug {
     /// (see `reclass`); otherwise an entry keeps the class it was queued in.
     fn reclass(&self) -> bool {
         true
+    }
+    /// Whether a medium or large class may not take a destination's last
+    /// free connection slot while no smaller class holds a connection there
+    /// (the slot is kept for small senders that come).
+    fn reserve(&self) -> bool {
+        false
+    }
+    /// nqmgr's preemptive job selection with these slot parameters instead
+    /// of the class round-robin (`preempt`).
+    fn preemption(&self) -> Option<SlotParams> {
+        None
     }
 }
 
@@ -55,6 +91,48 @@ impl Policy for ThreeClassFixed {
     }
     fn reclass(&self) -> bool {
         false
+    }
+}
+
+/// The three-class scheduler that keeps a destination's last connection
+/// slot for a smaller class (a comparison, docs/scheduler.md scenario 3: it
+/// halves the small senders' wait behind a list, and costs a lone large
+/// sender one connection of the window).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreeClassReserve;
+
+impl Policy for ThreeClassReserve {
+    fn name(&self) -> &'static str {
+        "three-class-reserve"
+    }
+    fn classify(&self, count: u32, thresholds: [u32; 2]) -> Class {
+        Class::from_count(count, thresholds)
+    }
+    fn shares(&self) -> bool {
+        true
+    }
+    fn reserve(&self) -> bool {
+        true
+    }
+}
+
+/// nqmgr, Postfix's default queue manager: jobs in queue order, a big job
+/// preempted by small ones as it earns delivery slots (`preempt`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Nqmgr(pub SlotParams);
+
+impl Policy for Nqmgr {
+    fn name(&self) -> &'static str {
+        "nqmgr"
+    }
+    fn classify(&self, _count: u32, _thresholds: [u32; 2]) -> Class {
+        Class::Small
+    }
+    fn shares(&self) -> bool {
+        false
+    }
+    fn preemption(&self) -> Option<SlotParams> {
+        Some(self.0)
     }
 }
 

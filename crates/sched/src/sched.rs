@@ -135,6 +135,8 @@ pub struct Scheduler {
     host_news: BTreeMap<Box<str>, Time>,
     /// Job ids, sender and entry domains for shaping.
     pub(crate) side: ShapeSide,
+    /// nqmgr's job lists, one per transport, with a preemptive policy.
+    pub(crate) jobs: Vec<crate::preempt::JobList>,
 }
 
 /// A limiter that can be printed (so the scheduler derives Debug).
@@ -171,6 +173,9 @@ impl Scheduler {
             .limits
             .iter()
             .any(|r| r.scope == crate::limiter::Scope::Connect);
+        let jobs = policy.preemption().map_or(Vec::new(), |p| {
+            vec![crate::preempt::JobList::new(p); n_transports]
+        });
         Ok(Scheduler {
             cfg,
             policy,
@@ -199,6 +204,7 @@ impl Scheduler {
             dead_news: BTreeMap::new(),
             host_news: BTreeMap::new(),
             side: ShapeSide::default(),
+            jobs,
         }
         .with_shaping())
     }
@@ -637,7 +643,16 @@ impl Scheduler {
             self.defer_entry(now, e, "destination is dead", Some(dead.retry_at), true);
             return;
         }
+        let first = self.dests[d].queues[class.idx()].is_empty();
         self.dests[d].queue(class).push_back(e);
+        if self.preemptive() {
+            let t = self.dests[d].transport;
+            self.job_entry_queued(now, t, m, d, true);
+        }
+        if first && self.dests[d].park == Park::Window && self.policy.reserve() {
+            // The slot a larger class may not take may be this class's.
+            self.unpark(d);
+        }
         self.ensure_ring(d, class);
     }
 
@@ -674,6 +689,7 @@ impl Scheduler {
             self.msgs[entry.message].workers -= 1;
             self.transports[t.0 as usize].inflight[entry.class.idx()] -= 1;
             self.dests[entry.dest].inflight[entry.class.idx()] -= 1;
+            self.dests[entry.dest].inflight_rcpts[entry.class.idx()] -= n;
         }
         let msg = &mut self.msgs[entry.message];
         msg.live_entries -= 1;
@@ -778,6 +794,9 @@ impl Scheduler {
         }
         if msg.live_entries == 0 && msg.unread == 0 {
             let msg = self.msgs.remove(m);
+            for jl in &mut self.jobs {
+                jl.free(m);
+            }
             self.msg_index.remove(&msg.queue_id);
             for k in [
                 self.side.jobs.remove(&m),
@@ -844,8 +863,14 @@ impl Scheduler {
         self.stats.transactions += 1;
     }
 
-    /// After a transaction or the opening: start the next job, idle, or close.
+    /// After the opening or an assignment: start the next job, idle, or close.
     pub(crate) fn conn_next(&mut self, now: Time, c: ConnId) {
+        self.conn_next_after(now, c, false);
+    }
+
+    /// Like `conn_next`; `waited` after a transaction, when the next job
+    /// has waited on the connection while smaller classes may have come.
+    fn conn_next_after(&mut self, now: Time, c: ConnId, waited: bool) {
         let conn = &self.conns[c];
         if conn.state != ConnState::Open || conn.in_flight.is_some() {
             return;
@@ -872,7 +897,7 @@ impl Scheduler {
             conn.retiring = true;
         }
         if let Some(e) = conn.backlog.pop_front() {
-            let e = self.share_swap(c, e);
+            let e = self.share_swap(c, e, waited);
             self.start(now, c, e);
         } else if conn.retiring || cache.is_zero() {
             self.close_conn(now, c);
@@ -890,18 +915,32 @@ impl Scheduler {
     }
 
     /// Before a waiting job starts: if its class is over its share of the
-    /// destination and another class with queued work is under it, the job
-    /// goes back to the head of its class queue and the other class's head
-    /// runs instead, so connection backlogs cannot starve a class.
-    fn share_swap(&mut self, c: ConnId, e: EntryId) -> EntryId {
+    /// destination and another class with queued work is under it, or
+    /// (`waited`) a smaller class with queued work is under its share, the
+    /// job goes back to the head of its class queue and the other class's
+    /// head runs instead, so connection backlogs cannot starve a class.
+    fn share_swap(&mut self, c: ConnId, e: EntryId, waited: bool) -> EntryId {
         if !self.policy.shares() || self.has_tx_limits {
             return e;
         }
         let (d, class) = (self.entries[e].dest, self.entries[e].class);
-        let want = self.dests[d].share_class_excluding(class, 1);
+        let n = self.entries[e].recipient_count();
+        let mut want = self.dests[d].share_class_excluding(class, 1, n);
         if want == class {
-            return e;
+            // Smaller classes wait in their queues, not behind larger jobs on
+            // connections (`may_wait_behind`): they still go before a job
+            // that waited there. (A job just assigned was the dispatcher's
+            // choice in the class round-robin.)
+            if !waited {
+                return e;
+            }
+            match self.dests[d].smaller_waiting(class) {
+                Some(k) => want = k,
+                None => return e,
+            }
         }
+        // Its head may belong to another class by now (`reclass`).
+        self.settle_head(d, want);
         let Some(f) = self.dests[d].queue(want).pop_front() else {
             return e;
         };
@@ -913,6 +952,7 @@ impl Scheduler {
         let t = self.dests[d].transport.0 as usize;
         self.transports[t].inflight[want.idx()] += 1;
         self.dests[d].inflight[want.idx()] += 1;
+        self.dests[d].inflight_rcpts[want.idx()] += self.entries[f].recipient_count();
         f
     }
 
@@ -973,11 +1013,18 @@ impl Scheduler {
         let t = self.dests[d].transport.0 as usize;
         self.transports[t].inflight[class.idx()] -= 1;
         self.dests[d].inflight[class.idx()] -= 1;
+        self.dests[d].inflight_rcpts[class.idx()] -= self.entries[e].recipient_count();
         // Its key may have changed class while it was on the connection.
         let class = self.current_class(e);
         self.entries[e].class = class;
         self.dests[d].queue(class).push_front(e);
         self.ensure_ring(d, class);
+        if self.preemptive() {
+            // qmgr_entry_unselect; the job is linked again if it was
+            // retired. (It exists: its entry does; the time is its own.)
+            let t = self.dests[d].transport;
+            self.job_entry_queued(Time::ZERO, t, m, d, false);
+        }
     }
 
     fn connection_failed(
@@ -1025,6 +1072,10 @@ impl Scheduler {
             let class = self.entries[e].class;
             self.dests[d].queue(class).push_front(e);
             self.ensure_ring(d, class);
+            if self.preemptive() {
+                let (t, m) = (self.dests[d].transport, self.entries[e].message);
+                self.job_entry_queued(now, t, m, d, false);
+            }
         }
         self.drop_conn(now, c);
         if let Some(e) = first {
@@ -1173,7 +1224,7 @@ impl Scheduler {
             self.hosts.worked(h);
             self.positive(now, d);
             if self.conns.contains(c) {
-                self.conn_next(now, c);
+                self.conn_next_after(now, c, true);
             }
         }
         Ok(())
@@ -1183,6 +1234,10 @@ impl Scheduler {
 
     /// Puts a destination in its class ring if it has work there and is not parked.
     pub(crate) fn ensure_ring(&mut self, d: DestId, c: Class) {
+        if self.preemptive() {
+            // nqmgr selects by job, not by class ring.
+            return;
+        }
         let dest = &mut self.dests[d];
         if !dest.in_ring[c.idx()] && dest.park == Park::No && !dest.queues[c.idx()].is_empty() {
             dest.in_ring[c.idx()] = true;
@@ -1213,8 +1268,12 @@ impl Scheduler {
             return;
         };
         dest.park = Park::No;
+        let t = dest.transport.0 as usize;
         for c in Class::ALL {
             self.ensure_ring(d, c);
+        }
+        if let Some(jl) = self.jobs.get_mut(t) {
+            jl.unblocked(d);
         }
     }
 
@@ -1294,6 +1353,9 @@ impl Scheduler {
                 tr.fb = crate::feedback::FeedbackParams::from_transport(tc);
             } else {
                 self.transports.push(Transport::new(tc.clone()));
+                if let Some(p) = self.policy.preemption() {
+                    self.jobs.push(crate::preempt::JobList::new(p));
+                }
                 self.dest_index.push(BTreeMap::new());
             }
         }
@@ -1392,6 +1454,7 @@ impl Scheduler {
         let t = self.dests[d].transport.0 as usize;
         self.transports[t].inflight[class.idx()] += 1;
         self.dests[d].inflight[class.idx()] += 1;
+        self.dests[d].inflight_rcpts[class.idx()] += self.entries[e].recipient_count();
         // Waiting jobs are ordered by class (smaller classes first, FIFO
         // within a class), so a connection's backlog does not undo the class
         // round-robin: a small sender's entry waits behind at most the

@@ -361,6 +361,8 @@ fn success_on_a_live_connection_revives_a_dead_destination() {
     c.transports[0].connection_backlog_limit = 1;
     c.transports[0].failed_cohort_limit = 0.1;
     c.transports[0].destination_recipient_limit = 1;
+    // Postfix's rule: dead although a connection delivers.
+    c.transports[0].dead_while_delivering = true;
     let mut s = Scheduler::new(c).unwrap();
     let a = add_read(&mut s, Time(0), 1, "a@x", "flaky.example", 2);
     let conns = opens(&a);
@@ -1266,3 +1268,6 @@ fn backoff_is_the_messages_age_as_in_postfix() {
     );
     assert_eq!(s.backoff(Time(1_000_000), m), Time(1_300_000), "capped");
 }
+
+#[path = "fair_tests.rs"]
+mod fair;

@@ -47,9 +47,13 @@ struct Driver {
 
 impl Driver {
     fn new(cfg: SchedConfig) -> Self {
+        Self::with_policy(cfg, Box::new(sched::ThreeClass))
+    }
+
+    fn with_policy(cfg: SchedConfig, policy: Box<dyn sched::Policy>) -> Self {
         let limit = cfg.transports[0].process_limit;
         Driver {
-            s: Scheduler::new(cfg).unwrap(),
+            s: Scheduler::with_policy(cfg, policy).unwrap(),
             now: Time(0),
             rcpt_dest: BTreeMap::new(),
             read: BTreeMap::new(),
@@ -344,6 +348,22 @@ proptest! {
         d.finish();
         prop_assert_eq!(d.s.messages_in_memory(), 0);
         prop_assert_eq!(d.s.recipients_in_core(), 0);
+        for (q, dests) in &d.rcpt_dest {
+            prop_assert_eq!(d.done.get(q).copied(), Some(1), "message {} done once", q);
+            for r in 0..dests.len() as u32 {
+                prop_assert!(d.status.contains_key(&(*q, r)), "recipient {}/{} has no final state", q, r);
+            }
+        }
+    }
+
+    #[test]
+    fn nqmgr_preemption_keeps_invariants_and_accounts_for_every_recipient(ops in prop::collection::vec(op(), 1..120)) {
+        let mut d = Driver::with_policy(small_cfg(), Box::new(sched::Nqmgr::default()));
+        for o in ops {
+            d.apply(o);
+        }
+        d.finish();
+        prop_assert_eq!(d.s.messages_in_memory(), 0);
         for (q, dests) in &d.rcpt_dest {
             prop_assert_eq!(d.done.get(q).copied(), Some(1), "message {} done once", q);
             for r in 0..dests.len() as u32 {

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod deadlive;
 pub mod engine;
 pub mod policybench;
 pub mod replay;

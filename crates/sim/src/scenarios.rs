@@ -8,7 +8,8 @@
 use super::engine::{OverLimit, Report, ServerModel, Sim, SimConfig, SimDest, SimMessage};
 use sched::rng::Rng;
 use sched::{
-    FeedbackFn, Fifo, Policy, SchedConfig, ThreeClass, ThreeClassFixed, Time, TransportConfig,
+    FeedbackFn, Fifo, Nqmgr, Policy, SchedConfig, ThreeClass, ThreeClassFixed, ThreeClassReserve,
+    Time, TransportConfig,
 };
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -172,7 +173,7 @@ pub(crate) fn run(
 }
 
 /// Scenario names.
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "limiter",
     "fairness",
     "mailing-list",
@@ -182,6 +183,7 @@ pub const NAMES: [&str; 9] = [
     "burst",
     "shaping",
     "shaping-ramp",
+    "dead-live",
 ];
 
 /// Runs a scenario by name.
@@ -196,6 +198,7 @@ pub fn run_scenario(name: &str, quick: bool, seed: u64) -> Option<Output> {
         "burst" => burst(quick, seed),
         "shaping" => crate::shaping::shaping(quick, seed),
         "shaping-ramp" => crate::shaping::ramp(quick, seed),
+        "dead-live" => crate::deadlive::dead_live(quick, seed),
         _ => return None,
     })
 }
@@ -607,7 +610,10 @@ pub fn mailing_list(quick: bool, seed: u64) -> Output {
             "end_s",
         ],
     );
-    let (list_n, small_n) = if quick { (1_000, 20) } else { (10_000, 100) };
+    // Fast enough to run in full even when quick: a smaller list ends its
+    // first transactions as soon and leaves the bound untested.
+    let _ = quick;
+    let (list_n, small_n) = (10_000, 100);
     let mk = |with_list: bool| {
         let mut m = Vec::new();
         if with_list {
@@ -656,7 +662,7 @@ pub fn mailing_list(quick: bool, seed: u64) -> Output {
     let fifo = run(sc.clone(), Box::new(Fifo), d(), BTreeMap::new(), mk(true));
     // The same without pipelining backlog: entries wait in their class queue
     // until a connection is free, as in Postfix.
-    let mut sc1 = sc;
+    let mut sc1 = sc.clone();
     sc1.sched.transports[0].connection_backlog_limit = 1;
     let three1 = run(
         sc1.clone(),
@@ -666,18 +672,70 @@ pub fn mailing_list(quick: bool, seed: u64) -> Output {
         mk(true),
     );
     let fifo1 = run(sc1, Box::new(Fifo), d(), BTreeMap::new(), mk(true));
+    // main.cf's default backlog (5), and the policies compared with the
+    // default: one that keeps the last connection slot for a smaller
+    // class, and nqmgr's preemption.
+    let mut sc5 = sc.clone();
+    sc5.sched.transports[0].connection_backlog_limit = 5;
+    let three5 = run(sc5, Box::new(ThreeClass), d(), BTreeMap::new(), mk(true));
+    let reserve = run(
+        sc.clone(),
+        Box::new(ThreeClassReserve),
+        d(),
+        BTreeMap::new(),
+        mk(true),
+    );
+    let reserve_idle = run(
+        sc.clone(),
+        Box::new(ThreeClassReserve),
+        d(),
+        BTreeMap::new(),
+        mk(false),
+    );
+    let nq = run(
+        sc.clone(),
+        Box::new(Nqmgr::default()),
+        d(),
+        BTreeMap::new(),
+        mk(true),
+    );
+    let mut sc1 = sc.clone();
+    sc1.sched.transports[0].connection_backlog_limit = 1;
+    let nq1 = run(
+        sc1,
+        Box::new(Nqmgr::default()),
+        d(),
+        BTreeMap::new(),
+        mk(true),
+    );
     let idle_lat = idle.latency.get(&1).cloned().unwrap_or_default();
     latency_row(&mut out, "idle", &idle, 1, &idle_lat);
     let (p50, p99, _) = latency_row(&mut out, "three-class", &three, 1, &idle_lat);
     let (f50, f99, _) = latency_row(&mut out, "fifo", &fifo, 1, &idle_lat);
     let (b50, b99, _) = latency_row(&mut out, "three-class backlog=1", &three1, 1, &idle_lat);
     let (g50, g99, _) = latency_row(&mut out, "fifo backlog=1", &fifo1, 1, &idle_lat);
+    let (c50, c99, _) = latency_row(&mut out, "three-class backlog=5", &three5, 1, &idle_lat);
+    let (r50, r99, _) = latency_row(&mut out, "three-class-reserve", &reserve, 1, &idle_lat);
+    latency_row(
+        &mut out,
+        "three-class-reserve idle",
+        &reserve_idle,
+        1,
+        &idle_lat,
+    );
+    let (n50, n99, _) = latency_row(&mut out, "nqmgr", &nq, 1, &idle_lat);
+    let (m50, m99, _) = latency_row(&mut out, "nqmgr backlog=1", &nq1, 1, &idle_lat);
     for (l, r) in [
         ("idle", &idle),
         ("three-class", &three),
         ("fifo", &fifo),
         ("three-class-b1", &three1),
         ("fifo-b1", &fifo1),
+        ("three-class-b5", &three5),
+        ("three-class-reserve", &reserve),
+        ("three-class-reserve-idle", &reserve_idle),
+        ("nqmgr", &nq),
+        ("nqmgr-b1", &nq1),
     ] {
         out.check(l, r);
     }
@@ -685,12 +743,24 @@ pub fn mailing_list(quick: bool, seed: u64) -> Output {
     out.fig("backlog1_small_p99_ratio", b99);
     out.fig("backlog1_fifo_small_p50_ratio", g50);
     out.fig("backlog1_fifo_small_p99_ratio", g99);
+    out.fig("backlog5_small_p50_ratio", c50);
+    out.fig("backlog5_small_p99_ratio", c99);
+    out.fig("reserve_small_p50_ratio", r50);
+    out.fig("reserve_small_p99_ratio", r99);
+    out.fig("nqmgr_small_p50_ratio", n50);
+    out.fig("nqmgr_small_p99_ratio", n99);
+    out.fig("nqmgr_backlog1_small_p50_ratio", m50);
+    out.fig("nqmgr_backlog1_small_p99_ratio", m99);
     let list_done = |r: &Report| {
         r.latency
             .get(&0)
             .and_then(|v| v.first().copied())
             .unwrap_or(f64::NAN)
     };
+    out.fig("backlog5_list_done_s", list_done(&three5));
+    out.fig("reserve_list_done_s", list_done(&reserve));
+    out.fig("nqmgr_list_done_s", list_done(&nq));
+    out.fig("nqmgr_backlog1_list_done_s", list_done(&nq1));
     out.fig("small_p50_ratio", p50);
     out.fig("small_p99_ratio", p99);
     out.fig("fifo_small_p50_ratio", f50);
