@@ -1020,7 +1020,9 @@ impl Scheduler {
                 self.defer_entry(now, e, reason, None, true);
             }
         }
-        self.negative(now, d);
+        if failure != ConnFailure::Local {
+            self.negative(now, d);
+        }
         Ok(())
     }
 

@@ -505,7 +505,7 @@ impl Sim {
                         req,
                         delivery::Response::OpenFailed {
                             conn: c,
-                            handshake: true,
+                            failure: delivery::OpenFailure::Handshake,
                             reason: Status::new(StatusCode::known(4, 4, 2), "greeting timed out"),
                         },
                     );
@@ -533,7 +533,11 @@ impl Sim {
                         req,
                         delivery::Response::OpenFailed {
                             conn: c,
-                            handshake: !unreachable,
+                            failure: if unreachable {
+                                delivery::OpenFailure::Unreachable
+                            } else {
+                                delivery::OpenFailure::Handshake
+                            },
                             reason,
                         },
                     );
