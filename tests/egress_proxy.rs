@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sluice_suite::haproxy::HaProxy;
-use sluice_suite::testkit::ShapingSink;
+use sluice_suite::testkit::{ShapingSink, Unanswering};
 use sluice_suite::{free_port, require_root, wait_for, Instance};
 
 const POLICY: &str = "sources:
@@ -49,11 +49,26 @@ struct World {
 }
 
 fn world() -> World {
+    world_with(None, None)
+}
+
+/// A world whose first proxy is `first` (a port that is no haproxy) when
+/// given, and whose relayhost is port `relay` when given (else the sink).
+fn world_with(first: Option<u16>, relay: Option<u16>) -> World {
     require_root("HAProxy's usesrc clientip binds the source address the PROXY header names");
     let dir = tempfile::tempdir().unwrap();
     let sink = ShapingSink::start(&["127.0.0.1"]);
-    let (p0, port0) = HaProxy::egress(dir.path(), "proxy0");
+    let mut proxies = Vec::new();
+    let port0 = match first {
+        Some(p) => p,
+        None => {
+            let (p0, port0) = HaProxy::egress(dir.path(), "proxy0");
+            proxies.push(p0);
+            port0
+        }
+    };
     let (p1, port1) = HaProxy::egress(dir.path(), "proxy1");
+    proxies.push(p1);
     let port = free_port();
     let metrics = free_port();
     let cf = format!(
@@ -64,9 +79,9 @@ fn world() -> World {
         "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{}\nsmtpd_reject_unlisted_recipient = no\n\
          minimal_backoff_time = 1s\nmaximal_backoff_time = 2s\nqueue_run_delay = 1s\n\
          policy_file = policy.yaml\nsmtp_source_pool = both\n\
-         smtp_proxy = 127.0.0.1:{port0}, 127.0.0.1:{port1}\nsmtp_connect_timeout = 5s\n\
+         smtp_proxy = 127.0.0.1:{port0}, 127.0.0.1:{port1}\nsmtp_connect_timeout = 1s\n\
          metrics_listen = 127.0.0.1:{metrics}\n",
-        sink.port
+        relay.unwrap_or(sink.port)
     );
     let mut inst = Instance::new(&cf, &main);
     std::fs::write(inst.etc().join("policy.yaml"), POLICY).unwrap();
@@ -80,7 +95,7 @@ fn world() -> World {
     inst.wait_port(port);
     World {
         sink,
-        proxies: vec![p0, p1],
+        proxies,
         ports: vec![port0, port1],
         inst,
         port,
@@ -308,4 +323,45 @@ fn with_every_proxy_down_mail_is_deferred_and_the_destination_stays_alive() {
     let log = w.inst.log();
     assert!(!log.contains("status=bounced"), "{log}");
     assert_nothing_dead(&log);
+}
+
+#[test]
+fn a_proxy_that_does_not_answer_is_passed_over_after_the_connect_timeout() {
+    // The first proxy drops every SYN, as a proxy host behind a dead link.
+    let silent = Unanswering::start();
+    let w = world_with(Some(silent.port), None);
+    w.send(6, 2, "sender@b.example");
+    let msgs = w.sink.wait_messages(6, 60);
+    assert!(msgs.iter().all(|m| m.source.to_string() == "127.0.0.3"));
+    wait_for(30, "the queue empty", || w.queue_is_empty().then_some(()));
+    let log = w.inst.log();
+    let timed_out = format!(
+        "connect to proxy 127.0.0.1:{}: Connection timed out",
+        silent.port
+    );
+    assert!(log.contains(&timed_out), "{log}");
+    assert!(w.proxy_failures(silent.port) > 0, "{}", w.metrics());
+    assert_eq!(w.proxy_failures(w.ports[1]), 0);
+    assert!(!log.contains("status=deferred"), "{log}");
+    assert_nothing_dead(&log);
+}
+
+#[test]
+fn a_host_that_refuses_behind_a_working_proxy_is_the_hosts_failure_not_the_proxys() {
+    // Nothing listens there: HAProxy cannot connect and closes ours.
+    let closed = free_port();
+    let w = world_with(None, Some(closed));
+    w.send(1, 1, "sender@a.example");
+    let line = w
+        .inst
+        .wait_log(60, "closed by the proxy before the greeting");
+    let what = format!("connect to 127.0.0.1[127.0.0.1]:{closed} via proxy 127.0.0.1:");
+    assert!(line.contains(&what), "{line}");
+    let deferred = w.inst.wait_log(60, "status=deferred");
+    assert!(deferred.contains("dsn=4.4.1"), "{deferred}");
+    let log = w.inst.log();
+    assert!(!log.contains("connect to proxy"), "{log}");
+    for port in &w.ports {
+        assert_eq!(w.proxy_failures(*port), 0, "{}", w.metrics());
+    }
 }

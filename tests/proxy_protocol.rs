@@ -10,14 +10,12 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use sluice_suite::dovecot::Dovecot;
 use sluice_suite::haproxy::HaProxy;
-use sluice_suite::{
-    free_port, receive_master_cf, swaks, wait_for, Instance, Kill, RECEIVE_MAIN_CF,
-};
+use sluice_suite::{free_port, receive_master_cf, swaks, wait_for, Instance, RECEIVE_MAIN_CF};
 
 /// HAProxy with two frontends to smtpd on `backend`: (v1 port, v2 port).
 fn haproxy(dir: &Path, backend: u16) -> (HaProxy, u16, u16) {
