@@ -287,7 +287,10 @@ impl SmtpConn {
     /// from the source address. False (the proxy failed) if it cannot be
     /// written.
     fn send_proxy_header(&mut self, proxy: SocketAddr, registry: &Registry) -> bool {
-        let dst = self.addrs[self.next_addr];
+        // The address the proxy was connected for (connect_step's choice).
+        let Some(dst) = self.addrs.get(self.next_addr).copied() else {
+            return false;
+        };
         let ip = self
             .source
             .or(self.settings.bind)
@@ -315,10 +318,10 @@ impl SmtpConn {
     /// next proxy is tried for the same address.
     fn proxy_failed(&mut self, proxy: SocketAddr, why: String) {
         let text = format!("connect to proxy {proxy}: {why}");
-        msg_warn!(
-            "{text} (for {})",
-            relay(&self.host, self.addrs[self.next_addr])
-        );
+        match self.addrs.get(self.next_addr) {
+            Some(a) => msg_warn!("{text} (for {})", relay(&self.host, *a)),
+            None => msg_warn!("{text}"),
+        }
         self.proxy_events.push(ProxyEvent::Failed(proxy, why));
         self.proxy_errors.push(text);
         self.proxy_at += 1;
