@@ -10,47 +10,23 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use sluice_suite::dovecot::Dovecot;
-use sluice_suite::{
-    free_port, receive_master_cf, swaks, wait_for, Instance, Kill, RECEIVE_MAIN_CF,
-};
-
-const HAPROXY: &str = "/usr/sbin/haproxy";
+use sluice_suite::haproxy::HaProxy;
+use sluice_suite::{free_port, receive_master_cf, swaks, wait_for, Instance, RECEIVE_MAIN_CF};
 
 /// HAProxy with two frontends to smtpd on `backend`: (v1 port, v2 port).
-fn haproxy(dir: &Path, backend: u16) -> (Kill, u16, u16) {
-    assert!(
-        Path::new(HAPROXY).exists(),
-        "{HAPROXY} is missing: scripts/test installs haproxy (apt-get install haproxy)"
-    );
+fn haproxy(dir: &Path, backend: u16) -> (HaProxy, u16, u16) {
     let (v1, v2) = (free_port(), free_port());
-    let cfg = format!(
-        "global\n  maxconn 100\n\
-         defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n\
-         frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend smtpd_v1\n\
+    let sections = format!(
+        "frontend v1\n  bind 127.0.0.1:{v1}\n  default_backend smtpd_v1\n\
          frontend v2\n  bind 127.0.0.1:{v2}\n  default_backend smtpd_v2\n\
          backend smtpd_v1\n  server s 127.0.0.1:{backend} send-proxy\n\
          backend smtpd_v2\n  server s 127.0.0.1:{backend} send-proxy-v2\n"
     );
-    let path = dir.join("haproxy.cfg");
-    std::fs::write(&path, cfg).unwrap();
-    let child = Command::new(HAPROXY)
-        .arg("-db")
-        .arg("-f")
-        .arg(&path)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start haproxy");
-    let kill = Kill(child);
-    for p in [v1, v2] {
-        wait_for(20, "haproxy's frontends", || {
-            TcpStream::connect(("127.0.0.1", p)).ok().map(drop)
-        });
-    }
-    (kill, v1, v2)
+    (HaProxy::start(dir, "haproxy", &sections, &[v1, v2]), v1, v2)
 }
 
 fn instance(extra: &str) -> (Instance, u16) {

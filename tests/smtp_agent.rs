@@ -136,7 +136,7 @@ fn connect_failure_is_reported_as_unreachable() {
     match open(&mut c, 7, closed) {
         Response::OpenFailed {
             conn: 7,
-            handshake: false,
+            failure: ipc::delivery::OpenFailure::Unreachable,
             reason,
         } => assert!(reason.text.contains("Connection refused"), "{reason}"),
         other => panic!("{other:?}"),
@@ -191,7 +191,7 @@ fn a_source_that_cannot_be_bound_is_a_clear_local_deferral() {
     ) {
         Response::OpenFailed {
             conn: 3,
-            handshake: false,
+            failure: ipc::delivery::OpenFailure::Local,
             reason,
         } => {
             assert_eq!(reason.code, mail::StatusCode::NETWORK_TEMP, "{reason}");

@@ -218,7 +218,7 @@ fn assert_sent(r: &Response) {
 fn refused(r: Response) -> String {
     match r {
         Response::OpenFailed {
-            handshake: true,
+            failure: ipc::delivery::OpenFailure::Handshake,
             reason,
             ..
         } => reason.to_string(),

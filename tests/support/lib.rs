@@ -10,6 +10,7 @@
 
 pub mod dovecot;
 pub mod fake_router;
+pub mod haproxy;
 pub mod netns;
 pub mod pki;
 pub mod postfix;

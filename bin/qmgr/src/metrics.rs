@@ -217,6 +217,24 @@ pub fn prometheus(s: &Summary) -> String {
             })
             .collect(),
     );
+    family(
+        "sluice_proxy_failures_total",
+        "counter",
+        "Connections an egress proxy (smtp_proxy) refused or let time out, by transport and proxy.",
+        s.proxies
+            .iter()
+            .map(|p| {
+                (
+                    format!(
+                        "transport=\"{}\",proxy=\"{}\"",
+                        label(&p.transport),
+                        label(&p.proxy)
+                    ),
+                    p.failures,
+                )
+            })
+            .collect(),
+    );
     if let Some(c) = &s.cluster {
         let who = format!("coordinator=\"{}\"", label(&c.coordinator));
         family(
@@ -598,6 +616,11 @@ mod tests {
                 ramping: false,
                 tag: String::new(),
             }],
+            proxies: vec![ipc::queuectl::ProxySummary {
+                transport: "smtp".into(),
+                proxy: "[2001:db8::1]:3025".into(),
+                failures: 4,
+            }],
             cluster: Some(ipc::queuectl::ClusterLink {
                 coordinator: "192.0.2.9:4650".into(),
                 state: "degraded".into(),
@@ -627,6 +650,9 @@ mod tests {
             "sluice_destination_dead{transport=\"smtp\",destination=\"[a\\\"b]:25\"} 1\n"
         ));
         assert!(text.contains("sluice_class_queued{transport=\"smtp\",class=\"small\"} 1\n"));
+        assert!(text.contains(
+            "sluice_proxy_failures_total{transport=\"smtp\",proxy=\"[2001:db8::1]:3025\"} 4\n"
+        ));
         assert!(text
             .contains("sluice_policy_connections{key=\"localip=127.0.0.2,grouping=orange\"} 2\n"));
         assert!(text.contains(

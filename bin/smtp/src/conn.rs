@@ -20,6 +20,9 @@
 //! some of those replies came, their recipients keep them (a delivered
 //! recipient is never deferred to be delivered twice).
 //!
+//! How the connection is made, directly or through the egress proxies
+//! of `smtp_proxy`, is `connect`'s.
+//!
 //! At `dane` and `dane-only` the host's TLSA records (`crate::dane`)
 //! decide per connection: a host that may not be used is deferred before
 //! any connect; with usable records the handshake itself checks the
@@ -31,18 +34,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent::{ConnId, Content, OpenRequest, Timing};
-use daemon::{msg_info, msg_warn, Cx};
-use ipc::delivery::{Handoff, RcptResult, Response, Transaction};
+use daemon::{msg_info, Cx};
+use ipc::delivery::{Handoff, OpenFailure, RcptResult, Response, Transaction};
 use mail::{Status, StatusCode};
-use mio::{Interest, Registry, Token};
+use mio::{Registry, Token};
 use smtp_proto::client_session::{ClientAction, ClientSession};
 use smtp_proto::Reply;
 
 use rustls::pki_types::UnixTime;
 
 use crate::dane::Policy;
-use crate::results::{describe, envelope, nexthop_domain, relay, result_of};
+use crate::results::{describe, envelope, nexthop_domain, result_of};
 use crate::settings::{CertMatch, Settings};
+
+mod connect;
+pub use connect::ProxyEvent;
 
 /// A response to deliver to qmgr.
 pub struct Outcome {
@@ -132,6 +138,20 @@ pub struct SmtpConn {
     again: bool,
     /// The MTA-STS policy of the next hop's domain, when it has one.
     sts: Option<crate::sts::Check>,
+    /// The egress proxies in the order to try them (none: direct).
+    proxies: Vec<std::net::SocketAddr>,
+    /// The proxy to try next, in `proxies`.
+    proxy_at: usize,
+    /// The proxy the current socket goes to.
+    via: Option<std::net::SocketAddr>,
+    /// Why each proxy tried failed, for the reason when all did.
+    proxy_errors: Vec<String>,
+    /// Proxy outcomes not yet taken by the agent.
+    proxy_events: Vec<ProxyEvent>,
+    /// Sockets given up on, to take off the loop at the next connect step.
+    stale: Vec<tls::Stream>,
+    /// Connect again (next proxy or next address) at the next step.
+    redial: bool,
 }
 
 const INBUF: usize = 64 * 1024;
@@ -152,12 +172,14 @@ impl SmtpConn {
         }
     }
 
-    /// A connection that will start connecting on the first `drive`.
+    /// A connection that will start connecting on the first `drive`,
+    /// through `proxies` in that order when there are any.
     pub fn new(
         settings: Arc<Settings>,
         id: ConnId,
         open_request: u64,
         open: OpenRequest,
+        proxies: Vec<std::net::SocketAddr>,
         token: Token,
         cx: &Cx<'_>,
     ) -> SmtpConn {
@@ -208,6 +230,13 @@ impl SmtpConn {
             done: false,
             stage: "connect",
             again: false,
+            proxies,
+            proxy_at: 0,
+            via: None,
+            proxy_errors: Vec::new(),
+            proxy_events: Vec::new(),
+            stale: Vec::new(),
+            redial: false,
         }
     }
 
@@ -262,52 +291,6 @@ impl SmtpConn {
         self.done = true;
     }
 
-    /// The current wait took too long.
-    pub fn timed_out(&mut self, _now: Instant) {
-        let what = match self.phase {
-            Phase::Connecting => {
-                format!("connect to {}: Connection timed out", self.current_relay())
-            }
-            _ => format!(
-                "conversation with {} timed out while {}",
-                self.relay,
-                self.stage_text()
-            ),
-        };
-        self.deadline = None;
-        if matches!(self.phase, Phase::Connecting) {
-            self.connect_failed(what);
-        } else {
-            self.fail(what);
-        }
-    }
-
-    /// The socket of an LMTP `unix:` next hop.
-    fn unix_path(&self) -> Option<std::path::PathBuf> {
-        let path = self
-            .nexthop
-            .strip_prefix("unix:")
-            .filter(|_| self.settings.lmtp)?;
-        Some(self.settings.queue_root.join(path))
-    }
-
-    fn current_relay(&self) -> String {
-        if let Some(p) = self
-            .nexthop
-            .strip_prefix("unix:")
-            .filter(|_| self.settings.lmtp)
-        {
-            // The host is named after the next hop; the logs say what
-            // Postfix's do for a socket.
-            return format!("localhost[{p}]");
-        }
-        let i = self.next_addr.saturating_sub(1);
-        self.addrs
-            .get(i)
-            .map(|a| relay(&self.host, *a))
-            .unwrap_or_else(|| self.host.clone())
-    }
-
     fn stage_text(&self) -> &'static str {
         match self.stage {
             "connect" => "receiving the initial server greeting",
@@ -330,7 +313,7 @@ impl SmtpConn {
             self.tls_refused(why);
             return;
         }
-        if matches!(self.phase, Phase::Connecting) {
+        if self.redial || matches!(self.phase, Phase::Connecting) {
             self.connect_step(cx);
             if !matches!(self.phase, Phase::Session) {
                 return;
@@ -354,173 +337,14 @@ impl SmtpConn {
                 break;
             }
         }
+        if self.redial && !self.done {
+            self.connect_step(cx);
+        }
     }
 
     /// Whether the last `drive` stopped with work left.
     pub fn wants_drive(&self) -> bool {
         self.again && !self.done
-    }
-
-    fn connect_step(&mut self, cx: &mut Cx<'_>) {
-        loop {
-            if let Some(s) = self.stream.as_mut() {
-                if !self.writable {
-                    return;
-                }
-                self.writable = false;
-                let sock = s.socket();
-                match (sock.take_error(), sock.connected()) {
-                    (Ok(None), Ok(_)) => {
-                        self.phase = Phase::Session;
-                        self.relay = self.current_relay();
-                        let mut client = self.settings.client.clone();
-                        client.tls = self.policy.client_tls();
-                        if let Some(sts) = &self.sts {
-                            client.tls = sts.client_tls(client.tls);
-                        }
-                        self.session = Some(ClientSession::new(client, false));
-                        self.deadline = Some(cx.now + self.settings.helo_timeout);
-                        // "helo" once the greeting is in (see session_step).
-                        self.stage = "connect";
-                        self.readable = true;
-                        return;
-                    }
-                    (Ok(Some(e)), _) | (Err(e), _) => {
-                        let why = format!("connect to {}: {e}", self.current_relay());
-                        self.next_connect(cx.registry, why);
-                    }
-                    (Ok(None), Err(e)) if e.kind() == std::io::ErrorKind::NotConnected => return,
-                    (Ok(None), Err(e)) => {
-                        let why = format!("connect to {}: {e}", self.current_relay());
-                        self.next_connect(cx.registry, why);
-                    }
-                }
-                if self.done {
-                    return;
-                }
-            }
-            if let Some(path) = self.unix_path() {
-                if self.next_addr > 0 {
-                    let reason = self.errors.join("; ");
-                    self.connect_failed(reason);
-                    return;
-                }
-                self.next_addr = 1;
-                match mio::net::UnixStream::connect(&path) {
-                    Ok(mut sock) => {
-                        if let Err(e) = cx.registry.register(
-                            &mut sock,
-                            self.token,
-                            Interest::READABLE | Interest::WRITABLE,
-                        ) {
-                            self.errors.push(format!("register: {e}"));
-                            continue;
-                        }
-                        self.stream = Some(tls::Stream::over(tls::Sock::Unix(sock)));
-                        self.connect_started = cx.now;
-                        self.deadline = Some(cx.now + self.settings.connect_timeout);
-                    }
-                    Err(e) => self
-                        .errors
-                        .push(format!("connect to {}: {e}", self.current_relay())),
-                }
-                continue;
-            }
-            if self.next_addr == 0 {
-                if let Some(why) = self.sts.as_mut().and_then(|s| s.host_refused()) {
-                    self.tls_refused(why);
-                    return;
-                }
-            }
-            let Some(addr) = self.addrs.get(self.next_addr).copied() else {
-                let reason = if self.errors.is_empty() {
-                    format!("{}: no address", self.host)
-                } else {
-                    self.errors.join("; ")
-                };
-                self.connect_failed(reason);
-                return;
-            };
-            self.next_addr += 1;
-            if let Some(src) = self.source.filter(|s| s.is_ipv4() != addr.is_ipv4()) {
-                self.errors.push(format!(
-                    "connect to {}: not tried from source address {src} of the other family",
-                    relay(&self.host, addr)
-                ));
-                continue;
-            }
-            let bind = self.source.or(self.settings.bind);
-            match sys::net::tcp_connect(addr, bind) {
-                Ok(std) => {
-                    let mut sock = mio::net::TcpStream::from_std(std);
-                    let _ = sock.set_nodelay(true);
-                    if let Err(e) = cx.registry.register(
-                        &mut sock,
-                        self.token,
-                        Interest::READABLE | Interest::WRITABLE,
-                    ) {
-                        self.errors.push(format!("register: {e}"));
-                        continue;
-                    }
-                    self.stream = Some(tls::Stream::plain(sock));
-                    self.connect_started = cx.now;
-                    self.deadline = Some(cx.now + self.settings.connect_timeout);
-                    return;
-                }
-                // No other address can do better from the same source.
-                Err(sys::net::ConnectError::Bind(e)) => {
-                    let ip = bind.map(|b| b.to_string()).unwrap_or_default();
-                    self.bind_failed(format!("cannot bind source address {ip}: {e}"));
-                    return;
-                }
-                Err(e) => self
-                    .errors
-                    .push(format!("connect to {}: {e}", relay(&self.host, addr))),
-            }
-        }
-    }
-
-    /// The source address cannot be bound: a local problem (4.4.0), not
-    /// the destination's, so it is not counted against the destination's
-    /// addresses.
-    fn bind_failed(&mut self, reason: String) {
-        msg_warn!("{reason}");
-        let status = Status::new(StatusCode::NETWORK_TEMP, reason);
-        self.outcomes.push(Outcome {
-            request: self.open_request,
-            response: Response::OpenFailed {
-                conn: self.id.conn,
-                handshake: false,
-                reason: status.clone(),
-            },
-        });
-        self.fail_queued_with(&status);
-        self.done = true;
-    }
-
-    fn next_connect(&mut self, registry: &Registry, why: String) {
-        msg_info!("{why}");
-        self.errors.push(why);
-        if let Some(mut s) = self.stream.take() {
-            let _ = registry.deregister(s.socket());
-        }
-    }
-
-    /// No address could be used: the destination was not reached.
-    fn connect_failed(&mut self, reason: String) {
-        if !self.errors.contains(&reason) {
-            msg_info!("{reason}");
-        }
-        self.outcomes.push(Outcome {
-            request: self.open_request,
-            response: Response::OpenFailed {
-                conn: self.id.conn,
-                handshake: false,
-                reason: unreached(reason.clone()),
-            },
-        });
-        self.fail_queued(&reason);
-        self.done = true;
     }
 
     /// Classes the server's certificate, logs it as Postfix does, and ends
@@ -617,7 +441,7 @@ impl SmtpConn {
             request: self.open_request,
             response: Response::OpenFailed {
                 conn: self.id.conn,
-                handshake: true,
+                failure: OpenFailure::Handshake,
                 reason: Status::new(StatusCode::TLS_POLICY, why.clone()),
             },
         });
@@ -663,6 +487,14 @@ impl SmtpConn {
                     // its reply: act on the reply before on the close.
                     if st.eof && !self.handshaking && !self.inbuf.is_empty() {
                         eof = true;
+                    } else if st.eof
+                        && self.via.is_some()
+                        && !self.opened
+                        && self.stage == "connect"
+                        && self.inbuf.is_empty()
+                    {
+                        self.unreached_behind_proxy();
+                        return false;
                     } else if st.eof {
                         let why = format!(
                             "lost connection with {} while {}",
@@ -919,7 +751,7 @@ impl SmtpConn {
                         request: self.open_request,
                         response: Response::OpenFailed {
                             conn: self.id.conn,
-                            handshake: true,
+                            failure: OpenFailure::Handshake,
                             reason: unreached(describe(&e, &self.relay)),
                         },
                     });
@@ -1099,7 +931,7 @@ impl SmtpConn {
                 request: self.open_request,
                 response: Response::OpenFailed {
                     conn: self.id.conn,
-                    handshake: true,
+                    failure: OpenFailure::Handshake,
                     reason: unreached(why.clone()),
                 },
             });

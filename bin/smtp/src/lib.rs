@@ -13,7 +13,9 @@
 //! recipient as Postfix does (`to=<…>, relay=…, delay=…, dsn=…, status=…`).
 //! The agent skeleton (`crates/agent`) serves qmgr; `server` holds the
 //! connections, `conn` one connection's life, `results` what replies
-//! mean, `settings` main.cf.
+//! mean, `settings` main.cf, `proxy` the egress proxies (`smtp_proxy`:
+//! HAProxy with a PROXY protocol v2 header asking for the source address
+//! and the host).
 //!
 //! lmtp(8) is the same program speaking LMTP (RFC 2033), as Postfix's
 //! lmtp is its smtp: LHLO, one reply per recipient after DATA (each is
@@ -25,6 +27,7 @@
 
 mod conn;
 mod dane;
+mod proxy;
 mod results;
 mod server;
 mod settings;

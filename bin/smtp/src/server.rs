@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agent::{Agent, Answers, ConnId, OpenRequest};
-use daemon::{msg_warn, Context, Cx};
-use ipc::delivery::Transaction;
+use daemon::{msg_info, msg_warn, Context, Cx};
+use ipc::delivery::{Response, Transaction};
 use mio::Token;
 
-use crate::conn::{Outcome, SmtpConn};
+use crate::conn::{Outcome, ProxyEvent, SmtpConn};
+use crate::proxy::Proxies;
 use crate::settings::{tls_level, Settings};
 
 /// All of this process's connections.
@@ -36,6 +37,8 @@ pub struct SmtpAgent {
     /// that wants driving again is due then, not at a later clock read
     /// (the skeleton reads the clock once per turn).
     turn: Instant,
+    /// The egress proxies and which are down.
+    proxies: Proxies,
 }
 
 impl SmtpAgent {
@@ -46,11 +49,11 @@ impl SmtpAgent {
         lmtp: bool,
     ) -> Result<Self, String> {
         let chrooted = ctx.args.chroot && sys::is_root();
+        let settings =
+            Settings::from(&ctx.config, chrooted, &ctx.args.service, roots, lmtp)?.speaking(lmtp);
         Ok(SmtpAgent {
-            settings: Arc::new(
-                Settings::from(&ctx.config, chrooted, &ctx.args.service, roots, lmtp)?
-                    .speaking(lmtp),
-            ),
+            proxies: Proxies::new(settings.proxies.clone()),
+            settings: Arc::new(settings),
             lmtp,
             conns: BTreeMap::new(),
             by_id: BTreeMap::new(),
@@ -72,6 +75,29 @@ impl SmtpAgent {
         };
         c.drive(cx);
         let (id, done) = (c.id, c.is_done());
+        for ev in c.take_proxy_events() {
+            match ev {
+                ProxyEvent::Worked(proxy) => {
+                    if self.proxies.worked(proxy) {
+                        msg_info!("proxy {proxy} is taking connections again");
+                    }
+                }
+                ProxyEvent::Failed(proxy, why) => {
+                    if self.proxies.failed(proxy, cx.now) {
+                        msg_warn!(
+                            "proxy {proxy}: {why}: tried after the other proxies for {}s",
+                            crate::proxy::DOWN_TIME.as_secs()
+                        );
+                    }
+                    // qmgr counts it for monitoring.
+                    let response = Response::ProxyFailed {
+                        conn: id.conn,
+                        proxy,
+                    };
+                    out.answer(id, 0, response);
+                }
+            }
+        }
         for Outcome { request, response } in c.take_outcomes() {
             out.answer(id, request, response);
         }
@@ -94,7 +120,8 @@ impl Agent for SmtpAgent {
         open: OpenRequest,
     ) {
         let token = cx.token();
-        let c = SmtpConn::new(self.settings.clone(), id, request, open, token, cx);
+        let proxies = self.proxies.order(cx.now);
+        let c = SmtpConn::new(self.settings.clone(), id, request, open, proxies, token, cx);
         self.by_id.insert(id, token);
         self.conns.insert(token, c);
         self.progress(cx, out, token);
@@ -200,7 +227,10 @@ impl Agent for SmtpAgent {
             Ok(_) if want_roots && roots.is_none() => msg_warn!(
                 "reload: certificate verification needs trust anchors read at start; restart smtp (sluice stop; sluice start)"
             ),
-            Ok(s) => self.settings = Arc::new(s),
+            Ok(s) => {
+                self.proxies.replace(s.proxies.clone());
+                self.settings = Arc::new(s);
+            }
             Err(e) => msg_warn!("reload: {e}; keeping the running settings"),
         }
         true

@@ -77,6 +77,8 @@ pub struct Settings {
     pub lmtp: bool,
     /// `smtp_mta_sts`: apply the policies router(8) cached.
     pub mta_sts: bool,
+    /// `smtp_proxy` (`<transport>_proxy`): the egress proxies; none for lmtp.
+    pub proxies: Vec<std::net::SocketAddr>,
 }
 
 /// The parameters lmtp(8) reads in place of smtp(8)'s, as Postfix's
@@ -243,6 +245,7 @@ impl Settings {
             logger: agent::Logger::from_config(cfg),
             lmtp: false,
             mta_sts,
+            proxies: t.addrs("default_proxy"),
         })
     }
 
@@ -257,6 +260,8 @@ impl Settings {
             self.tls_level = TlsLevel::None;
             self.roots = None;
             self.mta_sts = false;
+            // A mailbox server is this site's own: no egress proxy.
+            self.proxies.clear();
         }
         self
     }
@@ -297,6 +302,15 @@ mod tests {
         assert_eq!(s.connect_timeout, Duration::from_secs(11));
         assert_eq!(s.bind, None);
         assert!(s.client.discard_ehlo_keywords.is_empty());
+        assert!(s.proxies.is_empty());
+        let proxied = "default_proxy = 127.0.0.1:3025\nsmtp_proxy = 127.0.0.1:3026 [::1]:3027\n";
+        let s = settings(proxied, false);
+        let want: Vec<std::net::SocketAddr> = vec![
+            "127.0.0.1:3026".parse().unwrap(),
+            "[::1]:3027".parse().unwrap(),
+        ];
+        assert_eq!(s.proxies, want, "smtp_proxy over default_proxy");
+        assert!(settings(proxied, true).proxies.is_empty(), "lmtp uses none");
         let l = settings("", true);
         assert_eq!(l.client.helo_name, "out.example", "$myhostname by default");
         let bad = config::Config::with_hostname("out.example")

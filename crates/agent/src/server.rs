@@ -209,7 +209,7 @@ impl<A: Agent> Handler<Delivery> for AgentServer<A> {
                         request,
                         &Response::OpenFailed {
                             conn,
-                            handshake: false,
+                            failure: ipc::delivery::OpenFailure::Local,
                             reason,
                         },
                     );

@@ -744,6 +744,16 @@ impl TransportView<'_> {
         )
     }
 
+    /// A list of addresses to connect to; empty when none.
+    pub fn addrs(&self, name: &str) -> Vec<std::net::SocketAddr> {
+        self.typed(
+            name,
+            "AddrList",
+            |t| *t == ParamType::AddrList,
+            |_, v| value::parse_addr_list(v),
+        )
+    }
+
     /// A feedback parameter.
     pub fn feedback(&self, name: &str) -> Feedback {
         let spec = spec_or_panic(name);

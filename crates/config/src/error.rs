@@ -97,6 +97,8 @@ pub enum ValueProblem {
     Milter(String),
     /// A milter macro name is neither one character nor `{name}`.
     Macro(String),
+    /// Not an address to connect to; the text says how.
+    Addr(String),
 }
 
 impl ValueProblem {
@@ -116,6 +118,7 @@ impl ValueProblem {
             ValueProblem::HeaderName(_) => "bad header name",
             ValueProblem::Milter(_) => "bad milter address",
             ValueProblem::Macro(_) => "bad macro name",
+            ValueProblem::Addr(_) => "bad address",
         }
     }
 
@@ -140,6 +143,9 @@ impl ValueProblem {
             ValueProblem::Milter(what) => format!(
                 " ({what}; use unix:/path/to/socket or inet:host:port, as inet:127.0.0.1:8891)"
             ),
+            ValueProblem::Addr(why) => {
+                format!(" ({why}; use address:port items such as 192.0.2.10:3025 or [2001:db8::10]:3025)")
+            }
             ValueProblem::Macro(name) => {
                 format!(" ({name}; use one character or a name in braces, as i or {{client_addr}})")
             }

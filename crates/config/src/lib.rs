@@ -52,6 +52,6 @@ pub use render::{render, render_one, RenderMode};
 pub use services::{parse_services, port_by_name};
 pub use table::{spec, split_transport_param, DefaultValue, ParamSpec};
 pub use value::{
-    parse_header_name, parse_milters, parse_net, parse_net_list, parse_time, split_list, Cidr,
-    Feedback, MapRef, MilterAddr, NetEntry, ParamType, TimeUnit,
+    parse_addr_list, parse_header_name, parse_milters, parse_net, parse_net_list, parse_time,
+    split_list, Cidr, Feedback, MapRef, MilterAddr, NetEntry, ParamType, TimeUnit,
 };

@@ -355,6 +355,7 @@ static PARAMS: &[ParamSpec] = &[
     p("smtp_bind_address", S, "", "IPv4 source address of outgoing SMTP connections."),
     p("smtp_bind_address6", S, "", "IPv6 source address of outgoing SMTP connections."),
     p("smtp_source_pool", S, "", "Id of the policy file's sources: pool whose addresses outgoing SMTP connections take in turn when no pool selects itself by tenant, sender domain or grouping (empty: smtp_bind_address)."),
+    t("default_proxy", T::AddrList, "", "HAProxy instances (address:port, each bound with accept-proxy) that the SMTP client reaches destinations through, tried in turn: a PROXY protocol v2 header names the destination and the source address (the policy's localip or smtp_bind_address, an address on the proxy), and a proxy that is down is skipped for 60s without counting against any destination; empty: connect directly. Per transport as smtp_proxy, relay_proxy; lmtp does not use it."),
     p("smtp_helo_name", S, "$myhostname", "Name the SMTP client sends in EHLO/HELO."),
     p("smtp_host_lookup", L, "dns", "How the SMTP client finds server addresses."),
     p("smtp_address_preference", T::Enum(&["ipv4", "ipv6", "any"]), "any", "Address family tried first when a host has both."),

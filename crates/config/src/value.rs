@@ -98,6 +98,8 @@ pub enum ParamType {
     MilterList,
     /// Sendmail macro names: one character or `{name}`; empty for none.
     MacroList,
+    /// TCP addresses to connect to, `address:port` or `[v6]:port` each; empty for none.
+    AddrList,
 }
 
 impl ParamType {
@@ -122,6 +124,7 @@ impl ParamType {
             ParamType::HeaderName => "header name, or empty".into(),
             ParamType::MilterList => "list of unix:/path or inet:host:port".into(),
             ParamType::MacroList => "list of macro names (j, {name})".into(),
+            ParamType::AddrList => "list of address:port".into(),
         }
     }
 
@@ -146,6 +149,7 @@ impl ParamType {
             ParamType::HeaderName => parse_header_name(text).map(drop),
             ParamType::MilterList => parse_milters(text).map(drop),
             ParamType::MacroList => parse_macro_names(text).map(drop),
+            ParamType::AddrList => parse_addr_list(text).map(drop),
         }
     }
 }
@@ -274,6 +278,28 @@ pub fn parse_listen(text: &str) -> Result<Option<std::net::SocketAddr>, ValuePro
         _ => return Err(bad("the port must be a number from 1 to 65535")),
     };
     Ok(Some(std::net::SocketAddr::new(ip, port)))
+}
+
+/// Parses a list of addresses to connect to (`address:port`, `[v6]:port`,
+/// `localhost:port`), as `smtp_proxy` lists its proxies. Names are not
+/// resolved: an agent must not wait on DNS to reach its own proxies.
+pub fn parse_addr_list(text: &str) -> Result<Vec<std::net::SocketAddr>, ValueProblem> {
+    let mut out = Vec::new();
+    for item in split_list(text)? {
+        let addr = parse_listen(&item).map_err(|e| match e {
+            ValueProblem::Listen(why) => ValueProblem::Addr(why),
+            other => other,
+        })?;
+        if let Some(a) = addr {
+            if a.ip().is_unspecified() {
+                return Err(ValueProblem::Addr(format!(
+                    "{item}: the unspecified address cannot be connected to"
+                )));
+            }
+            out.push(a);
+        }
+    }
+    Ok(out)
 }
 
 /// Parses a decimal integer (optional sign), surrounding blanks ignored.

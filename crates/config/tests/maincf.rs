@@ -133,6 +133,7 @@ fn defaults_follow_postfix() {
     assert_eq!(nets, ["127.0.0.0/8", "[::1]/128"]);
     assert!(c.cidrs("mynetworks")[0].contains("127.0.0.1".parse().unwrap()));
     assert_eq!(c.str("metrics_listen"), "");
+    assert!(c.transport("smtp").addrs("default_proxy").is_empty());
     assert_eq!(c.list("allow_mail_to_commands"), ["alias", "forward"]);
     assert_eq!(
         c.list("smtpd_relay_restrictions"),
@@ -165,7 +166,8 @@ fn per_transport_overrides() {
          relay_initial_destination_concurrency = 2\n\
          smtp_destination_recipient_limit = $relay_destination_concurrency_limit\n\
          default_destination_concurrency_limit = 30\n\
-         smtp_connection_cache_time_limit = 5\n",
+         smtp_connection_cache_time_limit = 5\n\
+         smtp_proxy = 127.0.0.1:3025, [::1]:3026 localhost:3027\n",
         &["relay", "smtp"],
     )
     .unwrap();
@@ -186,6 +188,16 @@ fn per_transport_overrides() {
     assert_eq!(
         c.time("connection_cache_time_limit"),
         Duration::from_secs(2)
+    );
+    let proxies: Vec<String> = smtp
+        .addrs("default_proxy")
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    assert_eq!(proxies, ["127.0.0.1:3025", "[::1]:3026", "127.0.0.1:3027"]);
+    assert!(
+        relay.addrs("default_proxy").is_empty(),
+        "relay has none of its own"
     );
     // Postfix's own per-transport defaults for local.
     let local = c.transport("local");
@@ -308,6 +320,28 @@ fn bad_values_are_refused_with_file_line_and_parameter() {
             1,
             "metrics_listen",
             ValueProblem::Listen("9103: missing :port".into()),
+        ),
+        (
+            "smtp_proxy = 127.0.0.1",
+            1,
+            "smtp_proxy",
+            ValueProblem::Addr("127.0.0.1: missing :port".into()),
+        ),
+        (
+            "myhostname = h.test\nrelay_proxy = 192.0.2.1:3025, proxy.example:3025",
+            2,
+            "relay_proxy",
+            ValueProblem::Addr(
+                "proxy.example:3025: the host must be an IP address or localhost".into(),
+            ),
+        ),
+        (
+            "default_proxy = [2001:db8::1]:3025 0.0.0.0:3025",
+            1,
+            "default_proxy",
+            ValueProblem::Addr(
+                "0.0.0.0:3025: the unspecified address cannot be connected to".into(),
+            ),
         ),
         (
             "default_destination_concurrency_positive_feedback = lots",

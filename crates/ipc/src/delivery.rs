@@ -26,7 +26,7 @@ pub enum Delivery {}
 
 impl crate::Protocol for Delivery {
     const NAME: &'static str = "sluice-delivery";
-    const VERSION: u32 = 6;
+    const VERSION: u32 = 7;
     type Request = Request;
     type Response = Response;
 }
@@ -174,9 +174,8 @@ pub enum Response {
     OpenFailed {
         /// The connection.
         conn: u64,
-        /// False when no address could be reached; true when one was
-        /// reached and the greeting, EHLO or TLS failed (negative feedback).
-        handshake: bool,
+        /// Whose failure it was, for the destination's feedback.
+        failure: OpenFailure,
         /// Why, for the deferral of what waited for it.
         reason: mail::Status,
     },
@@ -191,6 +190,15 @@ pub enum Response {
         conn_failed: bool,
         /// Where delivered recipients went, for NOTIFY=SUCCESS (RFC 3461).
         handoff: Handoff,
+    },
+    /// An egress proxy (`smtp_proxy`) could not be reached while the
+    /// connection was being set up; the connection tries the next one.
+    /// For the proxy's failure count: it says nothing of the destination.
+    ProxyFailed {
+        /// The connection.
+        conn: u64,
+        /// The proxy.
+        proxy: SocketAddr,
     },
     /// The connection is closed.
     Closed {
@@ -208,9 +216,25 @@ impl Response {
             Response::Opened { conn, .. }
             | Response::OpenFailed { conn, .. }
             | Response::Sent { conn, .. }
+            | Response::ProxyFailed { conn, .. }
             | Response::Closed { conn, .. } => *conn,
         }
     }
+}
+
+/// Why a connection could not be set up, as the scheduler counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OpenFailure {
+    /// No address of the host could be reached (the host is skipped for
+    /// a while, negative feedback).
+    Unreachable,
+    /// An address was reached and the greeting, EHLO or TLS failed
+    /// (negative feedback).
+    Handshake,
+    /// This side failed before the host was tried: the source address
+    /// cannot be bound, or no egress proxy could be reached. Nothing
+    /// counts against the destination or its hosts.
+    Local,
 }
 
 /// What became of delivered recipients, for success notices.

@@ -448,8 +448,21 @@ pub struct Summary {
     pub policy_keys: Vec<KeyView>,
     /// Suspensions and back-offs in force.
     pub holds: Vec<HoldView>,
+    /// Egress proxies (`smtp_proxy`) that failed since qmgr started.
+    pub proxies: Vec<ProxySummary>,
     /// The link to clusterd, when `cluster_server` is set.
     pub cluster: Option<ClusterLink>,
+}
+
+/// One egress proxy's failures, as the delivery agents reported them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProxySummary {
+    /// The transport whose agent tried it.
+    pub transport: String,
+    /// The proxy, `address:port`.
+    pub proxy: String,
+    /// Connections it could not take (refused, timed out).
+    pub failures: u64,
 }
 
 /// An event counter: its total and its recent counts.

@@ -184,6 +184,16 @@ impl<S: Store> QueueManager<S> {
             destinations: self.destination_summary(now, top),
             policy_keys: self.policy_summary(top),
             holds: self.holds_summary(),
+            proxies: self
+                .totals
+                .proxy_failures
+                .iter()
+                .map(|((transport, proxy), n)| queuectl::ProxySummary {
+                    transport: transport.clone(),
+                    proxy: proxy.to_string(),
+                    failures: *n,
+                })
+                .collect(),
             // bin/qmgr fills it in from its link to clusterd.
             cluster: None,
         }

@@ -351,6 +351,15 @@ impl<S: Store> QueueManager<S> {
         request: Option<u64>,
         resp: delivery::Response,
     ) {
+        if let delivery::Response::ProxyFailed { proxy, .. } = resp {
+            // The agent tries its next proxy: nothing for the scheduler.
+            *self
+                .totals
+                .proxy_failures
+                .entry((transport.to_string(), proxy))
+                .or_default() += 1;
+            return;
+        }
         let wait =
             request.and_then(|r| self.deliver.agent_wait.remove(&(transport.to_string(), r)));
         if let Some(AgentWait::Close(release)) = wait {
@@ -381,14 +390,14 @@ impl<S: Store> QueueManager<S> {
             (
                 Some(AgentWait::Open),
                 delivery::Response::OpenFailed {
-                    handshake, reason, ..
+                    failure, reason, ..
                 },
             ) => SchedEvent::ConnectionFailed {
                 conn,
-                failure: if handshake {
-                    ConnFailure::Handshake
-                } else {
-                    ConnFailure::Unreachable
+                failure: match failure {
+                    delivery::OpenFailure::Unreachable => ConnFailure::Unreachable,
+                    delivery::OpenFailure::Handshake => ConnFailure::Handshake,
+                    delivery::OpenFailure::Local => ConnFailure::Local,
                 },
                 // The scheduler's reasons are still "code text" strings.
                 reason: reason.to_string(),

@@ -173,7 +173,8 @@ impl DestFigures {
     }
 }
 
-/// Delivery results since qmgr started, per recipient.
+/// Delivery results since qmgr started, per recipient, and egress
+/// proxy failures.
 #[derive(Debug, Default)]
 pub struct Totals {
     /// Delivered.
@@ -182,6 +183,8 @@ pub struct Totals {
     pub deferred: Rolling,
     /// Bounced.
     pub bounced: Rolling,
+    /// Connections an egress proxy failed, per transport and proxy.
+    pub proxy_failures: std::collections::BTreeMap<(String, std::net::SocketAddr), u64>,
 }
 
 #[cfg(test)]

@@ -226,7 +226,7 @@ fn agent_answer(body: delivery::Request, how: u8) -> delivery::Response {
     match body {
         delivery::Request::Open { conn, .. } if how == 3 => delivery::Response::OpenFailed {
             conn,
-            handshake: false,
+            failure: delivery::OpenFailure::Unreachable,
             reason: mail::Status::new(mail::StatusCode::known(4, 4, 1), "connect: refused"),
         },
         delivery::Request::Open { conn, .. } => delivery::Response::Opened {

@@ -69,6 +69,10 @@ pub enum ConnFailure {
     Unreachable,
     /// Reached, but the greeting or handshake failed (421, timeout, TLS).
     Handshake,
+    /// The agent's side failed before the host was tried (no egress proxy
+    /// answered, the source address cannot be bound): the entry is
+    /// deferred, and nothing counts against the destination or its host.
+    Local,
 }
 
 /// Input to the scheduler.

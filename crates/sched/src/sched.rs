@@ -944,6 +944,16 @@ impl Scheduler {
         let Some(f) = self.dests[d].queue(want).pop_front() else {
             return e;
         };
+        // Under a shaping policy the other class's head may be mail this
+        // connection cannot carry (another source pool, tenant, job):
+        // it waits for a connection of its own.
+        if self.shaping.is_some() {
+            let side = self.entry_side(f).map(|x| x.id);
+            if !self.compatible(c, side) {
+                self.dests[d].queue(want).push_front(f);
+                return e;
+            }
+        }
         self.requeue(e);
         let entry = &mut self.entries[f];
         entry.state = EntryState::OnConn(c);
@@ -1083,7 +1093,9 @@ impl Scheduler {
                 self.defer_entry(now, e, reason, None, true);
             }
         }
-        self.negative(now, d);
+        if failure != ConnFailure::Local {
+            self.negative(now, d);
+        }
         Ok(())
     }
 

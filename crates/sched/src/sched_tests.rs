@@ -322,6 +322,39 @@ fn dead_destination_defers_all_and_retries_with_doubling_backoff() {
 }
 
 #[test]
+fn local_connection_failures_defer_without_counting_against_the_destination() {
+    let mut c = cfg();
+    c.transports[0].connection_backlog_limit = 1;
+    c.transports[0].destination_recipient_limit = 1;
+    let mut s = Scheduler::new(c).unwrap();
+    add_read(&mut s, Time(0), 1, "a@x", "proxied.example", 20);
+    let now = Time(30_000);
+    // Every egress proxy down: each connection fails on this side.
+    let all = fail_all(&mut s, now, ConnFailure::Local);
+    let d = s.dest_id(TransportId(0), "proxied.example").unwrap();
+    assert_eq!(s.dead_until(d), None, "not declared dead");
+    assert!(!all.iter().any(|a| matches!(
+        a,
+        Action::Notice(Notice::DestinationDead { .. } | Notice::HostRetry { .. })
+    )));
+    let deferred: usize = all
+        .iter()
+        .filter_map(|a| match a {
+            Action::Defer {
+                recipients, reason, ..
+            } if reason == "failed" => Some(recipients.len()),
+            _ => None,
+        })
+        .sum();
+    assert_eq!(
+        deferred, 20,
+        "every recipient deferred with the agent's reason"
+    );
+    assert_eq!(s.entries_in_memory(), 0);
+    s.check_invariants().unwrap();
+}
+
+#[test]
 fn a_dead_destination_keeps_its_back_off_while_its_mail_waits_outside() {
     let mut c = cfg();
     c.transports[0].connection_backlog_limit = 1;

@@ -856,3 +856,101 @@ fn a_host_another_instance_could_not_reach_is_skipped_here() {
     message(&mut s, &mut w, Time(10), 2, "", "up.test", "mx.up.test");
     assert_eq!(w.host.values().collect::<Vec<_>>(), ["mx.up.test"]);
 }
+
+#[test]
+fn a_class_share_swap_never_puts_mail_of_another_pool_on_a_connection() {
+    // Two pools chosen by sender domain; concurrency only (no rates), so
+    // the class share swap is on.
+    let pool = |id: &str, addr: &str, domain: &str| Source {
+        id: id.into(),
+        localip: vec![ip(addr)],
+        tenantid: vec![],
+        senderdomain: vec![domain.into()],
+        grouping: vec![],
+    };
+    let pol = Policy {
+        sources: vec![
+            pool("a", "127.0.0.2", "a.test"),
+            pool("b", "127.0.0.3", "b.test"),
+        ],
+        policies: vec![KeyPolicy {
+            fields: vec![Field::LocalIp],
+            default: Props {
+                concurrency: Some(20),
+                ..Props::default()
+            },
+            conditions: vec![],
+        }],
+        ..Policy::default()
+    };
+    let mut s = Scheduler::new(SchedConfig {
+        transports: vec![TransportConfig::new("smtp")],
+        shaping: Some(Arc::new(pol)),
+        ..SchedConfig::default()
+    })
+    .unwrap();
+    let mut w = World::default();
+    let mut sender_of = BTreeMap::new();
+    let now = Time(0);
+    // A big sender of pool a fills its connections' backlogs (its class
+    // grows past the small one); then a small sender of pool b.
+    for q in 1..=43u64 {
+        let sender = if q <= 40 {
+            "big@a.test"
+        } else {
+            "small@b.test"
+        };
+        sender_of.insert(q, sender);
+        s.handle(
+            now,
+            Event::MessageAdded(NewMessage {
+                queue_id: QueueId(q),
+                sender: sender.into(),
+                tenant: None,
+                job: None,
+                size: 1000,
+                arrival: now,
+                attempts: 0,
+                recipients: 1,
+            }),
+        )
+        .unwrap();
+        let read = std::iter::from_fn(|| s.poll_action())
+            .find(|a| matches!(a, Action::ReadRecipients { .. }))
+            .expect("a read");
+        let Action::ReadRecipients { queue_id, .. } = read else {
+            unreachable!()
+        };
+        s.handle(
+            now,
+            Event::RecipientsRead {
+                queue_id,
+                groups: vec![RecipientGroup {
+                    domain: "remote.test".into(),
+                    transport: "smtp".into(),
+                    nexthop: "[192.0.2.25]:25".into(),
+                    hosts: vec![vec!["192.0.2.25".into()]],
+                    recipients: vec![0],
+                }],
+                remaining: 0,
+            },
+        )
+        .unwrap();
+        w.drain(&mut s, now);
+    }
+    for i in 1..=60 {
+        w.finish(&mut s, Time(i * 10), |_| RcptStatus::Delivered);
+    }
+    let done: BTreeSet<u64> = w.started.iter().map(|(_, _, q)| *q).collect();
+    assert_eq!(done.len(), 43, "every message started");
+    for (_, serial, q) in &w.started {
+        let want = if sender_of[q].ends_with("@a.test") {
+            "127.0.0.2"
+        } else {
+            "127.0.0.3"
+        };
+        let got = w.source[serial].map(|a| a.to_string()).unwrap_or_default();
+        assert_eq!(got, want, "message {q} from {}", sender_of[q]);
+    }
+    s.check_invariants().unwrap();
+}

@@ -545,7 +545,7 @@ impl Sim {
                         req,
                         delivery::Response::OpenFailed {
                             conn: c,
-                            handshake: true,
+                            failure: delivery::OpenFailure::Handshake,
                             reason: Status::new(StatusCode::known(4, 4, 2), "greeting timed out"),
                         },
                     );
@@ -573,7 +573,11 @@ impl Sim {
                         req,
                         delivery::Response::OpenFailed {
                             conn: c,
-                            handshake: !unreachable,
+                            failure: if unreachable {
+                                delivery::OpenFailure::Unreachable
+                            } else {
+                                delivery::OpenFailure::Handshake
+                            },
                             reason,
                         },
                     );

@@ -12,6 +12,10 @@
 //! `UNKNOWN` (v1) carry no client (the balancer's own health checks): the
 //! connection's own addresses stand. Anything else is an error naming
 //! what is wrong; nothing here panics or grows without bound.
+//!
+//! The other way, [`encode_v2`] writes the version 2 header that smtp(8)
+//! sends to an egress proxy (`smtp_proxy`): the source address the proxy
+//! is to bind and the destination it is to connect to.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -100,6 +104,31 @@ pub fn parse(input: &[u8]) -> Parsed {
         None if input.len() >= V1_MAX => Parsed::Bad(ProxyError::TooLong),
         None => Parsed::Incomplete,
     }
+}
+
+/// The version 2 `PROXY` header for a TCP connection from `source` to
+/// `destination`; `None` when their families differ (the header has one
+/// family for both).
+pub fn encode_v2(source: SocketAddr, destination: SocketAddr) -> Option<Vec<u8>> {
+    let mut h = V2_SIGNATURE.to_vec();
+    // Version 2, command PROXY.
+    h.push(0x21);
+    match (source.ip(), destination.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            h.extend_from_slice(&[0x11, 0, 12]);
+            h.extend_from_slice(&s.octets());
+            h.extend_from_slice(&d.octets());
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            h.extend_from_slice(&[0x21, 0, 36]);
+            h.extend_from_slice(&s.octets());
+            h.extend_from_slice(&d.octets());
+        }
+        _ => return None,
+    }
+    h.extend_from_slice(&source.port().to_be_bytes());
+    h.extend_from_slice(&destination.port().to_be_bytes());
+    Some(h)
 }
 
 fn parse_v1(line: &[u8]) -> Result<Header, ProxyError> {
@@ -332,6 +361,25 @@ mod tests {
         );
         assert_eq!(parse(&v2(0, 0x00, &[])), Parsed::Done(Header::Local, 16));
         assert_eq!(parse(&v2(0, 0x11, &v4)), Parsed::Done(Header::Local, 28));
+    }
+
+    #[test]
+    fn encoded_v2_headers_parse_back() {
+        for (src, dst, len) in [
+            ("127.0.0.2:0", "192.0.2.25:25", 28),
+            ("0.0.0.0:0", "198.51.100.1:2525", 28),
+            ("[2001:db8::7]:0", "[2001:db8::1]:25", 52),
+        ] {
+            let h = encode_v2(sa(src), sa(dst)).unwrap();
+            assert_eq!(h.len(), len);
+            let want = Header::Proxied {
+                source: sa(src),
+                destination: sa(dst),
+            };
+            assert_eq!(parse(&h), Parsed::Done(want, len), "{src} -> {dst}");
+        }
+        assert_eq!(encode_v2(sa("127.0.0.2:0"), sa("[2001:db8::1]:25")), None);
+        assert_eq!(encode_v2(sa("[::]:0"), sa("192.0.2.25:25")), None);
     }
 
     #[test]
