@@ -30,6 +30,7 @@ mod metrics;
 mod schedconf;
 mod server;
 mod store;
+mod verifymap;
 
 fn main() {
     // qmgr owns state the whole system relies on: it never exits on idle or use count.

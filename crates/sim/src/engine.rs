@@ -720,6 +720,8 @@ impl Sim {
             | Action::Answer { .. }
             | Action::DropCleanup
             | Action::SaveHolds { .. }
+            | Action::SaveVerify { .. }
+            | Action::VerifyAnswer { .. }
             | Action::HostRetry { .. } => {}
             Action::ToRouter { request, body } => {
                 let response = self.route(body);
