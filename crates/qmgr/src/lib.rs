@@ -52,10 +52,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use ipc::{cleanup, delivery, qmgr, queuectl, router};
-pub use verify::VerifySettings;
 use mail::QueueId;
 use queue::{Lsn, MessageHead, Record, Replay, Storage};
 use sched::{SchedConfig, Scheduler};
+pub use verify::VerifySettings;
 
 pub use sched::Time;
 pub use store::{fresh_results, MemStore, Store};

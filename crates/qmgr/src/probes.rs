@@ -131,7 +131,13 @@ fn outcome(st: &mail::Status) -> verify::Outcome {
 
 impl<S: Store> QueueManager<S> {
     /// smtpd asks about `address`.
-    pub(crate) fn verify_query(&mut self, client: u64, request: u64, address: String, wait_ms: u64) {
+    pub(crate) fn verify_query(
+        &mut self,
+        client: u64,
+        request: u64,
+        address: String,
+        wait_ms: u64,
+    ) {
         let now = self.now;
         let l = self.probes.cache.query(now, &address);
         if l.probe {
@@ -176,10 +182,9 @@ impl<S: Store> QueueManager<S> {
     fn probe_result(&mut self, address: &str, found: Option<(verify::Outcome, String)>) {
         self.probes.cache.result(self.now, address, found.clone());
         let key = address.to_ascii_lowercase();
-        let (done, rest): (Vec<Waiter>, Vec<Waiter>) =
-            std::mem::take(&mut self.probes.waiters)
-                .into_iter()
-                .partition(|w| w.address == key);
+        let (done, rest): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut self.probes.waiters)
+            .into_iter()
+            .partition(|w| w.address == key);
         self.probes.waiters = rest;
         for w in done {
             match &found {
@@ -323,8 +328,7 @@ impl<S: Store> QueueManager<S> {
         let qid = d.next_qid;
         d.next_qid += 1;
         let open = (0..addresses.len() as u32).collect();
-        d.msgs
-            .insert(qid, InDelivery::probe(id, envelope, routes));
+        d.msgs.insert(qid, InDelivery::probe(id, envelope, routes));
         d.by_id.insert(id, qid);
         self.probes.ids.insert(id);
         self.probes.running.insert(
@@ -398,7 +402,9 @@ impl<S: Store> QueueManager<S> {
         let Some(run) = self.probes.running.remove(&qid) else {
             return;
         };
-        self.probes.ids.retain(|id| self.deliver.by_id.contains_key(id));
+        self.probes
+            .ids
+            .retain(|id| self.deliver.by_id.contains_key(id));
         let mut open: Vec<u32> = run.open.into_iter().collect();
         open.sort_unstable();
         for i in open {
@@ -466,10 +472,14 @@ mod tests {
     }
 
     fn answer(w: &World, request: u64) -> Option<(Outcome, String)> {
-        w.verified.iter().rev().find(|(r, _)| *r == request).map(|(_, a)| {
-            let Response::Status { outcome, text } = a;
-            (*outcome, text.clone())
-        })
+        w.verified
+            .iter()
+            .rev()
+            .find(|(r, _)| *r == request)
+            .map(|(_, a)| {
+                let Response::Status { outcome, text } = a;
+                (*outcome, text.clone())
+            })
     }
 
     /// Per address: 250 for known@, 550 for unknown@, 451 for the rest.
@@ -599,7 +609,10 @@ mod tests {
             ("box@local.test", "lmtp", "local.test"),
         ]);
         let (o, t) = answer(&w, 1).unwrap();
-        assert_eq!((o, t.as_str()), (Outcome::Undeliverable, "5.1.1 user has moved"));
+        assert_eq!(
+            (o, t.as_str()),
+            (Outcome::Undeliverable, "5.1.1 user has moved")
+        );
         // No agent for lmtp here: unknown until it has one.
         assert_eq!(answer(&w, 2).unwrap().0, Outcome::Deferred);
         assert!(w.agent.is_empty());
@@ -612,7 +625,10 @@ mod tests {
         w.settle(code);
         w.wait(SAVE_INTERVAL);
         let saved = w.saved_verify.last().expect("saved").clone();
-        assert!(saved.starts_with("known@example.test\tdeliverable\t"), "{saved}");
+        assert!(
+            saved.starts_with("known@example.test\tdeliverable\t"),
+            "{saved}"
+        );
         let mut v = world(10, 0);
         assert_eq!(v.qm.load_verify_cache(&saved), 0);
         ask(&mut v, 1, "known@example.test", 0);

@@ -24,10 +24,17 @@ use crate::{Action, QueueManager, Store, ROUTE_RETRY};
 
 /// What a router request waits for.
 enum RouterWait {
-    Resolve { qid: u64, rcpt: u32 },
-    Hosts { nexthop: String },
+    Resolve {
+        qid: u64,
+        rcpt: u32,
+    },
+    Hosts {
+        nexthop: String,
+    },
     /// An address to verify (`probes`).
-    Probe { address: String },
+    Probe {
+        address: String,
+    },
 }
 
 /// A next hop's servers.

@@ -187,7 +187,10 @@ impl Cache {
 
     /// A probe of `address` was started.
     pub fn probe_started(&mut self, address: &str) {
-        let e = self.entries.entry(address.to_ascii_lowercase()).or_default();
+        let e = self
+            .entries
+            .entry(address.to_ascii_lowercase())
+            .or_default();
         if !e.probing {
             e.probing = true;
             self.probing += 1;

@@ -698,7 +698,10 @@ fn a_probe_stops_after_rcpt_with_rset_and_a_message_may_follow() {
             .send_probe(&env("a@x.com", &["b@y.com", "reject@y.com"])));
         p.run();
         let wrote = String::from_utf8_lossy(&p.client_wrote).to_string();
-        assert!(!wrote.contains("DATA") && !wrote.contains("BDAT"), "{wrote}");
+        assert!(
+            !wrote.contains("DATA") && !wrote.contains("BDAT"),
+            "{wrote}"
+        );
         assert!(wrote.ends_with("RCPT TO:<reject@y.com> NOTIFY=FAILURE\r\nRSET\r\n"));
         let rcpt: Vec<(usize, u16)> = p
             .log
