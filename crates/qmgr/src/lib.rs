@@ -562,6 +562,16 @@ impl<S: Store> QueueManager<S> {
         self.figures.prune(now.0 / 1000);
     }
 
+    /// Whether address verification probes wait or run.
+    pub fn probing(&self) -> bool {
+        self.probes.busy()
+    }
+
+    /// Addresses in the verification cache, and probes waiting or under way.
+    pub fn verify_figures(&self) -> (usize, usize) {
+        (self.probes.cache.len(), self.probes.cache.probing())
+    }
+
     /// Whether message `id` is with delivery now.
     pub fn is_active(&self, id: &QueueId) -> bool {
         self.deliver.by_id.contains_key(id)

@@ -88,6 +88,11 @@ impl Probes {
         }
     }
 
+    /// Whether probes wait for routing, a pseudo-message, or a result.
+    pub(crate) fn busy(&self) -> bool {
+        self.cache.probing() > 0 || !self.queued.is_empty() || !self.running.is_empty()
+    }
+
     /// Whether a journal record is about a pseudo-message.
     pub(crate) fn owns(&self, rec: &Record) -> bool {
         let id = match rec {

@@ -149,6 +149,11 @@ pub struct SimConfig {
     /// Record every transaction's start and every connection's opening and
     /// end by host ([`Report::sends`], [`Report::conn_events`]).
     pub record: bool,
+    /// Address verification queries: (time, destination index), each for
+    /// a new address of that destination, answered by probes there.
+    pub probes: Vec<(Time, u32)>,
+    /// The verification cache's and the probes' limits.
+    pub verify: queue_manager::VerifySettings,
 }
 
 impl Default for SimConfig {
@@ -163,6 +168,8 @@ impl Default for SimConfig {
             track: None,
             fair_admission: true,
             record: false,
+            probes: Vec::new(),
+            verify: queue_manager::VerifySettings::default(),
         }
     }
 }
@@ -216,11 +223,23 @@ pub struct Report {
     pub sends: Vec<(Time, String)>,
     /// With `record`: (time, host, +1 opened / -1 ended) of every connection.
     pub conn_events: Vec<(Time, String, i8)>,
+    /// Verification probes sent to servers (recipients of probe transactions).
+    pub probe_rcpts: u64,
+    /// The most probe recipients with servers at once.
+    pub probe_inflight_max: u64,
+    /// Verification queries answered with a result (not "in progress").
+    pub verify_known: u64,
+    /// The most addresses the verification cache held.
+    pub verify_cache_max: u64,
+    /// The most probes waiting or under way.
+    pub verify_pending_max: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     Arrive(u32),
+    /// Verification query `i` of [`SimConfig::probes`].
+    Verify(u32),
     /// The agent's connection (wire id) is up; the request that opened it.
     Opened(u64, u64),
     /// It could not be set up: unreachable (true) or refused.
@@ -279,6 +298,12 @@ pub struct Sim {
     integral: (f64, f64, f64),
     /// The server's words for a transaction it defers, by connection.
     deferrals: HashMap<u64, String>,
+    /// Verification queries still to come.
+    future_probes: u64,
+    /// Probe recipients of each probe transaction with a server, by request.
+    probing: HashMap<u64, u64>,
+    /// Their sum.
+    inflight_probes: u64,
     /// The measurements.
     pub report: Report,
 }
@@ -315,6 +340,7 @@ impl Sim {
             active_limit: cfg.sched.qmgr_message_active_limit as usize,
             lifetime: cfg.sched.maximal_queue_lifetime,
             admission_by_sender: cfg.fair_admission,
+            verify: cfg.verify.clone(),
             ..Settings::default()
         };
         let qm = QueueManager::with_scheduler(
@@ -355,6 +381,9 @@ impl Sim {
             tracked_since: Time::ZERO,
             integral: (0.0, 0.0, 0.0),
             deferrals: HashMap::new(),
+            future_probes: 0,
+            probing: HashMap::new(),
+            inflight_probes: 0,
             report: Report {
                 trace: 0xcbf2_9ce4_8422_2325,
                 ..Report::default()
@@ -364,6 +393,11 @@ impl Sim {
             let at = sim.msgs[i].at;
             sim.report.injected += sim.msgs[i].rcpts.len() as u64;
             sim.push(at, Ev::Arrive(i as u32));
+        }
+        for i in 0..sim.cfg.probes.len() {
+            let at = sim.cfg.probes[i].0;
+            sim.future_probes += 1;
+            sim.push(at, Ev::Verify(i as u32));
         }
         Ok(sim)
     }
@@ -405,6 +439,8 @@ impl Sim {
             // must not stretch the run either.
             if self.live.is_empty()
                 && self.future_msgs == 0
+                && self.future_probes == 0
+                && !self.qm.probing()
                 && (next_ev.is_none() || self.conns.is_empty())
             {
                 break;
@@ -486,6 +522,22 @@ impl Sim {
         }
         match ev {
             Ev::Arrive(i) => self.arrive(i),
+            Ev::Verify(i) => {
+                self.future_probes -= 1;
+                let d = self.cfg.probes[i as usize].1 as usize;
+                let domain = self.dests.get(d).map_or("", |x| &*x.nexthop);
+                let address = format!("v{i}@{domain}");
+                self.handle(Event::Verify {
+                    client: 0,
+                    request: u64::from(i),
+                    address,
+                    wait_ms: 0,
+                });
+                let (cached, pending) = self.qm.verify_figures();
+                let r = &mut self.report;
+                r.verify_cache_max = r.verify_cache_max.max(cached as u64);
+                r.verify_pending_max = r.verify_pending_max.max(pending as u64);
+            }
             Ev::GreetTimeout(c, req, inc) => {
                 if self
                     .conns
@@ -540,6 +592,9 @@ impl Sim {
                 }
             }
             Ev::TxnDone(c, req, codes) => {
+                if let Some(n) = self.probing.remove(&req) {
+                    self.inflight_probes -= n;
+                }
                 let said = self.deferrals.remove(&c).unwrap_or_default();
                 let results = codes
                     .into_iter()
@@ -721,8 +776,13 @@ impl Sim {
             | Action::DropCleanup
             | Action::SaveHolds { .. }
             | Action::SaveVerify { .. }
-            | Action::VerifyAnswer { .. }
             | Action::HostRetry { .. } => {}
+            Action::VerifyAnswer { response, .. } => {
+                let ipc::verify::Response::Status { outcome, .. } = response;
+                if outcome != ipc::verify::Outcome::Unknown {
+                    self.report.verify_known += 1;
+                }
+            }
             Action::ToRouter { request, body } => {
                 let response = self.route(body);
                 self.handle(Event::RouterAnswer { request, response });
@@ -798,6 +858,13 @@ impl Sim {
                             .collect();
                         if let Some(text) = deferring {
                             self.deferrals.insert(conn, text);
+                        }
+                        if txn.data == delivery::Data::Probe {
+                            self.report.probe_rcpts += u64::from(n);
+                            self.probing.insert(request, u64::from(n));
+                            self.inflight_probes += u64::from(n);
+                            self.report.probe_inflight_max =
+                                self.report.probe_inflight_max.max(self.inflight_probes);
                         }
                         self.push(self.now + dur, Ev::TxnDone(conn, request, codes));
                     }

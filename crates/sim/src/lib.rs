@@ -3,7 +3,8 @@
 //!
 //! `engine` is the discrete-event loop and the server models; `scenarios`
 //! holds the six experiments of issue 5 (full and `--quick` sizes) and
-//! `shaping` those of traffic shaping, that the
+//! `shaping` those of traffic shaping, `verify` the address verification
+//! flood, that the
 //! `sim` binary prints and the tests assert on; `bench` measures decisions
 //! per second and memory per queued recipient. Deterministic: a seed fixes
 //! every run. Panics: never.
@@ -15,3 +16,4 @@ pub mod engine;
 pub mod policybench;
 pub mod scenarios;
 pub mod shaping;
+pub mod verify;

@@ -172,7 +172,7 @@ pub(crate) fn run(
 }
 
 /// Scenario names.
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "limiter",
     "fairness",
     "mailing-list",
@@ -182,6 +182,7 @@ pub const NAMES: [&str; 9] = [
     "burst",
     "shaping",
     "shaping-ramp",
+    "verify-flood",
 ];
 
 /// Runs a scenario by name.
@@ -196,6 +197,7 @@ pub fn run_scenario(name: &str, quick: bool, seed: u64) -> Option<Output> {
         "burst" => burst(quick, seed),
         "shaping" => crate::shaping::shaping(quick, seed),
         "shaping-ramp" => crate::shaping::ramp(quick, seed),
+        "verify-flood" => crate::verify::flood(quick, seed),
         _ => return None,
     })
 }

@@ -187,3 +187,22 @@ fn a_ts04_reply_suspends_then_ramps_back_in_steps() {
         "other mail flows"
     );
 }
+
+#[test]
+fn a_verification_flood_leaves_real_mail_its_throughput() {
+    let o = run("verify-flood");
+    assert_eq!(fig(&o, "flood_delivered"), 2000.0);
+    let ratio = fig(&o, "flood_ratio");
+    assert!(
+        ratio >= 0.9,
+        "real mail's throughput under the flood: {ratio}"
+    );
+    // Every one of the 5,000 addresses was probed, never more than the
+    // pseudo-message's 10 at once.
+    assert_eq!(fig(&o, "flood_probes_sent"), 5000.0);
+    assert!(fig(&o, "flood_probes_max_inflight") <= 10.0);
+    // With small limits, the probes waiting and the cache stay within them.
+    assert!(fig(&o, "flood_bounded_pending_max") <= 200.0);
+    assert!(fig(&o, "flood_bounded_cache_max") <= 1000.0);
+    assert!(fig(&o, "flood_bounded_ratio") >= 0.9);
+}
