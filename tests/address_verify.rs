@@ -5,18 +5,26 @@
 //! are accepted, unknown ones refused with the server's words, temporary
 //! failures deferred; results are cached until they expire, and kept in
 //! address_verify_map across a restart. A probe is MAIL FROM the verify
-//! sender, RCPT, RSET: no message reaches the server.
+//! sender, RCPT, RSET: no message reaches the server. Then the same
+//! against a real Postfix (Debian's) as the verified server, whose local
+//! recipient table and access map decide.
 
 use std::time::Duration;
 
+use sluice_suite::postfix::{Postfix, PostfixOptions};
 use sluice_suite::smtp_client::SmtpClient;
 use sluice_suite::testkit::ScriptedSink;
-use sluice_suite::{relay_instance, wait_for, Instance};
+use sluice_suite::{free_port, relay_instance, wait_for, Instance};
 
 /// A relaying instance whose recipients are verified; `extra` is appended to main.cf.
 fn verifying(sink: &ScriptedSink, extra: &str) -> (Instance, u16) {
+    verifying_at(sink.port, extra)
+}
+
+/// As [`verifying`], relaying to 127.0.0.1:`port`.
+fn verifying_at(port: u16, extra: &str) -> (Instance, u16) {
     relay_instance(
-        sink.port,
+        port,
         &format!(
             "smtpd_recipient_restrictions = reject_unverified_recipient, permit_mynetworks, reject\n\
              unverified_recipient_reject_code = 550\n\
@@ -193,4 +201,59 @@ fn the_cache_survives_a_restart_of_the_instance() {
     assert_eq!(probes_of(&sink, "nobody@remote.example"), 1);
     assert_eq!(probes_of(&sink, "known@remote.example"), 1);
     inst.wait_log(20, "1 line(s) cut short or unreadable, skipped");
+}
+
+#[test]
+fn a_real_postfix_decides_as_its_tables_say() {
+    let tmp = tempfile::Builder::new()
+        .prefix("sluice-pf")
+        .tempdir()
+        .unwrap();
+    let pf_port = free_port();
+    let pf = Postfix::start(
+        tmp.path(),
+        pf_port,
+        &PostfixOptions {
+            main_extra: "local_recipient_maps = inline:{known=x, busy=x}\n\
+                         smtpd_recipient_restrictions = check_recipient_access \
+                         inline:{{busy@dest.test.example = 450 4.2.1 mailbox busy}}, \
+                         permit_mynetworks, reject_unauth_destination\n"
+                .into(),
+            ..PostfixOptions::default()
+        },
+    );
+    let (inst, port) = verifying_at(pf_port, "");
+    let relay = format!("127.0.0.1[127.0.0.1]:{pf_port}");
+    assert!(rcpt(port, "known@dest.test.example").starts_with("250"));
+    assert_eq!(
+        rcpt(port, "nobody@dest.test.example"),
+        format!(
+            "550 5.1.1 <nobody@dest.test.example>: Recipient address rejected: undeliverable address: \
+             host {relay} said: 550 5.1.1 <nobody@dest.test.example>: Recipient address rejected: \
+             User unknown in local recipient table (in reply to RCPT TO command)"
+        )
+    );
+    assert_eq!(
+        rcpt(port, "busy@dest.test.example"),
+        format!(
+            "450 4.1.1 <busy@dest.test.example>: Recipient address rejected: unverified address: \
+             host {relay} said: 450 4.2.1 <busy@dest.test.example>: Recipient address rejected: \
+             mailbox busy (in reply to RCPT TO command)"
+        )
+    );
+    // Postfix saw the probes from the verify sender, and no message came of them.
+    let log = pf.log();
+    assert!(
+        log.contains("from=<double-bounce@mx.test.example> to=<nobody@dest.test.example>"),
+        "{log}"
+    );
+    assert!(!pf.queue_json().contains("double-bounce"));
+    // A verified recipient's mail reaches Postfix.
+    sluice_suite::smtplib_send(
+        port,
+        "alice@example.com",
+        "known@dest.test.example",
+        &write_message(&inst),
+    );
+    pf.wait_queued("known@dest.test.example");
 }
