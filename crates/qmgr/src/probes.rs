@@ -624,6 +624,47 @@ mod tests {
     }
 
     #[test]
+    fn a_next_hop_without_servers_answers_its_probes_and_the_transport_goes_on() {
+        let mut w = world(10, 0);
+        ask(&mut w, 1, "a@nowhere.test", 1000);
+        // Routed: the pseudo-message waits for the next hop's servers.
+        let (request, _) = w.router.pop_front().unwrap();
+        let response = crate::testkit::resolved("a@nowhere.test", "smtp", "nowhere.test");
+        w.handle(Event::RouterAnswer { request, response });
+        ask(&mut w, 2, "b@nowhere.test", 1000);
+        let mut hosts = None;
+        while let Some((request, body)) = w.router.pop_front() {
+            match body {
+                router::Request::Hosts { .. } => hosts = Some(request),
+                router::Request::ResolveQueued { address, .. } => {
+                    let response = crate::testkit::resolved(&address, "smtp", "nowhere.test");
+                    w.handle(Event::RouterAnswer { request, response });
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let response = router::Response::Failed {
+            temporary: false,
+            text: "5.4.4 Host or domain name not found".into(),
+        };
+        w.handle(Event::RouterAnswer {
+            request: hosts.expect("hosts asked"),
+            response,
+        });
+        let (o, t) = answer(&w, 1).unwrap();
+        assert_eq!(
+            (o, t.as_str()),
+            (Outcome::Undeliverable, "Host or domain name not found")
+        );
+        // The second probe was queued behind the first pseudo-message and
+        // runs now; nothing was journaled.
+        // (Its host list is asked again: the failure was not kept.)
+        w.settle(|_| 250);
+        assert_eq!(answer(&w, 2).unwrap().0, Outcome::Deliverable);
+        assert_eq!(w.qm.store().records().count(), 0);
+    }
+
+    #[test]
     fn the_cache_is_saved_when_it_changed_and_loads_back() {
         let mut w = world(10, 0);
         ask(&mut w, 1, "known@example.test", 0);

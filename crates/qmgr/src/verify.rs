@@ -207,7 +207,17 @@ impl Cache {
             e.probing = false;
             self.probing -= 1;
         }
-        if let Some((outcome, text)) = found {
+        let expire = self.settings.positive_expire;
+        // As Postfix's verify: a probe that failed does not clobber a
+        // positive result before it expires (the address is probed again
+        // at the next query; while some probes succeed it stays good).
+        let keep_ok = |e: &Entry, o: Outcome| {
+            o != Outcome::Deliverable
+                && e.known.as_ref().is_some_and(|k| {
+                    k.outcome == Outcome::Deliverable && now.since(k.updated) < expire
+                })
+        };
+        if let Some((outcome, text)) = found.filter(|(o, _)| !keep_ok(e, *o)) {
             if outcome != Outcome::Deliverable && !self.settings.negative_cache {
                 if let Some(old) = e.known.take() {
                     self.by_age.remove(&(old.updated, key.clone()));
@@ -390,6 +400,30 @@ mod tests {
         // Past the expiry: unknown.
         let l = c.query(Time(t0.0 + 10 * HOUR), "u@example.test");
         assert!(l.known.is_none() && l.probe);
+    }
+
+    #[test]
+    fn a_failed_probe_does_not_clobber_a_positive_result() {
+        let mut c = cache();
+        let t0 = Time(1_000 * HOUR);
+        c.probe_started("u@t");
+        c.result(t0, "u@t", ok("250"));
+        let later = Time(t0.0 + 3 * HOUR);
+        assert!(c.query(later, "u@t").probe, "past the refresh time");
+        c.probe_started("u@t");
+        let busy = Some((Outcome::Deferred, "451 busy".to_string()));
+        c.result(later, "u@t", busy.clone());
+        let l = c.query(later, "u@t");
+        assert_eq!(l.known.unwrap().outcome, Outcome::Deliverable);
+        assert!(l.probe, "probed again at the next query");
+        // Once the positive result has expired, the failure is what is known.
+        let gone = Time(t0.0 + 10 * HOUR);
+        c.probe_started("u@t");
+        c.result(gone, "u@t", busy);
+        assert_eq!(
+            c.query(gone, "u@t").known.unwrap().outcome,
+            Outcome::Deferred
+        );
     }
 
     #[test]
