@@ -122,6 +122,24 @@ fn check_reports_every_problem_with_file_line_and_parameter() {
 }
 
 #[test]
+fn check_refuses_a_reply_code_of_reject_unverified_that_is_not_4xx_or_5xx() {
+    let inst = Instance::new(
+        "anvil unix - - n - 1 anvil\n",
+        "unverified_recipient_reject_code = 250\n",
+    );
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let main_cf = inst.etc().join("main.cf").display().to_string();
+    assert!(
+        err.lines().any(|l| l.contains(&main_cf)
+            && l.contains("line 7")
+            && l.contains("\"unverified_recipient_reject_code\": 250 is not an SMTP reply code from 400 to 599")),
+        "{err}"
+    );
+}
+
+#[test]
 fn check_passes_a_sound_configuration_and_start_refuses_a_bad_one() {
     let mut inst = Instance::new("anvil unix - - n - 1 anvil\n", "unknown_thing = 1\n");
     let out = inst.sluice(&["check"]);

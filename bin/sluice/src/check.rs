@@ -209,6 +209,15 @@ fn check_restrictions_and_tables(
     for list in policy::LISTS {
         check_restriction_list(cfg, list, &origin(dir, cfg, list), r);
     }
+    for code in policy::UNVERIFIED_CODES {
+        if let Err(e) = policy::reply_code(cfg, code) {
+            r.error(format!(
+                "{}: parameter \"{code}\": {}",
+                origin(dir, cfg, code),
+                e.message
+            ));
+        }
+    }
     for param in &map_params {
         check_maps(cfg, param, &origin(dir, cfg, param), r);
     }

@@ -176,24 +176,36 @@ pub const LISTS: [&str; 5] = [
     "smtpd_recipient_restrictions",
 ];
 
+/// The reply code parameters of reject_unverified_*: recipient reject,
+/// recipient defer, sender reject, sender defer.
+pub const UNVERIFIED_CODES: [&str; 4] = [
+    "unverified_recipient_reject_code",
+    "unverified_recipient_defer_code",
+    "unverified_sender_reject_code",
+    "unverified_sender_defer_code",
+];
+
+/// A reply code parameter's value, refused unless from 400 to 599.
+pub fn reply_code(cfg: &Config, name: &str) -> Result<u16, RestrictionError> {
+    let v = cfg.int(name);
+    u16::try_from(v)
+        .ok()
+        .filter(|c| (400..=599).contains(c))
+        .ok_or_else(|| RestrictionError {
+            param: name.to_string(),
+            message: format!("{v} is not an SMTP reply code from 400 to 599"),
+        })
+}
+
 impl Policy {
     /// Builds the policy from main.cf; an unknown restriction is an error.
     pub fn from_config(cfg: &Config) -> Result<Policy, RestrictionError> {
-        let code = |name: &'static str| {
-            let v = cfg.int(name);
-            u16::try_from(v)
-                .ok()
-                .filter(|c| (400..=599).contains(c))
-                .ok_or_else(|| RestrictionError {
-                    param: name.to_string(),
-                    message: format!("{v} is not an SMTP reply code from 400 to 599"),
-                })
-        };
+        let [rr, rd, sr, sd] = UNVERIFIED_CODES;
         let unverified = Unverified {
-            recipient_reject: code("unverified_recipient_reject_code")?,
-            recipient_defer: code("unverified_recipient_defer_code")?,
-            sender_reject: code("unverified_sender_reject_code")?,
-            sender_defer: code("unverified_sender_defer_code")?,
+            recipient_reject: reply_code(cfg, rr)?,
+            recipient_defer: reply_code(cfg, rd)?,
+            sender_reject: reply_code(cfg, sr)?,
+            sender_defer: reply_code(cfg, sd)?,
         };
         let mut lists = Vec::new();
         for name in LISTS {
