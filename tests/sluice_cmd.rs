@@ -122,10 +122,10 @@ fn check_reports_every_problem_with_file_line_and_parameter() {
 }
 
 #[test]
-fn check_refuses_a_reply_code_of_reject_unverified_that_is_not_4xx_or_5xx() {
+fn check_refuses_bad_address_verification_parameters_with_their_lines() {
     let inst = Instance::new(
         "anvil unix - - n - 1 anvil\n",
-        "unverified_recipient_reject_code = 250\n",
+        "unverified_recipient_reject_code = 250\naddress_verify_map = btree:/var/lib/postfix/verify_cache\n",
     );
     let out = inst.sluice(&["check"]);
     let (_, err) = text(&out);
@@ -135,6 +135,11 @@ fn check_refuses_a_reply_code_of_reject_unverified_that_is_not_4xx_or_5xx() {
         err.lines().any(|l| l.contains(&main_cf)
             && l.contains("line 7")
             && l.contains("\"unverified_recipient_reject_code\": 250 is not an SMTP reply code from 400 to 599")),
+        "{err}"
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.contains("line 8") && l.contains("a file name, not a btree: table")),
         "{err}"
     );
 }

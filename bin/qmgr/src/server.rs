@@ -158,7 +158,7 @@ impl QmgrServer {
             },
             Err(e) => msg_warn!("{}: {e}", crate::holds::path(&root).display()),
         }
-        let verify_map = crate::verifymap::path(&root, &ctx.config.str("address_verify_map"));
+        let verify_map = crate::verifymap::path(&root, &ctx.config.str("address_verify_map"))?;
         if let Some(p) = verify_map.as_ref() {
             match crate::verifymap::load(p) {
                 Ok(text) => {

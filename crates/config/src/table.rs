@@ -358,7 +358,7 @@ static PARAMS: &[ParamSpec] = &[
     p("address_verify_poll_count", I, "3", "How many times smtpd would look for a probe's result, address_verify_poll_delay apart: it waits up to (count - 1) x delay for the result before answering unverified (1: answer at once)."),
     p("address_verify_poll_delay", SEC, "3s", "The time between two looks for a probe's result (see address_verify_poll_count)."),
     p("address_verify_sender", S, "$double_bounce_sender", "Envelope sender of address verification probes; qualified with myorigin when it has no @; <> for the null sender."),
-    p("address_verify_map", S, "state/verify_cache", "File where qmgr keeps the address verification cache across restarts, relative to queue_directory (mail_owner's state/ by default); empty: the cache is kept in memory only."),
+    p("address_verify_map", S, "state/verify_cache", "File where qmgr keeps the address verification cache across restarts, relative to queue_directory (mail_owner's state/ by default); empty: the cache is kept in memory only; a Postfix type:table value is refused (the file is Sluice's own text)."),
     p("address_verify_positive_expire_time", DAY, "31d", "How long a probe's positive result is used."),
     p("address_verify_positive_refresh_time", DAY, "7d", "Age of a positive result past which the address is probed again (the old result is used meanwhile)."),
     p("address_verify_negative_expire_time", DAY, "3d", "How long a probe's negative or temporary result is used."),
