@@ -257,3 +257,36 @@ fn a_real_postfix_decides_as_its_tables_say() {
     );
     pf.wait_queued("known@dest.test.example");
 }
+
+#[test]
+fn an_unverified_sender_is_refused_at_rcpt_time() {
+    let sink = ScriptedSink::start();
+    sink.rcpt_reply("forged", "550 5.1.1 no such user here");
+    let (_inst, port) = relay_instance(
+        sink.port,
+        "smtpd_sender_restrictions = reject_unverified_sender\n\
+         unverified_sender_reject_code = 550\n\
+         address_verify_poll_count = 3\naddress_verify_poll_delay = 2s\n",
+    );
+    let relay = format!("127.0.0.1[127.0.0.1]:{}", sink.port);
+    let rcpt_from = |from: &str| {
+        let (mut c, _) = SmtpClient::connect(port);
+        c.expect("EHLO client.test", "250");
+        c.expect(&format!("MAIL FROM:<{from}>"), "250");
+        let (r, _) = c.timed("RCPT TO:<bob@remote.example>");
+        c.expect("QUIT", "221");
+        r.trim_end().to_string()
+    };
+    assert_eq!(
+        rcpt_from("forged@remote.example"),
+        format!(
+            "550 5.1.7 <forged@remote.example>: Sender address rejected: undeliverable address: \
+             host {relay} said: 550 5.1.1 no such user here (in reply to RCPT TO command)"
+        )
+    );
+    assert!(rcpt_from("real@remote.example").starts_with("250"));
+    // The null sender is not verified.
+    assert!(rcpt_from("").starts_with("250"));
+    assert_eq!(probes_of(&sink, "forged@remote.example"), 1);
+    assert_eq!(probes_of(&sink, "bob@remote.example"), 0);
+}
