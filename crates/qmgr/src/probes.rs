@@ -36,6 +36,9 @@ use crate::{Action, QueueManager, Store};
 /// How often a changed cache is saved.
 pub const SAVE_INTERVAL: Duration = Duration::from_secs(60);
 
+/// At most one warning this often about queries not probed.
+const WARN_INTERVAL: Duration = Duration::from_secs(60);
+
 /// The node part of pseudo-messages' queue ids: no instance has it.
 const PROBE_NODE: u32 = (1 << 25) - 1;
 
@@ -71,6 +74,9 @@ pub(crate) struct Probes {
     started: BTreeMap<String, VecDeque<Time>>,
     /// When the cache is to be saved next, if it changed.
     next_save: Time,
+    /// Queries not probed for the pending limit since the last warning,
+    /// and when the next warning may be logged (a flood logs one a minute).
+    refused: (u64, Time),
 }
 
 impl Probes {
@@ -85,6 +91,7 @@ impl Probes {
             next_seq: 0,
             started: BTreeMap::new(),
             next_save: Time(0),
+            refused: (0, Time(0)),
         }
     }
 
@@ -153,10 +160,16 @@ impl<S: Store> QueueManager<S> {
             return self.verify_answer(client, request, k.outcome, k.text);
         }
         if l.refused {
-            self.warn(format!(
-                "verify: {address}: {} probes under way (address_verify_pending_limit); not probed now",
-                self.probes.cache.probing()
-            ));
+            let (n, next) = &mut self.probes.refused;
+            *n += 1;
+            if now >= *next {
+                *next = now + WARN_INTERVAL;
+                let n = std::mem::take(n);
+                let under_way = self.probes.cache.probing();
+                self.warn(format!(
+                    "verify: {under_way} probes under way (address_verify_pending_limit): {n} address(es) not probed, the last {address}"
+                ));
+            }
         }
         if wait_ms == 0 || l.refused {
             return self.verify_unknown(client, request);
@@ -662,6 +675,42 @@ mod tests {
         w.settle(|_| 250);
         assert_eq!(answer(&w, 2).unwrap().0, Outcome::Deliverable);
         assert_eq!(w.qm.store().records().count(), 0);
+    }
+
+    #[test]
+    fn queries_past_the_pending_limit_are_not_probed_and_warned_about_once_a_minute() {
+        let mut s = settings();
+        s.verify.pending_limit = 2;
+        let mut w = World::new(s);
+        for i in 0..5u64 {
+            ask(&mut w, i, &format!("known{i}@example.test"), 0);
+        }
+        let probes = |w: &World| {
+            w.history
+                .iter()
+                .filter(|(_, a)| {
+                    matches!(
+                        a,
+                        crate::testkit::Asked::Router(router::Request::ResolveQueued { .. })
+                    )
+                })
+                .count()
+        };
+        assert_eq!(probes(&w), 2);
+        let warned = |w: &World| {
+            w.log
+                .iter()
+                .filter(|(_, l)| l.contains("not probed"))
+                .count()
+        };
+        assert_eq!(warned(&w), 1);
+        w.wait(WARN_INTERVAL);
+        ask(&mut w, 9, "known9@example.test", 0);
+        assert_eq!(warned(&w), 2);
+        assert!(w.logged(
+            "verify: 2 probes under way (address_verify_pending_limit): \
+             3 address(es) not probed, the last known9@example.test"
+        ));
     }
 
     #[test]
