@@ -151,6 +151,7 @@ fn large_messages_reach_a_real_postfix_with_bdat_and_data_in_clear_and_over_tls(
         &PostfixOptions {
             tls: Some(make_cert(tmp.path())),
             message_size_limit: Some(60_000_000),
+            ..PostfixOptions::default()
         },
     );
     let port = free_port();

@@ -122,6 +122,29 @@ fn check_reports_every_problem_with_file_line_and_parameter() {
 }
 
 #[test]
+fn check_refuses_bad_address_verification_parameters_with_their_lines() {
+    let inst = Instance::new(
+        "anvil unix - - n - 1 anvil\n",
+        "unverified_recipient_reject_code = 250\naddress_verify_map = btree:/var/lib/postfix/verify_cache\n",
+    );
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let main_cf = inst.etc().join("main.cf").display().to_string();
+    assert!(
+        err.lines().any(|l| l.contains(&main_cf)
+            && l.contains("line 7")
+            && l.contains("\"unverified_recipient_reject_code\": 250 is not an SMTP reply code from 400 to 599")),
+        "{err}"
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.contains("line 8") && l.contains("a file name, not a btree: table")),
+        "{err}"
+    );
+}
+
+#[test]
 fn check_passes_a_sound_configuration_and_start_refuses_a_bad_one() {
     let mut inst = Instance::new("anvil unix - - n - 1 anvil\n", "unknown_thing = 1\n");
     let out = inst.sluice(&["check"]);

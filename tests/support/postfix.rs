@@ -26,6 +26,8 @@ pub struct PostfixOptions {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// `message_size_limit`, when not Postfix's default (10240000).
     pub message_size_limit: Option<u64>,
+    /// More main.cf lines, after the others (a later line wins in Postfix).
+    pub main_extra: String,
 }
 
 impl Drop for Postfix {
@@ -110,6 +112,7 @@ impl Postfix {
         if let Some(limit) = opts.message_size_limit {
             main.push_str(&format!("message_size_limit = {limit}\n"));
         }
+        main.push_str(&opts.main_extra);
         std::fs::write(etc.join("main.cf"), main).unwrap();
         std::fs::write(
             etc.join("master.cf"),

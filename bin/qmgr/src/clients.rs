@@ -1,10 +1,12 @@
-//! qmgr's one listener for two protocols: cleanup's arrivals (`Qmgr`) and
-//! `sluice queue`'s control (`QueueCtl`), told apart by the client's hello
-//! and served by one `daemon::ipcserver`.
+//! qmgr's one listener for three protocols: cleanup's arrivals (`Qmgr`),
+//! smtpd's address verification queries (`Verify`) and `sluice queue`'s
+//! control (`QueueCtl`), told apart by the client's hello and served by
+//! one `daemon::ipcserver`.
 
 use daemon::ipcserver::Service;
 use ipc::qmgr::{self, Qmgr};
 use ipc::queuectl::{self, QueueCtl};
+use ipc::verify::{self, Verify};
 use ipc::{Endpoint, Hello, HelloReply, IpcError, Protocol, Tagged};
 
 /// qmgr's listener: cleanup's arrivals and `sluice queue`'s control, told
@@ -19,6 +21,8 @@ pub enum Kind {
     Arrival,
     /// `sluice queue`'s `QueueCtl`.
     Control,
+    /// smtpd's `Verify`.
+    Verify,
 }
 
 /// A request of either protocol.
@@ -31,6 +35,8 @@ pub enum Request {
     Arrival(qmgr::Request),
     /// `sluice queue` asks.
     Control(queuectl::Request),
+    /// smtpd asks about an address.
+    Verify(verify::Request),
 }
 
 /// An answer of either protocol.
@@ -40,6 +46,8 @@ pub enum Response {
     Arrival(qmgr::Response),
     /// To `sluice queue`.
     Control(queuectl::Response),
+    /// To smtpd.
+    Verify(verify::Response),
 }
 
 impl Service for Clients {
@@ -53,6 +61,8 @@ impl Service for Clients {
         // old `sluice queue` hears which version it should be.
         let (kind, answer) = if hello.protocol == Qmgr::NAME {
             (Kind::Arrival, hello.answer::<Qmgr>())
+        } else if hello.protocol == Verify::NAME {
+            (Kind::Verify, hello.answer::<Verify>())
         } else {
             (Kind::Control, hello.answer::<QueueCtl>())
         };
@@ -72,6 +82,10 @@ impl Service for Clients {
                 id: t.id,
                 body: Request::Control(t.body),
             }),
+            Kind::Verify => ep.recv::<Tagged<verify::Request>>()?.map(|t| Tagged {
+                id: t.id,
+                body: Request::Verify(t.body),
+            }),
         })
     }
 
@@ -79,6 +93,7 @@ impl Service for Clients {
         match resp {
             Response::Arrival(r) => ep.queue_reply(id, r),
             Response::Control(r) => ep.queue_reply(id, r),
+            Response::Verify(r) => ep.queue_reply(id, r),
         }
     }
 }

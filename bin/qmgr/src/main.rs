@@ -29,6 +29,7 @@ mod links;
 mod metrics;
 mod server;
 mod store;
+mod verifymap;
 
 use queue_manager::schedconf;
 

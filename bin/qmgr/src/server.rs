@@ -59,6 +59,8 @@ pub struct QmgrServer {
     http: Option<crate::metrics::Http>,
     /// The link to clusterd (`cluster_server`).
     cluster: Option<crate::cluster::ClusterConn>,
+    /// `address_verify_map`, as this process reaches it; `None`: not saved.
+    verify_map: Option<PathBuf>,
 }
 
 /// Wall-clock milliseconds: the queue manager's time base, so retry and
@@ -94,6 +96,31 @@ fn settings(config: &config::Config, scfg: &sched::SchedConfig) -> Settings {
         origin,
         postmaster,
         admission_by_sender: true,
+        verify: verify_settings(config),
+    }
+}
+
+/// The address verification parameters (the cache's and the probes').
+fn verify_settings(config: &config::Config) -> queue_manager::VerifySettings {
+    let origin = config.str("myorigin");
+    let sender = config.str("address_verify_sender");
+    let sender = match sender.trim() {
+        "" | "<>" => String::new(),
+        s if s.contains('@') => s.to_string(),
+        s => format!("{s}@{origin}"),
+    };
+    let count = |name: &str| usize::try_from(config.int(name)).unwrap_or(0);
+    queue_manager::VerifySettings {
+        positive_expire: config.time("address_verify_positive_expire_time"),
+        positive_refresh: config.time("address_verify_positive_refresh_time"),
+        negative_expire: config.time("address_verify_negative_expire_time"),
+        negative_refresh: config.time("address_verify_negative_refresh_time"),
+        negative_cache: config.bool("address_verify_negative_cache"),
+        cache_limit: count("address_verify_cache_limit").max(1),
+        pending_limit: count("address_verify_pending_limit").max(1),
+        concurrency_limit: count("address_verify_concurrency_limit").max(1),
+        rate_limit: u32::try_from(config.int("address_verify_rate_limit")).unwrap_or(0),
+        sender,
     }
 }
 
@@ -131,6 +158,21 @@ impl QmgrServer {
             },
             Err(e) => msg_warn!("{}: {e}", crate::holds::path(&root).display()),
         }
+        let verify_map = crate::verifymap::path(&root, &ctx.config.str("address_verify_map"))?;
+        if let Some(p) = verify_map.as_ref() {
+            match crate::verifymap::load(p) {
+                Ok(text) => {
+                    let torn = qm.load_verify_cache(&text);
+                    if torn > 0 {
+                        msg_warn!(
+                            "address_verify_map {}: {torn} line(s) cut short or unreadable, skipped",
+                            p.display()
+                        );
+                    }
+                }
+                Err(e) => msg_warn!("address_verify_map {}: {e}; starting empty", p.display()),
+            }
+        }
         let mut cluster = crate::cluster::ClusterConn::from_config(&ctx.config, &root)?;
         if let Some(c) = cluster.as_mut() {
             if qm.shaper_mut().is_none() {
@@ -154,6 +196,7 @@ impl QmgrServer {
             metrics_socket,
             http: None,
             cluster,
+            verify_map,
         })
     }
 
@@ -253,10 +296,31 @@ impl QmgrServer {
                     self.save_holds(&text);
                     None
                 }
+                Action::VerifyAnswer {
+                    client,
+                    request,
+                    response,
+                } => {
+                    let to = ClientId::from_number(client);
+                    self.owed.push((to, request, Response::Verify(response)));
+                    None
+                }
+                Action::SaveVerify { text } => {
+                    self.save_verify(&text);
+                    None
+                }
             };
             if let Some(ev) = lost {
                 let now = self.turn.1;
                 self.qm.handle(now, ev);
+            }
+        }
+    }
+
+    fn save_verify(&self, text: &str) {
+        if let Some(path) = self.verify_map.as_ref() {
+            if let Err(e) = crate::verifymap::save(path, text) {
+                msg_warn!("address_verify_map {}: {e}", path.display());
             }
         }
     }
@@ -396,6 +460,17 @@ impl Handler<Clients> for QmgrServer {
                     self.owed.push((from, id, Response::Control(body)));
                 }
             }
+            Request::Verify(ipc::verify::Request::Query { address, wait_ms }) => {
+                let now = self.now(cx.now);
+                let ev = QmEvent::Verify {
+                    client: from.number(),
+                    request: id,
+                    address,
+                    wait_ms,
+                };
+                self.qm.handle(now, ev);
+                self.act(cx);
+            }
             Request::Control(body) => {
                 let now = self.now(cx.now);
                 let ev = QmEvent::Control {
@@ -415,7 +490,7 @@ impl Handler<Clients> for QmgrServer {
     }
 
     fn admit(&self, peer: &PeerCred, kind: Kind) -> bool {
-        // Only the mail system announces mail.
+        // Only the mail system announces mail or asks for probes.
         kind == Kind::Control || peer.uid == 0 || peer.uid == self.me
     }
 
@@ -587,6 +662,10 @@ impl Handler<Clients> for QmgrServer {
                 Action::Log(Level::Warn, text) => msg_warn!("{text}"),
                 _ => {}
             }
+        }
+        // Results learnt since the last save are worth keeping.
+        if let Some(text) = self.qm.verify_cache_save() {
+            self.save_verify(&text);
         }
         self.pay(out);
     }

@@ -850,7 +850,14 @@ impl SmtpConn {
             Duration::ZERO
         };
         let bdat = self.session.as_ref().is_some_and(|s| s.uses_bdat());
-        let started = self.session.as_mut().is_some_and(|s| s.send_message(&env));
+        let probe = p.txn.data == ipc::delivery::Data::Probe;
+        let started = self.session.as_mut().is_some_and(|s| {
+            if probe {
+                s.send_probe(&env)
+            } else {
+                s.send_message(&env)
+            }
+        });
         self.active = Some(Active {
             request: p.request,
             txn: p.txn,
@@ -877,11 +884,14 @@ impl SmtpConn {
         let Some(a) = self.active.take() else { return };
         self.uses += 1;
         let delays = a.timing.delays(&a.txn, now);
+        let probe = a.txn.data == ipc::delivery::Data::Probe;
         let mut results = Vec::with_capacity(a.txn.recipients.len());
         for (i, r) in a.txn.recipients.iter().enumerate() {
             let (reply, stage) = match (&a.mail, &a.rcpt[i], &a.delivered[i]) {
                 (Some(m), _, _) => (m.clone(), "MAIL FROM"),
                 (None, Some(rr), _) if !rr.is_positive() => (rr.clone(), "RCPT TO"),
+                // A probe ends after RCPT: its reply is the result.
+                (None, Some(rr), _) if probe => (rr.clone(), "RCPT TO"),
                 (None, _, Some(d)) => (d.clone(), "end of DATA"),
                 _ if a.bdat => (final_reply.clone(), "BDAT"),
                 _ => (final_reply.clone(), "end of DATA"),

@@ -118,6 +118,14 @@ pub struct Conn {
     pending_rcpt: Option<(smtp_proto::Mailbox, smtp_proto::command::RcptParams)>,
     /// The question for the router, until the server has sent it.
     router_question: Option<(String, bool)>,
+    /// The router's answer for the RCPT waiting for verification.
+    pending_unlisted: Option<crate::router::Answer>,
+    /// The address to ask qmgr's verification about, until the server has sent it.
+    verify_question: Option<String>,
+    /// What verification said for the RCPT under evaluation, by address.
+    verified: Vec<(String, policy::VerifyState)>,
+    /// The address asked about, until its answer comes.
+    asked: Option<String>,
     /// `smtpd_per_record_deadline`, and the bytes of the record in progress.
     per_record: bool,
     record_len: usize,
@@ -204,6 +212,10 @@ impl Conn {
             cleanup_timeout: s.cleanup_timeout,
             pending_rcpt: None,
             router_question: None,
+            pending_unlisted: None,
+            verify_question: None,
+            verified: Vec::new(),
+            asked: None,
             per_record: s.per_record,
             record_len: s.record_len,
             record_bytes: 0,
@@ -351,6 +363,28 @@ impl Conn {
     /// recipient and whether the transaction uses SMTPUTF8.
     pub fn take_router_question(&mut self) -> Option<(String, bool)> {
         self.router_question.take()
+    }
+
+    /// The address the session waits to have asked about (reject_unverified_*).
+    pub fn take_verify_question(&mut self) -> Option<String> {
+        self.verify_question.take()
+    }
+
+    /// Verification's answer about the address asked: the RCPT is checked again.
+    pub fn verify_answer(
+        &mut self,
+        cx: &mut Cx<'_>,
+        pool: &mut Pool,
+        shared: &Shared,
+        state: policy::VerifyState,
+    ) {
+        if let Some((to, params)) = self.pending_rcpt.take() {
+            if let Some(address) = self.asked.take() {
+                self.verified.push((address, state));
+            }
+            let unlisted = self.pending_unlisted.take();
+            self.check_recipient(cx, pool, shared, to, params, unlisted.as_ref());
+        }
     }
 
     /// The router's answer to the session's question: the RCPT is decided.
@@ -949,8 +983,22 @@ impl Conn {
         let lookups = crate::settings::Lookups {
             tables: &shared.settings.tables,
             unlisted,
+            verified: &self.verified,
         };
-        match shared.settings.policy.check(&q, &lookups) {
+        let verdict = shared.settings.policy.check(&q, &lookups);
+        if !matches!(verdict, policy::Verdict::Verify { .. }) {
+            self.verified.clear();
+        }
+        match verdict {
+            policy::Verdict::Verify { address } => {
+                // Asked asynchronously; the RCPT (and what the client
+                // pipelined after it) waits, and is checked again with
+                // the answer.
+                self.verify_question = Some(address.clone());
+                self.asked = Some(address);
+                self.pending_unlisted = unlisted.cloned();
+                self.pending_rcpt = Some((to, params));
+            }
             policy::Verdict::Accept {
                 hold,
                 discard,

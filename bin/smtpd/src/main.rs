@@ -19,6 +19,7 @@ mod server;
 mod settings;
 mod space;
 mod tagged;
+mod verify;
 
 /// Descriptors a process needs besides its sessions: stdio, log, epoll,
 /// master's pipes, listeners, anvil, router, with room to spare.

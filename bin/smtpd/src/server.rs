@@ -24,6 +24,7 @@ use crate::proxy::Via;
 use crate::router::{Answer, RouterLink};
 use crate::sasl::{Outcome, SaslLink};
 use crate::settings;
+use crate::verify::VerifyLink;
 
 /// All sessions of this process.
 pub struct SmtpServer {
@@ -40,6 +41,8 @@ pub struct SmtpServer {
     proxied: crate::proxy::ProxyWait,
     /// The router, for reject_unlisted_recipient; one link for all sessions.
     router: RouterLink,
+    /// qmgr's address verification, for reject_unverified_*; one link for all sessions.
+    verify: VerifyLink,
     /// Dovecot's auth server, when AUTH is on; one link for all sessions.
     sasl: Option<SaslLink>,
     /// Milter sockets → the session they belong to.
@@ -66,6 +69,7 @@ impl SmtpServer {
         Ok(SmtpServer {
             sasl,
             router: RouterLink::new(&s.queue_root, s.router_timeout),
+            verify: VerifyLink::new(&s.queue_root, s.verify_wait, s.router_timeout),
             pool: Pool::new(&s.queue_root, s.ipc_idle),
             anvil: AnvilLink::new(&s.queue_root, s.anvil_timeout),
             pending: BTreeMap::new(),
@@ -301,6 +305,7 @@ impl SmtpServer {
             return;
         };
         self.router.forget(token);
+        self.verify.forget(token);
         self.anvil.forget(token);
         self.milter_owner.retain(|_, owner| *owner != token);
         if let Some(sasl) = self.sasl.as_mut() {
@@ -324,6 +329,16 @@ impl SmtpServer {
         }
     }
 
+    /// Hands verification's answers (or failures) to the sessions waiting.
+    fn verify_answers(&mut self, cx: &mut Cx<'_>, answers: Vec<(Token, policy::VerifyState)>) {
+        for (token, answer) in answers {
+            if let Some(c) = self.conns.get_mut(&token) {
+                c.verify_answer(cx, &mut self.pool, &self.shared, answer);
+            }
+            self.after_io(cx, token);
+        }
+    }
+
     fn after_io(&mut self, cx: &mut Cx<'_>, token: Token) {
         if let Some(c) = self.conns.get_mut(&token) {
             c.drive(cx, &self.shared, &mut self.pool);
@@ -331,10 +346,21 @@ impl SmtpServer {
         self.sasl_steps(cx, token);
         let done = match self.conns.get_mut(&token) {
             Some(c) => {
-                while let Some((address, smtputf8)) = c.take_router_question() {
-                    if let Err(e) = self.router.ask(cx, token, address, smtputf8) {
-                        c.router_answer(cx, &mut self.pool, &self.shared, Err(e));
-                        c.drive(cx, &self.shared, &mut self.pool);
+                // An answer given at once may raise the next question.
+                loop {
+                    if let Some((address, smtputf8)) = c.take_router_question() {
+                        if let Err(e) = self.router.ask(cx, token, address, smtputf8) {
+                            c.router_answer(cx, &mut self.pool, &self.shared, Err(e));
+                            c.drive(cx, &self.shared, &mut self.pool);
+                        }
+                    } else if let Some(address) = c.take_verify_question() {
+                        if let Err(e) = self.verify.ask(cx, token, address) {
+                            let failed = policy::VerifyState::Failed(e);
+                            c.verify_answer(cx, &mut self.pool, &self.shared, failed);
+                            c.drive(cx, &self.shared, &mut self.pool);
+                        }
+                    } else {
+                        break;
                     }
                 }
                 if c.take_rearm() {
@@ -380,6 +406,11 @@ impl Server for SmtpServer {
             self.router_answers(cx, answers);
             return;
         }
+        if self.verify.token() == Some(token) {
+            let answers = self.verify.ready(cx);
+            self.verify_answers(cx, answers);
+            return;
+        }
         if self.anvil.token() == Some(token) {
             let answers = self.anvil.ready(cx);
             self.anvil_answers(cx, answers);
@@ -420,6 +451,8 @@ impl Server for SmtpServer {
     fn timeout(&mut self, cx: &mut Cx<'_>) {
         let late = self.router.expired(cx.now);
         self.router_answers(cx, late);
+        let late = self.verify.expired(cx.now);
+        self.verify_answers(cx, late);
         let late = self.anvil.expired(cx.now);
         self.anvil_answers(cx, late);
         if let Some(sasl) = self.sasl.as_mut() {
@@ -447,6 +480,7 @@ impl Server for SmtpServer {
         sessions
             .into_iter()
             .chain(self.router.next_deadline())
+            .chain(self.verify.next_deadline())
             .chain(self.anvil.next_deadline())
             .chain(self.sasl.as_ref().and_then(|l| l.next_deadline()))
             .chain(self.pool.next_deadline())
@@ -482,6 +516,7 @@ impl Server for SmtpServer {
                     .map(|l| l.mechanisms().to_vec())
                     .unwrap_or_default();
                 self.router.set_timeout(s.router_timeout);
+                self.verify.set_times(s.verify_wait, s.router_timeout);
                 self.anvil.set_timeout(s.anvil_timeout);
                 self.pool.set_ttl(s.ipc_idle);
                 self.shared.settings = s;

@@ -20,6 +20,9 @@ pub struct Settings {
     pub timeout: Duration,
     /// `smtpd_router_timeout`.
     pub router_timeout: Duration,
+    /// How long qmgr may hold a verification answer for a probe's result:
+    /// (`address_verify_poll_count` - 1) x `address_verify_poll_delay`.
+    pub verify_wait: Duration,
     /// `smtpd_anvil_timeout`.
     pub anvil_timeout: Duration,
     /// `smtpd_cleanup_timeout`.
@@ -169,6 +172,9 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         tables,
         timeout: cfg.time("smtpd_timeout"),
         router_timeout: cfg.time("smtpd_router_timeout"),
+        verify_wait: cfg.time("address_verify_poll_delay").saturating_mul(
+            u32::try_from(cfg.int("address_verify_poll_count").max(1) - 1).unwrap_or(0),
+        ),
         anvil_timeout: cfg.time("smtpd_anvil_timeout"),
         cleanup_timeout: cfg.time("smtpd_cleanup_timeout"),
         ipc_idle: cfg.time("ipc_idle"),
@@ -213,6 +219,8 @@ pub struct Lookups<'a> {
     pub tables: &'a Tables,
     /// The router's answer, when `Policy::asks_router` said to ask.
     pub unlisted: Option<&'a crate::router::Answer>,
+    /// What qmgr's address verification said, by address, for this RCPT.
+    pub verified: &'a [(String, policy::VerifyState)],
 }
 
 impl policy::Lookup for Lookups<'_> {
@@ -227,5 +235,12 @@ impl policy::Lookup for Lookups<'_> {
             // reached; if it were, a temporary refusal is the safe answer.
             None => Err("the router was not asked".into()),
         }
+    }
+
+    fn verified(&self, address: &str) -> Option<policy::VerifyState> {
+        self.verified
+            .iter()
+            .find(|(a, _)| a == address)
+            .map(|(_, s)| s.clone())
     }
 }

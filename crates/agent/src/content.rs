@@ -146,6 +146,8 @@ impl Content {
     pub fn open(data: &Data, queue_root: &Path) -> Result<Content, ContentError> {
         let source = match data {
             Data::Inline(b) => Source::Inline(b.clone()),
+            // A probe sends no content.
+            Data::Probe => Source::Inline(Vec::new()),
             Data::File(rel) => {
                 // qmgr names files it made; anything else is not read.
                 let p = Path::new(rel);

@@ -127,7 +127,11 @@ impl Logger {
             delays,
             resolution: self.resolution,
             status,
-            disposition: Disposition::of(status),
+            disposition: if txn.data == ipc::delivery::Data::Probe {
+                Disposition::of_probe(status)
+            } else {
+                Disposition::of(status)
+            },
         }
     }
 }

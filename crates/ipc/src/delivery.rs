@@ -158,6 +158,10 @@ pub enum Data {
     /// `journal/<segment>.log` under the queue directory; the segment
     /// stays while the delivery uses it.
     Journal(queue::DataSpan),
+    /// No content: an address verification probe. The agent stops after
+    /// the RCPTs (MAIL, RCPT, RSET; no DATA) and reports each recipient's
+    /// RCPT reply.
+    Probe,
 }
 
 /// What the agent reports.

@@ -26,6 +26,7 @@ pub mod queuectl;
 pub mod router;
 pub mod status;
 pub mod submission;
+pub mod verify;
 
 pub use client::Client;
 pub use endpoint::Endpoint;

@@ -66,6 +66,10 @@ pub enum Disposition {
     Deferred,
     /// Failed for good; the sender gets a notice.
     Bounced,
+    /// An address verification probe was accepted (Postfix's word).
+    Deliverable,
+    /// An address verification probe was refused for good.
+    Undeliverable,
 }
 
 impl Disposition {
@@ -78,12 +82,24 @@ impl Disposition {
         }
     }
 
+    /// What a probe's status means, as Postfix's verify probes log it:
+    /// deliverable, undeliverable, or deferred.
+    pub fn of_probe(status: &Status) -> Disposition {
+        match Disposition::of(status) {
+            Disposition::Sent => Disposition::Deliverable,
+            Disposition::Bounced => Disposition::Undeliverable,
+            d => d,
+        }
+    }
+
     /// The word Postfix logs.
     pub fn word(self) -> &'static str {
         match self {
             Disposition::Sent => "sent",
             Disposition::Deferred => "deferred",
             Disposition::Bounced => "bounced",
+            Disposition::Deliverable => "deliverable",
+            Disposition::Undeliverable => "undeliverable",
         }
     }
 }

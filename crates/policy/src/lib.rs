@@ -5,6 +5,9 @@
 //! `permit_sasl_authenticated`,
 //! `reject_unauth_destination`, `defer_unauth_destination`,
 //! `reject_non_fqdn_sender`, `reject_non_fqdn_recipient`,
+//! `reject_unverified_recipient`, `reject_unverified_sender` (through
+//! [`Lookup::verified`]: a verdict of [`Verdict::Verify`] asks the caller
+//! to find out, then to check again),
 //! `check_client_access`, `check_sender_access`, `check_recipient_access`
 //! (any lookup table the [`Lookup`] given can read), with the access(5)
 //! actions OK, REJECT, DEFER, HOLD, DISCARD, DUNNO and `4NN`/`5NN text`,
@@ -47,6 +50,27 @@ pub trait Lookup {
     fn unlisted(&self, _recipient: &Mailbox) -> Result<bool, String> {
         Ok(false)
     }
+
+    /// What address verification knows of `address` (external form,
+    /// without brackets); `None` when it has not been asked yet.
+    fn verified(&self, _address: &str) -> Option<VerifyState> {
+        None
+    }
+}
+
+/// What address verification said of an address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VerifyState {
+    /// A probe found it deliverable.
+    Deliverable,
+    /// A probe found it undeliverable: the reply that said so.
+    Undeliverable(String),
+    /// A probe failed temporarily: the reply.
+    Deferred(String),
+    /// No result yet (a probe is under way): why.
+    Unknown(String),
+    /// The verification service could not be asked: why.
+    Failed(String),
 }
 
 /// Answers `static:` tables only: for configurations without other tables,
@@ -83,6 +107,12 @@ pub enum Verdict {
         tenant: Option<String>,
         /// The job an access JOB action named.
         job: Option<String>,
+    },
+    /// The restriction reached needs address verification's answer about
+    /// `address`: ask ([`Lookup::verified`] then has it), and check again.
+    Verify {
+        /// The address, external form, without brackets.
+        address: String,
     },
     /// Refuse with this reply code, enhanced code and text.
     Refuse {
@@ -124,6 +154,17 @@ pub struct Policy {
     relay_reject_code: u16,
     reject_unlisted: bool,
     unknown_code: u16,
+    /// unverified_{recipient,sender}_{reject,defer}_code.
+    unverified: Unverified,
+}
+
+/// The reply codes of reject_unverified_*.
+#[derive(Debug, Clone, Copy)]
+struct Unverified {
+    recipient_reject: u16,
+    recipient_defer: u16,
+    sender_reject: u16,
+    sender_defer: u16,
 }
 
 /// The restriction list parameters, in evaluation order.
@@ -135,9 +176,37 @@ pub const LISTS: [&str; 5] = [
     "smtpd_recipient_restrictions",
 ];
 
+/// The reply code parameters of reject_unverified_*: recipient reject,
+/// recipient defer, sender reject, sender defer.
+pub const UNVERIFIED_CODES: [&str; 4] = [
+    "unverified_recipient_reject_code",
+    "unverified_recipient_defer_code",
+    "unverified_sender_reject_code",
+    "unverified_sender_defer_code",
+];
+
+/// A reply code parameter's value, refused unless from 400 to 599.
+pub fn reply_code(cfg: &Config, name: &str) -> Result<u16, RestrictionError> {
+    let v = cfg.int(name);
+    u16::try_from(v)
+        .ok()
+        .filter(|c| (400..=599).contains(c))
+        .ok_or_else(|| RestrictionError {
+            param: name.to_string(),
+            message: format!("{v} is not an SMTP reply code from 400 to 599"),
+        })
+}
+
 impl Policy {
     /// Builds the policy from main.cf; an unknown restriction is an error.
     pub fn from_config(cfg: &Config) -> Result<Policy, RestrictionError> {
+        let [rr, rd, sr, sd] = UNVERIFIED_CODES;
+        let unverified = Unverified {
+            recipient_reject: reply_code(cfg, rr)?,
+            recipient_defer: reply_code(cfg, rd)?,
+            sender_reject: reply_code(cfg, sr)?,
+            sender_defer: reply_code(cfg, sd)?,
+        };
         let mut lists = Vec::new();
         for name in LISTS {
             let items = restriction::parse_list(&cfg.str(name)).map_err(|e| e.in_param(name))?;
@@ -161,6 +230,7 @@ impl Policy {
             unknown_code: cfg
                 .int("unknown_local_recipient_reject_code")
                 .clamp(400, 599) as u16,
+            unverified,
         })
     }
 
@@ -275,6 +345,53 @@ impl Policy {
         self.needs_router() && self.has_recipient_list(rcpt)
     }
 
+    /// reject_unverified_recipient (`sender` false) or _sender: what
+    /// verification knows of the address decides; asked first if need be.
+    fn unverified_step(&self, m: &Mailbox, sender: bool, lookup: &dyn Lookup) -> Verified {
+        let address = m.to_string();
+        let (role, enhanced, reject, defer) = if sender {
+            let u = &self.unverified;
+            ("Sender", "1.7", u.sender_reject, u.sender_defer)
+        } else {
+            let u = &self.unverified;
+            ("Recipient", "1.1", u.recipient_reject, u.recipient_defer)
+        };
+        let refuse = |code: u16, why: &str, text: &str| {
+            let class = if code >= 500 { '5' } else { '4' };
+            Verified::Step(Step::RefuseOwn(
+                code,
+                format!("{class}.{enhanced}"),
+                format!("<{address}>: {role} address rejected: {why}: {text}"),
+            ))
+        };
+        match lookup.verified(&address) {
+            None => Verified::Ask(address.clone()),
+            Some(VerifyState::Deliverable) => Verified::Step(Step::Dunno),
+            Some(VerifyState::Undeliverable(t)) => refuse(reject, "undeliverable address", &t),
+            Some(VerifyState::Deferred(t) | VerifyState::Unknown(t)) => {
+                refuse(defer, "unverified address", &t)
+            }
+            Some(VerifyState::Failed(e)) => Verified::Step(Step::RefuseOwn(
+                451,
+                "4.3.0".into(),
+                format!("<{address}>: Temporary lookup failure ({e})"),
+            )),
+        }
+    }
+
+    /// Whether any list names reject_unverified_recipient or
+    /// reject_unverified_sender: smtpd needs qmgr's verification then.
+    pub fn needs_verify(&self) -> bool {
+        self.lists.iter().any(|(_, l)| {
+            l.iter().any(|r| {
+                matches!(
+                    r,
+                    Restriction::RejectUnverifiedRecipient | Restriction::RejectUnverifiedSender
+                )
+            })
+        })
+    }
+
     fn unlisted_step(&self, q: &Query<'_>, lookup: &dyn Lookup) -> Step {
         if !self.has_recipient_list(q.recipient) {
             return Step::Dunno;
@@ -349,6 +466,20 @@ impl Policy {
                 }
                 Restriction::RejectNonFqdnRecipient => non_fqdn(q.recipient, "Recipient", 504),
                 Restriction::RejectUnlistedRecipient => self.unlisted_step(q, lookup),
+                Restriction::RejectUnverifiedRecipient | Restriction::RejectUnverifiedSender => {
+                    let who = match r {
+                        Restriction::RejectUnverifiedSender => q.sender.map(|s| (s, true)),
+                        _ => Some((q.recipient, false)),
+                    };
+                    // The null sender is never verified (as Postfix).
+                    match who.map(|(m, sender)| self.unverified_step(m, sender, lookup)) {
+                        None => Step::Dunno,
+                        Some(Verified::Step(s)) => s,
+                        Some(Verified::Ask(address)) => {
+                            return ListResult::Refuse(Verdict::Verify { address })
+                        }
+                    }
+                }
                 Restriction::RejectNonFqdnSender => match q.sender {
                     Some(s) => non_fqdn(s, "Sender", 504),
                     None => Step::Dunno,
@@ -422,6 +553,13 @@ struct Marks {
     discard: bool,
     tenant: Option<String>,
     job: Option<String>,
+}
+
+/// What reject_unverified_* made of what verification knows.
+enum Verified {
+    Step(Step),
+    /// Nothing asked yet: ask about this address.
+    Ask(String),
 }
 
 enum ListResult {

@@ -25,6 +25,10 @@ pub enum Restriction {
     RejectNonFqdnSender,
     /// `reject_unlisted_recipient`: the router does not know the recipient.
     RejectUnlistedRecipient,
+    /// `reject_unverified_recipient`: a probe found the recipient undeliverable.
+    RejectUnverifiedRecipient,
+    /// `reject_unverified_sender`: a probe found the sender undeliverable.
+    RejectUnverifiedSender,
     /// `check_client_access type:name`.
     CheckClientAccess(MapRef),
     /// `check_sender_access type:name`.
@@ -47,6 +51,8 @@ impl Restriction {
             Restriction::RejectNonFqdnRecipient => "reject_non_fqdn_recipient".into(),
             Restriction::RejectNonFqdnSender => "reject_non_fqdn_sender".into(),
             Restriction::RejectUnlistedRecipient => "reject_unlisted_recipient".into(),
+            Restriction::RejectUnverifiedRecipient => "reject_unverified_recipient".into(),
+            Restriction::RejectUnverifiedSender => "reject_unverified_sender".into(),
             Restriction::CheckClientAccess(m) => format!("check_client_access {m}"),
             Restriction::CheckSenderAccess(m) => format!("check_sender_access {m}"),
             Restriction::CheckRecipientAccess(m) => format!("check_recipient_access {m}"),
@@ -127,9 +133,9 @@ pub fn parse_list(text: &str) -> Result<Vec<Restriction>, RestrictionError> {
             "defer_unauth_destination" => Restriction::DeferUnauthDestination,
             "reject_non_fqdn_recipient" => Restriction::RejectNonFqdnRecipient,
             "reject_non_fqdn_sender" => Restriction::RejectNonFqdnSender,
-            "reject_unlisted_recipient" | "reject_unverified_recipient" => {
-                Restriction::RejectUnlistedRecipient
-            }
+            "reject_unlisted_recipient" => Restriction::RejectUnlistedRecipient,
+            "reject_unverified_recipient" => Restriction::RejectUnverifiedRecipient,
+            "reject_unverified_sender" => Restriction::RejectUnverifiedSender,
             name @ ("check_client_access" | "check_sender_access" | "check_recipient_access") => {
                 let table = it
                     .next()

@@ -399,3 +399,139 @@ fn submission_relays_only_for_authenticated_clients() {
     assert!(accepted(&relay.check(&authed, &StaticOnly)));
     assert!(!accepted(&relay.check(&q, &StaticOnly)));
 }
+
+/// What verification knows, by address.
+struct Verifier(Vec<(&'static str, VerifyState)>);
+
+impl Lookup for Verifier {
+    fn lookup(&self, t: &MapRef, k: &str) -> Result<Option<String>, String> {
+        StaticOnly.lookup(t, k)
+    }
+    fn verified(&self, address: &str) -> Option<VerifyState> {
+        self.0
+            .iter()
+            .find(|(a, _)| *a == address)
+            .map(|(_, s)| s.clone())
+    }
+}
+
+#[test]
+fn unverified_recipients_and_senders_ask_then_follow_the_probe() {
+    let p = policy(
+        "smtpd_reject_unlisted_recipient = no\n\
+         smtpd_recipient_restrictions = permit_mynetworks, reject_unverified_recipient, reject_unauth_destination\n\
+         smtpd_sender_restrictions = reject_unverified_sender\n\
+         unverified_recipient_reject_code = 550\n",
+    );
+    assert!(p.needs_verify() && !policy("").needs_verify());
+    let outside = "192.0.2.10";
+    let said = "host mx.relay.example[192.0.2.1] said: 550 5.1.1 no such user (in reply to RCPT TO command)";
+    let v = Verifier(vec![
+        ("s@example.net", VerifyState::Deliverable),
+        ("ok@relay.example", VerifyState::Deliverable),
+        ("no@relay.example", VerifyState::Undeliverable(said.into())),
+        (
+            "new@relay.example",
+            VerifyState::Unknown("Address verification in progress".into()),
+        ),
+        (
+            "bad@example.net",
+            VerifyState::Undeliverable("550 5.1.1 gone".into()),
+        ),
+        (
+            "down@relay.example",
+            VerifyState::Failed("qmgr is not answering".into()),
+        ),
+    ]);
+    let run = |sender: Option<&str>, rcpt: &str| {
+        let s = sender.map(mbox);
+        let r = mbox(rcpt);
+        let q = Query {
+            client_addr: outside.parse().unwrap(),
+            client_name: "unknown",
+            helo: None,
+            sender: s.as_ref(),
+            recipient: &r,
+            sasl_username: None,
+        };
+        p.check(&q, &v)
+    };
+    // Nothing known of the sender yet: ask about it first.
+    assert_eq!(
+        run(Some("who@example.net"), "ok@relay.example"),
+        Verdict::Verify {
+            address: "who@example.net".into()
+        }
+    );
+    assert_eq!(
+        run(Some("s@example.net"), "other@relay.example"),
+        Verdict::Verify {
+            address: "other@relay.example".into()
+        }
+    );
+    assert!(accepted(&run(Some("s@example.net"), "ok@relay.example")));
+    // The null sender is not verified.
+    assert!(accepted(&run(None, "ok@relay.example")));
+    let refused = |v: Verdict| match v {
+        Verdict::Refuse {
+            code,
+            enhanced,
+            text,
+            ..
+        } => (code, enhanced, text),
+        v => panic!("{v:?}"),
+    };
+    assert_eq!(
+        refused(run(None, "no@relay.example")),
+        (
+            550,
+            "5.1.1".to_string(),
+            format!(
+                "<no@relay.example>: Recipient address rejected: undeliverable address: {said}"
+            )
+        )
+    );
+    assert_eq!(
+        refused(run(None, "new@relay.example")),
+        (
+            450,
+            "4.1.1".to_string(),
+            "<new@relay.example>: Recipient address rejected: unverified address: Address verification in progress".to_string()
+        )
+    );
+    assert_eq!(
+        refused(run(Some("bad@example.net"), "ok@relay.example")),
+        (
+            450,
+            "4.1.7".to_string(),
+            "<bad@example.net>: Sender address rejected: undeliverable address: 550 5.1.1 gone"
+                .to_string()
+        )
+    );
+    assert_eq!(refused(run(None, "down@relay.example")).0, 451);
+    // From mynetworks the recipient list permits first: nothing is asked.
+    let r = mbox("unasked@relay.example");
+    let q = Query {
+        client_addr: "127.0.0.1".parse().unwrap(),
+        client_name: "unknown",
+        helo: None,
+        sender: None,
+        recipient: &r,
+        sasl_username: None,
+    };
+    assert!(accepted(&p.check(&q, &v)));
+}
+
+#[test]
+fn a_bad_unverified_reply_code_is_refused_naming_its_parameter() {
+    let cfg = Config::parse(
+        "unverified_sender_defer_code = 250\n",
+        Path::new("main.cf"),
+        &[],
+    )
+    .unwrap()
+    .config;
+    let e = Policy::from_config(&cfg).unwrap_err();
+    assert_eq!(e.param, "unverified_sender_defer_code");
+    assert!(e.message.contains("400 to 599"), "{}", e.message);
+}

@@ -75,6 +75,32 @@ pub(crate) struct InDelivery {
     /// The earliest next attempt of recipients deferred while routing: the
     /// message's, if the scheduler never sees it.
     retry_at: Option<Time>,
+    /// An address verification pseudo-message (`probes`): not journaled,
+    /// its results go to the verification cache.
+    pub(crate) probe: bool,
+}
+
+impl InDelivery {
+    /// A pseudo-message of verification probes, routed already: one
+    /// recipient per address, sent as MAIL FROM `sender`, RCPT, RSET.
+    pub(crate) fn probe(id: QueueId, envelope: Envelope, routes: BTreeMap<u32, Route>) -> Self {
+        InDelivery {
+            id,
+            pending: routes.keys().copied().collect(),
+            envelope,
+            data: delivery::Data::Probe,
+            pinned: None,
+            routes,
+            unresolved: 0,
+            attempts: 0,
+            unread: Vec::new(),
+            groups: Vec::new(),
+            added: false,
+            flush: false,
+            retry_at: None,
+            probe: true,
+        }
+    }
 }
 
 /// The scheduler and what the agents are doing.
@@ -83,7 +109,7 @@ pub(crate) struct Deliver {
     /// Messages in delivery, by the scheduler's queue id.
     pub(crate) msgs: BTreeMap<u64, InDelivery>,
     pub(crate) by_id: HashMap<QueueId, u64>,
-    next_qid: u64,
+    pub(crate) next_qid: u64,
     agent_wait: BTreeMap<(String, u64), AgentWait>,
     /// The agents' names of the scheduler's connections.
     conns: AgentConns,
@@ -160,6 +186,7 @@ impl<S: Store> QueueManager<S> {
             added: false,
             flush,
             retry_at: None,
+            probe: false,
         };
         d.by_id.insert(id, qid);
         let smtputf8 = a.envelope.smtputf8;
@@ -247,6 +274,11 @@ impl<S: Store> QueueManager<S> {
     pub(crate) fn finish(&mut self, qid: u64, next: Option<Time>) {
         if let Some(a) = self.deliver.msgs.remove(&qid) {
             self.deliver.by_id.remove(&a.id);
+            if a.probe {
+                self.deliver.logged.retain(|(q, _)| *q != qid);
+                self.figures.forget(&a.id);
+                return self.probes_done(qid);
+            }
             if let Some(lsn) = a.pinned {
                 self.state.refs.unpin(lsn);
             }
@@ -411,6 +443,7 @@ impl<S: Store> QueueManager<S> {
                     ..
                 },
             ) => {
+                self.probe_results(qid, &results);
                 self.owe_success(qid, &results, handoff);
                 let mut out = Vec::new();
                 for r in results {
@@ -702,6 +735,9 @@ impl<S: Store> QueueManager<S> {
         };
         let id = m.id;
         match &rec {
+            // Probes are not mail: no figures (append gives their
+            // results to the cache).
+            _ if m.probe => {}
             // A record is one entry's, so one destination's: one figure
             // update per destination, not per recipient.
             sched::Record::Delivered { recipients, .. } => {

@@ -37,6 +37,7 @@ pub mod journal;
 mod logline;
 mod moves;
 mod notices;
+mod probes;
 #[cfg(test)]
 mod props;
 mod resolve;
@@ -47,6 +48,7 @@ mod snapshot;
 mod store;
 #[cfg(test)]
 mod testkit;
+pub mod verify;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
@@ -55,6 +57,7 @@ use ipc::{cleanup, delivery, qmgr, queuectl, router};
 use mail::QueueId;
 use queue::{Lsn, MessageHead, Record, Replay, Storage};
 use sched::{SchedConfig, Scheduler};
+pub use verify::VerifySettings;
 
 pub use sched::Time;
 pub use store::{fresh_results, MemStore, Store};
@@ -95,6 +98,8 @@ pub struct Settings {
     /// Waiting messages are admitted in turn by sender (false: in arrival
     /// order, the baseline the simulator compares with).
     pub admission_by_sender: bool,
+    /// Address verification: the cache and the probes' limits.
+    pub verify: VerifySettings,
 }
 
 impl Default for Settings {
@@ -110,6 +115,7 @@ impl Default for Settings {
             origin: "localhost".into(),
             postmaster: "postmaster@localhost".into(),
             admission_by_sender: true,
+            verify: VerifySettings::default(),
         }
     }
 }
@@ -205,6 +211,18 @@ pub enum Event {
         /// The request.
         body: qmgr::Request,
     },
+    /// smtpd asks what is known of an address (`reject_unverified_*`);
+    /// answered by [`Action::VerifyAnswer`], at once or once probed.
+    Verify {
+        /// The client, as the shell names it.
+        client: u64,
+        /// The request id to answer.
+        request: u64,
+        /// The address.
+        address: String,
+        /// How long the answer may wait for a probe, in ms.
+        wait_ms: u64,
+    },
     /// `sluice reload`: new parameters (transports stay as they were at start).
     Reconfigure {
         /// main.cf's values.
@@ -296,6 +314,22 @@ pub enum Action {
         /// Where its data is.
         storage: Storage,
     },
+    /// Answer smtpd's [`Event::Verify`].
+    VerifyAnswer {
+        /// The client.
+        client: u64,
+        /// The request id.
+        request: u64,
+        /// The answer.
+        response: ipc::verify::Response,
+    },
+    /// Save the address verification cache (`address_verify_map`), in the
+    /// form [`QueueManager::load_verify_cache`] reads, replacing what was
+    /// saved before; written so that a crash leaves the old or the new.
+    SaveVerify {
+        /// The entries, one per line.
+        text: String,
+    },
     /// Save the shaping holds (suspensions and back-offs) in force, in
     /// the form [`QueueManager::restore_holds`] reads, replacing what was
     /// saved before; written so that a crash leaves the old or the new.
@@ -332,6 +366,8 @@ pub struct QueueManager<S: Store> {
     totals: figures::Totals,
     /// Deliveries and deferred messages per destination, for operators.
     figures: figures::DestFigures,
+    /// Address verification: the cache and the probes.
+    probes: probes::Probes,
 }
 
 impl<S: Store> QueueManager<S> {
@@ -378,6 +414,7 @@ impl<S: Store> QueueManager<S> {
             reasons: HashMap::new(),
             totals: figures::Totals::default(),
             figures: figures::DestFigures::default(),
+            probes: probes::Probes::new(settings.verify.clone()),
             settings,
         };
         if qm.settings.transports.is_empty() {
@@ -441,6 +478,12 @@ impl<S: Store> QueueManager<S> {
                     body,
                 });
             }
+            Event::Verify {
+                client,
+                request,
+                address,
+                wait_ms,
+            } => self.verify_query(client, request, address, wait_ms),
             Event::Reconfigure { settings, sched } => self.reconfigure(*settings, *sched),
         }
         self.turn();
@@ -452,6 +495,7 @@ impl<S: Store> QueueManager<S> {
         self.now = now;
         self.deliver.sched.handle_timeout(now);
         self.notices_timeout();
+        self.probes_timeout();
         self.turn();
     }
 
@@ -472,6 +516,9 @@ impl<S: Store> QueueManager<S> {
         }
         if let Some(r) = self.commits.next_deadline() {
             at(r);
+        }
+        if let Some(p) = self.probes.deadline() {
+            at(p);
         }
         if self.active.waiting() && self.room() {
             at(self.now);
@@ -517,6 +564,16 @@ impl<S: Store> QueueManager<S> {
         self.figures.prune(now.0 / 1000);
     }
 
+    /// Whether address verification probes wait or run.
+    pub fn probing(&self) -> bool {
+        self.probes.busy()
+    }
+
+    /// Addresses in the verification cache, and probes waiting or under way.
+    pub fn verify_figures(&self) -> (usize, usize) {
+        (self.probes.cache.len(), self.probes.cache.probing())
+    }
+
     /// Whether message `id` is with delivery now.
     pub fn is_active(&self, id: &QueueId) -> bool {
         self.deliver.by_id.contains_key(id)
@@ -528,6 +585,7 @@ impl<S: Store> QueueManager<S> {
         self.settle_commits();
         self.run_sched();
         self.activate_waiting();
+        self.pump_probes();
         self.run_sched();
         self.send_notices();
         // Removals made in this turn, when the store is durable at once.
@@ -547,6 +605,7 @@ impl<S: Store> QueueManager<S> {
                 "reload: scheduler: {e}; those changes need a restart (sluice stop; sluice start)"
             )),
         }
+        self.probes.cache.reconfigure(settings.verify.clone());
         let Settings {
             defer_transports,
             run_delay,
@@ -697,6 +756,10 @@ impl<S: Store> QueueManager<S> {
 
     /// Appends a record and applies it to the queue state, counting results.
     fn append(&mut self, rec: Record) {
+        if self.probes.owns(&rec) {
+            // A probe's result is soft state: the cache's, not the journal's.
+            return self.probe_record(rec);
+        }
         match &rec {
             // The last reason is what mailq shows under a deferred recipient.
             Record::Deferred {

@@ -24,8 +24,17 @@ use crate::{Action, QueueManager, Store, ROUTE_RETRY};
 
 /// What a router request waits for.
 enum RouterWait {
-    Resolve { qid: u64, rcpt: u32 },
-    Hosts { nexthop: String },
+    Resolve {
+        qid: u64,
+        rcpt: u32,
+    },
+    Hosts {
+        nexthop: String,
+    },
+    /// An address to verify (`probes`).
+    Probe {
+        address: String,
+    },
 }
 
 /// A next hop's servers.
@@ -61,6 +70,22 @@ impl<S: Store> QueueManager<S> {
         });
     }
 
+    /// Asks the router where a probe of `address` goes.
+    pub(crate) fn resolve_probe(&mut self, address: String) {
+        let request = self.request_id();
+        let smtputf8 = !address.is_ascii();
+        self.resolve.wait.insert(
+            request,
+            RouterWait::Probe {
+                address: address.clone(),
+            },
+        );
+        self.actions.push_back(Action::ToRouter {
+            request,
+            body: router::Request::ResolveQueued { address, smtputf8 },
+        });
+    }
+
     /// Whether a current host list for the next hop is at hand.
     pub(crate) fn fresh_hosts(&self, nexthop: &str) -> bool {
         self.resolve
@@ -80,7 +105,16 @@ impl<S: Store> QueueManager<S> {
     pub(crate) fn router_lost(&mut self) {
         self.actions
             .retain(|a| !matches!(a, Action::ToRouter { .. }));
-        self.resolve.wait.clear();
+        let probes: Vec<String> = std::mem::take(&mut self.resolve.wait)
+            .into_values()
+            .filter_map(|w| match w {
+                RouterWait::Probe { address } => Some(address),
+                _ => None,
+            })
+            .collect();
+        for address in probes {
+            self.probe_failed(&address);
+        }
         self.resolve.host_waiters.clear();
         let waiting: Vec<u64> = self
             .deliver
@@ -108,6 +142,7 @@ impl<S: Store> QueueManager<S> {
                 }
             }
             RouterWait::Hosts { nexthop } => self.hosts_answer(nexthop, resp),
+            RouterWait::Probe { address } => self.probe_routed(address, resp),
         }
     }
 

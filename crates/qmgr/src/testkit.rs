@@ -32,6 +32,10 @@ pub(crate) struct World {
     pub(crate) saved_holds: Vec<String>,
     /// Every router and agent request ever made, with its time.
     pub(crate) history: Vec<(Time, Asked)>,
+    /// Answers to verification queries: (request, answer).
+    pub(crate) verified: Vec<(u64, ipc::verify::Response)>,
+    /// What the queue manager asked to save of its verification cache.
+    pub(crate) saved_verify: Vec<String>,
     seq: u32,
 }
 
@@ -110,6 +114,8 @@ impl World {
             cleanup_dropped: 0,
             saved_holds: Vec::new(),
             history: Vec::new(),
+            verified: Vec::new(),
+            saved_verify: Vec::new(),
             seq: 0,
         };
         w.drain();
@@ -243,6 +249,10 @@ impl World {
                 }
                 Action::SaveHolds { text } => self.saved_holds.push(text),
                 Action::HostRetry { .. } => {}
+                Action::VerifyAnswer {
+                    request, response, ..
+                } => self.verified.push((request, response)),
+                Action::SaveVerify { text } => self.saved_verify.push(text),
             }
         }
     }

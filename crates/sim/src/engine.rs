@@ -162,6 +162,11 @@ pub struct SimConfig {
     /// Per message index, what it brings from before the run (missing:
     /// nothing; it is new).
     pub prior: Vec<Prior>,
+    /// Address verification queries: (time, destination index), each for
+    /// a new address of that destination, answered by probes there.
+    pub probes: Vec<(Time, u32)>,
+    /// The verification cache's and the probes' limits.
+    pub verify: queue_manager::VerifySettings,
 }
 
 impl Default for SimConfig {
@@ -177,6 +182,8 @@ impl Default for SimConfig {
             fair_admission: true,
             record: false,
             prior: Vec::new(),
+            probes: Vec::new(),
+            verify: queue_manager::VerifySettings::default(),
         }
     }
 }
@@ -235,11 +242,23 @@ pub struct Report {
     pub drain: Vec<(Time, u64)>,
     /// Times a destination waited for a rate or a shaping policy's limit.
     pub limited: u64,
+    /// Verification probes sent to servers (recipients of probe transactions).
+    pub probe_rcpts: u64,
+    /// The most probe recipients with servers at once.
+    pub probe_inflight_max: u64,
+    /// Verification queries answered with a result (not "in progress").
+    pub verify_known: u64,
+    /// The most addresses the verification cache held.
+    pub verify_cache_max: u64,
+    /// The most probes waiting or under way.
+    pub verify_pending_max: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     Arrive(u32),
+    /// Verification query `i` of [`SimConfig::probes`].
+    Verify(u32),
     /// The agent's connection (wire id) is up; the request that opened it.
     Opened(u64, u64),
     /// It could not be set up: unreachable (true) or refused.
@@ -300,6 +319,12 @@ pub struct Sim {
     deferrals: HashMap<u64, String>,
     /// Arrivals and removals so far (every `stride`-th is a drain point).
     changes: u64,
+    /// Verification queries still to come.
+    future_probes: u64,
+    /// Probe recipients of each probe transaction with a server, by request.
+    probing: HashMap<u64, u64>,
+    /// Their sum.
+    inflight_probes: u64,
     /// The measurements.
     pub report: Report,
 }
@@ -336,6 +361,7 @@ impl Sim {
             active_limit: cfg.sched.qmgr_message_active_limit as usize,
             lifetime: cfg.sched.maximal_queue_lifetime,
             admission_by_sender: cfg.fair_admission,
+            verify: cfg.verify.clone(),
             ..Settings::default()
         };
         let qm = QueueManager::with_scheduler(
@@ -377,6 +403,9 @@ impl Sim {
             integral: (0.0, 0.0, 0.0),
             deferrals: HashMap::new(),
             changes: 0,
+            future_probes: 0,
+            probing: HashMap::new(),
+            inflight_probes: 0,
             report: Report {
                 trace: 0xcbf2_9ce4_8422_2325,
                 ..Report::default()
@@ -386,6 +415,11 @@ impl Sim {
             let at = sim.msgs[i].at;
             sim.report.injected += sim.msgs[i].rcpts.len() as u64;
             sim.push(at, Ev::Arrive(i as u32));
+        }
+        for i in 0..sim.cfg.probes.len() {
+            let at = sim.cfg.probes[i].0;
+            sim.future_probes += 1;
+            sim.push(at, Ev::Verify(i as u32));
         }
         Ok(sim)
     }
@@ -427,6 +461,8 @@ impl Sim {
             // must not stretch the run either.
             if self.live.is_empty()
                 && self.future_msgs == 0
+                && self.future_probes == 0
+                && !self.qm.probing()
                 && (next_ev.is_none() || self.conns.is_empty())
             {
                 break;
@@ -526,6 +562,22 @@ impl Sim {
         }
         match ev {
             Ev::Arrive(i) => self.arrive(i),
+            Ev::Verify(i) => {
+                self.future_probes -= 1;
+                let d = self.cfg.probes[i as usize].1 as usize;
+                let domain = self.dests.get(d).map_or("", |x| &*x.nexthop);
+                let address = format!("v{i}@{domain}");
+                self.handle(Event::Verify {
+                    client: 0,
+                    request: u64::from(i),
+                    address,
+                    wait_ms: 0,
+                });
+                let (cached, pending) = self.qm.verify_figures();
+                let r = &mut self.report;
+                r.verify_cache_max = r.verify_cache_max.max(cached as u64);
+                r.verify_pending_max = r.verify_pending_max.max(pending as u64);
+            }
             Ev::GreetTimeout(c, req, inc) => {
                 if self
                     .conns
@@ -584,6 +636,9 @@ impl Sim {
                 }
             }
             Ev::TxnDone(c, req, codes) => {
+                if let Some(n) = self.probing.remove(&req) {
+                    self.inflight_probes -= n;
+                }
                 let said = self.deferrals.remove(&c).unwrap_or_default();
                 let results = codes
                     .into_iter()
@@ -764,7 +819,14 @@ impl Sim {
             | Action::Answer { .. }
             | Action::DropCleanup
             | Action::SaveHolds { .. }
+            | Action::SaveVerify { .. }
             | Action::HostRetry { .. } => {}
+            Action::VerifyAnswer { response, .. } => {
+                let ipc::verify::Response::Status { outcome, .. } = response;
+                if outcome != ipc::verify::Outcome::Unknown {
+                    self.report.verify_known += 1;
+                }
+            }
             Action::ToRouter { request, body } => {
                 let response = self.route(body);
                 self.handle(Event::RouterAnswer { request, response });
@@ -846,6 +908,13 @@ impl Sim {
                             .collect();
                         if let Some(text) = deferring {
                             self.deferrals.insert(conn, text);
+                        }
+                        if txn.data == delivery::Data::Probe {
+                            self.report.probe_rcpts += u64::from(n);
+                            self.probing.insert(request, u64::from(n));
+                            self.inflight_probes += u64::from(n);
+                            self.report.probe_inflight_max =
+                                self.report.probe_inflight_max.max(self.inflight_probes);
                         }
                         self.push(self.now + dur, Ev::TxnDone(conn, request, codes));
                     }

@@ -3,7 +3,8 @@
 //!
 //! `engine` is the discrete-event loop and the server models; `scenarios`
 //! holds the six experiments of issue 5 (full and `--quick` sizes) and
-//! `shaping` those of traffic shaping, that the
+//! `shaping` those of traffic shaping, `verify` the address verification
+//! flood, that the
 //! `sim` binary prints and the tests assert on; `bench` measures decisions
 //! per second and memory per queued recipient; `replay` runs a live
 //! queue's snapshot (`sluice sim`). Deterministic: a seed fixes
@@ -18,3 +19,4 @@ pub mod policybench;
 pub mod replay;
 pub mod scenarios;
 pub mod shaping;
+pub mod verify;

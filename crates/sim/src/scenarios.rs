@@ -173,7 +173,7 @@ pub(crate) fn run(
 }
 
 /// Scenario names.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "limiter",
     "fairness",
     "mailing-list",
@@ -184,6 +184,7 @@ pub const NAMES: [&str; 10] = [
     "shaping",
     "shaping-ramp",
     "dead-live",
+    "verify-flood",
 ];
 
 /// Runs a scenario by name.
@@ -199,6 +200,7 @@ pub fn run_scenario(name: &str, quick: bool, seed: u64) -> Option<Output> {
         "shaping" => crate::shaping::shaping(quick, seed),
         "shaping-ramp" => crate::shaping::ramp(quick, seed),
         "dead-live" => crate::deadlive::dead_live(quick, seed),
+        "verify-flood" => crate::verify::flood(quick, seed),
         _ => return None,
     })
 }

@@ -216,3 +216,22 @@ fn a_server_that_refuses_sessions_beyond_two_is_not_declared_dead_while_they_del
         assert_eq!(fig(&o, &format!("{k}_delivered")), 0.0, "{k}");
     }
 }
+
+#[test]
+fn a_verification_flood_leaves_real_mail_its_throughput() {
+    let o = run("verify-flood");
+    assert_eq!(fig(&o, "flood_delivered"), 2000.0);
+    let ratio = fig(&o, "flood_ratio");
+    assert!(
+        ratio >= 0.9,
+        "real mail's throughput under the flood: {ratio}"
+    );
+    // Every one of the 5,000 addresses was probed, never more than the
+    // pseudo-message's 10 at once.
+    assert_eq!(fig(&o, "flood_probes_sent"), 5000.0);
+    assert!(fig(&o, "flood_probes_max_inflight") <= 10.0);
+    // With small limits, the probes waiting and the cache stay within them.
+    assert!(fig(&o, "flood_bounded_pending_max") <= 200.0);
+    assert!(fig(&o, "flood_bounded_cache_max") <= 1000.0);
+    assert!(fig(&o, "flood_bounded_ratio") >= 0.9);
+}

@@ -605,6 +605,18 @@ impl ClientSession {
     /// With PIPELINING, MAIL, the RCPTs and DATA are written at once; without,
     /// one at a time as replies come.
     pub fn send_message(&mut self, env: &Envelope) -> bool {
+        self.start(env, false)
+    }
+
+    /// Starts an address verification probe: MAIL, the RCPTs and RSET,
+    /// never DATA (Postfix's verify probes stop there too). Each RCPT's
+    /// reply comes as [`ClientAction::Recipient`]; `MessageDone` follows
+    /// the RSET. `false` when the session is not ready.
+    pub fn send_probe(&mut self, env: &Envelope) -> bool {
+        self.start(env, true)
+    }
+
+    fn start(&mut self, env: &Envelope, probe: bool) -> bool {
         if self.phase != Phase::Idle || env.recipients.is_empty() {
             return false;
         }
@@ -640,7 +652,7 @@ impl ClientSession {
         }
         self.phase = Phase::Talking;
         // LMTP's replies per recipient are DATA's (RFC 2033 section 4.2).
-        let bdat = caps.chunking && !self.config.lmtp;
+        let bdat = caps.chunking && !self.config.lmtp && !probe;
         self.tx = Some(Tx {
             bdat,
             ..Tx::default()
@@ -664,7 +676,9 @@ impl ClientSession {
             };
             self.pending.push_back((cmd, Expect::Rcpt(i)));
         }
-        if !bdat {
+        if probe {
+            self.pending.push_back((Command::Rset, Expect::Rset));
+        } else if !bdat {
             self.pending.push_back((Command::Data, Expect::Data));
         }
         if caps.pipelining {

@@ -683,3 +683,42 @@ fn lmtp_replies_per_recipient_after_the_content() {
         ClientAction::Failed(ClientError::Helo(_))
     ));
 }
+
+#[test]
+fn a_probe_stops_after_rcpt_with_rset_and_a_message_may_follow() {
+    for pipelining in [true, false] {
+        let scfg = ServerConfig {
+            pipelining,
+            ..ServerConfig::default()
+        };
+        let mut p = Pair::new(scfg, ClientConfig::default());
+        p.run();
+        assert!(p
+            .c
+            .send_probe(&env("a@x.com", &["b@y.com", "reject@y.com"])));
+        p.run();
+        let wrote = String::from_utf8_lossy(&p.client_wrote).to_string();
+        assert!(
+            !wrote.contains("DATA") && !wrote.contains("BDAT"),
+            "{wrote}"
+        );
+        assert!(wrote.ends_with("RCPT TO:<reject@y.com> NOTIFY=FAILURE\r\nRSET\r\n"));
+        let rcpt: Vec<(usize, u16)> = p
+            .log
+            .iter()
+            .filter_map(|a| match a {
+                ClientAction::Recipient { index, reply } => Some((*index, reply.code)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rcpt, [(0, 250), (1, 550)]);
+        assert_eq!(p.done_codes().len(), 1);
+        assert!(p.c.is_ready() && p.received.is_empty());
+        // The RSET ended the probe's transaction: no second RSET before MAIL.
+        p.c.send_message(&env("a@x.com", &["b@y.com"]));
+        p.run();
+        assert_eq!(p.received.len(), 1);
+        let wrote = String::from_utf8_lossy(&p.client_wrote).to_string();
+        assert_eq!(wrote.matches("RSET").count(), 1, "{wrote}");
+    }
+}
