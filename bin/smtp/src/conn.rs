@@ -506,6 +506,20 @@ impl SmtpConn {
                     }
                 }
                 Err(e) => {
+                    // Behind a proxy, an error before any byte (a reset) is
+                    // the proxy's: HAProxy closes cleanly when the host does
+                    // not answer. The next proxy is tried.
+                    if let Some(proxy) = self.via.filter(|_| {
+                        !self.opened
+                            && !self.handshaking
+                            && self.stage == "connect"
+                            && self.inbuf.is_empty()
+                    }) {
+                        self.proxy_failed(proxy, format!("lost before the greeting: {e}"));
+                        self.stale.extend(self.stream.take());
+                        self.redial = true;
+                        return false;
+                    }
                     if let Some(why) = tls::dane::dane_failure(&e).filter(|_| self.handshaking) {
                         msg_info!(
                             "server certificate verification failed for {}: {why}",

@@ -146,7 +146,7 @@ struct Holding {
 
 impl Holding {
     fn slots(&self) -> u32 {
-        self.open + self.reserved.len() as u32
+        self.open.saturating_add(self.reserved.len() as u32)
     }
 }
 
@@ -162,7 +162,11 @@ struct SlotKey {
 
 impl SlotKey {
     fn total(&self) -> u32 {
-        self.holders.values().map(Holding::slots).sum()
+        // Counts come from the instances: summed without overflow.
+        self.holders
+            .values()
+            .map(Holding::slots)
+            .fold(0u32, u32::saturating_add)
     }
     fn slots_of(&self, i: usize) -> u32 {
         self.holders.get(&i).map_or(0, Holding::slots)
@@ -379,12 +383,12 @@ impl Coordinator {
         if name.is_empty() || name.len() > MAX_NAME {
             return Err(format!("key name of {} bytes", name.len()));
         }
-        let kx = self.intern(name);
-        let Some(inst) = self.instances[i].as_mut() else {
+        // Checked before the name is kept: a refused one is not.
+        let Some(inst) = self.instances[i].as_ref() else {
             return Ok(());
         };
         match inst.theirs.get(&id) {
-            Some(&was) if was != kx => {
+            Some(&was) if self.names[was as usize] != name => {
                 return Err(format!("key number {id} named twice, with two names"));
             }
             Some(_) => return Ok(()),
@@ -393,7 +397,10 @@ impl Coordinator {
             }
             None => {}
         }
-        inst.theirs.insert(id, kx);
+        let kx = self.intern(name);
+        if let Some(inst) = self.instances[i].as_mut() {
+            inst.theirs.insert(id, kx);
+        }
         Ok(())
     }
 

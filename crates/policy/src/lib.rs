@@ -367,14 +367,22 @@ impl Policy {
         match lookup.verified(&address) {
             None => Verified::Ask(address.clone()),
             Some(VerifyState::Deliverable) => Verified::Step(Step::Dunno),
-            Some(VerifyState::Undeliverable(t)) => refuse(reject, "undeliverable address", &t),
+            // Postfix's words: "undeliverable" only with a permanent
+            // code; a reject code of 4xx (its default, 450) says
+            // "unverified".
+            Some(VerifyState::Undeliverable(t)) if reject >= 500 => {
+                refuse(reject, "undeliverable address", &t)
+            }
+            Some(VerifyState::Undeliverable(t)) => refuse(reject, "unverified address", &t),
             Some(VerifyState::Deferred(t) | VerifyState::Unknown(t)) => {
                 refuse(defer, "unverified address", &t)
             }
-            Some(VerifyState::Failed(e)) => Verified::Step(Step::RefuseOwn(
-                451,
-                "4.3.0".into(),
-                format!("<{address}>: Temporary lookup failure ({e})"),
+            // The service failed: Postfix's reply, without the inner error
+            // (a socket path is nothing the client should read).
+            Some(VerifyState::Failed(_)) => Verified::Step(Step::RefuseOwn(
+                450,
+                format!("4.{enhanced}"),
+                format!("<{address}>: {role} address rejected: address verification problem"),
             )),
         }
     }

@@ -504,11 +504,21 @@ fn unverified_recipients_and_senders_ask_then_follow_the_probe() {
         (
             450,
             "4.1.7".to_string(),
-            "<bad@example.net>: Sender address rejected: undeliverable address: 550 5.1.1 gone"
+            // A 4xx reject code (Postfix's default) says "unverified".
+            "<bad@example.net>: Sender address rejected: unverified address: 550 5.1.1 gone"
                 .to_string()
         )
     );
-    assert_eq!(refused(run(None, "down@relay.example")).0, 451);
+    // The service failed: Postfix's reply, not the inner error.
+    assert_eq!(
+        refused(run(None, "down@relay.example")),
+        (
+            450,
+            "4.1.1".to_string(),
+            "<down@relay.example>: Recipient address rejected: address verification problem"
+                .to_string()
+        )
+    );
     // From mynetworks the recipient list permits first: nothing is asked.
     let r = mbox("unasked@relay.example");
     let q = Query {

@@ -5,7 +5,9 @@
 //! smtpd's query ([`Event::Verify`]) is answered from the cache
 //! ([`crate::verify`]) at once, or, on a miss, held until the probe's
 //! result or its `wait_ms`, whichever comes first. A probe is routed by
-//! the router as queued mail is; what the route decides alone (`error`,
+//! the router as smtpd's recipients are (aliases mapped: the probe goes to
+//! what an alias maps to, and an alias of several addresses is deliverable
+//! as this system's own list); what the route decides alone (`error`,
 //! `discard`, an unknown local user, a transport without an agent) is the
 //! result at once. The others wait in their transport's queue, and each
 //! transport has at most one pseudo-message with the scheduler: up to
@@ -63,8 +65,9 @@ struct Running {
 pub(crate) struct Probes {
     pub(crate) cache: Cache,
     waiters: Vec<Waiter>,
-    /// Routed probes waiting for their transport's pseudo-message.
-    queued: BTreeMap<String, VecDeque<(String, Route)>>,
+    /// Routed probes waiting for their transport's pseudo-message: the
+    /// address asked about, its route, the address the probe names.
+    queued: BTreeMap<String, VecDeque<(String, Route, String)>>,
     /// Pseudo-messages with the scheduler, by the scheduler's queue id.
     running: BTreeMap<u64, Running>,
     /// Their queue ids.
@@ -198,6 +201,7 @@ impl<S: Store> QueueManager<S> {
     /// A probe's result (or `None`: it could not run), to the cache and
     /// to the queries waiting for it.
     fn probe_result(&mut self, address: &str, found: Option<(verify::Outcome, String)>) {
+        let found = found.map(|(o, t)| (o, crate::verify::clip(t)));
         self.probes.cache.result(self.now, address, found.clone());
         let key = address.to_ascii_lowercase();
         let (done, rest): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut self.probes.waiters)
@@ -222,6 +226,12 @@ impl<S: Store> QueueManager<S> {
         use verify::Outcome::{Deferred, Deliverable, Undeliverable};
         let r = match resp {
             router::Response::Resolved { mut routes, .. } if routes.len() == 1 => routes.remove(0),
+            // An alias of several addresses: a list this system keeps,
+            // not one mailbox to probe.
+            router::Response::Resolved { routes, .. } if routes.len() > 1 => {
+                let text = format!("2.0.0 alias of {} addresses", routes.len());
+                return self.probe_result(&address, Some((Deliverable, text)));
+            }
             router::Response::Failed { temporary, text } => {
                 let o = if temporary { Deferred } else { Undeliverable };
                 return self.probe_result(&address, Some((o, text)));
@@ -265,7 +275,7 @@ impl<S: Store> QueueManager<S> {
             .queued
             .entry(route.transport.clone())
             .or_default()
-            .push_back((address, route));
+            .push_back((address, route, r.address));
     }
 
     /// Starts a pseudo-message for every transport that has probes
@@ -307,7 +317,7 @@ impl<S: Store> QueueManager<S> {
                 continue;
             }
             let q = self.probes.queued.get_mut(&t).expect("listed");
-            let batch: Vec<(String, Route)> = q.drain(..room.min(q.len())).collect();
+            let batch: Vec<(String, Route, String)> = q.drain(..room.min(q.len())).collect();
             if rate > 0 {
                 let started = self.probes.started.get_mut(&t).expect("made");
                 started.extend(std::iter::repeat_n(now, batch.len()));
@@ -317,12 +327,12 @@ impl<S: Store> QueueManager<S> {
         self.probes.queued.retain(|_, q| !q.is_empty());
     }
 
-    fn start_probe_message(&mut self, transport: String, batch: Vec<(String, Route)>) {
+    fn start_probe_message(&mut self, transport: String, batch: Vec<(String, Route, String)>) {
         let seq = self.probes.next_seq;
         self.probes.next_seq = (seq + 1) % (1 << 25);
         let micros = self.now.0.saturating_mul(1000);
         let Some(id) = QueueId::from_parts(micros, PROBE_NODE, seq) else {
-            for (a, _) in batch {
+            for (a, _, _) in batch {
                 self.probe_failed(&a);
             }
             return;
@@ -330,9 +340,9 @@ impl<S: Store> QueueManager<S> {
         let mut routes = BTreeMap::new();
         let mut recipients = Vec::new();
         let mut addresses = Vec::new();
-        for (i, (address, route)) in batch.into_iter().enumerate() {
+        for (i, (address, route, rcpt)) in batch.into_iter().enumerate() {
             routes.insert(i as u32, route);
-            recipients.push(Recipient::new(address.clone()));
+            recipients.push(Recipient::new(rcpt));
             addresses.push(address);
         }
         let envelope = Envelope {
@@ -552,6 +562,52 @@ mod tests {
     }
 
     #[test]
+    fn an_alias_is_verified_by_what_it_maps_to() {
+        let mut w = world(10, 0);
+        // "unknown…" as given would be refused; it maps to a known mailbox.
+        ask(&mut w, 1, "unknown-alias@example.test", 6000);
+        let (request, body) = w.router.pop_front().unwrap();
+        assert!(
+            matches!(body, router::Request::Resolve { .. }),
+            "mapped as smtpd's recipients are: {body:?}"
+        );
+        let response = crate::testkit::resolved("known-box@example.test", "smtp", "example.test");
+        w.handle(Event::RouterAnswer { request, response });
+        w.settle(code);
+        let rcpts: Vec<String> = w
+            .history
+            .iter()
+            .filter_map(|(_, a)| match a {
+                crate::testkit::Asked::Agent(delivery::Request::Send { txn, .. }) => Some(
+                    txn.recipients
+                        .iter()
+                        .map(|r| r.address.clone())
+                        .collect::<Vec<_>>(),
+                ),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(
+            rcpts,
+            ["known-box@example.test"],
+            "the probe names the mapped address"
+        );
+        assert_eq!(answer(&w, 1).unwrap().0, Outcome::Deliverable);
+        // An alias of several addresses is a list this system keeps.
+        ask(&mut w, 2, "team@example.test", 6000);
+        let (request, _) = w.router.pop_front().unwrap();
+        let mut response = crate::testkit::resolved("a@example.test", "smtp", "example.test");
+        if let router::Response::Resolved { routes, .. } = &mut response {
+            let mut b = routes[0].clone();
+            b.address = "b@example.test".into();
+            routes.push(b);
+        }
+        w.handle(Event::RouterAnswer { request, response });
+        assert_eq!(answer(&w, 2).unwrap().0, Outcome::Deliverable);
+    }
+
+    #[test]
     fn a_query_waits_no_longer_than_it_may() {
         let mut w = world(10, 0);
         ask(&mut w, 1, "known@example.test", 3000);
@@ -649,7 +705,7 @@ mod tests {
         while let Some((request, body)) = w.router.pop_front() {
             match body {
                 router::Request::Hosts { .. } => hosts = Some(request),
-                router::Request::ResolveQueued { address, .. } => {
+                router::Request::Resolve { address, .. } => {
                     let response = crate::testkit::resolved(&address, "smtp", "nowhere.test");
                     w.handle(Event::RouterAnswer { request, response });
                 }
@@ -691,7 +747,7 @@ mod tests {
                 .filter(|(_, a)| {
                     matches!(
                         a,
-                        crate::testkit::Asked::Router(router::Request::ResolveQueued { .. })
+                        crate::testkit::Asked::Router(router::Request::Resolve { .. })
                     )
                 })
                 .count()

@@ -70,7 +70,10 @@ impl<S: Store> QueueManager<S> {
         });
     }
 
-    /// Asks the router where a probe of `address` goes.
+    /// Asks the router where a probe of `address` goes: as smtpd asks,
+    /// with canonical and virtual alias mapping (cleanup maps a real
+    /// recipient before it is queued; a probe is not queued), so an alias
+    /// is verified by what it maps to.
     pub(crate) fn resolve_probe(&mut self, address: String) {
         let request = self.request_id();
         let smtputf8 = !address.is_ascii();
@@ -82,7 +85,7 @@ impl<S: Store> QueueManager<S> {
         );
         self.actions.push_back(Action::ToRouter {
             request,
-            body: router::Request::ResolveQueued { address, smtputf8 },
+            body: router::Request::Resolve { address, smtputf8 },
         });
     }
 

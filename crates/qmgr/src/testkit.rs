@@ -263,7 +263,8 @@ impl World {
     pub(crate) fn route_all(&mut self, table: &[(&str, &str, &str)]) {
         while let Some((request, body)) = self.router.pop_front() {
             let response = match body {
-                router::Request::ResolveQueued { address, .. } => {
+                router::Request::ResolveQueued { address, .. }
+                | router::Request::Resolve { address, .. } => {
                     let (transport, nexthop) = table
                         .iter()
                         .find(|(a, _, _)| *a == address)

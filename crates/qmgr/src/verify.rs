@@ -225,7 +225,7 @@ impl Cache {
             } else {
                 if let Some(old) = e.known.replace(Known {
                     outcome,
-                    text,
+                    text: clip(text),
                     updated: now,
                 }) {
                     self.by_age.remove(&(old.updated, key.clone()));
@@ -332,7 +332,7 @@ impl Cache {
                     _ => return None,
                 };
                 let updated = Time(f.next()?.parse().ok()?);
-                let text = f.next()?.to_string();
+                let text = clip(f.next()?.to_string());
                 Some((k.to_ascii_lowercase(), outcome, updated, text))
             })();
             let Some((k, outcome, updated, text)) = parsed else {
@@ -358,11 +358,43 @@ impl Cache {
     }
 }
 
+/// The most of a server's reply kept with a result (Postfix keeps 250
+/// characters too): a hostile server's hundred-line reply is neither held
+/// for every address nor repeated in smtpd's reply.
+pub const MAX_TEXT: usize = 250;
+
+/// `text` cut to [`MAX_TEXT`] bytes at a character boundary.
+pub(crate) fn clip(mut text: String) -> String {
+    if text.len() > MAX_TEXT {
+        let mut end = MAX_TEXT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const HOUR: u64 = 3_600_000;
+
+    #[test]
+    fn a_long_reply_is_kept_to_250_bytes() {
+        let mut c = cache();
+        let long = format!("550 5.1.1 {}", "é".repeat(400));
+        c.probe_started("a@b.example");
+        c.result(Time(0), "a@b.example", Some((Outcome::Undeliverable, long)));
+        let saved = c.take_save().unwrap();
+        let line = saved.lines().next().unwrap();
+        let text = line.rsplit('\t').next().unwrap();
+        assert!(
+            text.len() <= MAX_TEXT && text.starts_with("550 5.1.1 é"),
+            "{text}"
+        );
+    }
 
     fn cache() -> Cache {
         Cache::new(VerifySettings {

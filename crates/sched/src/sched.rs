@@ -916,9 +916,10 @@ impl Scheduler {
 
     /// Before a waiting job starts: if its class is over its share of the
     /// destination and another class with queued work is under it, or
-    /// (`waited`) a smaller class with queued work is under its share, the
-    /// job goes back to the head of its class queue and the other class's
-    /// head runs instead, so connection backlogs cannot starve a class.
+    /// (`waited`) a smaller class has queued work (under its share or
+    /// not), the job goes back to the head of its class queue and the
+    /// other class's head runs instead, so connection backlogs cannot
+    /// starve a class.
     fn share_swap(&mut self, c: ConnId, e: EntryId, waited: bool) -> EntryId {
         if !self.policy.shares() || self.has_tx_limits {
             return e;
@@ -1047,11 +1048,15 @@ impl Scheduler {
         let conn = self.conns.get(c).ok_or(SchedError::UnknownConnection(c))?;
         let (d, h, t) = (conn.dest, conn.host, conn.transport.0 as usize);
         let busy = self.dests[d].busy;
-        crate::observed::Observed::of(&mut self.dests[d].observed, now).failed(
-            now,
-            failure == ConnFailure::Handshake,
-            busy,
-        );
+        // A local failure (no source address, no egress proxy) says nothing
+        // of the destination: sluice sim must not model it as refusing.
+        if failure != ConnFailure::Local {
+            crate::observed::Observed::of(&mut self.dests[d].observed, now).failed(
+                now,
+                failure == ConnFailure::Handshake,
+                busy,
+            );
+        }
         // The delivery that opened the connection failed (Postfix defers it);
         // the others that were queued on the connection are rescheduled.
         if failure == ConnFailure::Handshake {

@@ -942,7 +942,8 @@ impl Sim {
     /// The router's answer, from the destinations.
     fn route(&self, body: router::Request) -> router::Response {
         match body {
-            router::Request::ResolveQueued { address, .. } => {
+            router::Request::ResolveQueued { address, .. }
+            | router::Request::Resolve { address, .. } => {
                 let d = address
                     .rsplit_once('@')
                     .and_then(|(_, d)| self.by_nexthop.get(d))

@@ -71,10 +71,11 @@ impl Arrival {
                     .ok_or_else(bad),
             }
         };
+        // A replay holds every message in memory: a million is plenty.
         let count = f[0]
             .parse::<u32>()
             .ok()
-            .filter(|n| *n > 0)
+            .filter(|n| (1..=1_000_000).contains(n))
             .ok_or_else(bad)?;
         if !f[2].contains('@') {
             return Err(bad());

@@ -318,7 +318,7 @@ impl SmtpConn {
 
     /// `proxy` could not be reached: logged, told to the agent, and the
     /// next proxy is tried for the same address.
-    fn proxy_failed(&mut self, proxy: SocketAddr, why: String) {
+    pub(super) fn proxy_failed(&mut self, proxy: SocketAddr, why: String) {
         let text = format!("connect to proxy {proxy}: {why}");
         match self.addrs.get(self.next_addr) {
             Some(a) => msg_warn!("{text} (for {})", relay(&self.host, *a)),
