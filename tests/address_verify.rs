@@ -290,3 +290,18 @@ fn an_unverified_sender_is_refused_at_rcpt_time() {
     assert_eq!(probes_of(&sink, "forged@remote.example"), 1);
     assert_eq!(probes_of(&sink, "bob@remote.example"), 0);
 }
+
+#[test]
+fn an_alias_is_verified_by_the_address_it_maps_to() {
+    let sink = ScriptedSink::start();
+    // The alias itself is unknown at the server: only what it maps to is.
+    sink.rcpt_reply("sales", "550 5.1.1 <sales@remote.example>: User unknown");
+    let (_inst, port) = verifying(
+        &sink,
+        "virtual_alias_maps = inline:{ sales@remote.example = known@remote.example }\n",
+    );
+    let r = rcpt(port, "sales@remote.example");
+    assert!(r.starts_with("250 2.1.5"), "{r}");
+    assert_eq!(probes_of(&sink, "known@remote.example"), 1);
+    assert_eq!(probes_of(&sink, "sales@remote.example"), 0);
+}
