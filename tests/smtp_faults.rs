@@ -330,3 +330,31 @@ fn a_destination_answering_421_at_rcpt_does_not_disturb_the_others() {
         assert!(!log.contains(bad_word), "{bad_word} in the log:\n{log}");
     }
 }
+
+#[test]
+fn a_source_address_of_the_other_family_is_a_local_failure_not_the_hosts() {
+    // smtp_bind_address is IPv4 and the next hop's only address is IPv6:
+    // no connection can be made from here, which says nothing of the host.
+    let (inst, port) = relay_instance(
+        1,
+        "smtp_bind_address = 127.0.0.1\n\
+         transport_maps = inline:{ v6.example = smtp:[::1]:2 }\n",
+    );
+    let id = send(port, "someone@v6.example", &[]);
+    let line = inst.wait_log(30, &format!("{id}: to=<someone@v6.example>"));
+    // Reported as this side's failure (4.4.0 and a warning, as a source
+    // address that cannot be bound is), not as the host's unreachability
+    // (4.4.1, which would count against the destination).
+    assert!(
+        line.contains("status=deferred")
+            && line.contains("dsn=4.4.0")
+            && line.contains("of the other family"),
+        "{line}"
+    );
+    let log = inst.log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("warning: ::1:") && l.contains("of the other family")),
+        "{log}"
+    );
+}

@@ -133,6 +133,8 @@ pub struct SmtpConn {
     connect_started: Instant,
     setup: Duration,
     errors: Vec<String>,
+    /// Addresses passed over for the source address's family.
+    family_skips: usize,
     done: bool,
     stage: &'static str,
     again: bool,
@@ -227,6 +229,7 @@ impl SmtpConn {
             connect_started: cx.now,
             setup: Duration::ZERO,
             errors: Vec::new(),
+            family_skips: 0,
             done: false,
             stage: "connect",
             again: false,

@@ -192,6 +192,12 @@ impl SmtpConn {
                 } else {
                     self.errors.join("; ")
                 };
+                // Every address was of the other family than the source
+                // address configured: this side's doing, not the host's.
+                if self.family_skips > 0 && self.family_skips == self.errors.len() {
+                    self.local_failure(Status::new(StatusCode::NETWORK_TEMP, reason));
+                    return;
+                }
                 self.connect_failed(reason);
                 return;
             };
@@ -208,6 +214,7 @@ impl SmtpConn {
                     "connect to {}: not tried from source address {src} of the other family",
                     relay(&self.host, addr)
                 ));
+                self.family_skips += 1;
                 continue;
             }
             if !self.proxies.is_empty() {
