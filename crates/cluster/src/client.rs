@@ -14,7 +14,12 @@
 //! count is known: 1 connection and 1 token per interval), keeps its open
 //! connections, and reconnects after a jittered exponential back-off
 //! capped at [`ClientConfig::backoff_max_ms`]; its hello re-syncs all it
-//! holds in one exchange. It never reads a clock: `now` is passed in.
+//! holds in one exchange. Keys are numbered on the wire; a number whose
+//! key has had no connection, want or rate use for
+//! [`ClientConfig::forget_after_ms`] is retired (`Forget`) and reused, so
+//! the tables hold the keys in use, not every recipient domain ever seen.
+//! It never reads a clock: `now` is passed in (the shaper's calls, which
+//! carry none, are dated by the last time the shell passed).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -49,6 +54,8 @@ pub struct ClientConfig {
     pub shared_concurrency: bool,
     /// Seed of the back-off jitter (the shell gives pid and time).
     pub seed: u64,
+    /// A key unused this long is forgotten (its number retired).
+    pub forget_after_ms: Ms,
 }
 
 impl ClientConfig {
@@ -63,6 +70,7 @@ impl ClientConfig {
             backoff_max_ms: BACKOFF_CAP_MS,
             shared_concurrency: true,
             seed,
+            forget_after_ms: 600_000,
         }
     }
 }
@@ -128,6 +136,8 @@ struct SlotState {
     wanting: bool,
     /// Message number of the last want.
     want_sent: u64,
+    /// When the shaper last touched it.
+    used_at: Ms,
 }
 
 impl SlotState {
@@ -144,6 +154,21 @@ struct RateState {
     /// A starved report went out this period.
     told: bool,
     allot: Option<WireRate>,
+    /// When the shaper last touched it (or the coordinator divided it).
+    used_at: Ms,
+}
+
+impl RateState {
+    fn new(limit: WireRate, now: Ms) -> RateState {
+        RateState {
+            limit,
+            used: 0,
+            starved: false,
+            told: false,
+            allot: None,
+            used_at: now,
+        }
+    }
 }
 
 /// A snapshot for `sluice cluster status` and the metrics.
@@ -185,10 +210,16 @@ pub struct Client {
     losses: u64,
     /// The instances connected, as last announced.
     names: Vec<String>,
-    /// This side's number of each key name (kept across connections).
+    /// The time last passed in, for the shaper's calls.
+    clock: Ms,
+    /// This side's number of each key name (kept across connections
+    /// while the key is in use).
     ids: HashMap<String, KeyId>,
-    /// Names by number.
-    keys: Vec<String>,
+    /// Names by number (empty: retired, in `free`), and their last use.
+    keys: Vec<(String, Ms)>,
+    /// Retired numbers, reused first.
+    free: Vec<KeyId>,
+    next_sweep: Ms,
     /// Numbers already named on this connection.
     named: Vec<bool>,
     /// The coordinator's numbers on this connection.
@@ -215,8 +246,11 @@ impl Client {
             changed: false,
             losses: 0,
             names: Vec::new(),
+            clock: 0,
             ids: HashMap::new(),
             keys: Vec::new(),
+            free: Vec::new(),
+            next_sweep: 0,
             named: Vec::new(),
             theirs: HashMap::new(),
         }
@@ -244,6 +278,7 @@ impl Client {
 
     /// The transport is up: say hello with everything held.
     pub fn connected(&mut self, now: Ms) {
+        self.clock = now;
         self.link = Link::Hello;
         self.sent = 0;
         self.last_heard = now;
@@ -305,6 +340,7 @@ impl Client {
 
     /// The transport failed or closed.
     pub fn lost(&mut self, now: Ms, reason: &str) {
+        self.clock = now;
         let was = self.link;
         let delay = self.backoff();
         self.link = Link::Down {
@@ -327,6 +363,7 @@ impl Client {
     /// A message from the coordinator.
     pub fn handle(&mut self, now: Ms, msg: ToInstance) {
         self.last_heard = now;
+        self.clock = now;
         match msg {
             ToInstance::Welcome { instances, .. } => {
                 self.link = Link::Linked;
@@ -364,6 +401,25 @@ impl Client {
                 }
                 self.theirs.insert(id, name);
             }
+            ToInstance::Forget { id } => {
+                let Some(name) = self.theirs.remove(&id) else {
+                    self.events.push_back(ClientEvent::Close);
+                    self.lost(
+                        now,
+                        &format!("clusterd forgot key number {id} it never named"),
+                    );
+                    return;
+                };
+                // No instance uses the key: its part goes; a use reported
+                // since is divided afresh.
+                if let Some(r) = self.rates.get_mut(&name) {
+                    if r.used == 0 && !r.starved {
+                        self.rates.remove(&name);
+                    } else {
+                        r.allot = None;
+                    }
+                }
+            }
             ToInstance::Grant {
                 key,
                 slots,
@@ -388,13 +444,10 @@ impl Client {
                 };
                 // A key this instance has not used yet gets its part too,
                 // ready for its first mail.
-                let r = self.rates.entry(key).or_insert(RateState {
-                    limit: rate,
-                    used: 0,
-                    starved: false,
-                    told: false,
-                    allot: None,
-                });
+                let r = self
+                    .rates
+                    .entry(key)
+                    .or_insert_with(|| RateState::new(rate, now));
                 r.allot = Some(rate);
                 r.told = false;
                 self.changed = true;
@@ -408,6 +461,10 @@ impl Client {
 
     /// Advances time: heartbeats, and losing a silent coordinator.
     pub fn handle_timeout(&mut self, now: Ms) {
+        self.clock = now;
+        if now >= self.next_sweep {
+            self.sweep(now);
+        }
         match self.link {
             Link::Linked | Link::Hello if now >= self.last_heard + self.cfg.lost_after_ms => {
                 self.events.push_back(ClientEvent::Close);
@@ -517,15 +574,68 @@ impl Client {
         self.out.push_back(msg);
     }
 
-    /// This side's number of `name`, made on first sight.
+    /// This side's number of `name`, made on first sight (a retired one
+    /// first); dated as used now.
     fn id_of(&mut self, name: &str) -> KeyId {
+        let now = self.clock;
         if let Some(&id) = self.ids.get(name) {
+            self.keys[id as usize].1 = now;
             return id;
         }
-        let id = self.keys.len() as KeyId;
-        self.keys.push(name.to_string());
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.keys[id as usize] = (name.to_string(), now);
+                id
+            }
+            None => {
+                self.keys.push((name.to_string(), now));
+                (self.keys.len() - 1) as KeyId
+            }
+        };
         self.ids.insert(name.to_string(), id);
         id
+    }
+
+    /// Forgets what has gone unused for `forget_after_ms`: idle keys'
+    /// state, and the numbers of keys with none left (retired on the
+    /// link, so the coordinator can forget them too). A rate the
+    /// coordinator still divides stays until it forgets the key.
+    fn sweep(&mut self, now: Ms) {
+        let after = self.cfg.forget_after_ms;
+        self.next_sweep = now + (after / 10).clamp(1, 60_000);
+        let idle = |t: Ms| now.saturating_sub(t) >= after;
+        self.slots
+            .retain(|_, s| s.conns > 0 || s.wanting || s.granted > 0 || !idle(s.used_at));
+        let linked = self.linked();
+        let busy = |r: &RateState| r.used > 0 || r.starved || !idle(r.used_at);
+        self.rates
+            .retain(|_, r| busy(r) || (linked && r.allot.is_some()));
+        let talking = matches!(self.link, Link::Hello | Link::Linked);
+        for at in 0..self.keys.len() {
+            let (name, used_at) = &self.keys[at];
+            if name.is_empty()
+                || !idle(*used_at)
+                || self.slots.contains_key(name)
+                || self.rates.get(name).is_some_and(busy)
+            {
+                continue;
+            }
+            let name = std::mem::take(&mut self.keys[at].0);
+            self.ids.remove(&name);
+            let id = at as KeyId;
+            self.free.push(id);
+            if self.is_named(id) {
+                self.named[at] = false;
+                if talking {
+                    self.send(ToCoord::Forget { id });
+                }
+            }
+        }
+    }
+
+    /// Keys this side has a number for now (for tests and status).
+    pub fn numbered(&self) -> usize {
+        self.ids.len()
     }
 
     fn is_named(&self, id: KeyId) -> bool {
@@ -651,13 +761,7 @@ impl Client {
         let limit = wire(cluster, fixed_window);
         let part = match self.rates.get(key) {
             Some(r) => self.part(r),
-            None => self.part(&RateState {
-                limit,
-                used: 0,
-                starved: false,
-                told: false,
-                allot: None,
-            }),
+            None => self.part(&RateState::new(limit, 0)),
         };
         Rate {
             tokens: part.tokens,
@@ -675,7 +779,9 @@ impl Client {
 
     pub(crate) fn want(&mut self, key: &str, held: u32, cluster: u32) {
         let linked = self.talking();
+        let now = self.clock;
         let s = self.slots.entry(key.to_string()).or_default();
+        s.used_at = now;
         s.limit = cluster;
         if !self.cfg.shared_concurrency || s.wanting || held < s.effective() || held >= cluster {
             return;
@@ -695,7 +801,9 @@ impl Client {
 
     pub(crate) fn opened(&mut self, key: &str) {
         let linked = self.talking();
+        let now = self.clock;
         let s = self.slots.entry(key.to_string()).or_default();
+        s.used_at = now;
         s.conns += 1;
         if linked {
             let id = self.name_key(key);
@@ -710,9 +818,11 @@ impl Client {
         }
         let id = if linked { self.name_key(key) } else { 0 };
         let sent = self.sent + 1;
+        let now = self.clock;
         let Some(s) = self.slots.get_mut(key) else {
             return;
         };
+        s.used_at = now;
         s.conns = s.conns.saturating_sub(1);
         if linked {
             s.releases.push(sent);
@@ -728,13 +838,12 @@ impl Client {
     pub(crate) fn rate_used(&mut self, key: &str, cluster: Rate, fixed_window: bool, took: bool) {
         let limit = wire(cluster, fixed_window);
         let linked = self.linked();
-        let r = self.rates.entry(key.to_string()).or_insert(RateState {
-            limit,
-            used: 0,
-            starved: false,
-            told: false,
-            allot: None,
-        });
+        let now = self.clock;
+        let r = self
+            .rates
+            .entry(key.to_string())
+            .or_insert_with(|| RateState::new(limit, now));
+        r.used_at = now;
         r.limit = limit;
         if took {
             r.used += 1;

@@ -17,7 +17,11 @@
 //!
 //! Keys are interned: each name the instances give is one number here,
 //! which is also the number this side names it by on every connection;
-//! the instances' own numbers are translated per connection.
+//! the instances' own numbers are translated per connection. A number no
+//! instance uses any more (each retires its own with `Forget`) and with
+//! no slot held or wanted is forgotten here too, once every
+//! [`Config::sweep_ms`], and retired on every connection it was named on,
+//! so the tables hold the keys in use rather than every name ever heard.
 //!
 //! The state is soft: after a start, during [`Config::recovery_ms`]
 //! (about two heartbeats) instances re-sync what they hold and nothing new
@@ -53,6 +57,8 @@ pub struct Config {
     pub recovery_max_ms: Ms,
     /// How rates are divided.
     pub division: Division,
+    /// Unused key numbers are forgotten this often.
+    pub sweep_ms: Ms,
 }
 
 impl Config {
@@ -67,6 +73,7 @@ impl Config {
             recovery_ms: 2 * heartbeat_ms,
             recovery_max_ms: crate::client::BACKOFF_CAP_MS + 2 * heartbeat_ms,
             division,
+            sweep_ms: 60_000,
         }
     }
 }
@@ -214,9 +221,11 @@ pub struct Coordinator {
     by_conn: BTreeMap<ConnId, usize>,
     /// Connections that have not said hello yet.
     fresh: BTreeMap<ConnId, Ms>,
-    /// Every key name heard, by number.
+    /// Key names by number (empty: forgotten, the number in `free`).
     names: Vec<String>,
     index: HashMap<String, Kx>,
+    free: Vec<Kx>,
+    next_sweep: Ms,
     slots: BTreeMap<Kx, SlotKey>,
     rates: BTreeMap<Kx, RateKey>,
     recovering_until: Option<Ms>,
@@ -241,6 +250,8 @@ impl Coordinator {
             fresh: BTreeMap::new(),
             names: Vec::new(),
             index: HashMap::new(),
+            free: Vec::new(),
+            next_sweep: now + cfg.sweep_ms,
             slots: BTreeMap::new(),
             rates: BTreeMap::new(),
             recovering_until: Some(until),
@@ -328,6 +339,14 @@ impl Coordinator {
         match msg {
             ToCoord::Hello { .. } => unreachable!("coordinator: hello handled above"),
             ToCoord::Key { id, name } => self.learn(i, id, name)?,
+            ToCoord::Forget { id } => {
+                let gone = self.instances[i]
+                    .as_mut()
+                    .and_then(|x| x.theirs.remove(&id));
+                if gone.is_none() {
+                    return Err(format!("key number {id} forgotten, never named"));
+                }
+            }
             ToCoord::Want { key, limit } => {
                 let key = self.theirs(i, key)?;
                 let order = self.next_order();
@@ -409,10 +428,60 @@ impl Coordinator {
         if let Some(&kx) = self.index.get(&name) {
             return kx;
         }
-        let kx = self.names.len() as Kx;
-        self.names.push(name.clone());
+        let kx = match self.free.pop() {
+            Some(kx) => {
+                self.names[kx as usize] = name.clone();
+                kx
+            }
+            None => {
+                self.names.push(name.clone());
+                (self.names.len() - 1) as Kx
+            }
+        };
         self.index.insert(name, kx);
         kx
+    }
+
+    /// Forgets every key no instance numbers and nobody holds or wants:
+    /// its state, its name, and its number on every connection it was
+    /// named on (the number is reused).
+    fn sweep(&mut self, now: Ms) {
+        self.next_sweep = now + self.cfg.sweep_ms;
+        let mut used = vec![false; self.names.len()];
+        for x in self.instances.iter().flatten() {
+            for &kx in x.theirs.values() {
+                used[kx as usize] = true;
+            }
+        }
+        for (&kx, k) in &self.slots {
+            if !k.holders.is_empty() || !k.waiters.is_empty() {
+                used[kx as usize] = true;
+            }
+        }
+        for (at, used) in used.into_iter().enumerate() {
+            if used || self.names[at].is_empty() {
+                continue;
+            }
+            let kx = at as Kx;
+            self.slots.remove(&kx);
+            self.rates.remove(&kx);
+            let name = std::mem::take(&mut self.names[at]);
+            self.index.remove(&name);
+            self.free.push(kx);
+            for x in self.instances.iter_mut().flatten() {
+                if x.named.get(at).copied().unwrap_or(false) {
+                    x.named[at] = false;
+                    if let Some(conn) = x.conn {
+                        self.out.push_back((conn, ToInstance::Forget { id: kx }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Key names held now (for tests and status).
+    pub fn key_names(&self) -> usize {
+        self.index.len()
     }
 
     /// Our number for the instance's `id`.
@@ -550,6 +619,10 @@ impl Coordinator {
     /// Advances time: reservations, leases, the recovery window, rate refreshes.
     pub fn handle_timeout(&mut self, now: Ms) {
         self.maybe_recovered(now);
+        // While instances re-sync, what they hold is not all known yet.
+        if now >= self.next_sweep && self.recovering_until.is_none() {
+            self.sweep(now);
+        }
         // Reservations not used in time go to the next waiter.
         let mut lapsed: Vec<(Kx, usize)> = Vec::new();
         for (&key, k) in &mut self.slots {
@@ -632,6 +705,9 @@ impl Coordinator {
         }
         for r in self.rates.values() {
             min(r.next);
+        }
+        if self.recovering_until.is_none() {
+            min(self.next_sweep);
         }
         t
     }

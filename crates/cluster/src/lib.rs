@@ -17,6 +17,8 @@ pub mod proto;
 pub mod rates;
 
 #[cfg(test)]
+mod forget_tests;
+#[cfg(test)]
 mod sim;
 
 /// Milliseconds on the caller's monotonic clock.

@@ -11,7 +11,10 @@
 //! message before its first use, and the messages after carry the number
 //! (a heartbeat of a thousand keys is then numbers, not a thousand strings
 //! to decode and look up every second). A number never named is a
-//! protocol error that ends the connection. A frame
+//! protocol error that ends the connection. A number whose key went
+//! unused is retired with a `Forget` message, after which the sender may
+//! name it again for another key: both sides' tables hold the keys in use,
+//! not every key ever heard (recipient domains, job ids). A frame
 //! over [`MAX_FRAME`] or one that does not decode is an error for that
 //! connection (the caller closes it); nothing here panics on a peer's bytes.
 
@@ -19,13 +22,13 @@ use serde::{Deserialize, Serialize};
 pub use wire::{encode, Decoder, FrameError};
 
 /// The protocol version, in both hellos.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 
 /// A key's number on one connection, in one direction.
 pub type KeyId = u32;
 
-/// Names one connection may give in one direction (far above any policy's
-/// keys; a peer past it is broken and dropped).
+/// Names one connection may hold at once in one direction (far above any
+/// policy's keys in use; a peer past it is broken and dropped).
 pub const MAX_NAMES: usize = 1 << 20;
 
 /// The longest key name accepted.
@@ -122,6 +125,12 @@ pub enum ToCoord {
         /// Its name.
         name: String,
     },
+    /// Retires a number: the instance no longer uses the key (no
+    /// connection, want or rate use for a while).
+    Forget {
+        /// Its number.
+        id: KeyId,
+    },
     /// Mail waits for a slot of `key`.
     Want {
         /// The key.
@@ -178,6 +187,11 @@ pub enum ToInstance {
         /// Its name.
         name: String,
     },
+    /// Retires one of the coordinator's numbers: no instance uses the key.
+    Forget {
+        /// Its number.
+        id: KeyId,
+    },
     /// The slots of `key` this instance holds now (open and reserved),
     /// as of its first `seen` messages.
     Grant {
@@ -233,6 +247,7 @@ mod tests {
                 name: "k".into(),
             },
             ToCoord::Release { key: 1 },
+            ToCoord::Forget { id: 1 },
             ToCoord::News(DestNews::Dead {
                 dest: "example.org".into(),
                 secs: 300,
