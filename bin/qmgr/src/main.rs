@@ -7,7 +7,8 @@
 //! (one fdatasync on a helper thread for everything appended meanwhile)
 //! that made it durable. `sluice queue` asks it for the queue;
 //! `sluice status`, `sluice top` and the `metrics_listen` endpoint for its
-//! figures (`metrics.rs`).
+//! figures (rendered by `queue_manager::prometheus`, served by
+//! `daemon::metrics_http`).
 //!
 //! Every decision about the queued mail (admission, resolution, scheduling
 //! and dispatch to the delivery agents, retries, notices, queue control,
@@ -26,7 +27,6 @@ mod cluster;
 mod holds;
 mod journal;
 mod links;
-mod metrics;
 mod server;
 mod store;
 mod verifymap;

@@ -56,7 +56,7 @@ pub struct QmgrServer {
     /// until `start` registers it.
     metrics_socket: Option<std::net::TcpListener>,
     /// The metrics endpoint, once registered.
-    http: Option<crate::metrics::Http>,
+    http: Option<daemon::metrics_http::Http>,
     /// The link to clusterd (`cluster_server`).
     cluster: Option<crate::cluster::ClusterConn>,
     /// `address_verify_map`, as this process reaches it; `None`: not saved.
@@ -394,7 +394,7 @@ impl QmgrServer {
             || {
                 let mut s = self.qm.summary(now, METRICS_TOP);
                 s.cluster = self.cluster.as_ref().map(|c| c.link());
-                crate::metrics::prometheus(&s)
+                queue_manager::prometheus::prometheus(&s)
             },
         );
         self.http = Some(h);
@@ -553,7 +553,7 @@ impl Handler<Clients> for QmgrServer {
         if let Some(sock) = self.metrics_socket.take() {
             let addr = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
             let t = cx.token();
-            match crate::metrics::Http::new(sock, cx.registry, t) {
+            match daemon::metrics_http::Http::new(sock, cx.registry, t) {
                 Ok(h) => {
                     msg_info!("serving metrics at http://{addr}/metrics");
                     self.http = Some(h);

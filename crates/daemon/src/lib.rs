@@ -17,6 +17,7 @@
 pub mod args;
 pub mod ipcserver;
 pub mod log;
+pub mod metrics_http;
 pub mod skeleton;
 
 pub use args::DaemonArgs;

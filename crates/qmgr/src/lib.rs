@@ -17,7 +17,7 @@
 //! the delivery agents, `qmgr_deliver.c`, with [`agentconn`]), `notices`
 //! (non-delivery, delay and success notices, `qmgr_bounce`/`qmgr_defer`,
 //! with [`bounce`]) and `control` (`sluice queue`). `figures` keeps the
-//! counters operators see; [`journal`] what waits for the shell's group
+//! counters operators see, [`prometheus`] renders them for a scrape; [`journal`] what waits for the shell's group
 //! commit (arrivals to answer, data to free) and a journal that cannot be
 //! written: the shell says what came of each commit ([`Event::Durable`],
 //! [`Event::CommitFailed`]) and asks when to commit ([`QueueManager::commit_due`]).
@@ -38,6 +38,7 @@ mod logline;
 mod moves;
 mod notices;
 mod probes;
+pub mod prometheus;
 #[cfg(test)]
 mod props;
 mod resolve;
