@@ -278,9 +278,9 @@ impl Status {
     }
 
     /// A status from a reason that travels as text (`"4.4.1 text"`, as the
-    /// scheduler's events still carry them), with `default` when the text
-    /// does not start with a code. For that boundary only: status that is
-    /// typed stays typed.
+    /// router protocol carries a table's `error:`/`retry:` words), with
+    /// `default` when the text does not start with a code. For that
+    /// boundary only: status that is typed stays typed.
     pub fn from_reason(reason: &str, default: StatusCode) -> Self {
         match reason.split_once(' ') {
             Some((code, text)) => match code.parse() {

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use proptest::prelude::*;
 use sched::{
     Action, ConnFailure, EntryId, Event, NewMessage, QueueId, RcptStatus, RecipientGroup, Record,
-    SchedConfig, SchedError, Scheduler, Time,
+    SchedConfig, SchedError, Scheduler, Status, StatusCode, Time,
 };
 
 use super::*;
@@ -238,7 +238,7 @@ impl World {
                 Some(failure) => Event::ConnectionFailed {
                     conn,
                     failure,
-                    reason: "4.4.1 refused".into(),
+                    status: Status::new(StatusCode::NO_ANSWER, "refused"),
                 },
             };
             let r = self.conns.handle(&mut self.sched, self.now, ev);
@@ -280,7 +280,7 @@ impl World {
                     .enumerate()
                     .map(|(i, r)| {
                         let st = if what == 5 && i == 0 {
-                            RcptStatus::Deferred("4.2.0 later".into())
+                            RcptStatus::Deferred(Status::new(StatusCode::known(4, 2, 0), "later"))
                         } else {
                             RcptStatus::Delivered
                         };
@@ -333,7 +333,7 @@ impl World {
         for conn in self.conns.of_transport(TRANSPORT) {
             let ev = Event::ConnectionLost {
                 conn,
-                reason: "4.3.0 delivery agent smtp died".into(),
+                status: Status::new(StatusCode::SYSTEM_TEMP, "delivery agent smtp died"),
             };
             let r = self.conns.handle(&mut self.sched, self.now, ev);
             self.check(r);
@@ -370,7 +370,12 @@ impl World {
 fn deferred(rcpts: &[u32]) -> Vec<(u32, RcptStatus)> {
     rcpts
         .iter()
-        .map(|r| (*r, RcptStatus::Deferred("4.4.2 lost connection".into())))
+        .map(|r| {
+            (
+                *r,
+                RcptStatus::Deferred(Status::new(StatusCode::CONNECTION_LOST, "lost connection")),
+            )
+        })
         .collect()
 }
 

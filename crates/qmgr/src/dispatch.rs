@@ -25,7 +25,7 @@ use sched::{
 use crate::agentconn::{AgentConns, Wire};
 use mail::{Status, StatusCode};
 
-use crate::logline::{log_rcpt, DEFERRED, EXPIRED, FAILED, TEMPFAIL};
+use crate::logline::log_rcpt;
 use crate::{Action, QueueManager, Store, ROUTE_RETRY};
 
 /// What an agent request waits for.
@@ -206,7 +206,7 @@ impl<S: Store> QueueManager<S> {
     }
 
     /// Defers every recipient of a message that the scheduler has not seen.
-    pub(crate) fn defer_unrouted(&mut self, qid: u64, reason: &str) {
+    pub(crate) fn defer_unrouted(&mut self, qid: u64, status: &Status) {
         let Some(a) = self.deliver.msgs.get(&qid) else {
             return;
         };
@@ -215,21 +215,20 @@ impl<S: Store> QueueManager<S> {
         }
         let rcpts: Vec<u32> = a.pending.clone();
         let next = self.now + ROUTE_RETRY;
-        self.defer_now(qid, &rcpts, reason, next);
+        self.defer_now(qid, &rcpts, status, next);
         self.finish(qid, Some(next));
     }
 
     /// Journals and logs recipients deferred before any delivery attempt.
-    pub(crate) fn defer_now(&mut self, qid: u64, rcpts: &[u32], reason: &str, next: Time) {
+    pub(crate) fn defer_now(&mut self, qid: u64, rcpts: &[u32], status: &Status, next: Time) {
         let Some(a) = self.deliver.msgs.get_mut(&qid) else {
             return;
         };
         a.retry_at = Some(a.retry_at.map_or(next, |t| t.min(next)));
         let a = &*a;
-        let status = Status::from_reason(reason, TEMPFAIL);
         let mut lines = Vec::new();
         for &i in rcpts {
-            lines.push(log_rcpt(self.now, a, i, &status));
+            lines.push(log_rcpt(self.now, a, i, status));
             if let Some(r) = a.routes.get(&i) {
                 self.figures.deferred(a.id, &r.transport, &r.nexthop);
             }
@@ -238,7 +237,7 @@ impl<S: Store> QueueManager<S> {
             id: a.id,
             rcpts: rcpts.to_vec(),
             status: status.code,
-            reason: status.text,
+            reason: status.text.clone(),
             next_attempt: crate::secs_ceil(next),
         };
         for l in lines {
@@ -248,20 +247,19 @@ impl<S: Store> QueueManager<S> {
     }
 
     /// Journals and logs recipients bounced before any delivery attempt.
-    pub(crate) fn bounce_now(&mut self, qid: u64, rcpts: &[u32], reason: &str) {
+    pub(crate) fn bounce_now(&mut self, qid: u64, rcpts: &[u32], status: &Status) {
         let Some(a) = self.deliver.msgs.get(&qid) else {
             return;
         };
-        let status = Status::from_reason(reason, FAILED);
         let lines: Vec<String> = rcpts
             .iter()
-            .map(|&i| log_rcpt(self.now, a, i, &status))
+            .map(|&i| log_rcpt(self.now, a, i, status))
             .collect();
         let rec = queue::Record::Bounced {
             id: a.id,
             rcpts: rcpts.to_vec(),
             status: status.code,
-            reason: status.text,
+            reason: status.text.clone(),
         };
         for l in lines {
             self.info(l);
@@ -431,8 +429,7 @@ impl<S: Store> QueueManager<S> {
                     delivery::OpenFailure::Handshake => ConnFailure::Handshake,
                     delivery::OpenFailure::Local => ConnFailure::Local,
                 },
-                // The scheduler's reasons are still "code text" strings.
-                reason: reason.to_string(),
+                status: reason,
             },
             (
                 Some(AgentWait::Send { entry, qid, rcpts }),
@@ -451,9 +448,9 @@ impl<S: Store> QueueManager<S> {
                     let st = if r.status.is_success() {
                         RcptStatus::Delivered
                     } else if r.status.is_permanent() {
-                        RcptStatus::Bounced(r.status.to_string())
+                        RcptStatus::Bounced(r.status)
                     } else {
-                        RcptStatus::Deferred(r.status.to_string())
+                        RcptStatus::Deferred(r.status)
                     };
                     out.push((r.index, st));
                 }
@@ -462,7 +459,10 @@ impl<S: Store> QueueManager<S> {
                     if !out.iter().any(|(x, _)| *x == i) {
                         out.push((
                             i,
-                            RcptStatus::Deferred("4.3.0 no result from the delivery agent".into()),
+                            RcptStatus::Deferred(Status::new(
+                                StatusCode::SYSTEM_TEMP,
+                                "no result from the delivery agent",
+                            )),
                         ));
                     }
                 }
@@ -559,7 +559,10 @@ impl<S: Store> QueueManager<S> {
         for conn in self.deliver.conns.of_transport(transport) {
             self.sched_event(SchedEvent::ConnectionLost {
                 conn,
-                reason: format!("4.3.0 delivery agent {transport} died"),
+                status: Status::new(
+                    StatusCode::SYSTEM_TEMP,
+                    format!("delivery agent {transport} died"),
+                ),
             });
         }
     }
@@ -688,14 +691,14 @@ impl<S: Store> QueueManager<S> {
                 SchedAction::Defer {
                     queue_id,
                     recipients,
-                    reason,
+                    status,
                     next_attempt: _,
-                } => self.log_unlogged(queue_id.0, recipients, &reason, DEFERRED),
+                } => self.log_unlogged(queue_id.0, recipients, &status),
                 SchedAction::Bounce {
                     queue_id,
                     recipients,
-                    reason,
-                } => self.log_unlogged(queue_id.0, recipients, &reason, EXPIRED),
+                    status,
+                } => self.log_unlogged(queue_id.0, recipients, &status),
                 SchedAction::Journal(rec) => self.journal_result(rec),
                 SchedAction::MessageDone {
                     queue_id,
@@ -707,15 +710,14 @@ impl<S: Store> QueueManager<S> {
     }
 
     /// Logs the recipients of a deferral or bounce that no agent logged.
-    fn log_unlogged(&mut self, qid: u64, rcpts: Vec<u32>, reason: &str, dflt: StatusCode) {
+    fn log_unlogged(&mut self, qid: u64, rcpts: Vec<u32>, status: &Status) {
         let Some(m) = self.deliver.msgs.get(&qid) else {
             return;
         };
-        let status = Status::from_reason(reason, dflt);
         let mut lines = Vec::new();
         for i in rcpts {
             if !self.deliver.logged.remove(&(qid, i)) {
-                lines.push(log_rcpt(self.now, m, i, &status));
+                lines.push(log_rcpt(self.now, m, i, status));
             }
         }
         for l in lines {
@@ -760,30 +762,24 @@ impl<S: Store> QueueManager<S> {
             },
             sched::Record::Deferred {
                 recipients,
-                reason,
+                status,
                 next_attempt,
                 ..
-            } => {
-                let status = Status::from_reason(&reason, DEFERRED);
-                queue::Record::Deferred {
-                    id,
-                    rcpts: recipients,
-                    status: status.code,
-                    reason: status.text,
-                    next_attempt: crate::secs_ceil(next_attempt),
-                }
-            }
+            } => queue::Record::Deferred {
+                id,
+                rcpts: recipients,
+                status: status.code,
+                reason: status.text,
+                next_attempt: crate::secs_ceil(next_attempt),
+            },
             sched::Record::Bounced {
-                recipients, reason, ..
-            } => {
-                let status = Status::from_reason(&reason, EXPIRED);
-                queue::Record::Bounced {
-                    id,
-                    rcpts: recipients,
-                    status: status.code,
-                    reason: status.text,
-                }
-            }
+                recipients, status, ..
+            } => queue::Record::Bounced {
+                id,
+                rcpts: recipients,
+                status: status.code,
+                reason: status.text,
+            },
         };
         self.append(r);
     }

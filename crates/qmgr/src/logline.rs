@@ -13,12 +13,8 @@ use crate::dispatch::InDelivery;
 
 /// 4.3.0, the status of qmgr's own temporary failures (no router, no agent).
 pub(crate) const TEMPFAIL: StatusCode = StatusCode::known(4, 3, 0);
-/// 4.4.1, a deferral the scheduler decided without a status of its own.
-pub(crate) const DEFERRED: StatusCode = StatusCode::known(4, 4, 1);
 /// 5.0.0, a routing failure without a status.
 pub(crate) const FAILED: StatusCode = StatusCode::known(5, 0, 0);
-/// 5.4.1, a bounce the scheduler decided without a status (expiry).
-pub(crate) const EXPIRED: StatusCode = StatusCode::known(5, 4, 1);
 
 /// `ID: to=<…>, relay=none, delay=…, delays=…/0/0/0, dsn=…, status=… (…)`.
 pub(crate) fn log_rcpt(now: Time, m: &InDelivery, i: u32, status: &Status) -> String {

@@ -16,10 +16,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use ipc::router;
+use mail::{Status, StatusCode};
 use sched::Time;
 
 use crate::dispatch::Route;
-use crate::logline::log_rcpt;
+use crate::logline::{log_rcpt, FAILED, TEMPFAIL};
 use crate::{Action, QueueManager, Store, ROUTE_RETRY};
 
 /// What a router request waits for.
@@ -127,7 +128,7 @@ impl<S: Store> QueueManager<S> {
             .map(|(q, _)| *q)
             .collect();
         for q in waiting {
-            self.defer_unrouted(q, "4.3.0 address resolver unavailable");
+            self.defer_unrouted(q, &Status::new(TEMPFAIL, "address resolver unavailable"));
         }
     }
 
@@ -157,23 +158,25 @@ impl<S: Store> QueueManager<S> {
             router::Response::Resolved { .. } => {
                 // ResolveQueued maps nothing, so one route: a router
                 // answering otherwise is broken; try again later.
-                let why =
-                    "4.3.0 the address resolver answered several routes for a queued recipient";
-                return self.defer_now(qid, &[rcpt], why, retry);
+                let why = Status::new(
+                    TEMPFAIL,
+                    "the address resolver answered several routes for a queued recipient",
+                );
+                return self.defer_now(qid, &[rcpt], &why, retry);
             }
             router::Response::Failed {
                 temporary: true,
                 text,
-            } => return self.defer_now(qid, &[rcpt], &text, retry),
+            } => return self.defer_now(qid, &[rcpt], &router_status(&text, true), retry),
             router::Response::Failed {
                 temporary: false,
                 text,
-            } => return self.bounce_now(qid, &[rcpt], &text),
+            } => return self.bounce_now(qid, &[rcpt], &router_status(&text, false)),
             other => return self.warn(format!("router: unexpected answer {other:?}")),
         };
         let flushed = self.deliver.msgs.get(&qid).is_some_and(|a| a.flush);
         match r.transport.as_str() {
-            "error" => self.bounce_now(qid, &[rcpt], &r.nexthop),
+            "error" => self.bounce_now(qid, &[rcpt], &router_status(&r.nexthop, false)),
             "discard" => {
                 if let Some(a) = self.deliver.msgs.get(&qid) {
                     let status = mail::Status::new(mail::StatusCode::known(2, 0, 0), "discarded");
@@ -191,14 +194,17 @@ impl<S: Store> QueueManager<S> {
                 if let Some(a) = self.deliver.msgs.get(&qid) {
                     self.figures.deferred(a.id, t, &r.nexthop);
                 }
-                let why = format!("4.3.2 deferred transport ({t})");
+                let why = Status::new(
+                    StatusCode::known(4, 3, 2),
+                    format!("deferred transport ({t})"),
+                );
                 self.defer_now(qid, &[rcpt], &why, retry);
             }
             t if !self.settings.transports.contains(t) => {
                 if let Some(a) = self.deliver.msgs.get(&qid) {
                     self.figures.deferred(a.id, t, &r.nexthop);
                 }
-                let why = format!("4.3.0 mail transport unavailable ({t})");
+                let why = Status::new(TEMPFAIL, format!("mail transport unavailable ({t})"));
                 self.defer_now(qid, &[rcpt], &why, retry);
             }
             t => {
@@ -277,10 +283,11 @@ impl<S: Store> QueueManager<S> {
                         .collect()
                 })
                 .unwrap_or_default();
+            let status = router_status(&text, temporary);
             if temporary {
-                self.defer_now(q, &rcpts, &text, self.now + ROUTE_RETRY);
+                self.defer_now(q, &rcpts, &status, self.now + ROUTE_RETRY);
             } else {
-                self.bounce_now(q, &rcpts, &text);
+                self.bounce_now(q, &rcpts, &status);
             }
             if let Some(a) = self.deliver.msgs.get_mut(&q) {
                 for r in &rcpts {
@@ -371,6 +378,14 @@ fn hosts_of(list: &router::HostList, now: Time, by_address: bool) -> Hosts {
         addrs,
         dane,
     }
+}
+
+/// A router failure's status: the router protocol carries its reasons as
+/// `"code text"` (the table's own words, as Postfix's `error:` and
+/// `retry:` transports take them), made typed here, once; a text without
+/// a code gets 4.3.0 or 5.0.0.
+fn router_status(text: &str, temporary: bool) -> Status {
+    Status::from_reason(text, if temporary { TEMPFAIL } else { FAILED })
 }
 
 #[cfg(test)]

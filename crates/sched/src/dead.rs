@@ -14,7 +14,7 @@
 
 use crate::connection::ConnState;
 use crate::destination::Dead;
-use crate::event::{Action, Notice, Record};
+use crate::event::{Action, Notice, Record, Status, StatusCode};
 use crate::feedback::Change;
 use crate::ids::{DestId, EntryId, MsgId};
 use crate::sched::{Scheduler, Timer};
@@ -143,6 +143,7 @@ impl Scheduler {
                 victims.push(e);
             }
         }
+        let dead = Status::new(StatusCode::NO_ANSWER, "destination is dead");
         // One journal record per message, then the per-entry defer actions.
         let mut by_msg: BTreeMap<MsgId, Vec<u32>> = BTreeMap::new();
         for &e in &victims {
@@ -158,14 +159,14 @@ impl Scheduler {
                 self.actions.push_back(Action::Journal(Record::Deferred {
                     queue_id: q,
                     recipients,
-                    reason: "destination is dead".into(),
+                    status: dead.clone(),
                     next_attempt: retry_at,
                 }));
             }
         }
         for e in victims {
             let journal = self.is_expired(now, self.entries[e].message);
-            self.defer_entry(now, e, "destination is dead", Some(retry_at), journal);
+            self.defer_entry(now, e, &dead, Some(retry_at), journal);
         }
         for c in conns {
             if let Some(conn) = self.conns.get_mut(c) {

@@ -19,6 +19,7 @@ use crate::connection::ConnState;
 use crate::destdb::HostClass;
 use crate::destination::Park;
 use crate::entry::Class;
+use crate::event::{Status, StatusCode};
 use crate::ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 use crate::limiter::{LimitKey, Scope, Verdict};
 use crate::sched::Scheduler;
@@ -161,7 +162,8 @@ impl Scheduler {
         self.dead_retry(now, d);
         if let Some(dead) = self.dests[d].dead {
             self.dests[d].queue(class).pop_front();
-            self.defer_entry(now, e, "destination is dead", Some(dead.retry_at), true);
+            let why = Status::new(StatusCode::NO_ANSWER, "destination is dead");
+            self.defer_entry(now, e, &why, Some(dead.retry_at), true);
             return Ok(());
         }
         let m = self.entries[e].message;
@@ -173,7 +175,11 @@ impl Scheduler {
         }
         if let Plan::DeferNoHost(until) = plan {
             self.dests[d].queue(class).pop_front();
-            self.defer_entry(now, e, "no usable host (all in destdb retry)", until, true);
+            let why = Status::new(
+                StatusCode::NO_ANSWER,
+                "no usable host (all in destdb retry)",
+            );
+            self.defer_entry(now, e, &why, until, true);
             return Ok(());
         }
         if self.has_tx_limits() {

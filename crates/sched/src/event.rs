@@ -3,7 +3,10 @@
 //! The shell (qmgr or the simulator) feeds [`Event`]s with `handle(now, ev)`
 //! and drains [`Action`]s with `poll_action()`. Ids in actions are the
 //! scheduler's own typed ids; `Scheduler::host_name` and friends turn them
-//! into names. Panics: never.
+//! into names. Outcomes are typed (`mail::Status`: an enhanced code and
+//! its text), never `"4.4.1 text"` strings to be split again. Panics: never.
+
+pub use mail::{Status, StatusCode};
 
 use crate::config::SchedConfig;
 use crate::ids::{ConnId, DestId, EntryId, HostId, TransportId};
@@ -56,10 +59,10 @@ pub struct RecipientGroup {
 pub enum RcptStatus {
     /// 2xx.
     Delivered,
-    /// 4xx, with the reply text.
-    Deferred(String),
-    /// 5xx, with the reply text.
-    Bounced(String),
+    /// 4xx, with its status.
+    Deferred(Status),
+    /// 5xx, with its status.
+    Bounced(Status),
 }
 
 /// Why a connection could not be set up.
@@ -100,8 +103,8 @@ pub enum Event {
         conn: ConnId,
         /// Kind of failure.
         failure: ConnFailure,
-        /// Text for the defer reason.
-        reason: String,
+        /// What the deferral says.
+        status: Status,
     },
     /// The peer or the agent closed a connection.
     ConnectionClosed {
@@ -130,13 +133,13 @@ pub enum Event {
     ConfigChanged(Box<SchedConfig>),
     /// The delivery agent holding the connection went away (it crashed or
     /// its link broke): the transaction running on it, if any, is deferred
-    /// with `reason` and the rest rescheduled, with no feedback to the
+    /// with `status` and the rest rescheduled, with no feedback to the
     /// destination, whose fault it was not.
     ConnectionLost {
         /// Connection.
         conn: ConnId,
-        /// For the deferral log line.
-        reason: String,
+        /// What the deferral says.
+        status: Status,
     },
     /// The operator flushed the queue: unreachable hosts and dead
     /// destinations are tried again now, as Postfix's flush unthrottles
@@ -199,8 +202,8 @@ pub enum Record {
         queue_id: QueueId,
         /// Recipient indexes.
         recipients: Vec<u32>,
-        /// Reason text.
-        reason: String,
+        /// Why.
+        status: Status,
         /// Earliest retry.
         next_attempt: Time,
     },
@@ -210,8 +213,8 @@ pub enum Record {
         queue_id: QueueId,
         /// Recipient indexes.
         recipients: Vec<u32>,
-        /// Reason text.
-        reason: String,
+        /// Why.
+        status: Status,
     },
 }
 
@@ -316,8 +319,8 @@ pub enum Action {
         queue_id: QueueId,
         /// Recipient indexes.
         recipients: Vec<u32>,
-        /// Reason text.
-        reason: String,
+        /// Why.
+        status: Status,
         /// Earliest retry.
         next_attempt: Time,
     },
@@ -327,8 +330,8 @@ pub enum Action {
         queue_id: QueueId,
         /// Recipient indexes.
         recipients: Vec<u32>,
-        /// Reason text.
-        reason: String,
+        /// Why.
+        status: Status,
     },
     /// Write a journal record.
     Journal(Record),

@@ -214,7 +214,7 @@ fn refused_beyond_one(dead_while_delivering: bool) -> (bool, u32) {
             Event::ConnectionFailed {
                 conn,
                 failure: ConnFailure::Handshake,
-                reason: "421 4.7.0 too many connections".into(),
+                status: Status::new(StatusCode::SYSTEM_TEMP, "421 4.7.0 too many connections"),
             },
         )
         .unwrap();

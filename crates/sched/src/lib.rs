@@ -48,6 +48,7 @@ pub mod transport;
 pub use config::{ClassKey, ConfigError, FeedbackFn, SchedConfig, TransportConfig};
 pub use event::{
     Action, ConnFailure, Event, NewMessage, Notice, QueueId, RcptStatus, RecipientGroup, Record,
+    Status, StatusCode,
 };
 pub use ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 pub use limiter::{Limiter, LocalLimiter};

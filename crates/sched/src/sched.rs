@@ -18,6 +18,7 @@ use crate::destination::{Destination, HostLevels, Park};
 use crate::entry::{Class, Entry, EntryState};
 use crate::event::{
     Action, ConnFailure, Event, NewMessage, Notice, QueueId, RcptStatus, RecipientGroup, Record,
+    Status, StatusCode,
 };
 use crate::ids::{ConnId, DestId, EntryId, HostId, KeyId, MsgId, TransportId};
 use crate::limiter::{Limiter, LocalLimiter};
@@ -237,8 +238,8 @@ impl Scheduler {
             Event::ConnectionFailed {
                 conn,
                 failure,
-                reason,
-            } => self.connection_failed(now, conn, failure, &reason)?,
+                status,
+            } => self.connection_failed(now, conn, failure, &status)?,
             Event::ConnectionClosed { conn } => {
                 if !self.conns.contains(conn) {
                     return Err(SchedError::UnknownConnection(conn));
@@ -284,7 +285,7 @@ impl Scheduler {
             }
             Event::ConfigChanged(cfg) => self.reconfigure(*cfg)?,
             Event::Flush => self.flush(now),
-            Event::ConnectionLost { conn, reason } => self.connection_lost(now, conn, &reason)?,
+            Event::ConnectionLost { conn, status } => self.connection_lost(now, conn, &status)?,
         }
         self.ensure_gc(now);
         self.schedule(now);
@@ -634,13 +635,20 @@ impl Scheduler {
         let dest = &mut self.dests[d];
         dest.entries += 1;
         if self.is_expired(now, m) {
-            self.bounce_entry(e, "message expired (maximal_queue_lifetime)");
+            self.bounce_entry(
+                e,
+                Status::new(
+                    StatusCode::EXPIRED,
+                    "message expired (maximal_queue_lifetime)",
+                ),
+            );
             return;
         }
         // The retry timer may not have fired yet at the very retry time.
         self.dead_retry(now, d);
         if let Some(dead) = self.dests[d].dead {
-            self.defer_entry(now, e, "destination is dead", Some(dead.retry_at), true);
+            let why = Status::new(StatusCode::NO_ANSWER, "destination is dead");
+            self.defer_entry(now, e, &why, Some(dead.retry_at), true);
             return;
         }
         let first = self.dests[d].queues[class.idx()].is_empty();
@@ -715,16 +723,13 @@ impl Scheduler {
         &mut self,
         now: Time,
         e: EntryId,
-        reason: &str,
+        status: &Status,
         next: Option<Time>,
         journal: bool,
     ) {
         let m = self.entries[e].message;
         if self.is_expired(now, m) {
-            self.bounce_entry(
-                e,
-                &format!("message expired (maximal_queue_lifetime): {reason}"),
-            );
+            self.bounce_entry(e, expired(status));
             return;
         }
         let next = next.unwrap_or_else(|| self.backoff(now, m));
@@ -736,21 +741,21 @@ impl Scheduler {
             self.actions.push_back(Action::Journal(Record::Deferred {
                 queue_id: q,
                 recipients: recipients.clone(),
-                reason: reason.to_string(),
+                status: status.clone(),
                 next_attempt: next,
             }));
         }
         self.actions.push_back(Action::Defer {
             queue_id: q,
             recipients,
-            reason: reason.to_string(),
+            status: status.clone(),
             next_attempt: next,
         });
         self.stats.deferred_entries += 1;
         self.settle_message(now, m);
     }
 
-    fn bounce_entry(&mut self, e: EntryId, reason: &str) {
+    fn bounce_entry(&mut self, e: EntryId, status: Status) {
         let m = self.entries[e].message;
         let entry = self.remove_entry(Time::ZERO, e);
         let q = self.msgs[m].queue_id;
@@ -758,12 +763,12 @@ impl Scheduler {
         self.actions.push_back(Action::Journal(Record::Bounced {
             queue_id: q,
             recipients: recipients.clone(),
-            reason: reason.into(),
+            status: status.clone(),
         }));
         self.actions.push_back(Action::Bounce {
             queue_id: q,
             recipients,
-            reason: reason.into(),
+            status,
         });
         self.stats.bounced_entries += 1;
         self.settle_message(Time::ZERO, m);
@@ -1043,7 +1048,7 @@ impl Scheduler {
         now: Time,
         c: ConnId,
         failure: ConnFailure,
-        reason: &str,
+        status: &Status,
     ) -> Result<(), SchedError> {
         let conn = self.conns.get(c).ok_or(SchedError::UnknownConnection(c))?;
         let (d, h, t) = (conn.dest, conn.host, conn.transport.0 as usize);
@@ -1060,7 +1065,7 @@ impl Scheduler {
         // The delivery that opened the connection failed (Postfix defers it);
         // the others that were queued on the connection are rescheduled.
         if failure == ConnFailure::Handshake {
-            self.shaping_reply(now, c, reason);
+            self.shaping_reply(now, c, &status.text);
         }
         let first = self.take_first(c);
         if failure == ConnFailure::Unreachable {
@@ -1095,7 +1100,7 @@ impl Scheduler {
         self.drop_conn(now, c);
         if let Some(e) = first {
             if !other {
-                self.defer_entry(now, e, reason, None, true);
+                self.defer_entry(now, e, status, None, true);
             }
         }
         if failure != ConnFailure::Local {
@@ -1104,7 +1109,7 @@ impl Scheduler {
         Ok(())
     }
 
-    fn connection_lost(&mut self, now: Time, c: ConnId, reason: &str) -> Result<(), SchedError> {
+    fn connection_lost(&mut self, now: Time, c: ConnId, status: &Status) -> Result<(), SchedError> {
         if !self.conns.contains(c) {
             return Err(SchedError::UnknownConnection(c));
         }
@@ -1115,7 +1120,7 @@ impl Scheduler {
         let first = self.take_first(c);
         self.drop_conn(now, c);
         if let Some(e) = first {
-            self.defer_entry(now, e, reason, None, true);
+            self.defer_entry(now, e, status, None, true);
         }
         Ok(())
     }
@@ -1157,21 +1162,24 @@ impl Scheduler {
         let mut delivered = Vec::new();
         let mut deferred = Vec::new();
         let mut bounced = Vec::new();
-        let mut defer_reason = String::new();
-        let mut bounce_reason = String::new();
+        let mut defer_status: Option<Status> = None;
+        let mut bounce_status: Option<Status> = None;
         for &r in self.entries[e].recipients() {
             match results.iter().find(|(i, _)| *i == r).map(|(_, s)| s) {
                 Some(RcptStatus::Delivered) => delivered.push(r),
                 Some(RcptStatus::Bounced(why)) => {
-                    bounce_reason.clone_from(why);
+                    bounce_status = Some(why.clone());
                     bounced.push(r);
                 }
                 Some(RcptStatus::Deferred(why)) => {
-                    defer_reason.clone_from(why);
+                    defer_status = Some(why.clone());
                     deferred.push(r);
                 }
                 None => {
-                    defer_reason = "no result from delivery agent".into();
+                    defer_status = Some(Status::new(
+                        StatusCode::SYSTEM_TEMP,
+                        "no result from delivery agent",
+                    ));
                     deferred.push(r);
                 }
             }
@@ -1185,10 +1193,8 @@ impl Scheduler {
             busy,
         );
         if self.shaping.is_some() {
-            for why in [&defer_reason, &bounce_reason] {
-                if !why.is_empty() {
-                    self.shaping_reply(now, c, why);
-                }
+            for why in [&defer_status, &bounce_status].into_iter().flatten() {
+                self.shaping_reply(now, c, &why.text);
             }
         }
         if !delivered.is_empty() {
@@ -1197,37 +1203,37 @@ impl Scheduler {
                 recipients: delivered,
             }));
         }
-        let expired = self.is_expired(now, m);
-        if !deferred.is_empty() && expired {
-            bounce_reason = format!("message expired (maximal_queue_lifetime): {defer_reason}");
+        let too_old = self.is_expired(now, m);
+        if let (Some(why), true) = (&defer_status, too_old) {
+            bounce_status = Some(expired(why));
             bounced.append(&mut deferred);
         }
-        if !bounced.is_empty() {
+        if let (Some(status), false) = (bounce_status, bounced.is_empty()) {
             self.actions.push_back(Action::Journal(Record::Bounced {
                 queue_id: q,
                 recipients: bounced.clone(),
-                reason: bounce_reason.clone(),
+                status: status.clone(),
             }));
             self.actions.push_back(Action::Bounce {
                 queue_id: q,
                 recipients: bounced,
-                reason: bounce_reason,
+                status,
             });
             self.stats.bounced_entries += 1;
         }
-        if !deferred.is_empty() {
+        if let (Some(status), false) = (defer_status, deferred.is_empty()) {
             let next = self.backoff(now, m);
             self.defer_until(m, next);
             self.actions.push_back(Action::Journal(Record::Deferred {
                 queue_id: q,
                 recipients: deferred.clone(),
-                reason: defer_reason.clone(),
+                status: status.clone(),
                 next_attempt: next,
             }));
             self.actions.push_back(Action::Defer {
                 queue_id: q,
                 recipients: deferred,
-                reason: defer_reason,
+                status,
                 next_attempt: next,
             });
             self.stats.deferred_entries += 1;
@@ -1494,3 +1500,13 @@ impl Scheduler {
 #[cfg(test)]
 #[path = "sched_tests.rs"]
 mod tests;
+
+/// What a deferral becomes when the message has outlived
+/// `maximal_queue_lifetime`: 5.4.7 (delivery time expired), the last
+/// attempt's status and text behind the reason.
+fn expired(last: &Status) -> Status {
+    Status::new(
+        StatusCode::EXPIRED,
+        format!("message expired (maximal_queue_lifetime): {last}"),
+    )
+}

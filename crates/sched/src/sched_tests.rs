@@ -124,7 +124,7 @@ fn fail_all(s: &mut Scheduler, now: Time, failure: ConnFailure) -> Vec<Action> {
             Event::ConnectionFailed {
                 conn: c,
                 failure,
-                reason: "failed".into(),
+                status: Status::new(StatusCode::SYSTEM_TEMP, "failed"),
             },
         )
         .unwrap();
@@ -300,7 +300,7 @@ fn dead_destination_defers_all_and_retries_with_doubling_backoff() {
         .iter()
         .any(|a| matches!(a, Action::Notice(Notice::DestinationDead { .. }))));
     // One journal record for the message's dead-destination deferral.
-    let recs = all.iter().filter(|a| matches!(a, Action::Journal(Record::Deferred { reason, .. }) if reason == "destination is dead")).count();
+    let recs = all.iter().filter(|a| matches!(a, Action::Journal(Record::Deferred { status, .. }) if status.text == "destination is dead")).count();
     assert_eq!(recs, 1);
     assert_eq!(s.entries_in_memory(), 0, "everything deferred");
     assert!(all.contains(&Action::MessageDone {
@@ -341,8 +341,8 @@ fn local_connection_failures_defer_without_counting_against_the_destination() {
         .iter()
         .filter_map(|a| match a {
             Action::Defer {
-                recipients, reason, ..
-            } if reason == "failed" => Some(recipients.len()),
+                recipients, status, ..
+            } if status.text == "failed" => Some(recipients.len()),
             _ => None,
         })
         .sum();
@@ -408,7 +408,7 @@ fn success_on_a_live_connection_revives_a_dead_destination() {
         Event::ConnectionFailed {
             conn: conns[1],
             failure: ConnFailure::Handshake,
-            reason: "421".into(),
+            status: Status::new(StatusCode::SYSTEM_TEMP, "421"),
         },
     )
     .unwrap();
@@ -443,7 +443,7 @@ fn expired_mail_bounces_instead_of_deferring() {
         Event::ConnectionFailed {
             conn,
             failure: ConnFailure::Unreachable,
-            reason: "timeout".into(),
+            status: Status::new(StatusCode::SYSTEM_TEMP, "timeout"),
         },
     )
     .unwrap();
@@ -496,7 +496,10 @@ fn deferred_recipient_gets_message_backoff() {
     let (conn, e, _) = starts(&actions(&mut s))[0].clone();
     let results = vec![
         (0, RcptStatus::Delivered),
-        (1, RcptStatus::Deferred("450 later".into())),
+        (
+            1,
+            RcptStatus::Deferred(Status::new(StatusCode::SYSTEM_TEMP, "450 later")),
+        ),
     ];
     s.handle(
         Time(2),
@@ -705,7 +708,7 @@ fn hosts_unused_then_closed_oldest_then_secondary_mx_then_defer() {
                 Event::ConnectionFailed {
                     conn,
                     failure: ConnFailure::Unreachable,
-                    reason: "refused".into(),
+                    status: Status::new(StatusCode::SYSTEM_TEMP, "refused"),
                 },
             )
             .unwrap();
@@ -1029,7 +1032,7 @@ fn entries_arriving_at_the_retry_time_are_not_deferred_again() {
         Event::ConnectionFailed {
             conn: opens(&a)[0],
             failure: ConnFailure::Unreachable,
-            reason: "x".into(),
+            status: Status::new(StatusCode::SYSTEM_TEMP, "x"),
         },
     )
     .unwrap();
@@ -1240,7 +1243,7 @@ fn a_lost_agent_defers_its_transactions_without_feedback() {
     let w0 = s.window(d);
     let deferred = |acts: &[Action]| {
         acts.iter()
-            .filter(|a| matches!(a, Action::Journal(Record::Deferred { reason, .. }) if reason.contains("agent")))
+            .filter(|a| matches!(a, Action::Journal(Record::Deferred { status, .. }) if status.text.contains("agent")))
             .count()
     };
     // Rounds of every connection's agent going away, half of them before
@@ -1257,8 +1260,8 @@ fn a_lost_agent_defers_its_transactions_without_feedback() {
                 s.handle(now, Event::ConnectionOpened { conn: c }).unwrap();
                 journaled += deferred(&actions(&mut s));
             }
-            let reason = "4.3.0 delivery agent smtp died".to_string();
-            s.handle(now, Event::ConnectionLost { conn: c, reason })
+            let status = Status::new(StatusCode::SYSTEM_TEMP, "delivery agent smtp died");
+            s.handle(now, Event::ConnectionLost { conn: c, status })
                 .unwrap();
             lost += 1;
             journaled += deferred(&actions(&mut s));

@@ -1,7 +1,9 @@
 //! The scheduler under a shaping policy, driven event by event.
 
 use crate::config::{SchedConfig, TransportConfig};
-use crate::event::{Action, Event, NewMessage, Notice, QueueId, RcptStatus, RecipientGroup};
+use crate::event::{
+    Action, Event, NewMessage, Notice, QueueId, RcptStatus, RecipientGroup, Status, StatusCode,
+};
 use crate::ids::ConnId;
 use crate::sched::Scheduler;
 use crate::time::Time;
@@ -464,9 +466,7 @@ fn a_ts04_reply_suspends_that_source_for_the_grouping_only() {
     let first = w.source.values().next().copied().flatten().unwrap();
     // The remote server answers [TS04]: Sluice's own failures would not count.
     w.finish(&mut s, Time(100), |_| {
-        RcptStatus::Deferred(
-            "host mta5.am0.yahoodns.test[127.0.0.9] said: 421 4.7.0 [TS04] Messages from this IP temporarily deferred".into(),
-        )
+        RcptStatus::Deferred(Status::new(StatusCode::SYSTEM_TEMP, "host mta5.am0.yahoodns.test[127.0.0.9] said: 421 4.7.0 [TS04] Messages from this IP temporarily deferred"))
     });
     assert!(
         w.notices.iter().any(
@@ -598,7 +598,7 @@ fn sluices_own_failures_never_match_a_reply_rule() {
     );
     // Sluice's own words: a timeout it ran into, with the rule's text in it.
     w.finish(&mut s, Time(100), |_| {
-        RcptStatus::Deferred("conversation with mta5.am0.yahoodns.test[127.0.0.9] timed out while sending [TS04] test".into())
+        RcptStatus::Deferred(Status::new(StatusCode::SYSTEM_TEMP, "conversation with mta5.am0.yahoodns.test[127.0.0.9] timed out while sending [TS04] test"))
     });
     assert!(
         !w.notices
@@ -801,8 +801,8 @@ fn a_destination_dead_elsewhere_waits_here_without_being_told_on() {
     let acts: Vec<Action> = std::iter::from_fn(|| s.poll_action()).collect();
     assert!(
         acts.iter()
-            .any(|a| matches!(a, Action::Defer { next_attempt, reason, .. }
-            if *next_attempt == Time(60_000) && reason.contains("dead"))),
+            .any(|a| matches!(a, Action::Defer { next_attempt, status, .. }
+            if *next_attempt == Time(60_000) && status.text.contains("dead"))),
         "{acts:?}"
     );
     assert!(!acts.iter().any(|a| matches!(a, Action::Open { .. })));

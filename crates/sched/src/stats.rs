@@ -146,7 +146,9 @@ impl Scheduler {
 
 #[cfg(test)]
 mod tests {
-    use crate::event::{Action, ConnFailure, Event, NewMessage, QueueId, RecipientGroup};
+    use crate::event::{
+        Action, ConnFailure, Event, NewMessage, QueueId, RecipientGroup, Status, StatusCode,
+    };
     use crate::{SchedConfig, Scheduler, Time};
 
     /// Adds a message whose `rcpts` recipients all go to `nexthop`.
@@ -231,7 +233,7 @@ mod tests {
             let ev = Event::ConnectionFailed {
                 conn: c,
                 failure: ConnFailure::Unreachable,
-                reason: "refused".into(),
+                status: Status::new(StatusCode::SYSTEM_TEMP, "refused"),
             };
             s.handle(now, ev).unwrap();
             while s.poll_action().is_some() {}

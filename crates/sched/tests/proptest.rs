@@ -221,7 +221,7 @@ impl Driver {
                 self.ev(Event::ConnectionFailed {
                     conn: c,
                     failure,
-                    reason: "x".into(),
+                    status: Status::new(StatusCode::SYSTEM_TEMP, "x"),
                 });
             }
             Op::Done(i, seed, conn_failed) if !self.starts.is_empty() => {
@@ -231,8 +231,10 @@ impl Driver {
                     .map(|&x| {
                         let k = (u32::from(seed) + x) % 7;
                         let st = match k {
-                            0 => RcptStatus::Deferred("4xx".into()),
-                            1 => RcptStatus::Bounced("5xx".into()),
+                            0 => RcptStatus::Deferred(Status::new(StatusCode::SYSTEM_TEMP, "4xx")),
+                            1 => {
+                                RcptStatus::Bounced(Status::new(StatusCode::known(5, 0, 0), "5xx"))
+                            }
                             _ => RcptStatus::Delivered,
                         };
                         (x, st)
