@@ -420,7 +420,7 @@ impl Delivery<'_> {
         };
         let failed = mail::notice::Failed {
             index: 0,
-            status: f.status.to_string(),
+            status: f.status,
             reason: f.text.clone(),
         };
         let parts = mail::notice::parts_of(

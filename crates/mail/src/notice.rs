@@ -20,7 +20,7 @@ pub struct Failed {
     /// Index in the envelope.
     pub index: u32,
     /// Enhanced status, e.g. `5.1.1`.
-    pub status: String,
+    pub status: crate::StatusCode,
     /// The reason as logged.
     pub reason: String,
 }
@@ -324,7 +324,7 @@ mod tests {
         let e = env();
         let failed = Failed {
             index: 0,
-            status: "5.1.1".into(),
+            status: crate::StatusCode::known(5, 1, 1),
             reason: "host mx.remote.example[192.0.2.1]:25 said: 550 5.1.1 no such user (in reply to RCPT TO command)".into(),
         };
         let w = [&failed];
@@ -372,7 +372,7 @@ mod tests {
         e.ret = Some(crate::Ret::Full);
         let item = Failed {
             index: 0,
-            status: "4.4.1".into(),
+            status: crate::StatusCode::known(4, 4, 1),
             reason: "connect to mx.remote.example[192.0.2.1]:25: Connection refused".into(),
         };
         let msg = b"Subject: hi\r\nFrom: alice@example.com\r\n\r\nbody line\r\n";
@@ -399,7 +399,7 @@ mod tests {
             "a warning returns headers only"
         );
         let ok = Failed {
-            status: "2.0.0".into(),
+            status: crate::StatusCode::known(2, 0, 0),
             reason: "delivered to mailbox".into(),
             ..item
         };
@@ -433,7 +433,7 @@ mod tests {
         e.ret = Some(crate::Ret::Full);
         let failed = Failed {
             index: 0,
-            status: "5.3.0".into(),
+            status: crate::StatusCode::known(5, 3, 0),
             reason: "Command died with status 1".into(),
         };
         let cx = Context {

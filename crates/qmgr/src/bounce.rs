@@ -120,7 +120,7 @@ mod tests {
         let failed: Vec<Failed> = (0..2)
             .map(|index| Failed {
                 index,
-                status: "5.1.1".into(),
+                status: mail::StatusCode::known(5, 1, 1),
                 reason: "no such user".into(),
             })
             .collect();

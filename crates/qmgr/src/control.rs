@@ -140,7 +140,7 @@ impl<S: Store> QueueManager<S> {
                         let r = h.envelope.recipients.get(*i as usize)?;
                         Some(QueuedRecipient {
                             address: r.address.clone(),
-                            reason: reasons.get(i).cloned(),
+                            reason: reasons.get(i).map(|s| s.to_string()),
                         })
                     })
                     .collect(),
@@ -276,7 +276,7 @@ impl<S: Store> QueueManager<S> {
 
     /// The last deferral reason of each deferred recipient: this qmgr's own,
     /// else the message's latest `Deferred` record (after a restart).
-    pub(crate) fn reasons_of(&self, id: &QueueId) -> BTreeMap<u32, String> {
+    pub(crate) fn reasons_of(&self, id: &QueueId) -> BTreeMap<u32, mail::Status> {
         // What this qmgr appended includes the latest Deferred record.
         if let Some(mine) = self.reasons.get(id) {
             return mine.clone();
@@ -293,7 +293,7 @@ impl<S: Store> QueueManager<S> {
             {
                 if of == *id {
                     for i in rcpts {
-                        out.insert(i, format!("{status} {reason}"));
+                        out.insert(i, mail::Status::new(status, reason.clone()));
                     }
                 }
             }

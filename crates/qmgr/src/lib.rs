@@ -362,7 +362,7 @@ pub struct QueueManager<S: Store> {
     notices: notices::Notices,
     /// The last deferral reason per message and recipient (not journaled
     /// across restarts beyond the Deferred records themselves).
-    reasons: HashMap<QueueId, BTreeMap<u32, String>>,
+    reasons: HashMap<QueueId, BTreeMap<u32, mail::Status>>,
     /// Recipient results since start, for `sluice status` and metrics.
     totals: figures::Totals,
     /// Deliveries and deferred messages per destination, for operators.
@@ -772,7 +772,7 @@ impl<S: Store> QueueManager<S> {
             } if self.state.messages.contains_key(id) => {
                 let r = self.reasons.entry(*id).or_default();
                 for i in rcpts {
-                    r.insert(*i, format!("{status} {reason}"));
+                    r.insert(*i, mail::Status::new(*status, reason.clone()));
                 }
             }
             Record::Removed { id } => {

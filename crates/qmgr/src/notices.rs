@@ -194,12 +194,12 @@ impl<S: Store> QueueManager<S> {
         let items: Vec<bounce::Failed> = pending
             .iter()
             .map(|&i| {
-                let last = reasons.get(&i).cloned().unwrap_or_default();
-                // "4.4.1 connect to ..." as appended: status, then the reason.
-                let (status, reason) = match last.split_once(' ') {
-                    Some((s, r)) if s.starts_with('4') => (s.to_string(), r.to_string()),
+                // The last deferral's status; a recipient not tried yet
+                // (or after a restart without its record) is merely delayed.
+                let (status, reason) = match reasons.get(&i) {
+                    Some(s) if s.is_transient() => (s.code, s.text.clone()),
                     _ => (
-                        "4.0.0".to_string(),
+                        mail::StatusCode::known(4, 0, 0),
                         "delivery temporarily suspended".to_string(),
                     ),
                 };
@@ -251,7 +251,7 @@ impl<S: Store> QueueManager<S> {
                 .filter(|b| b.success == want)
                 .map(|b| bounce::Failed {
                     index: b.index,
-                    status: b.status.to_string(),
+                    status: b.status,
                     reason: b.reason.clone(),
                 })
                 .collect();
