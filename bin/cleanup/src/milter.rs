@@ -84,33 +84,8 @@ fn render(name: &str, value: &str) -> Vec<u8> {
 /// The header section with the milters' header changes made, in order.
 pub fn edit_headers(section: &[u8], edits: &[Edit]) -> Vec<u8> {
     let mut headers = split_headers(section);
-    for e in edits {
-        match e {
-            Edit::AddHeader { name, value } => headers.push(render(name, value)),
-            Edit::InsertHeader { index, name, value } => {
-                let at = (*index as usize).min(headers.len());
-                headers.insert(at, render(name, value));
-            }
-            Edit::ChangeHeader { index, name, value } => {
-                let found = headers
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, h)| is_named(h, name))
-                    .map(|(i, _)| i)
-                    .nth((*index as usize).saturating_sub(1));
-                match (found, value.is_empty()) {
-                    (Some(i), true) => {
-                        headers.remove(i);
-                    }
-                    (Some(i), false) => headers[i] = render(name, value),
-                    // As Sendmail and Postfix: changing a header that is
-                    // not there adds it.
-                    (None, false) => headers.push(render(name, value)),
-                    (None, true) => {}
-                }
-            }
-            _ => {}
-        }
+    for change in edits.iter().filter_map(Edit::header_edit) {
+        mail::headers::edit(&mut headers, change, |h, n| is_named(h, n), render);
     }
     headers.concat()
 }

@@ -144,6 +144,27 @@ pub enum Edit {
     },
 }
 
+impl Edit {
+    /// The change as a header edit, when it is one.
+    pub fn header_edit(&self) -> Option<mail::headers::HeaderEdit<'_>> {
+        use mail::headers::HeaderEdit;
+        Some(match self {
+            Edit::AddHeader { name, value } => HeaderEdit::Add { name, value },
+            Edit::InsertHeader { index, name, value } => HeaderEdit::Insert {
+                index: *index,
+                name,
+                value,
+            },
+            Edit::ChangeHeader { index, name, value } => HeaderEdit::Change {
+                index: *index,
+                name,
+                value,
+            },
+            _ => return None,
+        })
+    }
+}
+
 impl From<milter::Edit> for Edit {
     /// A milter's change as cleanup takes it: addresses without their
     /// angle brackets, ESMTP arguments of added recipients dropped.

@@ -5,7 +5,8 @@
 //! envelope written once with the message; `Recipient`, `Notify`, `Ret`,
 //! `BodyType` carry the ESMTP/DSN options; `StatusCode` is an RFC 3463
 //! enhanced status code and `Status` a code with its text, as delivery
-//! results travel; `logline` writes Postfix's per-recipient delivery line. Every type is serde-serializable: postcard on disk,
+//! results travel; `headers` the rules of a milter's header changes;
+//! `logline` writes Postfix's per-recipient delivery line. Every type is serde-serializable: postcard on disk,
 //! bincode over IPC. Nothing here reads a clock or panics on any input.
 
 #![forbid(unsafe_code)]
@@ -13,6 +14,7 @@
 
 mod dsn;
 mod envelope;
+pub mod headers;
 pub mod logline;
 pub mod notice;
 mod queue_id;

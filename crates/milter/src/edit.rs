@@ -5,8 +5,9 @@
 //! place, from one to the next). [`apply`] makes the header and body
 //! changes on the message's [`Part`]s; the envelope changes are the
 //! caller's (cleanup applies them after the address mapping). The header
-//! rules are cleanup's: an insertion past the end appends, changing a
-//! header that is not there adds it, an empty value deletes.
+//! rules are cleanup's, `mail::headers`.
+
+use mail::headers;
 
 use crate::client::Edit;
 use crate::content::Part;
@@ -29,36 +30,16 @@ pub fn apply(parts: &mut Vec<Part>, edits: &[Edit]) {
     let mut headers: Vec<Part> = parts.drain(..eoh).collect();
     let mut rest: Vec<Part> = std::mem::take(parts);
     for e in edits {
-        match e {
-            Edit::AddHeader { name, value } => headers.push(header(name, value)),
-            Edit::InsertHeader { index, name, value } => {
-                let at = (*index as usize).min(headers.len());
-                headers.insert(at, header(name, value));
+        if let Some(change) = e.header_edit() {
+            headers::edit(&mut headers, change, is_named, header);
+            continue;
+        }
+        if let Edit::ReplaceBody(bytes) = e {
+            rest.retain(|p| !matches!(p, Part::Body(_)));
+            if rest.is_empty() {
+                rest.push(Part::EndOfHeaders);
             }
-            Edit::ChangeHeader { index, name, value } => {
-                let found = headers
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, h)| is_named(h, name))
-                    .map(|(i, _)| i)
-                    .nth((*index as usize).saturating_sub(1));
-                match (found, value.is_empty()) {
-                    (Some(i), true) => {
-                        headers.remove(i);
-                    }
-                    (Some(i), false) => headers[i] = header(name, value),
-                    (None, false) => headers.push(header(name, value)),
-                    (None, true) => {}
-                }
-            }
-            Edit::ReplaceBody(bytes) => {
-                rest.retain(|p| !matches!(p, Part::Body(_)));
-                if rest.is_empty() {
-                    rest.push(Part::EndOfHeaders);
-                }
-                rest.push(Part::Body(bytes.clone()));
-            }
-            _ => {}
+            rest.push(Part::Body(bytes.clone()));
         }
     }
     headers.append(&mut rest);
