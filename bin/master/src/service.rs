@@ -56,6 +56,8 @@ pub struct Service {
     pub throttled_until: Option<Instant>,
     /// The service's unique number, for mio tokens.
     pub id: usize,
+    /// Its next wakeup (one at a time: waking it early replaces it).
+    pub wakeup_timer: Option<evloop::TimerId>,
 }
 
 impl Service {

@@ -85,8 +85,9 @@ pub struct Supervisor {
     loaded: Loaded,
     foreground: bool,
     services: BTreeMap<usize, Service>,
-    /// Processes of services that were removed or redefined, by pid → command.
-    retired: BTreeMap<i32, String>,
+    /// Processes of services that were removed or redefined, by pid →
+    /// (command, service name).
+    retired: BTreeMap<i32, (String, String)>,
     next_service_id: usize,
     poll: Poll,
     signals: Signals,
@@ -214,9 +215,8 @@ impl Supervisor {
         }
         let id = self.next_service_id;
         self.next_service_id += 1;
-        if def.wakeup > 0 {
-            self.timers.set(Instant::now(), Timer::Wakeup(id));
-        }
+        let wakeup_timer =
+            (def.wakeup > 0).then(|| self.timers.set(Instant::now(), Timer::Wakeup(id)));
         self.services.insert(
             id,
             Service {
@@ -228,6 +228,7 @@ impl Supervisor {
                 bad_starts: 0,
                 throttled_until: None,
                 id,
+                wakeup_timer,
             },
         );
         Ok(())
@@ -282,7 +283,7 @@ impl Supervisor {
                         if let Some(s) = self.services.get_mut(&id) {
                             s.throttled_until = None;
                             if s.def.wakeup > 0 && s.procs.is_empty() {
-                                self.timers.set(now, Timer::Wakeup(id));
+                                self.wake_at(id, now);
                             }
                         }
                     }
@@ -408,10 +409,11 @@ impl Supervisor {
                     return;
                 }
             };
-            if let Some(cmd) = self.retired.remove(&pid) {
+            if let Some((cmd, name)) = self.retired.remove(&pid) {
                 if !how.is_success() && !self.stopping {
                     log_exit(&cmd, pid, how);
                 }
+                self.wake_successor(&name);
                 continue;
             }
             let max = self.loaded.config.time("service_throttle_time");
@@ -440,7 +442,7 @@ impl Supervisor {
                 self.timers.set(now + wait, Timer::Unthrottle(id));
             } else if s.def.wakeup > 0 {
                 // A service that is meant to run gets its process back now.
-                self.timers.set(now, Timer::Wakeup(id));
+                self.wake_at(id, now);
             }
         }
     }
@@ -471,6 +473,39 @@ impl Supervisor {
         }
     }
 
+    /// A redefined service's old process has exited. It shared the
+    /// listening socket with the new definition and may have accepted the
+    /// wakeup meant to start the new one's process (it was told to stop
+    /// moments before): a service meant to run wakes again now, rather
+    /// than a whole wakeup interval later.
+    fn wake_successor(&mut self, name: &str) {
+        if self.stopping {
+            return;
+        }
+        let now = Instant::now();
+        let due = self.services.iter().find(|(_, s)| {
+            s.def.name == name
+                && s.def.wakeup > 0
+                && s.procs.is_empty()
+                && s.throttled_until.is_none_or(|t| t <= now)
+        });
+        if let Some((&id, _)) = due {
+            self.wake_at(id, now);
+        }
+    }
+
+    /// Moves service `id`'s wakeup to `at` (each wakeup arms the next one
+    /// interval later: a second timer would double them for good).
+    fn wake_at(&mut self, id: usize, at: Instant) {
+        let Some(s) = self.services.get_mut(&id) else {
+            return;
+        };
+        if let Some(old) = s.wakeup_timer.take() {
+            self.timers.cancel(old);
+        }
+        s.wakeup_timer = Some(self.timers.set(at, Timer::Wakeup(id)));
+    }
+
     fn wakeup(&mut self, id: usize) {
         if self.stopping {
             return;
@@ -495,8 +530,7 @@ impl Supervisor {
             }
         }
         if s.def.wakeup > 0 {
-            self.timers
-                .set(Instant::now() + interval, Timer::Wakeup(id));
+            self.wake_at(id, Instant::now() + interval);
         }
     }
 
@@ -600,7 +634,7 @@ impl Supervisor {
             );
             for pid in s.procs.keys() {
                 let _ = sys::process::signal(*pid, SIGTERM);
-                self.retired.insert(*pid, cmd.clone());
+                self.retired.insert(*pid, (cmd.clone(), s.def.name.clone()));
             }
             match new_def {
                 Some(def) => {
