@@ -84,8 +84,10 @@ fn render(name: &str, value: &str) -> Vec<u8> {
 /// The header section with the milters' header changes made, in order.
 pub fn edit_headers(section: &[u8], edits: &[Edit]) -> Vec<u8> {
     let mut headers = split_headers(section);
-    for change in edits.iter().filter_map(Edit::header_edit) {
-        mail::headers::edit(&mut headers, change, |h, n| is_named(h, n), render);
+    for e in edits {
+        if let Edit::Header(change) = e {
+            mail::headers::edit(&mut headers, change, |h, n| is_named(h, n), render);
+        }
     }
     headers.concat()
 }
@@ -163,49 +165,50 @@ pub fn edit_envelope(env: &mut Envelope, edits: &[Edit], mapped: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipc::cleanup::HeaderChange;
 
     fn h(name: &str, value: &str) -> Edit {
-        Edit::AddHeader {
+        Edit::Header(HeaderChange::Add {
             name: name.into(),
             value: value.into(),
-        }
+        })
     }
 
     #[test]
     fn header_changes_by_position_and_by_name() {
         let section = b"Subject: one\r\nX-Spam: a\r\n\tcontinued\r\nTo: t@x\r\nX-Spam: b\r\n";
         let edits = [
-            Edit::InsertHeader {
+            Edit::Header(HeaderChange::Insert {
                 index: 0,
                 name: "DKIM-Signature".into(),
                 value: "v=1;\n\tb=abc".into(),
-            },
-            Edit::ChangeHeader {
+            }),
+            Edit::Header(HeaderChange::Change {
                 index: 2,
                 name: "x-spam".into(),
                 value: "changed".into(),
-            },
-            Edit::ChangeHeader {
+            }),
+            Edit::Header(HeaderChange::Change {
                 index: 1,
                 name: "X-Spam".into(),
                 value: "".into(),
-            },
-            Edit::ChangeHeader {
+            }),
+            Edit::Header(HeaderChange::Change {
                 index: 1,
                 name: "X-Missing".into(),
                 value: "".into(),
-            },
-            Edit::ChangeHeader {
+            }),
+            Edit::Header(HeaderChange::Change {
                 index: 1,
                 name: "X-New".into(),
                 value: "added".into(),
-            },
+            }),
             h("X-Last", "z"),
-            Edit::InsertHeader {
+            Edit::Header(HeaderChange::Insert {
                 index: 99,
                 name: "X-Far".into(),
                 value: "end".into(),
-            },
+            }),
         ];
         assert_eq!(
             String::from_utf8(edit_headers(section, &edits)).unwrap(),

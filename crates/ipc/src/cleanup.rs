@@ -15,6 +15,7 @@
 //! milters' `Edit`s then come in one request before `End` (see cleanup's
 //! `milter` module for where they are applied).
 
+pub use mail::headers::HeaderChange;
 use serde::{Deserialize, Serialize};
 
 /// Marker type for the cleanup protocol.
@@ -23,7 +24,7 @@ pub enum Cleanup {}
 
 impl crate::Protocol for Cleanup {
     const NAME: &'static str = "sluice-cleanup";
-    const VERSION: u32 = 3;
+    const VERSION: u32 = 4;
     type Request = Request;
     type Response = Response;
 }
@@ -91,31 +92,8 @@ pub enum Request {
 /// A milter's change to a message (Postfix's milter edit requests).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Edit {
-    /// Append a header.
-    AddHeader {
-        /// Its name.
-        name: String,
-        /// Its value; continuation lines joined by LF.
-        value: String,
-    },
-    /// Insert a header before the `index`-th one the milters saw (0: first).
-    InsertHeader {
-        /// The position.
-        index: u32,
-        /// Its name.
-        name: String,
-        /// Its value.
-        value: String,
-    },
-    /// Change the `index`-th (from 1) header of that name; an empty value deletes it.
-    ChangeHeader {
-        /// Which one of that name.
-        index: u32,
-        /// The name.
-        name: String,
-        /// The new value.
-        value: String,
-    },
+    /// Add, insert, change or delete a header.
+    Header(HeaderChange),
     /// Add an envelope recipient.
     AddRecipient {
         /// The address, without angle brackets.
@@ -144,27 +122,6 @@ pub enum Edit {
     },
 }
 
-impl Edit {
-    /// The change as a header edit, when it is one.
-    pub fn header_edit(&self) -> Option<mail::headers::HeaderEdit<'_>> {
-        use mail::headers::HeaderEdit;
-        Some(match self {
-            Edit::AddHeader { name, value } => HeaderEdit::Add { name, value },
-            Edit::InsertHeader { index, name, value } => HeaderEdit::Insert {
-                index: *index,
-                name,
-                value,
-            },
-            Edit::ChangeHeader { index, name, value } => HeaderEdit::Change {
-                index: *index,
-                name,
-                value,
-            },
-            _ => return None,
-        })
-    }
-}
-
 impl From<milter::Edit> for Edit {
     /// A milter's change as cleanup takes it: addresses without their
     /// angle brackets, ESMTP arguments of added recipients dropped.
@@ -179,9 +136,7 @@ impl From<milter::Edit> for Edit {
                 .to_string()
         }
         match e {
-            M::AddHeader { name, value } => Edit::AddHeader { name, value },
-            M::InsertHeader { index, name, value } => Edit::InsertHeader { index, name, value },
-            M::ChangeHeader { index, name, value } => Edit::ChangeHeader { index, name, value },
+            M::Header(h) => Edit::Header(h),
             M::AddRecipient { address, .. } => Edit::AddRecipient {
                 address: bare(&address),
             },

@@ -7,57 +7,70 @@
 //! message as it is queued) keep headers differently and apply these
 //! rules through [`edit`].
 
-/// One header change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeaderEdit<'a> {
+use serde::{Deserialize, Serialize};
+
+/// One header change, as a milter asks it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HeaderChange {
     /// Append `name: value`.
     Add {
         /// The name.
-        name: &'a str,
-        /// The value, as the milter gave it.
-        value: &'a str,
+        name: String,
+        /// The value, as the milter gave it (continuation lines joined by LF).
+        value: String,
     },
     /// Insert before the `index`-th header (0: first; past the end appends).
     Insert {
         /// The position.
         index: u32,
         /// The name.
-        name: &'a str,
+        name: String,
         /// The value.
-        value: &'a str,
+        value: String,
     },
     /// Change the `index`-th header named `name`; an empty value deletes it.
     Change {
         /// Which one of that name (from 1).
         index: u32,
         /// The name.
-        name: &'a str,
+        name: String,
         /// The new value.
-        value: &'a str,
+        value: String,
     },
+}
+
+impl HeaderChange {
+    /// Bytes of name and value, for limits on what a milter may add.
+    pub fn size(&self) -> usize {
+        match self {
+            HeaderChange::Add { name, value }
+            | HeaderChange::Insert { name, value, .. }
+            | HeaderChange::Change { name, value, .. } => name.len() + value.len(),
+        }
+    }
 }
 
 /// Makes `change` on `headers`: `named` says whether a header has a name
 /// (case-insensitively), `make` builds one from a name and a value.
 pub fn edit<H>(
     headers: &mut Vec<H>,
-    change: HeaderEdit<'_>,
+    change: &HeaderChange,
     named: impl Fn(&H, &str) -> bool,
     make: impl Fn(&str, &str) -> H,
 ) {
     match change {
-        HeaderEdit::Add { name, value } => headers.push(make(name, value)),
-        HeaderEdit::Insert { index, name, value } => {
-            let at = (index as usize).min(headers.len());
+        HeaderChange::Add { name, value } => headers.push(make(name, value)),
+        HeaderChange::Insert { index, name, value } => {
+            let at = (*index as usize).min(headers.len());
             headers.insert(at, make(name, value));
         }
-        HeaderEdit::Change { index, name, value } => {
+        HeaderChange::Change { index, name, value } => {
             let found = headers
                 .iter()
                 .enumerate()
                 .filter(|(_, h)| named(h, name))
                 .map(|(i, _)| i)
-                .nth((index as usize).saturating_sub(1));
+                .nth((*index as usize).saturating_sub(1));
             match (found, value.is_empty()) {
                 (Some(i), true) => {
                     headers.remove(i);
@@ -74,11 +87,11 @@ pub fn edit<H>(
 mod tests {
     use super::*;
 
-    fn run(changes: &[HeaderEdit<'_>]) -> Vec<String> {
+    fn run(changes: &[HeaderChange]) -> Vec<String> {
         let mut h: Vec<String> = ["Subject: a", "X-Spam: 1", "X-Spam: 2"]
             .map(String::from)
             .to_vec();
-        for &c in changes {
+        for c in changes {
             edit(
                 &mut h,
                 c,
@@ -95,39 +108,39 @@ mod tests {
     #[test]
     fn by_position_by_name_and_by_absence() {
         let got = run(&[
-            HeaderEdit::Insert {
+            HeaderChange::Insert {
                 index: 99,
-                name: "X-End",
-                value: "e",
+                name: "X-End".into(),
+                value: "e".into(),
             },
-            HeaderEdit::Insert {
+            HeaderChange::Insert {
                 index: 0,
-                name: "X-First",
-                value: "f",
+                name: "X-First".into(),
+                value: "f".into(),
             },
-            HeaderEdit::Change {
+            HeaderChange::Change {
                 index: 2,
-                name: "x-spam",
-                value: "",
+                name: "x-spam".into(),
+                value: "".into(),
             },
-            HeaderEdit::Change {
+            HeaderChange::Change {
                 index: 1,
-                name: "X-Spam",
-                value: "one",
+                name: "X-Spam".into(),
+                value: "one".into(),
             },
-            HeaderEdit::Change {
+            HeaderChange::Change {
                 index: 1,
-                name: "X-New",
-                value: "added",
+                name: "X-New".into(),
+                value: "added".into(),
             },
-            HeaderEdit::Change {
+            HeaderChange::Change {
                 index: 1,
-                name: "X-Gone",
-                value: "",
+                name: "X-Gone".into(),
+                value: "".into(),
             },
-            HeaderEdit::Add {
-                name: "X-Last",
-                value: "z",
+            HeaderChange::Add {
+                name: "X-Last".into(),
+                value: "z".into(),
             },
         ]);
         assert_eq!(

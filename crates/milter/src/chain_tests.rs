@@ -1,6 +1,7 @@
 //! The chain against scripted milters: turns, refusals, edits passed on.
 
 use super::*;
+use crate::client::HeaderChange;
 use crate::codec::{act, encode};
 
 fn packet(code: u8, data: &[u8]) -> Vec<u8> {
@@ -160,10 +161,10 @@ fn the_second_milter_sees_the_message_as_the_first_left_it() {
     assert_eq!(
         c.take_edits(),
         vec![
-            Edit::AddHeader {
+            Edit::Header(HeaderChange::Add {
                 name: "X-One".into(),
                 value: "yes".into()
-            },
+            }),
             Edit::ReplaceBody(b"newer\r\n".to_vec())
         ]
     );

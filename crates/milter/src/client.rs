@@ -30,6 +30,8 @@
 
 use std::collections::VecDeque;
 
+pub use mail::headers::HeaderChange;
+
 use crate::codec::{self, act, cmd, proto, Decoder, Response};
 use crate::content::Part;
 use crate::macros::MacroLists;
@@ -140,31 +142,8 @@ pub enum Verdict {
 /// A change to the message, asked at its end.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Edit {
-    /// Append a header.
-    AddHeader {
-        /// Its name.
-        name: String,
-        /// Its value (continuation lines joined by LF).
-        value: String,
-    },
-    /// Insert a header before the index-th (0: first).
-    InsertHeader {
-        /// Position among all headers.
-        index: u32,
-        /// Its name.
-        name: String,
-        /// Its value.
-        value: String,
-    },
-    /// Change (or, with an empty value, delete) the index-th header of a name, from 1.
-    ChangeHeader {
-        /// Which of the headers of that name.
-        index: u32,
-        /// The name.
-        name: String,
-        /// The new value; empty deletes.
-        value: String,
-    },
+    /// Add, insert, change or delete a header.
+    Header(HeaderChange),
     /// Add a recipient.
     AddRecipient {
         /// The address, maybe in angle brackets.
@@ -188,27 +167,6 @@ pub enum Edit {
     ReplaceBody(Vec<u8>),
     /// Hold the message, for this reason.
     Quarantine(String),
-}
-
-impl Edit {
-    /// The change as a header edit, when it is one.
-    pub fn header_edit(&self) -> Option<mail::headers::HeaderEdit<'_>> {
-        use mail::headers::HeaderEdit;
-        Some(match self {
-            Edit::AddHeader { name, value } => HeaderEdit::Add { name, value },
-            Edit::InsertHeader { index, name, value } => HeaderEdit::Insert {
-                index: *index,
-                name,
-                value,
-            },
-            Edit::ChangeHeader { index, name, value } => HeaderEdit::Change {
-                index: *index,
-                name,
-                value,
-            },
-            _ => return None,
-        })
-    }
 }
 
 /// What the caller hears.
@@ -694,26 +652,26 @@ impl Client {
         let (needed, edit) = match r {
             Response::AddHeader(name, v) => (
                 act::ADDHDRS,
-                Edit::AddHeader {
+                Edit::Header(HeaderChange::Add {
                     name,
                     value: unlead(v),
-                },
+                }),
             ),
             Response::InsertHeader(index, name, v) => (
                 act::ADDHDRS,
-                Edit::InsertHeader {
+                Edit::Header(HeaderChange::Insert {
                     index,
                     name,
                     value: unlead(v),
-                },
+                }),
             ),
             Response::ChangeHeader(index, name, v) => (
                 act::CHGHDRS,
-                Edit::ChangeHeader {
+                Edit::Header(HeaderChange::Change {
                     index,
                     name,
                     value: unlead(v),
-                },
+                }),
             ),
             Response::AddRecipient(address, args) => {
                 let flag = if args.is_some() {

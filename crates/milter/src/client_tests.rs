@@ -117,10 +117,10 @@ fn declined_stages_and_unanswered_ones_are_decided_at_once() {
     );
     assert_eq!(
         c.take_edits(),
-        [Edit::AddHeader {
+        [Edit::Header(HeaderChange::Add {
             name: "X-Scanned".into(),
             value: "yes".into()
-        }]
+        })]
     );
 }
 
@@ -231,16 +231,16 @@ fn every_edit_and_a_long_body_replacement() {
     assert_eq!(
         c.take_edits(),
         [
-            Edit::InsertHeader {
+            Edit::Header(HeaderChange::Insert {
                 index: 0,
                 name: "X-First".into(),
                 value: "v".into()
-            },
-            Edit::ChangeHeader {
+            }),
+            Edit::Header(HeaderChange::Change {
                 index: 1,
                 name: "Subject".into(),
                 value: "".into()
-            },
+            }),
             Edit::AddRecipient {
                 address: "<new@x>".into(),
                 args: None
@@ -306,10 +306,10 @@ fn leading_spaces_only_for_a_milter_that_asks() {
         c.receive(&resp(b'c', b""));
         assert_eq!(
             c.take_edits(),
-            [Edit::AddHeader {
+            [Edit::Header(HeaderChange::Add {
                 name: "X-A".into(),
                 value: kept.into()
-            }]
+            })]
         );
     }
 }

@@ -30,7 +30,7 @@ pub fn apply(parts: &mut Vec<Part>, edits: &[Edit]) {
     let mut headers: Vec<Part> = parts.drain(..eoh).collect();
     let mut rest: Vec<Part> = std::mem::take(parts);
     for e in edits {
-        if let Some(change) = e.header_edit() {
+        if let Edit::Header(change) = e {
             headers::edit(&mut headers, change, is_named, header);
             continue;
         }
@@ -58,6 +58,7 @@ pub fn combine(all: &mut Vec<Edit>, mine: Vec<Edit>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::HeaderChange;
 
     #[test]
     fn headers_and_body_as_the_next_milter_sees_them() {
@@ -71,25 +72,25 @@ mod tests {
         apply(
             &mut parts,
             &[
-                Edit::InsertHeader {
+                Edit::Header(HeaderChange::Insert {
                     index: 0,
                     name: "X-First".into(),
                     value: "1".into(),
-                },
-                Edit::ChangeHeader {
+                }),
+                Edit::Header(HeaderChange::Change {
                     index: 2,
                     name: "x-spam".into(),
                     value: "".into(),
-                },
-                Edit::ChangeHeader {
+                }),
+                Edit::Header(HeaderChange::Change {
                     index: 1,
                     name: "Subject".into(),
                     value: "two".into(),
-                },
-                Edit::AddHeader {
+                }),
+                Edit::Header(HeaderChange::Add {
                     name: "X-Last".into(),
                     value: "z".into(),
-                },
+                }),
                 Edit::ReplaceBody(b"new\r\n".to_vec()),
                 Edit::AddRecipient {
                     address: "<r@x>".into(),
@@ -116,20 +117,20 @@ mod tests {
         combine(
             &mut all,
             vec![
-                Edit::AddHeader {
+                Edit::Header(HeaderChange::Add {
                     name: "X".into(),
                     value: "y".into(),
-                },
+                }),
                 Edit::ReplaceBody(b"second".to_vec()),
             ],
         );
         assert_eq!(
             all,
             vec![
-                Edit::AddHeader {
+                Edit::Header(HeaderChange::Add {
                     name: "X".into(),
                     value: "y".into()
-                },
+                }),
                 Edit::ReplaceBody(b"second".to_vec())
             ]
         );

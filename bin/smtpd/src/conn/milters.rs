@@ -403,9 +403,7 @@ impl Conn {
             for p in pieces {
                 let n = match &p {
                     Edit::ReplaceBody { bytes } => bytes.len(),
-                    Edit::AddHeader { name, value }
-                    | Edit::InsertHeader { name, value, .. }
-                    | Edit::ChangeHeader { name, value, .. } => name.len() + value.len(),
+                    Edit::Header(h) => h.size(),
                     _ => 256,
                 };
                 if size + n > MAX_CHUNK && !frames.last().is_some_and(Vec::is_empty) {
