@@ -136,6 +136,32 @@ fn write_message(inst: &Instance) -> std::path::PathBuf {
 }
 
 #[test]
+fn a_probe_without_a_result_defers_only_what_the_rest_would_accept() {
+    // Postfix's unverified_recipient_tempfail_action = defer_if_permit:
+    // behind the unfinished probe the list still says reject, so the
+    // client gets the rejection, not a deferral to retry forever.
+    let sink = ScriptedSink::start();
+    let lists = "smtpd_recipient_restrictions = reject_unverified_recipient, \
+                 check_recipient_access inline:{blocked@remote.example=REJECT}, permit_mynetworks, reject\n\
+                 address_verify_poll_count = 1\n";
+    let (_inst, port) = relay_instance(sink.port, lists);
+    let r = rcpt(port, "blocked@remote.example");
+    assert!(r.starts_with("554 5.7.1"), "{r}");
+    assert_eq!(
+        rcpt(port, "fresh@remote.example"),
+        "450 4.1.1 <fresh@remote.example>: Recipient address rejected: unverified address: \
+         Address verification in progress"
+    );
+    // defer: the deferral at once, whatever comes after.
+    let (_inst, port) = relay_instance(
+        sink.port,
+        &format!("{lists}unverified_recipient_tempfail_action = defer\n"),
+    );
+    let r = rcpt(port, "blocked@remote.example");
+    assert!(r.starts_with("450 4.1.1"), "{r}");
+}
+
+#[test]
 fn a_result_is_used_until_it_expires_then_probed_again() {
     let sink = ScriptedSink::start();
     sink.rcpt_reply("moved", "550 5.1.6 recipient has moved");

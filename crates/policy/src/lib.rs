@@ -158,13 +158,19 @@ pub struct Policy {
     unverified: Unverified,
 }
 
-/// The reply codes of reject_unverified_*.
-#[derive(Debug, Clone, Copy)]
+/// The replies of reject_unverified_*: codes, what a temporary failure
+/// does, and a reject text replacing the probe's.
+#[derive(Debug, Clone)]
 struct Unverified {
     recipient_reject: u16,
     recipient_defer: u16,
     sender_reject: u16,
     sender_defer: u16,
+    /// `unverified_*_tempfail_action = defer_if_permit` (else defer).
+    recipient_defer_if_permit: bool,
+    sender_defer_if_permit: bool,
+    recipient_reason: String,
+    sender_reason: String,
 }
 
 /// The restriction list parameters, in evaluation order.
@@ -206,6 +212,12 @@ impl Policy {
             recipient_defer: reply_code(cfg, rd)?,
             sender_reject: reply_code(cfg, sr)?,
             sender_defer: reply_code(cfg, sd)?,
+            recipient_defer_if_permit: cfg.str("unverified_recipient_tempfail_action")
+                == "defer_if_permit",
+            sender_defer_if_permit: cfg.str("unverified_sender_tempfail_action")
+                == "defer_if_permit",
+            recipient_reason: cfg.str("unverified_recipient_reject_reason"),
+            sender_reason: cfg.str("unverified_sender_reject_reason"),
         };
         let mut lists = Vec::new();
         for name in LISTS {
@@ -297,6 +309,11 @@ impl Policy {
                 ListResult::Permit | ListResult::Continue => {}
             }
         }
+        // defer_if_permit: nothing rejected, so what would be accepted is
+        // deferred (Postfix's unverified_*_tempfail_action).
+        if let Some(v) = marks.defer_if_permit {
+            return v;
+        }
         // As Postfix's smtpd_reject_unlisted_recipient: even a permitted
         // recipient is refused when the router knows no such user.
         if self.reject_unlisted {
@@ -349,41 +366,62 @@ impl Policy {
     /// verification knows of the address decides; asked first if need be.
     fn unverified_step(&self, m: &Mailbox, sender: bool, lookup: &dyn Lookup) -> Verified {
         let address = m.to_string();
-        let (role, enhanced, reject, defer) = if sender {
-            let u = &self.unverified;
-            ("Sender", "1.7", u.sender_reject, u.sender_defer)
+        let u = &self.unverified;
+        let (role, enhanced, reject, defer, if_permit, reason) = if sender {
+            let (r, d, p) = (u.sender_reject, u.sender_defer, u.sender_defer_if_permit);
+            ("Sender", "1.7", r, d, p, u.sender_reason.as_str())
         } else {
-            let u = &self.unverified;
-            ("Recipient", "1.1", u.recipient_reject, u.recipient_defer)
+            let (r, d, p) = (
+                u.recipient_reject,
+                u.recipient_defer,
+                u.recipient_defer_if_permit,
+            );
+            ("Recipient", "1.1", r, d, p, u.recipient_reason.as_str())
         };
-        let refuse = |code: u16, why: &str, text: &str| {
+        let reply = |code: u16, text: String| {
             let class = if code >= 500 { '5' } else { '4' };
-            Verified::Step(Step::RefuseOwn(
+            (
                 code,
                 format!("{class}.{enhanced}"),
-                format!("<{address}>: {role} address rejected: {why}: {text}"),
-            ))
+                format!("<{address}>: {role} address rejected: {text}"),
+            )
+        };
+        let refuse = |code: u16, text: String| {
+            let (c, e, t) = reply(code, text);
+            Verified::Step(Step::RefuseOwn(c, e, t))
+        };
+        // A temporary failure: at once, or only if nothing else rejects.
+        let tempfail = |code: u16, text: String| {
+            let (c, e, t) = reply(code, text);
+            Verified::Step(if if_permit {
+                Step::DeferIfPermit(c, e, t)
+            } else {
+                Step::RefuseOwn(c, e, t)
+            })
         };
         match lookup.verified(&address) {
             None => Verified::Ask(address.clone()),
             Some(VerifyState::Deliverable) => Verified::Step(Step::Dunno),
+            Some(VerifyState::Undeliverable(_)) if !reason.is_empty() => {
+                refuse(reject, reason.to_string())
+            }
             // Postfix's words: "undeliverable" only with a permanent
             // code; a reject code of 4xx (its default, 450) says
             // "unverified".
             Some(VerifyState::Undeliverable(t)) if reject >= 500 => {
-                refuse(reject, "undeliverable address", &t)
+                refuse(reject, format!("undeliverable address: {t}"))
             }
-            Some(VerifyState::Undeliverable(t)) => refuse(reject, "unverified address", &t),
+            Some(VerifyState::Undeliverable(t)) => {
+                refuse(reject, format!("unverified address: {t}"))
+            }
             Some(VerifyState::Deferred(t) | VerifyState::Unknown(t)) => {
-                refuse(defer, "unverified address", &t)
+                tempfail(defer, format!("unverified address: {t}"))
             }
             // The service failed: Postfix's reply, without the inner error
             // (a socket path is nothing the client should read).
-            Some(VerifyState::Failed(_)) => Verified::Step(Step::RefuseOwn(
-                450,
-                format!("4.{enhanced}"),
-                format!("<{address}>: {role} address rejected: address verification problem"),
-            )),
+            Some(VerifyState::Failed(_)) => {
+                tempfail(450, "address verification problem".to_string())
+            }
         }
     }
 
@@ -532,6 +570,15 @@ impl Policy {
                 Step::Discard => marks.discard = true,
                 Step::Tenant(t) => marks.tenant = Some(t),
                 Step::Job(j) => marks.job = Some(j),
+                Step::DeferIfPermit(code, enhanced, text) => {
+                    // The first one is the answer, if it comes to that.
+                    marks.defer_if_permit.get_or_insert(Verdict::Refuse {
+                        code,
+                        enhanced,
+                        text,
+                        by: format!("{list_name}: {}", r.name()),
+                    });
+                }
                 Step::Refuse(code, enhanced, text) => {
                     return ListResult::Refuse(Verdict::Refuse {
                         code,
@@ -557,6 +604,8 @@ impl Policy {
 /// What the non-terminal actions reached so far asked for.
 #[derive(Default)]
 struct Marks {
+    /// A temporary failure to answer if the lists would accept.
+    defer_if_permit: Option<Verdict>,
     hold: bool,
     discard: bool,
     tenant: Option<String>,
@@ -585,6 +634,8 @@ enum Step {
     Job(String),
     Refuse(u16, &'static str, String),
     RefuseOwn(u16, String, String),
+    /// Refuse with this only if the lists would otherwise accept.
+    DeferIfPermit(u16, String, String),
 }
 
 fn unmap(addr: IpAddr) -> IpAddr {

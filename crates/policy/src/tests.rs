@@ -545,3 +545,110 @@ fn a_bad_unverified_reply_code_is_refused_naming_its_parameter() {
     assert_eq!(e.param, "unverified_sender_defer_code");
     assert!(e.message.contains("400 to 599"), "{}", e.message);
 }
+
+#[test]
+fn a_temporary_verification_failure_defers_only_what_would_be_accepted() {
+    // Postfix's default (defer_if_permit): the lists go on; a relay
+    // attempt is still refused for good, a recipient they would accept
+    // is deferred with the verification's reply.
+    let lists = "smtpd_reject_unlisted_recipient = no\n\
+                 smtpd_relay_restrictions =\n\
+                 smtpd_recipient_restrictions = reject_unverified_recipient, reject_unauth_destination\n";
+    let v = Verifier(vec![
+        (
+            "new@relay.example",
+            VerifyState::Unknown("Address verification in progress".into()),
+        ),
+        (
+            "new@elsewhere.example",
+            VerifyState::Deferred("connect to mx.elsewhere.example: timed out".into()),
+        ),
+    ]);
+    let outside = "192.0.2.10";
+    let code = |p: &Policy, rcpt: &str| match check_with(p, outside, rcpt, &v) {
+        Verdict::Refuse { code, text, .. } => (code, text),
+        other => panic!("{other:?}"),
+    };
+    let p = policy(lists);
+    assert_eq!(
+        code(&p, "new@relay.example"),
+        (
+            450,
+            "<new@relay.example>: Recipient address rejected: unverified address: Address verification in progress".into()
+        )
+    );
+    assert_eq!(
+        code(&p, "new@elsewhere.example"),
+        (554, "<new@elsewhere.example>: Relay access denied".into()),
+        "the relay refusal after it wins"
+    );
+    // defer: the verification's 450 at once, before the relay check.
+    let p = policy(&format!(
+        "{lists}unverified_recipient_tempfail_action = defer\n"
+    ));
+    assert_eq!(code(&p, "new@elsewhere.example").0, 450);
+}
+
+#[test]
+fn a_reject_reason_replaces_the_probes_reply() {
+    let p = policy(
+        "smtpd_reject_unlisted_recipient = no\n\
+         smtpd_recipient_restrictions = reject_unverified_recipient, reject_unauth_destination\n\
+         unverified_recipient_reject_code = 550\n\
+         unverified_recipient_reject_reason = Address lookup failed\n",
+    );
+    let v = Verifier(vec![(
+        "gone@relay.example",
+        VerifyState::Undeliverable(
+            "host mx.relay.example[192.0.2.1] said: 550 5.1.1 no such user".into(),
+        ),
+    )]);
+    match check_with(&p, "192.0.2.10", "gone@relay.example", &v) {
+        Verdict::Refuse {
+            code,
+            enhanced,
+            text,
+            ..
+        } => {
+            assert_eq!((code, enhanced.as_str()), (550, "5.1.1"));
+            assert_eq!(
+                text,
+                "<gone@relay.example>: Recipient address rejected: Address lookup failed"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_bad_tempfail_action_is_refused_naming_file_line_and_parameter() {
+    let e = Config::parse(
+        "myhostname = mx.example.org\nunverified_sender_tempfail_action = maybe\n",
+        Path::new("main.cf"),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("main.cf, line 2")
+            && e.contains("unverified_sender_tempfail_action")
+            && e.contains("defer_if_permit, defer"),
+        "{e}"
+    );
+}
+
+/// [`check`] with a verifier, for a null sender.
+fn check_with(p: &Policy, client: &str, rcpt: &str, v: &Verifier) -> Verdict {
+    let r = mbox(rcpt);
+    p.check(
+        &Query {
+            client_addr: client.parse().unwrap(),
+            client_name: "unknown",
+            helo: None,
+            sender: None,
+            recipient: &r,
+            sasl_username: None,
+        },
+        v,
+    )
+}
