@@ -88,10 +88,51 @@ fn the_reserving_policy_keeps_the_last_slot_for_a_smaller_class() {
         "the small sender gets the third at once"
     );
     s.check_invariants().unwrap();
-    // Without the reservation the list fills the window.
-    let mut s = Scheduler::new(list_cfg(3, 1)).unwrap();
+    // Without any reservation the list fills the window.
+    let mut c = list_cfg(3, 1);
+    c.transports[0].class_slot_reserve_recipients = 0;
+    let mut s = Scheduler::new(c).unwrap();
     let a = add_read(&mut s, Time(0), 1, "list@x", "d.example", 250);
     assert_eq!(opens(&a).len(), 3);
+}
+
+#[test]
+fn the_default_keeps_the_last_slot_only_behind_long_transactions() {
+    // A list's 50-recipient transactions: the last slot waits for a
+    // smaller class, which starts at once.
+    let mut s = Scheduler::new(list_cfg(3, 1)).unwrap();
+    let a = add_read(&mut s, Time(0), 1, "list@x", "d.example", 250);
+    assert_eq!(opens(&a).len(), 2, "the list takes 2 of 3 slots");
+    let a = add_read(&mut s, Time(1), 2, "small@y", "d.example", 1);
+    assert_eq!(opens(&a).len(), 1, "the small sender gets the third");
+    s.check_invariants().unwrap();
+    // A bulk sender of one-recipient messages (large from its first
+    // message here, having two elsewhere) keeps its whole window, where
+    // the reserving policy takes a slot from it.
+    let bulk = |s: &mut Scheduler| {
+        add_read(s, Time(0), 1, "bulk@x", "o.example", 1);
+        add_read(s, Time(0), 2, "bulk@x", "o.example", 1);
+        (3..=8)
+            .map(|q| opens(&add_read(s, Time(0), q, "bulk@x", "d.example", 1)).len())
+            .sum::<usize>()
+    };
+    let mut s = Scheduler::new(list_cfg(3, 1)).unwrap();
+    assert_eq!(bulk(&mut s), 3);
+    s.check_invariants().unwrap();
+    let mut s = Scheduler::with_policy(list_cfg(3, 1), Box::new(ThreeClassReserve)).unwrap();
+    assert_eq!(bulk(&mut s), 2);
+    // Entries of a few recipients (two here) are not long either, and the
+    // bound is the setting: with 60 the list's 50 are short.
+    let opened = |limit: u32, reserve: u32| {
+        let mut c = list_cfg(3, 1);
+        c.transports[0].destination_recipient_limit = limit;
+        c.transports[0].class_slot_reserve_recipients = reserve;
+        let mut s = Scheduler::new(c).unwrap();
+        opens(&add_read(&mut s, Time(0), 1, "l@x", "d.example", 250)).len()
+    };
+    assert_eq!(opened(2, 10), 3);
+    assert_eq!(opened(50, 60), 3);
+    assert_eq!(opened(50, 10), 2);
 }
 
 /// Runs one connection (window 1, one job at a time) and returns the queue
