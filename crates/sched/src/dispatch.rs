@@ -345,6 +345,20 @@ impl Scheduler {
                 return Plan::Conn(c);
             }
         }
+        // A larger class behind long transactions may not take the last
+        // free slot of the window (a new connection, or the one idle
+        // connection) while no smaller class holds a connection: it is kept
+        // for one that comes. (The test without idle connections holds
+        // whenever the one with them does: they are counted only then.)
+        let long = self.reserve_recipients(t);
+        let reserved = dest.keeps_last_slot(class, rcpts, long, 0) && {
+            let idle = dest
+                .conns
+                .iter()
+                .filter(|&&c| self.conns[c].state == ConnState::Open && self.conns[c].jobs() == 0)
+                .count() as u32;
+            dest.keeps_last_slot(class, rcpts, long, idle)
+        };
         if self.allowed_new_worker(m, free) {
             // 2. The most recently idle connection.
             let idle = dest
@@ -360,7 +374,7 @@ impl Scheduler {
                         && self.sendable(now, c, &mut wait)
                 })
                 .max_by_key(|&c| (self.conns[c].idle_since, c));
-            if let Some(c) = idle {
+            if let (Some(c), false) = (idle, reserved) {
                 return Plan::Conn(c);
             }
             // 3. A new connection, if the window and a worker allow. Choice:
@@ -376,10 +390,6 @@ impl Scheduler {
             if unproven && (free == 0 || !tr.waiting.is_empty()) {
                 return Plan::Block(Park::Transport);
             }
-            // A larger class behind long transactions may not fill the
-            // window while no smaller class holds a connection: the last
-            // slot is kept for one that comes.
-            let reserved = dest.keeps_last_slot(class, rcpts, self.reserve_recipients(t));
             if dest.window_room() && !reserved {
                 let close_idle = if free > 0 {
                     Some(None)

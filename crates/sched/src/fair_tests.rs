@@ -135,6 +135,36 @@ fn the_default_keeps_the_last_slot_only_behind_long_transactions() {
     assert_eq!(opened(50, 10), 2);
 }
 
+#[test]
+fn the_kept_slot_stays_kept_once_its_connection_idles() {
+    let mut s = Scheduler::new(list_cfg(3, 1)).unwrap();
+    let d = "d.example";
+    for c in opens(&add_read(&mut s, Time(0), 1, "list@x", d, 250)) {
+        s.handle(Time(1), Event::ConnectionOpened { conn: c })
+            .unwrap();
+    }
+    assert_eq!(starts(&actions(&mut s)).len(), 2, "the list runs on two");
+    let third = opens(&add_read(&mut s, Time(2), 2, "small@y", d, 1));
+    assert_eq!(third.len(), 1);
+    s.handle(Time(3), Event::ConnectionOpened { conn: third[0] })
+        .unwrap();
+    let small = starts(&actions(&mut s)).remove(0);
+    assert_eq!(small.0, third[0]);
+    done(&mut s, Time(4), small);
+    // The small sender's connection is idle now: the list's queued
+    // entries do not take it...
+    assert!(starts(&actions(&mut s)).is_empty());
+    assert_eq!(s.conn_jobs(third[0]).len(), 0);
+    s.check_invariants().unwrap();
+    // ... and the next small sender starts on it at once.
+    let a = add_read(&mut s, Time(5), 3, "other@z", d, 1);
+    assert!(opens(&a).is_empty());
+    let st = starts(&a);
+    assert_eq!(st.len(), 1);
+    assert_eq!((st[0].0, st[0].2.len()), (third[0], 1));
+    s.check_invariants().unwrap();
+}
+
 /// Runs one connection (window 1, one job at a time) and returns the queue
 /// ids of the entries in the order they were started: each delivery frees
 /// the one delivery slot for the next selection.

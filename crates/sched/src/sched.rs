@@ -646,7 +646,11 @@ impl Scheduler {
             let t = self.dests[d].transport;
             self.job_entry_queued(now, t, m, d, true);
         }
-        if first && self.dests[d].park == Park::Window && self.policy.reserve() {
+        let long = self.reserve_recipients(self.dests[d].transport);
+        if first
+            && self.dests[d].park == Park::Window
+            && (self.policy.reserve() || self.dests[d].long_in_flight(long))
+        {
             // The slot a larger class may not take may be this class's.
             self.unpark(d);
         }
