@@ -233,6 +233,7 @@ static PARAMS: &[ParamSpec] = &[
     p("local_destination_concurrency_limit", I, "2", "Most parallel deliveries to one local recipient."),
     p("local_destination_recipient_limit", I, "1", "Recipients per local delivery request."),
     t("sender_class_thresholds", T::IntList, "10, 1000", "Entries of one class key in memory at which mail moves to the medium and large class."),
+    t("class_slot_reserve_recipients", I, "10", "Mean recipients per transaction at which a medium or large class leaves a destination's last free connection slot to a smaller class while no smaller class holds a connection there (0: never): a small sender then starts at once beside a mailing list's long transactions, and a bulk sender of one-recipient messages keeps its whole window."),
     t("scheduler_class_key", T::Enum(&["sender", "sender_domain", "tenant", "size"]), "sender", "What the three-class scheduler counts entries by."),
     p("policy_file", S, "", "Traffic-shaping policy file, sluice.policy(5): concurrency, rates, source pools, suspensions and reply rules by field keys; a relative name is taken from config_directory (empty: no shaping)."),
     t("max_message_concurrency", I, "20", "Workers one message may hold when the transport is busy."),

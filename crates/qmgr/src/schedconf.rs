@@ -104,6 +104,7 @@ pub fn build(cfg: &Config, services: &[ServiceDef], seed: u64) -> Result<SchedCo
                 "size" => ClassKey::Size,
                 _ => ClassKey::Sender,
             };
+            tc.class_slot_reserve_recipients = u32_of(t.int("class_slot_reserve_recipients"));
             tc.connection_backlog_limit = u32_of(t.int("connection_backlog_limit")).max(1);
             tc.connection_cache_time_limit = t.time("connection_cache_time_limit");
             tc.connection_reuse_count_limit = u32_of(t.int("connection_reuse_count_limit"));
@@ -131,4 +132,41 @@ pub fn build(cfg: &Config, services: &[ServiceDef], seed: u64) -> Result<SchedCo
         shaping,
         ..SchedConfig::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use config::parse_master_cf;
+
+    fn sched_of(main_cf: &str) -> Result<SchedConfig, config::ConfigError> {
+        let master = "smtp unix - - n - - smtp\nrelay unix - - n - - smtp\n";
+        let services = parse_master_cf(master, Path::new("master.cf")).unwrap();
+        let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
+        let cfg = Config::parse(main_cf, Path::new("main.cf"), &names)?.config;
+        Ok(build(&cfg, &services, 1).unwrap())
+    }
+
+    #[test]
+    fn class_slot_reserve_recipients_per_transport() {
+        let c = sched_of("").unwrap();
+        assert_eq!(c.transports[0].class_slot_reserve_recipients, 10);
+        let c = sched_of(
+            "class_slot_reserve_recipients = 25\nrelay_class_slot_reserve_recipients = 0\n",
+        )
+        .unwrap();
+        assert_eq!(c.transports[0].name, "smtp");
+        assert_eq!(c.transports[0].class_slot_reserve_recipients, 25);
+        assert_eq!(c.transports[1].class_slot_reserve_recipients, 0, "0: never");
+        match sched_of("\nclass_slot_reserve_recipients = many\n") {
+            Err(config::ConfigError::BadValue {
+                file, line, param, ..
+            }) => {
+                assert_eq!(file, Path::new("main.cf"));
+                assert_eq!(line, 2);
+                assert_eq!(param, "class_slot_reserve_recipients");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -88,6 +88,11 @@ pub struct TransportConfig {
     pub sender_class_thresholds: [u32; 2],
     /// `<transport>_scheduler_class_key` (sender).
     pub scheduler_class_key: ClassKey,
+    /// `<transport>_class_slot_reserve_recipients` (10; 0 = never): the
+    /// mean recipients per transaction at which a medium or large class
+    /// leaves a destination's last free connection slot to a smaller
+    /// class (`Destination::keeps_last_slot`).
+    pub class_slot_reserve_recipients: u32,
     /// `<transport>_connection_backlog_limit` (2): jobs (running plus waiting) on one connection before another opens.
     pub connection_backlog_limit: u32,
     /// `<transport>_connection_cache_time_limit` (2s): idle time before a cached connection closes; 0 disables caching.
@@ -123,6 +128,7 @@ impl TransportConfig {
             dead_while_delivering: false,
             sender_class_thresholds: [10, 1000],
             scheduler_class_key: ClassKey::Sender,
+            class_slot_reserve_recipients: 10,
             connection_backlog_limit: 2,
             connection_cache_time_limit: Duration::from_secs(2),
             connection_reuse_count_limit: 0,

@@ -209,6 +209,46 @@ impl Destination {
             .find(|&k| !self.queues[k.idx()].is_empty())
     }
 
+    /// Whether an entry of `class` with `rcpts` recipients must leave the
+    /// last free connection slot to a smaller class that may come: of the
+    /// window, all but one slot are connections at work (`idle` of the
+    /// destination's connections are open and idle: one of them is a free
+    /// slot too), no smaller class holds a connection here, and the
+    /// transactions it would join are long, with at least `long` recipients
+    /// on average counting its own (0: never).
+    ///
+    /// A small sender that arrives while a list holds the whole window
+    /// waits for the list's running transactions, 5 s for 50 recipients
+    /// where its own message takes 0.2 s (docs/scheduler.md, scenario 3).
+    /// The recipients are what the scheduler knows of a transaction's
+    /// length before it runs; a lone bulk sender of one-recipient messages
+    /// never loses a connection to the rule (its transactions are as short
+    /// as a small sender's, which then waits at most one of them).
+    pub fn keeps_last_slot(&self, class: Class, rcpts: u32, long: u32, idle: u32) -> bool {
+        if long == 0 || class == Class::Small || self.window.concurrency < 2 {
+            return false;
+        }
+        if self.busy.saturating_sub(idle) + 1 < self.window.concurrency {
+            return false;
+        }
+        if self.inflight[..class.idx()].iter().any(|&n| n > 0) {
+            return false;
+        }
+        let entries = u64::from(self.inflight.iter().sum::<u32>()) + 1;
+        let total = u64::from(self.inflight_rcpts.iter().sum::<u32>()) + u64::from(rcpts);
+        total >= u64::from(long) * entries
+    }
+
+    /// Whether the transactions in flight here are long (at least `long`
+    /// recipients on average; 0: never): then a smaller class's first
+    /// queued entry may have a slot kept for it (`keeps_last_slot`).
+    pub fn long_in_flight(&self, long: u32) -> bool {
+        let entries = u64::from(self.inflight.iter().sum::<u32>());
+        long > 0
+            && entries > 0
+            && u64::from(self.inflight_rcpts.iter().sum::<u32>()) >= u64::from(long) * entries
+    }
+
     /// Whether a class holding `held` recipients in flight is under its
     /// share: held < share x mean recipients per entry in flight, not
     /// counting one entry (`own`, `own_rcpts`) being decided about.
@@ -330,5 +370,58 @@ mod tests {
         d.inflight = [4, 0, 1];
         d.inflight_rcpts = [4, 0, 50];
         assert_eq!(d.share_class_excluding(Class::Large, 1, 50), Class::Large);
+    }
+
+    #[test]
+    fn last_slot_kept_only_behind_long_transactions() {
+        let mut d = Destination::new(
+            TransportId(0),
+            "lists.example",
+            5,
+            Duration::from_secs(300),
+            Time(0),
+        );
+        // A list holds four of five connections with 50 recipients each:
+        // its fifth entry leaves the last one to a smaller class.
+        d.busy = 4;
+        d.inflight = [0, 0, 4];
+        d.inflight_rcpts = [0, 0, 200];
+        assert!(d.keeps_last_slot(Class::Large, 50, 10, 0));
+        assert!(
+            d.keeps_last_slot(Class::Medium, 1, 10, 0),
+            "a medium entry joins the list's long ones"
+        );
+        // Small entries, a rule turned off, and a window with room for more
+        // than one connection take it.
+        assert!(!d.keeps_last_slot(Class::Small, 1, 10, 0));
+        assert!(!d.keeps_last_slot(Class::Large, 50, 0, 0));
+        d.busy = 3;
+        assert!(!d.keeps_last_slot(Class::Large, 50, 10, 0));
+        // A lone bulk sender of one-recipient messages keeps its whole window.
+        d.busy = 4;
+        d.inflight_rcpts = [0, 0, 4];
+        assert!(!d.keeps_last_slot(Class::Large, 1, 10, 0));
+        // Two recipients a transaction are short (scenario 1's deliveries).
+        d.inflight_rcpts = [0, 0, 8];
+        assert!(!d.keeps_last_slot(Class::Large, 2, 10, 0));
+        // Once a smaller class holds a connection, nothing is kept for it.
+        d.inflight = [1, 0, 3];
+        d.inflight_rcpts = [1, 0, 150];
+        assert!(!d.keeps_last_slot(Class::Large, 50, 10, 0));
+        // The unconditional reservation (threshold 1) holds for any length.
+        d.inflight = [0, 0, 4];
+        d.inflight_rcpts = [0, 0, 4];
+        assert!(d.keeps_last_slot(Class::Large, 1, 1, 0));
+        // Five connections, one of them idle: the idle one is the last slot.
+        d.busy = 5;
+        d.inflight = [0, 0, 4];
+        d.inflight_rcpts = [0, 0, 200];
+        assert!(d.keeps_last_slot(Class::Large, 50, 10, 1));
+        assert!(d.long_in_flight(10) && !d.long_in_flight(60) && !d.long_in_flight(0));
+        d.inflight_rcpts = [0, 0, 4];
+        assert!(!d.long_in_flight(10));
+        // A window of one is never reserved.
+        let one = Destination::new(TransportId(0), "x", 1, Duration::from_secs(300), Time(0));
+        assert!(!one.keeps_last_slot(Class::Large, 50, 10, 0));
     }
 }

@@ -169,7 +169,7 @@ impl Scheduler {
         let m = self.entries[e].message;
         let side = self.entry_side(e);
         let sid = side.as_ref().map(|s| s.id);
-        let plan = self.plan(now, t, d, m, sid, class);
+        let plan = self.plan(now, t, d, e, sid, class);
         if let Plan::Block(p) = plan {
             return Err(p);
         }
@@ -259,6 +259,22 @@ impl Scheduler {
         self.limiter.acquire(now, scope, &key)
     }
 
+    /// The mean recipients per transaction from which a larger class leaves
+    /// a destination's last connection slot to a smaller one
+    /// (`Destination::keeps_last_slot`): any length with a reserving
+    /// policy, the transport's setting with classes, never without.
+    pub(crate) fn reserve_recipients(&self, t: TransportId) -> u32 {
+        if self.policy.reserve() {
+            1
+        } else if self.policy.shares() {
+            self.transports[t.0 as usize]
+                .cfg
+                .class_slot_reserve_recipients
+        } else {
+            0
+        }
+    }
+
     /// Whether an entry of `class` may wait in connection `c`'s backlog:
     /// not behind a job of a larger class. A list's 50-recipient
     /// transaction takes 25 times a one-recipient message's time, and a
@@ -308,10 +324,11 @@ impl Scheduler {
         now: Time,
         t: TransportId,
         d: DestId,
-        m: MsgId,
+        e: EntryId,
         side: Option<u32>,
         class: Class,
     ) -> Plan {
+        let (m, rcpts) = (self.entries[e].message, self.entries[e].recipient_count());
         let tr = &self.transports[t.0 as usize];
         let backlog = tr.cfg.connection_backlog_limit;
         let free = tr.free_workers();
@@ -334,6 +351,20 @@ impl Scheduler {
                 return Plan::Conn(c);
             }
         }
+        // A larger class behind long transactions may not take the last
+        // free slot of the window (a new connection, or the one idle
+        // connection) while no smaller class holds a connection: it is kept
+        // for one that comes. (The test without idle connections holds
+        // whenever the one with them does: they are counted only then.)
+        let long = self.reserve_recipients(t);
+        let reserved = dest.keeps_last_slot(class, rcpts, long, 0) && {
+            let idle = dest
+                .conns
+                .iter()
+                .filter(|&&c| self.conns[c].state == ConnState::Open && self.conns[c].jobs() == 0)
+                .count() as u32;
+            dest.keeps_last_slot(class, rcpts, long, idle)
+        };
         if self.allowed_new_worker(m, free) {
             // 2. The most recently idle connection.
             let idle = dest
@@ -349,7 +380,7 @@ impl Scheduler {
                         && self.sendable(now, c, &mut wait)
                 })
                 .max_by_key(|&c| (self.conns[c].idle_since, c));
-            if let Some(c) = idle {
+            if let (Some(c), false) = (idle, reserved) {
                 return Plan::Conn(c);
             }
             // 3. A new connection, if the window and a worker allow. Choice:
@@ -365,14 +396,6 @@ impl Scheduler {
             if unproven && (free == 0 || !tr.waiting.is_empty()) {
                 return Plan::Block(Park::Transport);
             }
-            // With a reserving policy, a class may not fill the window
-            // while no smaller class holds a connection: the last slot is
-            // kept for one that comes.
-            let reserved = self.policy.reserve()
-                && dest.window.concurrency >= 2
-                && dest.busy + 1 >= dest.window.concurrency
-                && class > Class::Small
-                && (0..class.idx()).all(|k| dest.inflight[k] == 0);
             if dest.window_room() && !reserved {
                 let close_idle = if free > 0 {
                     Some(None)

@@ -88,10 +88,81 @@ fn the_reserving_policy_keeps_the_last_slot_for_a_smaller_class() {
         "the small sender gets the third at once"
     );
     s.check_invariants().unwrap();
-    // Without the reservation the list fills the window.
-    let mut s = Scheduler::new(list_cfg(3, 1)).unwrap();
+    // Without any reservation the list fills the window.
+    let mut c = list_cfg(3, 1);
+    c.transports[0].class_slot_reserve_recipients = 0;
+    let mut s = Scheduler::new(c).unwrap();
     let a = add_read(&mut s, Time(0), 1, "list@x", "d.example", 250);
     assert_eq!(opens(&a).len(), 3);
+}
+
+#[test]
+fn the_default_keeps_the_last_slot_only_behind_long_transactions() {
+    // A list's 50-recipient transactions: the last slot waits for a
+    // smaller class, which starts at once.
+    let mut s = Scheduler::new(list_cfg(3, 1)).unwrap();
+    let a = add_read(&mut s, Time(0), 1, "list@x", "d.example", 250);
+    assert_eq!(opens(&a).len(), 2, "the list takes 2 of 3 slots");
+    let a = add_read(&mut s, Time(1), 2, "small@y", "d.example", 1);
+    assert_eq!(opens(&a).len(), 1, "the small sender gets the third");
+    s.check_invariants().unwrap();
+    // A bulk sender of one-recipient messages (large from its first
+    // message here, having two elsewhere) keeps its whole window, where
+    // the reserving policy takes a slot from it.
+    let bulk = |s: &mut Scheduler| {
+        add_read(s, Time(0), 1, "bulk@x", "o.example", 1);
+        add_read(s, Time(0), 2, "bulk@x", "o.example", 1);
+        (3..=8)
+            .map(|q| opens(&add_read(s, Time(0), q, "bulk@x", "d.example", 1)).len())
+            .sum::<usize>()
+    };
+    let mut s = Scheduler::new(list_cfg(3, 1)).unwrap();
+    assert_eq!(bulk(&mut s), 3);
+    s.check_invariants().unwrap();
+    let mut s = Scheduler::with_policy(list_cfg(3, 1), Box::new(ThreeClassReserve)).unwrap();
+    assert_eq!(bulk(&mut s), 2);
+    // Entries of a few recipients (two here) are not long either, and the
+    // bound is the setting: with 60 the list's 50 are short.
+    let opened = |limit: u32, reserve: u32| {
+        let mut c = list_cfg(3, 1);
+        c.transports[0].destination_recipient_limit = limit;
+        c.transports[0].class_slot_reserve_recipients = reserve;
+        let mut s = Scheduler::new(c).unwrap();
+        opens(&add_read(&mut s, Time(0), 1, "l@x", "d.example", 250)).len()
+    };
+    assert_eq!(opened(2, 10), 3);
+    assert_eq!(opened(50, 60), 3);
+    assert_eq!(opened(50, 10), 2);
+}
+
+#[test]
+fn the_kept_slot_stays_kept_once_its_connection_idles() {
+    let mut s = Scheduler::new(list_cfg(3, 1)).unwrap();
+    let d = "d.example";
+    for c in opens(&add_read(&mut s, Time(0), 1, "list@x", d, 250)) {
+        s.handle(Time(1), Event::ConnectionOpened { conn: c })
+            .unwrap();
+    }
+    assert_eq!(starts(&actions(&mut s)).len(), 2, "the list runs on two");
+    let third = opens(&add_read(&mut s, Time(2), 2, "small@y", d, 1));
+    assert_eq!(third.len(), 1);
+    s.handle(Time(3), Event::ConnectionOpened { conn: third[0] })
+        .unwrap();
+    let small = starts(&actions(&mut s)).remove(0);
+    assert_eq!(small.0, third[0]);
+    done(&mut s, Time(4), small);
+    // The small sender's connection is idle now: the list's queued
+    // entries do not take it...
+    assert!(starts(&actions(&mut s)).is_empty());
+    assert_eq!(s.conn_jobs(third[0]).len(), 0);
+    s.check_invariants().unwrap();
+    // ... and the next small sender starts on it at once.
+    let a = add_read(&mut s, Time(5), 3, "other@z", d, 1);
+    assert!(opens(&a).is_empty());
+    let st = starts(&a);
+    assert_eq!(st.len(), 1);
+    assert_eq!((st[0].0, st[0].2.len()), (third[0], 1));
+    s.check_invariants().unwrap();
 }
 
 /// Runs one connection (window 1, one job at a time) and returns the queue

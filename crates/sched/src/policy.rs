@@ -47,7 +47,9 @@ pub trait Policy: std::fmt::Debug {
     }
     /// Whether a medium or large class may not take a destination's last
     /// free connection slot while no smaller class holds a connection there
-    /// (the slot is kept for small senders that come).
+    /// (the slot is kept for small senders that come), however short its
+    /// transactions; otherwise a class policy keeps it only behind long
+    /// ones (`<transport>_class_slot_reserve_recipients`).
     fn reserve(&self) -> bool {
         false
     }
@@ -95,9 +97,10 @@ impl Policy for ThreeClassFixed {
 }
 
 /// The three-class scheduler that keeps a destination's last connection
-/// slot for a smaller class (a comparison, docs/scheduler.md scenario 3: it
-/// halves the small senders' wait behind a list, and costs a lone large
-/// sender one connection of the window).
+/// slot for a smaller class whatever the larger class's transactions are
+/// (a comparison, docs/scheduler.md scenario 3: it costs a lone bulk sender
+/// of one-recipient messages one connection of the window, which the
+/// default's rule for long transactions does not).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ThreeClassReserve;
 

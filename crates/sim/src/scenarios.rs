@@ -680,6 +680,11 @@ pub fn mailing_list(quick: bool, seed: u64) -> Output {
     let mut sc5 = sc.clone();
     sc5.sched.transports[0].connection_backlog_limit = 5;
     let three5 = run(sc5, Box::new(ThreeClass), d(), BTreeMap::new(), mk(true));
+    // The default without its reservation behind long transactions
+    // (`class_slot_reserve_recipients = 0`).
+    let mut sc0 = sc.clone();
+    sc0.sched.transports[0].class_slot_reserve_recipients = 0;
+    let three0 = run(sc0, Box::new(ThreeClass), d(), BTreeMap::new(), mk(true));
     let reserve = run(
         sc.clone(),
         Box::new(ThreeClassReserve),
@@ -717,6 +722,13 @@ pub fn mailing_list(quick: bool, seed: u64) -> Output {
     let (b50, b99, _) = latency_row(&mut out, "three-class backlog=1", &three1, 1, &idle_lat);
     let (g50, g99, _) = latency_row(&mut out, "fifo backlog=1", &fifo1, 1, &idle_lat);
     let (c50, c99, _) = latency_row(&mut out, "three-class backlog=5", &three5, 1, &idle_lat);
+    let (z50, z99, _) = latency_row(
+        &mut out,
+        "three-class no-slot-reserve",
+        &three0,
+        1,
+        &idle_lat,
+    );
     let (r50, r99, _) = latency_row(&mut out, "three-class-reserve", &reserve, 1, &idle_lat);
     latency_row(
         &mut out,
@@ -734,6 +746,7 @@ pub fn mailing_list(quick: bool, seed: u64) -> Output {
         ("three-class-b1", &three1),
         ("fifo-b1", &fifo1),
         ("three-class-b5", &three5),
+        ("three-class-no-slot-reserve", &three0),
         ("three-class-reserve", &reserve),
         ("three-class-reserve-idle", &reserve_idle),
         ("nqmgr", &nq),
@@ -747,6 +760,8 @@ pub fn mailing_list(quick: bool, seed: u64) -> Output {
     out.fig("backlog1_fifo_small_p99_ratio", g99);
     out.fig("backlog5_small_p50_ratio", c50);
     out.fig("backlog5_small_p99_ratio", c99);
+    out.fig("no_slot_reserve_small_p50_ratio", z50);
+    out.fig("no_slot_reserve_small_p99_ratio", z99);
     out.fig("reserve_small_p50_ratio", r50);
     out.fig("reserve_small_p99_ratio", r99);
     out.fig("nqmgr_small_p50_ratio", n50);
@@ -760,6 +775,7 @@ pub fn mailing_list(quick: bool, seed: u64) -> Output {
             .unwrap_or(f64::NAN)
     };
     out.fig("backlog5_list_done_s", list_done(&three5));
+    out.fig("no_slot_reserve_list_done_s", list_done(&three0));
     out.fig("reserve_list_done_s", list_done(&reserve));
     out.fig("nqmgr_list_done_s", list_done(&nq));
     out.fig("nqmgr_backlog1_list_done_s", list_done(&nq1));
