@@ -11,7 +11,9 @@
 //! destination's whole life. Only figures the shell asks for are computed;
 //! nothing here decides anything. Panics: never.
 
+use crate::stats::DestStats;
 use crate::time::Time;
+use crate::Scheduler;
 
 /// Transaction times kept per destination (a ring).
 pub const SAMPLES: usize = 64;
@@ -151,6 +153,57 @@ impl Observed {
             refused_at: self.refused_at.map(|(b, _)| b),
             last: self.last,
         }
+    }
+}
+
+impl Scheduler {
+    /// The window a new destination starts at: Postfix's smaller of the
+    /// initial window and the limit, or the one `SchedConfig::windows`
+    /// gives it (a replay's), within the limit.
+    pub(crate) fn initial_window(&self, t: crate::TransportId, nexthop: &str) -> u32 {
+        let cfg = &self.transports[t.0 as usize].cfg;
+        let start = self
+            .cfg
+            .windows
+            .get(&(cfg.name.clone(), nexthop.to_string()))
+            .copied()
+            .unwrap_or(cfg.initial_destination_concurrency);
+        start.clamp(1, cfg.destination_concurrency_limit.max(1))
+    }
+
+    /// Destinations with their figures and what their deliveries showed
+    /// recently (`sluice sim`), in (transport, nexthop) order: at most
+    /// `max` after `after`, and whether more follow. One page costs a pass
+    /// over the destinations' names; only the page's figures are copied.
+    pub fn behaviours(
+        &self,
+        after: Option<(&str, &str)>,
+        max: usize,
+    ) -> (Vec<(DestStats, Option<Behaviour>)>, bool) {
+        fn key<'a>(s: &'a Scheduler, d: &'a crate::destination::Destination) -> (&'a str, &'a str) {
+            (s.transport_name(d.transport), &d.nexthop)
+        }
+        let mut ids: Vec<_> = self
+            .dests
+            .iter()
+            .filter(|(_, d)| after.is_none_or(|a| key(self, d) > a))
+            .map(|(i, d)| (key(self, d), i))
+            .collect();
+        let max = max.max(1);
+        let more = ids.len() > max;
+        if more {
+            ids.select_nth_unstable(max - 1);
+            ids.truncate(max);
+        }
+        ids.sort_unstable();
+        let page = ids
+            .into_iter()
+            .filter_map(|(_, i)| {
+                let b = self.dests[i].observed.as_ref().map(|o| o.behaviour());
+                Some((self.dest_stats(i)?, b))
+            })
+            .collect();
+        (page, more)
     }
 }
 

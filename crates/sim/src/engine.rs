@@ -134,6 +134,8 @@ pub struct Prior {
     pub age: Duration,
     /// Its tenant (a scheduler class key).
     pub tenant: Option<String>,
+    /// Its job (a shaping field).
+    pub job: Option<String>,
 }
 
 /// Simulation settings.
@@ -167,6 +169,10 @@ pub struct SimConfig {
     pub probes: Vec<(Time, u32)>,
     /// The verification cache's and the probes' limits.
     pub verify: queue_manager::VerifySettings,
+    /// Per destination index, the domain of its recipients' addresses when
+    /// not its nexthop (a replay: several domains relayed to one next hop);
+    /// missing or empty: the nexthop.
+    pub domains: Vec<String>,
 }
 
 impl Default for SimConfig {
@@ -184,6 +190,7 @@ impl Default for SimConfig {
             prior: Vec::new(),
             probes: Vec::new(),
             verify: queue_manager::VerifySettings::default(),
+            domains: Vec::new(),
         }
     }
 }
@@ -288,6 +295,8 @@ pub struct Sim {
     dests: Vec<SimDest>,
     /// Destination of each next hop.
     by_nexthop: HashMap<String, usize>,
+    /// Destination of each recipient domain given in `SimConfig::domains`.
+    by_domain: HashMap<String, usize>,
     servers: BTreeMap<String, ServerModel>,
     msgs: Vec<SimMessage>,
     /// Message index of each queue id.
@@ -376,12 +385,20 @@ impl Sim {
             .enumerate()
             .map(|(i, d)| (d.nexthop.clone(), i))
             .collect();
+        let by_domain = cfg
+            .domains
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.is_empty())
+            .map(|(i, d)| (d.clone(), i))
+            .collect();
         let mut sim = Sim {
             qm,
             rng: Rng::new(cfg.seed),
             cfg,
             dests,
             by_nexthop,
+            by_domain,
             servers,
             msgs,
             index: HashMap::new(),
@@ -529,7 +546,10 @@ impl Sim {
                 .iter()
                 .enumerate()
                 .map(|(r, &d)| {
-                    let domain = self.dests.get(d as usize).map_or("", |x| &*x.nexthop);
+                    let domain = match self.cfg.domains.get(d as usize) {
+                        Some(x) if !x.is_empty() => x.as_str(),
+                        _ => self.dests.get(d as usize).map_or("", |x| &*x.nexthop),
+                    };
                     Recipient::new(format!("m{i}r{r}@{domain}"))
                 })
                 .collect(),
@@ -538,6 +558,7 @@ impl Sim {
             ),
             size: m.size,
             tenant: prior.tenant,
+            job: prior.job,
             ..Envelope::default()
         };
         let head = MessageHead {
@@ -946,7 +967,7 @@ impl Sim {
             | router::Request::Resolve { address, .. } => {
                 let d = address
                     .rsplit_once('@')
-                    .and_then(|(_, d)| self.by_nexthop.get(d))
+                    .and_then(|(_, d)| self.by_domain.get(d).or(self.by_nexthop.get(d)))
                     .and_then(|&d| self.dests.get(d));
                 let Some(d) = d else {
                     return router::Response::Failed {
