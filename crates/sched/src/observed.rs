@@ -210,6 +210,76 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Event, NewMessage, QueueId, RecipientGroup, SchedConfig, TransportConfig};
+
+    #[test]
+    fn a_replay_starts_a_destination_at_the_window_it_gives_within_the_limit() {
+        let mut t = TransportConfig::new("smtp");
+        t.destination_concurrency_limit = 8;
+        let mut cfg = SchedConfig {
+            transports: vec![t],
+            ..SchedConfig::default()
+        };
+        for (n, w) in [("a.example", 7), ("b.example", 30)] {
+            cfg.windows.insert(("smtp".into(), n.into()), w);
+        }
+        let mut s = Scheduler::new(cfg).unwrap();
+        let now = Time(0);
+        s.handle(
+            now,
+            Event::MessageAdded(NewMessage {
+                queue_id: QueueId(1),
+                sender: "s@x.example".into(),
+                tenant: None,
+                job: None,
+                size: 100,
+                arrival: now,
+                attempts: 0,
+                recipients: 3,
+            }),
+        )
+        .unwrap();
+        let groups = ["a.example", "b.example", "c.example"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| RecipientGroup {
+                domain: n.to_string(),
+                transport: "smtp".into(),
+                nexthop: n.to_string(),
+                hosts: vec![vec![n.to_string()]],
+                recipients: vec![i as u32],
+            })
+            .collect();
+        s.handle(
+            now,
+            Event::RecipientsRead {
+                queue_id: QueueId(1),
+                groups,
+                remaining: 0,
+            },
+        )
+        .unwrap();
+        let (page, more) = s.behaviours(None, 10);
+        assert!(!more);
+        let windows: Vec<(String, u32)> = page
+            .into_iter()
+            .map(|(d, _)| (d.nexthop, d.window))
+            .collect();
+        assert_eq!(
+            windows,
+            [
+                ("a.example".to_string(), 7),
+                ("b.example".to_string(), 8),
+                ("c.example".to_string(), 5)
+            ],
+            "its own, the limit's, the transport's initial"
+        );
+        let (page, more) = s.behaviours(Some(("smtp", "a.example")), 1);
+        assert!(
+            more && page[0].0.nexthop == "b.example",
+            "pages after a key"
+        );
+    }
 
     #[test]
     fn rings_keep_the_latest_samples_in_order_and_counts_forget() {
