@@ -8,8 +8,10 @@
 //! set-up times and a few counters (about 400 bytes). The counters forget:
 //! once the replies counted pass [`MEMORY`] every count is halved, so the
 //! mix is that of roughly the last few thousand results, not of the
-//! destination's whole life. Only figures the shell asks for are computed;
-//! nothing here decides anything. Panics: never.
+//! destination's whole life. Only figures the shell asks for are computed,
+//! a page of destinations at a time (`sluice sim`'s snapshot); nothing
+//! here decides anything, except the window a destination starts at when
+//! a replay gives it one (`SchedConfig::windows`). Panics: never.
 
 use crate::stats::DestStats;
 use crate::time::Time;

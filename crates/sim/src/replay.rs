@@ -7,17 +7,25 @@
 //! - Every queued message not on hold arrives at the start (deferred ones
 //!   at their next attempt), carrying the time it had waited already;
 //!   messages on hold are left out and counted. Extra arrivals
-//!   ([`Arrival`]) come at their offsets, spread evenly.
-//! - A recipient qmgr has routed goes to its transport and nexthop; one it
-//!   has not (deferred mail is routed afresh at its retry) goes where
-//!   routed recipients of its domain go, else to its domain by smtp.
+//!   ([`Arrival`]) come at their offsets, spread evenly, and reach the
+//!   scheduler the measured median arrival-to-scheduler time later.
+//! - A recipient qmgr has routed goes to its transport and nexthop, unless
+//!   the configuration replayed sends its domain elsewhere ([`Routes`]);
+//!   one it has not (deferred mail is routed afresh at its retry) goes
+//!   where the configuration sends its domain, else where routed
+//!   recipients of its domain go, else to its domain by smtp.
 //! - Each destination is one server modelled from what the scheduler
 //!   counted of it: transaction time (a line through the samples' times
 //!   against their recipient counts; the spread as jitter), set-up time,
 //!   4xx and 5xx per recipient as probabilities, a session limit at the
-//!   concurrency it refused at, unreachable while it was dead.
-//!   Destinations without samples get [`ServerModel::default`], and the
-//!   forecast lists them with what was assumed.
+//!   concurrency it refused at, unreachable while it was dead. It starts
+//!   at the window it had (at the limit replayed when the running limit
+//!   held it). Destinations without samples get [`ServerModel::default`],
+//!   and the forecast lists them with what was assumed.
+//! - The holds in force at the snapshot stay until their end, under a
+//!   configuration with a policy file; its static suspensions hold their
+//!   mail throughout. Each [`Forecast`] notes what its configuration alone
+//!   made the replay assume.
 //!
 //! Panics: never; a snapshot that names nothing usable gives an empty run.
 
