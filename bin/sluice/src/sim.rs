@@ -1,10 +1,12 @@
 //! `sluice sim`: what the queue would do under a proposed configuration.
 //!
 //! Takes a snapshot of the live queue through qmgr's control socket, page
-//! by page, while delivery goes on (or reads one `--save` wrote), and
-//! replays it in the simulator (`sched_sim::replay`, the queue manager and
-//! scheduler qmgr runs) under the running configuration (the files in the
-//! configuration directory) and under `--config DIR`; prints both side by
+//! by page (messages, then destinations), while delivery goes on (or reads
+//! one `--save` wrote), and replays it in the simulator
+//! (`sched_sim::replay`, the queue manager and scheduler qmgr runs) under
+//! the running configuration (the files in the configuration directory)
+//! and under `--config DIR`, each routing by domain as its main.cf says
+//! (`route::Router`, the router's code); prints both side by
 //! side, or as JSON, with what the model assumed, and can plot the queue
 //! draining as SVG. A saved snapshot is a sequence of frames (a 4-byte
 //! big-endian length, then the page in the IPC encoding).

@@ -330,6 +330,8 @@ pub struct SnapDest {
     pub busy_ok: u32,
     /// Connections open at its last handshake failure, if any.
     pub refused_at: Option<u32>,
+    /// How long each of its transactions under way had run, in ms.
+    pub running_ms: Vec<u32>,
 }
 
 /// The link to clusterd, as `sluice status` shows it.

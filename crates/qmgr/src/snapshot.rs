@@ -195,10 +195,10 @@ impl<S: Store> QueueManager<S> {
     }
 
     fn snap_destinations(&self, after: Option<(&str, &str)>, max: usize) -> (Vec<SnapDest>, bool) {
-        let (page, more) = self.deliver.sched.behaviours(after, max);
+        let (page, more) = self.deliver.sched.behaviours(self.now, after, max);
         let dests = page
             .into_iter()
-            .map(|(d, b)| {
+            .map(|(d, b, running_ms)| {
                 let b = b.unwrap_or_default();
                 SnapDest {
                     transport: d.transport,
@@ -212,6 +212,7 @@ impl<S: Store> QueueManager<S> {
                     replies: [b.replies_2xx, b.replies_4xx, b.replies_5xx, b.conn_failures],
                     busy_ok: b.busy_ok,
                     refused_at: b.refused_at,
+                    running_ms,
                 }
             })
             .collect();
@@ -357,6 +358,7 @@ mod tests {
             replies: [u64::MAX; 4],
             busy_ok: u32::MAX,
             refused_at: Some(u32::MAX),
+            running_ms: vec![u32::MAX; sched::observed::SAMPLES],
         };
         let page = Snapshot {
             now_ms: u64::MAX,

@@ -158,6 +158,10 @@ impl Observed {
     }
 }
 
+/// One destination of a page: its figures, its recent behaviour (if it
+/// had any) and the ages in ms of its transactions under way.
+pub type Page = (DestStats, Option<Behaviour>, Vec<u32>);
+
 impl Scheduler {
     /// The window a new destination starts at: Postfix's smaller of the
     /// initial window and the limit, or the one `SchedConfig::windows`
@@ -173,15 +177,18 @@ impl Scheduler {
         start.clamp(1, cfg.destination_concurrency_limit.max(1))
     }
 
-    /// Destinations with their figures and what their deliveries showed
-    /// recently (`sluice sim`), in (transport, nexthop) order: at most
-    /// `max` after `after`, and whether more follow. One page costs a pass
-    /// over the destinations' names; only the page's figures are copied.
+    /// Destinations with their figures, what their deliveries showed
+    /// recently and how long each of their transactions under way at
+    /// `now` had run, [`SAMPLES`] at most (`sluice sim`), in (transport, nexthop) order: at
+    /// most `max` after `after`, and whether more follow. One page costs a
+    /// pass over the destinations' names and the connections; only the
+    /// page's figures are copied.
     pub fn behaviours(
         &self,
+        now: Time,
         after: Option<(&str, &str)>,
         max: usize,
-    ) -> (Vec<(DestStats, Option<Behaviour>)>, bool) {
+    ) -> (Vec<Page>, bool) {
         fn key<'a>(s: &'a Scheduler, d: &'a crate::destination::Destination) -> (&'a str, &'a str) {
             (s.transport_name(d.transport), &d.nexthop)
         }
@@ -198,11 +205,23 @@ impl Scheduler {
             ids.truncate(max);
         }
         ids.sort_unstable();
+        let mut running: std::collections::HashMap<crate::DestId, Vec<u32>> =
+            ids.iter().map(|(_, i)| (*i, Vec::new())).collect();
+        for (_, c) in self.conns.iter() {
+            // At most as many as transaction samples: a page stays bounded.
+            if let (Some(_), Some(v)) = (c.in_flight, running.get_mut(&c.dest)) {
+                if v.len() >= SAMPLES {
+                    continue;
+                }
+                v.push(u32::try_from(now.since(c.txn_since).as_millis()).unwrap_or(u32::MAX));
+            }
+        }
         let page = ids
             .into_iter()
             .filter_map(|(_, i)| {
                 let b = self.dests[i].observed.as_ref().map(|o| o.behaviour());
-                Some((self.dest_stats(i)?, b))
+                let r = running.remove(&i).unwrap_or_default();
+                Some((self.dest_stats(i)?, b, r))
             })
             .collect();
         (page, more)
@@ -261,11 +280,11 @@ mod tests {
             },
         )
         .unwrap();
-        let (page, more) = s.behaviours(None, 10);
+        let (page, more) = s.behaviours(now, None, 10);
         assert!(!more);
         let windows: Vec<(String, u32)> = page
             .into_iter()
-            .map(|(d, _)| (d.nexthop, d.window))
+            .map(|(d, _, _)| (d.nexthop, d.window))
             .collect();
         assert_eq!(
             windows,
@@ -276,7 +295,7 @@ mod tests {
             ],
             "its own, the limit's, the transport's initial"
         );
-        let (page, more) = s.behaviours(Some(("smtp", "a.example")), 1);
+        let (page, more) = s.behaviours(now, Some(("smtp", "a.example")), 1);
         assert!(
             more && page[0].0.nexthop == "b.example",
             "pages after a key"

@@ -78,6 +78,10 @@ pub struct ServerModel {
     /// Between these times every recipient gets this 4xx reply (e.g. a
     /// provider's `421 4.7.0 [TS04]`), as the server's own words.
     pub defer_window: Option<(Time, Time, String)>,
+    /// Transactions under way when the run starts (a replay of a live
+    /// queue), by the time each has left: the first sessions opened take
+    /// them up, greeted at once, their first transaction lasting that long.
+    pub under_way: Vec<Duration>,
 }
 
 impl Default for ServerModel {
@@ -96,6 +100,7 @@ impl Default for ServerModel {
             jitter: 0.1,
             listen_backlog: 0,
             defer_window: None,
+            under_way: Vec::new(),
         }
     }
 }
@@ -285,6 +290,9 @@ struct ConnState {
     waiting: bool,
     tracked: bool,
     incarnation: u64,
+    /// The time left of a transaction under way at the start, which this
+    /// session's first transaction takes.
+    resumes: Option<Duration>,
 }
 
 /// One simulation run.
@@ -332,6 +340,8 @@ pub struct Sim {
     future_probes: u64,
     /// Probe recipients of each probe transaction with a server, by request.
     probing: HashMap<u64, u64>,
+    /// Transactions under way at the start taken up so far, by host.
+    resumed: HashMap<String, usize>,
     /// Their sum.
     inflight_probes: u64,
     /// The measurements.
@@ -422,6 +432,7 @@ impl Sim {
             changes: 0,
             future_probes: 0,
             probing: HashMap::new(),
+            resumed: HashMap::new(),
             inflight_probes: 0,
             report: Report {
                 trace: 0xcbf2_9ce4_8422_2325,
@@ -910,7 +921,12 @@ impl Sim {
                             });
                         let n = txn.recipients.len() as u32;
                         let base = m.per_txn + m.per_rcpt * n;
-                        let dur = base.mul_f64(1.0 - m.jitter + 2.0 * m.jitter * self.rng.unit());
+                        let mut dur =
+                            base.mul_f64(1.0 - m.jitter + 2.0 * m.jitter * self.rng.unit());
+                        if let Some(left) = self.conns.get_mut(&conn).and_then(|c| c.resumes.take())
+                        {
+                            dur = left;
+                        }
                         let codes = txn
                             .recipients
                             .iter()
@@ -1056,6 +1072,7 @@ impl Sim {
         let active = self.sessions.get(&name).copied().unwrap_or(0);
         let mut session = false;
         let mut waiting = false;
+        let mut resumes = None;
         let queued = self.listen_q.get(&name).map_or(0, VecDeque::len) as u32;
         let (at, ev) = if m.dead {
             (
@@ -1094,9 +1111,15 @@ impl Sim {
         } else {
             session = true;
             *self.sessions.entry(name.clone()).or_default() += 1;
-            let g = m
-                .greeting
-                .mul_f64(1.0 - m.jitter + 2.0 * m.jitter * self.rng.unit());
+            let taken = self.resumed.entry(name.clone()).or_default();
+            resumes = m.under_way.get(*taken).copied();
+            let g = if resumes.is_some() {
+                *taken += 1;
+                Duration::ZERO
+            } else {
+                m.greeting
+                    .mul_f64(1.0 - m.jitter + 2.0 * m.jitter * self.rng.unit())
+            };
             (self.now + g, Ev::Opened(conn, req))
         };
         self.conns.insert(
@@ -1108,6 +1131,7 @@ impl Sim {
                 waiting,
                 tracked,
                 incarnation: self.seq + 1,
+                resumes,
             },
         );
         self.push(at, ev);

@@ -20,7 +20,7 @@
 //!   4xx and 5xx per recipient as probabilities, a session limit at the
 //!   concurrency it refused at, unreachable while it was dead. It starts
 //!   at the window it had (at the limit replayed when the running limit
-//!   held it). Destinations without samples get [`ServerModel::default`],
+//!   held it), its transactions under way finishing what they had left. Destinations without samples get [`ServerModel::default`],
 //!   and the forecast lists them with what was assumed.
 //! - The holds in force at the snapshot stay until their end, under a
 //!   configuration with a policy file; its static suspensions hold their
@@ -212,6 +212,17 @@ fn model(d: &SnapDest) -> (ServerModel, bool) {
         m.p_defer = temp / all;
         m.p_bounce = perm / all;
     }
+    // The transactions under way finish what they had left of a
+    // one-recipient transaction's time (at least a millisecond).
+    let one = per_txn + per_rcpt;
+    m.under_way = d
+        .running_ms
+        .iter()
+        .map(|&age| {
+            one.saturating_sub(Duration::from_millis(u64::from(age)))
+                .max(Duration::from_millis(1))
+        })
+        .collect();
     if let Some(at) = d.refused_at {
         m.limit = Some(at.max(d.busy_ok).max(1));
         m.over_limit = OverLimit::Reply421;

@@ -220,3 +220,20 @@ fn new_mail_is_scheduled_as_long_after_its_arrival_as_measured() {
     let (a, b) = (p50(&at_once), p50(&measured));
     assert!((b - a - 0.3).abs() < 0.05, "{a} then {b}");
 }
+
+#[test]
+fn transactions_under_way_at_the_snapshot_finish_what_they_had_left() {
+    let running = sched(5, None);
+    let last_of = |snap: Snapshot| {
+        let r = Replay::new(&[snap], &[], &running, &Routes::default());
+        let f = r.run(running.clone(), Duration::from_secs(60)).unwrap();
+        last(&f, "bulk@a.example").unwrap()
+    };
+    let cold = last_of(snapshot(5, &["a.example"]));
+    let mut snap = snapshot(5, &["a.example"]);
+    // Five transactions of 0.1 s had run 0.09 s.
+    snap.destinations[0].running_ms = vec![90; 5];
+    let warm = last_of(snap);
+    assert!(cold > 0.1, "opened, greeted, then 0.1 s: {cold}");
+    assert!(warm < 0.02, "0.01 s left of each: {warm}");
+}
