@@ -59,7 +59,8 @@ pub struct SinkConn {
 /// A message the sink accepted (250 to the end of the data).
 #[derive(Clone, Debug)]
 pub struct SinkMessage {
-    /// When the end of its data was received.
+    /// When it was accepted: the 250 to the end of its data, after the
+    /// delay set for its listening address, if any.
     pub at: Instant,
     /// The connection it came on ([`SinkConn::id`]).
     pub conn: usize,

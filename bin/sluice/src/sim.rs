@@ -1,20 +1,23 @@
 //! `sluice sim`: what the queue would do under a proposed configuration.
 //!
 //! Takes a snapshot of the live queue through qmgr's control socket, page
-//! by page, while delivery goes on (or reads one `--save` wrote), and
-//! replays it in the simulator (`sched_sim::replay`, the queue manager and
-//! scheduler qmgr runs) under the running configuration (the files in the
-//! configuration directory) and under `--config DIR`; prints both side by
+//! by page (messages, then destinations), while delivery goes on (or reads
+//! one `--save` wrote), and replays it in the simulator
+//! (`sched_sim::replay`, the queue manager and scheduler qmgr runs) under
+//! the running configuration (the files in the configuration directory)
+//! and under `--config DIR`, each routing by domain as its main.cf says
+//! (`route::Router`, the router's code); prints both side by
 //! side, or as JSON, with what the model assumed, and can plot the queue
 //! draining as SVG. A saved snapshot is a sequence of frames (a 4-byte
 //! big-endian length, then the page in the IPC encoding).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ipc::queuectl::{json_str, Request, Response, Snapshot};
-use sched_sim::replay::{Arrival, Delays, Forecast, Replay};
+use ipc::queuectl::{json_str, Request, Response, SnapFrom, Snapshot};
+use sched_sim::replay::{Arrival, Delays, Forecast, Replay, Routes};
 
 use crate::fail;
 
@@ -61,22 +64,37 @@ fn duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("--duration {text:?}: not a time"))
 }
 
-/// Every page of a snapshot from qmgr.
+/// Every page of a snapshot from qmgr: the messages, then the destinations.
 fn take(dir: &Path) -> Result<Vec<Snapshot>, String> {
     let mut q = crate::top::Qmgr::new(dir, Duration::from_secs(60))?;
     let mut pages = Vec::new();
-    let mut after = None;
+    let mut from = SnapFrom::Messages(None);
     loop {
-        let page = match q.call(&Request::Snapshot { after, max: PAGE })? {
+        let page = match q.call(&Request::Snapshot {
+            from: from.clone(),
+            max: PAGE,
+        })? {
             Response::Snapshot(s) => *s,
             other => return Err(format!("unexpected answer {other:?}")),
         };
-        after = page.messages.last().map(|m| m.id.clone());
-        let more = page.more && after.is_some();
+        // Where the next page starts; an empty page ends its part.
+        let next = match &from {
+            SnapFrom::Messages(_) => match page.messages.last() {
+                Some(m) if page.more => SnapFrom::Messages(Some(m.id.clone())),
+                _ => SnapFrom::Destinations(None),
+            },
+            SnapFrom::Destinations(_) => match page.destinations.last() {
+                Some(d) if page.more => {
+                    SnapFrom::Destinations(Some((d.transport.clone(), d.nexthop.clone())))
+                }
+                _ => {
+                    pages.push(page);
+                    return Ok(pages);
+                }
+            },
+        };
         pages.push(page);
-        if !more {
-            return Ok(pages);
-        }
+        from = next;
     }
 }
 
@@ -89,7 +107,7 @@ fn save(path: &Path, pages: &[Snapshot]) -> Result<(), String> {
     std::fs::write(path, out).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn load(path: &Path) -> Result<Vec<Snapshot>, String> {
+fn load_snapshot(path: &Path) -> Result<Vec<Snapshot>, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let bad = || format!("{}: not a snapshot sluice sim --save wrote", path.display());
     let mut pages = Vec::new();
@@ -107,11 +125,78 @@ fn load(path: &Path) -> Result<Vec<Snapshot>, String> {
     Ok(pages)
 }
 
-/// The scheduler configuration of a configuration directory; errors name
-/// the file and line.
-fn sched_config(dir: &Path) -> Result<sched::SchedConfig, String> {
+/// The scheduler configuration and the router of a configuration
+/// directory; errors name the file and line.
+fn load(dir: &Path) -> Result<(sched::SchedConfig, route::Router), String> {
     let (cfg, services) = crate::load_config(dir, true)?;
-    queue_manager::schedconf::build(&cfg, &services, 1)
+    let sched = queue_manager::schedconf::build(&cfg, &services, 1)?;
+    let (settings, _) = route::Settings::load(&cfg).map_err(|e| e.to_string())?;
+    Ok((sched, route::Router::new(settings)))
+}
+
+/// Where `router` sends queued mail of each domain, when to a transport
+/// of `sched` (by a made-up local part: only what holds for the whole
+/// domain is seen).
+fn domain_routes(
+    domains: &BTreeSet<String>,
+    router: &route::Router,
+    sched: &sched::SchedConfig,
+) -> BTreeMap<String, (String, String)> {
+    domains
+        .iter()
+        .filter_map(|d| {
+            let r = router
+                .resolve_queued(&format!("sluice-sim@{d}"), true)
+                .ok()?;
+            sched
+                .transports
+                .iter()
+                .any(|t| t.name == r.transport)
+                .then(|| (d.clone(), (r.transport, r.nexthop)))
+        })
+        .collect()
+}
+
+/// The routes of the running configuration and, with a proposal, the
+/// proposal's: the domains it routes elsewhere are moved.
+fn routes(
+    pages: &[Snapshot],
+    extra: &[Arrival],
+    running: &(sched::SchedConfig, route::Router),
+    proposed: Option<&(sched::SchedConfig, route::Router)>,
+) -> (Routes, Option<Routes>) {
+    let mut domains: BTreeSet<String> = pages
+        .iter()
+        .flat_map(|p| &p.messages)
+        .flat_map(|m| &m.recipients)
+        .map(|r| r.domain.clone())
+        .collect();
+    for a in extra {
+        if let Some((_, d)) = a.recipient.rsplit_once('@') {
+            domains.insert(d.to_ascii_lowercase());
+        }
+    }
+    domains.remove("");
+    let now = domain_routes(&domains, &running.1, &running.0);
+    let proposal = proposed.map(|p| {
+        let then = domain_routes(&domains, &p.1, &p.0);
+        let moved = then
+            .iter()
+            .filter(|(d, to)| now.get(*d) != Some(*to))
+            .map(|(d, to)| (d.clone(), to.clone()))
+            .collect();
+        Routes {
+            unrouted: then,
+            moved,
+        }
+    });
+    (
+        Routes {
+            unrouted: now,
+            moved: BTreeMap::new(),
+        },
+        proposal,
+    )
 }
 
 /// `sluice sim`.
@@ -132,19 +217,19 @@ pub fn sim(dir: &Path, a: SimArgs) -> i32 {
     };
     // Both configurations first: a mistake in the proposal is said before
     // the snapshot is taken.
-    let running = match sched_config(dir) {
+    let running = match load(dir) {
         Ok(c) => c,
         Err(e) => return fail(format!("the running configuration: {e}")),
     };
     let proposed = match &a.config {
-        Some(p) => match sched_config(p) {
+        Some(p) => match load(p) {
             Ok(c) => Some(c),
             Err(e) => return fail(format!("the proposed configuration: {e}")),
         },
         None => None,
     };
     let pages = match &a.from {
-        Some(f) => load(f),
+        Some(f) => load_snapshot(f),
         None => take(dir),
     };
     let pages = match pages {
@@ -162,21 +247,27 @@ pub fn sim(dir: &Path, a: SimArgs) -> i32 {
         );
         return 0;
     }
-    let fallback = running
-        .transports
-        .iter()
-        .find(|t| t.name == "smtp")
-        .or(running.transports.first())
-        .map_or("smtp".to_string(), |t| t.name.clone());
-    let replay = Replay::new(&pages, &extra, &fallback);
-    let mut runs = vec![("running".to_string(), running)];
-    if let (Some(p), Some(c)) = (&a.config, proposed) {
-        runs.push((format!("proposed ({})", p.display()), c));
-    }
+    let (now_routes, new_routes) = routes(&pages, &extra, &running, proposed.as_ref());
+    let replay = Replay::new(&pages, &extra, &running.0, &now_routes);
     let mut results = Vec::new();
-    for (name, cfg) in runs {
-        match replay.run(cfg, limit) {
-            Ok(f) => results.push((name, f)),
+    match replay.run(running.0.clone(), limit) {
+        Ok(f) => results.push(("running".to_string(), f)),
+        Err(e) => return fail(format!("running: {e}")),
+    }
+    if let (Some(dir), Some((cfg, _)), Some(routes)) = (&a.config, proposed, new_routes) {
+        let name = format!("proposed ({})", dir.display());
+        let theirs = Replay::new(&pages, &extra, &running.0, &routes);
+        match theirs.run(cfg, limit) {
+            Ok(mut f) => {
+                // What the proposal's replay assumed beyond the running one's.
+                let extra_notes = theirs
+                    .assumptions
+                    .iter()
+                    .filter(|x| !replay.assumptions.contains(x))
+                    .cloned();
+                f.notes.splice(0..0, extra_notes);
+                results.push((name, f));
+            }
             Err(e) => return fail(format!("{name}: {e}")),
         }
     }
@@ -298,11 +389,14 @@ fn table(r: &Replay, now_ms: u64, limit: Duration, res: &[(String, Forecast)]) -
         out.push('\n');
     }
     out.push_str("assumed:\n");
-    out.push_str(
-        "  the snapshot's queue only, besides --add arrivals; the routes of the running system\n",
-    );
+    out.push_str("  the snapshot's queue only, besides --add arrivals\n");
     for a in &r.assumptions {
         let _ = writeln!(out, "  {a}");
+    }
+    for (name, f) in res {
+        for n in &f.notes {
+            let _ = writeln!(out, "  {name}: {n}");
+        }
     }
     for (name, f) in res {
         for e in &f.errors {
@@ -326,7 +420,7 @@ fn json_delays(d: &Delays) -> String {
 fn json_forecast(name: &str, f: &Forecast) -> String {
     let list = |v: &[Delays]| v.iter().map(json_delays).collect::<Vec<_>>().join(",");
     format!(
-        "{{\"configuration\":{},\"drain_s\":{},\"delivered\":{},\"deliveries_per_minute\":{:.1},\"deferrals\":{},\"bounces\":{},\"dead\":[{}],\"policy_limits_hit\":{},\"unfinished\":{},\"classes\":[{}],\"senders\":[{}],\"errors\":[{}]}}",
+        "{{\"configuration\":{},\"drain_s\":{},\"delivered\":{},\"deliveries_per_minute\":{:.1},\"deferrals\":{},\"bounces\":{},\"dead\":[{}],\"policy_limits_hit\":{},\"unfinished\":{},\"classes\":[{}],\"senders\":[{}],\"notes\":[{}],\"errors\":[{}]}}",
         json_str(name),
         f.drain_secs.map_or("null".into(), |x| format!("{x:.3}")),
         f.delivered,
@@ -338,6 +432,7 @@ fn json_forecast(name: &str, f: &Forecast) -> String {
         f.unfinished,
         list(&f.classes),
         list(&f.senders),
+        f.notes.iter().map(|d| json_str(d)).collect::<Vec<_>>().join(","),
         f.errors.iter().map(|d| json_str(d)).collect::<Vec<_>>().join(","),
     )
 }

@@ -9,7 +9,7 @@ pub enum QueueCtl {}
 
 impl crate::Protocol for QueueCtl {
     const NAME: &'static str = "sluice-queuectl";
-    const VERSION: u32 = 7;
+    const VERSION: u32 = 8;
     type Request = Request;
     type Response = Response;
 }
@@ -86,15 +86,25 @@ pub enum Request {
     /// The link to clusterd and this instance's share of the cluster's
     /// limits (`sluice cluster status`).
     Cluster,
-    /// One page of the queue as `sluice sim` replays it: messages after
-    /// `after` (a queue id; none: from the first), at most `max`, with
-    /// every destination's recent behaviour and the holds in force.
+    /// One page of the queue as `sluice sim` replays it: at most `max`
+    /// messages or destinations (qmgr may give fewer) from where `from`
+    /// says; the first page of messages also carries the holds in force.
     Snapshot {
-        /// The last queue id of the previous page.
-        after: Option<String>,
-        /// Messages per page.
+        /// Which part, and where the page starts.
+        from: SnapFrom,
+        /// Messages or destinations per page.
         max: u32,
     },
+}
+
+/// Which part of a snapshot a page holds, and after what: messages are
+/// paged first, then destinations, each in its own key order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SnapFrom {
+    /// Messages after this queue id (none: from the first).
+    Messages(Option<String>),
+    /// Destinations after this (transport, nexthop) (none: from the first).
+    Destinations(Option<(String, String)>),
 }
 
 /// Which messages an operation applies to: those that match every
@@ -239,12 +249,20 @@ pub struct Snapshot {
     pub now_ms: u64,
     /// Messages in queue id order.
     pub messages: Vec<SnapMessage>,
-    /// Whether more messages follow this page.
+    /// Whether more of this page's part (messages or destinations) follow.
     pub more: bool,
-    /// Every destination the scheduler knows, with its recent behaviour.
+    /// Destinations the scheduler knows, with their recent behaviour, in
+    /// (transport, nexthop) order.
     pub destinations: Vec<SnapDest>,
-    /// Suspensions and back-offs in force.
+    /// Suspensions and back-offs in force (first page of messages).
     pub holds: Vec<HoldView>,
+    /// The same holds in the form qmgr saves them across a restart
+    /// (`shaping::holdfile`), for the replay to put in force.
+    pub holds_saved: String,
+    /// Recent times from a message's arrival to the scheduler (cleanup's
+    /// commit, qmgr's pickup, routing) in ms, first attempts only, oldest
+    /// first (first page of messages).
+    pub pickup_ms: Vec<u32>,
 }
 
 /// A queued message as `sluice sim` replays it.
@@ -312,6 +330,8 @@ pub struct SnapDest {
     pub busy_ok: u32,
     /// Connections open at its last handshake failure, if any.
     pub refused_at: Option<u32>,
+    /// How long each of its transactions under way had run, in ms.
+    pub running_ms: Vec<u32>,
 }
 
 /// The link to clusterd, as `sluice status` shows it.

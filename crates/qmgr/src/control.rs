@@ -46,8 +46,8 @@ impl<S: Store> QueueManager<S> {
             queuectl::Request::Cluster => {
                 queuectl::Response::Cluster(Err("no cluster_server is set".into()))
             }
-            queuectl::Request::Snapshot { after, max } => {
-                queuectl::Response::Snapshot(Box::new(self.snapshot(after.as_deref(), max)))
+            queuectl::Request::Snapshot { from, max } => {
+                queuectl::Response::Snapshot(Box::new(self.snapshot(&from, max)))
             }
             queuectl::Request::Summary { top } => queuectl::Response::Summary(Box::new(
                 self.summary(self.now, top.min(1000) as usize),

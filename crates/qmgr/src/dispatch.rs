@@ -115,6 +115,8 @@ pub(crate) struct Deliver {
     conns: AgentConns,
     /// Recipients whose result an agent logged already.
     logged: HashSet<(u64, u32)>,
+    /// How long new mail took to reach the scheduler (`sluice sim`).
+    pub(crate) pickups: crate::snapshot::Pickups,
 }
 
 impl Deliver {
@@ -127,6 +129,7 @@ impl Deliver {
             agent_wait: BTreeMap::new(),
             conns: AgentConns::default(),
             logged: HashSet::new(),
+            pickups: crate::snapshot::Pickups::default(),
         }
     }
 
@@ -362,6 +365,9 @@ impl<S: Store> QueueManager<S> {
             recipients: a.unread.len() as u32,
         };
         let id = a.id;
+        if msg.attempts == 0 && !a.flush {
+            self.deliver.pickups.record(msg.arrival.0, self.now.0);
+        }
         if let Err(e) = self
             .deliver
             .sched

@@ -180,6 +180,10 @@ pub struct SchedConfig {
     pub shaping: Option<std::sync::Arc<shaping::Policy>>,
     /// Seed for the scheduler's random host choices.
     pub seed: u64,
+    /// Starting windows of destinations by (transport, nexthop) where not
+    /// the transport's initial concurrency (`sluice sim` replays a live
+    /// queue from the windows it had); the limit still caps them.
+    pub windows: std::collections::BTreeMap<(String, String), u32>,
 }
 
 impl Default for SchedConfig {
@@ -199,6 +203,7 @@ impl Default for SchedConfig {
             limits: Vec::new(),
             shaping: None,
             seed: 1,
+            windows: std::collections::BTreeMap::new(),
         }
     }
 }

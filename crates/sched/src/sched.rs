@@ -554,14 +554,10 @@ impl Scheduler {
         let d = match self.dest_index[t.0 as usize].get(nexthop) {
             Some(&d) => d,
             None => {
-                let tr = &self.transports[t.0 as usize];
-                // Postfix starts at the smaller of the initial window and the limit.
                 let d = self.dests.insert(Destination::new(
                     t,
                     nexthop,
-                    tr.cfg
-                        .initial_destination_concurrency
-                        .min(tr.cfg.destination_concurrency_limit),
+                    self.initial_window(t, nexthop),
                     self.cfg.minimal_backoff_time,
                     now,
                 ));

@@ -95,21 +95,6 @@ impl Scheduler {
         })
     }
 
-    /// Every destination with its figures and what its deliveries showed
-    /// recently (`sluice sim`), by transport and name.
-    pub fn behaviours(&self) -> Vec<(DestStats, Option<crate::observed::Behaviour>)> {
-        let mut out: Vec<_> = self
-            .dests
-            .iter()
-            .filter_map(|(i, d)| {
-                let b = d.observed.as_ref().map(|o| o.behaviour());
-                Some((self.dest_stats(i)?, b))
-            })
-            .collect();
-        out.sort_by(|a, b| (&a.0.transport, &a.0.nexthop).cmp(&(&b.0.transport, &b.0.nexthop)));
-        out
-    }
-
     /// The figures of the destination `nexthop` of `transport`, if known.
     pub fn destination(&self, transport: &str, nexthop: &str) -> Option<DestStats> {
         let t = self.transport_id(transport)?;

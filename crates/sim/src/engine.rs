@@ -78,6 +78,10 @@ pub struct ServerModel {
     /// Between these times every recipient gets this 4xx reply (e.g. a
     /// provider's `421 4.7.0 [TS04]`), as the server's own words.
     pub defer_window: Option<(Time, Time, String)>,
+    /// Transactions under way when the run starts (a replay of a live
+    /// queue), by the time each has left: the first sessions opened take
+    /// them up, greeted at once, their first transaction lasting that long.
+    pub under_way: Vec<Duration>,
 }
 
 impl Default for ServerModel {
@@ -96,6 +100,7 @@ impl Default for ServerModel {
             jitter: 0.1,
             listen_backlog: 0,
             defer_window: None,
+            under_way: Vec::new(),
         }
     }
 }
@@ -134,6 +139,8 @@ pub struct Prior {
     pub age: Duration,
     /// Its tenant (a scheduler class key).
     pub tenant: Option<String>,
+    /// Its job (a shaping field).
+    pub job: Option<String>,
 }
 
 /// Simulation settings.
@@ -167,6 +174,10 @@ pub struct SimConfig {
     pub probes: Vec<(Time, u32)>,
     /// The verification cache's and the probes' limits.
     pub verify: queue_manager::VerifySettings,
+    /// Per destination index, the domain of its recipients' addresses when
+    /// not its nexthop (a replay: several domains relayed to one next hop);
+    /// missing or empty: the nexthop.
+    pub domains: Vec<String>,
 }
 
 impl Default for SimConfig {
@@ -184,6 +195,7 @@ impl Default for SimConfig {
             prior: Vec::new(),
             probes: Vec::new(),
             verify: queue_manager::VerifySettings::default(),
+            domains: Vec::new(),
         }
     }
 }
@@ -278,6 +290,9 @@ struct ConnState {
     waiting: bool,
     tracked: bool,
     incarnation: u64,
+    /// The time left of a transaction under way at the start, which this
+    /// session's first transaction takes.
+    resumes: Option<Duration>,
 }
 
 /// One simulation run.
@@ -288,6 +303,8 @@ pub struct Sim {
     dests: Vec<SimDest>,
     /// Destination of each next hop.
     by_nexthop: HashMap<String, usize>,
+    /// Destination of each recipient domain given in `SimConfig::domains`.
+    by_domain: HashMap<String, usize>,
     servers: BTreeMap<String, ServerModel>,
     msgs: Vec<SimMessage>,
     /// Message index of each queue id.
@@ -323,6 +340,8 @@ pub struct Sim {
     future_probes: u64,
     /// Probe recipients of each probe transaction with a server, by request.
     probing: HashMap<u64, u64>,
+    /// Transactions under way at the start taken up so far, by host.
+    resumed: HashMap<String, usize>,
     /// Their sum.
     inflight_probes: u64,
     /// The measurements.
@@ -376,12 +395,20 @@ impl Sim {
             .enumerate()
             .map(|(i, d)| (d.nexthop.clone(), i))
             .collect();
+        let by_domain = cfg
+            .domains
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| !d.is_empty())
+            .map(|(i, d)| (d.clone(), i))
+            .collect();
         let mut sim = Sim {
             qm,
             rng: Rng::new(cfg.seed),
             cfg,
             dests,
             by_nexthop,
+            by_domain,
             servers,
             msgs,
             index: HashMap::new(),
@@ -405,6 +432,7 @@ impl Sim {
             changes: 0,
             future_probes: 0,
             probing: HashMap::new(),
+            resumed: HashMap::new(),
             inflight_probes: 0,
             report: Report {
                 trace: 0xcbf2_9ce4_8422_2325,
@@ -529,7 +557,10 @@ impl Sim {
                 .iter()
                 .enumerate()
                 .map(|(r, &d)| {
-                    let domain = self.dests.get(d as usize).map_or("", |x| &*x.nexthop);
+                    let domain = match self.cfg.domains.get(d as usize) {
+                        Some(x) if !x.is_empty() => x.as_str(),
+                        _ => self.dests.get(d as usize).map_or("", |x| &*x.nexthop),
+                    };
                     Recipient::new(format!("m{i}r{r}@{domain}"))
                 })
                 .collect(),
@@ -538,6 +569,7 @@ impl Sim {
             ),
             size: m.size,
             tenant: prior.tenant,
+            job: prior.job,
             ..Envelope::default()
         };
         let head = MessageHead {
@@ -889,7 +921,12 @@ impl Sim {
                             });
                         let n = txn.recipients.len() as u32;
                         let base = m.per_txn + m.per_rcpt * n;
-                        let dur = base.mul_f64(1.0 - m.jitter + 2.0 * m.jitter * self.rng.unit());
+                        let mut dur =
+                            base.mul_f64(1.0 - m.jitter + 2.0 * m.jitter * self.rng.unit());
+                        if let Some(left) = self.conns.get_mut(&conn).and_then(|c| c.resumes.take())
+                        {
+                            dur = left;
+                        }
                         let codes = txn
                             .recipients
                             .iter()
@@ -946,7 +983,7 @@ impl Sim {
             | router::Request::Resolve { address, .. } => {
                 let d = address
                     .rsplit_once('@')
-                    .and_then(|(_, d)| self.by_nexthop.get(d))
+                    .and_then(|(_, d)| self.by_domain.get(d).or(self.by_nexthop.get(d)))
                     .and_then(|&d| self.dests.get(d));
                 let Some(d) = d else {
                     return router::Response::Failed {
@@ -1035,6 +1072,7 @@ impl Sim {
         let active = self.sessions.get(&name).copied().unwrap_or(0);
         let mut session = false;
         let mut waiting = false;
+        let mut resumes = None;
         let queued = self.listen_q.get(&name).map_or(0, VecDeque::len) as u32;
         let (at, ev) = if m.dead {
             (
@@ -1073,9 +1111,15 @@ impl Sim {
         } else {
             session = true;
             *self.sessions.entry(name.clone()).or_default() += 1;
-            let g = m
-                .greeting
-                .mul_f64(1.0 - m.jitter + 2.0 * m.jitter * self.rng.unit());
+            let taken = self.resumed.entry(name.clone()).or_default();
+            resumes = m.under_way.get(*taken).copied();
+            let g = if resumes.is_some() {
+                *taken += 1;
+                Duration::ZERO
+            } else {
+                m.greeting
+                    .mul_f64(1.0 - m.jitter + 2.0 * m.jitter * self.rng.unit())
+            };
             (self.now + g, Ev::Opened(conn, req))
         };
         self.conns.insert(
@@ -1087,6 +1131,7 @@ impl Sim {
                 waiting,
                 tracked,
                 incarnation: self.seq + 1,
+                resumes,
             },
         );
         self.push(at, ev);

@@ -17,6 +17,8 @@ pub mod deadlive;
 pub mod engine;
 pub mod policybench;
 pub mod replay;
+#[cfg(test)]
+mod replay_tests;
 pub mod scenarios;
 pub mod shaping;
 pub mod verify;

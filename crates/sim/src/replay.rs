@@ -7,17 +7,25 @@
 //! - Every queued message not on hold arrives at the start (deferred ones
 //!   at their next attempt), carrying the time it had waited already;
 //!   messages on hold are left out and counted. Extra arrivals
-//!   ([`Arrival`]) come at their offsets, spread evenly.
-//! - A recipient qmgr has routed goes to its transport and nexthop; one it
-//!   has not (deferred mail is routed afresh at its retry) goes where
-//!   routed recipients of its domain go, else to its domain by smtp.
+//!   ([`Arrival`]) come at their offsets, spread evenly, and reach the
+//!   scheduler the measured median arrival-to-scheduler time later.
+//! - A recipient qmgr has routed goes to its transport and nexthop, unless
+//!   the configuration replayed sends its domain elsewhere ([`Routes`]);
+//!   one it has not (deferred mail is routed afresh at its retry) goes
+//!   where the configuration sends its domain, else where routed
+//!   recipients of its domain go, else to its domain by smtp.
 //! - Each destination is one server modelled from what the scheduler
 //!   counted of it: transaction time (a line through the samples' times
 //!   against their recipient counts; the spread as jitter), set-up time,
 //!   4xx and 5xx per recipient as probabilities, a session limit at the
-//!   concurrency it refused at, unreachable while it was dead.
-//!   Destinations without samples get [`ServerModel::default`], and the
-//!   forecast lists them with what was assumed.
+//!   concurrency it refused at, unreachable while it was dead. It starts
+//!   at the window it had (at the limit replayed when the running limit
+//!   held it), its transactions under way finishing what they had left. Destinations without samples get [`ServerModel::default`],
+//!   and the forecast lists them with what was assumed.
+//! - The holds in force at the snapshot stay until their end, under a
+//!   configuration with a policy file; its static suspensions hold their
+//!   mail throughout. Each [`Forecast`] notes what its configuration alone
+//!   made the replay assume.
 //!
 //! Panics: never; a snapshot that names nothing usable gives an empty run.
 
@@ -112,6 +120,36 @@ pub struct Replay {
     pub assumptions: Vec<String>,
     /// Transports the workload uses, with recipients each.
     pub transports: BTreeMap<String, u64>,
+    /// The recipient domain of each destination index's addresses.
+    domains: Vec<String>,
+    /// Windows at the snapshot by (transport, nexthop), live ones only.
+    windows: Vec<((String, String), u32)>,
+    /// The running configuration's destination concurrency limit per transport.
+    limits: BTreeMap<String, u32>,
+    /// Holds in force at the snapshot, their times in the run's clock.
+    holds: Vec<shaping::Hold>,
+    /// How long new mail takes from its arrival to the scheduler.
+    pub pickup: Duration,
+}
+
+/// Where recipients go under the configuration a replay runs, beside the
+/// routes qmgr gave them, by domain (the snapshot has no local parts).
+#[derive(Clone, Debug, Default)]
+pub struct Routes {
+    /// Where a domain's recipients go when qmgr has not routed them yet:
+    /// (transport, nexthop), the router's answer for the domain.
+    pub unrouted: BTreeMap<String, (String, String)>,
+    /// Domains the configuration routes elsewhere than qmgr did (a
+    /// proposal's transport_maps or relayhost), with where.
+    pub moved: BTreeMap<String, (String, String)>,
+}
+
+/// The median of some samples in ms.
+fn median_ms(v: &[u32]) -> Option<Duration> {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.get(v.len() / 2)
+        .map(|&ms| Duration::from_millis(u64::from(ms)))
 }
 
 /// A transaction time model from samples: (per transaction, per
@@ -174,6 +212,17 @@ fn model(d: &SnapDest) -> (ServerModel, bool) {
         m.p_defer = temp / all;
         m.p_bounce = perm / all;
     }
+    // The transactions under way finish what they had left of a
+    // one-recipient transaction's time (at least a millisecond).
+    let one = per_txn + per_rcpt;
+    m.under_way = d
+        .running_ms
+        .iter()
+        .map(|&age| {
+            one.saturating_sub(Duration::from_millis(u64::from(age)))
+                .max(Duration::from_millis(1))
+        })
+        .collect();
     if let Some(at) = d.refused_at {
         m.limit = Some(at.max(d.busy_ok).max(1));
         m.over_limit = OverLimit::Reply421;
@@ -183,13 +232,32 @@ fn model(d: &SnapDest) -> (ServerModel, bool) {
 }
 
 impl Replay {
-    /// Builds the replay from the snapshot's pages and the extra arrivals;
-    /// `transport` is where unrouted recipients of unknown domains go.
-    pub fn new(pages: &[Snapshot], extra: &[Arrival], transport: &str) -> Replay {
+    /// Builds the replay from the snapshot's pages and the extra arrivals,
+    /// for the running configuration `running` (its limits say which
+    /// windows were held at a limit; unrouted recipients of unknown
+    /// domains go to its smtp transport) and the `routes` of the
+    /// configuration it is to run under.
+    pub fn new(
+        pages: &[Snapshot],
+        extra: &[Arrival],
+        running: &SchedConfig,
+        routes: &Routes,
+    ) -> Replay {
         let mut r = Replay::default();
         let Some(first) = pages.first() else {
             return r;
         };
+        let transport = running
+            .transports
+            .iter()
+            .find(|t| t.name == "smtp")
+            .or(running.transports.first())
+            .map_or("smtp", |t| t.name.as_str());
+        r.limits = running
+            .transports
+            .iter()
+            .map(|t| (t.name.clone(), t.destination_concurrency_limit))
+            .collect();
         let now = first.now_ms;
         let msgs: Vec<_> = pages.iter().flat_map(|p| &p.messages).collect();
         let oldest = msgs
@@ -207,31 +275,49 @@ impl Replay {
                     .or_insert_with(|| (rc.transport.clone(), rc.nexthop.clone()));
             }
         }
-        let mut dest_ix: HashMap<(String, String), u32> = HashMap::new();
+        let mut dest_ix: HashMap<(String, String, String), u32> = HashMap::new();
         let mut sender_ix: HashMap<String, u32> = HashMap::new();
         let mut unrouted = 0u64;
         let mut guessed = BTreeSet::new();
+        let mut moved = BTreeMap::new();
+        // Where a group of a domain's recipients goes.
+        let mut route = |domain: &str, routed: Option<(&str, &str)>, n: u64| -> (String, String) {
+            if let Some(to) = routes.moved.get(domain) {
+                *moved.entry(domain.to_string()).or_insert(0u64) += n;
+                return to.clone();
+            }
+            if let Some((t, h)) = routed {
+                return (t.to_string(), h.to_string());
+            }
+            if let Some(to) = routes.unrouted.get(domain).or(by_domain.get(domain)) {
+                return to.clone();
+            }
+            guessed.insert(domain.to_string());
+            (transport.to_string(), domain.to_string())
+        };
         let mut add = |r: &mut Replay,
                        at: Time,
                        age: Duration,
-                       sender: &str,
-                       tenant: Option<String>,
-                       size: u64,
-                       rcpts: Vec<((String, String), u32)>| {
+                       m: (&str, Option<String>, Option<String>, u64),
+                       rcpts: Vec<((String, String), String, u32)>| {
+            let (sender, tenant, job, size) = m;
             let tag = *sender_ix.entry(sender.to_string()).or_insert_with(|| {
                 r.senders.push(sender.to_string());
                 r.backlog.push(0);
                 r.senders.len() as u32 - 1
             });
             let mut idx = Vec::new();
-            for ((t, n), count) in rcpts {
+            for ((t, n), domain, count) in rcpts {
                 *r.transports.entry(t.clone()).or_default() += u64::from(count);
-                let d = *dest_ix.entry((t.clone(), n.clone())).or_insert_with(|| {
+                let key = (t, n, domain);
+                let d = *dest_ix.entry(key.clone()).or_insert_with(|| {
+                    let (t, n, domain) = key;
                     r.dests.push(SimDest {
                         transport: t,
                         nexthop: n.clone(),
                         hosts: vec![vec![n]],
                     });
+                    r.domains.push(domain);
                     r.dests.len() as u32 - 1
                 });
                 idx.extend(std::iter::repeat_n(d, count as usize));
@@ -246,7 +332,7 @@ impl Replay {
                 rcpts: idx,
                 tag,
             });
-            r.prior.push(Prior { age, tenant });
+            r.prior.push(Prior { age, tenant, job });
         };
         for m in &msgs {
             if m.held {
@@ -266,52 +352,60 @@ impl Replay {
                 .recipients
                 .iter()
                 .map(|rc| {
-                    if !rc.transport.is_empty() {
-                        return ((rc.transport.clone(), rc.nexthop.clone()), rc.count);
+                    let routed = (!rc.transport.is_empty())
+                        .then_some((rc.transport.as_str(), rc.nexthop.as_str()));
+                    if routed.is_none() {
+                        unrouted += u64::from(rc.count);
                     }
-                    unrouted += u64::from(rc.count);
-                    let d = rc.domain.clone();
-                    let route = by_domain.get(&d).cloned().unwrap_or_else(|| {
-                        guessed.insert(d.clone());
-                        (transport.to_string(), d)
-                    });
-                    (route, rc.count)
+                    let to = route(&rc.domain, routed, u64::from(rc.count));
+                    (to, rc.domain.clone(), rc.count)
                 })
                 .collect();
             let at = Time(r.t0.0 + wait);
-            add(
-                &mut r,
-                at,
-                Duration::from_millis(now.saturating_sub(m.arrival_ms)),
-                &m.sender,
-                m.tenant.clone(),
-                m.size,
-                rcpts,
-            );
+            let age = Duration::from_millis(now.saturating_sub(m.arrival_ms));
+            let what = (m.sender.as_str(), m.tenant.clone(), m.job.clone(), m.size);
+            add(&mut r, at, age, what, rcpts);
         }
+        // New mail reaches the scheduler this long after it arrives, as
+        // measured; its delay counts that time.
+        r.pickup = median_ms(&first.pickup_ms).unwrap_or(Duration::ZERO);
         for a in extra {
             let d = domain(&a.recipient);
-            let route = by_domain.get(&d).cloned().unwrap_or_else(|| {
-                guessed.insert(d.clone());
-                (transport.to_string(), d)
-            });
+            let to = route(&d, None, u64::from(a.count));
             for k in 0..a.count {
                 let off = a.at + a.over.mul_f64(f64::from(k) / f64::from(a.count));
-                let at = r.t0 + off;
-                add(
-                    &mut r,
-                    at,
-                    Duration::ZERO,
-                    &a.sender,
-                    None,
-                    1024,
-                    vec![(route.clone(), 1)],
-                );
+                let (at, age) = (r.t0 + off + r.pickup, r.pickup);
+                let what = (a.sender.as_str(), None, None, 1024);
+                add(&mut r, at, age, what, vec![(to.clone(), d.clone(), 1)]);
             }
+        }
+        if !extra.is_empty() {
+            r.assumptions.push(if first.pickup_ms.is_empty() {
+                "no arrival-to-scheduler times were measured: --add mail is assumed scheduled as it arrives".to_string()
+            } else {
+                format!(
+                    "--add mail reaches the scheduler {} ms after it arrives (median of the last {} messages' commit, pickup and routing)",
+                    r.pickup.as_millis(),
+                    first.pickup_ms.len()
+                )
+            });
+        }
+        if !moved.is_empty() {
+            let names: BTreeSet<String> = moved
+                .iter()
+                .map(|(d, n)| {
+                    let (t, h) = &routes.moved[d];
+                    format!("{d} ({n}) to {t}:{h}")
+                })
+                .collect();
+            r.assumptions.push(format!(
+                "routed elsewhere by this configuration (judged by domain: transport_maps entries for single addresses are not seen): {}",
+                list(&names)
+            ));
         }
         if unrouted > 0 {
             r.assumptions.push(format!(
-                "{unrouted} recipients not routed yet (deferred mail): sent where routed mail for their domain goes"
+                "{unrouted} recipients not routed yet (deferred mail): sent where the configuration routes their domain"
             ));
         }
         if !guessed.is_empty() {
@@ -321,9 +415,9 @@ impl Replay {
             ));
         }
         // Servers from the counters; destinations without samples assumed.
-        let seen: HashMap<(&str, &str), &SnapDest> = first
-            .destinations
+        let seen: HashMap<(&str, &str), &SnapDest> = pages
             .iter()
+            .flat_map(|p| &p.destinations)
             .map(|d| ((d.transport.as_str(), d.nexthop.as_str()), d))
             .collect();
         let mut unknown = BTreeSet::new();
@@ -341,6 +435,16 @@ impl Replay {
             }
             r.servers.insert(d.nexthop.clone(), m);
         }
+        for (key, d) in &seen {
+            if d.window > 0 && d.dead_until_ms.is_none() {
+                r.windows
+                    .push(((key.0.to_string(), key.1.to_string()), d.window));
+            }
+        }
+        r.windows.sort();
+        r.assumptions.push(
+            "each destination starts at its window of the snapshot with its connections to open; one held at the running configuration's limit starts at the limit replayed (its feedback was stopped by the limit only)".into(),
+        );
         if !unknown.is_empty() {
             let m = ServerModel::default();
             r.assumptions.push(format!(
@@ -364,10 +468,36 @@ impl Replay {
                 r.held.0, r.held.1
             ));
         }
-        if first.holds.iter().any(|h| h.origin == "operator") {
-            r.assumptions.push(
-                "operator suspensions (sluice queue suspend) are not replayed: the policy file's limits are".into(),
-            );
+        // Holds in force: their ends moved to the run's clock.
+        match shaping::holdfile::parse(&first.holds_saved) {
+            Ok(holds) => {
+                for mut h in holds {
+                    h.until = h.until.map(|u| (r.t0.0 + u).saturating_sub(now));
+                    r.holds.push(h);
+                }
+            }
+            Err(e) => r
+                .assumptions
+                .push(format!("holds of the snapshot not replayed: {e}")),
+        }
+        if !first.holds.is_empty() {
+            let names: BTreeSet<String> = first
+                .holds
+                .iter()
+                .filter(|h| h.origin != "static")
+                .map(|h| {
+                    let left = h
+                        .remaining
+                        .map_or("until lifted".into(), |s| format!("{s} s left"));
+                    format!("{} {} ({}, {left})", h.origin, h.when, h.action)
+                })
+                .collect();
+            if !names.is_empty() {
+                r.assumptions.push(format!(
+                    "holds in force at the snapshot, replayed as they stood (an operator's stays until its end, none is lifted by hand): {}",
+                    list(&names)
+                ));
+            }
         }
         r
     }
@@ -467,15 +597,46 @@ impl Replay {
             .transports
             .first()
             .map_or([10, 1000], |t| t.sender_class_thresholds);
+        for ((t, n), w) in &self.windows {
+            let Some(tc) = sched.transports.iter().find(|x| &x.name == t) else {
+                continue;
+            };
+            let at_limit = self.limits.get(t).is_some_and(|l| w >= l);
+            let start = if at_limit {
+                tc.destination_concurrency_limit
+            } else {
+                *w
+            };
+            sched.windows.insert((t.clone(), n.clone()), start);
+        }
+        let mut notes = Vec::new();
+        let shaped = sched.shaping.clone();
+        if let Some(p) = &shaped {
+            for s in &p.suspensions {
+                let when: Vec<String> = s.when.iter().map(|(f, v)| format!("{f}={v}")).collect();
+                notes.push(format!(
+                    "the policy file's suspension of {} holds its mail throughout",
+                    when.join(",")
+                ));
+            }
+            if !p.replies.is_empty() {
+                notes.push(
+                    "reply rules trigger only on the replies modelled (4xx and 5xx by the mix seen, without the servers' words)".into(),
+                );
+            }
+        } else if !self.holds.is_empty() {
+            notes.push("no policy file: the holds in force at the snapshot do not apply".into());
+        }
         let cfg = SimConfig {
             sched,
             seed,
             retry_deferred: true,
             end: self.t0 + duration,
             prior: self.prior.clone(),
+            domains: self.domains.clone(),
             ..SimConfig::default()
         };
-        let sim = Sim::new(
+        let mut sim = Sim::new(
             cfg,
             Box::new(ThreeClass),
             self.dests.clone(),
@@ -483,6 +644,11 @@ impl Replay {
             self.msgs.clone(),
         )
         .map_err(|e| format!("scheduler configuration: {e:?}"))?;
+        if shaped.is_some() && !self.holds.is_empty() {
+            sim.qm
+                .restore_holds(self.t0, &shaping::holdfile::format(&self.holds))
+                .map_err(|e| format!("holds of the snapshot: {e}"))?;
+        }
         let rep = sim.run();
         let secs = |t: Time| t.0.saturating_sub(self.t0.0) as f64 / 1000.0;
         let drained = rep.unfinished == 0 && rep.end <= self.t0 + duration;
@@ -531,6 +697,7 @@ impl Replay {
                 .map(|(t, n)| (secs(*t), *n))
                 .collect(),
             errors: rep.errors,
+            notes,
         })
     }
 }
@@ -616,6 +783,8 @@ pub struct Forecast {
     pub drain: Vec<(f64, u64)>,
     /// The scheduler's errors (none expected).
     pub errors: Vec<String>,
+    /// What this configuration's replay assumed beside the replay's own.
+    pub notes: Vec<String>,
 }
 
 #[cfg(test)]
@@ -713,7 +882,8 @@ mod tests {
         let replay = Replay::new(
             &[snapshot(500)],
             &[Arrival::parse("10,small@example.org,s@sink.example,1").unwrap()],
-            "smtp",
+            &sched(5),
+            &Routes::default(),
         );
         assert_eq!(replay.held, (1, 1));
         assert_eq!(replay.queued.0, 500 + 1 + 10);
@@ -763,7 +933,7 @@ mod tests {
 
     #[test]
     fn a_transport_the_proposed_master_cf_lacks_is_named() {
-        let replay = Replay::new(&[snapshot(3)], &[], "smtp");
+        let replay = Replay::new(&[snapshot(3)], &[], &sched(5), &Routes::default());
         let mut s = sched(5);
         s.transports[0].name = "relay".into();
         let e = replay.run(s, Duration::from_secs(60)).unwrap_err();
