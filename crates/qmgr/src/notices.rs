@@ -398,6 +398,7 @@ impl<S: Store> QueueManager<S> {
                 full_name: Some("Mail Delivery System".into()),
             },
             hold: false,
+            quiet: false,
         }];
         for chunk in bytes.chunks(cleanup::MAX_CHUNK) {
             reqs.push(cleanup::Request::Data {
