@@ -255,6 +255,7 @@ impl CleanupServer {
                 envelope,
                 origin,
                 hold,
+                quiet,
             } => {
                 let origin = match origin {
                     Origin::Smtp { .. } if !trusted => {
@@ -353,7 +354,9 @@ impl CleanupServer {
                 if let Some(ask) = ask {
                     self.ask_router(cx, token, id, &ask);
                 }
-                Some(Response::Started {
+                // A quiet Begin came with the content: the queue id goes
+                // back with `Queued`, and an answer now would only wake smtpd.
+                (!quiet).then(|| Response::Started {
                     queue_id: id.to_string(),
                 })
             }

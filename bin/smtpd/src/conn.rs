@@ -5,9 +5,10 @@
 //! Bytes from the client go into `inbuf` (bounded) and are fed to the
 //! session; the session's questions are answered from the policy (after
 //! the router's answer, when reject_unlisted_recipient needs one: the
-//! server asks it for the session over its one link), or, for DATA and end
-//! of message, by cleanup over a non-blocking IPC link, so a slow router or
-//! cleanup delays only its own client, and each wait has a deadline. While the link has more than
+//! server asks it for the session over its one link), or, for the end of
+//! message (and DATA, with milters), by cleanup over a non-blocking IPC
+//! link (`cleanup.rs`), so a slow router or cleanup delays only its own
+//! client, and each wait has a deadline. While the link has more than
 //! `LINK_BACKLOG` bytes unsent, no more input is fed: memory stays bounded
 //! and TCP pushes back on the client. AUTH exchanges go to the server's
 //! one SASL link (`sasl.rs`) as requests the server takes after each turn;
@@ -19,9 +20,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use daemon::{msg_info, msg_warn, Cx};
-use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
+use ipc::cleanup::Cleanup;
 use ipc::Link;
-use mail::{BodyType, Envelope, Recipient, Ret};
+use mail::{BodyType, Recipient, Ret};
 use mio::Token;
 use smtp_proto::server::{AbortReason, Action, Session};
 use smtp_proto::{EnhancedCode, Path, Reply};
@@ -29,7 +30,9 @@ use smtp_proto::{EnhancedCode, Path, Reply};
 use crate::pool::Pool;
 use crate::settings::Settings;
 
+mod cleanup;
 mod milters;
+use cleanup::Unsent;
 use milters::MilterWait;
 
 /// What every session shares.
@@ -61,7 +64,6 @@ pub enum SaslRequest {
 }
 
 const INBUF_LIMIT: usize = 64 * 1024;
-const LINK_BACKLOG: usize = 1 << 20;
 /// Bytes one session may read in one turn of the loop: a client that sends
 /// as fast as we read must not keep the other sessions of this process
 /// waiting until it stops (a 64 MiB stream held them for seconds).
@@ -75,6 +77,8 @@ struct Held {
     /// The request whose answer the session waits for, and until when
     /// (`smtpd_cleanup_timeout`).
     waiting: Option<(u64, Waiting, Instant)>,
+    /// The id of the message's quiet Begin, once sent (`cleanup.rs`).
+    quiet: Option<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -98,6 +102,8 @@ struct Txn {
     tenant: Option<String>,
     job: Option<String>,
     queue_id: Option<String>,
+    /// cleanup's refusal of the quiet start of message, for the end of data.
+    refused: Option<Reply>,
 }
 
 /// One client session.
@@ -110,6 +116,8 @@ pub struct Conn {
     /// Its token in the event loop, as the pool's links know their holder.
     token: Token,
     link: Option<Held>,
+    /// The start of the message and its first content, until written.
+    unsent: Option<Unsent>,
     txn: Txn,
     deadline: Instant,
     timeout: std::time::Duration,
@@ -206,6 +214,7 @@ impl Conn {
             server_ip: via.server,
             token,
             link: None,
+            unsent: None,
             txn: Txn::default(),
             deadline: now + s.timeout,
             timeout: s.timeout,
@@ -485,122 +494,6 @@ impl Conn {
         self.deadline = now + self.timeout;
     }
 
-    /// An event on the cleanup link this session holds.
-    pub fn link_ready(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, readable: bool) {
-        let Some(held) = self.link.as_mut() else {
-            return;
-        };
-        let answers = match held.link.event(readable, cx.closed) {
-            Ok(a) => a,
-            Err(e) => {
-                msg_warn!("cleanup link: {e}");
-                self.break_link(cx, pool);
-                return;
-            }
-        };
-        let mut done = false;
-        for (id, resp) in answers {
-            let Some(held) = self.link.as_mut() else {
-                break;
-            };
-            // Answers to anything else (nothing else is owed) are dropped.
-            let Some((wid, what, _)) = held.waiting.filter(|w| w.0 == id) else {
-                continue;
-            };
-            held.waiting = None;
-            match (what, resp) {
-                (Waiting::Started, Response::Started { queue_id }) => {
-                    let sasl = match &self.sasl_login {
-                        Some((method, user)) => {
-                            format!(", sasl_method={method}, sasl_username={user}")
-                        }
-                        None => String::new(),
-                    };
-                    msg_info!(
-                        "{queue_id}: client={}{sasl}",
-                        format_args!("unknown[{}]", self.peer.ip())
-                    );
-                    self.txn.queue_id = Some(queue_id);
-                    let _ = self.session.decide(Reply::new(
-                        354,
-                        None,
-                        "End data with <CR><LF>.<CR><LF>",
-                    ));
-                }
-                (Waiting::Queued, Response::Queued { queue_id }) => {
-                    let text = format!("Ok: queued as {queue_id}");
-                    let _ = self
-                        .session
-                        .decide(Reply::enhanced(250, EnhancedCode::OK, text));
-                    self.txn = Txn::default();
-                    done = true;
-                }
-                (
-                    _,
-                    Response::Failed {
-                        code,
-                        enhanced,
-                        text,
-                    },
-                ) => {
-                    let enh = EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::TEMP_SYSTEM);
-                    if let Some(q) = &self.txn.queue_id {
-                        msg_info!(
-                            "{q}: reject: END-OF-MESSAGE from unknown[{}]: {code} {enhanced} {text}",
-                            self.peer.ip()
-                        );
-                    }
-                    let _ = self.session.decide(Reply::enhanced(code, enh, text));
-                    self.txn = Txn::default();
-                    done = true;
-                }
-                (_, other) => {
-                    msg_warn!("cleanup link: unexpected cleanup answer {other:?} to request {wid}");
-                    // Answered as if the link had failed: nothing was acknowledged.
-                    if let Some(h) = self.link.as_mut() {
-                        h.waiting = Some((wid, what, cx.now));
-                    }
-                    self.break_link(cx, pool);
-                    return;
-                }
-            }
-        }
-        if done {
-            self.release_link(cx, pool);
-        } else if self.link.as_ref().is_some_and(|h| h.link.is_closed()) {
-            msg_warn!("cleanup link: {}", ipc::IpcError::Closed);
-            self.break_link(cx, pool);
-        }
-    }
-
-    /// Gives the link back to the pool: for the next message if nothing is
-    /// owed on it, else to be closed (cleanup then drops a message it has
-    /// not handed to qmgr yet).
-    fn release_link(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
-        if let Some(held) = self.link.take() {
-            let clean = held.waiting.is_none();
-            pool.give_back(cx, held.link, clean);
-        }
-    }
-
-    /// The link failed: closed, and a session waiting on it answered 451.
-    fn break_link(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
-        let Some(held) = self.link.take() else {
-            return;
-        };
-        pool.give_back(cx, held.link, false);
-        if held.waiting.is_some() {
-            // The session is waiting on cleanup: answer for it. Nothing was
-            // acknowledged, so the client keeps the message and retries.
-            let _ = self.session.decide(Reply::enhanced(
-                451,
-                EnhancedCode::TEMP_SYSTEM,
-                "Error: queue file write error",
-            ));
-            self.txn = Txn::default();
-        }
-    }
-
     /// The client was silent for smtpd_timeout, or cleanup did not answer
     /// within smtpd_cleanup_timeout.
     pub fn timed_out(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
@@ -670,28 +563,6 @@ impl Conn {
         }
     }
 
-    /// Ends the message in progress, if any: cleanup is told to drop it
-    /// and the link goes back to the pool.
-    fn abort_link_txn(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
-        if self.txn.queue_id.is_some() {
-            if let Some(held) = self.link.as_mut() {
-                if held.link.send(&Request::Abort).is_err() {
-                    // Not usable for the next message either.
-                    held.waiting = Some((0, Waiting::Queued, cx.now));
-                }
-            }
-        }
-        self.txn = Txn::default();
-        self.release_link(cx, pool);
-    }
-
-    fn link_backlogged(&self) -> bool {
-        self.link
-            .as_ref()
-            .is_some_and(|h| h.link.pending_output() > LINK_BACKLOG)
-            || self.milters_backlogged()
-    }
-
     /// Runs the session on what has arrived and answers what it can.
     pub fn drive(&mut self, cx: &mut Cx<'_>, shared: &Shared, pool: &mut Pool) {
         // Replies still waiting for the socket go first.
@@ -725,12 +596,7 @@ impl Conn {
                     break;
                 }
             }
-            if let Some(held) = self.link.as_mut().filter(|h| h.link.pending_output() > 0) {
-                if let Err(e) = held.link.flush() {
-                    msg_warn!("cleanup link: {e}");
-                    self.break_link(cx, pool);
-                }
-            }
+            self.flush_link(cx, pool);
             if self.session.should_flush() || self.inbuf.is_empty() || self.session.is_closed() {
                 self.flush_output();
             } else if let Err(e) = self.stream.flush() {
@@ -763,7 +629,7 @@ impl Conn {
             budget = budget.saturating_sub(got);
         }
         if self.eof && !self.closing {
-            if self.txn.queue_id.is_some() || self.session.is_waiting() {
+            if self.in_message() || self.session.is_waiting() {
                 msg_info!(
                     "lost connection after {} from {}",
                     self.last_verb,
@@ -873,31 +739,7 @@ impl Conn {
             }
             Action::MessageEnd(_summary) => {
                 self.last_verb = "END-OF-MESSAGE";
-                if self.link.is_none() {
-                    let _ = self.session.decide(Reply::enhanced(
-                        451,
-                        EnhancedCode::TEMP_SYSTEM,
-                        "Error: queue file write error",
-                    ));
-                    return;
-                }
-                if self.txn.discard {
-                    // access DISCARD: claim success, keep nothing.
-                    let qid = self.txn.queue_id.clone().unwrap_or_default();
-                    msg_info!(
-                        "{qid}: discard: END-OF-MESSAGE from {}: {}",
-                        self.client_label(),
-                        "discarded by access table"
-                    );
-                    self.abort_link_txn(cx, pool);
-                    let _ = self.session.decide(Reply::enhanced(
-                        250,
-                        EnhancedCode::OK,
-                        format!("Ok: queued as {qid}"),
-                    ));
-                    return;
-                }
-                self.end_of_message(cx, pool);
+                self.message_end(cx, pool);
             }
             Action::TransactionAborted(reason) => {
                 self.milter_abort(cx);
@@ -1032,147 +874,6 @@ impl Conn {
                 );
                 let enh = EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::NOT_AUTHORIZED);
                 let _ = self.session.decide(Reply::enhanced(code, enh, text));
-            }
-        }
-    }
-
-    fn begin_message(&mut self, cx: &mut Cx<'_>, shared: &Shared, pool: &mut Pool) {
-        let tls = self
-            .stream
-            .tls_info()
-            .map(|i| format!("{} with cipher {}", i.version, i.cipher));
-        // Postfix's words for the Received: header, A for authenticated.
-        let protocol = match (
-            self.session.is_esmtp(),
-            tls.is_some(),
-            self.sasl_login.is_some(),
-        ) {
-            (true, true, true) => "ESMTPSA",
-            (true, false, true) => "ESMTPA",
-            (true, true, false) => "ESMTPS",
-            (true, false, false) => "ESMTP",
-            (false, _, _) => "SMTP",
-        };
-        let envelope = Envelope {
-            sender: self.txn.sender.clone(),
-            recipients: self.txn.recipients.clone(),
-            ret: self.txn.ret,
-            envid: self.txn.envid.clone(),
-            client_addr: Some(self.peer.ip().to_string()),
-            client_name: Some("unknown".into()),
-            helo: self.session.helo_name().map(str::to_string),
-            tls,
-            auth: self.sasl_login.as_ref().map(|(_, u)| u.clone()),
-            body_type: self.txn.body,
-            smtputf8: self.txn.smtputf8,
-            tenant: self.txn.tenant.clone(),
-            job: self.txn.job.clone(),
-            ..Envelope::default()
-        };
-        let begin = Request::Begin {
-            envelope: Box::new(envelope),
-            origin: Origin::Smtp {
-                protocol: protocol.into(),
-                mynetworks: shared.settings.policy.in_mynetworks(self.peer.ip()),
-                authenticated_sender: self
-                    .sasl_login
-                    .as_ref()
-                    .filter(|_| self.sasl_header)
-                    .map(|(_, u)| u.clone()),
-                milters: self.milters.is_some(),
-            },
-            hold: self.txn.hold || self.milter_hold(),
-        };
-        // A kept link whose cleanup has gone since (its close not read
-        // yet) fails at once: the message then takes a new connection.
-        let mut fresh = false;
-        loop {
-            if self.link.is_none() {
-                match pool.take(cx, self.token, fresh) {
-                    Ok((link, kept)) => {
-                        self.link = Some(Held {
-                            link,
-                            kept,
-                            waiting: None,
-                        })
-                    }
-                    Err(e) => {
-                        msg_warn!("connect to cleanup service: {e}");
-                        let _ = self.session.decide(Reply::enhanced(
-                            451,
-                            EnhancedCode::TEMP_SYSTEM,
-                            "Error: queue file write error",
-                        ));
-                        return;
-                    }
-                }
-            }
-            let held = self.link.as_mut().expect("taken above");
-            match held.link.send(&begin) {
-                Ok(id) => {
-                    held.waiting = Some((id, Waiting::Started, cx.now + self.cleanup_timeout));
-                    return;
-                }
-                Err(_) if held.kept && !fresh => {
-                    self.release_link_failed(cx, pool);
-                    fresh = true;
-                }
-                Err(e) => {
-                    msg_warn!("cleanup link: {e}");
-                    self.release_link_failed(cx, pool);
-                    let _ = self.session.decide(Reply::enhanced(
-                        451,
-                        EnhancedCode::TEMP_SYSTEM,
-                        "Error: queue file write error",
-                    ));
-                    return;
-                }
-            }
-        }
-    }
-
-    fn release_link_failed(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
-        if let Some(held) = self.link.take() {
-            pool.give_back(cx, held.link, false);
-        }
-    }
-
-    /// Content for cleanup. A link that fails here is closed; the end of
-    /// data then finds no link and is answered 451.
-    fn send_data(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, bytes: Vec<u8>) {
-        let Some(held) = self.link.as_mut() else {
-            return;
-        };
-        let sent = if bytes.len() > MAX_CHUNK {
-            bytes.chunks(MAX_CHUNK).try_for_each(|c| {
-                held.link
-                    .send(&Request::Data { bytes: c.to_vec() })
-                    .map(drop)
-            })
-        } else {
-            // Queued only: the end of data (or the end of this turn) writes
-            // it, so a small message's content and End go in one write.
-            held.link.send_later(&Request::Data { bytes }).map(drop)
-        };
-        if let Err(e) = sent {
-            msg_warn!("cleanup link: {e}");
-            self.break_link(cx, pool);
-        }
-    }
-
-    /// The end of the content: cleanup answers once the message is durable.
-    fn send_end(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
-        let Some(held) = self.link.as_mut() else {
-            return;
-        };
-        let deadline = cx.now + self.cleanup_timeout;
-        match held.link.send(&Request::End) {
-            Ok(id) => held.waiting = Some((id, Waiting::Queued, deadline)),
-            Err(e) => {
-                msg_warn!("cleanup link: {e}");
-                // Owed an answer that will not come: answered 451 now.
-                held.waiting = Some((0, Waiting::Queued, deadline));
-                self.break_link(cx, pool);
             }
         }
     }

@@ -10,6 +10,13 @@
 //! drops the message. On the `submit` service the client's uid comes from
 //! SO_PEERCRED, not from the request.
 //!
+//! A `quiet` Begin is not answered unless refused: smtpd, which needs no
+//! queue id before the end of data, sends it in one write with the content
+//! (and the End, for a small message), so cleanup wakes once per message
+//! and smtpd learns the queue id from `Queued`. A refused quiet Begin is
+//! answered `Failed` to its own id; the content and End after it find no
+//! message (End: 503 5.5.1).
+//!
 //! A message smtpd's milters look at (`Origin::Smtp { milters: true }`)
 //! may be changed by them at its end, after all its content was sent: the
 //! milters' `Edit`s then come in one request before `End` (see cleanup's
@@ -68,6 +75,9 @@ pub enum Request {
         origin: Origin,
         /// Accept into the hold state (access action HOLD).
         hold: bool,
+        /// Answer only a refusal: the client learns the queue id from
+        /// `Queued` (see the module header).
+        quiet: bool,
     },
     /// Content, wire format, at most [`MAX_CHUNK`] bytes.
     Data {
@@ -155,7 +165,7 @@ impl From<milter::Edit> for Edit {
 /// cleanup's answers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
-    /// The answer to `Begin`: the message's queue id.
+    /// The answer to a `Begin` that is not quiet: the message's queue id.
     Started {
         /// The queue id.
         queue_id: String,

@@ -70,6 +70,7 @@ impl Submission {
             envelope: Box::new(envelope),
             origin,
             hold: false,
+            quiet: false,
         };
         match answer(client.call(&begin))? {
             Response::Started { .. } => Ok(Submission { client }),

@@ -12,8 +12,8 @@
 
 use std::collections::HashSet;
 
-use mail::QueueId;
-use queue::Record;
+use mail::{Envelope, QueueId};
+use queue::{Lsn, Record};
 use sched::admission::Admission;
 use sched::Time;
 
@@ -148,29 +148,64 @@ impl<S: Store> QueueManager<S> {
                 Record::Arrived(h) | Record::Rewritten { head: h, .. } => h,
                 _ => continue,
             };
+            // Where the head record is now (restated or not): while it stays
+            // there, `finished` knows the pending recipients without it.
+            let at = self.state.messages.get(&id).map_or(head_lsn, |m| m.head);
             let attempts = self.retry.attempts(&id);
-            self.activate(head, pending, attempts, flush, span);
+            self.activate(head, pending, attempts, flush, span, at);
         }
     }
 
     /// A message left delivery; its deferred recipients are due at
     /// `next_attempt` (the scheduler's), else after `queue_run_delay`.
-    pub(crate) fn finished(&mut self, id: QueueId, next_attempt: Option<Time>) {
+    /// `known` is what activation learnt: then the head record is read
+    /// back only when a notice needs it.
+    pub(crate) fn finished(
+        &mut self,
+        id: QueueId,
+        next_attempt: Option<Time>,
+        known: Option<Activated>,
+    ) {
         let Some(m) = self.state.messages.get(&id) else {
             return;
         };
-        let (pending, head) = match self.store.read_at(m.head) {
-            Ok(rec) => (self.state.pending(id, &rec), rec),
-            Err(e) => {
-                self.warn(format!(
-                    "{id}: reading its journal record: {e}; trying again later"
-                ));
-                self.retry.schedule(self.now + self.settings.run_delay, id);
-                return;
+        let at = m.head;
+        // Results only add to `done` until the message is restated (a new
+        // head record), so the recipients pending at activation less those
+        // done since are the ones `Replay::pending` would find in the record.
+        let (pending, envelope, mut head) = match known.filter(|k| k.head == at) {
+            Some(k) => {
+                let done = self.state.done(id);
+                let pending: Vec<u32> = k
+                    .pending
+                    .into_iter()
+                    .filter(|r| !done.contains(r))
+                    .collect();
+                (pending, k.envelope, None)
             }
+            None => match self.store.read_at(at) {
+                Ok(rec) => {
+                    let pending = self.state.pending(id, &rec);
+                    match rec {
+                        Record::Arrived(h) | Record::Rewritten { head: h, .. } => {
+                            (pending, h.envelope.clone(), Some(h))
+                        }
+                        _ => (pending, mail::Envelope::default(), None),
+                    }
+                }
+                Err(e) => return self.unreadable(id, e),
+            },
         };
-        if let Record::Arrived(h) | Record::Rewritten { head: h, .. } = head {
-            if !pending.is_empty() {
+        let warn = !pending.is_empty() && self.warning_due(id, &envelope);
+        if head.is_none() && (warn || self.owes_notice(id)) {
+            head = match self.store.read_at(at) {
+                Ok(Record::Arrived(h) | Record::Rewritten { head: h, .. }) => Some(h),
+                Ok(_) => None,
+                Err(e) => return self.unreadable(id, e),
+            };
+        }
+        if let Some(h) = head {
+            if warn {
                 self.maybe_warn(&h, &pending);
             }
             self.owe_notice(h);
@@ -187,6 +222,25 @@ impl<S: Store> QueueManager<S> {
             self.retry.schedule(at, id);
         }
     }
+
+    /// A message whose head record could not be read back: tried again
+    /// after `queue_run_delay`.
+    fn unreadable(&mut self, id: QueueId, e: String) {
+        self.warn(format!(
+            "{id}: reading its journal record: {e}; trying again later"
+        ));
+        self.retry.schedule(self.now + self.settings.run_delay, id);
+    }
+}
+
+/// What activation learnt of a message, kept while it is in delivery.
+pub(crate) struct Activated {
+    /// Where its head record was.
+    pub(crate) head: Lsn,
+    /// Its recipients pending then.
+    pub(crate) pending: Vec<u32>,
+    /// Its envelope.
+    pub(crate) envelope: Envelope,
 }
 
 #[cfg(test)]
@@ -218,6 +272,47 @@ mod tests {
             assert!(!w.live(*id), "{id} delivered and removed");
         }
         assert_eq!(w.removed.len(), 5);
+    }
+
+    #[test]
+    fn a_message_leaving_delivery_is_read_back_only_for_a_notice() {
+        let mut w = World::new(settings());
+        let id = w.arrive("a@a.example", &["r1@b.example", "r2@c.example"]);
+        let read = w.qm.store().reads();
+        assert_eq!(read, 1, "activation reads the head record");
+        // One recipient delivered, one deferred: what stays pending is
+        // known without the record.
+        w.settle(|r| if r.starts_with("r1") { 250 } else { 450 });
+        assert_eq!(
+            w.qm.store().reads(),
+            read,
+            "no read when it leaves delivery"
+        );
+        assert!(w.live(id));
+        let deferred: Vec<Vec<u32>> = w
+            .records(id)
+            .iter()
+            .filter_map(|r| match r {
+                Record::Deferred { rcpts, .. } => Some(rcpts.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deferred, vec![vec![1]]);
+        // Retried: only the deferred recipient goes out; it bounces, and
+        // the bounce (a notice) needs the record read back.
+        w.wait(Duration::from_secs(3600));
+        let asked: Vec<String> = w.router.iter().map(|q| format!("{q:?}")).collect();
+        assert!(
+            !asked.is_empty()
+                && asked
+                    .iter()
+                    .all(|q| q.contains("r2@c.example") && !q.contains("r1@b.example")),
+            "{asked:?}"
+        );
+        let read = w.qm.store().reads();
+        w.settle(|_| 550);
+        assert!(w.qm.store().reads() > read, "read back for the bounce");
+        assert!(!w.live(id), "removed once the bounce is queued");
     }
 
     #[test]

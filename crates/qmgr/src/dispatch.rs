@@ -78,6 +78,8 @@ pub(crate) struct InDelivery {
     /// An address verification pseudo-message (`probes`): not journaled,
     /// its results go to the verification cache.
     pub(crate) probe: bool,
+    /// Where its head record was at activation (none for probes).
+    head: Option<Lsn>,
 }
 
 impl InDelivery {
@@ -99,6 +101,7 @@ impl InDelivery {
             flush: false,
             retry_at: None,
             probe: true,
+            head: None,
         }
     }
 }
@@ -148,6 +151,7 @@ impl<S: Store> QueueManager<S> {
         attempts: u32,
         flush: bool,
         span: Option<(Lsn, DataSpan)>,
+        at: Lsn,
     ) {
         if self.deliver.by_id.contains_key(&head.id) {
             return;
@@ -156,7 +160,7 @@ impl<S: Store> QueueManager<S> {
         self.figures.forget(&head.id);
         if pending.is_empty() {
             // Nothing left to deliver: removed (or its notices sent first).
-            self.finished(head.id, None);
+            self.finished(head.id, None, None);
             return;
         }
         let MessageHead { id, envelope, data } = head;
@@ -190,6 +194,7 @@ impl<S: Store> QueueManager<S> {
             flush,
             retry_at: None,
             probe: false,
+            head: Some(at),
         };
         d.by_id.insert(id, qid);
         let smtputf8 = a.envelope.smtputf8;
@@ -288,7 +293,12 @@ impl<S: Store> QueueManager<S> {
                 (Some(n), Some(r)) => Some(n.min(r)),
                 (n, r) => n.or(r),
             };
-            self.finished(a.id, next);
+            let known = a.head.map(|head| crate::active::Activated {
+                head,
+                pending: a.pending,
+                envelope: a.envelope,
+            });
+            self.finished(a.id, next, known);
         }
     }
 

@@ -180,14 +180,7 @@ impl<S: Store> QueueManager<S> {
     /// still pending that did not refuse delay notices.
     pub(crate) fn maybe_warn(&mut self, head: &MessageHead, pending: &[u32]) {
         let id = head.id;
-        if self.settings.delay_warning.is_zero() || self.notices.warnings.contains(&id) {
-            return;
-        }
-        if self.state.messages.get(&id).is_none_or(|m| m.warned) {
-            return;
-        }
-        let arrival_ms = head.envelope.arrival.as_micros() / 1000;
-        if self.now.0.saturating_sub(arrival_ms) < self.settings.delay_warning.as_millis() as u64 {
+        if !self.warning_due(id, &head.envelope) {
             return;
         }
         let reasons = self.reasons_of(&id);
@@ -224,6 +217,25 @@ impl<S: Store> QueueManager<S> {
             // Nobody wants one: do not look again.
             None => self.append(Record::Warned { id }),
         }
+    }
+
+    /// Whether a delay warning is due for `id`, which arrived with
+    /// `envelope`: warnings are on, none was sent or queued, and the
+    /// message is older than `delay_warning_time`.
+    pub(crate) fn warning_due(&self, id: QueueId, envelope: &mail::Envelope) -> bool {
+        if self.settings.delay_warning.is_zero() || self.notices.warnings.contains(&id) {
+            return false;
+        }
+        if self.state.messages.get(&id).is_none_or(|m| m.warned) {
+            return false;
+        }
+        let arrival_ms = envelope.arrival.as_micros() / 1000;
+        self.now.0.saturating_sub(arrival_ms) >= self.settings.delay_warning.as_millis() as u64
+    }
+
+    /// Whether [`QueueManager::owe_notice`] would queue a notice for `id`.
+    pub(crate) fn owes_notice(&self, id: QueueId) -> bool {
+        !self.notices.owed.contains(&id) && self.state.unnotified.contains_key(&id)
     }
 
     /// Queues the next notice a message owes: failures first, then
@@ -386,6 +398,7 @@ impl<S: Store> QueueManager<S> {
                 full_name: Some("Mail Delivery System".into()),
             },
             hold: false,
+            quiet: false,
         }];
         for chunk in bytes.chunks(cleanup::MAX_CHUNK) {
             reqs.push(cleanup::Request::Data {

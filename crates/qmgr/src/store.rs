@@ -6,6 +6,7 @@
 //! queue state follows every append at once, as replay would have left it.
 //! [`MemStore`] keeps everything in memory, for tests and the simulator.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
 use mail::QueueId;
@@ -40,6 +41,8 @@ pub struct MemStore {
     at: HashMap<Lsn, usize>,
     files: HashMap<QueueId, Vec<u8>>,
     next: u32,
+    /// Records read back, for tests of what costs a journal read.
+    reads: Cell<usize>,
 }
 
 impl MemStore {
@@ -51,6 +54,11 @@ impl MemStore {
     /// Every record appended, in order.
     pub fn records(&self) -> impl Iterator<Item = &Record> {
         self.records.iter()
+    }
+
+    /// How many records were read back so far.
+    pub fn reads(&self) -> usize {
+        self.reads.get()
     }
 
     /// The records appended after the first `n`.
@@ -70,6 +78,7 @@ impl Store for MemStore {
     }
 
     fn read_at(&self, lsn: Lsn) -> Result<Record, String> {
+        self.reads.set(self.reads.get() + 1);
         self.at
             .get(&lsn)
             .map(|&i| self.records[i].clone())
