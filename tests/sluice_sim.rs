@@ -7,7 +7,10 @@
 //! another `default_destination_concurrency_limit`, run for real afterwards
 //! on a fresh instance. Real processes throughout: smtp-source(1) for the
 //! bulk, Python's smtplib for the bursts, the sink of the shaping tests
-//! (it records each message's arrival) answering each message after 0.1 s.
+//! (it records each message as it answers 250) answering each message
+//! after 0.1 s. Beside it, a proposal that routes a domain elsewhere and
+//! suspends another, replayed from a saved snapshot made here (no mail
+//! system needed to replay one).
 
 use std::path::Path;
 use std::process::Command;

@@ -13,7 +13,8 @@
 //! holds [`GROUPS_MAX`] groups, and a message with more groups than that
 //! keeps the first ones, the rest counted in the last. A page of
 //! destinations holds at most [`DEST_PAGE_MAX`] (a destination with
-//! samples is about 500 bytes encoded, its names at most about 600 more).
+//! samples is about 500 bytes encoded, at most about 1,300 with the
+//! longest names and every ring full).
 //! Holds come with the first page of messages. Messages or destinations
 //! that come or go between pages are simply seen or not.
 
@@ -29,7 +30,8 @@ use crate::{QueueManager, Store};
 pub const PAGE_MAX: u32 = 5000;
 /// Recipient groups per page (and per message) at most: about 5 MB.
 pub const GROUPS_MAX: usize = 100_000;
-/// Destinations per page at most: under 6 MB at the longest names.
+/// Destinations per page at most: under 7 MB at the longest names and
+/// the fullest rings (about 1,300 bytes each).
 pub const DEST_PAGE_MAX: u32 = 5000;
 /// Arrival-to-scheduler times kept (a ring).
 pub const PICKUPS: usize = 64;
