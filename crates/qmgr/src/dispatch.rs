@@ -64,6 +64,12 @@ pub(crate) struct InDelivery {
     pub(crate) pending: Vec<u32>,
     pub(crate) routes: BTreeMap<u32, Route>,
     pub(crate) unresolved: usize,
+    /// Next hops whose host lists it waits for.
+    pub(crate) hosts_awaited: usize,
+    /// Next hops whose host lists could not be had, with their status and
+    /// whether it is temporary: settled in one pass once none is awaited
+    /// (a pass per answer is quadratic in a list's domains).
+    pub(crate) host_failures: Vec<(String, Status, bool)>,
     attempts: u32,
     /// Recipients handed to the scheduler, not yet read by it.
     unread: Vec<(usize, u32)>,
@@ -94,6 +100,8 @@ impl InDelivery {
             pinned: None,
             routes,
             unresolved: 0,
+            hosts_awaited: 0,
+            host_failures: Vec::new(),
             attempts: 0,
             unread: Vec::new(),
             groups: Vec::new(),
@@ -187,6 +195,8 @@ impl<S: Store> QueueManager<S> {
             pending: pending.clone(),
             routes: BTreeMap::new(),
             unresolved: pending.len(),
+            hosts_awaited: 0,
+            host_failures: Vec::new(),
             attempts,
             unread: Vec::new(),
             groups: Vec::new(),
@@ -303,13 +313,54 @@ impl<S: Store> QueueManager<S> {
     }
 
     /// Hands a fully routed message to the scheduler.
+    /// Defers or bounces, in one pass over its routes, the recipients of
+    /// next hops whose host lists could not be had.
+    fn settle_host_failures(&mut self, qid: u64) {
+        let Some(a) = self.deliver.msgs.get_mut(&qid) else {
+            return;
+        };
+        let failures = std::mem::take(&mut a.host_failures);
+        let at: HashMap<&str, usize> = failures
+            .iter()
+            .enumerate()
+            .map(|(i, (nexthop, _, _))| (nexthop.as_str(), i))
+            .collect();
+        let mut rcpts: Vec<Vec<u32>> = vec![Vec::new(); failures.len()];
+        for (&i, r) in &a.routes {
+            if let Some(&f) = at.get(r.nexthop.as_str()) {
+                rcpts[f].push(i);
+            }
+        }
+        for ((_, status, temporary), rcpts) in failures.iter().zip(rcpts) {
+            if rcpts.is_empty() {
+                continue;
+            }
+            if *temporary {
+                self.defer_now(qid, &rcpts, status, self.now + ROUTE_RETRY);
+            } else {
+                self.bounce_now(qid, &rcpts, status);
+            }
+            if let Some(a) = self.deliver.msgs.get_mut(&qid) {
+                for r in &rcpts {
+                    a.routes.remove(r);
+                }
+            }
+        }
+    }
+
     pub(crate) fn maybe_add(&mut self, qid: u64) {
         let Some(a) = self.deliver.msgs.get(&qid) else {
             return;
         };
-        if a.added || a.unresolved > 0 {
+        if a.added || a.unresolved > 0 || a.hosts_awaited > 0 {
             return;
         }
+        if !a.host_failures.is_empty() {
+            self.settle_host_failures(qid);
+        }
+        let Some(a) = self.deliver.msgs.get(&qid) else {
+            return;
+        };
         let mut stale: Vec<String> = a
             .routes
             .values()

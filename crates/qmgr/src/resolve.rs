@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use ipc::router;
 use mail::{Status, StatusCode};
@@ -56,6 +57,9 @@ pub(crate) struct Resolve {
     pub(crate) hosts: HashMap<String, Hosts>,
     /// Messages waiting for a next hop's host list.
     host_waiters: HashMap<String, Vec<u64>>,
+    /// When expired host lists were last dropped (at most once a second:
+    /// every answer would make a list of many domains quadratic).
+    purged: Time,
 }
 
 impl<S: Store> QueueManager<S> {
@@ -120,6 +124,9 @@ impl<S: Store> QueueManager<S> {
             self.probe_failed(&address);
         }
         self.resolve.host_waiters.clear();
+        for a in self.deliver.msgs.values_mut() {
+            a.hosts_awaited = 0;
+        }
         let waiting: Vec<u64> = self
             .deliver
             .msgs
@@ -238,12 +245,20 @@ impl<S: Store> QueueManager<S> {
             .host_waiters
             .remove(&nexthop)
             .unwrap_or_default();
+        for q in &waiters {
+            if let Some(a) = self.deliver.msgs.get_mut(q) {
+                a.hosts_awaited = a.hosts_awaited.saturating_sub(1);
+            }
+        }
         let (temporary, text) = match resp {
             router::Response::Hosts(list) if list.hosts.iter().any(|h| !h.addrs.is_empty()) => {
                 // Old entries go when they expire, so the cache follows
                 // the destinations in use.
                 let now = self.now;
-                self.resolve.hosts.retain(|_, h| h.expires > now);
+                if now >= self.resolve.purged + Duration::from_secs(1) {
+                    self.resolve.purged = now;
+                    self.resolve.hosts.retain(|_, h| h.expires > now);
+                }
                 // A policy counting by remoteip needs each connection to
                 // go to one known address: each address is a host then.
                 let by_address = self
@@ -270,29 +285,11 @@ impl<S: Store> QueueManager<S> {
             }
             o => (true, format!("4.3.0 unexpected router answer {o:?}")),
         };
+        let status = router_status(&text, temporary);
         for q in waiters {
-            let rcpts: Vec<u32> = self
-                .deliver
-                .msgs
-                .get(&q)
-                .map(|a| {
-                    a.routes
-                        .iter()
-                        .filter(|(_, r)| r.nexthop == nexthop)
-                        .map(|(i, _)| *i)
-                        .collect()
-                })
-                .unwrap_or_default();
-            let status = router_status(&text, temporary);
-            if temporary {
-                self.defer_now(q, &rcpts, &status, self.now + ROUTE_RETRY);
-            } else {
-                self.bounce_now(q, &rcpts, &status);
-            }
             if let Some(a) = self.deliver.msgs.get_mut(&q) {
-                for r in &rcpts {
-                    a.routes.remove(r);
-                }
+                a.host_failures
+                    .push((nexthop.clone(), status.clone(), temporary));
             }
             self.maybe_add(q);
         }
@@ -308,6 +305,9 @@ impl<S: Store> QueueManager<S> {
         let first = waiters.is_empty();
         if !waiters.contains(&qid) {
             waiters.push(qid);
+            if let Some(a) = self.deliver.msgs.get_mut(&qid) {
+                a.hosts_awaited += 1;
+            }
         }
         if !first {
             return;
@@ -542,6 +542,59 @@ mod tests {
         });
         assert!(w.records(id).iter().any(|r| matches!(r,
             Record::Bounced { reason, .. } if reason == "Host not found")));
+    }
+
+    #[test]
+    fn a_list_of_many_domains_settles_each_failed_next_hop_once() {
+        // 3,000 recipients, each in a domain of its own; a third of the
+        // domains have no servers (half of those for now, half for good).
+        // Each answer used to rescan every route of the message.
+        let mut w = World::new(settings());
+        let rcpts: Vec<String> = (0..3000).map(|i| format!("r@d{i}.example")).collect();
+        let refs: Vec<&str> = rcpts.iter().map(String::as_str).collect();
+        let id = w.arrive("list@a.example", &refs);
+        while let Some((request, body)) = w.router.pop_front() {
+            let response = match body {
+                router::Request::ResolveQueued { address, .. } => {
+                    let d = address.rsplit_once('@').unwrap().1.to_string();
+                    crate::testkit::resolved(&address, "smtp", &d)
+                }
+                router::Request::Hosts { nexthop } => {
+                    let n: u32 = nexthop[1..nexthop.find('.').unwrap()].parse().unwrap();
+                    match n % 6 {
+                        0 => router::Response::Failed {
+                            temporary: true,
+                            text: "4.4.3 Host or domain name not found".into(),
+                        },
+                        3 => router::Response::Failed {
+                            temporary: false,
+                            text: "5.4.4 Host not found".into(),
+                        },
+                        _ => crate::testkit::hosts(&nexthop),
+                    }
+                }
+                other => panic!("{other:?}"),
+            };
+            w.handle(Event::RouterAnswer { request, response });
+        }
+        w.settle(|_| 250);
+        let (mut deferred, mut bounced, mut delivered) = (Vec::new(), Vec::new(), Vec::new());
+        for r in w.records(id) {
+            match r {
+                Record::Deferred { rcpts, .. } => deferred.extend(rcpts),
+                Record::Bounced { rcpts, .. } => bounced.extend(rcpts),
+                Record::Delivered { rcpts, .. } => delivered.extend(rcpts),
+                _ => {}
+            }
+        }
+        for v in [&mut deferred, &mut bounced, &mut delivered] {
+            v.sort();
+        }
+        let every = |m: u32| (0..3000u32).filter(move |i| i % 6 == m);
+        assert_eq!(deferred, every(0).collect::<Vec<_>>());
+        assert_eq!(bounced, every(3).collect::<Vec<_>>());
+        assert_eq!(delivered.len(), 2000);
+        assert!(delivered.iter().all(|i| i % 3 != 0));
     }
 
     #[test]
