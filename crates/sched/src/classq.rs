@@ -36,6 +36,11 @@ impl ClassQueue {
         self.fifo.front().copied()
     }
 
+    /// Puts `e` back at position `at` (the tail if the queue is shorter).
+    pub fn insert(&mut self, at: usize, e: EntryId) {
+        self.fifo.insert(at.min(self.fifo.len()), e);
+    }
+
     /// Removes the head.
     pub fn pop_front(&mut self) -> Option<EntryId> {
         self.fifo.pop_front()

@@ -27,6 +27,25 @@ use crate::shape::Refusal;
 use crate::time::Time;
 
 /// Where a shaping refusal parks the destination.
+/// Message sides tried behind a head entry that shaping refuses.
+const SIDE_TRIES: usize = 8;
+
+/// Entries looked at for them (further behind, an entry waits for the
+/// destination's wake-up: a shaped connection closing, the limits or the
+/// holds changing).
+const SIDE_SCAN: usize = 4096;
+
+/// Why an entry could not start: shaping, for its message side (another
+/// side's entry may go), or anything else (the destination waits).
+enum Refused {
+    Shaping(Park),
+    Other(Park),
+}
+
+fn shaped(r: Refusal) -> Refused {
+    Refused::Shaping(park_for(r))
+}
+
 fn park_for(r: Refusal) -> Park {
     match r {
         Refusal::Until(t) => Park::Until(t),
@@ -149,6 +168,14 @@ impl Scheduler {
         false
     }
 
+    /// Starts the head entry of `d`'s `class` queue, or, when shaping
+    /// refuses it for what its message side is (a suspended recipient
+    /// domain, a tenant's spent rate), the first entry behind it of a side
+    /// that may go: behind a shared relay one domain's held mail must not
+    /// hold up the others' (held entries keep their place and order).
+    /// Entries of a side already refused are passed over at the cost of a
+    /// look-up; at most [`SIDE_TRIES`] other sides are tried, among the
+    /// first [`SIDE_SCAN`] entries.
     pub(crate) fn try_dispatch(
         &mut self,
         now: Time,
@@ -156,6 +183,70 @@ impl Scheduler {
         d: DestId,
         class: Class,
     ) -> Result<(), Park> {
+        let Some(head) = self.dests[d].queues[class.idx()].front() else {
+            return Ok(());
+        };
+        let first = match self.try_head(now, t, d, class) {
+            Ok(()) => return Ok(()),
+            Err(Refused::Other(p)) => return Err(p),
+            Err(Refused::Shaping(p)) => p,
+        };
+        let Some(side) = self.entry_side(head).map(|s| s.id) else {
+            return Err(first);
+        };
+        let mut blocked = vec![side];
+        // This class first, then the others: the destination parks as a
+        // whole, so what another class holds would wait too.
+        let others = Class::ALL.into_iter().filter(|&c| c != class);
+        for c in std::iter::once(class).chain(others) {
+            let queued: Vec<EntryId> = self.dests[d].queues[c.idx()]
+                .iter()
+                .take(SIDE_SCAN)
+                .collect();
+            for (at, e) in queued.into_iter().enumerate() {
+                if blocked.len() > SIDE_TRIES {
+                    return Err(first);
+                }
+                let Some(side) = self.entry_side(e).map(|s| s.id) else {
+                    continue;
+                };
+                if blocked.contains(&side) {
+                    continue;
+                }
+                // Tried at the head of its queue, put back in its place if refused.
+                let q = self.dests[d].queue(c);
+                q.remove(e);
+                q.push_front(e);
+                match self.try_head(now, t, d, c) {
+                    Ok(()) => {
+                        self.ensure_ring(d, c);
+                        return Ok(());
+                    }
+                    Err(r) => {
+                        let q = self.dests[d].queue(c);
+                        if q.front() == Some(e) {
+                            q.pop_front();
+                            q.insert(at, e);
+                        }
+                        match r {
+                            Refused::Shaping(_) => blocked.push(side),
+                            Refused::Other(p) => return Err(p),
+                        }
+                    }
+                }
+            }
+        }
+        Err(first)
+    }
+
+    /// [`Scheduler::try_dispatch`] for the queue's head entry.
+    fn try_head(
+        &mut self,
+        now: Time,
+        t: TransportId,
+        d: DestId,
+        class: Class,
+    ) -> Result<(), Refused> {
         let Some(e) = self.dests[d].queues[class.idx()].front() else {
             return Ok(());
         };
@@ -171,7 +262,7 @@ impl Scheduler {
         let sid = side.as_ref().map(|s| s.id);
         let plan = self.plan(now, t, d, e, sid, class);
         if let Plan::Block(p) = plan {
-            return Err(p);
+            return Err(Refused::Other(p));
         }
         if let Plan::DeferNoHost(until) = plan {
             self.dests[d].queue(class).pop_front();
@@ -189,12 +280,12 @@ impl Scheduler {
                 _ => None,
             };
             if let Verdict::RetryAt(at) = self.acquire(now, Scope::Transaction, d, host, m) {
-                return Err(Park::Until(at));
+                return Err(Refused::Other(Park::Until(at)));
             }
         }
         match plan {
             Plan::Conn(c) => {
-                self.may_send(now, self.conns[c].bind).map_err(park_for)?;
+                self.may_send(now, self.conns[c].bind).map_err(shaped)?;
                 self.dests[d].queue(class).pop_front();
                 self.assign(now, e, c);
             }
@@ -204,21 +295,21 @@ impl Scheduler {
                     if let Verdict::RetryAt(at) =
                         self.acquire(now, Scope::Connect, d, Some(host), m)
                     {
-                        wait = Some(Park::Until(at));
+                        wait = Some(Refused::Other(Park::Until(at)));
                     }
                 }
                 let mut chosen = (None, None);
                 if wait.is_none() {
                     match self.choose_source(now, e, host, side.as_deref()) {
                         Ok(c) => chosen = c,
-                        Err(r) => wait = Some(park_for(r)),
+                        Err(r) => wait = Some(shaped(r)),
                     }
                 }
                 if let Some(p) = wait {
                     // May not connect yet: ride an active connection if there is one.
                     return match self.ride(d, sid) {
                         Some(c) => {
-                            self.may_send(now, self.conns[c].bind).map_err(park_for)?;
+                            self.may_send(now, self.conns[c].bind).map_err(shaped)?;
                             self.dests[d].queue(class).pop_front();
                             self.assign(now, e, c);
                             Ok(())
@@ -227,7 +318,7 @@ impl Scheduler {
                     };
                 }
                 let (source, bind) = chosen;
-                self.may_send(now, bind).map_err(park_for)?;
+                self.may_send(now, bind).map_err(shaped)?;
                 if let Some(ic) = close_idle {
                     self.close_conn(now, ic);
                 }

@@ -645,8 +645,17 @@ impl Scheduler {
             self.defer_entry(now, e, &why, Some(dead.retry_at), true);
             return;
         }
-        let first = self.dests[d].queues[class.idx()].is_empty();
+        let head = self.dests[d].queues[class.idx()].front();
         self.dests[d].queue(class).push_back(e);
+        // Parked because shaping refused what it had: mail of another side
+        // (another recipient domain, tenant) may go now.
+        if self.dests[d].park == Park::Shaping {
+            let side = |s: &mut Self, e| s.entry_side(e).map(|x| x.id);
+            if head.is_none_or(|h| side(self, h) != side(self, e)) {
+                self.unpark(d);
+            }
+        }
+        let first = head.is_none();
         if self.preemptive() {
             let t = self.dests[d].transport;
             self.job_entry_queued(now, t, m, d, true);

@@ -954,3 +954,49 @@ fn a_class_share_swap_never_puts_mail_of_another_pool_on_a_connection() {
     }
     s.check_invariants().unwrap();
 }
+
+#[test]
+fn a_suspended_domain_behind_a_shared_relay_does_not_hold_up_the_others() {
+    // Behind one relayhost the destination's queue mixes domains: the
+    // suspended one's mail at its head must not keep the others waiting.
+    let mut s = sched(seed());
+    let mut w = World::default();
+    s.handle(
+        Time(0),
+        Event::Suspend {
+            when: vec![(Field::RecipientDomain, "held.test".into())],
+            until: None,
+            tag: None,
+        },
+    )
+    .unwrap();
+    let relay = "[192.0.2.25]:25";
+    for q in 1..=10 {
+        routed(&mut s, &mut w, Time(0), q, "", relay, relay, "held.test");
+    }
+    for q in 11..=20 {
+        routed(&mut s, &mut w, Time(0), q, "", relay, relay, "free.test");
+    }
+    let mut t = 0;
+    while t < 5_000 {
+        t += 50;
+        w.finish(&mut s, Time(t), |_| RcptStatus::Delivered);
+        s.handle_timeout(Time(t));
+        w.drain(&mut s, Time(t));
+    }
+    let mut went: Vec<u64> = w.started.iter().map(|x| x.2).collect();
+    went.sort();
+    assert_eq!(went, (11..=20).collect::<Vec<_>>(), "free.test's mail went");
+    s.check_invariants().unwrap();
+    // Lifted, the held mail goes too.
+    let id = s.shaper().unwrap().holds(Time(t).0)[0].id;
+    s.handle(Time(t), Event::Resume { id }).unwrap();
+    w.drain(&mut s, Time(t));
+    while t < 10_000 {
+        t += 50;
+        w.finish(&mut s, Time(t), |_| RcptStatus::Delivered);
+        s.handle_timeout(Time(t));
+        w.drain(&mut s, Time(t));
+    }
+    assert_eq!(w.started.len(), 20);
+}
