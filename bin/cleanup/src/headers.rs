@@ -13,6 +13,8 @@
 //! comes from ([`settle_ids`]): an smtpd access action, then the header,
 //! then (for the tenant) the SASL login name.
 
+use std::borrow::Cow;
+
 /// Header bytes held back before giving up on header processing.
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
@@ -36,7 +38,7 @@ pub struct HeaderBuffer {
 
 /// The result of feeding content.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Fed {
+pub enum Fed<'a> {
     /// Still inside the headers: everything was kept.
     Holding,
     /// The header section is complete: `headers` (without the empty line)
@@ -44,8 +46,10 @@ pub enum Fed {
     Complete {
         /// The header lines, each ending in CRLF.
         headers: Vec<u8>,
-        /// The empty line and everything after it that was fed.
-        rest: Vec<u8>,
+        /// The empty line and everything after it that was fed: borrowed
+        /// from what was just fed (the body is not copied here), unless
+        /// the empty line began in an earlier feed.
+        rest: Cow<'a, [u8]>,
     },
     /// Past the header section already: the bytes fed pass through as
     /// they are (the caller writes them; nothing is copied here).
@@ -53,32 +57,54 @@ pub enum Fed {
 }
 
 impl HeaderBuffer {
-    /// Feeds content bytes.
-    pub fn feed(&mut self, bytes: &[u8]) -> Fed {
+    /// Feeds content bytes. Only header bytes are kept: the body that
+    /// comes with the end of the headers is handed back as a part of
+    /// `bytes`.
+    pub fn feed<'a>(&mut self, bytes: &'a [u8]) -> Fed<'a> {
         if self.done {
             return Fed::Through;
         }
-        let start = self.buf.len().saturating_sub(3);
-        self.buf.extend_from_slice(bytes);
-        // A message that starts with the empty line has no headers.
-        let end = if self.buf.starts_with(b"\r\n") {
+        let old = self.buf.len();
+        // Where the empty line starts, counted in what was held and then
+        // fed: a message that starts with the empty line has no headers;
+        // else the first CRLF CRLF, across the two or within `bytes`.
+        let starts_empty = match old {
+            0 => bytes.starts_with(b"\r\n"),
+            1 => self.buf[0] == b'\r' && bytes.first() == Some(&b'\n'),
+            _ => false,
+        };
+        let end = if starts_empty {
             Some(0)
         } else {
-            find(&self.buf[start..], b"\r\n\r\n").map(|i| start + i + 2)
+            let start = old.saturating_sub(3);
+            let mut seam = self.buf[start..].to_vec();
+            seam.extend_from_slice(&bytes[..bytes.len().min(3)]);
+            find(&seam, b"\r\n\r\n")
+                .map(|i| start + i + 2)
+                .or_else(|| find(bytes, b"\r\n\r\n").map(|i| old + i + 2))
         };
         if let Some(end) = end {
             self.done = true;
-            let rest = self.buf.split_off(end);
+            if end >= old {
+                self.buf.extend_from_slice(&bytes[..end - old]);
+                return Fed::Complete {
+                    headers: std::mem::take(&mut self.buf),
+                    rest: Cow::Borrowed(&bytes[end - old..]),
+                };
+            }
+            let mut rest = self.buf.split_off(end);
+            rest.extend_from_slice(bytes);
             return Fed::Complete {
                 headers: std::mem::take(&mut self.buf),
-                rest,
+                rest: Cow::Owned(rest),
             };
         }
+        self.buf.extend_from_slice(bytes);
         if self.buf.len() > MAX_HEADER_BYTES {
             self.done = true;
             return Fed::Complete {
                 headers: Vec::new(),
-                rest: std::mem::take(&mut self.buf),
+                rest: Cow::Owned(std::mem::take(&mut self.buf)),
             };
         }
         Fed::Holding
@@ -274,7 +300,7 @@ mod tests {
             for piece in [&msg[..cut], &msg[cut..]] {
                 match h.feed(piece) {
                     Fed::Holding => {}
-                    Fed::Complete { headers, rest } => got = Some((headers, rest)),
+                    Fed::Complete { headers, rest } => got = Some((headers, rest.into_owned())),
                     Fed::Through => got.as_mut().unwrap().1.extend(piece),
                 }
             }
@@ -285,13 +311,32 @@ mod tests {
     }
 
     #[test]
+    fn the_body_fed_with_the_end_of_the_headers_is_handed_back_not_copied() {
+        let mut h = HeaderBuffer::default();
+        assert_eq!(h.feed(b"Subject: x\r\n"), Fed::Holding);
+        let fed = b"From: a@b\r\n\r\nbody\r\n".to_vec();
+        match h.feed(&fed) {
+            Fed::Complete {
+                headers,
+                rest: Cow::Borrowed(rest),
+            } => {
+                assert_eq!(headers, b"Subject: x\r\nFrom: a@b\r\n");
+                assert_eq!(rest, b"\r\nbody\r\n");
+                assert!(std::ptr::eq(rest.as_ptr(), fed[11..].as_ptr()));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(h.feed(b"more\r\n"), Fed::Through);
+    }
+
+    #[test]
     fn no_headers_and_headers_only() {
         let mut h = HeaderBuffer::default();
         assert_eq!(
             h.feed(b"\r\nbody\r\n"),
             Fed::Complete {
                 headers: vec![],
-                rest: b"\r\nbody\r\n".to_vec()
+                rest: Cow::Borrowed(b"\r\nbody\r\n")
             }
         );
         let mut h = HeaderBuffer::default();
