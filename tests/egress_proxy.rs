@@ -272,11 +272,10 @@ fn a_proxy_killed_during_delivery_leaves_the_other_to_carry_all_the_mail() {
     // The kill cut transactions short: deferred, then delivered through
     // the other proxy.
     assert!(log.contains("lost connection with"), "{log}");
-    let refused = format!(
-        "connect to proxy 127.0.0.1:{}: Connection refused",
-        w.ports[0]
-    );
-    assert!(log.contains(&refused), "{log}");
+    // Refused once it is gone, or reset if the kill caught a connection
+    // the dying proxy had accepted.
+    let failed = format!("connect to proxy 127.0.0.1:{}: ", w.ports[0]);
+    assert!(log.contains(&failed), "{log}");
     assert!(w.proxy_failures(w.ports[0]) > 0, "{}", w.metrics());
     assert_eq!(w.proxy_failures(w.ports[1]), 0);
     assert!(!log.contains("status=bounced"), "{log}");

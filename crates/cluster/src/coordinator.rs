@@ -300,6 +300,10 @@ impl Coordinator {
         let name = match self.instances[i].as_mut() {
             Some(inst) => {
                 inst.conn = None;
+                // Numbers are per connection: a departed instance's keys
+                // stay only through the slots it holds.
+                inst.theirs.clear();
+                inst.named.clear();
                 inst.name.clone()
             }
             None => return,

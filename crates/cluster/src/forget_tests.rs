@@ -241,3 +241,44 @@ fn forgetting_a_number_never_named_is_a_breach() {
         Some(Event::Refused { conn: 1, reason }) if reason.contains("never named")
     ));
 }
+
+#[test]
+fn an_instance_that_left_keeps_only_the_keys_it_holds_slots_of() {
+    let mut c = Coordinator::new(
+        Config {
+            sweep_ms: 1_000,
+            ..Config::new(1000, 600_000, Division::Equal)
+        },
+        0,
+    );
+    c.connect(0, 1);
+    let keys = vec![
+        (0, "domain=rate.example".to_string()),
+        (1, "localip=192.0.2.1,grouping=held".to_string()),
+    ];
+    c.handle(
+        0,
+        1,
+        ToCoord::Hello {
+            version: crate::proto::VERSION,
+            name: "gone.example".into(),
+            known: 0,
+            keys,
+            held: vec![crate::proto::Held {
+                key: 1,
+                limit: 2,
+                conns: 1,
+                wants: false,
+            }],
+            rates: vec![],
+        },
+    );
+    c.handle_timeout(3_000);
+    assert_eq!(c.key_names(), 2);
+    // It goes away for good (its lease is long): the key it only named
+    // is forgotten at the next sweep, the one it holds a slot of is not.
+    c.disconnect(3_000, 1);
+    c.handle_timeout(5_000);
+    assert_eq!(c.key_names(), 1);
+    assert_eq!(c.keys()[0].key, "localip=192.0.2.1,grouping=held");
+}

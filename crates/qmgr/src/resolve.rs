@@ -268,6 +268,13 @@ impl<S: Store> QueueManager<S> {
                     .shaping
                     .as_ref()
                     .is_some_and(|p| p.fields_used().contains(shaping::Field::RemoteIp));
+                // A failure heard earlier for this next hop (its list is
+                // not cached) no longer holds for the messages asking now.
+                for q in &waiters {
+                    if let Some(a) = self.deliver.msgs.get_mut(q) {
+                        a.host_failures.retain(|(n, _, _)| *n != nexthop);
+                    }
+                }
                 self.resolve
                     .hosts
                     .insert(nexthop, hosts_of(&list, now, by_address));

@@ -101,6 +101,9 @@ pub struct Destination {
     pub in_ring: [bool; 3],
     /// Parking state.
     pub park: Park,
+    /// The park came from shaping refusing its mail's sides: mail of
+    /// another side wakes it.
+    pub shaped: bool,
     /// Dead until retry.
     pub dead: Option<Dead>,
     /// Length of the next dead period (doubles between the back-off bounds).
@@ -134,6 +137,7 @@ impl Destination {
             inflight: [0; 3],
             inflight_rcpts: [0; 3],
             park: Park::No,
+            shaped: false,
             dead: None,
             backoff_ms: 0,
             entries: 0,

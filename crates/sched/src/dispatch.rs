@@ -42,6 +42,16 @@ enum Refused {
     Other(Park),
 }
 
+/// Of two shaping parks, the one that wakes the destination first: a
+/// time beats a wait for shaping to change.
+fn sooner(a: Park, b: Park) -> Park {
+    match (a, b) {
+        (Park::Until(x), Park::Until(y)) => Park::Until(x.min(y)),
+        (Park::Until(x), _) | (_, Park::Until(x)) => Park::Until(x),
+        (a, _) => a,
+    }
+}
+
 fn shaped(r: Refusal) -> Refused {
     Refused::Shaping(park_for(r))
 }
@@ -170,12 +180,16 @@ impl Scheduler {
 
     /// Starts the head entry of `d`'s `class` queue, or, when shaping
     /// refuses it for what its message side is (a suspended recipient
-    /// domain, a tenant's spent rate), the first entry behind it of a side
-    /// that may go: behind a shared relay one domain's held mail must not
-    /// hold up the others' (held entries keep their place and order).
-    /// Entries of a side already refused are passed over at the cost of a
-    /// look-up; at most [`SIDE_TRIES`] other sides are tried, among the
-    /// first [`SIDE_SCAN`] entries.
+    /// domain, a tenant's spent rate), the first entry of a side that may
+    /// go: behind a shared relay one domain's held mail must not hold up
+    /// the others' (held entries keep their place and order). This class's
+    /// queue first, then the others' (the destination parks as a whole);
+    /// entries of a side already refused are passed over at the cost of a
+    /// look-up; at most [`SIDE_TRIES`] sides are tried, among the first
+    /// [`SIDE_SCAN`] entries of each queue. Refused throughout, it parks
+    /// until the earliest time a side may go, else until shaping changes.
+    /// Not with nqmgr's preemption (it asks for one job's entry) nor with
+    /// the `sched::limiter` rules (each try would spend their tokens).
     pub(crate) fn try_dispatch(
         &mut self,
         now: Time,
@@ -186,26 +200,29 @@ impl Scheduler {
         let Some(head) = self.dests[d].queues[class.idx()].front() else {
             return Ok(());
         };
+        self.dests[d].shaped = false;
         let first = match self.try_head(now, t, d, class) {
             Ok(()) => return Ok(()),
             Err(Refused::Other(p)) => return Err(p),
             Err(Refused::Shaping(p)) => p,
         };
-        let Some(side) = self.entry_side(head).map(|s| s.id) else {
+        self.dests[d].shaped = true;
+        let side = self.entry_side(head).map(|s| s.id);
+        let scan = !self.preemptive() && !self.has_tx_limits() && !self.has_conn_limits();
+        let (Some(side), true) = (side, scan) else {
             return Err(first);
         };
         let mut blocked = vec![side];
-        // This class first, then the others: the destination parks as a
-        // whole, so what another class holds would wait too.
+        let mut park = first;
         let others = Class::ALL.into_iter().filter(|&c| c != class);
-        for c in std::iter::once(class).chain(others) {
+        'classes: for c in std::iter::once(class).chain(others) {
             let queued: Vec<EntryId> = self.dests[d].queues[c.idx()]
                 .iter()
                 .take(SIDE_SCAN)
                 .collect();
             for (at, e) in queued.into_iter().enumerate() {
                 if blocked.len() > SIDE_TRIES {
-                    return Err(first);
+                    break 'classes;
                 }
                 let Some(side) = self.entry_side(e).map(|s| s.id) else {
                     continue;
@@ -219,6 +236,7 @@ impl Scheduler {
                 q.push_front(e);
                 match self.try_head(now, t, d, c) {
                     Ok(()) => {
+                        self.dests[d].shaped = false;
                         self.ensure_ring(d, c);
                         return Ok(());
                     }
@@ -229,14 +247,20 @@ impl Scheduler {
                             q.insert(at, e);
                         }
                         match r {
-                            Refused::Shaping(_) => blocked.push(side),
-                            Refused::Other(p) => return Err(p),
+                            Refused::Shaping(p) => {
+                                blocked.push(side);
+                                park = sooner(park, p);
+                            }
+                            Refused::Other(p) => {
+                                self.dests[d].shaped = false;
+                                return Err(p);
+                            }
                         }
                     }
                 }
             }
         }
-        Err(first)
+        Err(park)
     }
 
     /// [`Scheduler::try_dispatch`] for the queue's head entry.

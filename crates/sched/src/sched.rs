@@ -649,7 +649,8 @@ impl Scheduler {
         self.dests[d].queue(class).push_back(e);
         // Parked because shaping refused what it had: mail of another side
         // (another recipient domain, tenant) may go now.
-        if self.dests[d].park == Park::Shaping {
+        let parked = matches!(self.dests[d].park, Park::Shaping | Park::Until(_));
+        if parked && self.dests[d].shaped {
             let side = |s: &mut Self, e| s.entry_side(e).map(|x| x.id);
             if head.is_none_or(|h| side(self, h) != side(self, e)) {
                 self.unpark(d);

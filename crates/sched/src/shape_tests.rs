@@ -958,14 +958,21 @@ fn a_class_share_swap_never_puts_mail_of_another_pool_on_a_connection() {
 #[test]
 fn a_suspended_domain_behind_a_shared_relay_does_not_hold_up_the_others() {
     // Behind one relayhost the destination's queue mixes domains: the
-    // suspended one's mail at its head must not keep the others waiting.
+    // suspended one's mail at its head must not keep the others waiting,
+    // whether the suspension has an end or not.
+    for until in [None, Some(Time(3_600_000))] {
+        suspended_domain_behind_a_shared_relay(until);
+    }
+}
+
+fn suspended_domain_behind_a_shared_relay(until: Option<Time>) {
     let mut s = sched(seed());
     let mut w = World::default();
     s.handle(
         Time(0),
         Event::Suspend {
             when: vec![(Field::RecipientDomain, "held.test".into())],
-            until: None,
+            until,
             tag: None,
         },
     )
@@ -986,7 +993,11 @@ fn a_suspended_domain_behind_a_shared_relay_does_not_hold_up_the_others() {
     }
     let mut went: Vec<u64> = w.started.iter().map(|x| x.2).collect();
     went.sort();
-    assert_eq!(went, (11..=20).collect::<Vec<_>>(), "free.test's mail went");
+    assert_eq!(
+        went,
+        (11..=20).collect::<Vec<_>>(),
+        "free.test's mail went (suspension until {until:?})"
+    );
     s.check_invariants().unwrap();
     // Lifted, the held mail goes too.
     let id = s.shaper().unwrap().holds(Time(t).0)[0].id;

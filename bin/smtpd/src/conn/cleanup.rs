@@ -370,6 +370,11 @@ impl Conn {
                 } = resp
                 {
                     let enh = EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::TEMP_SYSTEM);
+                    // As a refusal at the end of data is logged (smtpd(8)).
+                    msg_info!(
+                        "NOQUEUE: reject: END-OF-MESSAGE from unknown[{}]: {code} {enhanced} {text}",
+                        self.peer.ip()
+                    );
                     self.quiet_refused(cx, pool, Reply::enhanced(code, enh, text));
                     return;
                 }
