@@ -11,6 +11,15 @@
 //! otherwise. The sink is opened before privileges are dropped, so chrooted
 //! daemons keep logging. After logrotate has renamed `maillog_file`,
 //! [`reopen`] opens the file again under its name.
+//!
+//! A daemon's event loop calls [`batch`] once: from then on the lines its
+//! loop thread writes to a file or stderr are gathered and go out in one
+//! `write` when the loop calls [`flush`] before it waits again (an SMTP
+//! session's connect, client= and disconnect lines cost one system call
+//! between them instead of three). A warning or worse, a line from another
+//! thread, a full buffer and a panic flush at once, so a line is never
+//! held while the loop sleeps and the lines before a crash are not lost.
+//! Syslog takes one datagram per line and is never batched.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -32,7 +41,14 @@ struct Logger {
     /// a daemon never forks without exec.
     pid: u32,
     sinks: Vec<Sink>,
+    /// The loop thread whose lines are gathered, once [`batch`] was called.
+    batching: Option<std::thread::ThreadId>,
+    /// Gathered lines, not yet written to the file and stderr sinks.
+    pending: Vec<u8>,
 }
+
+/// Gathered lines are written once they reach this size.
+const BATCH_LIMIT: usize = 32 << 10;
 
 static LOGGER: Mutex<Option<Logger>> = Mutex::new(None);
 
@@ -117,6 +133,8 @@ pub fn init(setup: &LogSetup) -> std::io::Result<()> {
         host: short_host(),
         pid: std::process::id(),
         sinks,
+        batching: None,
+        pending: Vec::new(),
     });
     match err {
         Some(e) => Err(e),
@@ -202,14 +220,23 @@ pub fn write(level: Level, text: &str) {
     };
     let stamp = sys::time::syslog_stamp(std::time::SystemTime::now());
     let line = format_line(&stamp, &logger.host, &logger.ident, logger.pid, level, text);
+    let gather = level == Level::Info
+        && logger.batching == Some(std::thread::current().id())
+        && logger.pending.len() + line.len() <= BATCH_LIMIT;
+    if gather {
+        logger.pending.extend_from_slice(line.as_bytes());
+    } else {
+        logger.write_pending();
+    }
     for sink in &mut logger.sinks {
         match sink {
-            Sink::File(f) => {
+            Sink::File(f) if !gather => {
                 let _ = f.write_all(line.as_bytes());
             }
-            Sink::Stderr => {
+            Sink::Stderr if !gather => {
                 let _ = std::io::stderr().write_all(line.as_bytes());
             }
+            Sink::File(_) | Sink::Stderr => {}
             Sink::Syslog(l) => {
                 let msg = format!("{}{text}", level.prefix());
                 let _ = match level {
@@ -220,6 +247,60 @@ pub fn write(level: Level, text: &str) {
                 };
             }
         }
+    }
+}
+
+impl Logger {
+    /// Writes the gathered lines to the file and stderr sinks.
+    fn write_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        for sink in &mut self.sinks {
+            match sink {
+                Sink::File(f) => {
+                    let _ = f.write_all(&self.pending);
+                }
+                Sink::Stderr => {
+                    let _ = std::io::stderr().write_all(&self.pending);
+                }
+                Sink::Syslog(_) => {}
+            }
+        }
+        self.pending.clear();
+    }
+}
+
+/// Gathers the calling thread's info lines until [`flush`]: for an event
+/// loop, which flushes before each wait. A panic flushes them first.
+pub fn batch() {
+    let mut guard = LOGGER.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(logger) = guard.as_mut() else {
+        return;
+    };
+    logger.batching = Some(std::thread::current().id());
+    drop(guard);
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        // try_lock: a panic inside `write` holds the lock; its lines are
+        // lost rather than the process deadlocked in its own panic hook.
+        let mut guard = match LOGGER.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        };
+        if let Some(logger) = guard.as_deref_mut().and_then(Option::as_mut) {
+            logger.write_pending();
+        }
+        previous(info);
+    }));
+}
+
+/// Writes the lines gathered since the last flush.
+pub fn flush() {
+    let mut guard = LOGGER.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(logger) = guard.as_mut() {
+        logger.write_pending();
     }
 }
 
@@ -267,8 +348,63 @@ mod tests {
         assert_eq!(l, "Nov 21 23:43:12 mx sluice/smtpd[42]: warning: oops\n");
     }
 
+    /// The logger is one per process: its tests take turns.
+    static TURN: Mutex<()> = Mutex::new(());
+
+    #[test]
+    fn a_loop_writes_its_lines_together_and_never_holds_a_warning() {
+        let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("maillog");
+        init(&LogSetup {
+            service: "test".into(),
+            syslog_name: "sluice".into(),
+            maillog_file: path.display().to_string(),
+            foreground: false,
+        })
+        .unwrap();
+        let read = || std::fs::read_to_string(&path).unwrap();
+        batch();
+        write(Level::Info, "connect from a");
+        write(Level::Info, "client=a");
+        assert_eq!(read(), "", "gathered until the loop flushes");
+        flush();
+        let text = read();
+        assert!(text.contains("connect from a\n") && text.ends_with("client=a\n"));
+        write(Level::Info, "disconnect from a");
+        write(Level::Warning, "something odd");
+        let text = read();
+        let (d, w) = (text.find("disconnect").unwrap(), text.find("odd").unwrap());
+        assert!(
+            d < w,
+            "a warning goes at once, after what was gathered: {text}"
+        );
+        write(Level::Info, "from the loop");
+        std::thread::spawn(|| write(Level::Info, "from another thread"))
+            .join()
+            .unwrap();
+        let text = read();
+        let (a, b) = (
+            text.find("from the loop").unwrap(),
+            text.find("another thread").unwrap(),
+        );
+        assert!(
+            a < b,
+            "another thread's line goes at once, in order: {text}"
+        );
+        write(Level::Info, "before a panic");
+        let _ = std::panic::catch_unwind(|| panic!("broken invariant"));
+        assert!(
+            read().contains("before a panic"),
+            "a panic writes what was gathered"
+        );
+        // The next test's logger starts unbatched.
+        *LOGGER.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     #[test]
     fn reopen_follows_a_rotated_file() {
+        let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("maillog");
         init(&LogSetup {

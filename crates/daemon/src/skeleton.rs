@@ -201,6 +201,7 @@ where
         life_fd,
         listen_fds,
     );
+    crate::log::flush();
     std::process::exit(code)
 }
 
@@ -287,6 +288,7 @@ fn event_loop<S: Server>(
     listen_fds: Vec<OwnedFd>,
 ) -> i32 {
     let clock = SystemClock;
+    crate::log::batch();
     let mut poll = Poll::new().unwrap_or_else(|e| msg_fatal!("epoll: {e}"));
     let mut events = Events::with_capacity(256);
     let mut signals = Signals::new(
@@ -393,6 +395,7 @@ fn event_loop<S: Server>(
             }
             deadline = Some(deadline.map_or(idle_end, |d| d.min(idle_end)));
         }
+        crate::log::flush();
         if let Err(e) = evloop::poll(&mut poll, &mut events, poll_timeout(deadline, now)) {
             msg_fatal!("poll: {e}");
         }
