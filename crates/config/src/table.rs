@@ -222,7 +222,7 @@ static PARAMS: &[ParamSpec] = &[
     t("default_destination_dead_while_delivering", B, "no", "Declare a destination dead after the failed pseudo-cohorts even while one of its connections is open and delivers (Postfix's rule); with no, its concurrency window drops to those connections instead (a server that takes a few sessions and answers 421 to the rest)."),
     t("default_destination_rate_delay", SEC, "0s", "Pause between deliveries to one destination (0: none)."),
     t("default_transport_rate_delay", SEC, "0s", "Pause between deliveries through one transport (0: none)."),
-    t("transport_retry_time", SEC, "60s", "Time between attempts to use a transport whose agents failed."),
+    t("transport_retry_time", SEC, "60s", "After a delivery agent's own side failed to set up a connection (no egress proxy answered, the source address could not be bound), how long the destination opens no new connection; its queued mail is deferred until then. 0 turns this off."),
     t("default_recipient_limit", I, "20000", "Most recipients of one transport in qmgr's memory."),
     t("default_extra_recipient_limit", I, "1000", "Extra recipient slots a transport may borrow."),
     t("default_delivery_slot_cost", I, "5", "nqmgr preemption: delivery slots a message must earn before it may be preempted (simulator policy)."),

@@ -111,6 +111,7 @@ pub fn build(cfg: &Config, services: &[ServiceDef], seed: u64) -> Result<SchedCo
             tc.connection_reuse_time_limit = t.time("connection_reuse_time_limit");
             tc.recipient_limit = u32_of(t.int("default_recipient_limit")).max(1);
             tc.host_retry_time = t.time("host_retry_time");
+            tc.transport_retry_time = t.time("transport_retry_time");
             tc.source_pool = smtp_param(cfg, &s, "smtp_source_pool");
             tc.bind_address = smtp_param(cfg, &s, "smtp_bind_address");
             tc

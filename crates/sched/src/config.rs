@@ -103,6 +103,11 @@ pub struct TransportConfig {
     pub connection_reuse_time_limit: Duration,
     /// `<transport>_host_retry_time` (0 = off; Sluice): how long destdb skips a host that could not be reached.
     pub host_retry_time: Duration,
+    /// `<transport>_transport_retry_time` (60s): after the transport's own
+    /// side failed to set up a connection (no egress proxy answered, the
+    /// source address cannot be bound), how long the destination opens no
+    /// new one (Postfix's throttled transport).
+    pub transport_retry_time: Duration,
     /// `<transport>_recipient_limit` (20000): this transport's recipient slot pool.
     pub recipient_limit: u32,
     /// `<transport>_bind_address` (none): source address, a limiter key field.
@@ -134,6 +139,7 @@ impl TransportConfig {
             connection_reuse_count_limit: 0,
             connection_reuse_time_limit: Duration::from_secs(300),
             host_retry_time: Duration::ZERO,
+            transport_retry_time: Duration::from_secs(60),
             recipient_limit: 20_000,
             bind_address: None,
             source_pool: None,

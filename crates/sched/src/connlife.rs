@@ -6,7 +6,8 @@
 
 use crate::connection::Connection;
 use crate::destdb::HostClass;
-use crate::entry::EntryState;
+use crate::destination::Park;
+use crate::entry::{Class, EntryState};
 use crate::event::{Action, ConnFailure, Notice, Status};
 use crate::ids::{ConnId, DestId, EntryId, HostId};
 use crate::sched::{SchedError, Scheduler};
@@ -144,10 +145,39 @@ impl Scheduler {
                 self.defer_entry(now, e, status, None, true);
             }
         }
-        if failure != ConnFailure::Local {
+        if failure == ConnFailure::Local {
+            self.throttle_local(now, d, status);
+        } else {
             self.negative(now, d);
         }
         Ok(())
+    }
+
+    /// After the transport's own side failed (no egress proxy answered,
+    /// no source address could be bound), the destination opens no
+    /// connection for `transport_retry_time`, as Postfix throttles a
+    /// failing transport: otherwise every queued message costs another
+    /// attempt through every proxy. With no connection of its own left,
+    /// what it has queued is deferred until then; with connections still
+    /// delivering (through a proxy that is up), they keep taking it.
+    fn throttle_local(&mut self, now: Time, d: DestId, status: &Status) {
+        let t = self.dests[d].transport.0 as usize;
+        let retry = self.transports[t].cfg.transport_retry_time;
+        if retry.is_zero() {
+            return;
+        }
+        let until = now + retry;
+        if self.dests[d].conns.is_empty() {
+            for class in Class::ALL {
+                while let Some(e) = self.dests[d].queue(class).pop_front() {
+                    self.defer_entry(now, e, status, Some(until), true);
+                }
+            }
+        }
+        // Rings drop a parked destination as they come to it.
+        if !matches!(self.dests[d].park, Park::Until(u) if u >= until) {
+            self.park(d, Park::Until(until));
+        }
     }
 
     pub(crate) fn connection_lost(

@@ -50,10 +50,15 @@ fn local_connection_failures_defer_without_counting_against_the_destination() {
     c.transports[0].connection_backlog_limit = 1;
     c.transports[0].destination_recipient_limit = 1;
     let mut s = Scheduler::new(c).unwrap();
-    add_read(&mut s, Time(0), 1, "a@x", "proxied.example", 20);
+    let first = opens(&add_read(&mut s, Time(0), 1, "a@x", "proxied.example", 20)).len();
     let now = Time(30_000);
     // Every egress proxy down: each connection fails on this side.
     let all = fail_all(&mut s, now, ConnFailure::Local);
+    assert_eq!(
+        opens(&all).len(),
+        0,
+        "no new connection after a local failure: the transport is throttled"
+    );
     let d = s.dest_id(TransportId(0), "proxied.example").unwrap();
     assert_eq!(s.dead_until(d), None, "not declared dead");
     assert!(!all.iter().any(|a| matches!(
@@ -73,7 +78,64 @@ fn local_connection_failures_defer_without_counting_against_the_destination() {
         deferred, 20,
         "every recipient deferred with the agent's reason"
     );
+    let retry = now + Duration::from_secs(60);
+    assert!(all.contains(&Action::MessageDone {
+        queue_id: QueueId(1),
+        next_attempt: Some(retry)
+    }));
     assert_eq!(s.entries_in_memory(), 0);
+    assert!(first >= 2, "{first} connections were tried at first");
+    // New mail for it within transport_retry_time waits; then one try.
+    let later = add_read(
+        &mut s,
+        now + Duration::from_secs(10),
+        2,
+        "a@x",
+        "proxied.example",
+        1,
+    );
+    assert!(opens(&later).is_empty(), "throttled: {later:?}");
+    s.handle_timeout(retry);
+    assert_eq!(opens(&actions(&mut s)).len(), 1, "tried again after 60 s");
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn a_local_failure_beside_a_delivering_connection_keeps_its_mail_queued() {
+    let mut c = cfg();
+    c.transports[0].connection_backlog_limit = 1;
+    c.transports[0].destination_recipient_limit = 1;
+    let mut s = Scheduler::new(c).unwrap();
+    let conns = opens(&add_read(&mut s, Time(0), 1, "a@x", "proxied.example", 20));
+    assert!(conns.len() >= 2);
+    let now = Time(1_000);
+    // One connection came up through a proxy that answers; the next one
+    // found none.
+    s.handle(now, Event::ConnectionOpened { conn: conns[0] })
+        .unwrap();
+    actions(&mut s);
+    s.handle(
+        now,
+        Event::ConnectionFailed {
+            conn: conns[1],
+            failure: ConnFailure::Local,
+            status: Status::new(StatusCode::SYSTEM_TEMP, "no egress proxy answered"),
+        },
+    )
+    .unwrap();
+    let after = actions(&mut s);
+    let deferred = after
+        .iter()
+        .filter(|a| matches!(a, Action::Defer { .. }))
+        .count();
+    assert_eq!(
+        deferred, 1,
+        "only the failed connection's own entry: {after:?}"
+    );
+    assert!(
+        s.entries_in_memory() > 10,
+        "the rest waits for the open connection"
+    );
     s.check_invariants().unwrap();
 }
 
