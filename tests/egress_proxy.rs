@@ -373,3 +373,48 @@ fn a_host_that_refuses_behind_a_working_proxy_is_the_hosts_failure_not_the_proxy
         assert_eq!(w.proxy_failures(*port), 0, "{}", w.metrics());
     }
 }
+
+/// A proxy that takes the connection and resets it once the PROXY header
+/// is in (closing with unread input sends a reset): what a proxy killed
+/// with the connection accepted does, on demand.
+struct Resetting {
+    port: u16,
+}
+
+impl Resetting {
+    fn start() -> Resetting {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                // The header arrives right after the connect; it is left unread.
+                std::thread::sleep(Duration::from_millis(100));
+                drop(conn);
+            }
+        });
+        Resetting { port }
+    }
+}
+
+#[test]
+fn a_proxy_that_resets_after_the_header_is_passed_for_the_next_with_the_same_address() {
+    let reset = Resetting::start();
+    let w = world_with(Some(reset.port), None);
+    w.send(3, 1, "sender@a.example");
+    let msgs = w.sink.wait_messages(3, 60);
+    assert!(msgs.iter().all(|m| m.source.to_string() == "127.0.0.2"));
+    wait_for(30, "the queue empty", || w.queue_is_empty().then_some(()));
+    let log = w.inst.log();
+    let lost = format!(
+        "connect to proxy 127.0.0.1:{}: lost before the greeting",
+        reset.port
+    );
+    assert!(log.contains(&lost), "{log}");
+    // The host's one address was tried again through the other proxy: not
+    // given up as "no address", not deferred, nothing counted against it.
+    assert!(!log.contains("no address"), "{log}");
+    assert!(!log.contains("status=deferred"), "{log}");
+    assert!(w.proxy_failures(reset.port) > 0, "{}", w.metrics());
+    assert_nothing_dead(&log);
+}

@@ -146,6 +146,9 @@ pub struct SmtpConn {
     proxy_at: usize,
     /// The proxy the current socket goes to.
     via: Option<std::net::SocketAddr>,
+    /// The PROXY header went out on this connection: the host's address
+    /// index has moved past the address the proxy was asked for.
+    header_sent: bool,
     /// Why each proxy tried failed, for the reason when all did.
     proxy_errors: Vec<String>,
     /// Proxy outcomes not yet taken by the agent.
@@ -236,6 +239,7 @@ impl SmtpConn {
             proxies,
             proxy_at: 0,
             via: None,
+            header_sent: false,
             proxy_errors: Vec::new(),
             proxy_events: Vec::new(),
             stale: Vec::new(),

@@ -320,12 +320,20 @@ impl SmtpConn {
         self.proxy_events.push(ProxyEvent::Worked(proxy));
         // The host's address is the one in use from here on.
         self.next_addr += 1;
+        self.header_sent = true;
         true
     }
 
     /// `proxy` could not be reached: logged, told to the agent, and the
     /// next proxy is tried for the same address.
     pub(super) fn proxy_failed(&mut self, proxy: SocketAddr, why: String) {
+        // Failed after its header went out (a reset or no greeting): the
+        // same address again, through the next proxy, not the next address
+        // (with one address there was none, and the host was wrongly
+        // counted as unreachable with "no address").
+        if std::mem::take(&mut self.header_sent) {
+            self.next_addr = self.next_addr.saturating_sub(1);
+        }
         let text = format!("connect to proxy {proxy}: {why}");
         match self.addrs.get(self.next_addr) {
             Some(a) => msg_warn!("{text} (for {})", relay(&self.host, *a)),
@@ -352,6 +360,8 @@ impl SmtpConn {
         self.errors.push(why);
         self.stale.extend(self.stream.take());
         self.via = None;
+        // This address was not reached: the next one, through the same proxy.
+        self.header_sent = false;
         self.redial = true;
     }
 
