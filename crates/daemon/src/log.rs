@@ -351,9 +351,13 @@ mod tests {
     /// The logger is one per process: its tests take turns.
     static TURN: Mutex<()> = Mutex::new(());
 
-    #[test]
-    fn a_loop_writes_its_lines_together_and_never_holds_a_warning() {
-        let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    /// Takes the turn and logs to `maillog` in a new directory.
+    fn log_to_file() -> (
+        std::sync::MutexGuard<'static, ()>,
+        tempfile::TempDir,
+        std::path::PathBuf,
+    ) {
+        let turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("maillog");
         init(&LogSetup {
@@ -363,6 +367,12 @@ mod tests {
             foreground: false,
         })
         .unwrap();
+        (turn, dir, path)
+    }
+
+    #[test]
+    fn a_loop_writes_its_lines_together_and_never_holds_a_warning() {
+        let (_turn, _dir, path) = log_to_file();
         let read = || std::fs::read_to_string(&path).unwrap();
         batch();
         write(Level::Info, "connect from a");
@@ -404,16 +414,7 @@ mod tests {
 
     #[test]
     fn reopen_follows_a_rotated_file() {
-        let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("maillog");
-        init(&LogSetup {
-            service: "test".into(),
-            syslog_name: "sluice".into(),
-            maillog_file: path.display().to_string(),
-            foreground: false,
-        })
-        .unwrap();
+        let (_turn, dir, path) = log_to_file();
         write(Level::Info, "before rotation");
         let rotated = dir.path().join("maillog.1");
         std::fs::rename(&path, &rotated).unwrap();
