@@ -86,31 +86,14 @@ impl Conn {
                 .decide(Reply::new(354, None, "End data with <CR><LF>.<CR><LF>"));
             return;
         }
-        // A kept link whose cleanup has gone since (its close not read
-        // yet) fails at once: the message then takes a new connection.
-        let mut fresh = false;
-        loop {
-            if self.link.is_none() && !self.take_link(cx, pool, fresh) {
-                self.queue_write_error();
-                return;
-            }
-            let held = self.link.as_mut().expect("taken above");
-            match held.link.send(&begin) {
-                Ok(id) => {
-                    held.waiting = Some((id, Waiting::Started, cx.now + self.cleanup_timeout));
-                    return;
-                }
-                Err(_) if held.kept && !fresh => {
-                    self.release_link_failed(cx, pool);
-                    fresh = true;
-                }
-                Err(e) => {
-                    msg_warn!("cleanup link: {e}");
-                    self.release_link_failed(cx, pool);
-                    self.queue_write_error();
-                    return;
-                }
-            }
+        let deadline = cx.now + self.cleanup_timeout;
+        let sent = self.on_link(cx, pool, |held| {
+            let id = held.link.send(&begin)?;
+            held.waiting = Some((id, Waiting::Started, deadline));
+            Ok(())
+        });
+        if sent.is_none() {
+            self.queue_write_error();
         }
     }
 
@@ -165,6 +148,38 @@ impl Conn {
         }
     }
 
+    /// Runs `write` on the message's link, taken from the pool when it has
+    /// none. A kept link whose cleanup has gone while it idled in the pool
+    /// (its close not read yet) fails at once, before anything of this
+    /// message reached it: all of it goes once more, on a new connection.
+    /// None, logged, when cleanup cannot be reached or the write fails.
+    fn on_link<T>(
+        &mut self,
+        cx: &mut Cx<'_>,
+        pool: &mut Pool,
+        mut write: impl FnMut(&mut Held) -> Result<T, IpcError>,
+    ) -> Option<T> {
+        let mut fresh = false;
+        loop {
+            if self.link.is_none() && !self.take_link(cx, pool, fresh) {
+                return None;
+            }
+            let held = self.link.as_mut().expect("taken above");
+            match write(held) {
+                Ok(t) => return Some(t),
+                Err(_) if held.kept && !fresh => {
+                    self.release_link_failed(cx, pool);
+                    fresh = true;
+                }
+                Err(e) => {
+                    msg_warn!("cleanup link: {e}");
+                    self.release_link_failed(cx, pool);
+                    return None;
+                }
+            }
+        }
+    }
+
     /// Takes a link from the pool (a new connection when `fresh`); false,
     /// logged, when cleanup cannot be reached.
     fn take_link(&mut self, cx: &mut Cx<'_>, pool: &mut Pool, fresh: bool) -> bool {
@@ -192,32 +207,17 @@ impl Conn {
         let Some(mut unsent) = self.unsent.take() else {
             return;
         };
-        let mut fresh = false;
-        loop {
-            if self.link.is_none() && !self.take_link(cx, pool, fresh) {
-                break;
+        let deadline = cx.now + self.cleanup_timeout;
+        let sent = self.on_link(cx, pool, |held| {
+            let (begin, end_id) = unsent.write(&mut held.link, end)?;
+            held.quiet = Some(begin);
+            if let Some(id) = end_id {
+                held.waiting = Some((id, Waiting::Queued, deadline));
             }
-            let held = self.link.as_mut().expect("taken above");
-            match unsent.write(&mut held.link, end) {
-                Ok((begin, end_id)) => {
-                    held.quiet = Some(begin);
-                    if let Some(id) = end_id {
-                        held.waiting = Some((id, Waiting::Queued, cx.now + self.cleanup_timeout));
-                    }
-                    return;
-                }
-                // Gone while it was idle in the pool: nothing of this
-                // message reached it, so all of it goes to another.
-                Err(_) if held.kept && !fresh => {
-                    self.release_link_failed(cx, pool);
-                    fresh = true;
-                }
-                Err(e) => {
-                    msg_warn!("cleanup link: {e}");
-                    self.release_link_failed(cx, pool);
-                    break;
-                }
-            }
+            Ok(())
+        });
+        if sent.is_some() {
+            return;
         }
         if end {
             self.queue_write_error();
