@@ -41,6 +41,8 @@ fn main() {
     let opts = daemon::Options {
         honour_max_use: false,
         max_clients,
+        // Replies go out whole: Nagle would only hold a pipelined reply back.
+        tcp_nodelay: true,
         ..daemon::Options::default()
     };
     daemon::run(

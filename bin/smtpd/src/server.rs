@@ -385,7 +385,7 @@ impl Server for SmtpServer {
             msg_warn!("smtpd: ignoring a Unix-domain client");
             return;
         };
-        let _ = stream.set_nodelay(true);
+        // TCP_NODELAY comes from the listener (daemon::Options::tcp_nodelay).
         let token = cx.token();
         if let Some(timeout) = self.shared.settings.proxy {
             self.proxied.add(cx, token, stream, peer, timeout);

@@ -123,6 +123,9 @@ pub struct Options {
     pub honour_max_use: bool,
     /// Clients one process serves at once before it reports itself busy.
     pub max_clients: usize,
+    /// TCP_NODELAY on the TCP listeners, which accepted connections
+    /// inherit on Linux: one system call per process, not per client.
+    pub tcp_nodelay: bool,
 }
 
 impl Default for Options {
@@ -131,6 +134,7 @@ impl Default for Options {
             honour_max_idle: true,
             honour_max_use: true,
             max_clients: usize::MAX,
+            tcp_nodelay: false,
         }
     }
 }
@@ -262,12 +266,17 @@ enum ListenerKind {
     Unix(mio::net::UnixListener),
 }
 
-fn make_listeners(fds: Vec<OwnedFd>, kind: &str) -> Vec<Listener> {
+fn make_listeners(fds: Vec<OwnedFd>, kind: &str, nodelay: bool) -> Vec<Listener> {
     fds.into_iter()
         .map(|fd| {
             let kind = if kind == "inet" {
                 let l = std::net::TcpListener::from(fd);
                 let _ = l.set_nonblocking(true);
+                if nodelay {
+                    if let Err(e) = sys::net::set_tcp_nodelay(&l) {
+                        msg_warn!("TCP_NODELAY on a listening socket: {e}");
+                    }
+                }
                 ListenerKind::Tcp(mio::net::TcpListener::from_std(l))
             } else {
                 let l = std::os::unix::net::UnixListener::from(fd);
@@ -302,7 +311,7 @@ fn event_loop<S: Server>(
     poll.registry()
         .register(&mut SourceFd(&life_raw), LIFE, Interest::READABLE)
         .unwrap_or_else(|e| msg_fatal!("register life pipe: {e}"));
-    let mut listeners = make_listeners(listen_fds, &ctx.args.kind);
+    let mut listeners = make_listeners(listen_fds, &ctx.args.kind, opts.tcp_nodelay);
     let mut listening = true;
     set_listening(poll.registry(), &mut listeners, true);
 

@@ -29,6 +29,13 @@ pub fn tcp_listener(addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListen
     Ok(unsafe { TcpListener::from_raw_fd(fd.into_raw_fd()) })
 }
 
+/// Sets TCP_NODELAY on a listening socket: on Linux the connections it
+/// accepts inherit it, so a server need not set it on each.
+pub fn set_tcp_nodelay(l: &TcpListener) -> std::io::Result<()> {
+    socket::setsockopt(l, sockopt::TcpNoDelay, &true)?;
+    Ok(())
+}
+
 /// Why [`tcp_connect`] could not start a connection.
 #[derive(Debug)]
 pub enum ConnectError {
