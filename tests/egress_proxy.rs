@@ -418,3 +418,60 @@ fn a_proxy_that_resets_after_the_header_is_passed_for_the_next_with_the_same_add
     assert!(w.proxy_failures(reset.port) > 0, "{}", w.metrics());
     assert_nothing_dead(&log);
 }
+
+#[test]
+fn an_ipv6_proxy_carries_mail_from_an_ipv6_source_address() {
+    require_root("HAProxy's usesrc clientip binds the source address the PROXY header names");
+    let dir = tempfile::tempdir().unwrap();
+    let sink = ShapingSink::start(&["::1"]);
+    let (proxy, proxy_port) = HaProxy::egress_v6(dir.path(), "proxy6");
+    let port = free_port();
+    let cf = format!(
+        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
+    );
+    let main = format!(
+        "myhostname = mx.test.example\nrelayhost = [::1]:{}\nsmtpd_reject_unlisted_recipient = no\n\
+         inet_protocols = all\npolicy_file = policy.yaml\nsmtp_source_pool = v6\n\
+         smtp_proxy = [::1]:{proxy_port}\nsmtp_connect_timeout = 1s\n",
+        sink.port
+    );
+    let mut inst = Instance::new(&cf, &main);
+    std::fs::write(
+        inst.etc().join("policy.yaml"),
+        "sources:\n  - id: v6\n    localip: ['::1']\npolicies:\n  - fields: [localip]\n    default:\n      concurrency: 5\n",
+    )
+    .unwrap();
+    let check = inst.sluice(&["check"]);
+    assert!(
+        check.status.success(),
+        "sluice check: {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    inst.start();
+    inst.wait_port(port);
+    let st = Command::new("smtp-source")
+        .args([
+            "-s",
+            "2",
+            "-m",
+            "4",
+            "-f",
+            "sender@a.example",
+            "-t",
+            "rcpt@remote.example",
+        ])
+        .arg(format!("127.0.0.1:{port}"))
+        .status()
+        .expect("smtp-source is installed by scripts/test");
+    assert!(st.success());
+    let msgs = sink.wait_messages(4, 60);
+    assert!(
+        msgs.iter().all(|m| m.source.to_string() == "::1"),
+        "every message came from the IPv6 source, through the proxy"
+    );
+    assert!(proxy.sessions() > 0, "the proxy carried them");
+    let log = inst.log();
+    assert!(log.contains("relay=::1[::1]:"), "{log}");
+    assert!(!log.contains("status=deferred"), "{log}");
+}

@@ -58,7 +58,10 @@ impl HaProxy {
         };
         for p in ports {
             wait_for(20, &format!("haproxy {name} on port {p}"), || {
-                TcpStream::connect(("127.0.0.1", *p)).ok().map(drop)
+                TcpStream::connect(("127.0.0.1", *p))
+                    .or_else(|_| TcpStream::connect(("::1", *p)))
+                    .ok()
+                    .map(drop)
             });
         }
         proxy
@@ -81,6 +84,17 @@ impl HaProxy {
              backend out\n  source 0.0.0.0 usesrc clientip\n  server s 0.0.0.0\n"
         );
         HaProxy::start(dir, name, &sections, &[port])
+    }
+
+    /// [`HaProxy::egress`] on `[::1]`, connecting from the IPv6 source
+    /// address the PROXY header names.
+    pub fn egress_v6(dir: &Path, name: &str) -> (HaProxy, u16) {
+        let port = free_port();
+        let sections = format!(
+            "frontend egress\n  bind ipv6@::1:{port} accept-proxy\n  default_backend out\n\
+             backend out\n  source [::] usesrc clientip\n  server s [::]\n"
+        );
+        (HaProxy::start(dir, name, &sections, &[port]), port)
     }
 
     /// Sessions it forwarded to the backend so far (a log line naming the
