@@ -307,6 +307,7 @@ fn main() {
         honour_max_idle: false,
         honour_max_use: false,
         max_clients: usize::MAX,
+        ..daemon::Options::default()
     };
     daemon::run(
         opts,

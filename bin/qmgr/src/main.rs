@@ -39,6 +39,7 @@ fn main() {
         honour_max_idle: false,
         honour_max_use: false,
         max_clients: usize::MAX,
+        ..daemon::Options::default()
     };
     daemon::run(opts, metrics_socket, |ctx, sock| {
         server::QmgrServer::new(ctx, sock).map(daemon::ipcserver::IpcServer::new)

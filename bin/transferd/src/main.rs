@@ -586,6 +586,7 @@ fn main() {
         honour_max_idle: false,
         honour_max_use: false,
         max_clients: usize::MAX,
+        ..daemon::Options::default()
     };
     daemon::run(opts, bind, |ctx, (listener, tls)| {
         let root = PathBuf::from(ctx.config.str("queue_directory"));
