@@ -310,8 +310,8 @@ impl Status {
         self.code.class == 4
     }
 
-    /// A status from a reason that travels as text (`"4.4.1 text"`, as the
-    /// router protocol carries a table's `error:`/`retry:` words), with
+    /// A status from a reason written as text (`"4.4.1 text"`, as a
+    /// transport table's `error:` next hop is written), with
     /// `default` when the text does not start with a code. For that
     /// boundary only: status that is typed stays typed.
     pub fn from_reason(reason: &str, default: StatusCode) -> Self {
