@@ -293,7 +293,8 @@ fn bad_clients_are_dropped_and_others_served() {
     inst.start();
     let mut good = client(&inst);
     let sock = inst.root().join("spool/private/router");
-    // Wrong version: refused, connection closed.
+    // Wrong version (4: failures as "code text"): refused, connection
+    // closed, and the mismatch logged.
     let mut wrong = std::os::unix::net::UnixStream::connect(&sock).unwrap();
     wrong
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -301,13 +302,23 @@ fn bad_clients_are_dropped_and_others_served() {
     wrong
         .write_all(&ipc::encode(&ipc::Hello {
             protocol: "sluice-router".into(),
-            version: 999,
+            version: 4,
         }))
         .unwrap();
     let mut buf = Vec::new();
     let _ = wrong.read_to_end(&mut buf);
     let reply: ipc::HelloReply = ipc::decode(&buf[4..]).unwrap();
-    assert!(matches!(reply, ipc::HelloReply::Refused { .. }));
+    assert_eq!(
+        reply,
+        ipc::HelloReply::Refused {
+            protocol: "sluice-router".into(),
+            version: 5
+        }
+    );
+    inst.wait_log(
+        10,
+        "protocol mismatch: wanted sluice-router 5, peer speaks sluice-router 4",
+    );
     // Garbage after a good hello: dropped.
     let mut junk = std::os::unix::net::UnixStream::connect(&sock).unwrap();
     junk.set_read_timeout(Some(Duration::from_secs(10)))

@@ -1,7 +1,8 @@
-//! qmgr's shell: its clients (cleanup's arrivals, `sluice queue`) served
-//! through `daemon::ipcserver`, the journal and group commit, the links,
-//! the metrics endpoint, and the queue manager (crates/qmgr) that makes
-//! every decision.
+//! qmgr's shell: its clients (cleanup's arrivals, smtpd's verification
+//! queries, `sluice queue`) served through `daemon::ipcserver`, the
+//! journal's group commit, the links, the metrics endpoint, and the queue
+//! manager (crates/qmgr) that makes every decision and words every log
+//! line.
 //!
 //! The clock is read once per loop turn and passed down; the queue
 //! manager's actions are carried out as soon as it has them. Answers to
