@@ -150,8 +150,10 @@ fn answer(req: Request) -> Response {
             recipients: addresses.iter().map(|_| Rewrite::Same).collect(),
         },
         Request::Hosts { .. } | Request::Reload => Response::Failed {
-            temporary: true,
-            text: "4.3.0 not served by the fake router".into(),
+            status: mail::Status::new(
+                mail::StatusCode::SYSTEM_TEMP,
+                "not served by the fake router",
+            ),
         },
     }
 }

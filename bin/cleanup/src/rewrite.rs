@@ -38,10 +38,8 @@ pub fn apply(rcpts: &[Recipient], answers: Vec<Rewrite>) -> Result<Vec<Recipient
     };
     for (r, w) in rcpts.iter().zip(answers) {
         match w {
-            Rewrite::Same
-            | Rewrite::Failed {
-                temporary: false, ..
-            } => keep(r.clone(), &mut out),
+            Rewrite::Same => keep(r.clone(), &mut out),
+            Rewrite::Failed { status } if !status.is_transient() => keep(r.clone(), &mut out),
             // An alias with an empty value: the table is wrong.
             Rewrite::Into(addresses) if addresses.is_empty() => {
                 return Err(refusal(&r.address, "virtual alias expands to no address"))
@@ -62,10 +60,7 @@ pub fn apply(rcpts: &[Recipient], answers: Vec<Rewrite>) -> Result<Vec<Recipient
                     );
                 }
             }
-            Rewrite::Failed {
-                temporary: true,
-                text,
-            } => return Err(refusal(&r.address, &text)),
+            Rewrite::Failed { status } => return Err(refusal(&r.address, &status.text)),
         }
     }
     Ok(out)
@@ -76,27 +71,18 @@ pub fn sender(given: &str, answer: Rewrite) -> Result<Option<String>, Refusal> {
     match answer {
         Rewrite::Into(mut v) if v.len() == 1 => Ok(v.pop()),
         Rewrite::Into(_) => Err(unavailable()),
-        Rewrite::Same
-        | Rewrite::Failed {
-            temporary: false, ..
-        } => Ok(None),
-        Rewrite::Failed {
-            temporary: true,
-            text,
-        } => Err(refusal(given, &text)),
+        Rewrite::Same => Ok(None),
+        Rewrite::Failed { status } if !status.is_transient() => Ok(None),
+        Rewrite::Failed { status } => Err(refusal(given, &status.text)),
     }
 }
 
 /// A 451 naming the address whose mapping failed and why.
-fn refusal(address: &str, text: &str) -> Refusal {
-    let text = text
-        .split_once(' ')
-        .filter(|(code, _)| code.starts_with("4."))
-        .map_or(text, |(_, t)| t);
+fn refusal(address: &str, why: &str) -> Refusal {
     (
         451,
         "4.3.0",
-        format!("Error: address mapping for <{address}>: {text}"),
+        format!("Error: address mapping for <{address}>: {why}"),
     )
 }
 
@@ -141,8 +127,10 @@ mod tests {
                 Rewrite::Same,
                 into(&["new@example.test"]),
                 Rewrite::Failed {
-                    temporary: false,
-                    text: "5.1.3 Bad recipient address syntax".into(),
+                    status: mail::Status::new(
+                        mail::StatusCode::BAD_ADDRESS,
+                        "Bad recipient address syntax",
+                    ),
                 },
             ],
         )
@@ -210,8 +198,10 @@ mod tests {
             vec![
                 Rewrite::Same,
                 Rewrite::Failed {
-                    temporary: true,
-                    text: "4.3.0 virtual alias loop: loop@v.test -> b@v.test -> loop@v.test".into(),
+                    status: mail::Status::new(
+                        mail::StatusCode::SYSTEM_TEMP,
+                        "virtual alias loop: loop@v.test -> b@v.test -> loop@v.test",
+                    ),
                 },
             ],
         )
@@ -244,8 +234,10 @@ mod tests {
             Err(unavailable())
         );
         let bad = Rewrite::Failed {
-            temporary: true,
-            text: "4.3.0 table result for joe@x.test is not an address".into(),
+            status: mail::Status::new(
+                mail::StatusCode::SYSTEM_TEMP,
+                "table result for joe@x.test is not an address",
+            ),
         };
         assert_eq!(sender("joe@x.test", bad).unwrap_err().0, 451);
     }

@@ -10,16 +10,19 @@
 //! figures (rendered by `queue_manager::prometheus`, served by
 //! `daemon::metrics_http`).
 //!
-//! Every decision about the queued mail (admission, resolution, scheduling
-//! and dispatch to the delivery agents, retries, notices, queue control,
-//! what waits for the group commit and a journal that cannot be written)
-//! is made by the sans-IO queue manager of crates/qmgr (`queue_manager`),
-//! which this program feeds with what its links, clients and journal say,
-//! and whose actions it carries out: the program is the links
-//! (`links.rs`), the journal's files and its sync thread (`journal.rs`,
-//! `store.rs`), the metrics listener, and its clients served through
-//! `daemon::ipcserver` with one clock read per loop turn (`server.rs`),
-//! and its link to clusterd when `cluster_server` is set (`cluster.rs`).
+//! Every decision about the queued mail is made by the sans-IO queue
+//! manager of crates/qmgr (`queue_manager`): admission, resolution,
+//! scheduling and dispatch to the delivery agents, retries, notices,
+//! queue control, address verification, what waits for the group commit,
+//! a journal that cannot be written and what is left to do at exit, the
+//! meaning of main.cf's parameters, the wording of every log line, and
+//! this instance's share of a cluster. This program is its I/O only: the
+//! links (`links.rs`), the journal's files and its sync thread
+//! (`journal.rs`, `store.rs`), the files of saved state (`holds.rs`,
+//! `verifymap.rs`), the clients served through `daemon::ipcserver`
+//! (`clients.rs`), the metrics listener and one clock read per loop turn
+//! (`server.rs`), and the TCP/TLS link to clusterd when `cluster_server`
+//! is set (`cluster.rs`).
 #![forbid(unsafe_code)]
 
 mod clients;

@@ -1,7 +1,8 @@
-//! qmgr's shell: its clients (cleanup's arrivals, `sluice queue`) served
-//! through `daemon::ipcserver`, the journal and group commit, the links,
-//! the metrics endpoint, and the queue manager (crates/qmgr) that makes
-//! every decision.
+//! qmgr's shell: its clients (cleanup's arrivals, smtpd's verification
+//! queries, `sluice queue`) served through `daemon::ipcserver`, the
+//! journal's group commit, the links, the metrics endpoint, and the queue
+//! manager (crates/qmgr) that makes every decision and words every log
+//! line.
 //!
 //! The clock is read once per loop turn and passed down; the queue
 //! manager's actions are carried out as soon as it has them. Answers to
@@ -37,8 +38,6 @@ pub struct QmgrServer {
     waker_token: Token,
     /// Answers not yet handed to the client server.
     owed: Vec<(ClientId, u64, Response)>,
-    /// How far the journal was last reported durable to the queue manager.
-    reported: Lsn,
     me: u32,
     links: Links,
     /// The queue directory as this process sees it (`/` when chrooted).
@@ -74,56 +73,6 @@ fn wall() -> Time {
     )
 }
 
-/// The queue manager's parameters from main.cf and master.cf.
-fn settings(config: &config::Config, scfg: &sched::SchedConfig) -> Settings {
-    let origin = config.str("myorigin");
-    let pm = config.str("2bounce_notice_recipient");
-    let postmaster = if pm.contains('@') {
-        pm
-    } else {
-        format!("{pm}@{origin}")
-    };
-    Settings {
-        transports: scfg.transports.iter().map(|t| t.name.clone()).collect(),
-        defer_transports: config.list("defer_transports").into_iter().collect(),
-        active_limit: scfg.qmgr_message_active_limit as usize,
-        run_delay: config
-            .time("queue_run_delay")
-            .max(std::time::Duration::from_secs(1)),
-        delay_warning: config.time("delay_warning_time"),
-        lifetime: config.time("maximal_queue_lifetime"),
-        hostname: config.str("myhostname"),
-        origin,
-        postmaster,
-        admission_by_sender: true,
-        verify: verify_settings(config),
-    }
-}
-
-/// The address verification parameters (the cache's and the probes').
-fn verify_settings(config: &config::Config) -> queue_manager::VerifySettings {
-    let origin = config.str("myorigin");
-    let sender = config.str("address_verify_sender");
-    let sender = match sender.trim() {
-        "" | "<>" => String::new(),
-        s if s.contains('@') => s.to_string(),
-        s => format!("{s}@{origin}"),
-    };
-    let count = |name: &str| usize::try_from(config.int(name)).unwrap_or(0);
-    queue_manager::VerifySettings {
-        positive_expire: config.time("address_verify_positive_expire_time"),
-        positive_refresh: config.time("address_verify_positive_refresh_time"),
-        negative_expire: config.time("address_verify_negative_expire_time"),
-        negative_refresh: config.time("address_verify_negative_refresh_time"),
-        negative_cache: config.bool("address_verify_negative_cache"),
-        cache_limit: count("address_verify_cache_limit").max(1),
-        pending_limit: count("address_verify_pending_limit").max(1),
-        concurrency_limit: count("address_verify_concurrency_limit").max(1),
-        rate_limit: u32::try_from(config.int("address_verify_rate_limit")).unwrap_or(0),
-        sender,
-    }
-}
-
 impl QmgrServer {
     /// Recovers the spool and opens the journal.
     pub fn new(
@@ -145,7 +94,7 @@ impl QmgrServer {
         let now = wall();
         let seed = u64::from(std::process::id()) ^ now.0;
         let scfg = crate::schedconf::build(&ctx.config, &services, seed)?;
-        let settings = settings(&ctx.config, &scfg);
+        let settings = Settings::from_config(&ctx.config, &scfg);
         let disk = Disk::new(rec.spool, rec.journal);
         let mut qm = QueueManager::new(now, settings, scfg, disk, rec.state)
             .map_err(|e| format!("scheduler configuration: {e:?}"))?;
@@ -158,7 +107,8 @@ impl QmgrServer {
             },
             Err(e) => msg_warn!("{}: {e}", crate::holds::path(&root).display()),
         }
-        let verify_map = crate::verifymap::path(&root, &ctx.config.str("address_verify_map"))?;
+        let verify_map =
+            queue_manager::verify_map_path(&root, &ctx.config.str("address_verify_map"))?;
         if let Some(p) = verify_map.as_ref() {
             match crate::verifymap::load(p) {
                 Ok(text) => {
@@ -185,7 +135,6 @@ impl QmgrServer {
             waker: None,
             waker_token: Token(0),
             owed: Vec::new(),
-            reported: Lsn::default(),
             me: sys::current_ids().0,
             links: Links::new(&root),
             root,
@@ -273,9 +222,6 @@ impl QmgrServer {
                 }
                 Action::DestinationDead { nexthop, retry_at } => {
                     let secs = retry_at.0.saturating_sub(self.turn.1 .0) / 1000;
-                    msg_warn!(
-                        "destination {nexthop} is not responding: deliveries suspended for {secs}s"
-                    );
                     if let Some(c) = self.cluster.as_mut() {
                         c.dead(&nexthop, secs);
                     }
@@ -357,23 +303,13 @@ impl QmgrServer {
         }
     }
 
-    /// Tells the queue manager what came of a commit; false when there
-    /// was nothing new to tell.
+    /// Tells the queue manager what came of a commit; false when that
+    /// was no news to it.
     fn committed(&mut self, cx: &mut Cx<'_>, r: queue::Result<Lsn>) -> bool {
         let now = self.now(cx.now);
-        let ev = match r {
-            // Nothing to commit and nothing to end: no turn for it.
-            Ok(end) if end <= self.reported && !self.qm.commit_stalled() => return false,
-            Ok(end) => {
-                self.reported = end;
-                QmEvent::Durable(end)
-            }
-            Err(e) => QmEvent::CommitFailed {
-                reason: e.to_string(),
-                disk_full: e.is_disk_full(),
-            },
-        };
-        self.qm.handle(now, ev);
+        if !self.qm.committed(now, r.map_err(Into::into)) {
+            return false;
+        }
         self.act(cx);
         true
     }
@@ -513,7 +449,7 @@ impl Handler<Clients> for QmgrServer {
                 return true;
             }
         };
-        let settings = settings(config, &scfg);
+        let settings = Settings::from_config(config, &scfg);
         if config.str("metrics_listen") != self.metrics_listen {
             msg_warn!("reload: metrics_listen changed: it takes effect when qmgr restarts");
         }
@@ -639,17 +575,9 @@ impl Handler<Clients> for QmgrServer {
     }
 
     fn closing(&mut self, out: &mut Replies<'_, Clients>) {
-        let ev = match self.qm.store_mut().writer.shutdown() {
-            Ok(end) => QmEvent::Durable(end),
-            Err(e) => QmEvent::CommitFailed {
-                reason: e.to_string(),
-                disk_full: e.is_disk_full(),
-            },
-        };
+        let r = self.qm.store_mut().writer.shutdown().map_err(Into::into);
         let now = self.turn.1;
-        self.qm.handle(now, ev);
-        // Leaving: answers and removals now, the rest is for the next process.
-        while let Some(a) = self.qm.poll_action() {
+        for a in self.qm.closing(now, r) {
             match a {
                 Action::Answer {
                     client,
@@ -658,14 +586,12 @@ impl Handler<Clients> for QmgrServer {
                 } => self.reply_arrival(ClientId::from_number(client), request, response),
                 Action::RemoveData { id, storage } => self.remove_data(id, storage),
                 Action::SaveHolds { text } => self.save_holds(&text),
+                Action::SaveVerify { text } => self.save_verify(&text),
                 Action::Log(Level::Info, text) => msg_info!("{text}"),
                 Action::Log(Level::Warn, text) => msg_warn!("{text}"),
+                // `closing` keeps nothing else.
                 _ => {}
             }
-        }
-        // Results learnt since the last save are worth keeping.
-        if let Some(text) = self.qm.verify_cache_save() {
-            self.save_verify(&text);
         }
         self.pay(out);
     }

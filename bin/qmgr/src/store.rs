@@ -1,5 +1,6 @@
 //! The queue manager's [`Store`] on disk: the journal (through the group
-//! commit writer) and the spool's message files; and the log of recovery.
+//! commit writer) and the spool's message files; and the logging of what
+//! recovery found (worded by crates/qmgr's `recovery`).
 
 use std::io::Read;
 use std::time::Instant;
@@ -7,7 +8,7 @@ use std::time::Instant;
 use daemon::{msg_info, msg_warn};
 use mail::QueueId;
 use queue::{DataRef, Journal, Lsn, Record, Replay, Spool};
-use queue_manager::Store;
+use queue_manager::{Level, Store};
 
 use crate::journal::Writer;
 
@@ -68,40 +69,10 @@ impl Store for Disk {
 
 /// Logs what recovery found.
 pub fn log_recovery(rec: &queue::Recovered, started: Instant) {
-    let r = &rec.report;
-    for t in &rec.state.torn {
-        msg_warn!(
-            "journal segment {}: {} {} bytes of torn or corrupt tail at offset {} ({:?})",
-            t.segment,
-            if t.cut { "cut" } else { "ignored" },
-            t.dropped,
-            t.offset,
-            t.cause
-        );
+    for (level, l) in queue_manager::recovery_lines(&rec.state, &rec.report, started.elapsed()) {
+        match level {
+            Level::Info => msg_info!("{l}"),
+            Level::Warn => msg_warn!("{l}"),
+        }
     }
-    for (p, why) in &r.left {
-        msg_warn!("{}: left for the next recovery: {why}", p.display());
-    }
-    if let Some(e) = &r.commit_failed {
-        msg_warn!("journal: adopted messages not yet durable: {e}; trying again");
-    }
-    for p in &r.partial {
-        msg_info!("removed partial message file {}", p.display());
-    }
-    for (p, why) in &r.corrupt {
-        msg_warn!("removed corrupt message file {}: {why}", p.display());
-    }
-    for id in &r.adopted {
-        msg_info!("{id}: adopted a committed message file that was never announced");
-    }
-    for id in &r.missing {
-        msg_warn!("{id}: message file is missing");
-    }
-    msg_info!(
-        "recovered {} messages ({} deferred) from {} journal records in {} ms",
-        rec.state.messages.len(),
-        rec.state.deferred.len(),
-        rec.state.records,
-        started.elapsed().as_millis()
-    );
 }

@@ -8,25 +8,6 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-/// Where the cache is kept: `value` under the queue directory `root` when
-/// relative; `Ok(None)` when empty (kept in memory only). A Postfix
-/// `type:name` value is refused: the file is Sluice's own text, not a table.
-pub fn path(root: &Path, value: &str) -> Result<Option<PathBuf>, String> {
-    let v = value.trim();
-    check(v)?;
-    Ok((!v.is_empty()).then(|| root.join(v)))
-}
-
-/// Whether `value` can be `address_verify_map`.
-pub fn check(value: &str) -> Result<(), String> {
-    match value.split_once(':') {
-        Some((kind, _)) if !kind.contains('/') => Err(format!(
-            "address_verify_map = {value}: a file name, not a {kind}: table (Sluice keeps the cache as text)"
-        )),
-        _ => Ok(()),
-    }
-}
-
 /// Replaces the saved cache with `text`.
 pub fn save(to: &Path, text: &str) -> io::Result<()> {
     if let Some(dir) = to.parent() {
@@ -57,14 +38,11 @@ mod tests {
     #[test]
     fn the_saved_cache_is_replaced_whole_and_read_back() {
         let dir = tempfile::tempdir().unwrap();
-        let p = path(dir.path(), "state/verify_cache").unwrap().unwrap();
+        let p = dir.path().join("state/verify_cache");
         assert_eq!(load(&p).unwrap(), "");
         save(&p, "a\n").unwrap();
         save(&p, "b\n").unwrap();
         assert_eq!(load(&p).unwrap(), "b\n");
         assert!(!dir.path().join("state/verify_cache.tmp").exists());
-        assert!(path(dir.path(), " ").unwrap().is_none());
-        let e = path(dir.path(), "btree:/var/lib/postfix/verify_cache").unwrap_err();
-        assert!(e.contains("not a btree: table"), "{e}");
     }
 }

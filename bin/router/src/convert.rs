@@ -34,20 +34,22 @@ pub fn resolved(
             class: class(c),
             routes: routes.into_iter().map(route).collect(),
         },
-        Err(e) => {
-            let (temporary, text) = failure(&e);
-            proto::Response::Failed { temporary, text }
-        }
+        Err(e) => proto::Response::Failed {
+            status: failure(&e),
+        },
     }
 }
 
-/// A resolve or rewrite error as the protocol carries it: whether to try
-/// again, and the text with its enhanced status.
-fn failure(e: &route::ResolveError) -> (bool, String) {
+/// A resolve or rewrite error as the protocol carries it: class 4 when a
+/// retry may succeed.
+fn failure(e: &route::ResolveError) -> mail::Status {
     if e.is_temporary() {
-        (true, format!("4.3.0 {e}"))
+        mail::Status::new(mail::StatusCode::SYSTEM_TEMP, e.to_string())
     } else {
-        (false, format!("5.1.3 Bad recipient address syntax: {e}"))
+        mail::Status::new(
+            mail::StatusCode::BAD_ADDRESS,
+            format!("Bad recipient address syntax: {e}"),
+        )
     }
 }
 
@@ -56,10 +58,9 @@ pub fn rewrite(r: Result<Option<Vec<String>>, route::ResolveError>) -> proto::Re
     match r {
         Ok(None) => proto::Rewrite::Same,
         Ok(Some(v)) => proto::Rewrite::Into(v),
-        Err(e) => {
-            let (temporary, text) = failure(&e);
-            proto::Rewrite::Failed { temporary, text }
-        }
+        Err(e) => proto::Rewrite::Failed {
+            status: failure(&e),
+        },
     }
 }
 
@@ -79,15 +80,12 @@ pub fn hosts(r: Result<dns::HostList, dns::DnsError>) -> proto::Response {
                     preference: h.preference,
                     port: h.port,
                     addrs: h.addrs,
-                    error: h.error.map(|e| (e.is_temporary(), e.status_text())),
+                    error: h.error.map(|e| e.status()),
                     dane: dane(h.dane),
                 })
                 .collect(),
         }),
-        Err(e) => proto::Response::Failed {
-            temporary: e.is_temporary(),
-            text: e.status_text(),
-        },
+        Err(e) => proto::Response::Failed { status: e.status() },
     }
 }
 

@@ -385,10 +385,12 @@ pub fn apply(resp: Response, domain: &str, policy: Option<&Cached>) -> Response 
     }
     if keep.is_empty() {
         return Response::Failed {
-            temporary: true,
-            text: format!(
-                "4.7.0 MTA-STS policy of {domain}: no MX host matches mx: {}",
-                c.policy.mx.join(" ")
+            status: mail::Status::new(
+                mail::StatusCode::TEMP_SECURITY,
+                format!(
+                    "MTA-STS policy of {domain}: no MX host matches mx: {}",
+                    c.policy.mx.join(" ")
+                ),
             ),
         };
     }
@@ -490,8 +492,9 @@ mod tests {
             "example.com",
             Some(&cached("enforce")),
         ) {
-            Response::Failed { temporary, text } => {
-                assert!(temporary);
+            Response::Failed { status } => {
+                assert!(status.is_transient());
+                let text = status.to_string();
                 assert!(
                     text.starts_with("4.7.0 MTA-STS policy of example.com: no MX host matches"),
                     "{text}"
@@ -500,8 +503,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let failed = Response::Failed {
-            temporary: true,
-            text: "4.4.3 DNS lookup timed out".into(),
+            status: dns::DnsError::Timeout.status(),
         };
         assert_eq!(
             apply(failed.clone(), "example.com", Some(&cached("enforce"))),

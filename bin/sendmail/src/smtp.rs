@@ -10,7 +10,7 @@ use std::sync::Arc;
 use config::Config;
 use mail::{Envelope, Recipient};
 use smtp_proto::server::{Action, ServerConfig, Session};
-use smtp_proto::{EnhancedCode, Path, Reply};
+use smtp_proto::{Path, Reply, StatusCode};
 
 use crate::submit::Submission;
 
@@ -44,11 +44,11 @@ pub fn run(cfg: &Config) -> i32 {
                         Path::Mailbox(m) => m.to_string(),
                     };
                     rcpts.clear();
-                    let _ = session.decide(Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"));
+                    let _ = session.decide(Reply::enhanced(250, StatusCode::SENDER_OK, "Ok"));
                 }
                 Action::CheckRecipient { to, .. } => {
                     rcpts.push(Recipient::new(to.to_string()));
-                    let _ = session.decide(Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"));
+                    let _ = session.decide(Reply::enhanced(250, StatusCode::RECIPIENT_OK, "Ok"));
                 }
                 Action::CheckData { .. } => {
                     let env = Envelope {
@@ -69,7 +69,7 @@ pub fn run(cfg: &Config) -> i32 {
                             eprintln!("sendmail: {msg}");
                             let _ = session.decide(Reply::enhanced(
                                 451,
-                                EnhancedCode::TEMP_SYSTEM,
+                                StatusCode::SYSTEM_TEMP,
                                 "Error: queue file write error",
                             ));
                         }
@@ -85,12 +85,12 @@ pub fn run(cfg: &Config) -> i32 {
                 Action::MessageEnd(_) => {
                     let reply = match sub.take().map(|s| s.end()) {
                         Some(Ok(id)) => {
-                            Reply::enhanced(250, EnhancedCode::OK, format!("Ok: queued as {id}"))
+                            Reply::enhanced(250, StatusCode::OK, format!("Ok: queued as {id}"))
                         }
                         Some(Err((code, text))) if code >= 500 => Reply::new(code, None, text),
                         _ => Reply::enhanced(
                             451,
-                            EnhancedCode::TEMP_SYSTEM,
+                            StatusCode::SYSTEM_TEMP,
                             "Error: queue file write error",
                         ),
                     };
@@ -102,7 +102,7 @@ pub fn run(cfg: &Config) -> i32 {
                 Action::Authenticate { .. } | Action::AuthResponse(_) => {
                     let _ = session.decide(Reply::enhanced(
                         503,
-                        EnhancedCode::INVALID_COMMAND,
+                        StatusCode::INVALID_COMMAND,
                         "Error: authentication not enabled",
                     ));
                 }

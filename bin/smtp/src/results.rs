@@ -64,8 +64,7 @@ pub fn describe(e: &ClientError, relay: &str) -> String {
 pub fn status_of(r: &Reply) -> Status {
     let code = r
         .enhanced
-        .filter(|e| u16::from(e.class) == r.code / 100)
-        .and_then(|e| StatusCode::new(e.class, e.subject, e.detail))
+        .filter(|e| u16::from(e.class()) == r.code / 100)
         .unwrap_or_else(|| StatusCode::of_reply(r.code));
     Status::new(code, r.text().replace('\n', " "))
 }
@@ -127,16 +126,15 @@ mod tests {
 
     #[test]
     fn statuses_of_replies() {
-        use smtp_proto::EnhancedCode;
         let r = result_of(3, &Reply::new(550, None, "no such user"));
         assert_eq!((r.index, r.status.code.to_string()), (3, "5.0.0".into()));
-        let r = status_of(&Reply::enhanced(550, EnhancedCode::new(5, 1, 1), "unknown"));
+        let r = status_of(&Reply::enhanced(550, StatusCode::known(5, 1, 1), "unknown"));
         assert_eq!(
             (r.code.to_string(), r.text.as_str()),
             ("5.1.1".into(), "unknown")
         );
         // An enhanced code of another class than the reply's is not believed.
-        let r = status_of(&Reply::enhanced(250, EnhancedCode::new(5, 1, 1), "odd"));
+        let r = status_of(&Reply::enhanced(250, StatusCode::known(5, 1, 1), "odd"));
         assert!(r.is_success(), "{r}");
         assert_eq!(
             status_of(&Reply::new(421, None, "bye")).to_string(),

@@ -25,7 +25,7 @@ use ipc::Link;
 use mail::{BodyType, Recipient, Ret};
 use mio::Token;
 use smtp_proto::server::{AbortReason, Action, Session};
-use smtp_proto::{EnhancedCode, Path, Reply};
+use smtp_proto::{Path, Reply, StatusCode};
 
 use crate::pool::Pool;
 use crate::settings::Settings;
@@ -191,7 +191,7 @@ impl Conn {
             Some(text) => {
                 // The 421 is the greeting, as in Postfix: after a 220 the
                 // client would take the 421 for the answer to its EHLO.
-                let reply = Reply::enhanced(421, EnhancedCode::TEMP_SECURITY, text);
+                let reply = Reply::enhanced(421, StatusCode::TEMP_SECURITY, text);
                 let mut sess = Session::new_refusing(s.proto.clone(), wrapper, reply);
                 sess.close(None);
                 sess
@@ -297,7 +297,7 @@ impl Conn {
         let text = format!("Error: too many AUTH commands from {}", self.peer.ip());
         let _ = self
             .session
-            .decide(Reply::enhanced(450, EnhancedCode::new(4, 7, 1), text));
+            .decide(Reply::enhanced(450, StatusCode::known(4, 7, 1), text));
     }
 
     /// The SASL server's answer to the exchange in progress.
@@ -312,7 +312,7 @@ impl Conn {
             Outcome::Success(user) => {
                 let mech = self.auth_mechanism.take().unwrap_or_default();
                 self.sasl_login = Some((mech, user));
-                Reply::enhanced(235, EnhancedCode::new(2, 7, 0), "Authentication successful")
+                Reply::enhanced(235, StatusCode::known(2, 7, 0), "Authentication successful")
             }
             Outcome::Failure(reason) => {
                 let mech = self.auth_mechanism.take().unwrap_or_default();
@@ -324,7 +324,7 @@ impl Conn {
                 self.auth_failures += 1;
                 Reply::enhanced(
                     535,
-                    EnhancedCode::new(5, 7, 8),
+                    StatusCode::known(5, 7, 8),
                     "Error: authentication failed: authentication failure",
                 )
             }
@@ -336,7 +336,7 @@ impl Conn {
                 );
                 Reply::enhanced(
                     454,
-                    EnhancedCode::TEMP_SECURITY,
+                    StatusCode::TEMP_SECURITY,
                     "Temporary authentication failure",
                 )
             }
@@ -530,7 +530,7 @@ impl Conn {
         );
         self.session.close(Some(Reply::enhanced(
             421,
-            EnhancedCode::BAD_CONNECTION,
+            StatusCode::CONNECTION_LOST,
             "Error: timeout exceeded",
         )));
         self.closing = true;
@@ -543,7 +543,7 @@ impl Conn {
     pub fn say_goodbye(&mut self) {
         self.session.close(Some(Reply::enhanced(
             421,
-            EnhancedCode::NOT_ACCEPTING,
+            StatusCode::NOT_ACCEPTING,
             "Service shutting down, closing transmission channel",
         )));
         self.flush_output();
@@ -673,7 +673,7 @@ impl Conn {
                     if shared.settings.size_limit > 0 && size > shared.settings.size_limit {
                         let _ = self.session.decide(Reply::enhanced(
                             552,
-                            EnhancedCode::MESSAGE_TOO_BIG,
+                            StatusCode::MESSAGE_TOO_BIG,
                             "Message size exceeds fixed limit",
                         ));
                         return;
@@ -872,7 +872,10 @@ impl Conn {
                     if self.session.is_esmtp() { "ESMTP" } else { "SMTP" },
                     self.session.helo_name().unwrap_or("")
                 );
-                let enh = EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::NOT_AUTHORIZED);
+                let enh = enhanced
+                    .parse::<StatusCode>()
+                    .ok()
+                    .unwrap_or(StatusCode::NOT_AUTHORIZED);
                 let _ = self.session.decide(Reply::enhanced(code, enh, text));
             }
         }

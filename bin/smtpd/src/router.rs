@@ -85,10 +85,8 @@ impl RouterLink {
 fn unlisted(replies: Vec<(Token, Reply<Router>)>) -> Vec<(Token, Answer)> {
     let read = |resp: Response| match resp {
         Response::Resolved { routes, .. } => Ok(routes.iter().any(|r| r.unknown)),
-        Response::Failed {
-            temporary: false, ..
-        } => Ok(true),
-        Response::Failed { text, .. } => Err(text),
+        Response::Failed { status } if status.is_permanent() => Ok(true),
+        Response::Failed { status } => Err(status.to_string()),
         other => Err(format!("unexpected router answer {other:?}")),
     };
     replies

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use daemon::msg_warn;
-use smtp_proto::{EnhancedCode, Reply};
+use smtp_proto::{Reply, StatusCode};
 
 /// How long a free-space figure is reused.
 const CACHE: Duration = Duration::from_secs(1);
@@ -82,13 +82,7 @@ pub fn refusal(free: u64, minfree: u64, size_limit: u64, size: Option<u64>) -> O
         // limit >= free / 1.5, without floating point or overflow.
         || (size_limit > 0 && u128::from(size_limit) * 3 >= u128::from(free) * 2)
         || size.is_some_and(|s| s >= free - minfree);
-    full.then(|| {
-        Reply::enhanced(
-            452,
-            EnhancedCode::SYSTEM_FULL,
-            "Insufficient system storage",
-        )
-    })
+    full.then(|| Reply::enhanced(452, StatusCode::SYSTEM_FULL, "Insufficient system storage"))
 }
 
 #[cfg(test)]
@@ -130,7 +124,7 @@ mod tests {
             );
             if let Some(r) = r {
                 assert_eq!(r.code, 452);
-                assert_eq!(r.enhanced, Some(EnhancedCode::SYSTEM_FULL));
+                assert_eq!(r.enhanced, Some(StatusCode::SYSTEM_FULL));
                 assert_eq!(r.text(), "Insufficient system storage");
             }
         }

@@ -33,6 +33,7 @@ pub use hosts::{Dane, Dns, Host, HostList, HostsConfig, JobId, NativeRequest, Pr
 pub use resolver::{Answer, Lookup, QueryId, Resolver, ResolverConfig, Transmit};
 pub use wire::{Data, QType};
 
+use mail::{Status, StatusCode};
 use std::net::{IpAddr, SocketAddr};
 
 /// Why a lookup failed.
@@ -69,20 +70,40 @@ impl DnsError {
         )
     }
 
+    /// The delivery status: an enhanced status code (class 4 exactly when
+    /// [`DnsError::is_temporary`]) and its text.
+    pub fn status(&self) -> Status {
+        const NO_HOST: StatusCode = StatusCode::known(5, 1, 2);
+        const NULL_MX: StatusCode = StatusCode::known(5, 1, 10);
+        const DNS_TEMP: StatusCode = StatusCode::known(4, 4, 3);
+        match self {
+            DnsError::NotFound(n) => Status::new(
+                NO_HOST,
+                format!("Host or domain name not found: {n}: NXDOMAIN"),
+            ),
+            DnsError::NullMx(n) => {
+                Status::new(NULL_MX, format!("Domain {n} does not accept mail (nullMX)"))
+            }
+            DnsError::BadName(n) => Status::new(
+                NO_HOST,
+                format!("Bad host or domain name \"{}\"", n.escape_debug()),
+            ),
+            DnsError::NoAddress(n) => Status::new(
+                NO_HOST,
+                format!("No address for the mail exchangers of {n}"),
+            ),
+            DnsError::ServFail(t) => Status::new(DNS_TEMP, format!("DNS server failure: {t}")),
+            DnsError::Timeout => Status::new(DNS_TEMP, "DNS lookup timed out"),
+            DnsError::NoServers => Status::new(DNS_TEMP, "No DNS servers configured"),
+            DnsError::CnameChain(n) => {
+                Status::new(DNS_TEMP, format!("CNAME chain too long for {n}"))
+            }
+        }
+    }
+
     /// Text for a delivery status, with an enhanced status code.
     pub fn status_text(&self) -> String {
-        match self {
-            DnsError::NotFound(n) => format!("5.1.2 Host or domain name not found: {n}: NXDOMAIN"),
-            DnsError::NullMx(n) => format!("5.1.10 Domain {n} does not accept mail (nullMX)"),
-            DnsError::BadName(n) => {
-                format!("5.1.2 Bad host or domain name \"{}\"", n.escape_debug())
-            }
-            DnsError::NoAddress(n) => format!("5.1.2 No address for the mail exchangers of {n}"),
-            DnsError::ServFail(t) => format!("4.4.3 DNS server failure: {t}"),
-            DnsError::Timeout => "4.4.3 DNS lookup timed out".into(),
-            DnsError::NoServers => "4.4.3 No DNS servers configured".into(),
-            DnsError::CnameChain(n) => format!("4.4.3 CNAME chain too long for {n}"),
-        }
+        self.status().to_string()
     }
 }
 

@@ -632,3 +632,25 @@ fn dnssec_classes_hosts_for_dane() {
     let l = r.unwrap();
     assert!(!l.authentic && l.hosts.iter().all(|h| h.dane == Dane::Insecure));
 }
+
+#[test]
+fn a_failure_is_transient_exactly_when_it_is_temporary() {
+    for e in [
+        DnsError::NotFound("a.test".into()),
+        DnsError::NullMx("a.test".into()),
+        DnsError::BadName("a..test".into()),
+        DnsError::NoAddress("a.test".into()),
+        DnsError::ServFail("SERVFAIL".into()),
+        DnsError::Timeout,
+        DnsError::NoServers,
+        DnsError::CnameChain("a.test".into()),
+    ] {
+        let s = e.status();
+        assert_eq!(s.is_transient(), e.is_temporary(), "{e}");
+        assert_eq!(s.is_permanent(), !e.is_temporary(), "{e}");
+    }
+    assert_eq!(
+        DnsError::NullMx("a.test".into()).status_text(),
+        "5.1.10 Domain a.test does not accept mail (nullMX)"
+    );
+}

@@ -23,7 +23,7 @@ pub enum Router {}
 
 impl crate::Protocol for Router {
     const NAME: &'static str = "sluice-router";
-    const VERSION: u32 = 4;
+    const VERSION: u32 = 5;
     type Request = Request;
     type Response = Response;
 }
@@ -83,12 +83,12 @@ pub enum Response {
     },
     /// The hosts of the next hop, best first.
     Hosts(HostList),
-    /// The request failed.
+    /// The request failed: the status's class says whether a retry later
+    /// may succeed (4: DNS timeout, SERVFAIL, a broken table) or not (5:
+    /// a malformed domain, NXDOMAIN).
     Failed {
-        /// A retry later may succeed (DNS timeout, SERVFAIL, broken table).
-        temporary: bool,
-        /// An enhanced status code and text, e.g. `5.1.3 malformed domain`.
-        text: String,
+        /// The enhanced status code and its text.
+        status: mail::Status,
     },
     /// The reload is done.
     Reloaded,
@@ -109,12 +109,11 @@ pub enum Rewrite {
     /// The addresses it becomes (one for a one-to-one rewrite), without
     /// duplicates, in table order.
     Into(Vec<String>),
-    /// The mapping failed.
+    /// The mapping failed; class 4: a retry later may succeed (a loop, a
+    /// limit, a broken table), class 5: the address is bad.
     Failed {
-        /// A retry later may succeed (a loop, a limit, a broken table).
-        temporary: bool,
-        /// An enhanced status code and text.
-        text: String,
+        /// The enhanced status code and its text.
+        status: mail::Status,
     },
 }
 
@@ -174,8 +173,8 @@ pub struct Host {
     pub port: u16,
     /// Its addresses, in the order to try.
     pub addrs: Vec<IpAddr>,
-    /// Why it has no addresses, when it has none; `temporary` as in [`Response::Failed`].
-    pub error: Option<(bool, String)>,
+    /// Why it has no addresses, when it has none; its class as in [`Response::Failed`].
+    pub error: Option<mail::Status>,
     /// Its DANE standing (`smtp_dns_support_level = dnssec`).
     pub dane: crate::delivery::Dane,
 }
@@ -183,7 +182,7 @@ pub struct Host {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{decode, encode, Hello, HelloReply, Tagged};
+    use crate::{decode, encode, Hello, HelloReply, Protocol, Tagged};
 
     #[test]
     fn every_message_round_trips() {
@@ -248,8 +247,7 @@ mod tests {
                 authentic: false,
             }),
             Response::Failed {
-                temporary: true,
-                text: "4.4.3 DNS lookup timed out".into(),
+                status: mail::Status::new(mail::StatusCode::known(4, 4, 3), "DNS lookup timed out"),
             },
             Response::Reloaded,
             Response::Rewritten {
@@ -258,8 +256,10 @@ mod tests {
                     Rewrite::Same,
                     Rewrite::Into(vec!["a@x.test".into(), "b@y.test".into()]),
                     Rewrite::Failed {
-                        temporary: true,
-                        text: "4.3.0 virtual alias loop: a -> b -> a".into(),
+                        status: mail::Status::new(
+                            mail::StatusCode::SYSTEM_TEMP,
+                            "virtual alias loop: a -> b -> a",
+                        ),
                     },
                 ],
             },
@@ -274,6 +274,18 @@ mod tests {
         assert_eq!(
             Hello::of::<Router>().answer::<Router>(),
             HelloReply::Accepted
+        );
+        // A peer of version 4 sent reasons as text: it is refused.
+        let old = Hello {
+            protocol: Router::NAME.into(),
+            version: 4,
+        };
+        assert_eq!(
+            old.answer::<Router>(),
+            HelloReply::Refused {
+                protocol: "sluice-router".into(),
+                version: 5
+            }
         );
     }
 }

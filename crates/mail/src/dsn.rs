@@ -152,6 +152,39 @@ impl StatusCode {
     pub const TLS_POLICY: Self = Self::known(4, 7, 5);
     /// 5.1.3 bad destination address syntax.
     pub const BAD_ADDRESS: Self = Self::known(5, 1, 3);
+    /// 2.1.0 other address status: sender accepted.
+    pub const SENDER_OK: Self = Self::known(2, 1, 0);
+    /// 2.1.5 destination address valid.
+    pub const RECIPIENT_OK: Self = Self::known(2, 1, 5);
+    /// 2.6.0 other or undefined media status: message accepted.
+    pub const MESSAGE_OK: Self = Self::known(2, 6, 0);
+    /// 4.3.2 system not accepting network messages (shutdown).
+    pub const NOT_ACCEPTING: Self = Self::known(4, 3, 2);
+    /// 4.5.3 too many recipients.
+    pub const TOO_MANY_RECIPIENTS: Self = Self::known(4, 5, 3);
+    /// 4.7.0 other or undefined security status (temporary): error limit,
+    /// too many commands.
+    pub const TEMP_SECURITY: Self = Self::known(4, 7, 0);
+    /// 5.1.1 bad destination mailbox address (user unknown).
+    pub const USER_UNKNOWN: Self = Self::known(5, 1, 1);
+    /// 5.1.7 bad sender's mailbox address syntax.
+    pub const BAD_SENDER_SYNTAX: Self = Self::known(5, 1, 7);
+    /// 5.3.4 message too big for system.
+    pub const MESSAGE_TOO_BIG: Self = Self::known(5, 3, 4);
+    /// 5.5.0 other or undefined protocol status.
+    pub const PROTOCOL: Self = Self::known(5, 5, 0);
+    /// 5.5.1 invalid command (bad sequence, not implemented).
+    pub const INVALID_COMMAND: Self = Self::known(5, 5, 1);
+    /// 5.5.2 syntax error (unrecognized command, bad line ending, line too long).
+    pub const SYNTAX_ERROR: Self = Self::known(5, 5, 2);
+    /// 5.5.4 invalid command arguments (bad or unsupported parameter).
+    pub const INVALID_ARGUMENTS: Self = Self::known(5, 5, 4);
+    /// 5.6.7 non-ASCII address without SMTPUTF8 (RFC 6531 §3.7.4.1 / RFC 6533).
+    pub const UTF8_REQUIRED: Self = Self::known(5, 6, 7);
+    /// 5.7.0 other or undefined security status (TLS required, refused session).
+    pub const SECURITY: Self = Self::known(5, 7, 0);
+    /// 5.7.1 delivery not authorized (relay denied).
+    pub const NOT_AUTHORIZED: Self = Self::known(5, 7, 1);
 
     /// A code from literal parts, for constants: out of RFC 3463's ranges
     /// it fails to compile when used in a `const`, and panics otherwise.
@@ -277,8 +310,8 @@ impl Status {
         self.code.class == 4
     }
 
-    /// A status from a reason that travels as text (`"4.4.1 text"`, as the
-    /// router protocol carries a table's `error:`/`retry:` words), with
+    /// A status from a reason written as text (`"4.4.1 text"`, as a
+    /// transport table's `error:` next hop is written), with
     /// `default` when the text does not start with a code. For that
     /// boundary only: status that is typed stays typed.
     pub fn from_reason(reason: &str, default: StatusCode) -> Self {

@@ -860,6 +860,10 @@ impl<S: Store> QueueManager<S> {
                 retry_at,
             } => {
                 let nexthop = s.nexthop(destination).unwrap_or("?").to_string();
+                let secs = retry_at.0.saturating_sub(self.now.0) / 1000;
+                self.warn(format!(
+                    "destination {nexthop} is not responding: deliveries suspended for {secs}s"
+                ));
                 self.actions
                     .push_back(Action::DestinationDead { nexthop, retry_at });
                 return;

@@ -29,7 +29,7 @@ use std::time::Duration;
 use mail::QueueId;
 use queue::{Lsn, Record, Replay, Storage};
 
-use crate::{Store, Time};
+use crate::{Action, Event, QueueManager, Store, Time};
 
 /// How often a stalled journal is tried again.
 pub const RETRY: Duration = Duration::from_secs(1);
@@ -91,6 +91,8 @@ struct Stall {
 /// The arrivals and removals waiting for durability, and the stall.
 #[derive(Debug, Default)]
 pub struct Commits {
+    /// How far the journal was last said to be durable.
+    reported: Lsn,
     acks: Vec<Ack>,
     removals: Vec<(Lsn, QueueId, Storage)>,
     stall: Option<Stall>,
@@ -107,6 +109,12 @@ impl Commits {
     /// while stalled and the next try is not due.
     pub fn due(&self, now: Time) -> bool {
         self.stall.as_ref().is_none_or(|s| now >= s.retry_at)
+    }
+
+    /// Whether a commit that ended at `end` is news: the journal is
+    /// durable further than last said, or commits failed until now.
+    pub fn is_news(&self, end: Lsn) -> bool {
+        end > self.reported || self.stall.is_some()
     }
 
     /// When a stalled journal is to be tried again.
@@ -199,6 +207,7 @@ impl Commits {
     /// nothing to commit): a stall is over, and what waited for `end` is
     /// answered or freed.
     pub fn durable(&mut self, end: Lsn, now: Time) {
+        self.reported = self.reported.max(end);
         if let Some(s) = self.stall.take() {
             let d = Duration::from_millis(now.0.saturating_sub(s.since.0));
             self.events.push(CommitEvent::Resumed(d));
@@ -270,6 +279,79 @@ impl Commits {
     /// What happened since the last call.
     pub fn take_events(&mut self) -> Vec<CommitEvent> {
         std::mem::take(&mut self.events)
+    }
+}
+
+/// Why the shell's group commit failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitFailure {
+    /// The journal's error.
+    pub reason: String,
+    /// The file system is full.
+    pub disk_full: bool,
+}
+
+impl From<queue::Error> for CommitFailure {
+    fn from(e: queue::Error) -> Self {
+        CommitFailure {
+            reason: e.to_string(),
+            disk_full: e.is_disk_full(),
+        }
+    }
+}
+
+impl From<CommitFailure> for Event {
+    fn from(f: CommitFailure) -> Self {
+        Event::CommitFailed {
+            reason: f.reason,
+            disk_full: f.disk_full,
+        }
+    }
+}
+
+impl<S: Store> QueueManager<S> {
+    /// What came of the shell's group commit: durable up to `end` (with
+    /// nothing to commit, where it already was), or failed. False when
+    /// that is no news (durable no further than already said, and no
+    /// stall to end): no turn is taken and the shell commits no more now.
+    pub fn committed(&mut self, now: Time, outcome: Result<Lsn, CommitFailure>) -> bool {
+        let ev = match outcome {
+            Ok(end) if !self.commits.is_news(end) => return false,
+            Ok(end) => Event::Durable(end),
+            Err(f) => f.into(),
+        };
+        self.handle(now, ev);
+        true
+    }
+
+    /// Leaving, after the shell's last commit (`outcome`): the actions
+    /// still worth carrying out, in order (answers to arrivals, data to
+    /// remove, holds and the verification cache to save, log lines), the
+    /// cache's last results included. What would start work (requests to
+    /// the router, the agents, cleanup, clients' other answers) is left:
+    /// the next process recovers it from the journal.
+    pub fn closing(&mut self, now: Time, outcome: Result<Lsn, CommitFailure>) -> Vec<Action> {
+        let ev = match outcome {
+            Ok(end) => Event::Durable(end),
+            Err(f) => f.into(),
+        };
+        self.handle(now, ev);
+        let mut out: Vec<Action> = std::iter::from_fn(|| self.poll_action())
+            .filter(|a| {
+                matches!(
+                    a,
+                    Action::Answer { .. }
+                        | Action::RemoveData { .. }
+                        | Action::SaveHolds { .. }
+                        | Action::SaveVerify { .. }
+                        | Action::Log(..)
+                )
+            })
+            .collect();
+        if let Some(text) = self.verify_cache_save() {
+            out.push(Action::SaveVerify { text });
+        }
+        out
     }
 }
 
@@ -519,5 +601,89 @@ mod tests {
         let ok = answered.values().filter(|ok| **ok).count();
         let refused = answered.len() - ok;
         assert!(ok > 50 && refused > 10, "{ok} committed, {refused} refused");
+    }
+}
+
+#[cfg(test)]
+mod outcome_tests {
+    //! What the shell says of its commits, and leaving, in virtual time.
+    use super::*;
+    use crate::testkit::{settings, World};
+    use crate::Level;
+    use mail::{Envelope, Recipient};
+    use queue::{DataRef, MessageHead};
+
+    fn full() -> CommitFailure {
+        CommitFailure {
+            reason: "No space left on device".into(),
+            disk_full: true,
+        }
+    }
+
+    #[test]
+    fn a_commit_is_news_once_and_again_when_it_ends_a_stall() {
+        let mut w = World::new(settings());
+        let t = w.now;
+        assert!(w.qm.committed(t, Ok(Lsn::new(1, 10))));
+        assert!(!w.qm.committed(t, Ok(Lsn::new(1, 10))), "nothing new");
+        assert!(!w.qm.committed(t, Ok(Lsn::new(1, 5))), "behind");
+        assert!(w.qm.committed(t, Err(full())));
+        w.drain();
+        assert!(w.logged("journal: No space left on device; mail is refused"));
+        assert!(!w.qm.commit_due(t), "retried after a second, not now");
+        let later = Time(t.0 + RETRY.as_millis() as u64);
+        assert!(w.qm.commit_due(later));
+        assert!(
+            w.qm.committed(later, Ok(Lsn::new(1, 10))),
+            "no further, but it ends the stall"
+        );
+        w.drain();
+        assert!(w.logged("journal: writable again after 1.0 s"));
+        assert!(!w.qm.committed(later, Ok(Lsn::new(1, 10))));
+    }
+
+    #[test]
+    fn leaving_answers_arrivals_and_starts_no_work() {
+        let mut w = World::new(settings());
+        let id = QueueId::from_parts(w.now.0 * 1000, 1, 1).unwrap();
+        let head = MessageHead {
+            id,
+            envelope: Envelope {
+                sender: "a@a.example".into(),
+                recipients: vec![Recipient::new("b@b.example")],
+                ..Envelope::default()
+            },
+            data: DataRef::Inline(b"Subject: t\r\n\r\nhi\r\n".to_vec()),
+        };
+        // Arrived, not drained: the answer and its routing are owed.
+        w.qm.handle(
+            w.now,
+            Event::Arrived {
+                client: 7,
+                request: 3,
+                head: Box::new(head),
+                hold: false,
+            },
+        );
+        let end = w.qm.store().end();
+        let out = w.qm.closing(w.now, Ok(end));
+        assert!(
+            out.iter().any(
+                |a| matches!(a, Action::Answer { client: 7, request: 3, response }
+                if *response == ipc::qmgr::Response::Committed)
+            ),
+            "{out:?}"
+        );
+        assert!(out.iter().any(
+            |a| matches!(a, Action::Log(Level::Info, l) if l.starts_with(&format!("{id}: from=<a@a.example>")))
+        ));
+        assert!(
+            !out.iter().any(|a| matches!(
+                a,
+                Action::ToRouter { .. } | Action::ToAgent { .. } | Action::ToCleanup { .. }
+            )),
+            "{out:?}"
+        );
+        assert!(w.qm.poll_action().is_none(), "nothing left behind");
     }
 }

@@ -20,7 +20,12 @@
 //! counters operators see, [`prometheus`] renders them for a scrape; [`journal`] what waits for the shell's group
 //! commit (arrivals to answer, data to free) and a journal that cannot be
 //! written: the shell says what came of each commit ([`Event::Durable`],
-//! [`Event::CommitFailed`]) and asks when to commit ([`QueueManager::commit_due`]).
+//! [`Event::CommitFailed`], or [`QueueManager::committed`], which also
+//! says whether it was news) and asks when to commit
+//! ([`QueueManager::commit_due`]); at exit [`QueueManager::closing`] says
+//! what is still worth doing. `settings` reads main.cf's parameters,
+//! [`recovery_lines`] words what recovery found, and [`clustershare`] is
+//! this instance's part in a cluster (clusterd's news, what to tell it).
 //!
 //! Logs nothing itself: every log line is an [`Action::Log`]. Panics on
 //! nothing the shell or a peer sends.
@@ -30,6 +35,7 @@
 mod active;
 pub mod agentconn;
 pub mod bounce;
+pub mod clustershare;
 mod control;
 mod dispatch;
 pub mod figures;
@@ -41,9 +47,11 @@ mod probes;
 pub mod prometheus;
 #[cfg(test)]
 mod props;
+mod recovery;
 mod resolve;
 mod retry;
 pub mod schedconf;
+mod settings;
 mod shapectl;
 mod snapshot;
 mod store;
@@ -51,13 +59,15 @@ mod store;
 mod testkit;
 pub mod verify;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use ipc::{cleanup, delivery, qmgr, queuectl, router};
 use mail::QueueId;
 use queue::{Lsn, MessageHead, Record, Replay, Storage};
+pub use recovery::recovery_lines;
 use sched::{SchedConfig, Scheduler};
+pub use settings::{verify_map_path, Settings};
 pub use verify::VerifySettings;
 
 pub use sched::Time;
@@ -74,52 +84,6 @@ pub const ROUTE_RETRY: Duration = Duration::from_secs(300);
 /// Messages activated per turn at most, so a big backlog does not stall
 /// the shell's loop (the rest follow at the next timeout, which is now).
 const ACTIVATE_PER_TURN: usize = 1000;
-
-/// The parameters of main.cf that the queue logic follows.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Transports that have a delivery agent in master.cf (none: mail stays queued).
-    pub transports: BTreeSet<String>,
-    /// `defer_transports`: mail for these waits for a flush.
-    pub defer_transports: BTreeSet<String>,
-    /// `qmgr_message_active_limit`.
-    pub active_limit: usize,
-    /// `queue_run_delay`: the wait of a message that left delivery with nothing due.
-    pub run_delay: Duration,
-    /// `delay_warning_time` (zero: never).
-    pub delay_warning: Duration,
-    /// `maximal_queue_lifetime`, for a warning's Will-Retry-Until.
-    pub lifetime: Duration,
-    /// `myhostname`, for notices.
-    pub hostname: String,
-    /// `myorigin`.
-    pub origin: String,
-    /// `2bounce_notice_recipient`, qualified.
-    pub postmaster: String,
-    /// Waiting messages are admitted in turn by sender (false: in arrival
-    /// order, the baseline the simulator compares with).
-    pub admission_by_sender: bool,
-    /// Address verification: the cache and the probes' limits.
-    pub verify: VerifySettings,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            transports: BTreeSet::new(),
-            defer_transports: BTreeSet::new(),
-            active_limit: 20_000,
-            run_delay: Duration::from_secs(300),
-            delay_warning: Duration::ZERO,
-            lifetime: Duration::from_secs(5 * 86400),
-            hostname: "localhost".into(),
-            origin: "localhost".into(),
-            postmaster: "postmaster@localhost".into(),
-            admission_by_sender: true,
-            verify: VerifySettings::default(),
-        }
-    }
-}
 
 /// What happened, as the shell decoded it.
 #[derive(Debug)]

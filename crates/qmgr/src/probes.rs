@@ -232,9 +232,13 @@ impl<S: Store> QueueManager<S> {
                 let text = format!("2.0.0 alias of {} addresses", routes.len());
                 return self.probe_result(&address, Some((Deliverable, text)));
             }
-            router::Response::Failed { temporary, text } => {
-                let o = if temporary { Deferred } else { Undeliverable };
-                return self.probe_result(&address, Some((o, text)));
+            router::Response::Failed { status } => {
+                let o = if status.is_permanent() {
+                    Undeliverable
+                } else {
+                    Deferred
+                };
+                return self.probe_result(&address, Some((o, status.to_string())));
             }
             _ => return self.probe_failed(&address),
         };
@@ -713,8 +717,10 @@ mod tests {
             }
         }
         let response = router::Response::Failed {
-            temporary: false,
-            text: "5.4.4 Host or domain name not found".into(),
+            status: mail::Status::new(
+                mail::StatusCode::known(5, 4, 4),
+                "Host or domain name not found",
+            ),
         };
         w.handle(Event::RouterAnswer {
             request: hosts.expect("hosts asked"),

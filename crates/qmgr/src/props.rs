@@ -162,8 +162,10 @@ fn step(w: &mut World, m: &mut Model, op: Op, n: &mut u32) {
                 }
                 (router::Request::Hosts { nexthop }, 0) => hosts(&nexthop),
                 (_, how) => router::Response::Failed {
-                    temporary: how == 1,
-                    text: format!("{}.4.4 no", if how == 1 { 4 } else { 5 }),
+                    status: mail::Status::new(
+                        mail::StatusCode::known(if how == 1 { 4 } else { 5 }, 4, 4),
+                        "no",
+                    ),
                 },
             };
             w.handle(Event::RouterAnswer { request, response });

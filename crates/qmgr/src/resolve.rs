@@ -171,19 +171,19 @@ impl<S: Store> QueueManager<S> {
                 );
                 return self.defer_now(qid, &[rcpt], &why, retry);
             }
-            router::Response::Failed {
-                temporary: true,
-                text,
-            } => return self.defer_now(qid, &[rcpt], &router_status(&text, true), retry),
-            router::Response::Failed {
-                temporary: false,
-                text,
-            } => return self.bounce_now(qid, &[rcpt], &router_status(&text, false)),
+            router::Response::Failed { status } if status.is_permanent() => {
+                return self.bounce_now(qid, &[rcpt], &status)
+            }
+            router::Response::Failed { status } => {
+                return self.defer_now(qid, &[rcpt], &status, retry)
+            }
             other => return self.warn(format!("router: unexpected answer {other:?}")),
         };
         let flushed = self.deliver.msgs.get(&qid).is_some_and(|a| a.flush);
         match r.transport.as_str() {
-            "error" => self.bounce_now(qid, &[rcpt], &router_status(&r.nexthop, false)),
+            // The next hop of the error transport is a table's
+            // `error:5.1.1 text`, read as Postfix's error(8) reads it.
+            "error" => self.bounce_now(qid, &[rcpt], &Status::from_reason(&r.nexthop, FAILED)),
             "discard" => {
                 if let Some(a) = self.deliver.msgs.get(&qid) {
                     let status = mail::Status::new(mail::StatusCode::known(2, 0, 0), "discarded");
@@ -250,7 +250,7 @@ impl<S: Store> QueueManager<S> {
                 a.hosts_awaited = a.hosts_awaited.saturating_sub(1);
             }
         }
-        let (temporary, text) = match resp {
+        let status = match resp {
             router::Response::Hosts(list) if list.hosts.iter().any(|h| !h.addrs.is_empty()) => {
                 // Old entries go when they expire, so the cache follows
                 // the destinations in use.
@@ -283,16 +283,17 @@ impl<S: Store> QueueManager<S> {
                 }
                 return;
             }
-            router::Response::Failed { temporary, text } => (temporary, text),
-            router::Response::Hosts(l) => {
-                match l.hosts.iter().find_map(|h| h.error.clone()) {
-                    Some((temp, t)) => (temp, t),
-                    None => (true, format!("4.4.3 Host or domain name not found. Name service error for name={nexthop}")),
-                }
-            }
-            o => (true, format!("4.3.0 unexpected router answer {o:?}")),
+            router::Response::Failed { status } => status,
+            router::Response::Hosts(l) => match l.hosts.iter().find_map(|h| h.error.clone()) {
+                Some(status) => status,
+                None => Status::new(
+                    StatusCode::known(4, 4, 3),
+                    format!("Host or domain name not found. Name service error for name={nexthop}"),
+                ),
+            },
+            o => Status::new(TEMPFAIL, format!("unexpected router answer {o:?}")),
         };
-        let status = router_status(&text, temporary);
+        let temporary = !status.is_permanent();
         for q in waiters {
             if let Some(a) = self.deliver.msgs.get_mut(&q) {
                 a.host_failures
@@ -387,19 +388,12 @@ fn hosts_of(list: &router::HostList, now: Time, by_address: bool) -> Hosts {
     }
 }
 
-/// A router failure's status: the router protocol carries its reasons as
-/// `"code text"` (the table's own words, as Postfix's `error:` and
-/// `retry:` transports take them), made typed here, once; a text without
-/// a code gets 4.3.0 or 5.0.0.
-fn router_status(text: &str, temporary: bool) -> Status {
-    Status::from_reason(text, if temporary { TEMPFAIL } else { FAILED })
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use ipc::router;
+    use mail::{Status, StatusCode};
     use queue::Record;
 
     use crate::testkit::{settings, World};
@@ -543,8 +537,7 @@ mod tests {
         w.handle(Event::RouterAnswer {
             request,
             response: router::Response::Failed {
-                temporary: false,
-                text: "5.4.4 Host not found".into(),
+                status: Status::new(StatusCode::known(5, 4, 4), "Host not found"),
             },
         });
         assert!(w.records(id).iter().any(|r| matches!(r,
@@ -570,12 +563,13 @@ mod tests {
                     let n: u32 = nexthop[1..nexthop.find('.').unwrap()].parse().unwrap();
                     match n % 6 {
                         0 => router::Response::Failed {
-                            temporary: true,
-                            text: "4.4.3 Host or domain name not found".into(),
+                            status: Status::new(
+                                StatusCode::known(4, 4, 3),
+                                "Host or domain name not found",
+                            ),
                         },
                         3 => router::Response::Failed {
-                            temporary: false,
-                            text: "5.4.4 Host not found".into(),
+                            status: Status::new(StatusCode::known(5, 4, 4), "Host not found"),
                         },
                         _ => crate::testkit::hosts(&nexthop),
                     }

@@ -987,8 +987,10 @@ impl Sim {
                     .and_then(|&d| self.dests.get(d));
                 let Some(d) = d else {
                     return router::Response::Failed {
-                        temporary: false,
-                        text: format!("5.1.2 no destination for {address}"),
+                        status: mail::Status::new(
+                            mail::StatusCode::known(5, 1, 2),
+                            format!("no destination for {address}"),
+                        ),
                     };
                 };
                 router::Response::Resolved {
@@ -1006,8 +1008,10 @@ impl Sim {
             router::Request::Hosts { nexthop } => {
                 let Some(d) = self.by_nexthop.get(&nexthop).map(|&i| &self.dests[i]) else {
                     return router::Response::Failed {
-                        temporary: false,
-                        text: format!("5.4.4 no hosts for {nexthop}"),
+                        status: mail::Status::new(
+                            mail::StatusCode::known(5, 4, 4),
+                            format!("no hosts for {nexthop}"),
+                        ),
                     };
                 };
                 let mut hosts = Vec::new();
@@ -1034,8 +1038,10 @@ impl Sim {
                 })
             }
             other => router::Response::Failed {
-                temporary: false,
-                text: format!("5.3.0 not modelled: {other:?}"),
+                status: mail::Status::new(
+                    mail::StatusCode::known(5, 3, 0),
+                    format!("not modelled: {other:?}"),
+                ),
             },
         }
     }

@@ -29,7 +29,7 @@
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::reply::{EnhancedCode, Reply};
+use crate::reply::{Reply, StatusCode};
 
 /// Longest path accepted, brackets included (RFC 5321 §4.5.3.1.3).
 pub const MAX_PATH: usize = 256;
@@ -222,13 +222,13 @@ impl AddressError {
         if *self == AddressError::Utf8NotAllowed {
             return Reply::enhanced(
                 553,
-                EnhancedCode::UTF8_REQUIRED,
+                StatusCode::UTF8_REQUIRED,
                 "Error: non-ASCII address requires SMTPUTF8",
             );
         }
         let (e, who) = match role {
-            AddressRole::Sender => (EnhancedCode::BAD_SENDER_SYNTAX, "sender"),
-            AddressRole::Recipient => (EnhancedCode::BAD_RECIPIENT_SYNTAX, "recipient"),
+            AddressRole::Sender => (StatusCode::BAD_SENDER_SYNTAX, "sender"),
+            AddressRole::Recipient => (StatusCode::BAD_ADDRESS, "recipient"),
         };
         Reply::enhanced(501, e, format!("Bad {who} address syntax ({self})"))
     }
@@ -541,12 +541,9 @@ mod tests {
             .has_routing_chars());
         assert!(parse_mailbox("ö@ex.com", true).unwrap().is_utf8());
         let r = AddressError::BadDomain.reply(AddressRole::Recipient);
-        assert_eq!(
-            (r.code, r.enhanced),
-            (501, Some(EnhancedCode::BAD_RECIPIENT_SYNTAX))
-        );
+        assert_eq!((r.code, r.enhanced), (501, Some(StatusCode::BAD_ADDRESS)));
         let r = AddressError::BadDomain.reply(AddressRole::Sender);
-        assert_eq!(r.enhanced, Some(EnhancedCode::BAD_SENDER_SYNTAX));
+        assert_eq!(r.enhanced, Some(StatusCode::BAD_SENDER_SYNTAX));
         assert_eq!(
             AddressError::Utf8NotAllowed.reply(AddressRole::Sender).code,
             553

@@ -40,7 +40,7 @@ use std::collections::VecDeque;
 use crate::address::{Mailbox, Path};
 use crate::client::{write_command, Capabilities};
 use crate::command::{Body, Command, MailParams, RcptParams};
-use crate::reply::{EnhancedCode, Reply, ReplyError, ReplyParser};
+use crate::reply::{Reply, ReplyError, ReplyParser, StatusCode};
 
 /// STARTTLS use (Postfix `smtp_tls_security_level`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -565,7 +565,7 @@ impl ClientSession {
         let Some(tx) = self.tx.take() else { return };
         self.pending.clear();
         let reply = reply.or(tx.mail_reply).unwrap_or_else(|| {
-            Reply::enhanced(554, EnhancedCode::PROTOCOL, "no recipient was accepted")
+            Reply::enhanced(554, StatusCode::PROTOCOL, "no recipient was accepted")
         });
         self.actions.push_back(Action::MessageDone(reply));
     }
@@ -624,7 +624,7 @@ impl ClientSession {
         if env.params.smtputf8 && !caps.smtputf8 {
             let reply = Reply::enhanced(
                 553,
-                EnhancedCode::UTF8_REQUIRED,
+                StatusCode::UTF8_REQUIRED,
                 "SMTPUTF8 is required, but was not offered by the host",
             );
             self.actions.push_back(Action::SenderRefused(reply.clone()));

@@ -128,14 +128,14 @@ impl Pair {
         let reply = match a {
             ServerAction::CheckSender { from, .. } => {
                 if from.to_string().contains("reject") {
-                    Reply::enhanced(550, EnhancedCode::NOT_AUTHORIZED, "no")
+                    Reply::enhanced(550, StatusCode::NOT_AUTHORIZED, "no")
                 } else {
                     Reply::ok()
                 }
             }
             ServerAction::CheckRecipient { to, .. } => {
                 if to.local.starts_with("reject") {
-                    Reply::enhanced(550, EnhancedCode::USER_UNKNOWN, "unknown")
+                    Reply::enhanced(550, StatusCode::USER_UNKNOWN, "unknown")
                 } else {
                     Reply::ok()
                 }
@@ -146,7 +146,7 @@ impl Pair {
                     .sender()
                     .is_some_and(|p| p.to_string().contains("nodata"))
                 {
-                    Reply::enhanced(554, EnhancedCode::NOT_AUTHORIZED, "no data")
+                    Reply::enhanced(554, StatusCode::NOT_AUTHORIZED, "no data")
                 } else {
                     Reply::new(354, None, "go")
                 }
@@ -157,7 +157,7 @@ impl Pair {
             }
             ServerAction::MessageEnd(_) => {
                 self.received.push(std::mem::take(&mut self.current));
-                Reply::enhanced(250, EnhancedCode::OK, "queued")
+                Reply::enhanced(250, StatusCode::OK, "queued")
             }
             ServerAction::StartTls => {
                 self.s.tls_established();

@@ -20,7 +20,7 @@
 use std::fmt;
 
 use crate::address::{parse_path, AddressError, AddressRole, Mailbox, Path};
-use crate::reply::{EnhancedCode, Reply};
+use crate::reply::{Reply, StatusCode};
 
 /// The command verbs this crate knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -321,33 +321,33 @@ impl CommandError {
     pub fn reply(&self) -> Reply {
         match self {
             CommandError::BadCharacters => {
-                Reply::enhanced(500, EnhancedCode::SYNTAX_ERROR, "Error: bad syntax")
+                Reply::enhanced(500, StatusCode::SYNTAX_ERROR, "Error: bad syntax")
             }
             CommandError::Unrecognized => Reply::enhanced(
                 502,
-                EnhancedCode::SYNTAX_ERROR,
+                StatusCode::SYNTAX_ERROR,
                 "Error: command not recognized",
             ),
             CommandError::Syntax(_, usage) => Reply::enhanced(
                 501,
-                EnhancedCode::INVALID_ARGUMENTS,
+                StatusCode::INVALID_ARGUMENTS,
                 format!("Syntax: {usage}"),
             ),
             CommandError::Sender(e) => e.reply(AddressRole::Sender),
             CommandError::Recipient(e) => e.reply(AddressRole::Recipient),
             CommandError::UnknownParameter(p) => Reply::enhanced(
                 555,
-                EnhancedCode::INVALID_ARGUMENTS,
+                StatusCode::INVALID_ARGUMENTS,
                 format!("Unsupported option: {p}"),
             ),
             CommandError::DuplicateParameter(p) => Reply::enhanced(
                 555,
-                EnhancedCode::INVALID_ARGUMENTS,
+                StatusCode::INVALID_ARGUMENTS,
                 format!("Duplicate option: {p}"),
             ),
             CommandError::BadParameterValue(p) => Reply::enhanced(
                 501,
-                EnhancedCode::INVALID_ARGUMENTS,
+                StatusCode::INVALID_ARGUMENTS,
                 format!("Bad {p} syntax"),
             ),
         }
@@ -830,12 +830,12 @@ mod tests {
             Err(CommandError::BadCharacters)
         );
         let r = p("RCPT TO:<a@b..com>").unwrap_err().reply();
-        assert_eq!(r.enhanced, Some(EnhancedCode::BAD_RECIPIENT_SYNTAX));
+        assert_eq!(r.enhanced, Some(StatusCode::BAD_ADDRESS));
         let r = p("MAIL FROM:<a@b..com>").unwrap_err().reply();
-        assert_eq!(r.enhanced, Some(EnhancedCode::BAD_SENDER_SYNTAX));
+        assert_eq!(r.enhanced, Some(StatusCode::BAD_SENDER_SYNTAX));
         assert_eq!(
             p("MAIL FROM:<a@b.com> X=1").unwrap_err().reply().enhanced,
-            Some(EnhancedCode::INVALID_ARGUMENTS)
+            Some(StatusCode::INVALID_ARGUMENTS)
         );
     }
 

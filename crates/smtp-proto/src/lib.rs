@@ -13,7 +13,7 @@
 //!   property table [`command::COMMANDS`];
 //! - [`dsn`]: the one mapping of the DSN and BODY parameters to and from
 //!   the envelope's types (`mail`);
-//! - [`reply`]: [`Reply`], RFC 3463 [`EnhancedCode`]s, the bounded client-side
+//! - [`reply`]: [`Reply`], RFC 3463 [`StatusCode`]s, the bounded client-side
 //!   [`ReplyParser`];
 //! - [`receiver`]: the DATA and BDAT content receivers (end of data only at
 //!   CRLF.CRLF, bare LF/CR policy, size limit, wire-format output);
@@ -29,7 +29,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use smtp_proto::server::{Action, ServerConfig, Session};
-//! use smtp_proto::{EnhancedCode, Reply};
+//! use smtp_proto::{StatusCode, Reply};
 //!
 //! let mut s = Session::new(Arc::new(ServerConfig::default()), false);
 //! let mut wire = s.take_output(); // "220 localhost ESMTP Sluice"
@@ -50,19 +50,19 @@
 //!             Action::CheckData { .. } => s.decide(Reply::new(354, None, "go")).unwrap(),
 //!             // Only with `ask_unknown`: milters hear unknown commands.
 //!             Action::CheckUnknown { .. } => s
-//!                 .decide(Reply::enhanced(502, EnhancedCode::new(5, 5, 2), "not recognized"))
+//!                 .decide(Reply::enhanced(502, StatusCode::known(5, 5, 2), "not recognized"))
 //!                 .unwrap(),
 //!             // Stream to cleanup.
 //!             Action::Data(chunk) => message.extend_from_slice(&chunk),
 //!             // Answer 250 only once cleanup says the message is durable.
 //!             Action::MessageEnd(_summary) => s
-//!                 .decide(Reply::enhanced(250, EnhancedCode::OK, "Ok: queued as 4Xyz"))
+//!                 .decide(Reply::enhanced(250, StatusCode::OK, "Ok: queued as 4Xyz"))
 //!                 .unwrap(),
 //!             // Flush, drop buffered plaintext, handshake, then:
 //!             Action::StartTls => s.tls_established(),
 //!             // Relay to the SASL server (AUTH is off by default).
 //!             Action::Authenticate { .. } | Action::AuthResponse(_) => s
-//!                 .decide(Reply::enhanced(535, EnhancedCode::new(5, 7, 8), "failed"))
+//!                 .decide(Reply::enhanced(535, StatusCode::known(5, 7, 8), "failed"))
 //!                 .unwrap(),
 //!             Action::AuthCancelled
 //!             | Action::TransactionAborted(_)
@@ -96,5 +96,5 @@ pub use address::{AddressError, Domain, Mailbox, Path};
 pub use client_session::{ClientAction, ClientConfig, ClientSession, Envelope};
 pub use command::{Command, CommandError, MailParams, RcptParams, Verb};
 pub use receiver::{BareNewline, BdatReceiver, DataReceiver, DataSummary, ReceiverLimits};
-pub use reply::{EnhancedCode, Reply, ReplyError, ReplyParser};
+pub use reply::{Reply, ReplyError, ReplyParser, StatusCode};
 pub use server::{Action, ServerConfig, Session};

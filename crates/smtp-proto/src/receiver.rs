@@ -37,7 +37,7 @@
 //! produced. Memory is bounded: the receivers keep a few bytes of state; the
 //! output of one `feed` is at most twice its input.
 
-use crate::reply::{EnhancedCode, Reply};
+use crate::reply::{Reply, StatusCode};
 
 /// Policy for bare LF and bare CR (Postfix `smtpd_forbid_bare_newline`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -92,17 +92,17 @@ impl Refusal {
         match self {
             Refusal::TooBig => Reply::enhanced(
                 552,
-                EnhancedCode::MESSAGE_TOO_BIG,
+                StatusCode::MESSAGE_TOO_BIG,
                 "Error: message file too big",
             ),
             Refusal::BareLf => {
-                Reply::enhanced(550, EnhancedCode::SYNTAX_ERROR, "Error: bare <LF> received")
+                Reply::enhanced(550, StatusCode::SYNTAX_ERROR, "Error: bare <LF> received")
             }
             Refusal::BareCr => {
-                Reply::enhanced(550, EnhancedCode::SYNTAX_ERROR, "Error: bare <CR> received")
+                Reply::enhanced(550, StatusCode::SYNTAX_ERROR, "Error: bare <CR> received")
             }
             Refusal::LineTooLong => {
-                Reply::enhanced(500, EnhancedCode::SYNTAX_ERROR, "Error: line too long")
+                Reply::enhanced(500, StatusCode::SYNTAX_ERROR, "Error: line too long")
             }
         }
     }

@@ -2,6 +2,7 @@
 //! a bounded incremental reply parser for the client side.
 //!
 //! A [`Reply`] is a three-digit code, an optional RFC 3463 enhanced status code
+//! ([`mail::StatusCode`])
 //! and one or more text lines. [`Reply::write_to`] formats it as RFC 5321
 //! §4.2 says (`250-first`, `250 last`), repeating the enhanced code on every
 //! line as Postfix does, and replaces any CR or LF inside the text by a space so
@@ -16,97 +17,9 @@
 
 use std::fmt;
 
-/// An RFC 3463 enhanced status code `class.subject.detail`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct EnhancedCode {
-    /// Class: 2 (success), 4 (persistent transient failure), 5 (permanent failure).
-    pub class: u8,
-    /// Subject (0–999).
-    pub subject: u16,
-    /// Detail (0–999).
-    pub detail: u16,
-}
-
-impl EnhancedCode {
-    /// Builds a code from its three parts.
-    pub const fn new(class: u8, subject: u16, detail: u16) -> Self {
-        Self {
-            class,
-            subject,
-            detail,
-        }
-    }
-    /// 2.0.0 Other undefined status (success).
-    pub const OK: Self = Self::new(2, 0, 0);
-    /// 2.1.0 Other address status: sender accepted.
-    pub const SENDER_OK: Self = Self::new(2, 1, 0);
-    /// 2.1.5 Destination address valid.
-    pub const RECIPIENT_OK: Self = Self::new(2, 1, 5);
-    /// 2.6.0 Other or undefined media status: message accepted.
-    pub const MESSAGE_OK: Self = Self::new(2, 6, 0);
-    /// 4.3.0 Other or undefined mail system status (temporary).
-    pub const TEMP_SYSTEM: Self = Self::new(4, 3, 0);
-    /// 4.3.1 Mail system full.
-    pub const SYSTEM_FULL: Self = Self::new(4, 3, 1);
-    /// 4.3.2 System not accepting network messages (shutdown).
-    pub const NOT_ACCEPTING: Self = Self::new(4, 3, 2);
-    /// 4.4.2 Bad connection (idle timeout).
-    pub const BAD_CONNECTION: Self = Self::new(4, 4, 2);
-    /// 4.5.3 Too many recipients.
-    pub const TOO_MANY_RECIPIENTS: Self = Self::new(4, 5, 3);
-    /// 4.7.0 Other or undefined security status (temporary): error limit, too many commands.
-    pub const TEMP_SECURITY: Self = Self::new(4, 7, 0);
-    /// 5.1.1 Bad destination mailbox address (user unknown).
-    pub const USER_UNKNOWN: Self = Self::new(5, 1, 1);
-    /// 5.1.3 Bad destination mailbox address syntax.
-    pub const BAD_RECIPIENT_SYNTAX: Self = Self::new(5, 1, 3);
-    /// 5.1.7 Bad sender's mailbox address syntax.
-    pub const BAD_SENDER_SYNTAX: Self = Self::new(5, 1, 7);
-    /// 5.3.4 Message too big for system.
-    pub const MESSAGE_TOO_BIG: Self = Self::new(5, 3, 4);
-    /// 5.5.0 Other or undefined protocol status.
-    pub const PROTOCOL: Self = Self::new(5, 5, 0);
-    /// 5.5.1 Invalid command (bad sequence, not implemented).
-    pub const INVALID_COMMAND: Self = Self::new(5, 5, 1);
-    /// 5.5.2 Syntax error (unrecognized command, bad line ending, line too long).
-    pub const SYNTAX_ERROR: Self = Self::new(5, 5, 2);
-    /// 5.5.4 Invalid command arguments (bad or unsupported parameter).
-    pub const INVALID_ARGUMENTS: Self = Self::new(5, 5, 4);
-    /// 5.6.7 Non-ASCII address without SMTPUTF8 (RFC 6531 §3.7.4.1 / RFC 6533).
-    pub const UTF8_REQUIRED: Self = Self::new(5, 6, 7);
-    /// 5.7.0 Other or undefined security status (TLS required, refused session).
-    pub const SECURITY: Self = Self::new(5, 7, 0);
-    /// 5.7.1 Delivery not authorized (relay denied).
-    pub const NOT_AUTHORIZED: Self = Self::new(5, 7, 1);
-
-    /// Parses `d.ddd.ddd` (class 2, 4 or 5; subject and detail at most three digits).
-    pub fn parse(s: &str) -> Option<Self> {
-        let mut it = s.split('.');
-        let class = it.next()?;
-        let subject = it.next()?;
-        let detail = it.next()?;
-        if it.next().is_some() || class.len() != 1 {
-            return None;
-        }
-        let num = |p: &str| -> Option<u16> {
-            if p.is_empty() || p.len() > 3 || !p.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            p.parse().ok()
-        };
-        let class = num(class)? as u8;
-        if !matches!(class, 2 | 4 | 5) {
-            return None;
-        }
-        Some(Self::new(class, num(subject)?, num(detail)?))
-    }
-}
-
-impl fmt::Display for EnhancedCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}.{}", self.class, self.subject, self.detail)
-    }
-}
+/// The enhanced status code of a reply is [`mail::StatusCode`], the one
+/// type every program uses for RFC 3463 codes.
+pub use mail::StatusCode;
 
 /// One SMTP reply: code, optional enhanced code, one or more text lines.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -114,14 +27,14 @@ pub struct Reply {
     /// The three-digit reply code (200–599).
     pub code: u16,
     /// The RFC 3463 enhanced status code, sent at the start of every line.
-    pub enhanced: Option<EnhancedCode>,
+    pub enhanced: Option<StatusCode>,
     /// Text lines without the code prefix; never empty when formatted.
     pub lines: Vec<String>,
 }
 
 impl Reply {
     /// A one-line reply.
-    pub fn new(code: u16, enhanced: Option<EnhancedCode>, text: impl Into<String>) -> Self {
+    pub fn new(code: u16, enhanced: Option<StatusCode>, text: impl Into<String>) -> Self {
         Self {
             code,
             enhanced,
@@ -130,12 +43,12 @@ impl Reply {
     }
 
     /// A one-line reply with an enhanced code.
-    pub fn enhanced(code: u16, enhanced: EnhancedCode, text: impl Into<String>) -> Self {
+    pub fn enhanced(code: u16, enhanced: StatusCode, text: impl Into<String>) -> Self {
         Self::new(code, Some(enhanced), text)
     }
 
     /// A multi-line reply.
-    pub fn multiline(code: u16, enhanced: Option<EnhancedCode>, lines: Vec<String>) -> Self {
+    pub fn multiline(code: u16, enhanced: Option<StatusCode>, lines: Vec<String>) -> Self {
         Self {
             code,
             enhanced,
@@ -145,7 +58,7 @@ impl Reply {
 
     /// `250 2.0.0 Ok`.
     pub fn ok() -> Self {
-        Self::enhanced(250, EnhancedCode::OK, "Ok")
+        Self::enhanced(250, StatusCode::OK, "Ok")
     }
 
     /// The first digit of the code: 2, 3, 4 or 5.
@@ -374,7 +287,9 @@ impl ReplyParser {
 fn split_enhanced(code: u16, mut lines: Vec<String>) -> Reply {
     let first = lines.first().and_then(|l| {
         let word = l.split(' ').next().unwrap_or("");
-        EnhancedCode::parse(word).filter(|e| u16::from(e.class) == code / 100)
+        word.parse::<StatusCode>()
+            .ok()
+            .filter(|e| u16::from(e.class()) == code / 100)
     });
     if let Some(e) = first {
         let prefix = e.to_string();
@@ -399,12 +314,12 @@ mod tests {
 
     #[test]
     fn format_single_and_multi() {
-        let r = Reply::enhanced(250, EnhancedCode::OK, "Ok");
+        let r = Reply::enhanced(250, StatusCode::OK, "Ok");
         assert_eq!(r.to_bytes(), b"250 2.0.0 Ok\r\n");
         let r = Reply::multiline(250, None, vec!["mx.example".into(), "PIPELINING".into()]);
         assert_eq!(r.to_bytes(), b"250-mx.example\r\n250 PIPELINING\r\n");
         let mut v = Vec::new();
-        Reply::enhanced(550, EnhancedCode::USER_UNKNOWN, "no\r\n250 ok").write_to(&mut v, false);
+        Reply::enhanced(550, StatusCode::USER_UNKNOWN, "no\r\n250 ok").write_to(&mut v, false);
         assert_eq!(v, b"550 no  250 ok\r\n");
     }
 
@@ -422,7 +337,7 @@ mod tests {
             ("2.a.0", false),
             ("", false),
         ] {
-            assert_eq!(EnhancedCode::parse(s).is_some(), ok, "{s}");
+            assert_eq!(s.parse::<StatusCode>().is_ok(), ok, "{s}");
         }
     }
 
@@ -454,7 +369,7 @@ mod tests {
             ["mx", "PIPELINING", "SIZE 100"]
         );
         let r = got[2].as_ref().unwrap();
-        assert_eq!(r.enhanced, Some(EnhancedCode::USER_UNKNOWN));
+        assert_eq!(r.enhanced, Some(StatusCode::USER_UNKNOWN));
         assert_eq!(r.lines, ["<a@b>: no"]);
         assert_eq!(got[3].as_ref().unwrap().lines, [""]);
     }

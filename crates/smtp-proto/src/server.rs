@@ -45,7 +45,7 @@ use crate::command::{
 use crate::receiver::{
     BareNewline, BdatReceiver, DataReceiver, DataSummary, ReceiverLimits, Refusal,
 };
-use crate::reply::{EnhancedCode, Reply};
+use crate::reply::{Reply, StatusCode};
 
 /// How VRFY is answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -371,12 +371,12 @@ pub struct Session {
     authenticated: bool,
 }
 
-fn r(code: u16, e: EnhancedCode, text: &str) -> Reply {
+fn r(code: u16, e: StatusCode, text: &str) -> Reply {
     Reply::enhanced(code, e, text)
 }
 
 fn bad_sequence(text: &str) -> Reply {
-    r(503, EnhancedCode::INVALID_COMMAND, text)
+    r(503, StatusCode::INVALID_COMMAND, text)
 }
 
 impl Session {
@@ -744,7 +744,7 @@ impl Session {
         if self.errors >= self.config.hard_error_limit {
             self.actions.push_back(Action::Event(Event::TooManyErrors));
             let text = format!("{} Error: too many errors", self.config.hostname);
-            self.send(r(421, EnhancedCode::TEMP_SECURITY, &text));
+            self.send(r(421, StatusCode::TEMP_SECURITY, &text));
             self.shut();
             return;
         }
@@ -753,14 +753,14 @@ impl Session {
             self.actions
                 .push_back(Action::Event(Event::TooManyCommands));
             let text = format!("{} Error: too many commands", self.config.hostname);
-            self.send(r(421, EnhancedCode::TEMP_SECURITY, &text));
+            self.send(r(421, StatusCode::TEMP_SECURITY, &text));
             self.shut();
             return;
         }
         if overflow {
             self.actions.push_back(Action::Event(Event::CommandTooLong));
             self.respond(
-                r(500, EnhancedCode::SYNTAX_ERROR, "Error: line too long"),
+                r(500, StatusCode::SYNTAX_ERROR, "Error: line too long"),
                 None,
             );
             return;
@@ -769,7 +769,7 @@ impl Session {
             self.actions
                 .push_back(Action::Event(Event::BareNewlineInCommand));
             if self.config.bare_newline == BareNewline::Reject {
-                let reply = r(500, EnhancedCode::SYNTAX_ERROR, "Error: bare <LF> received");
+                let reply = r(500, StatusCode::SYNTAX_ERROR, "Error: bare <LF> received");
                 self.respond(reply, None);
                 return;
             }
@@ -808,7 +808,7 @@ impl Session {
         if quit_only {
             if verb == Verb::Quit {
                 self.count(Some(verb), true);
-                self.send(r(221, EnhancedCode::OK, "Bye"));
+                self.send(r(221, StatusCode::OK, "Bye"));
                 self.shut();
             } else {
                 self.respond(bad_sequence("Error: send QUIT"), Some(verb));
@@ -824,7 +824,7 @@ impl Session {
         if self.config.tls == TlsPolicy::Encrypt && !self.tls_active && !verb.info().before_tls {
             let reply = r(
                 530,
-                EnhancedCode::SECURITY,
+                StatusCode::SECURITY,
                 "Must issue a STARTTLS command first",
             );
             if let Command::Bdat { size, .. } = cmd {
@@ -887,7 +887,7 @@ impl Session {
                     self.count(verb, false);
                     self.send(r(
                         452,
-                        EnhancedCode::TOO_MANY_RECIPIENTS,
+                        StatusCode::TOO_MANY_RECIPIENTS,
                         "Error: too many recipients",
                     ));
                 } else {
@@ -927,23 +927,21 @@ impl Session {
             Command::Noop => self.respond(Reply::ok(), verb),
             Command::Vrfy(arg) => {
                 let reply = match self.config.vrfy {
-                    VrfyMode::Ambiguous252 => r(252, EnhancedCode::OK, &arg),
-                    VrfyMode::Disabled502 => r(
-                        502,
-                        EnhancedCode::INVALID_COMMAND,
-                        "VRFY command is disabled",
-                    ),
+                    VrfyMode::Ambiguous252 => r(252, StatusCode::OK, &arg),
+                    VrfyMode::Disabled502 => {
+                        r(502, StatusCode::INVALID_COMMAND, "VRFY command is disabled")
+                    }
                 };
                 self.respond(reply, verb);
             }
             Command::Expn(_) => self.respond(not_implemented(), verb),
             Command::Help => {
                 let text = "Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP VRFY QUIT STARTTLS";
-                self.respond(r(214, EnhancedCode::OK, text), verb);
+                self.respond(r(214, StatusCode::OK, text), verb);
             }
             Command::Quit => {
                 self.count(verb, true);
-                self.send(r(221, EnhancedCode::OK, "Bye"));
+                self.send(r(221, StatusCode::OK, "Bye"));
                 self.shut();
             }
             Command::StartTls => {
@@ -953,7 +951,7 @@ impl Session {
                     self.respond(
                         r(
                             554,
-                            EnhancedCode::INVALID_COMMAND,
+                            StatusCode::INVALID_COMMAND,
                             "Error: TLS already active",
                         ),
                         verb,
@@ -962,7 +960,7 @@ impl Session {
                     self.respond(bad_sequence("Error: MAIL transaction in progress"), verb);
                 } else {
                     self.count(verb, true);
-                    self.send(r(220, EnhancedCode::OK, "Ready to start TLS"));
+                    self.send(r(220, StatusCode::OK, "Ready to start TLS"));
                     self.flush = true;
                     self.state = State::ExpectTls;
                     self.actions.push_back(Action::StartTls);
@@ -1019,7 +1017,7 @@ impl Session {
         if let Some(size) = p.size {
             if c.max_message_size > 0 && size > c.max_message_size {
                 let text = "Message size exceeds fixed limit";
-                return Some(r(552, EnhancedCode::MESSAGE_TOO_BIG, text));
+                return Some(r(552, StatusCode::MESSAGE_TOO_BIG, text));
             }
         }
         match p.body {
@@ -1148,7 +1146,7 @@ impl Session {
             }
             None => {
                 let text = format!("Ok: {size} octets");
-                self.respond(r(250, EnhancedCode::OK, &text), verb);
+                self.respond(r(250, StatusCode::OK, &text), verb);
             }
         }
         (take, true)
@@ -1174,7 +1172,7 @@ impl Session {
 fn unsupported(key: &str) -> Reply {
     r(
         555,
-        EnhancedCode::INVALID_ARGUMENTS,
+        StatusCode::INVALID_ARGUMENTS,
         &format!("Unsupported option: {key}"),
     )
 }
@@ -1182,7 +1180,7 @@ fn unsupported(key: &str) -> Reply {
 fn not_implemented() -> Reply {
     r(
         502,
-        EnhancedCode::INVALID_COMMAND,
+        StatusCode::INVALID_COMMAND,
         "Error: command not implemented",
     )
 }

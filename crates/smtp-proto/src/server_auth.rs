@@ -16,7 +16,7 @@
 use sasl::is_base64;
 
 use crate::command::Verb;
-use crate::reply::{EnhancedCode, Reply};
+use crate::reply::{Reply, StatusCode};
 
 use super::{bad_sequence, r, Action, Pending, Session, State};
 
@@ -52,7 +52,7 @@ impl Session {
         }
         if self.config.tls_auth_only && !self.tls_active {
             let text = "Must issue a STARTTLS command first";
-            self.respond(r(530, EnhancedCode::SECURITY, text), verb);
+            self.respond(r(530, StatusCode::SECURITY, text), verb);
             return;
         }
         if self.helo.is_none() {
@@ -70,7 +70,7 @@ impl Session {
         let mut words = arg.split(' ').filter(|w| !w.is_empty());
         let (Some(mechanism), initial, None) = (words.next(), words.next(), words.next()) else {
             let text = "Syntax: AUTH mechanism";
-            self.respond(r(501, EnhancedCode::INVALID_ARGUMENTS, text), verb);
+            self.respond(r(501, StatusCode::INVALID_ARGUMENTS, text), verb);
             return;
         };
         let known = self
@@ -79,7 +79,7 @@ impl Session {
             .any(|m| m.eq_ignore_ascii_case(mechanism));
         if !known {
             let text = "Unsupported authentication mechanism";
-            self.respond(r(504, EnhancedCode::INVALID_ARGUMENTS, text), verb);
+            self.respond(r(504, StatusCode::INVALID_ARGUMENTS, text), verb);
             return;
         }
         // RFC 4954 §4: `=` is an empty initial response.
@@ -117,11 +117,11 @@ impl Session {
         let refusal = if overflow {
             Some(r(
                 500,
-                EnhancedCode::new(5, 5, 6),
+                StatusCode::known(5, 5, 6),
                 "Authentication Exchange line is too long",
             ))
         } else if line == b"*" {
-            Some(r(501, EnhancedCode::SECURITY, "Authentication aborted"))
+            Some(r(501, StatusCode::SECURITY, "Authentication aborted"))
         } else if !std::str::from_utf8(line).is_ok_and(is_base64) {
             Some(cannot_decode())
         } else {
@@ -141,7 +141,7 @@ impl Session {
 }
 
 fn cannot_decode() -> Reply {
-    r(501, EnhancedCode::SYNTAX_ERROR, "Cannot decode response")
+    r(501, StatusCode::SYNTAX_ERROR, "Cannot decode response")
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::reply::{EnhancedCode, Reply};
+use crate::reply::{Reply, StatusCode};
 use crate::server::{Action, ServerConfig, Session, TlsPolicy};
 
 const GOOD_PLAIN: &str = "AGFsaWNlAHNlY3JldA==";
@@ -34,13 +34,13 @@ impl Dialog {
         let fail = || {
             Reply::enhanced(
                 535,
-                EnhancedCode::new(5, 7, 8),
+                StatusCode::known(5, 7, 8),
                 "Error: authentication failed",
             )
         };
-        let ok = || Reply::enhanced(235, EnhancedCode::new(2, 7, 0), "Authentication successful");
+        let ok = || Reply::enhanced(235, StatusCode::known(2, 7, 0), "Authentication successful");
         Some(match a {
-            Action::CheckSender { .. } => Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"),
+            Action::CheckSender { .. } => Reply::enhanced(250, StatusCode::SENDER_OK, "Ok"),
             Action::Authenticate { mechanism, initial } => {
                 match (mechanism.as_str(), initial.as_deref()) {
                     ("PLAIN", Some(GOOD_PLAIN)) => ok(),

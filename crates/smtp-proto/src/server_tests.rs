@@ -64,29 +64,29 @@ impl Shell {
         };
         Some(match a {
             Action::CheckSender { from, .. } if starts(Some(from), "reject") => {
-                Reply::enhanced(550, EnhancedCode::NOT_AUTHORIZED, "Sender address rejected")
+                Reply::enhanced(550, StatusCode::NOT_AUTHORIZED, "Sender address rejected")
             }
-            Action::CheckSender { .. } => Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"),
+            Action::CheckSender { .. } => Reply::enhanced(250, StatusCode::SENDER_OK, "Ok"),
             Action::CheckRecipient { to, .. } if to.local.starts_with("reject") => Reply::enhanced(
                 550,
-                EnhancedCode::USER_UNKNOWN,
+                StatusCode::USER_UNKNOWN,
                 format!("<{to}>: Recipient address rejected: User unknown"),
             ),
             Action::CheckRecipient { to, .. } if to.local.starts_with("defer") => {
-                Reply::enhanced(450, EnhancedCode::new(4, 2, 0), "Try again later")
+                Reply::enhanced(450, StatusCode::known(4, 2, 0), "Try again later")
             }
-            Action::CheckRecipient { .. } => Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"),
+            Action::CheckRecipient { .. } => Reply::enhanced(250, StatusCode::RECIPIENT_OK, "Ok"),
             Action::CheckData { .. } if starts(self.s.sender(), "nodata") => {
-                Reply::enhanced(554, EnhancedCode::NOT_AUTHORIZED, "Data refused")
+                Reply::enhanced(554, StatusCode::NOT_AUTHORIZED, "Data refused")
             }
             Action::CheckData { .. } => Reply::new(354, None, "go"),
             Action::CheckUnknown { line } if line.contains("defer") => {
-                Reply::enhanced(451, EnhancedCode::new(4, 7, 1), "Try again later")
+                Reply::enhanced(451, StatusCode::known(4, 7, 1), "Try again later")
             }
             Action::CheckUnknown { .. } => CommandError::Unrecognized.reply(),
             Action::MessageEnd(_) => Reply::enhanced(
                 250,
-                EnhancedCode::OK,
+                StatusCode::OK,
                 format!("Ok: queued as TEST{}", self.messages.len()),
             ),
             _ => return None,
@@ -352,7 +352,7 @@ fn starttls_discards_pipelined_plaintext() {
 #[test]
 fn refusing_mode() {
     let cfg = Arc::new(ServerConfig::default());
-    let refusal = Reply::enhanced(554, EnhancedCode::NOT_AUTHORIZED, "Access denied");
+    let refusal = Reply::enhanced(554, StatusCode::NOT_AUTHORIZED, "Access denied");
     let mut sh = Shell::with_session(Session::new_refusing(cfg, false, refusal));
     sh.send(b"EHLO x\r\nMAIL FROM:<a@b.com>\r\nQUIT\r\n", &[3]);
     assert_eq!(sh.replies(), [554, 503, 503, 221]);

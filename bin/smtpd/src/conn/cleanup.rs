@@ -20,7 +20,7 @@ use daemon::{msg_info, msg_warn, Cx};
 use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
 use ipc::{IpcError, Link};
 use mail::Envelope;
-use smtp_proto::{EnhancedCode, Reply};
+use smtp_proto::{Reply, StatusCode};
 
 use super::{Conn, Held, Shared, Txn, Waiting};
 use crate::pool::Pool;
@@ -243,7 +243,7 @@ impl Conn {
     fn queue_write_error(&mut self) {
         let _ = self.session.decide(Reply::enhanced(
             451,
-            EnhancedCode::TEMP_SYSTEM,
+            StatusCode::SYSTEM_TEMP,
             "Error: queue file write error",
         ));
     }
@@ -323,7 +323,7 @@ impl Conn {
             self.abort_link_txn(cx, pool);
             let _ = self.session.decide(Reply::enhanced(
                 250,
-                EnhancedCode::OK,
+                StatusCode::OK,
                 format!("Ok: queued as {qid}"),
             ));
             return;
@@ -369,7 +369,10 @@ impl Conn {
                     text,
                 } = resp
                 {
-                    let enh = EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::TEMP_SYSTEM);
+                    let enh = enhanced
+                        .parse::<StatusCode>()
+                        .ok()
+                        .unwrap_or(StatusCode::SYSTEM_TEMP);
                     // As a refusal at the end of data is logged (smtpd(8)).
                     msg_info!(
                         "NOQUEUE: reject: END-OF-MESSAGE from unknown[{}]: {code} {enhanced} {text}",
@@ -403,7 +406,7 @@ impl Conn {
                     let text = format!("Ok: queued as {queue_id}");
                     let _ = self
                         .session
-                        .decide(Reply::enhanced(250, EnhancedCode::OK, text));
+                        .decide(Reply::enhanced(250, StatusCode::OK, text));
                     self.txn = Txn::default();
                     done = true;
                 }
@@ -415,7 +418,10 @@ impl Conn {
                         text,
                     },
                 ) => {
-                    let enh = EnhancedCode::parse(&enhanced).unwrap_or(EnhancedCode::TEMP_SYSTEM);
+                    let enh = enhanced
+                        .parse::<StatusCode>()
+                        .ok()
+                        .unwrap_or(StatusCode::SYSTEM_TEMP);
                     // A quiet message's queue id is not known here.
                     let qid = self
                         .txn

@@ -20,7 +20,7 @@ use ipc::cleanup::{Request, MAX_CHUNK};
 use mail::Recipient;
 use milter::Verdict;
 use mio::Token;
-use smtp_proto::{EnhancedCode, Reply};
+use smtp_proto::{Reply, StatusCode};
 
 use super::{Conn, Shared};
 use crate::pool::Pool;
@@ -160,7 +160,7 @@ impl Conn {
         if self.milters.is_none() {
             let _ = self
                 .session
-                .decide(Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"));
+                .decide(Reply::enhanced(250, StatusCode::SENDER_OK, "Ok"));
             return;
         }
         let helo = self.session.helo_name().unwrap_or("").to_string();
@@ -195,7 +195,7 @@ impl Conn {
             self.txn.recipients.push(rcpt);
             let _ = self
                 .session
-                .decide(Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"));
+                .decide(Reply::enhanced(250, StatusCode::RECIPIENT_OK, "Ok"));
             return;
         }
         let macros = self.milter_macros(vec![
@@ -309,13 +309,13 @@ impl Conn {
             Verdict::Continue | Verdict::Accept => {
                 let _ = self
                     .session
-                    .decide(Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"));
+                    .decide(Reply::enhanced(250, StatusCode::SENDER_OK, "Ok"));
             }
             Verdict::Discard => {
                 self.txn.discard = true;
                 let _ = self
                     .session
-                    .decide(Reply::enhanced(250, EnhancedCode::SENDER_OK, "Ok"));
+                    .decide(Reply::enhanced(250, StatusCode::SENDER_OK, "Ok"));
             }
             refused => {
                 let reply = refusal(&refused);
@@ -332,7 +332,7 @@ impl Conn {
                 self.txn.recipients.push(rcpt);
                 let _ = self
                     .session
-                    .decide(Reply::enhanced(250, EnhancedCode::RECIPIENT_OK, "Ok"));
+                    .decide(Reply::enhanced(250, StatusCode::RECIPIENT_OK, "Ok"));
             }
             refused => {
                 let reply = refusal(&refused);
@@ -368,7 +368,7 @@ impl Conn {
                 self.abort_link_txn(cx, pool);
                 let _ = self.session.decide(Reply::enhanced(
                     250,
-                    EnhancedCode::OK,
+                    StatusCode::OK,
                     format!("Ok: queued as {qid}"),
                 ));
             }
@@ -490,10 +490,10 @@ fn refusal(v: &Verdict) -> Reply {
         Verdict::Tempfail(own) => (
             own,
             451,
-            EnhancedCode::new(4, 7, 1),
+            StatusCode::known(4, 7, 1),
             "Service unavailable - try again later",
         ),
-        Verdict::Reject(own) => (own, 550, EnhancedCode::new(5, 7, 1), "Command rejected"),
+        Verdict::Reject(own) => (own, 550, StatusCode::known(5, 7, 1), "Command rejected"),
         _ => panic!("smtpd::milter: {v:?} is no refusal"),
     };
     if let Some(own) = own {
@@ -501,11 +501,11 @@ fn refusal(v: &Verdict) -> Reply {
         let rest = own.get(4..).unwrap_or("").trim_start();
         if let Some(c) = code_of {
             let (e, t) = match rest.split_once(' ') {
-                Some((e, t)) => match EnhancedCode::parse(e) {
+                Some((e, t)) => match e.parse::<StatusCode>().ok() {
                     Some(e) => (Some(e), t),
                     None => (None, rest),
                 },
-                None => match EnhancedCode::parse(rest) {
+                None => match rest.parse::<StatusCode>().ok() {
                     Some(e) => (Some(e), ""),
                     None => (None, rest),
                 },
