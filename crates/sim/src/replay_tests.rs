@@ -237,3 +237,25 @@ fn transactions_under_way_at_the_snapshot_finish_what_they_had_left() {
     assert!(cold > 0.1, "opened, greeted, then 0.1 s: {cold}");
     assert!(warm < 0.02, "0.01 s left of each: {warm}");
 }
+
+#[test]
+fn transactions_under_way_are_aged_from_the_moment_of_their_own_page() {
+    let running = sched(5, None);
+    let last_of = |pages: &[Snapshot]| {
+        let r = Replay::new(pages, &[], &running, &Routes::default());
+        let f = r.run(running.clone(), Duration::from_secs(60)).unwrap();
+        last(&f, "bulk@a.example").unwrap()
+    };
+    // Five transactions of 0.1 s had run 0.09 s when the destinations'
+    // page was taken, 0.05 s after the messages' page (the snapshot's
+    // moment): at that moment they had 0.06 s left, not 0.01 s.
+    let mut snap = snapshot(5, &["a.example"]);
+    let mut dests = Snapshot {
+        now_ms: NOW + 50,
+        destinations: std::mem::take(&mut snap.destinations),
+        ..Snapshot::default()
+    };
+    dests.destinations[0].running_ms = vec![90; 5];
+    let at = last_of(&[snap, dests]);
+    assert!((0.055..0.07).contains(&at), "0.06 s left of each: {at}");
+}
