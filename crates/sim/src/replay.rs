@@ -610,6 +610,8 @@ impl Replay {
             .transports
             .first()
             .map_or([10, 1000], |t| t.sender_class_thresholds);
+        let mut servers = self.servers.clone();
+        let mut rng = sched::rng::Rng::new(seed);
         for ((t, n), w) in &self.windows {
             let Some(tc) = sched.transports.iter().find(|x| &x.name == t) else {
                 continue;
@@ -621,6 +623,27 @@ impl Replay {
                 *w
             };
             sched.windows.insert((t.clone(), n.clone()), start);
+            // A configuration that changes the window takes effect when it
+            // is loaded, a moment the snapshot does not know: where its
+            // connections are in their transactions then is drawn for each
+            // seed (a point of a one-recipient transaction, uniformly),
+            // the new connections' with the old ones', rather than taken
+            // from the snapshot. Replayed as of the snapshot, a burst met
+            // the rounds where the running configuration had them, a
+            // transaction early or late against a run at the new limit.
+            if start != *w {
+                if let Some(m) = servers.get_mut(n) {
+                    if !m.under_way.is_empty() {
+                        let one = (m.per_txn + m.per_rcpt).as_secs_f64();
+                        m.under_way = (0..start)
+                            .map(|_| {
+                                Duration::from_secs_f64(one * rng.unit())
+                                    .max(Duration::from_millis(1))
+                            })
+                            .collect();
+                    }
+                }
+            }
         }
         let mut notes = Vec::new();
         let shaped = sched.shaping.clone();
@@ -653,7 +676,7 @@ impl Replay {
             cfg,
             Box::new(ThreeClass),
             self.dests.clone(),
-            self.servers.clone(),
+            servers,
             self.msgs.clone(),
         )
         .map_err(|e| format!("scheduler configuration: {e:?}"))?;
