@@ -238,7 +238,7 @@ static PARAMS: &[ParamSpec] = &[
     p("policy_file", S, "", "Traffic-shaping policy file, sluice.policy(5): concurrency, rates, source pools, suspensions and reply rules by field keys; a relative name is taken from config_directory (empty: no shaping)."),
     t("max_message_concurrency", I, "20", "Workers one message may hold when the transport is busy."),
     t("scale_max_concurrency", I, "10", "Factor on free workers up to which one message may grow when the system is idle."),
-    t("connection_backlog_limit", I, "5", "Transactions queued on one connection before another is opened."),
+    t("connection_backlog_limit", I, "5", "Transactions queued on one connection before another is opened; mail of the small and medium sender classes waits at most one behind the running transaction."),
     t("connection_cache_time_limit", SEC, "2s", "Time an idle connection is kept open for reuse."),
     t("connection_reuse_count_limit", I, "0", "Transactions after which a connection is closed (0: no limit)."),
     t("connection_reuse_time_limit", SEC, "300s", "Age after which a connection gets no new transactions."),

@@ -391,16 +391,26 @@ impl Scheduler {
     }
 
     /// Whether an entry of `class` may wait in connection `c`'s backlog:
-    /// not behind a job of a larger class. A list's 50-recipient
-    /// transaction takes 25 times a one-recipient message's time, and a
-    /// small sender queued behind it waited for it (docs/scheduler.md,
-    /// scenario 3); it waits in its class queue instead, where the next
-    /// connection to free up serves it.
+    /// not behind a job of a larger class, and, below the large class, not
+    /// behind another waiting job. A list's 50-recipient transaction takes
+    /// 25 times a one-recipient message's time, and a small sender queued
+    /// behind it waited for it (docs/scheduler.md, scenario 3); it waits in
+    /// its class queue instead, where the next connection to free up
+    /// serves it. A waiting job is hidden from the other connections and
+    /// counts in its class's share: a burst stacked five deep on the few
+    /// connections that ran its first messages went one a round there,
+    /// while the other connections, its queue empty and its class over its
+    /// share, went back to the bulk (docs/scheduler.md, "A burst stacked
+    /// on a few connections"). One waiting job per connection starts
+    /// within one transaction, as the queue's head would.
     fn may_wait_behind(&self, c: ConnId, class: Class) -> bool {
         if !self.policy.shares() {
             return true;
         }
         let x = &self.conns[c];
+        if class < Class::Large && !x.backlog.is_empty() {
+            return false;
+        }
         x.in_flight
             .iter()
             .chain(x.backlog.iter())

@@ -237,3 +237,50 @@ fn transactions_under_way_at_the_snapshot_finish_what_they_had_left() {
     assert!(cold > 0.1, "opened, greeted, then 0.1 s: {cold}");
     assert!(warm < 0.02, "0.01 s left of each: {warm}");
 }
+
+#[test]
+fn transactions_under_way_are_aged_from_the_moment_of_their_own_page() {
+    let running = sched(5, None);
+    let last_of = |pages: &[Snapshot]| {
+        let r = Replay::new(pages, &[], &running, &Routes::default());
+        let f = r.run(running.clone(), Duration::from_secs(60)).unwrap();
+        last(&f, "bulk@a.example").unwrap()
+    };
+    // Five transactions of 0.1 s had run 0.09 s when the destinations'
+    // page was taken, 0.05 s after the messages' page (the snapshot's
+    // moment): at that moment they had 0.06 s left, not 0.01 s.
+    let mut snap = snapshot(5, &["a.example"]);
+    let mut dests = Snapshot {
+        now_ms: NOW + 50,
+        destinations: std::mem::take(&mut snap.destinations),
+        ..Snapshot::default()
+    };
+    dests.destinations[0].running_ms = vec![90; 5];
+    let at = last_of(&[snap, dests]);
+    assert!((0.055..0.07).contains(&at), "0.06 s left of each: {at}");
+}
+
+#[test]
+fn under_another_limit_the_running_transactions_phase_is_drawn_not_replayed() {
+    // Five transactions of 0.1 s under way at the limit of 5, all about to
+    // end or all just begun. Replayed at 5 they end where they were; a
+    // configuration at 10 takes effect when it is loaded, so where its
+    // connections are in their transactions then is drawn (the same
+    // draws for both snapshots), and the two forecasts are one.
+    let running = sched(5, None);
+    let forecast = |age: u32, limit: u32| {
+        let mut snap = snapshot(200, &["a.example"]);
+        snap.destinations[0].running_ms = vec![age; 5];
+        let add = [Arrival::parse("30,small@x.example,s@a.example,0.02,0.03").unwrap()];
+        let r = Replay::new(&[snap], &add, &running, &Routes::default());
+        let f = r.run(sched(limit, None), Duration::from_secs(60)).unwrap();
+        let small = f.senders.iter().find(|s| s.name == "small@x.example");
+        (small.unwrap().p50, last(&f, "bulk@a.example").unwrap())
+    };
+    let (ending, begun) = (forecast(99, 5), forecast(1, 5));
+    assert!(
+        begun.0 > ending.0 + 0.05,
+        "at the running limit the phase is the snapshot's: {ending:?} {begun:?}"
+    );
+    assert_eq!(forecast(99, 10), forecast(1, 10));
+}
