@@ -582,6 +582,9 @@ impl Handler<Clients> for QmgrServer {
             if let Some(r) = self.qm.store_mut().writer.synced() {
                 self.committed(cx, r);
             }
+            if let Some(e) = self.qm.store_mut().writer.ahead_error() {
+                msg_warn!("journal: writing the next segment ahead: {e}; appending meanwhile");
+            }
         } else if self.links.owns(token) {
             for ev in self.links.ready(cx.registry, token, readable, cx.closed) {
                 self.qm.handle(now, ev);
