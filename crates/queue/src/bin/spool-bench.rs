@@ -361,6 +361,9 @@ fn pipelined(
                             true
                         }
                     });
+                    // What arrived during that sync goes in the next one:
+                    // its writers wait for it and send nothing more.
+                    syncer.kick(journal).map_err(|e| e.to_string())?;
                 }
                 Event::Failed(e) => return Err(e),
             }
