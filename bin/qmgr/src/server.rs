@@ -137,7 +137,15 @@ impl QmgrServer {
             PathBuf::from(ctx.config.str("queue_directory"))
         };
         let started = Instant::now();
-        let rec = queue::recover(&root, SpoolConfig::default())
+        // journal_segment_size was in the table but never reached the
+        // journal: it also bounds the segments written ahead (the free
+        // space qmgr holds in reserve).
+        let mut spool_cfg = SpoolConfig::default();
+        spool_cfg.journal.segment_size = ctx
+            .config
+            .size("journal_segment_size")
+            .clamp(4096, u32::MAX as u64 / 2) as u32;
+        let rec = queue::recover(&root, spool_cfg)
             .map_err(|e| format!("recovery of {}: {e}", root.display()))?;
         crate::store::log_recovery(&rec, started);
         let services =

@@ -108,7 +108,7 @@ impl SegmentJob {
             let n = (end - at).min(CHUNK as u64 - at % CHUNK as u64) as usize;
             write_all(file, &zeros[..n], at, &self.path)?;
             at += n as u64;
-            if at % SYNC_EVERY == 0 && at < end {
+            if at.is_multiple_of(SYNC_EVERY) && at < end {
                 stats::count_fsync();
                 file.sync_data().ctx("fdatasync", &self.path)?;
             }
