@@ -3,6 +3,9 @@
 //! While Python's smtplib sends mail over several sessions, the receiving
 //! daemons are killed with SIGKILL at random moments; afterwards, and after
 //! a full restart (recovery), every message that got a 250 is in the queue.
+//! qmgr writes its journal segments ahead (zeros, then records in their
+//! place), so its kills leave segments that end in zeros and, now and
+//! then, a record torn in front of them.
 //! As root, the disk-full case on a small tmpfs: 452 4.3.1, nothing
 //! corrupted, and acceptance resumes when space returns.
 
@@ -19,6 +22,26 @@ fn acknowledged(path: &std::path::Path) -> BTreeSet<String> {
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .collect()
+}
+
+/// Whether the newest journal segment under `spool` was written ahead:
+/// at least the first written-ahead size, and zeros at its end.
+fn newest_segment_written_ahead(spool: &std::path::Path) -> bool {
+    let dir = spool.join("journal");
+    let Some(newest) = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .max()
+    else {
+        return false;
+    };
+    let Ok(bytes) = std::fs::read(&newest) else {
+        return false;
+    };
+    bytes.len() >= 1 << 20 && bytes[bytes.len() - 64..].iter().all(|&b| b == 0)
 }
 
 /// A tiny xorshift so the kill schedule varies but needs no crate.
@@ -59,6 +82,7 @@ fn kill_9_at_random_points_loses_no_acknowledged_message() {
     let mut b = spawn("100", "2", &large, "100000");
     let mut seed = 0x9e3779b97f4a7c15u64 ^ std::process::id() as u64;
     let mut kills = 0;
+    let mut qmgr_kills_with_zeros = 0;
     let deadline = Instant::now() + Duration::from_secs(120);
     while (a.try_wait().unwrap().is_none() || b.try_wait().unwrap().is_none())
         && Instant::now() < deadline
@@ -73,6 +97,9 @@ fn kill_9_at_random_points_loses_no_acknowledged_message() {
             .find(|s| s.name.starts_with(name))
             .and_then(|s| s.processes.first())
         {
+            if name == "qmgr" && newest_segment_written_ahead(&inst.root().join("spool")) {
+                qmgr_kills_with_zeros += 1;
+            }
             sys::process::signal(p.pid, 9).unwrap();
             kills += 1;
         }
@@ -80,6 +107,10 @@ fn kill_9_at_random_points_loses_no_acknowledged_message() {
     let out_a = a.wait_with_output().unwrap();
     let out_b = b.wait_with_output().unwrap();
     assert!(kills >= 5, "only {kills} kills happened");
+    assert!(
+        qmgr_kills_with_zeros >= 1,
+        "qmgr was never killed with a segment written ahead ({kills} kills)"
+    );
     let acked: BTreeSet<String> = acknowledged(&small)
         .union(&acknowledged(&large))
         .cloned()
@@ -112,7 +143,7 @@ fn kill_9_at_random_points_loses_no_acknowledged_message() {
     // queue holds no more messages than the clients attempted.
     assert!(after.len() <= 1600, "{} queued", after.len());
     eprintln!(
-        "kills={kills} acknowledged={} queued={}",
+        "kills={kills} (qmgr with a zero tail: {qmgr_kills_with_zeros}) acknowledged={} queued={}",
         acked.len(),
         after.len()
     );

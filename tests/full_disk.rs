@@ -16,6 +16,10 @@
 //! tmpfs allocates whole pages, so a journal record shorter than a page may
 //! still be written. Messages whose journal records must fail are made
 //! larger than a page (they stay inline in the journal below 64 KiB).
+//! For the same reason the journal's segments are kept at 4 KiB here: a
+//! segment written ahead is space the journal holds in reserve (records
+//! overwrite its zeros), and with the default size a full disk would first
+//! be met by up to two segments of reserve, not by a failed write.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -41,7 +45,7 @@ fn on_tmpfs(mb: u32, relay_port: u16, queue_minfree: u64) -> (OnTmpfs, u16) {
         "myhostname = mx.test.example\nmydomain = test.example\nrelayhost = [127.0.0.1]:{relay_port}\n\
          smtpd_reject_unlisted_recipient = no\nqueue_minfree = {queue_minfree}\n\
          message_size_limit = 1000000\nqueue_run_delay = 1s\n\
-         minimal_backoff_time = 1s\nmaximal_backoff_time = 2s\n"
+         minimal_backoff_time = 1s\nmaximal_backoff_time = 2s\njournal_segment_size = 4096\n"
     );
     let inst = Instance::new(&cf, &main);
     (OnTmpfs::mount(inst, "spool", mb), port)

@@ -5,7 +5,10 @@
 //! inline without one, for everything appended meanwhile) and reports what
 //! came of it, durable up to a position or an error, for the queue manager
 //! to decide on (crates/qmgr's `journal`: what waits for durability, a
-//! failed commit retried every second). Panics on nothing; does not log.
+//! failed commit retried every second). With a sync thread the journal's
+//! next segment is written ahead on a thread of its own; a failure there
+//! (a full disk) costs only the speed of appending, and is handed up once
+//! by `ahead_error` for the log. Panics on nothing; does not log.
 
 use queue::{Journal, Lsn, Record, Replay, Syncer};
 
@@ -26,8 +29,15 @@ impl Writer {
     }
 
     /// Commits on this sync thread from now on.
-    pub fn set_syncer(&mut self, syncer: Syncer) {
+    pub fn set_syncer(&mut self, mut syncer: Syncer) {
+        // The first segment written ahead is ready before most first commits.
+        syncer.prepare_ahead(&mut self.journal);
         self.syncer = Some(syncer);
+    }
+
+    /// Why the journal's next segment could not be written ahead, once.
+    pub fn ahead_error(&mut self) -> Option<queue::Error> {
+        self.syncer.as_mut()?.take_ahead_error()
     }
 
     /// The journal (reads, garbage collection).

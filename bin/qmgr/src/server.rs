@@ -86,7 +86,15 @@ impl QmgrServer {
             PathBuf::from(ctx.config.str("queue_directory"))
         };
         let started = Instant::now();
-        let rec = queue::recover(&root, SpoolConfig::default())
+        // journal_segment_size was in the table but never reached the
+        // journal: it also bounds the segments written ahead (the free
+        // space qmgr holds in reserve).
+        let mut spool_cfg = SpoolConfig::default();
+        spool_cfg.journal.segment_size = ctx
+            .config
+            .size("journal_segment_size")
+            .clamp(4096, u32::MAX as u64 / 2) as u32;
+        let rec = queue::recover(&root, spool_cfg)
             .map_err(|e| format!("recovery of {}: {e}", root.display()))?;
         crate::store::log_recovery(&rec, started);
         let services =
@@ -517,6 +525,9 @@ impl Handler<Clients> for QmgrServer {
         if token == self.waker_token && self.waker.is_some() {
             if let Some(r) = self.qm.store_mut().writer.synced() {
                 self.committed(cx, r);
+            }
+            if let Some(e) = self.qm.store_mut().writer.ahead_error() {
+                msg_warn!("journal: writing the next segment ahead: {e}; appending meanwhile");
             }
         } else if self.links.owns(token) {
             for ev in self.links.ready(cx.registry, token, readable, cx.closed) {

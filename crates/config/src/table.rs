@@ -161,7 +161,7 @@ static PARAMS: &[ParamSpec] = &[
     p("queue_service_name", S, "qmgr", "Name of the queue manager service."),
     p("router_service_name", S, "router", "Name of the address resolution service."),
     // Queue storage.
-    p("journal_segment_size", Z, "64m", "Size at which qmgr starts a new journal segment."),
+    p("journal_segment_size", Z, "64m", "Size at which qmgr starts a new journal segment; segments written ahead (zeros synced before records go in, see qmgr(8)) start at 1 MiB and double up to it."),
     p("queue_minfree", Z, "0", "Free space the queue file system must keep for smtpd to accept MAIL FROM (452 4.3.1 below it); whatever its value, MAIL FROM is also refused while free space is under 1.5 times message_size_limit, or under a SIZE= estimate plus queue_minfree, as Postfix does."),
     p("cleanup_router_timeout", SEC, "10s", "Time cleanup waits at end of data for the router's canonical and virtual alias mapping before the message gets 451 4.3.0."),
     p("cleanup_qmgr_timeout", SEC, "10s", "Time cleanup waits for qmgr to journal a message before the client gets 451 4.3.0."),

@@ -9,6 +9,13 @@
 //! one sync for all.
 //! `prepare_commit` / `SyncTicket::run` split a commit so the sync can run on
 //! another thread (see `syncer`) while appends go on.
+//! With a sync thread (`Syncer`), segments are written ahead (see
+//! `ahead`): the next segment is made, zeros and all, before the current
+//! one is full, so a commit overwrites synced blocks and its `fdatasync`
+//! need not commit a new file size. Readers take the first frame header of
+//! zeros followed by zeros only as the end of a segment's records, never
+//! its file size. When no segment is ready in time, the journal appends to
+//! a new one as before: acceptance never waits for zeros.
 //! `append_with_span` also says where a record's inline message data lies
 //! in its segment, and `open_span` opens it for reading (delivery agents
 //! read small messages from the journal by reference).
@@ -21,6 +28,7 @@
 //! operations go through `disk::Disk`, where tests inject faults. Nothing
 //! here panics on disk contents.
 
+use crate::ahead::{Ahead, ReadySegment, SegmentJob, FIRST_SIZE};
 use crate::disk::{Disk, DiskFile, OsDisk};
 use crate::error::{corrupt, Corruption, Error, IoContext, Result};
 use crate::record::{check_frame, encode_frame, DataSpan, Lsn, Record, FRAME_HEADER};
@@ -95,7 +103,9 @@ pub fn list_segments(dir: &Path) -> Result<Vec<u32>> {
 
 /// Opens the segment under the journal directory `dir` that holds `span`,
 /// read-only, for an agent to read the data from: its header must name
-/// that segment and the span must lie within the file.
+/// that segment and the span must lie within the file. (A segment written
+/// ahead is full size from the start: the span comes from qmgr, which
+/// names only records it wrote.)
 pub fn open_span(dir: &Path, span: &DataSpan) -> Result<File> {
     let path = segment_path(dir, span.segment);
     let file = File::open(&path).ctx("open", &path)?;
@@ -159,10 +169,14 @@ struct Tail {
     bytes: Vec<u8>,
     /// `bytes[..handed]` are written to the OS; always a frame boundary.
     handed: usize,
+    /// A record that would end past this offset goes to the next segment.
+    limit: u64,
+    /// Written ahead: records overwrite synced zeros.
+    ahead: bool,
 }
 
 impl Tail {
-    fn new(seq: u32) -> Self {
+    fn new(seq: u32, limit: u32) -> Self {
         let mut bytes = Vec::with_capacity(64 << 10);
         bytes.extend_from_slice(&segment_header(seq));
         Self {
@@ -171,7 +185,24 @@ impl Tail {
             base: 0,
             bytes,
             handed: 0,
+            limit: limit as u64,
+            ahead: false,
         }
+    }
+
+    /// A segment written ahead. Its header is written again with the first
+    /// records (the same bytes, in the same block): simpler than a tail
+    /// that starts durable.
+    fn written_ahead(r: ReadySegment) -> Self {
+        let mut t = Self::new(r.seq, r.size);
+        t.file = Some(r.file);
+        t.ahead = true;
+        t
+    }
+
+    /// Nothing appended and no file: can be dropped for a segment written ahead.
+    fn untouched(&self) -> bool {
+        self.file.is_none() && self.base == 0 && self.bytes.len() == SEG_HEADER as usize
     }
 
     fn end(&self) -> u32 {
@@ -196,6 +227,12 @@ pub struct Journal {
     dir_dirty: bool,
     durable: Lsn,
     segments: BTreeSet<u32>,
+    /// The next segment number to hand out (appended or written ahead).
+    next_seq: u32,
+    /// The next segment written ahead, if any.
+    ahead: Ahead,
+    /// The size of the next segment to write ahead.
+    ahead_size: u32,
 }
 
 impl Journal {
@@ -217,15 +254,19 @@ impl Journal {
         let seq = existing.last().map_or(1, |s| s.saturating_add(1));
         let mut segments: BTreeSet<u32> = existing.into_iter().collect();
         segments.insert(seq);
+        let cfg = cfg.clamped();
         Ok(Self {
             dir: dir.to_path_buf(),
-            cfg: cfg.clamped(),
+            cfg,
             disk,
-            tails: vec![Tail::new(seq)],
+            tails: vec![Tail::new(seq, cfg.segment_size)],
             dir_dirty: false,
             // The header alone needs no sync: nothing acknowledged is in it.
             durable: Lsn::new(seq, SEG_HEADER),
             segments,
+            next_seq: seq.saturating_add(1),
+            ahead: Ahead::Idle,
+            ahead_size: FIRST_SIZE.min(cfg.segment_size),
         })
     }
 
@@ -278,28 +319,109 @@ impl Journal {
     /// `max_record`, and then appends nothing.
     pub fn append(&mut self, rec: &Record) -> Result<Lsn> {
         let max = self.cfg.max_record;
-        let seg_size = self.cfg.segment_size as u64;
         let t = self.cur_mut();
         let before = t.bytes.len();
         encode_frame(rec, max, &mut t.bytes)?;
         let frame_len = (t.bytes.len() - before) as u64;
         let start = t.base as u64 + before as u64;
-        if start + frame_len > seg_size && start > SEG_HEADER as u64 {
+        if start + frame_len > t.limit && start > SEG_HEADER as u64 {
             let frame = t.bytes.split_off(before);
-            let Some(next) = t.seq.checked_add(1) else {
-                return Err(Error::TooLarge {
-                    size: u32::MAX as u64 + 1,
-                    limit: u32::MAX as u64,
-                });
-            };
             // Closed here; its sync waits for the next commit.
-            let mut n = Tail::new(next);
+            let mut n = match std::mem::replace(&mut self.ahead, Ahead::Idle) {
+                Ahead::Ready(r) => Tail::written_ahead(r),
+                other => {
+                    let Some(next) = self.take_seq() else {
+                        self.ahead = other;
+                        return Err(Error::TooLarge {
+                            size: u32::MAX as u64 + 1,
+                            limit: u32::MAX as u64,
+                        });
+                    };
+                    // Not ready in time: append, and keep the one being
+                    // written (it will be numbered below this one, and
+                    // left empty). After a failure, ask again now.
+                    if let Ahead::Running = other {
+                        self.ahead = other;
+                    }
+                    Tail::new(next, self.cfg.segment_size)
+                }
+            };
+            let seq = n.seq;
             n.bytes.extend_from_slice(&frame);
             self.tails.push(n);
-            self.segments.insert(next);
-            return Ok(Lsn::new(next, SEG_HEADER));
+            self.segments.insert(seq);
+            return Ok(Lsn::new(seq, SEG_HEADER));
         }
         Ok(Lsn::new(t.seq, start as u32))
+    }
+
+    fn take_seq(&mut self) -> Option<u32> {
+        let seq = self.next_seq;
+        self.next_seq = seq.checked_add(1)?;
+        Some(seq)
+    }
+
+    /// The next segment to write ahead, when one is due: none is ready or
+    /// being written, and the current segment is a quarter full (or was
+    /// appended). Run it off the event loop, then give the outcome to
+    /// `segment_ready`.
+    pub fn segment_job(&mut self) -> Option<SegmentJob> {
+        if !self.segment_job_due() {
+            return None;
+        }
+        let seq = self.take_seq()?;
+        self.ahead = Ahead::Running;
+        Some(SegmentJob {
+            seq,
+            size: self.ahead_size,
+            path: segment_path(&self.dir, seq),
+            dir: self.dir.clone(),
+            disk: self.disk.clone(),
+        })
+    }
+
+    /// Whether `segment_job` would give a job now.
+    pub fn segment_job_due(&self) -> bool {
+        let t = self.cur();
+        matches!(self.ahead, Ahead::Idle) && (!t.ahead || t.end() as u64 >= t.limit / 4)
+    }
+
+    /// Takes in a segment written ahead, or the error that stopped it
+    /// (given back, for the log: the journal appends meanwhile).
+    ///
+    /// A current segment that was appended is closed at once for it (and
+    /// dropped if nothing was appended to it yet); one written ahead fills
+    /// up first. A segment finished after the journal had to move past its
+    /// number stays empty, for `delete_segments_before`.
+    pub fn segment_ready(&mut self, res: Result<ReadySegment>) -> Result<()> {
+        let r = match res {
+            Ok(r) => r,
+            Err(e) => {
+                self.ahead = Ahead::Failed;
+                return Err(e);
+            }
+        };
+        self.ahead = Ahead::Idle;
+        self.segments.insert(r.seq);
+        if r.seq < self.cur().seq {
+            return Ok(());
+        }
+        self.ahead_size = self.ahead_size.saturating_mul(2).min(self.cfg.segment_size);
+        if self.cur().ahead {
+            self.ahead = Ahead::Ready(r);
+            return Ok(());
+        }
+        if self.cur().untouched() {
+            let old = self.tails.pop().expect("journal: a current tail");
+            self.segments.remove(&old.seq);
+        }
+        self.tails.push(Tail::written_ahead(r));
+        Ok(())
+    }
+
+    /// Whether the current segment was written ahead (tests, benchmarks).
+    pub fn writing_ahead(&self) -> bool {
+        self.cur().ahead
     }
 
     /// [`Journal::append`], and where the record's inline message data
@@ -460,6 +582,10 @@ impl Journal {
             return Err(Error::NoRecord(lsn));
         }
         let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]);
+        if frame[..FRAME_HEADER].iter().all(|&b| b == 0) {
+            // The zeros of a segment written ahead: past its records.
+            return Err(Error::NoRecord(lsn));
+        }
         if len == 0 || len > self.cfg.max_record {
             return Err(corrupt(&path, Corruption::Bounds));
         }

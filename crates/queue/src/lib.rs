@@ -53,6 +53,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod ahead;
 pub mod disk;
 mod error;
 mod index;
@@ -66,6 +67,7 @@ mod spool;
 mod stats;
 mod syncer;
 
+pub use ahead::{ReadySegment, SegmentJob};
 pub use error::{Corruption, Error, Result};
 pub use index::{DeferredIndex, SegmentRefs};
 pub use journal::{

@@ -2,6 +2,11 @@
 //!
 //! Segments are read in order; within each, records are trusted up to the
 //! first frame that is short, oversized, fails its crc or does not decode.
+//! A segment written ahead (`ahead`) ends in zeros: a frame header of zeros
+//! with nothing but zeros after it is the clean end of the records, and is
+//! cut off (to give the space back; a failed cut is harmless), never
+//! reported; zeros with anything else after them are a torn tail like any
+//! other, as is a torn record followed by zeros (its crc fails).
 //! That tail is truncated (and synced) if the disk lets it, and reported as a `TornTail`, and
 //! replay goes on with the next segment: a crash can only tear the end of a
 //! segment because appends never continue an old one. A segment too short
@@ -547,11 +552,20 @@ fn replay_segment(
     let mut frame = Vec::new();
     while off < len {
         let res = read_frame(&mut rd, len - off, max_record, &mut frame)
-            .and_then(|()| decode_frame(&frame, max_record));
+            .and_then(|whole| whole.then(|| decode_frame(&frame, max_record)).transpose());
         match res {
-            Ok((rec, n)) => {
+            Ok(Some((rec, n))) => {
                 st.apply(Lsn::new(seq, off as u32), &rec);
                 off += n as u64;
+            }
+            Ok(None) => {
+                // The zeros written ahead: the end. Cut, if the disk lets us.
+                let _ = disk.open(&path).and_then(|f| {
+                    f.set_len(off)?;
+                    stats::count_fsync();
+                    f.sync_data()
+                });
+                break;
             }
             Err(e) => {
                 // Recovery must not need to write: a tail that cannot be
@@ -578,18 +592,31 @@ fn replay_segment(
     Ok(())
 }
 
-/// Reads one whole frame (header and payload) into `buf`, given `left` bytes remain in the file.
+/// Reads one whole frame (header and payload) into `buf`, given `left`
+/// bytes remain in the file; false when the rest of the file is zeros
+/// (the end of a segment written ahead).
 fn read_frame(
     rd: &mut impl Read,
     left: u64,
     max: u32,
     buf: &mut Vec<u8>,
-) -> std::result::Result<(), FrameError> {
-    if left < FRAME_HEADER as u64 {
+) -> std::result::Result<bool, FrameError> {
+    let head = left.min(FRAME_HEADER as u64) as usize;
+    buf.resize(head, 0);
+    rd.read_exact(buf).map_err(|_| FrameError::Short)?;
+    if buf.iter().all(|&b| b == 0) {
+        if zeros_only(rd, left - head as u64) {
+            return Ok(false);
+        }
+        return Err(if head < FRAME_HEADER {
+            FrameError::Short
+        } else {
+            FrameError::Length(0)
+        });
+    }
+    if head < FRAME_HEADER {
         return Err(FrameError::Short);
     }
-    buf.resize(FRAME_HEADER, 0);
-    rd.read_exact(buf).map_err(|_| FrameError::Short)?;
     let len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
     if len == 0 || len > max {
         return Err(FrameError::Length(len));
@@ -599,5 +626,19 @@ fn read_frame(
     }
     buf.resize(FRAME_HEADER + len as usize, 0);
     rd.read_exact(&mut buf[FRAME_HEADER..])
-        .map_err(|_| FrameError::Short)
+        .map_err(|_| FrameError::Short)?;
+    Ok(true)
+}
+
+/// Whether the next `left` bytes are all zeros (false on a read error).
+fn zeros_only(rd: &mut impl Read, mut left: u64) -> bool {
+    let mut chunk = vec![0u8; 64 << 10];
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        if rd.read_exact(&mut chunk[..n]).is_err() || chunk[..n].iter().any(|&b| b != 0) {
+            return false;
+        }
+        left -= n as u64;
+    }
+    true
 }
