@@ -390,9 +390,13 @@ impl Resetting {
         let port = listener.local_addr().unwrap().port();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
-                let Ok(conn) = conn else { return };
-                // The header arrives right after the connect; it is left unread.
-                std::thread::sleep(Duration::from_millis(100));
+                let Ok(mut conn) = conn else { return };
+                // Once the header's first byte is in, the rest is left
+                // unread: the close is then a reset, however slow the
+                // header's writer was.
+                let mut first = [0u8; 1];
+                let _ = conn.read_exact(&mut first);
+                std::thread::sleep(Duration::from_millis(20));
                 drop(conn);
             }
         });

@@ -28,7 +28,12 @@ pub static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn main() {
     daemon::run(
-        daemon::Options::default(),
+        // A delivery may block (a command, a dotlock's retries): its
+        // status line must not wait for the next delivery with it.
+        daemon::Options {
+            batch_log: false,
+            ..daemon::Options::default()
+        },
         |_ctx| Ok(()),
         |ctx, ()| {
             let local = server::LocalAgent::new(ctx)?;

@@ -126,6 +126,10 @@ pub struct Options {
     /// TCP_NODELAY on the TCP listeners, which accepted connections
     /// inherit on Linux: one system call per process, not per client.
     pub tcp_nodelay: bool,
+    /// The loop's info lines go out together before each wait
+    /// (`log::batch`); off for a daemon whose loop may block (local
+    /// running a command), where a line would wait with it.
+    pub batch_log: bool,
 }
 
 impl Default for Options {
@@ -135,6 +139,7 @@ impl Default for Options {
             honour_max_use: true,
             max_clients: usize::MAX,
             tcp_nodelay: false,
+            batch_log: true,
         }
     }
 }
@@ -297,7 +302,9 @@ fn event_loop<S: Server>(
     listen_fds: Vec<OwnedFd>,
 ) -> i32 {
     let clock = SystemClock;
-    crate::log::batch();
+    if opts.batch_log {
+        crate::log::batch();
+    }
     let mut poll = Poll::new().unwrap_or_else(|e| msg_fatal!("epoll: {e}"));
     let mut events = Events::with_capacity(256);
     let mut signals = Signals::new(

@@ -107,6 +107,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_connection_accepted_takes_the_listeners_tcp_nodelay() {
+        // smtpd sets it once on the listener (daemon::Options::tcp_nodelay)
+        // and relies on this to answer pipelined commands without Nagle.
+        let l = tcp_listener("127.0.0.1:0".parse().unwrap(), 4).unwrap();
+        let plain = tcp_listener("127.0.0.1:0".parse().unwrap(), 4).unwrap();
+        set_tcp_nodelay(&l).unwrap();
+        let _c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let _d = std::net::TcpStream::connect(plain.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        let (b, _) = plain.accept().unwrap();
+        assert!(a.nodelay().unwrap(), "inherited from the listener");
+        assert!(!b.nodelay().unwrap(), "off unless the listener had it");
+    }
+
+    #[test]
     fn connect_reaches_a_listener_from_a_bound_address() {
         let l = tcp_listener("127.0.0.1:0".parse().unwrap(), 4).unwrap();
         let addr = l.local_addr().unwrap();
