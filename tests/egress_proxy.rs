@@ -151,6 +151,19 @@ impl World {
     fn queue_is_empty(&self) -> bool {
         self.inst.queued_ids().is_empty()
     }
+
+    /// Sends `n` messages over `sessions` sessions from `from` and waits
+    /// until each has arrived from `source` and the queue is empty; gives
+    /// the mail log.
+    fn all_arrive(&self, (n, sessions): (u32, u32), from: &str, source: &str) -> String {
+        self.send(n, sessions, from);
+        let msgs = self.sink.wait_messages(n as usize, 60);
+        assert!(msgs.iter().all(|m| m.source.to_string() == source));
+        wait_for(30, "the queue empty", || {
+            self.queue_is_empty().then_some(())
+        });
+        self.inst.log()
+    }
 }
 
 /// No destination was declared dead and no host put aside.
@@ -341,11 +354,7 @@ fn a_proxy_that_does_not_answer_is_passed_over_after_the_connect_timeout() {
     // The first proxy drops every SYN, as a proxy host behind a dead link.
     let silent = Unanswering::start();
     let w = world_with(Some(silent.port), None);
-    w.send(6, 2, "sender@b.example");
-    let msgs = w.sink.wait_messages(6, 60);
-    assert!(msgs.iter().all(|m| m.source.to_string() == "127.0.0.3"));
-    wait_for(30, "the queue empty", || w.queue_is_empty().then_some(()));
-    let log = w.inst.log();
+    let log = w.all_arrive((6, 2), "sender@b.example", "127.0.0.3");
     let timed_out = format!(
         "connect to proxy 127.0.0.1:{}: Connection timed out",
         silent.port
@@ -408,11 +417,7 @@ impl Resetting {
 fn a_proxy_that_resets_after_the_header_is_passed_for_the_next_with_the_same_address() {
     let reset = Resetting::start();
     let w = world_with(Some(reset.port), None);
-    w.send(3, 1, "sender@a.example");
-    let msgs = w.sink.wait_messages(3, 60);
-    assert!(msgs.iter().all(|m| m.source.to_string() == "127.0.0.2"));
-    wait_for(30, "the queue empty", || w.queue_is_empty().then_some(()));
-    let log = w.inst.log();
+    let log = w.all_arrive((3, 1), "sender@a.example", "127.0.0.2");
     let lost = format!(
         "connect to proxy 127.0.0.1:{}: lost before the greeting",
         reset.port

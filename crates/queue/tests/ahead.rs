@@ -5,11 +5,12 @@
 //! `segment_ready`) are driven by hand where the order matters, so each
 //! case happens on purpose; one test runs them on the `Syncer`'s threads.
 
-use mail::{Envelope, QueueId, Recipient};
+mod common;
+use common::id;
 use queue::disk::{Fault, FaultyDisk};
 use queue::{
-    list_segments, replay, segment_path, DataRef, Error, FrameError, Journal, JournalConfig, Lsn,
-    MessageHead, Record, Syncer, TailCause,
+    list_segments, replay, segment_path, Error, FrameError, Journal, JournalConfig, Lsn, Record,
+    Syncer, TailCause,
 };
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -20,26 +21,8 @@ use std::time::{Duration, Instant};
 
 const SEG: u32 = 64 << 10;
 
-fn id(n: u32) -> QueueId {
-    QueueId::from_parts(1_700_000_000_000_000 + n as u64, 1, n).unwrap()
-}
-
 fn arrived(n: u32) -> Record {
-    Record::Arrived(MessageHead {
-        id: id(n),
-        envelope: Envelope {
-            sender: format!("s{n}@example.org"),
-            recipients: vec![Recipient::new(format!("r{n}@example.net"))],
-            ..Envelope::default()
-        },
-        data: DataRef::Inline(
-            format!(
-                "Subject: {n}\r\n\r\n{}\r\n",
-                "x".repeat(500 + n as usize % 700)
-            )
-            .into_bytes(),
-        ),
-    })
+    common::arrival(n, 500 + n as usize % 700)
 }
 
 fn open(dir: &Path) -> (Journal, FaultyDisk) {

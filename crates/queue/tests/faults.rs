@@ -7,32 +7,19 @@
 //! and after a transient fault the same journal commits again, without a
 //! restart.
 
-use mail::{Envelope, QueueId, Recipient};
+mod common;
+use common::id;
 use queue::disk::{Fault, FaultyDisk};
 use queue::{
-    list_segments, recover_on, replay, segment_path, DataRef, Journal, JournalConfig, Lsn,
-    MessageHead, Record, SpoolConfig, Syncer,
+    list_segments, recover_on, replay, segment_path, Journal, JournalConfig, Lsn, Record,
+    SpoolConfig, Syncer,
 };
 use std::fs;
 use std::path::Path;
 use std::sync::Arc;
 
-fn id(n: u32) -> QueueId {
-    QueueId::from_parts(1_700_000_000_000_000 + n as u64, 1, n).unwrap()
-}
-
 fn arrived(n: u32) -> Record {
-    Record::Arrived(MessageHead {
-        id: id(n),
-        envelope: Envelope {
-            sender: format!("s{n}@example.org"),
-            recipients: vec![Recipient::new(format!("r{n}@example.net"))],
-            ..Envelope::default()
-        },
-        data: DataRef::Inline(
-            format!("Subject: {n}\r\n\r\n{}\r\n", "x".repeat(n as usize % 300)).into_bytes(),
-        ),
-    })
+    common::arrival(n, n as usize % 300)
 }
 
 fn cfg(segment_size: u32) -> JournalConfig {
