@@ -6,7 +6,7 @@
 //! case happens on purpose; one test runs them on the `Syncer`'s threads.
 
 mod common;
-use common::id;
+use common::{assert_at_their_positions, crash_replay, id};
 use queue::disk::{Fault, FaultyDisk};
 use queue::{
     list_segments, replay, segment_path, Error, FrameError, Journal, JournalConfig, Lsn, Record,
@@ -48,25 +48,10 @@ fn len(dir: &Path, seq: u32) -> u64 {
     fs::metadata(segment_path(dir, seq)).unwrap().len()
 }
 
-/// Replays a copy of the journal as a crash right now would leave it.
-fn crash_replay(dir: &Path) -> queue::Replay {
-    let copy = tempfile::tempdir().unwrap();
-    for s in list_segments(dir).unwrap() {
-        fs::copy(segment_path(dir, s), segment_path(copy.path(), s)).unwrap();
-    }
-    replay(copy.path(), 1 << 20).unwrap()
-}
-
 /// Every appended message is replayed at its position, and nothing else.
 fn assert_all(st: &queue::Replay, appended: &[(u32, Lsn)]) {
     assert_eq!(st.messages.len(), appended.len(), "{:?}", st.torn);
-    for (n, lsn) in appended {
-        let m = st
-            .messages
-            .get(&id(*n))
-            .unwrap_or_else(|| panic!("message {n} lost"));
-        assert_eq!(m.head, *lsn, "message {n} moved");
-    }
+    assert_at_their_positions(st, appended);
 }
 
 #[test]

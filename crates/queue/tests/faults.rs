@@ -8,7 +8,7 @@
 //! restart.
 
 mod common;
-use common::id;
+use common::{assert_at_their_positions, crash_replay, id};
 use queue::disk::{Fault, FaultyDisk};
 use queue::{
     list_segments, recover_on, replay, segment_path, Journal, JournalConfig, Lsn, Record,
@@ -35,15 +35,6 @@ fn open(dir: &Path, seg: u32) -> (Journal, FaultyDisk) {
     (j, disk)
 }
 
-/// Replays a copy of the journal as a crash right now would leave it.
-fn crash_replay(dir: &Path) -> queue::Replay {
-    let copy = tempfile::tempdir().unwrap();
-    for s in list_segments(dir).unwrap() {
-        fs::copy(segment_path(dir, s), segment_path(copy.path(), s)).unwrap();
-    }
-    replay(copy.path(), 1 << 20).unwrap()
-}
-
 /// Checks a crash replay: the first `k` appended messages, each at the
 /// position `append` gave it, with `k` at least the acknowledged count.
 fn assert_prefix(st: &queue::Replay, appended: &[(u32, Lsn)], acked: usize) {
@@ -58,13 +49,7 @@ fn assert_prefix(st: &queue::Replay, appended: &[(u32, Lsn)], acked: usize) {
         appended.len()
     );
     assert_eq!(st.messages.len(), k);
-    for (n, lsn) in &appended[..k] {
-        let m = st
-            .messages
-            .get(&id(*n))
-            .unwrap_or_else(|| panic!("message {n} lost"));
-        assert_eq!(m.head, *lsn, "message {n} moved");
-    }
+    assert_at_their_positions(st, &appended[..k]);
 }
 
 #[test]
