@@ -168,11 +168,11 @@ impl Scheduler {
         }
         let until = now + retry;
         if self.dests[d].conns.is_empty() {
+            let mut victims = Vec::new();
             for class in Class::ALL {
-                while let Some(e) = self.dests[d].queue(class).pop_front() {
-                    self.defer_entry(now, e, status, Some(until), true);
-                }
+                victims.extend(self.dests[d].queue(class).drain());
             }
+            self.defer_entries_until(now, victims, status, until);
         }
         // Rings drop a parked destination as they come to it.
         if !matches!(self.dests[d].park, Park::Until(u) if u >= until) {

@@ -124,6 +124,41 @@ impl Scheduler {
         }
     }
 
+    /// Defers `victims` (out of every queue) until `retry_at` with
+    /// `status`: one journal record per message, then each entry's
+    /// defer action (an expired message's entries journal their bounce).
+    pub(crate) fn defer_entries_until(
+        &mut self,
+        now: Time,
+        victims: Vec<EntryId>,
+        status: &Status,
+        retry_at: Time,
+    ) {
+        let mut by_msg: BTreeMap<MsgId, Vec<u32>> = BTreeMap::new();
+        for &e in &victims {
+            let en = &self.entries[e];
+            by_msg
+                .entry(en.message)
+                .or_default()
+                .extend_from_slice(en.recipients());
+        }
+        for (m, recipients) in by_msg {
+            if !self.is_expired(now, m) {
+                let q = self.msgs[m].queue_id;
+                self.actions.push_back(Action::Journal(Record::Deferred {
+                    queue_id: q,
+                    recipients,
+                    status: status.clone(),
+                    next_attempt: retry_at,
+                }));
+            }
+        }
+        for e in victims {
+            let journal = self.is_expired(now, self.entries[e].message);
+            self.defer_entry(now, e, status, Some(retry_at), journal);
+        }
+    }
+
     /// Marks `d` dead until `retry_at`; defers what waits for it.
     pub(crate) fn mark_dead(&mut self, now: Time, d: DestId, retry_at: Time) {
         self.dests[d].dead = Some(Dead { retry_at });
@@ -144,30 +179,7 @@ impl Scheduler {
             }
         }
         let dead = Status::new(StatusCode::NO_ANSWER, "destination is dead");
-        // One journal record per message, then the per-entry defer actions.
-        let mut by_msg: BTreeMap<MsgId, Vec<u32>> = BTreeMap::new();
-        for &e in &victims {
-            let en = &self.entries[e];
-            by_msg
-                .entry(en.message)
-                .or_default()
-                .extend_from_slice(en.recipients());
-        }
-        for (m, recipients) in by_msg {
-            if !self.is_expired(now, m) {
-                let q = self.msgs[m].queue_id;
-                self.actions.push_back(Action::Journal(Record::Deferred {
-                    queue_id: q,
-                    recipients,
-                    status: dead.clone(),
-                    next_attempt: retry_at,
-                }));
-            }
-        }
-        for e in victims {
-            let journal = self.is_expired(now, self.entries[e].message);
-            self.defer_entry(now, e, &dead, Some(retry_at), journal);
-        }
+        self.defer_entries_until(now, victims, &dead, retry_at);
         for c in conns {
             if let Some(conn) = self.conns.get_mut(c) {
                 conn.retiring = true;

@@ -78,6 +78,13 @@ fn local_connection_failures_defer_without_counting_against_the_destination() {
         deferred, 20,
         "every recipient deferred with the agent's reason"
     );
+    // Each failed connection's own entry, then the rest of the message
+    // in one record, not one per entry.
+    let records = all
+        .iter()
+        .filter(|a| matches!(a, Action::Journal(Record::Deferred { .. })))
+        .count();
+    assert!(records <= first + 1, "{records} deferral records");
     let retry = now + Duration::from_secs(60);
     assert!(all.contains(&Action::MessageDone {
         queue_id: QueueId(1),
