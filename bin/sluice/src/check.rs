@@ -209,13 +209,9 @@ fn check_restrictions_and_tables(
     for list in policy::LISTS {
         check_restriction_list(cfg, list, &origin(dir, cfg, list), r);
     }
-    // As qmgr refuses it at start: the cache is a text file, not a table.
-    let map = cfg.str("address_verify_map");
-    if let Some((kind, _)) = map.trim().split_once(':').filter(|(k, _)| !k.contains('/')) {
-        r.error(format!(
-            "{}: parameter \"address_verify_map\": {map}: a file name, not a {kind}: table (Sluice keeps the cache as text)",
-            origin(dir, cfg, "address_verify_map")
-        ));
+    // qmgr's own check at start: the cache is a text file, not a table.
+    if let Err(e) = queue_manager::verify_map_path(Path::new(""), &cfg.str("address_verify_map")) {
+        r.error(format!("{}: {e}", origin(dir, cfg, "address_verify_map")));
     }
     for code in policy::UNVERIFIED_CODES {
         if let Err(e) = policy::reply_code(cfg, code) {
