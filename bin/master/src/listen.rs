@@ -41,6 +41,43 @@ impl ListenSock {
             ListenSock::Unix(_, p) => p.display().to_string(),
         }
     }
+
+    /// A wakeup: connects without waiting, for the service to accept and
+    /// read end of file from once the connection is let go. An error now
+    /// is one the connection has at once (refused; a Unix socket whose
+    /// queue is full gives `WouldBlock`); a TCP handshake still under way
+    /// is judged when the poke is let go ([`Poke::failure`]). master's
+    /// loop never waits on a service it is waking.
+    pub fn poke(&self) -> std::io::Result<Poke> {
+        match self {
+            ListenSock::Tcp(_, a) => mio::net::TcpStream::connect(*a).map(Poke::Tcp),
+            ListenSock::Unix(_, p) => mio::net::UnixStream::connect(p).map(Poke::Unix),
+        }
+    }
+}
+
+/// A wakeup's connection, held open while the service takes it.
+#[derive(Debug)]
+pub enum Poke {
+    /// To an inet service.
+    Tcp(mio::net::TcpStream),
+    /// To a unix service (connected when made).
+    Unix(mio::net::UnixStream),
+}
+
+impl Poke {
+    /// Why the wakeup did not reach the service, asked when it is let go:
+    /// a TCP handshake that failed or never completed (the service's
+    /// accept queue full all along).
+    pub fn failure(&self) -> Option<std::io::Error> {
+        match self {
+            Poke::Tcp(s) => match s.take_error() {
+                Ok(Some(e)) | Err(e) => Some(e),
+                Ok(None) => s.peer_addr().err(),
+            },
+            Poke::Unix(s) => s.take_error().unwrap_or_else(Some),
+        }
+    }
 }
 
 /// Where a service listens, as master will bind it.
@@ -102,5 +139,76 @@ pub fn open(ep: &Bind, owner: Option<(u32, u32)>) -> Result<Vec<ListenSock>, Str
             }
             Ok(vec![ListenSock::Unix(l, path.clone())])
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn a_wakeup_reaches_an_inet_service_as_a_connection_that_ends() {
+        let l = sys::net::tcp_listener("127.0.0.1:0".parse().unwrap(), 16).unwrap();
+        let addr = l.local_addr().unwrap();
+        let sock = ListenSock::Tcp(l, addr);
+        let poke = sock.poke().expect("connect without waiting");
+        let ListenSock::Tcp(l, _) = &sock else {
+            unreachable!()
+        };
+        let (mut c, _) = l.accept().unwrap();
+        assert!(poke.failure().is_none(), "the handshake completed");
+        drop(poke);
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            c.read(&mut buf).unwrap(),
+            0,
+            "the service reads end of file"
+        );
+    }
+
+    #[test]
+    fn a_wakeup_to_a_full_inet_queue_does_not_wait_and_is_reported_when_let_go() {
+        // Backlog 0: one connection waits in the queue, later SYNs are
+        // dropped and their handshakes hang (a blocking connect would wait
+        // for its timeout here, and the loop with it).
+        let l = sys::net::tcp_listener("127.0.0.1:0".parse().unwrap(), 0).unwrap();
+        let addr = l.local_addr().unwrap();
+        let sock = ListenSock::Tcp(l, addr);
+        let pokes: Vec<Poke> = (0..4).map(|_| sock.poke().expect("never blocks")).collect();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let failed: Vec<String> = pokes
+            .iter()
+            .filter_map(|p| p.failure().map(|e| e.to_string()))
+            .collect();
+        assert!(
+            !failed.is_empty(),
+            "a wakeup that never reached the service is reported"
+        );
+        assert!(
+            failed.len() < pokes.len(),
+            "the first is queued: {failed:?}"
+        );
+    }
+
+    #[test]
+    fn a_wakeup_to_a_full_unix_queue_fails_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("svc");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let sock = ListenSock::Unix(l, path);
+        let mut held = Vec::new();
+        let err = loop {
+            match sock.poke() {
+                Ok(p) => {
+                    assert!(p.failure().is_none());
+                    held.push(p);
+                }
+                Err(e) => break e,
+            }
+            assert!(held.len() < 100_000, "the queue never filled");
+        };
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "{err}");
+        assert!(!held.is_empty());
     }
 }

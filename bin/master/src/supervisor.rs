@@ -4,7 +4,8 @@
 //! `reload -- version V, configuration DIR`, `terminating on signal N`,
 //! `warning: process CMD pid N exit status S` / `killed by signal N`,
 //! `warning: CMD: bad command startup -- throttling for Ns`,
-//! `warning: service NAME: process limit M reached`.
+//! `warning: service NAME: process limit M reached`,
+//! `warning: service NAME: wakeup SOCKET: not accepted within 1s: ERROR`.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -42,7 +43,14 @@ enum Timer {
     Unthrottle(usize),
     /// Children had their chance to exit after SIGTERM.
     StopDeadline,
+    /// Wakeup connections made this long ago are let go.
+    ReleasePokes,
 }
+
+/// How long a wakeup's connection is held open: its service's process
+/// accepts it by then (or starts, and then accepts it), and a TCP
+/// handshake not done by then is reported.
+const POKE_HOLD: Duration = Duration::from_secs(1);
 
 /// Everything master loaded from the configuration directory.
 pub struct Loaded {
@@ -101,6 +109,8 @@ pub struct Supervisor {
     control_clients: BTreeMap<Token, Endpoint>,
     next_control_token: usize,
     timers: Timers<Timer>,
+    /// Wakeup connections held open: made at, service name, socket.
+    pokes: Vec<(Instant, String, String, listen::Poke)>,
     stopping: bool,
     started: SystemTime,
     owner: Option<sys::privilege::Identity>,
@@ -166,6 +176,7 @@ impl Supervisor {
             control_clients: BTreeMap::new(),
             next_control_token: FIRST_CONTROL_CLIENT,
             timers: Timers::new(),
+            pokes: Vec::new(),
             stopping: false,
             started: SystemTime::now(),
             owner,
@@ -288,6 +299,7 @@ impl Supervisor {
                         }
                     }
                     Timer::StopDeadline => self.kill_remaining(),
+                    Timer::ReleasePokes => self.release_pokes(now),
                 }
             }
         }
@@ -516,22 +528,37 @@ impl Supervisor {
         let interval = Duration::from_secs(u64::from(s.def.wakeup));
         // A wakeup is a client that connects and leaves: the service's
         // process starts on demand if none runs, as in Postfix.
-        if s.throttled_until.is_none_or(|t| t <= Instant::now()) {
+        let now = Instant::now();
+        if s.throttled_until.is_none_or(|t| t <= now) {
             for sock in &s.socks {
-                let r = match sock {
-                    ListenSock::Tcp(_, a) => {
-                        std::net::TcpStream::connect_timeout(a, Duration::from_secs(1)).map(drop)
-                    }
-                    ListenSock::Unix(_, p) => std::os::unix::net::UnixStream::connect(p).map(drop),
-                };
-                if let Err(e) = r {
-                    msg_warn!("service {}: wakeup {}: {e}", s.def.name, sock.describe());
+                match sock.poke() {
+                    Ok(p) => self
+                        .pokes
+                        .push((now, s.def.name.clone(), sock.describe(), p)),
+                    Err(e) => msg_warn!("service {}: wakeup {}: {e}", s.def.name, sock.describe()),
                 }
+            }
+            if !self.pokes.is_empty() {
+                self.timers.set(now + POKE_HOLD, Timer::ReleasePokes);
             }
         }
         if s.def.wakeup > 0 {
             self.wake_at(id, Instant::now() + interval);
         }
+    }
+
+    /// Lets go of the wakeup connections held for [`POKE_HOLD`], and
+    /// reports those that never reached their service.
+    fn release_pokes(&mut self, now: Instant) {
+        self.pokes.retain(|(at, name, sock, p)| {
+            if now < *at + POKE_HOLD {
+                return true;
+            }
+            if let Some(e) = p.failure() {
+                msg_warn!("service {name}: wakeup {sock}: not accepted within 1s: {e}");
+            }
+            false
+        });
     }
 
     /// Opens `maillog_file` again (logrotate moved it) and has every child
