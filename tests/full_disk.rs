@@ -10,7 +10,8 @@
 //! delivered; mail is accepted again within 2 s of space coming back; a
 //! qmgr restarted on the full disk recovers and serves the queue; and a
 //! bounce that cannot be written while the disk is full is sent once it
-//! can. `sluice queue list` answers at once when qmgr does not.
+//! can. `sluice queue list` answers at once when qmgr does not. A journal
+//! segment written ahead takes in-flight mail on the full disk.
 //!
 //! Filling "to the last byte" leaves the slack of each file's last page:
 //! tmpfs allocates whole pages, so a journal record shorter than a page may
@@ -31,8 +32,25 @@ use sluice_suite::testkit::ScriptedSink;
 use sluice_suite::{free_port, smtp_sink, swaks, wait_for, Instance, OnTmpfs};
 
 /// An instance relaying to 127.0.0.1:`relay_port`, its whole queue
-/// directory on a tmpfs of `mb` MB; returns it and its SMTP port.
+/// directory on a tmpfs of `mb` MB, journal segments of 4 KiB; returns it
+/// and its SMTP port.
 fn on_tmpfs(mb: u32, relay_port: u16, queue_minfree: u64) -> (OnTmpfs, u16) {
+    on_tmpfs_segments(
+        mb,
+        relay_port,
+        queue_minfree,
+        "journal_segment_size = 4096\n",
+    )
+}
+
+/// As `on_tmpfs`, with `segments` as the journal's main.cf line (empty:
+/// the default size).
+fn on_tmpfs_segments(
+    mb: u32,
+    relay_port: u16,
+    queue_minfree: u64,
+    segments: &str,
+) -> (OnTmpfs, u16) {
     let port = free_port();
     let cf = format!(
         "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
@@ -45,7 +63,7 @@ fn on_tmpfs(mb: u32, relay_port: u16, queue_minfree: u64) -> (OnTmpfs, u16) {
         "myhostname = mx.test.example\nmydomain = test.example\nrelayhost = [127.0.0.1]:{relay_port}\n\
          smtpd_reject_unlisted_recipient = no\nqueue_minfree = {queue_minfree}\n\
          message_size_limit = 1000000\nqueue_run_delay = 1s\n\
-         minimal_backoff_time = 1s\nmaximal_backoff_time = 2s\njournal_segment_size = 4096\n"
+         minimal_backoff_time = 1s\nmaximal_backoff_time = 2s\n{segments}"
     );
     let inst = Instance::new(&cf, &main);
     (OnTmpfs::mount(inst, "spool", mb), port)
@@ -275,6 +293,83 @@ fn full_disk_keeps_qmgr_alive_loses_nothing_and_accepts_again_within_2s() {
     assert!(stalls >= 1 && resumes >= 1, "{log}");
     assert!(stalls <= resumes + 1, "one warning per state change: {log}");
     assert!(!log.contains("throttling"), "{log}");
+    inst.stop();
+}
+
+/// With the default segment size the journal's current segment is written
+/// ahead (a file of zeros, synced) soon after qmgr starts, and records
+/// overwrite it: no new blocks. A message whose session passed MAIL FROM
+/// before the disk filled therefore still gets its 250 on the full disk,
+/// and is delivered once there is room again.
+#[test]
+fn a_segment_written_ahead_takes_in_flight_mail_on_a_full_disk() {
+    // Nothing listens at the relay yet: the mail waits in the queue.
+    let sink_port = free_port();
+    let (mut inst, port) = on_tmpfs_segments(24, sink_port, 0, "");
+    let mnt = inst.mnt().to_path_buf();
+    inst.start();
+    inst.wait_port(port);
+    let pid = qmgr_pid(&inst);
+    let journal = mnt.join("journal");
+    wait_for(30, "a journal segment written ahead", || {
+        std::fs::read_dir(&journal)
+            .ok()?
+            .flatten()
+            .any(|e| e.metadata().is_ok_and(|m| m.len() >= 1 << 20))
+            .then_some(())
+    });
+
+    // Four sessions get as far as the first lines of their messages.
+    let mut sessions = Vec::new();
+    for i in 0..4 {
+        let (mut c, _) = SmtpClient::connect(port);
+        c.expect("EHLO client.test.example", "250");
+        c.expect("MAIL FROM:<a@test.example>", "250");
+        c.expect(&format!("RCPT TO:<reserve{i}@elsewhere.example>"), "250");
+        c.expect("DATA", "354");
+        c.send(&format!("Subject: reserve {i}\r\n\r\n"));
+        c.send(&body(2000));
+        sessions.push(c);
+    }
+
+    // The disk fills; each message ends on the full disk and is taken.
+    let filler = fill(&mnt);
+    assert!(
+        free(&mnt) < 4096,
+        "the disk is full: {} bytes free",
+        free(&mnt)
+    );
+    for c in &mut sessions {
+        c.send(&body(2000));
+        c.expect(".", "250");
+        c.send("QUIT\r\n");
+    }
+    assert_eq!(qmgr_pid(&inst), pid, "qmgr was not restarted");
+    // The reserve is the journal's, not smtpd's: a new session is still
+    // refused at MAIL FROM while the disk is full (smtpd measures the free
+    // space at most once a second).
+    let mail = wait_for(5, "MAIL FROM refused on the full disk", || {
+        let r = mail_from_reply(port);
+        (!r.starts_with("250")).then_some(r)
+    });
+    assert!(
+        mail.starts_with("452 4.3.1"),
+        "MAIL FROM on the full disk: {mail}"
+    );
+
+    // Room again, and a sink: every message taken on the full disk arrives.
+    std::fs::remove_file(&filler).unwrap();
+    let sink = smtp_sink(&format!("127.0.0.1:{sink_port}"), &[]);
+    wait_for(120, "the four messages at the sink", || {
+        let text = sink_text(sink.dir.path());
+        (0..4)
+            .all(|i| text.contains(&format!("Subject: reserve {i}")))
+            .then_some(())
+    });
+    assert_eq!(qmgr_pid(&inst), pid, "qmgr was not restarted");
+    let log = inst.log();
+    let fatal: Vec<&str> = log.lines().filter(|l| l.contains("fatal")).collect();
+    assert!(fatal.is_empty(), "{fatal:?}");
     inst.stop();
 }
 
