@@ -186,6 +186,12 @@ pub fn reopen() -> std::io::Result<bool> {
         }
     }
     let file = open_log_file(&path)?;
+    // What the loop gathered before the rotation belongs to the old file.
+    logger.write_pending();
+    let open = logger.sinks.iter_mut().find_map(|s| match s {
+        Sink::File(f) => Some(f),
+        _ => None,
+    });
     match open {
         Some(f) => *f = file,
         None => logger.sinks.insert(0, Sink::File(file)),
@@ -425,5 +431,22 @@ mod tests {
         let new = std::fs::read_to_string(&path).unwrap();
         assert!(old.contains("before rotation") && !old.contains("after rotation"));
         assert!(new.contains("sluice/test[") && new.contains("after rotation"));
+    }
+
+    #[test]
+    fn lines_gathered_before_a_rotation_go_to_the_old_file() {
+        let (_turn, dir, path) = log_to_file();
+        batch();
+        write(Level::Info, "gathered before rotation");
+        let rotated = dir.path().join("maillog.1");
+        std::fs::rename(&path, &rotated).unwrap();
+        assert!(reopen().unwrap());
+        write(Level::Info, "gathered after rotation");
+        flush();
+        let old = std::fs::read_to_string(&rotated).unwrap();
+        let new = std::fs::read_to_string(&path).unwrap();
+        assert!(old.contains("gathered before rotation"), "{old:?}");
+        assert!(!new.contains("before rotation") && new.contains("gathered after rotation"));
+        *LOGGER.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
