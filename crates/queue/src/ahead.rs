@@ -19,7 +19,7 @@
 
 use crate::disk::{Disk, DiskFile};
 use crate::error::{Error, IoContext, Result};
-use crate::journal::segment_header;
+use crate::segment::segment_header;
 use crate::stats;
 use std::fmt;
 use std::fs;

@@ -32,20 +32,13 @@ use crate::ahead::{Ahead, ReadySegment, SegmentJob, FIRST_SIZE};
 use crate::disk::{Disk, DiskFile, OsDisk};
 use crate::error::{corrupt, Corruption, Error, IoContext, Result};
 use crate::record::{check_frame, encode_frame, DataSpan, Lsn, Record, FRAME_HEADER};
+use crate::segment::{list_segments, segment_header, segment_path, SEG_HEADER};
 use crate::stats;
 use std::collections::BTreeSet;
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Segment header magic.
-pub(crate) const SEG_MAGIC: [u8; 8] = *b"SLCJRNL1";
-/// Segment header length: magic and segment number.
-pub(crate) const SEG_HEADER: u32 = 16;
-
-/// The length of a segment's header: no record's data starts before it.
-pub const SEGMENT_HEADER_LEN: u32 = SEG_HEADER;
 
 /// Journal sizing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,30 +68,6 @@ impl JournalConfig {
             max_record,
         }
     }
-}
-
-/// Path of segment `seq` under the journal directory.
-pub fn segment_path(dir: &Path, seq: u32) -> PathBuf {
-    dir.join(format!("{seq:010}.log"))
-}
-
-/// The segment numbers present in `dir`, ascending; other names are ignored.
-pub fn list_segments(dir: &Path) -> Result<Vec<u32>> {
-    let mut out = Vec::new();
-    for ent in fs::read_dir(dir).ctx("readdir", dir)? {
-        let ent = ent.ctx("readdir", dir)?;
-        let name = ent.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if let Some(num) = name.strip_suffix(".log") {
-            if num.len() == 10 {
-                if let Ok(n) = num.parse::<u32>() {
-                    out.push(n);
-                }
-            }
-        }
-    }
-    out.sort_unstable();
-    Ok(out)
 }
 
 /// Opens the segment under the journal directory `dir` that holds `span`,
@@ -678,11 +647,4 @@ impl Segment<'_> {
 fn decode_at(bytes: &[u8], max: u32, path: &Path, lsn: Lsn) -> Result<Record> {
     let (payload, _) = check_frame(bytes, max).map_err(|_| Error::NoRecord(lsn))?;
     postcard::from_bytes(payload).map_err(|_| corrupt(path, Corruption::Decode))
-}
-
-pub(crate) fn segment_header(seq: u32) -> [u8; SEG_HEADER as usize] {
-    let mut h = [0u8; SEG_HEADER as usize];
-    h[..8].copy_from_slice(&SEG_MAGIC);
-    h[8..].copy_from_slice(&(seq as u64).to_le_bytes());
-    h
 }

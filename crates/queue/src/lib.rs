@@ -63,6 +63,7 @@ mod pool;
 mod record;
 mod recover;
 mod replay;
+mod segment;
 mod spool;
 mod stats;
 mod syncer;
@@ -70,9 +71,7 @@ mod syncer;
 pub use ahead::{ReadySegment, SegmentJob};
 pub use error::{Corruption, Error, Result};
 pub use index::{DeferredIndex, SegmentRefs};
-pub use journal::{
-    list_segments, open_span, segment_path, Journal, JournalConfig, SyncTicket, SEGMENT_HEADER_LEN,
-};
+pub use journal::{open_span, Journal, JournalConfig, SyncTicket};
 pub use msgfile::{
     probe, try_lock, DataReader, FileLock, FileState, FileWriter, MessageFile, FORMAT_VERSION,
     HEADER_LEN,
@@ -87,6 +86,7 @@ pub use replay::{
     replay, replay_on, sender_key, Bounce, Import, LiveMessage, QueueEntry, Replay, TailCause,
     TornTail,
 };
+pub use segment::{list_segments, segment_path, SEGMENT_HEADER_LEN};
 pub use spool::{Draft, FileMode, MessageData, Spool, SpoolConfig};
 pub use stats::fsync_count;
 pub use syncer::Syncer;

@@ -21,8 +21,9 @@
 use crate::disk::{Disk, OsDisk};
 use crate::error::{Error, IoContext, Result};
 use crate::index::{DeferredIndex, SegmentRefs};
-use crate::journal::{list_segments, segment_header, segment_path, Journal, SEG_HEADER};
+use crate::journal::Journal;
 use crate::record::{decode_frame, FrameError, Lsn, Record, Storage, FRAME_HEADER};
+use crate::segment::{list_segments, segment_header, segment_path, SEG_HEADER};
 use crate::stats;
 use mail::{QueueId, StatusCode, Timestamp};
 use std::collections::{BTreeMap, HashMap, HashSet};
