@@ -11,7 +11,8 @@
 //! packet format (a four-byte length, a command byte, its data);
 //! [`content`] turns the message in wire format (CRLF, dot-stuffed) into
 //! the header and body events a milter wants; [`edit`] makes a milter's
-//! changes for the next one; [`macros`] are the `milter_*_macros` lists.
+//! changes for the next one; [`macros`] are the `milter_*_macros` lists, by [`stage`]
+//! of the session.
 //!
 //! The packet codec is written here rather than taken from `miltr-common`:
 //! the framing is a few hundred lines with no dependency, tested below
@@ -26,5 +27,6 @@ pub mod content;
 pub mod edit;
 pub mod macros;
 pub mod net;
+pub mod stage;
 
 pub use client::{Client, Edit, Event, Stage, Verdict};

@@ -8,7 +8,7 @@
 //! holds the eight lists; the caller gives every value it knows for the
 //! stage and [`MacroLists::select`] keeps the listed ones, in list order.
 
-use crate::client::Stage;
+use crate::stage::Stage;
 
 /// Postfix's defaults (`postconf -d milter_connect_macros` and so on).
 pub mod defaults {
