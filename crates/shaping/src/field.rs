@@ -1,4 +1,5 @@
-//! The fields a policy counts by, and the values of one connection.
+//! The fields a policy counts by, the values of one connection, and a
+//! key's name (a policy's fields and their values).
 
 use std::fmt;
 
@@ -127,6 +128,27 @@ impl fmt::Display for Binding {
             }
             first = false;
             write!(f, "{field}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A key: a policy's fields and their values in one binding.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyName {
+    /// The policy's fields.
+    pub fields: Vec<Field>,
+    /// Their values, in the same order.
+    pub values: Vec<Box<str>>,
+}
+
+impl fmt::Display for KeyName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (k, v)) in self.fields.iter().zip(&self.values).enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{k}={v}")?;
         }
         Ok(())
     }

@@ -25,7 +25,7 @@ pub mod state;
 pub mod syntax;
 
 pub use error::{At, ErrorKind, PolicyError};
-pub use field::{Binding, Field, FieldSet};
+pub use field::{Binding, Field, FieldSet, KeyName};
 pub use index::PolicyIndex;
 pub use model::{
     Condition, Grouping, KeyPolicy, Pattern, Policy, RateAlgorithm, ReplyAction, ReplyRule, Source,
@@ -33,7 +33,7 @@ pub use model::{
 };
 pub use props::{Props, Rate};
 pub use share::Share;
-pub use state::{BindId, Block, Hold, KeyIdx, KeyName, KeyView, Ms, Origin, Shaper, Triggered};
+pub use state::{BindId, Block, Hold, KeyIdx, KeyView, Ms, Origin, Shaper, Triggered};
 
 #[cfg(test)]
 mod file_tests;

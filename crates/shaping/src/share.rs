@@ -13,8 +13,8 @@
 //! (`Event::LimitsChanged`).
 
 use crate::field::Field;
+use crate::field::KeyName;
 use crate::props::{prop_bit, Props, Rate};
-use crate::state::KeyName;
 
 /// This instance's share of the cluster's limits.
 pub trait Share: std::fmt::Debug + Send {

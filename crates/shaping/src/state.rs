@@ -11,7 +11,7 @@
 //! counters hold at most N times per rule and key. Panics: never.
 
 use crate::eval::matches;
-use crate::field::{Binding, Field};
+use crate::field::{Binding, Field, KeyName};
 use crate::model::{Policy, RateAlgorithm, ReplyAction, Threshold};
 use crate::props::{Props, Rate};
 use crate::share::{self, Share};
@@ -25,27 +25,6 @@ pub type Ms = u64;
 /// An interned binding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BindId(pub u32);
-
-/// A key: a policy's fields and their values in one binding.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct KeyName {
-    /// The policy's fields.
-    pub fields: Vec<Field>,
-    /// Their values, in the same order.
-    pub values: Vec<Box<str>>,
-}
-
-impl std::fmt::Display for KeyName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, (k, v)) in self.fields.iter().zip(&self.values).enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{k}={v}")?;
-        }
-        Ok(())
-    }
-}
 
 /// Why a connection may not open or a transaction may not start yet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
