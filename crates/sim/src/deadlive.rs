@@ -10,7 +10,7 @@
 //! ever opens), which both settings must still declare dead. Panics: never.
 
 use super::engine::{OverLimit, Report, ServerModel, SimConfig, SimMessage};
-use super::scenarios::{dest, f, run, Output};
+use crate::harness::{dest, f, run, Output};
 use sched::{SchedConfig, ThreeClass, Time, TransportConfig};
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -15,6 +15,7 @@
 pub mod bench;
 pub mod deadlive;
 pub mod engine;
+pub mod harness;
 pub mod policybench;
 pub mod replay;
 #[cfg(test)]

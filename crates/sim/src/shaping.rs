@@ -26,7 +26,7 @@ use shaping::{
 };
 
 use crate::engine::{Report, ServerModel, SimConfig, SimDest, SimMessage};
-use crate::scenarios::{dest, f, run, Output};
+use crate::harness::{dest, f, run, Output};
 
 fn pool() -> Source {
     Source {

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::engine::{Report, ServerModel, SimConfig, SimMessage};
-use super::scenarios::{dest, f, run, Output};
+use crate::harness::{dest, f, run, Output};
 use sched::{ThreeClass, Time, TransportConfig};
 
 /// Real mail's messages per second: delivered over the time of its last delivery.
