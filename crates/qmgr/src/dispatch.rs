@@ -246,7 +246,7 @@ impl<S: Store> QueueManager<S> {
         let a = &*a;
         let mut lines = Vec::new();
         for &i in rcpts {
-            lines.push(log_rcpt(self.now, a, i, status));
+            lines.push(log_rcpt(self.now, &a.id, &a.envelope, i, status));
             if let Some(r) = a.routes.get(&i) {
                 self.figures.deferred(a.id, &r.transport, &r.nexthop);
             }
@@ -271,7 +271,7 @@ impl<S: Store> QueueManager<S> {
         };
         let lines: Vec<String> = rcpts
             .iter()
-            .map(|&i| log_rcpt(self.now, a, i, status))
+            .map(|&i| log_rcpt(self.now, &a.id, &a.envelope, i, status))
             .collect();
         let rec = queue::Record::Bounced {
             id: a.id,
@@ -784,7 +784,7 @@ impl<S: Store> QueueManager<S> {
         let mut lines = Vec::new();
         for i in rcpts {
             if !self.deliver.logged.remove(&(qid, i)) {
-                lines.push(log_rcpt(self.now, m, i, status));
+                lines.push(log_rcpt(self.now, &m.id, &m.envelope, i, status));
             }
         }
         for l in lines {

@@ -9,7 +9,7 @@ use mail::logline::{Delays, DeliveryLine, Disposition};
 use mail::{Status, StatusCode};
 use sched::Time;
 
-use crate::dispatch::InDelivery;
+use mail::{Envelope, QueueId};
 
 /// 4.3.0, the status of qmgr's own temporary failures (no router, no agent).
 pub(crate) const TEMPFAIL: StatusCode = StatusCode::known(4, 3, 0);
@@ -17,13 +17,19 @@ pub(crate) const TEMPFAIL: StatusCode = StatusCode::known(4, 3, 0);
 pub(crate) const FAILED: StatusCode = StatusCode::known(5, 0, 0);
 
 /// `ID: to=<…>, relay=none, delay=…, delays=…/0/0/0, dsn=…, status=… (…)`.
-pub(crate) fn log_rcpt(now: Time, m: &InDelivery, i: u32, status: &Status) -> String {
-    let rcpt = m.envelope.recipients.get(i as usize);
+pub(crate) fn log_rcpt(
+    now: Time,
+    id: &QueueId,
+    envelope: &Envelope,
+    i: u32,
+    status: &Status,
+) -> String {
+    let rcpt = envelope.recipients.get(i as usize);
     let to = rcpt.map(|r| r.address.as_str()).unwrap_or("");
-    let age_us = (now.0 * 1000).saturating_sub(m.envelope.arrival.as_micros());
+    let age_us = (now.0 * 1000).saturating_sub(envelope.arrival.as_micros());
     let zero = Duration::ZERO;
     let line = DeliveryLine {
-        queue_id: &m.id.to_string(),
+        queue_id: &id.to_string(),
         to,
         orig_to: mail::orig_to(to, rcpt.and_then(|r| r.orcpt.as_deref())),
         relay: "none",

@@ -187,7 +187,7 @@ impl<S: Store> QueueManager<S> {
             "discard" => {
                 if let Some(a) = self.deliver.msgs.get(&qid) {
                     let status = mail::Status::new(mail::StatusCode::known(2, 0, 0), "discarded");
-                    let line = log_rcpt(self.now, a, rcpt, &status);
+                    let line = log_rcpt(self.now, &a.id, &a.envelope, rcpt, &status);
                     let rec = queue::Record::Delivered {
                         id: a.id,
                         rcpts: vec![rcpt],
