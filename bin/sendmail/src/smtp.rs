@@ -13,6 +13,7 @@ use smtp_proto::server::{Action, ServerConfig, Session};
 use smtp_proto::{Path, Reply, StatusCode};
 
 use crate::submit::Submission;
+use ipc::submission::SubmitError;
 
 /// Runs the session until QUIT or end of input.
 pub fn run(cfg: &Config) -> i32 {
@@ -87,7 +88,7 @@ pub fn run(cfg: &Config) -> i32 {
                         Some(Ok(id)) => {
                             Reply::enhanced(250, StatusCode::OK, format!("Ok: queued as {id}"))
                         }
-                        Some(Err((code, text))) if code >= 500 => Reply::new(code, None, text),
+                        Some(Err(SubmitError::Refused(r))) if r.is_permanent() => r.into(),
                         _ => Reply::enhanced(
                             451,
                             StatusCode::SYSTEM_TEMP,
