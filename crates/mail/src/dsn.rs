@@ -310,21 +310,22 @@ impl Status {
         self.code.class == 4
     }
 
-    /// A status from a reason written as text (`"4.4.1 text"`, as a
-    /// transport table's `error:` next hop is written), with
-    /// `default` when the text does not start with a code. For that
-    /// boundary only: status that is typed stays typed.
-    pub fn from_reason(reason: &str, default: StatusCode) -> Self {
-        match reason.split_once(' ') {
-            Some((code, text)) => match code.parse() {
-                Ok(code) => Self::new(code, text),
-                Err(_) => Self::new(default, reason),
-            },
-            None => match reason.parse() {
-                Ok(code) => Self::new(code, ""),
-                Err(_) => Self::new(default, reason),
-            },
+    /// A status from a reason written as text, `5.1.1 text`, as a
+    /// transport table's `error:` next hop is written (Postfix's error(8)
+    /// reads it so); `default` when the text does not start with a code.
+    /// A first word that looks like a code (a digit, then a dot) and is
+    /// none is an error: whoever wrote it meant a code. For that edge only,
+    /// parsed once: status that is typed stays typed.
+    pub fn from_reason(reason: &str, default: StatusCode) -> Result<Self, ParseStatusError> {
+        let reason = reason.trim();
+        let (word, text) = reason
+            .split_once(char::is_whitespace)
+            .unwrap_or((reason, ""));
+        let looks_like_code = word.starts_with(|c: char| c.is_ascii_digit()) && word.contains('.');
+        if !looks_like_code {
+            return Ok(Self::new(default, reason));
         }
+        Ok(Self::new(word.parse()?, text.trim_start()))
     }
 }
 
@@ -409,29 +410,36 @@ mod tests {
 
     #[test]
     fn statuses_from_reasons_and_replies() {
-        let s = Status::from_reason("4.4.1 connect to x: refused", StatusCode::SYSTEM_TEMP);
+        let s =
+            Status::from_reason("4.4.1 connect to x: refused", StatusCode::SYSTEM_TEMP).unwrap();
         assert_eq!(
             (s.code, s.text.as_str()),
             (StatusCode::NO_ANSWER, "connect to x: refused")
         );
         assert_eq!(s.to_string(), "4.4.1 connect to x: refused");
         assert!(s.is_transient() && !s.is_permanent() && !s.is_success());
-        let s = Status::from_reason("no code here", StatusCode::known(5, 0, 0));
+        let s = Status::from_reason("no code here", StatusCode::known(5, 0, 0)).unwrap();
         assert_eq!(
             (s.code.to_string(), s.text.as_str()),
             ("5.0.0".into(), "no code here")
         );
-        let s = Status::from_reason("9.9.9 odd", StatusCode::SYSTEM_TEMP);
-        assert_eq!(
-            (s.code, s.text.as_str()),
-            (StatusCode::SYSTEM_TEMP, "9.9.9 odd")
-        );
-        assert_eq!(
-            Status::from_reason("5.1.1", StatusCode::OK)
-                .code
-                .to_string(),
-            "5.1.1"
-        );
+        // What means a code and is none is refused, not taken for text.
+        for (bad, why) in [
+            ("9.9.9 odd", ParseStatusError::Class),
+            ("5.1 short", ParseStatusError::Shape),
+            ("5.1.1000 long", ParseStatusError::Range),
+        ] {
+            assert_eq!(
+                Status::from_reason(bad, StatusCode::SYSTEM_TEMP),
+                Err(why),
+                "{bad}"
+            );
+        }
+        // A reply code is not an enhanced code: it is text.
+        let s = Status::from_reason("550 gone", StatusCode::known(5, 0, 0)).unwrap();
+        assert_eq!(s.to_string(), "5.0.0 550 gone");
+        let s = Status::from_reason("5.1.1", StatusCode::OK).unwrap();
+        assert_eq!((s.code, s.text.as_str()), (StatusCode::USER_UNKNOWN, ""));
         assert_eq!(StatusCode::of_reply(250), StatusCode::OK);
         assert_eq!(StatusCode::of_reply(421).to_string(), "4.0.0");
         assert_eq!(StatusCode::of_reply(554).to_string(), "5.0.0");
