@@ -539,7 +539,8 @@ fn sendmail_bs_speaks_smtp_on_stdin() {
         .stdin
         .take()
         .unwrap()
-        .write_all(b"EHLO local\r\nMAIL FROM:<me@mx.test.example>\r\nRCPT TO:<you@mx.test.example>\r\nDATA\r\nSubject: bs\r\n\r\nhi\r\n.\r\nQUIT\r\n")
+        // DSN parameters are kept as smtpd keeps them.
+        .write_all(b"EHLO local\r\nMAIL FROM:<me@mx.test.example> RET=HDRS ENVID=bs+2D1\r\nRCPT TO:<you@mx.test.example> NOTIFY=NEVER\r\nDATA\r\nSubject: bs\r\n\r\nhi\r\n.\r\nQUIT\r\n")
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -550,6 +551,14 @@ fn sendmail_bs_speaks_smtp_on_stdin() {
         "{text}"
     );
     assert_eq!(inst.queue_json().len(), 1);
+    let id = text
+        .split("queued as ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap();
+    let shown = inst.sluice(&["queue", "show", id]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("envid: bs-1\n"), "{shown}");
 }
 
 #[test]

@@ -283,6 +283,26 @@ fn reload_swaps_tables_and_keeps_them_when_broken() {
         "[192.0.2.11]",
         "the old tables still answer"
     );
+    // An error transport's code that is none is refused the same way,
+    // when the table is read, not bounced with the code as text.
+    write(
+        &inst,
+        "transport",
+        "special.test smtp:[192.0.2.13]\ngone.test error:5.1 moved away\n",
+    );
+    sys::process::signal(pid, 1).unwrap();
+    let line = inst.wait_log(10, "bad value \"error:5.1 moved away\"");
+    assert!(
+        line.contains("line 2")
+            && line.contains("enhanced status code must be class.subject.detail")
+            && line.contains("keeping the running tables"),
+        "{line}"
+    );
+    assert_eq!(
+        first(resolve(&mut c, "x@special.test")).2,
+        "[192.0.2.11]",
+        "the old tables still answer"
+    );
 }
 
 #[test]
@@ -293,8 +313,8 @@ fn bad_clients_are_dropped_and_others_served() {
     inst.start();
     let mut good = client(&inst);
     let sock = inst.root().join("spool/private/router");
-    // Wrong version (4: failures as "code text"): refused, connection
-    // closed, and the mismatch logged.
+    // Wrong version (5: the error transport's status as text): refused,
+    // connection closed, and the mismatch logged.
     let mut wrong = std::os::unix::net::UnixStream::connect(&sock).unwrap();
     wrong
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -302,7 +322,7 @@ fn bad_clients_are_dropped_and_others_served() {
     wrong
         .write_all(&ipc::encode(&ipc::Hello {
             protocol: "sluice-router".into(),
-            version: 4,
+            version: 5,
         }))
         .unwrap();
     let mut buf = Vec::new();
@@ -312,12 +332,12 @@ fn bad_clients_are_dropped_and_others_served() {
         reply,
         ipc::HelloReply::Refused {
             protocol: "sluice-router".into(),
-            version: 5
+            version: 6
         }
     );
     inst.wait_log(
         10,
-        "protocol mismatch: wanted sluice-router 5, peer speaks sluice-router 4",
+        "protocol mismatch: wanted sluice-router 6, peer speaks sluice-router 5",
     );
     // Garbage after a good hello: dropped.
     let mut junk = std::os::unix::net::UnixStream::connect(&sock).unwrap();

@@ -310,6 +310,49 @@ fn check_finds_restrictions_and_tables_that_would_stop_a_daemon() {
 }
 
 #[test]
+fn check_refuses_an_error_transport_code_that_is_none() {
+    let tables = tempfile::tempdir().unwrap();
+    let transport = tables.path().join("transport");
+    std::fs::write(
+        &transport,
+        "ok.example smtp:\ngone.example error:9.9.9 moved\n",
+    )
+    .unwrap();
+    let inst = Instance::new("anvil unix - - n - 1 anvil\n", "");
+    // main.cf's fixed lines end at 7; `config` appends these as 8 and 9.
+    let set = inst.sluice(&[
+        "config",
+        &format!("transport_maps=texthash:{}", transport.display()),
+        "default_transport=error:5.1 closed",
+    ]);
+    assert!(set.status.success(), "{set:?}");
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let main_cf = inst.etc().join("main.cf").display().to_string();
+    let line_with = |needles: &[&str]| err.lines().any(|l| needles.iter().all(|n| l.contains(n)));
+    assert!(
+        line_with(&[
+            &main_cf,
+            "line 8",
+            "transport_maps",
+            &format!("{}, line 2", transport.display()),
+            "class must be 2, 4 or 5"
+        ]),
+        "{err}"
+    );
+    assert!(
+        line_with(&[
+            &main_cf,
+            "line 9",
+            "default_transport",
+            "enhanced status code must be class.subject.detail"
+        ]),
+        "{err}"
+    );
+}
+
+#[test]
 fn check_reads_the_policy_file_and_the_source_pool_it_names() {
     let inst = Instance::new(
         "anvil unix - - n - 1 anvil\n\

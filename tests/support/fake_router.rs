@@ -139,6 +139,7 @@ fn answer(req: Request) -> Response {
                     address,
                     transport: "local".into(),
                     nexthop: domain,
+                    error: None,
                     class: Class::Local,
                     unknown: false,
                     by_table: false,

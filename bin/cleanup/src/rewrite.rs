@@ -18,10 +18,7 @@
 use std::collections::HashSet;
 
 use ipc::router::Rewrite;
-use mail::Recipient;
-
-/// Why a message cannot be queued yet: SMTP code, enhanced code, text.
-pub type Refusal = (u16, &'static str, String);
+use mail::{Recipient, Refusal, StatusCode};
 
 /// The recipients to queue, or why the message must be refused for now.
 pub fn apply(rcpts: &[Recipient], answers: Vec<Rewrite>) -> Result<Vec<Recipient>, Refusal> {
@@ -79,9 +76,9 @@ pub fn sender(given: &str, answer: Rewrite) -> Result<Option<String>, Refusal> {
 
 /// A 451 naming the address whose mapping failed and why.
 fn refusal(address: &str, why: &str) -> Refusal {
-    (
+    Refusal::new(
         451,
-        "4.3.0",
+        StatusCode::SYSTEM_TEMP,
         format!("Error: address mapping for <{address}>: {why}"),
     )
 }
@@ -89,10 +86,10 @@ fn refusal(address: &str, why: &str) -> Refusal {
 /// The refusal when the router cannot be asked or answers nonsense: mail is
 /// never queued without its address mapping.
 pub fn unavailable() -> Refusal {
-    (
+    Refusal::new(
         451,
-        "4.3.0",
-        "Error: address rewriting service unavailable".into(),
+        StatusCode::SYSTEM_TEMP,
+        "Error: address rewriting service unavailable",
     )
 }
 
@@ -208,18 +205,14 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             e,
-            (
-                451,
-                "4.3.0",
-                "Error: address mapping for <loop@v.test>: virtual alias loop: loop@v.test -> b@v.test -> loop@v.test".into()
-            )
+            Refusal::new(451, StatusCode::SYSTEM_TEMP, "Error: address mapping for <loop@v.test>: virtual alias loop: loop@v.test -> b@v.test -> loop@v.test")
         );
         assert_eq!(
             apply(&rcpts, vec![Rewrite::Same]).unwrap_err(),
             unavailable()
         );
         let e = apply(&rcpts, vec![Rewrite::Same, into(&[])]).unwrap_err();
-        assert_eq!((e.0, e.1), (451, "4.3.0"), "{}", e.2);
+        assert_eq!((e.code, e.status), (451, StatusCode::SYSTEM_TEMP), "{e}");
     }
 
     #[test]
@@ -239,6 +232,6 @@ mod tests {
                 "table result for joe@x.test is not an address",
             ),
         };
-        assert_eq!(sender("joe@x.test", bad).unwrap_err().0, 451);
+        assert_eq!(sender("joe@x.test", bad).unwrap_err().code, 451);
     }
 }

@@ -35,7 +35,7 @@ use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
 use ipc::qmgr::Qmgr;
 use ipc::router::{self, Router};
 use ipc::Link;
-use mail::{Envelope, QueueId, QueueIdGen, Timestamp};
+use mail::{Envelope, QueueId, QueueIdGen, Refusal, StatusCode, Timestamp};
 use mio::Token;
 use queue::{Draft, FileMode, MessageHead, Spool, SpoolConfig};
 use sys::creds::PeerCred;
@@ -43,7 +43,7 @@ use sys::creds::PeerCred;
 use crate::dkim::Dkim;
 use crate::headers::{self, Fed, HeaderBuffer};
 use crate::milter;
-use crate::rewrite::{self, Refusal};
+use crate::rewrite;
 
 mod filter;
 mod links;
@@ -72,7 +72,7 @@ struct Msg {
     headers: HeaderBuffer,
     draft: Option<Draft>,
     /// The first failure; reported at End.
-    error: Option<(u16, &'static str, String)>,
+    error: Option<Refusal>,
     arrival: SystemTime,
     mapping: Mapping,
     /// The id of the client's `End`, while it waits for the mapping, and
@@ -266,11 +266,11 @@ impl CleanupServer {
                             peer.uid,
                             peer.pid
                         );
-                        return Some(failed(
+                        return Some(failed(Refusal::new(
                             550,
-                            "5.7.1",
+                            StatusCode::NOT_AUTHORIZED,
                             "Only the mail system may submit SMTP mail here",
-                        ));
+                        )));
                     }
                     // Never trust the user name a client claims.
                     Origin::Local { full_name, .. } => Origin::Local {
@@ -364,7 +364,11 @@ impl CleanupServer {
             }
             Request::Data { bytes } => {
                 if bytes.len() > MAX_CHUNK {
-                    return Some(failed(451, "4.3.0", "Error: oversized data frame"));
+                    return Some(failed(Refusal::new(
+                        451,
+                        StatusCode::SYSTEM_TEMP,
+                        "Error: oversized data frame",
+                    )));
                 }
                 let c = self.clients.get_mut(&token)?;
                 let m = c.msg.as_mut()?;
@@ -405,7 +409,11 @@ impl CleanupServer {
             Request::End => {
                 let c = self.clients.get_mut(&token)?;
                 let Some(mut m) = c.msg.take() else {
-                    return Some(failed(503, "5.5.1", "Error: no message in progress"));
+                    return Some(failed(Refusal::new(
+                        503,
+                        StatusCode::INVALID_COMMAND,
+                        "Error: no message in progress",
+                    )));
                 };
                 if m.error.is_none() {
                     if let Some(f) = m.filter.as_mut() {
@@ -562,10 +570,10 @@ impl CleanupServer {
                     m.hold = true;
                 }
                 if m.envelope.recipients.is_empty() {
-                    m.error = Some((
+                    m.error = Some(Refusal::new(
                         554,
-                        "5.7.1",
-                        "Error: milters deleted every recipient".into(),
+                        StatusCode::NOT_AUTHORIZED,
+                        "Error: milters deleted every recipient",
                     ));
                 }
             }
@@ -575,10 +583,10 @@ impl CleanupServer {
                 finish_signing(&mut m, s);
             }
         }
-        if let Some((code, enhanced, text)) = m.error.take() {
+        if let Some(reply) = m.error.take() {
             m.discard(&self.spool);
-            msg_info!("{}: reject: {code} {enhanced} {text}", m.id);
-            return Some(failed(code, enhanced, &text));
+            msg_info!("{}: reject: {reply}", m.id);
+            return Some(failed(reply));
         }
         if !self.qmgr.as_ref().is_some_and(|l| l.link.is_greeted()) {
             if self.qmgr.is_none() {
@@ -587,7 +595,11 @@ impl CleanupServer {
                     Err(e) => {
                         msg_warn!("connect to qmgr: {e}");
                         m.discard(&self.spool);
-                        return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
+                        return Some(failed(Refusal::new(
+                            451,
+                            StatusCode::SYSTEM_TEMP,
+                            "Error: queue manager unavailable",
+                        )));
                     }
                 }
             }
@@ -633,9 +645,17 @@ impl CleanupServer {
             Err(e) => {
                 msg_warn!("{}: {e}", m.id);
                 return Some(if e.is_disk_full() {
-                    failed(452, "4.3.1", "Insufficient system storage")
+                    failed(Refusal::new(
+                        452,
+                        StatusCode::SYSTEM_FULL,
+                        "Insufficient system storage",
+                    ))
                 } else {
-                    failed(451, "4.3.0", "Error: queue file write error")
+                    failed(Refusal::new(
+                        451,
+                        StatusCode::SYSTEM_TEMP,
+                        "Error: queue file write error",
+                    ))
                 });
             }
         };
@@ -701,13 +721,15 @@ impl CleanupServer {
                 }
                 self.end_message(cx, token, request, m)
             }
-            Outcome::Refuse(code, enhanced, text) => {
+            Outcome::Refuse(reply) => {
                 msg_info!(
-                    "{}: milter-reject: END-OF-MESSAGE from localhost[127.0.0.1]: {enhanced} {text}; {from}",
-                    m.id
+                    "{}: milter-reject: END-OF-MESSAGE from localhost[127.0.0.1]: {} {}; {from}",
+                    m.id,
+                    reply.status,
+                    reply.text
                 );
                 m.discard(&self.spool);
-                Some(failed(code, &enhanced, &text))
+                Some(failed(reply))
             }
             Outcome::Discard => {
                 msg_info!(
@@ -818,12 +840,8 @@ fn remove_data(spool: &Spool, head: &MessageHead) {
     let _ = spool.remove_data(head.id, head.data.storage());
 }
 
-fn failed(code: u16, enhanced: &str, text: &str) -> Response {
-    Response::Failed {
-        code,
-        enhanced: enhanced.into(),
-        text: text.into(),
-    }
+fn failed(reply: Refusal) -> Response {
+    Response::Failed { reply }
 }
 
 fn user_name(uid: u32) -> String {

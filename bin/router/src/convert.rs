@@ -19,6 +19,7 @@ pub fn route(r: route::Route) -> proto::Route {
         address: r.address,
         transport: r.transport,
         nexthop: r.nexthop,
+        error: r.error,
         class: class(r.class),
         unknown: r.unknown,
         by_table: r.by_table,

@@ -13,6 +13,7 @@ use smtp_proto::server::{Action, ServerConfig, Session};
 use smtp_proto::{Path, Reply, StatusCode};
 
 use crate::submit::Submission;
+use ipc::submission::SubmitError;
 
 /// Runs the session until QUIT or end of input.
 pub fn run(cfg: &Config) -> i32 {
@@ -27,7 +28,8 @@ pub fn run(cfg: &Config) -> i32 {
     let mut stdout = std::io::stdout().lock();
     let mut input = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
-    let mut sender = String::new();
+    // MAIL's sender and ESMTP parameters, as the envelope keeps them.
+    let mut mail = Envelope::default();
     let mut rcpts: Vec<Recipient> = Vec::new();
     let mut sub: Option<Submission> = None;
     let mut eof = false;
@@ -38,23 +40,30 @@ pub fn run(cfg: &Config) -> i32 {
         while let Some(a) = session.poll_action() {
             acted = true;
             match a {
-                Action::CheckSender { from, .. } => {
-                    sender = match from {
-                        Path::Null => String::new(),
-                        Path::Mailbox(m) => m.to_string(),
+                Action::CheckSender { from, params } => {
+                    // smtp_proto::dsn: the one mapping, as smtpd's.
+                    mail = Envelope {
+                        sender: match from {
+                            Path::Null => String::new(),
+                            Path::Mailbox(m) => m.to_string(),
+                        },
+                        ret: params.mail_ret(),
+                        envid: params.envid.clone(),
+                        body_type: params.body_type(),
+                        smtputf8: params.smtputf8,
+                        ..Envelope::default()
                     };
                     rcpts.clear();
                     let _ = session.decide(Reply::enhanced(250, StatusCode::SENDER_OK, "Ok"));
                 }
-                Action::CheckRecipient { to, .. } => {
-                    rcpts.push(Recipient::new(to.to_string()));
+                Action::CheckRecipient { to, params } => {
+                    rcpts.push(params.recipient(to.to_string()));
                     let _ = session.decide(Reply::enhanced(250, StatusCode::RECIPIENT_OK, "Ok"));
                 }
                 Action::CheckData { .. } => {
                     let env = Envelope {
-                        sender: sender.clone(),
                         recipients: rcpts.clone(),
-                        ..Envelope::default()
+                        ..mail.clone()
                     };
                     match Submission::begin(cfg, env, None) {
                         Ok(s) => {
@@ -87,7 +96,7 @@ pub fn run(cfg: &Config) -> i32 {
                         Some(Ok(id)) => {
                             Reply::enhanced(250, StatusCode::OK, format!("Ok: queued as {id}"))
                         }
-                        Some(Err((code, text))) if code >= 500 => Reply::new(code, None, text),
+                        Some(Err(SubmitError::Refused(r))) if r.is_permanent() => r.into(),
                         _ => Reply::enhanced(
                             451,
                             StatusCode::SYSTEM_TEMP,

@@ -68,7 +68,7 @@ impl Submission {
                 ex::TEMPFAIL,
                 format!("the mail system is not accepting mail: connect to {e}"),
             )),
-            Err(e @ SubmitError::Refused { code, .. }) => Err((code_to_exit(code), e.to_string())),
+            Err(e @ SubmitError::Refused(_)) => Err((exit_of(&e), e.to_string())),
             Err(e @ SubmitError::Unexpected(_)) => Err((ex::SOFTWARE, e.to_string())),
             Err(e @ SubmitError::Link(_)) => Err((ex::TEMPFAIL, e.to_string())),
         }
@@ -82,16 +82,15 @@ impl Submission {
     }
 
     /// Ends the message; `Ok(queue id)` once it is queued.
-    pub fn end(self) -> Result<String, (u16, String)> {
-        self.inner.end().map_err(|e| match e {
-            SubmitError::Refused { code, .. } => (code, e.to_string()),
-            other => (451, other.to_string()),
-        })
+    pub fn end(self) -> Result<String, SubmitError> {
+        self.inner.end()
     }
 }
 
-fn code_to_exit(code: u16) -> i32 {
-    if code >= 500 {
+/// sendmail's exit status for a submission that failed: a permanent
+/// refusal is the data's fault, anything else may pass.
+fn exit_of(e: &SubmitError) -> i32 {
+    if e.is_permanent() {
         ex::DATAERR
     } else {
         ex::TEMPFAIL
@@ -191,7 +190,7 @@ pub fn deliver(cfg: &Config, args: &Args) -> i32 {
     }
     match sub.end() {
         Ok(_) => 0,
-        Err((code, msg)) => fatal(code_to_exit(code), msg),
+        Err(e) => fatal(exit_of(&e), e.to_string()),
     }
 }
 

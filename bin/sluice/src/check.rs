@@ -225,6 +225,15 @@ fn check_restrictions_and_tables(
     for param in &map_params {
         check_maps(cfg, param, &origin(dir, cfg, param), r);
     }
+    // An error transport's status, as the router reads it at start.
+    for param in ["local_transport", "relay_transport", "default_transport"] {
+        if let Err(e) = route::check_transport(&cfg.str(param)) {
+            r.error(format!(
+                "{}: parameter \"{param}\": {e}",
+                origin(dir, cfg, param)
+            ));
+        }
+    }
     // The keys, read as cleanup reads them at start.
     if let Err(e) = dkim::Keys::open(&cfg.maps("dkim_signing_table"), &cfg.maps("dkim_key_table")) {
         r.error(format!("{}: {e}", origin(dir, cfg, "dkim_key_table")));
@@ -347,8 +356,13 @@ fn check_restriction_list(cfg: &Config, list: &str, at: &str, r: &mut Report) {
 
 /// Every table of a `type:table` list parameter.
 fn check_maps(cfg: &Config, param: &str, at: &str, r: &mut Report) {
+    // transport_maps' values are checked as the router checks them.
+    let check: tables::Check<'_> = match param {
+        "transport_maps" => &route::check_transport,
+        _ => &|_| Ok(()),
+    };
     for m in cfg.maps(param) {
-        match tables::Table::open(&m) {
+        match tables::Table::open_checked(&m, check) {
             Ok(t) => {
                 for w in t.warnings() {
                     r.warn(format!("{at}: parameter \"{param}\": {w}"));

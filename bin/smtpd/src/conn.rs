@@ -858,25 +858,20 @@ impl Conn {
                 }
                 self.recipient_accepted(cx, pool, params.recipient(to.to_string()));
             }
-            policy::Verdict::Refuse {
-                code,
-                enhanced,
-                text,
-                by: _,
-            } => {
+            policy::Verdict::Refuse { reply, by: _ } => {
                 msg_info!(
-                    "NOQUEUE: reject: RCPT from {}: {code} {enhanced} {text}; from=<{}> to=<{}> proto={} helo=<{}>",
+                    "NOQUEUE: reject: RCPT from {}: {reply}; from=<{}> to=<{}> proto={} helo=<{}>",
                     self.client_label(),
                     self.txn.sender,
                     to,
-                    if self.session.is_esmtp() { "ESMTP" } else { "SMTP" },
+                    if self.session.is_esmtp() {
+                        "ESMTP"
+                    } else {
+                        "SMTP"
+                    },
                     self.session.helo_name().unwrap_or("")
                 );
-                let enh = enhanced
-                    .parse::<StatusCode>()
-                    .ok()
-                    .unwrap_or(StatusCode::NOT_AUTHORIZED);
-                let _ = self.session.decide(Reply::enhanced(code, enh, text));
+                let _ = self.session.decide(reply.into());
             }
         }
     }

@@ -31,7 +31,7 @@ pub enum Cleanup {}
 
 impl crate::Protocol for Cleanup {
     const NAME: &'static str = "sluice-cleanup";
-    const VERSION: u32 = 4;
+    const VERSION: u32 = 5;
     type Request = Request;
     type Response = Response;
 }
@@ -177,11 +177,45 @@ pub enum Response {
     },
     /// The message was not accepted; what smtpd should reply.
     Failed {
-        /// SMTP reply code (4xx or 5xx).
-        code: u16,
-        /// Enhanced status code, e.g. `4.3.0`.
-        enhanced: String,
-        /// Human-readable text.
-        text: String,
+        /// The reply: 4xx or 5xx, its enhanced code and text.
+        reply: mail::Refusal,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode, encode, Hello, HelloReply, Protocol, Tagged};
+
+    #[test]
+    fn a_refusal_travels_typed_and_old_peers_are_refused() {
+        let r = Response::Failed {
+            reply: mail::Refusal::new(
+                552,
+                mail::StatusCode::MESSAGE_TOO_BIG,
+                "Message size exceeds fixed limit",
+            ),
+        };
+        let f = encode(&Tagged {
+            id: 3,
+            body: r.clone(),
+        });
+        assert_eq!(decode::<Tagged<Response>>(&f[4..]).unwrap().body, r);
+        assert_eq!(
+            Hello::of::<Cleanup>().answer::<Cleanup>(),
+            HelloReply::Accepted
+        );
+        // Version 4 sent the enhanced code as a string: it is refused.
+        let old = Hello {
+            protocol: Cleanup::NAME.into(),
+            version: 4,
+        };
+        assert_eq!(
+            old.answer::<Cleanup>(),
+            HelloReply::Refused {
+                protocol: "sluice-cleanup".into(),
+                version: 5
+            }
+        );
+    }
 }

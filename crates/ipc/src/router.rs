@@ -23,7 +23,7 @@ pub enum Router {}
 
 impl crate::Protocol for Router {
     const NAME: &'static str = "sluice-router";
-    const VERSION: u32 = 5;
+    const VERSION: u32 = 6;
     type Request = Request;
     type Response = Response;
 }
@@ -137,8 +137,11 @@ pub struct Route {
     pub address: String,
     /// The master.cf transport; `error` means bounce with `nexthop` as text.
     pub transport: String,
-    /// Next hop (domain, `[host]:port`), or the error text.
+    /// Next hop (domain, `[host]:port`), or the error text as written.
     pub nexthop: String,
+    /// For the `error` transport: the status to bounce with, parsed once
+    /// by the router (a bad one is refused when its table is read).
+    pub error: Option<mail::Status>,
     /// The address class.
     pub class: Class,
     /// Not a known recipient (local_recipient_maps / virtual alias domain).
@@ -234,6 +237,22 @@ mod tests {
                     address: "a@example.test".into(),
                     transport: "smtp".into(),
                     nexthop: "example.test".into(),
+                    error: None,
+                    class: Class::Default,
+                    unknown: false,
+                    by_table: true,
+                }],
+            },
+            Response::Resolved {
+                class: Class::Default,
+                routes: vec![Route {
+                    address: "gone@example.test".into(),
+                    transport: "error".into(),
+                    nexthop: "5.1.1 moved away".into(),
+                    error: Some(mail::Status::new(
+                        mail::StatusCode::USER_UNKNOWN,
+                        "moved away",
+                    )),
                     class: Class::Default,
                     unknown: false,
                     by_table: true,
@@ -275,17 +294,20 @@ mod tests {
             Hello::of::<Router>().answer::<Router>(),
             HelloReply::Accepted
         );
-        // A peer of version 4 sent reasons as text: it is refused.
-        let old = Hello {
-            protocol: Router::NAME.into(),
-            version: 4,
-        };
-        assert_eq!(
-            old.answer::<Router>(),
-            HelloReply::Refused {
-                protocol: "sluice-router".into(),
-                version: 5
-            }
-        );
+        // A peer of version 4 sent reasons as text, one of version 5 the
+        // error transport's status: both are refused.
+        for version in [4, 5] {
+            let old = Hello {
+                protocol: Router::NAME.into(),
+                version,
+            };
+            assert_eq!(
+                old.answer::<Router>(),
+                HelloReply::Refused {
+                    protocol: "sluice-router".into(),
+                    version: 6
+                }
+            );
+        }
     }
 }

@@ -310,21 +310,22 @@ impl Status {
         self.code.class == 4
     }
 
-    /// A status from a reason written as text (`"4.4.1 text"`, as a
-    /// transport table's `error:` next hop is written), with
-    /// `default` when the text does not start with a code. For that
-    /// boundary only: status that is typed stays typed.
-    pub fn from_reason(reason: &str, default: StatusCode) -> Self {
-        match reason.split_once(' ') {
-            Some((code, text)) => match code.parse() {
-                Ok(code) => Self::new(code, text),
-                Err(_) => Self::new(default, reason),
-            },
-            None => match reason.parse() {
-                Ok(code) => Self::new(code, ""),
-                Err(_) => Self::new(default, reason),
-            },
+    /// A status from a reason written as text, `5.1.1 text`, as a
+    /// transport table's `error:` next hop is written (Postfix's error(8)
+    /// reads it so); `default` when the text does not start with a code.
+    /// A first word that looks like a code (a digit, then a dot) and is
+    /// none is an error: whoever wrote it meant a code. For that edge only,
+    /// parsed once: status that is typed stays typed.
+    pub fn from_reason(reason: &str, default: StatusCode) -> Result<Self, ParseStatusError> {
+        let reason = reason.trim();
+        let (word, text) = reason
+            .split_once(char::is_whitespace)
+            .unwrap_or((reason, ""));
+        let looks_like_code = word.starts_with(|c: char| c.is_ascii_digit()) && word.contains('.');
+        if !looks_like_code {
+            return Ok(Self::new(default, reason));
         }
+        Ok(Self::new(word.parse()?, text.trim_start()))
     }
 }
 
@@ -335,35 +336,110 @@ impl fmt::Display for Status {
     }
 }
 
+/// An SMTP reply that refuses (4xx or 5xx): its reply code, enhanced
+/// status code and text.
+///
+/// What cleanup answers, what the policy decides and what a submission
+/// reports, typed end to end so that nobody splits `"550 5.7.1 text"`
+/// again; smtp-proto turns it into the reply on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Refusal {
+    /// The SMTP reply code: 4xx try again, 5xx never.
+    pub code: u16,
+    /// The enhanced status code.
+    pub status: StatusCode,
+    /// One line of explanation, without the codes.
+    pub text: String,
+}
+
+impl Refusal {
+    /// A refusal from its parts.
+    pub fn new(code: u16, status: StatusCode, text: impl Into<String>) -> Self {
+        Self {
+            code,
+            status,
+            text: text.into(),
+        }
+    }
+
+    /// A refusal whose enhanced code is `class.subject.detail` with the
+    /// class taken from `code` (5 for 5xx, 4 otherwise), as the built-in
+    /// replies that serve both a temporary and a permanent code write it.
+    pub fn of_class(code: u16, subject: u16, detail: u16, text: impl Into<String>) -> Self {
+        let class = if code >= 500 { 5 } else { 4 };
+        Self::new(code, StatusCode::known(class, subject, detail), text)
+    }
+
+    /// A refusal as an access table or a milter writes one: `4NN text`
+    /// or `5NN text`, the text optionally led by an enhanced code of the
+    /// same class; without one the code is `class.subject.detail` of
+    /// `default` (as [`Refusal::of_class`]). `None` when `s` does not
+    /// start with a 4xx or 5xx reply code: the edge where a user's string
+    /// becomes a typed reply, parsed once.
+    pub fn parse(s: &str, default: (u16, u16)) -> Option<Self> {
+        let s = s.trim();
+        let (word, rest) = s.split_once(char::is_whitespace).unwrap_or((s, ""));
+        let rest = rest.trim();
+        if word.len() != 3 || !word.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let code: u16 = word.parse().ok().filter(|c| (400..600).contains(c))?;
+        let (status, text) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+        Some(match status.parse::<StatusCode>() {
+            Ok(e) if u16::from(e.class()) == code / 100 => Self::new(code, e, text.trim_start()),
+            _ => Self::of_class(code, default.0, default.1, rest),
+        })
+    }
+
+    /// Whether trying again cannot help (a 5xx reply).
+    pub fn is_permanent(&self) -> bool {
+        self.code >= 500
+    }
+}
+
+impl fmt::Display for Refusal {
+    /// `code status text`, as the reply reads on the wire and in the log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {} {}", self.code, self.status, self.text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn statuses_from_reasons_and_replies() {
-        let s = Status::from_reason("4.4.1 connect to x: refused", StatusCode::SYSTEM_TEMP);
+        let s =
+            Status::from_reason("4.4.1 connect to x: refused", StatusCode::SYSTEM_TEMP).unwrap();
         assert_eq!(
             (s.code, s.text.as_str()),
             (StatusCode::NO_ANSWER, "connect to x: refused")
         );
         assert_eq!(s.to_string(), "4.4.1 connect to x: refused");
         assert!(s.is_transient() && !s.is_permanent() && !s.is_success());
-        let s = Status::from_reason("no code here", StatusCode::known(5, 0, 0));
+        let s = Status::from_reason("no code here", StatusCode::known(5, 0, 0)).unwrap();
         assert_eq!(
             (s.code.to_string(), s.text.as_str()),
             ("5.0.0".into(), "no code here")
         );
-        let s = Status::from_reason("9.9.9 odd", StatusCode::SYSTEM_TEMP);
-        assert_eq!(
-            (s.code, s.text.as_str()),
-            (StatusCode::SYSTEM_TEMP, "9.9.9 odd")
-        );
-        assert_eq!(
-            Status::from_reason("5.1.1", StatusCode::OK)
-                .code
-                .to_string(),
-            "5.1.1"
-        );
+        // What means a code and is none is refused, not taken for text.
+        for (bad, why) in [
+            ("9.9.9 odd", ParseStatusError::Class),
+            ("5.1 short", ParseStatusError::Shape),
+            ("5.1.1000 long", ParseStatusError::Range),
+        ] {
+            assert_eq!(
+                Status::from_reason(bad, StatusCode::SYSTEM_TEMP),
+                Err(why),
+                "{bad}"
+            );
+        }
+        // A reply code is not an enhanced code: it is text.
+        let s = Status::from_reason("550 gone", StatusCode::known(5, 0, 0)).unwrap();
+        assert_eq!(s.to_string(), "5.0.0 550 gone");
+        let s = Status::from_reason("5.1.1", StatusCode::OK).unwrap();
+        assert_eq!((s.code, s.text.as_str()), (StatusCode::USER_UNKNOWN, ""));
         assert_eq!(StatusCode::of_reply(250), StatusCode::OK);
         assert_eq!(StatusCode::of_reply(421).to_string(), "4.0.0");
         assert_eq!(StatusCode::of_reply(554).to_string(), "5.0.0");
@@ -397,6 +473,32 @@ mod tests {
                 assert_eq!(c.to_string(), *s);
             }
         }
+    }
+
+    #[test]
+    fn refusals_as_tables_write_them() {
+        let r = |s| Refusal::parse(s, (7, 1)).map(|r| r.to_string());
+        assert_eq!(
+            r("550 5.1.1 no such user").as_deref(),
+            Some("550 5.1.1 no such user")
+        );
+        assert_eq!(r(" 450   4.2.0  busy ").as_deref(), Some("450 4.2.0 busy"));
+        assert_eq!(r("554 go away").as_deref(), Some("554 5.7.1 go away"));
+        assert_eq!(r("421 4.4.5").as_deref(), Some("421 4.4.5 "));
+        assert_eq!(r("451").as_deref(), Some("451 4.7.1 "));
+        // An enhanced code of the other class, or no code at all, is text.
+        assert_eq!(r("550 4.1.1 odd").as_deref(), Some("550 5.7.1 4.1.1 odd"));
+        assert_eq!(r("550 5.1 short").as_deref(), Some("550 5.7.1 5.1 short"));
+        for bad in ["250 ok", "600 x", "55 x", "5500 x", "abc", "", "REJECT 550"] {
+            assert_eq!(r(bad), None, "{bad:?}");
+        }
+        let p = Refusal::parse("452 4.3.1 full", (7, 1)).unwrap();
+        assert!(!p.is_permanent() && p.status == StatusCode::SYSTEM_FULL && p.text == "full");
+        assert!(Refusal::of_class(550, 1, 1, "x").is_permanent());
+        assert_eq!(
+            Refusal::of_class(450, 1, 1, "x").status.to_string(),
+            "4.1.1"
+        );
     }
 
     #[test]

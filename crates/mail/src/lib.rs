@@ -19,7 +19,7 @@ pub mod logline;
 pub mod notice;
 mod queue_id;
 
-pub use dsn::{DsnAction, Notify, ParseStatusError, Ret, Status, StatusCode};
+pub use dsn::{DsnAction, Notify, ParseStatusError, Refusal, Ret, Status, StatusCode};
 pub use envelope::{
     orcpt_of, shaping_id, AsV1, BodyType, Envelope, EnvelopeV1, Recipient, Timestamp,
     MAX_SHAPING_ID,

@@ -24,15 +24,9 @@ pub enum AccessAction {
     Tenant(String),
     /// `JOB name`: the message's job id (non-terminal).
     Job(String),
-    /// `4NN text` or `5NN text`, optionally with an enhanced code.
-    Code {
-        /// The reply code.
-        code: u16,
-        /// The enhanced status code (derived from the code's class if absent).
-        enhanced: String,
-        /// The text.
-        text: String,
-    },
+    /// `4NN text` or `5NN text`, optionally with an enhanced code of
+    /// the same class (`x.7.1` when there is none).
+    Code(mail::Refusal),
     /// Anything else: a configuration error.
     Bad(String),
 }
@@ -40,6 +34,9 @@ pub enum AccessAction {
 /// Parses an access table value.
 pub fn parse_action(value: &str) -> AccessAction {
     let v = value.trim();
+    if let Some(r) = mail::Refusal::parse(v, (7, 1)) {
+        return AccessAction::Code(r);
+    }
     let (word, rest) = match v.split_once(char::is_whitespace) {
         Some((w, r)) => (w, Some(r.trim().to_string()).filter(|r| !r.is_empty())),
         None => (v, None),
@@ -61,34 +58,7 @@ pub fn parse_action(value: &str) -> AccessAction {
             }
             _ => AccessAction::Bad(v.to_string()),
         },
-        w if !w.is_empty()
-            && w.bytes().all(|b| b.is_ascii_digit())
-            && w.len() == 3
-            && (w.starts_with('4') || w.starts_with('5')) =>
-        {
-            let code: u16 = w.parse().unwrap_or(554);
-            let rest = rest.unwrap_or_default();
-            let (enhanced, text) = match rest.split_once(' ') {
-                Some((e, t)) if is_enhanced(e, w) => (e.to_string(), t.to_string()),
-                _ if is_enhanced(&rest, w) => (rest.clone(), String::new()),
-                _ => (format!("{}.7.1", &w[..1]), rest),
-            };
-            AccessAction::Code {
-                code,
-                enhanced,
-                text,
-            }
-        }
         w if !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) => AccessAction::Ok,
         _ => AccessAction::Bad(v.to_string()),
     }
-}
-
-fn is_enhanced(s: &str, code: &str) -> bool {
-    let parts: Vec<&str> = s.split('.').collect();
-    parts.len() == 3
-        && parts
-            .iter()
-            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
-        && parts[0] == &code[..1]
 }

@@ -37,6 +37,7 @@ pub use restriction::{parse_list, Restriction, RestrictionError};
 use std::net::IpAddr;
 
 use config::{Cidr, Config, MapRef};
+use mail::{Refusal, StatusCode};
 use smtp_proto::{Domain, Mailbox};
 
 /// Reads lookup tables for check_*_access.
@@ -114,14 +115,10 @@ pub enum Verdict {
         /// The address, external form, without brackets.
         address: String,
     },
-    /// Refuse with this reply code, enhanced code and text.
+    /// Refuse with this reply.
     Refuse {
-        /// 4xx or 5xx.
-        code: u16,
-        /// e.g. `5.7.1`.
-        enhanced: String,
-        /// The reply text.
-        text: String,
+        /// 4xx or 5xx, its enhanced code and text.
+        reply: Refusal,
         /// Which restriction refused (for the log's `reject:` line).
         by: String,
     },
@@ -317,11 +314,9 @@ impl Policy {
         // As Postfix's smtpd_reject_unlisted_recipient: even a permitted
         // recipient is refused when the router knows no such user.
         if self.reject_unlisted {
-            if let Step::RefuseOwn(code, enhanced, text) = self.unlisted_step(q, lookup) {
+            if let Step::Refuse(reply) = self.unlisted_step(q, lookup) {
                 return Verdict::Refuse {
-                    code,
-                    enhanced,
-                    text,
+                    reply,
                     by: "smtpd_reject_unlisted_recipient".into(),
                 };
             }
@@ -367,36 +362,30 @@ impl Policy {
     fn unverified_step(&self, m: &Mailbox, sender: bool, lookup: &dyn Lookup) -> Verified {
         let address = m.to_string();
         let u = &self.unverified;
-        let (role, enhanced, reject, defer, if_permit, reason) = if sender {
+        let (role, subject_detail, reject, defer, if_permit, reason) = if sender {
             let (r, d, p) = (u.sender_reject, u.sender_defer, u.sender_defer_if_permit);
-            ("Sender", "1.7", r, d, p, u.sender_reason.as_str())
+            ("Sender", (1, 7), r, d, p, u.sender_reason.as_str())
         } else {
             let (r, d, p) = (
                 u.recipient_reject,
                 u.recipient_defer,
                 u.recipient_defer_if_permit,
             );
-            ("Recipient", "1.1", r, d, p, u.recipient_reason.as_str())
+            ("Recipient", (1, 1), r, d, p, u.recipient_reason.as_str())
         };
         let reply = |code: u16, text: String| {
-            let class = if code >= 500 { '5' } else { '4' };
-            (
-                code,
-                format!("{class}.{enhanced}"),
-                format!("<{address}>: {role} address rejected: {text}"),
-            )
+            let (subject, detail) = subject_detail;
+            let text = format!("<{address}>: {role} address rejected: {text}");
+            Refusal::of_class(code, subject, detail, text)
         };
-        let refuse = |code: u16, text: String| {
-            let (c, e, t) = reply(code, text);
-            Verified::Step(Step::RefuseOwn(c, e, t))
-        };
+        let refuse = |code: u16, text: String| Verified::Step(Step::Refuse(reply(code, text)));
         // A temporary failure: at once, or only if nothing else rejects.
         let tempfail = |code: u16, text: String| {
-            let (c, e, t) = reply(code, text);
+            let r = reply(code, text);
             Verified::Step(if if_permit {
-                Step::DeferIfPermit(c, e, t)
+                Step::DeferIfPermit(r)
             } else {
-                Step::RefuseOwn(c, e, t)
+                Step::Refuse(r)
             })
         };
         match lookup.verified(&address) {
@@ -444,24 +433,20 @@ impl Policy {
         }
         match lookup.unlisted(q.recipient) {
             Ok(false) => Step::Dunno,
-            Ok(true) => Step::RefuseOwn(
+            Ok(true) => Step::Refuse(Refusal::of_class(
                 self.unknown_code,
-                if self.unknown_code >= 500 {
-                    "5.1.1"
-                } else {
-                    "4.1.1"
-                }
-                .into(),
+                1,
+                1,
                 format!(
                     "<{}>: Recipient address rejected: User unknown in local recipient table",
                     q.recipient
                 ),
-            ),
-            Err(e) => Step::RefuseOwn(
+            )),
+            Err(e) => Step::Refuse(Refusal::new(
                 451,
-                "4.3.0".into(),
+                StatusCode::SYSTEM_TEMP,
                 format!("<{}>: Temporary lookup failure ({e})", q.recipient),
-            ),
+            )),
         }
     }
 
@@ -477,11 +462,13 @@ impl Policy {
         for r in items {
             let step = match r {
                 Restriction::Permit => Step::Permit,
-                Restriction::Reject => {
-                    Step::Refuse(554, "5.7.1", format!("<{rcpt}>: Access denied"))
-                }
+                Restriction::Reject => Step::refuse(
+                    554,
+                    StatusCode::NOT_AUTHORIZED,
+                    format!("<{rcpt}>: Access denied"),
+                ),
                 Restriction::Defer => {
-                    Step::Refuse(450, "4.7.1", format!("<{rcpt}>: Try again later"))
+                    Step::refuse(450, TEMP_DENIED, format!("<{rcpt}>: Try again later"))
                 }
                 Restriction::PermitMynetworks => {
                     if self.in_mynetworks(q.client_addr) {
@@ -501,11 +488,11 @@ impl Policy {
                     if self.authorized_destination(q.recipient) {
                         Step::Dunno
                     } else if *r == Restriction::DeferUnauthDestination {
-                        Step::Refuse(450, "4.7.1", format!("<{rcpt}>: Relay access denied"))
+                        Step::refuse(450, TEMP_DENIED, format!("<{rcpt}>: Relay access denied"))
                     } else {
-                        Step::Refuse(
+                        Step::refuse(
                             self.relay_reject_code,
-                            "5.7.1",
+                            StatusCode::NOT_AUTHORIZED,
                             format!("<{rcpt}>: Relay access denied"),
                         )
                     }
@@ -570,28 +557,16 @@ impl Policy {
                 Step::Discard => marks.discard = true,
                 Step::Tenant(t) => marks.tenant = Some(t),
                 Step::Job(j) => marks.job = Some(j),
-                Step::DeferIfPermit(code, enhanced, text) => {
+                Step::DeferIfPermit(reply) => {
                     // The first one is the answer, if it comes to that.
                     marks.defer_if_permit.get_or_insert(Verdict::Refuse {
-                        code,
-                        enhanced,
-                        text,
+                        reply,
                         by: format!("{list_name}: {}", r.name()),
                     });
                 }
-                Step::Refuse(code, enhanced, text) => {
+                Step::Refuse(reply) => {
                     return ListResult::Refuse(Verdict::Refuse {
-                        code,
-                        enhanced: enhanced.to_string(),
-                        text,
-                        by: format!("{list_name}: {}", r.name()),
-                    })
-                }
-                Step::RefuseOwn(code, enhanced, text) => {
-                    return ListResult::Refuse(Verdict::Refuse {
-                        code,
-                        enhanced,
-                        text,
+                        reply,
                         by: format!("{list_name}: {}", r.name()),
                     })
                 }
@@ -632,11 +607,19 @@ enum Step {
     Discard,
     Tenant(String),
     Job(String),
-    Refuse(u16, &'static str, String),
-    RefuseOwn(u16, String, String),
+    Refuse(Refusal),
     /// Refuse with this only if the lists would otherwise accept.
-    DeferIfPermit(u16, String, String),
+    DeferIfPermit(Refusal),
 }
+
+impl Step {
+    fn refuse(code: u16, status: StatusCode, text: String) -> Step {
+        Step::Refuse(Refusal::new(code, status, text))
+    }
+}
+
+/// 4.7.1: refused for now by policy (defer, defer_unauth_destination).
+const TEMP_DENIED: StatusCode = StatusCode::known(4, 7, 1);
 
 fn unmap(addr: IpAddr) -> IpAddr {
     match addr {
@@ -647,9 +630,9 @@ fn unmap(addr: IpAddr) -> IpAddr {
 
 fn non_fqdn(m: &Mailbox, role: &str, code: u16) -> Step {
     match &m.domain {
-        Domain::Name(d) if !d.trim_end_matches('.').contains('.') => Step::Refuse(
+        Domain::Name(d) if !d.trim_end_matches('.').contains('.') => Step::refuse(
             code,
-            "5.5.2",
+            StatusCode::SYNTAX_ERROR,
             format!("<{m}>: {role} address rejected: need fully-qualified address"),
         ),
         _ => Step::Dunno,
@@ -717,9 +700,9 @@ fn access_step(
             Ok(Some(v)) => v,
             Ok(None) => continue,
             Err(e) => {
-                return Step::RefuseOwn(
+                return Step::refuse(
                     451,
-                    "4.3.0".into(),
+                    StatusCode::SYSTEM_TEMP,
                     format!("{what}: Temporary lookup failure ({e})"),
                 )
             }
@@ -731,30 +714,29 @@ fn access_step(
             AccessAction::Discard => Step::Discard,
             AccessAction::Tenant(t) => Step::Tenant(t),
             AccessAction::Job(j) => Step::Job(j),
-            AccessAction::Reject(text) => Step::RefuseOwn(
+            AccessAction::Reject(text) => Step::refuse(
                 554,
-                "5.7.1".into(),
+                StatusCode::NOT_AUTHORIZED,
                 format!(
                     "{what}: {default_text}: {}",
                     text.unwrap_or_else(|| "Access denied".into())
                 ),
             ),
-            AccessAction::Defer(text) => Step::RefuseOwn(
+            AccessAction::Defer(text) => Step::refuse(
                 450,
-                "4.7.1".into(),
+                TEMP_DENIED,
                 format!(
                     "{what}: {default_text}: {}",
                     text.unwrap_or_else(|| "Access denied".into())
                 ),
             ),
-            AccessAction::Code {
-                code,
-                enhanced,
-                text,
-            } => Step::RefuseOwn(code, enhanced, format!("{what}: {default_text}: {text}")),
-            AccessAction::Bad(v) => Step::RefuseOwn(
+            AccessAction::Code(r) => {
+                let text = format!("{what}: {default_text}: {}", r.text);
+                Step::Refuse(Refusal { text, ..r })
+            }
+            AccessAction::Bad(v) => Step::refuse(
                 451,
-                "4.3.5".into(),
+                StatusCode::known(4, 3, 5),
                 format!("{what}: Server configuration error (bad access action \"{v}\" in {map})"),
             ),
         };

@@ -77,16 +77,14 @@ fn default_policy_is_not_an_open_relay() {
         let v = check(&p, client, Some("sender@example.com"), rcpt);
         assert_eq!(accepted(&v), *ok, "{client} → {rcpt}: {v:?}");
         if !ok {
-            let Verdict::Refuse {
-                code,
-                enhanced,
-                text,
-                by,
-            } = v
-            else {
+            let Verdict::Refuse { reply, by } = v else {
                 unreachable!()
             };
-            assert_eq!((code, enhanced.as_str()), (554, "5.7.1"));
+            assert_eq!(
+                (reply.code, reply.status.to_string().as_str()),
+                (554, "5.7.1")
+            );
+            let text = reply.text;
             assert!(text.contains("Relay access denied"), "{text}");
             assert!(by.contains("reject_unauth_destination"), "{by}");
         }
@@ -123,13 +121,9 @@ fn access_actions_from_static_tables() {
                 assert_eq!(*hold, *action == "HOLD", "{action}");
                 assert_eq!(*discard, *action == "DISCARD", "{action}");
             }
-            (
-                Some((code, enh)),
-                Verdict::Refuse {
-                    code: c, enhanced, ..
-                },
-            ) => {
-                assert_eq!((*c, enhanced.as_str()), (*code, *enh), "{action}");
+            (Some((code, enh)), Verdict::Refuse { reply, .. }) => {
+                let got = (reply.code, reply.status.to_string());
+                assert_eq!(got, (*code, enh.to_string()), "{action}");
             }
             _ => panic!("{action}: {v:?}"),
         }
@@ -142,7 +136,7 @@ fn first_decision_in_a_list_wins_and_lists_run_in_order() {
     assert!(accepted(&check(&p, "127.0.0.1", None, "u@mx.example.org")));
     let v = check(&p, "192.0.2.1", None, "u@mx.example.org");
     assert!(
-        matches!(v, Verdict::Refuse { code: 554, ref by, .. } if by.starts_with("smtpd_client_restrictions")),
+        matches!(v, Verdict::Refuse { ref reply, ref by } if reply.code == 554 && by.starts_with("smtpd_client_restrictions")),
         "{v:?}"
     );
     // A permit in the relay list does not skip the recipient list.
@@ -181,7 +175,10 @@ fn unknown_restrictions_and_bad_arguments_are_refused() {
 fn unreadable_tables_defer_instead_of_permitting() {
     let p = policy("smtpd_recipient_restrictions = check_recipient_access hash:/nonexistent\n");
     let v = check(&p, "127.0.0.1", None, "u@mx.example.org");
-    assert!(matches!(v, Verdict::Refuse { code: 451, .. }), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Refuse { reply, .. } if reply.code == 451),
+        "{v:?}"
+    );
 }
 
 #[test]
@@ -219,10 +216,23 @@ fn parse_action_edge_cases() {
         AccessAction::Reject(Some("spam source".into()))
     );
     assert_eq!(parse_action(""), AccessAction::Bad(String::new()));
-    assert!(matches!(
+    assert_eq!(
         parse_action("550"),
-        AccessAction::Code { code: 550, .. }
-    ));
+        AccessAction::Code(mail::Refusal::new(550, StatusCode::NOT_AUTHORIZED, ""))
+    );
+    // The enhanced code is parsed once, here: one of the other class is text.
+    assert_eq!(
+        parse_action("450 5.1.1 later"),
+        AccessAction::Code(mail::Refusal::new(
+            450,
+            StatusCode::known(4, 7, 1),
+            "5.1.1 later"
+        ))
+    );
+    assert_eq!(
+        parse_action("550\t5.1.1\tgone"),
+        AccessAction::Code(mail::Refusal::new(550, StatusCode::USER_UNKNOWN, "gone"))
+    );
     assert!(matches!(
         parse_action("250 fine"),
         AccessAction::Ok | AccessAction::Bad(_)
@@ -257,13 +267,9 @@ fn unlisted_recipients_are_refused_even_from_mynetworks() {
     };
     let known = Unlisted(&["root@mx.example.org"], false);
     match p.check(&q, &known) {
-        Verdict::Refuse {
-            code: 550,
-            enhanced,
-            text,
-            ..
-        } => {
-            assert_eq!(enhanced, "5.1.1");
+        Verdict::Refuse { reply, .. } if reply.code == 550 => {
+            assert_eq!(reply.status, mail::StatusCode::USER_UNKNOWN);
+            let text = reply.text;
             assert!(
                 text.contains("User unknown in local recipient table"),
                 "{text}"
@@ -280,7 +286,7 @@ fn unlisted_recipients_are_refused_even_from_mynetworks() {
     // The router cannot answer: a temporary error, never an acceptance.
     assert!(matches!(
         p.check(&q2, &Unlisted(&[], true)),
-        Verdict::Refuse { code: 451, .. }
+        Verdict::Refuse { reply, .. } if reply.code == 451
     ));
     // Turned off, nothing is asked.
     let off = policy("smtpd_reject_unlisted_recipient = no\n");
@@ -354,7 +360,10 @@ fn tenant_and_job_actions_are_non_terminal_and_the_last_wins() {
     );
     // Outside mynetworks the recipient list refuses: a tenant does not permit.
     let v = check(&p, "192.0.2.1", Some("s@example.com"), "u@mx.example.org");
-    assert!(matches!(v, Verdict::Refuse { code: 554, .. }), "{v:?}");
+    assert!(
+        matches!(&v, Verdict::Refuse { reply, .. } if reply.code == 554),
+        "{v:?}"
+    );
     assert_eq!(
         parse_action("tenant Acme"),
         AccessAction::Tenant("Acme".into())
@@ -382,8 +391,8 @@ fn submission_relays_only_for_authenticated_clients() {
         sasl_username: None,
     };
     match p.check(&q, &StaticOnly) {
-        Verdict::Refuse { code, by, .. } => {
-            assert_eq!(code, 554);
+        Verdict::Refuse { reply, by } => {
+            assert_eq!(reply.code, 554);
             assert_eq!(by, "smtpd_recipient_restrictions: reject");
         }
         v => panic!("{v:?}"),
@@ -473,12 +482,7 @@ fn unverified_recipients_and_senders_ask_then_follow_the_probe() {
     // The null sender is not verified.
     assert!(accepted(&run(None, "ok@relay.example")));
     let refused = |v: Verdict| match v {
-        Verdict::Refuse {
-            code,
-            enhanced,
-            text,
-            ..
-        } => (code, enhanced, text),
+        Verdict::Refuse { reply, .. } => (reply.code, reply.status.to_string(), reply.text),
         v => panic!("{v:?}"),
     };
     assert_eq!(
@@ -566,7 +570,7 @@ fn a_temporary_verification_failure_defers_only_what_would_be_accepted() {
     ]);
     let outside = "192.0.2.10";
     let code = |p: &Policy, rcpt: &str| match check_with(p, outside, rcpt, &v) {
-        Verdict::Refuse { code, text, .. } => (code, text),
+        Verdict::Refuse { reply, .. } => (reply.code, reply.text),
         other => panic!("{other:?}"),
     };
     let p = policy(lists);
@@ -604,15 +608,13 @@ fn a_reject_reason_replaces_the_probes_reply() {
         ),
     )]);
     match check_with(&p, "192.0.2.10", "gone@relay.example", &v) {
-        Verdict::Refuse {
-            code,
-            enhanced,
-            text,
-            ..
-        } => {
-            assert_eq!((code, enhanced.as_str()), (550, "5.1.1"));
+        Verdict::Refuse { reply, .. } => {
             assert_eq!(
-                text,
+                (reply.code, reply.status),
+                (550, mail::StatusCode::USER_UNKNOWN)
+            );
+            assert_eq!(
+                reply.text,
                 "<gone@relay.example>: Recipient address rejected: Address lookup failed"
             );
         }

@@ -116,26 +116,18 @@ impl<S: Store> QueueManager<S> {
                 self.info(line);
                 self.notice_done(n);
             }
-            cleanup::Response::Failed {
-                code,
-                enhanced,
-                text,
-            } if code >= 500 => {
+            cleanup::Response::Failed { reply } if reply.is_permanent() => {
                 let line = format!(
-                    "{}: the {} notification was refused: {code} {enhanced} {text}",
+                    "{}: the {} notification was refused: {reply}",
                     n.orig,
                     notice_word(n.kind)
                 );
                 self.warn(line);
                 self.notice_done(n);
             }
-            cleanup::Response::Failed {
-                code,
-                enhanced,
-                text,
-            } => {
+            cleanup::Response::Failed { reply } => {
                 let line = format!(
-                    "{}: the {} notification was deferred: {code} {enhanced} {text}",
+                    "{}: the {} notification was deferred: {reply}",
                     n.orig,
                     notice_word(n.kind)
                 );
@@ -501,15 +493,16 @@ mod tests {
         let b = w.arrive("bob@a.example", &["r@c.example"]);
         w.route_all(&[]);
         w.deliver_all(|_| 550);
-        let answers = [(500, "5.7.1"), (451, "4.3.0")];
-        for (code, enhanced) in answers {
+        let answers = [
+            (500, mail::StatusCode::NOT_AUTHORIZED),
+            (451, mail::StatusCode::SYSTEM_TEMP),
+        ];
+        for (code, status) in answers {
             let (notice, _) = w.cleanup.pop_front().unwrap();
             w.handle(Event::CleanupAnswer {
                 notice,
                 response: cleanup::Response::Failed {
-                    code,
-                    enhanced: enhanced.into(),
-                    text: "no".into(),
+                    reply: mail::Refusal::new(code, status, "no"),
                 },
             });
         }

@@ -243,7 +243,9 @@ impl<S: Store> QueueManager<S> {
             _ => return self.probe_failed(&address),
         };
         let t = r.transport.as_str();
-        let found = if t == "error" {
+        let found = if let Some(status) = &r.error {
+            Some((Undeliverable, status.to_string()))
+        } else if t == "error" {
             Some((Undeliverable, r.nexthop.clone()))
         } else if t == "discard" {
             Some((Deliverable, "2.0.0 discarded".to_string()))

@@ -200,9 +200,11 @@ fn step(w: &mut World, m: &mut Model, op: Op, n: &mut u32) {
                     queue_id: "N".into(),
                 },
                 how => cleanup::Response::Failed {
-                    code: if how == 1 { 451 } else { 550 },
-                    enhanced: "4.3.0".into(),
-                    text: "no".into(),
+                    reply: if how == 1 {
+                        mail::Refusal::new(451, mail::StatusCode::SYSTEM_TEMP, "no")
+                    } else {
+                        mail::Refusal::new(550, mail::StatusCode::known(5, 3, 0), "no")
+                    },
                 },
             };
             w.handle(Event::CleanupAnswer { notice, response });

@@ -180,10 +180,14 @@ impl<S: Store> QueueManager<S> {
             other => return self.warn(format!("router: unexpected answer {other:?}")),
         };
         let flushed = self.deliver.msgs.get(&qid).is_some_and(|a| a.flush);
+        // The error transport's status, `error:5.1.1 text` in a table,
+        // comes parsed from the router.
+        if let Some(status) = &r.error {
+            return self.bounce_now(qid, &[rcpt], status);
+        }
         match r.transport.as_str() {
-            // The next hop of the error transport is a table's
-            // `error:5.1.1 text`, read as Postfix's error(8) reads it.
-            "error" => self.bounce_now(qid, &[rcpt], &Status::from_reason(&r.nexthop, FAILED)),
+            // A router that names the error transport without its status.
+            "error" => self.bounce_now(qid, &[rcpt], &Status::new(FAILED, r.nexthop.as_str())),
             "discard" => {
                 if let Some(a) = self.deliver.msgs.get(&qid) {
                     let status = mail::Status::new(mail::StatusCode::known(2, 0, 0), "discarded");

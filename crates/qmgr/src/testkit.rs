@@ -398,6 +398,10 @@ pub(crate) fn resolved(address: &str, transport: &str, nexthop: &str) -> router:
             address: address.into(),
             transport: transport.into(),
             nexthop: nexthop.into(),
+            // As the router reads an error transport's next hop.
+            error: (transport == "error")
+                .then(|| mail::Status::from_reason(nexthop, mail::StatusCode::known(5, 0, 0)).ok())
+                .flatten(),
             class: router::Class::Relay,
             unknown: false,
             by_table: false,

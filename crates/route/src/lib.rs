@@ -28,7 +28,9 @@ mod resolve;
 mod settings;
 
 pub use address::{Addr, AddressError, MAX_ADDRESS};
-pub use resolve::{split_transport, Class, ResolveError, Route, Router};
+pub use resolve::{
+    check_transport, error_status, split_transport, Class, ResolveError, Route, Router,
+};
 pub use settings::{DomainList, Settings, SettingsError};
 
 #[cfg(test)]

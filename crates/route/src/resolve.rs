@@ -38,8 +38,11 @@ pub struct Route {
     /// The master.cf transport, or `error` for mail to bounce.
     pub transport: String,
     /// The next hop: a domain (MX lookup), `[host]` or `[host]:port`
-    /// (no MX lookup); for `error`, the reason text.
+    /// (no MX lookup); for `error`, the reason text as written.
     pub nexthop: String,
+    /// For the `error` transport: the status to bounce with, parsed from
+    /// the next hop once, here.
+    pub error: Option<mail::Status>,
     /// The address class.
     pub class: Class,
     /// The recipient is not a known user (local_recipient_maps, or a
@@ -459,6 +462,10 @@ impl Router {
                     address: a.to_string(),
                     transport: "error".into(),
                     nexthop: "5.1.1 User unknown in virtual alias table".into(),
+                    error: Some(mail::Status::new(
+                        mail::StatusCode::USER_UNKNOWN,
+                        "User unknown in virtual alias table",
+                    )),
                     class,
                     unknown: true,
                     by_table: false,
@@ -488,6 +495,7 @@ impl Router {
                     address: a.to_string(),
                     transport: t.into(),
                     nexthop: n.into(),
+                    error: Some(error_status_at_lookup(n)),
                     class,
                     unknown: false,
                     by_table,
@@ -510,10 +518,12 @@ impl Router {
             && s.local_recipient_maps
                 .as_ref()
                 .is_some_and(|m| self.lookup(m, a).is_none());
+        let error = (transport == "error").then(|| error_status_at_lookup(&nexthop));
         Route {
             address: a.to_string(),
             transport,
             nexthop,
+            error,
             class,
             unknown,
             by_table,
@@ -547,6 +557,38 @@ impl Router {
             rest = &rest[i + 1..];
         }
         maps.lookup("*")
+    }
+}
+
+/// The status the `error` transport bounces with when its next hop gives
+/// none (Postfix's error(8): 5.0.0).
+const ERROR_DEFAULT: mail::StatusCode = mail::StatusCode::known(5, 0, 0);
+
+/// The status of an `error` transport's next hop, `5.1.1 text` or `text`:
+/// a failure (4.x.x or 5.x.x). Settings::load refuses a main.cf parameter
+/// or a transport_maps entry for which this fails, with its file and line.
+pub fn error_status(nexthop: &str) -> Result<mail::Status, String> {
+    let s = mail::Status::from_reason(nexthop, ERROR_DEFAULT)
+        .map_err(|e| format!("error transport: {e}"))?;
+    if s.is_success() {
+        return Err("error transport: the status must be 4.x.x or 5.x.x".into());
+    }
+    Ok(s)
+}
+
+/// [`error_status`] at lookup: only a regexp table's `$n` result can
+/// still be bad here (every other value was checked when it was read);
+/// its text is then the reason, under 5.0.0, as error(8) would read it.
+fn error_status_at_lookup(nexthop: &str) -> mail::Status {
+    error_status(nexthop).unwrap_or_else(|_| mail::Status::new(ERROR_DEFAULT, nexthop))
+}
+
+/// A transport_maps value or a `*_transport` parameter, as read: an
+/// `error:` next hop must be a status [`error_status`] takes.
+pub fn check_transport(value: &str) -> Result<(), String> {
+    match split_transport(value) {
+        ("error", nexthop) => error_status(nexthop).map(drop),
+        _ => Ok(()),
     }
 }
 

@@ -155,12 +155,22 @@ pub enum SettingsError {
         /// What went wrong.
         error: TableError,
     },
+    /// A `*_transport` parameter's `error:` next hop is no status.
+    Transport {
+        /// The parameter.
+        param: &'static str,
+        /// Where it is set: `file, line N: `, or empty for a default.
+        at: String,
+        /// What is wrong.
+        error: String,
+    },
 }
 
 impl std::fmt::Display for SettingsError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SettingsError::Table { param, error } => write!(f, "{param}: {error}"),
+            SettingsError::Transport { param, at, error } => write!(f, "{at}{param}: {error}"),
         }
     }
 }
@@ -193,9 +203,10 @@ impl Settings {
     /// Reads the parameters and opens every table they name.
     pub fn load(cfg: &Config) -> Result<(Settings, Vec<String>), SettingsError> {
         let mut warnings = Vec::new();
-        let mut maps = |param: &'static str| -> Result<Tables, SettingsError> {
+        let mut checked = |param: &'static str, check: tables::Check<'_>| {
             let refs: Vec<MapRef> = cfg.maps(param);
-            let t = Tables::open(&refs).map_err(|error| SettingsError::Table { param, error })?;
+            let t = Tables::open_checked(&refs, check)
+                .map_err(|error| SettingsError::Table { param, error })?;
             for table in t.tables() {
                 warnings.extend(table.warnings().iter().map(|w| format!("{param}: {w}")));
             }
@@ -205,12 +216,25 @@ impl Settings {
             DomainList::load(&cfg.list(param), sub)
                 .map_err(|error| SettingsError::Table { param, error })
         };
+        let transport_maps = checked("transport_maps", &crate::check_transport)?;
+        let mut maps = |param: &'static str| checked(param, &|_| Ok(()));
+        let transport = |param: &'static str| {
+            let v = cfg.str(param);
+            crate::check_transport(&v).map_err(|error| SettingsError::Transport {
+                param,
+                at: cfg
+                    .origin(param)
+                    .map(|(file, line)| format!("{}, line {line}: ", file.display()))
+                    .unwrap_or_default(),
+                error,
+            })?;
+            Ok(v)
+        };
         let propagate = cfg.list("propagate_unmatched_extensions");
         let canonical_maps = maps("canonical_maps")?;
         let recipient_canonical_maps = maps("recipient_canonical_maps")?;
         let sender_canonical_maps = maps("sender_canonical_maps")?;
         let virtual_alias_maps = maps("virtual_alias_maps")?;
-        let transport_maps = maps("transport_maps")?;
         let local = maps("local_recipient_maps")?;
         let local_recipient_maps = (!local.is_empty()).then_some(local);
         let s = Settings {
@@ -220,9 +244,9 @@ impl Settings {
             relay_domains: list("relay_domains", true)?,
             virtual_alias_domains: list("virtual_alias_domains", false)?,
             relayhost: cfg.str("relayhost"),
-            local_transport: cfg.str("local_transport"),
-            relay_transport: cfg.str("relay_transport"),
-            default_transport: cfg.str("default_transport"),
+            local_transport: transport("local_transport")?,
+            relay_transport: transport("relay_transport")?,
+            default_transport: transport("default_transport")?,
             recipient_delimiter: cfg.str("recipient_delimiter"),
             propagate_canonical: propagate.iter().any(|p| p == "canonical"),
             propagate_virtual: propagate.iter().any(|p| p == "virtual"),

@@ -616,6 +616,97 @@ fn settings_load_from_main_cf() {
     assert!(e.contains("transport_maps") && e.contains("line 2"), "{e}");
 }
 
+#[test]
+fn the_error_transport_status_is_parsed_when_its_table_is_read() {
+    let r = site();
+    let one = |a: &str| r.resolve(a, false).unwrap().remove(0);
+    let status = |code, text| Some(mail::Status::new(code, text));
+    assert_eq!(
+        one("x@bounce.test").error,
+        status(
+            mail::StatusCode::NOT_AUTHORIZED,
+            "we do not serve this domain"
+        )
+    );
+    assert_eq!(
+        r.resolve_queued("team@virt.test", false).unwrap().error,
+        status(
+            mail::StatusCode::USER_UNKNOWN,
+            "User unknown in virtual alias table"
+        )
+    );
+    assert_eq!(one("x@special.test").error, None);
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let load = |main: &str, transport: &str| {
+        std::fs::write(d.join("transport"), transport).unwrap();
+        let main = format!("transport_maps = hash:{}/transport\n{main}", d.display());
+        std::fs::write(d.join("main.cf"), main).unwrap();
+        let cfg = config::Config::load(d, &[]).unwrap().config;
+        Settings::load(&cfg).map(|(s, _)| Router::new(s))
+    };
+    // Text without a code: error(8)'s 5.0.0.
+    let r = load(
+        "",
+        "a.test error:no such domain here\nb.test error:4.4.7 later\n",
+    )
+    .unwrap();
+    let s = r
+        .resolve("x@a.test", false)
+        .unwrap()
+        .remove(0)
+        .error
+        .unwrap();
+    assert_eq!(s.to_string(), "5.0.0 no such domain here");
+    let s = r
+        .resolve("x@b.test", false)
+        .unwrap()
+        .remove(0)
+        .error
+        .unwrap();
+    assert_eq!(s.to_string(), "4.4.7 later");
+    // A bad code is refused at start, with the table's file and line,
+    // not bounced with the code as text when mail meets it.
+    for (entry, why) in [
+        (
+            "error:5.1 short",
+            "enhanced status code must be class.subject.detail",
+        ),
+        ("error:9.1.1 odd", "class must be 2, 4 or 5"),
+        ("error:2.0.0 fine", "must be 4.x.x or 5.x.x"),
+    ] {
+        let e = load("", &format!("ok.test smtp:\nbad.test {entry}\n"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("transport_maps") && e.contains("line 2") && e.contains(why),
+            "{e}"
+        );
+    }
+    // A parameter: its main.cf line.
+    let e = load(
+        "mydomain = x.test\ndefault_transport = error:5.7 closed\n",
+        "",
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(
+        e.contains("main.cf, line 3: default_transport: error transport:"),
+        "{e}"
+    );
+    let r = load("default_transport = error:5.7.1 closed\n", "").unwrap();
+    let s = r
+        .resolve("x@far.test", false)
+        .unwrap()
+        .remove(0)
+        .error
+        .unwrap();
+    assert_eq!(s.to_string(), "5.7.1 closed");
+}
+
 proptest::proptest! {
     #[test]
     fn any_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..400), utf8 in proptest::bool::ANY) {

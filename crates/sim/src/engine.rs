@@ -999,6 +999,7 @@ impl Sim {
                         address,
                         transport: d.transport.clone(),
                         nexthop: d.nexthop.clone(),
+                        error: None,
                         class: router::Class::Relay,
                         unknown: false,
                         by_table: false,

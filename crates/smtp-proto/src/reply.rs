@@ -126,6 +126,13 @@ impl Reply {
     }
 }
 
+impl From<mail::Refusal> for Reply {
+    /// The reply a refusal is on the wire.
+    fn from(r: mail::Refusal) -> Self {
+        Self::enhanced(r.code, r.status, r.text)
+    }
+}
+
 impl fmt::Display for Reply {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.code)?;

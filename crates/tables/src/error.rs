@@ -30,6 +30,8 @@ pub enum TableProblem {
     IfNesting,
     /// A `$n` in a result that names no group of the pattern.
     BadSubstitution(String),
+    /// A value the table's user refuses: the value, and why.
+    BadValue(String, String),
 }
 
 /// A table error: which table, where, and what.
@@ -80,6 +82,9 @@ impl fmt::Display for TableProblem {
             TableProblem::IfNesting => write!(f, "if/endif do not pair up"),
             TableProblem::BadSubstitution(s) => {
                 write!(f, "bad substitution \"{}\"", s.escape_debug())
+            }
+            TableProblem::BadValue(v, why) => {
+                write!(f, "bad value \"{}\": {why}", v.escape_debug())
             }
         }
     }

@@ -32,6 +32,17 @@ pub use config::MapRef;
 pub use error::{TableError, TableProblem};
 pub use text::{logical_lines, split_alias_value};
 
+/// A check of a table's values as they are read: why a value is bad. A
+/// program whose table values have a syntax of their own (transport_maps'
+/// `error:5.1.1 text`) refuses a bad one at start, with its file and line,
+/// instead of at the lookup that meets it.
+pub type Check<'a> = &'a dyn Fn(&str) -> Result<(), String>;
+
+/// Accepts every value.
+fn any_value(_: &str) -> Result<(), String> {
+    Ok(())
+}
+
 /// One compiled lookup table.
 #[derive(Debug)]
 pub struct Table {
@@ -50,6 +61,13 @@ enum Kind {
 impl Table {
     /// Opens and compiles the table `r` names.
     pub fn open(r: &MapRef) -> Result<Table, TableError> {
+        Table::open_checked(r, &any_value)
+    }
+
+    /// Opens and compiles the table `r` names, refusing a value `check`
+    /// refuses (a pattern table's result with `$n` in it is only known at
+    /// lookup, and not checked).
+    pub fn open_checked(r: &MapRef, check: Check<'_>) -> Result<Table, TableError> {
         let spec = r.to_string();
         let read = |path: &str| {
             std::fs::read(path)
@@ -63,18 +81,24 @@ impl Table {
         match r.kind.as_str() {
             "texthash" | "hash" | "lmdb" | "btree" => {
                 let text = read(&r.name)?;
-                Table::from_text(&spec, &r.name, &text)
+                Table::compile_text(&spec, &r.name, &text, check)
             }
             "regexp" | "pcre" => {
                 let text = read(&r.name)?;
-                Table::from_regexp(&spec, &r.name, &text)
+                Table::compile_regexp(&spec, &r.name, &text, check)
             }
-            "inline" => Table::from_inline(&spec, &r.name),
-            "static" => Ok(Table {
-                spec,
-                kind: Kind::Static(strip_braces(&r.name).to_string()),
-                warnings: vec![],
-            }),
+            "inline" => Table::compile_inline(&spec, &r.name, check),
+            "static" => {
+                let value = strip_braces(&r.name).to_string();
+                check(&value).map_err(|e| {
+                    TableError::new(&spec, "", 0, TableProblem::BadValue(value.clone(), e))
+                })?;
+                Ok(Table {
+                    spec,
+                    kind: Kind::Static(value),
+                    warnings: vec![],
+                })
+            }
             "unix" if r.name == "passwd.byname" => {
                 let text = read("/etc/passwd")?;
                 Ok(Table::from_passwd(&spec, &text))
@@ -90,6 +114,15 @@ impl Table {
 
     /// Compiles a `key value` source text; `origin` names it in errors.
     pub fn from_text(spec: &str, origin: &str, text: &str) -> Result<Table, TableError> {
+        Table::compile_text(spec, origin, text, &any_value)
+    }
+
+    fn compile_text(
+        spec: &str,
+        origin: &str,
+        text: &str,
+        check: Check<'_>,
+    ) -> Result<Table, TableError> {
         let mut map = HashMap::new();
         let mut warnings = Vec::new();
         for (line, entry) in text::logical_lines(text) {
@@ -109,6 +142,9 @@ impl Table {
                 ));
                 continue;
             }
+            check(value).map_err(|e| {
+                TableError::new(spec, origin, line, TableProblem::BadValue(value.into(), e))
+            })?;
             map.insert(key, value.to_string());
         }
         Ok(Table {
@@ -120,7 +156,16 @@ impl Table {
 
     /// Compiles a regexp or pcre source text.
     pub fn from_regexp(spec: &str, origin: &str, text: &str) -> Result<Table, TableError> {
-        let t = regexp::RegexpTable::parse(text)
+        Table::compile_regexp(spec, origin, text, &any_value)
+    }
+
+    fn compile_regexp(
+        spec: &str,
+        origin: &str,
+        text: &str,
+        check: Check<'_>,
+    ) -> Result<Table, TableError> {
+        let t = regexp::RegexpTable::parse(text, check)
             .map_err(|(line, p)| TableError::new(spec, origin, line, p))?;
         Ok(Table {
             spec: spec.to_string(),
@@ -131,6 +176,10 @@ impl Table {
 
     /// Compiles the body of `inline:{ key = value, ... }`.
     pub fn from_inline(spec: &str, body: &str) -> Result<Table, TableError> {
+        Table::compile_inline(spec, body, &any_value)
+    }
+
+    fn compile_inline(spec: &str, body: &str, check: Check<'_>) -> Result<Table, TableError> {
         let inner = body.trim();
         let Some(inner) = inner.strip_prefix('{').and_then(|s| s.strip_suffix('}')) else {
             return Err(TableError::new(spec, "", 0, TableProblem::InlineBraces));
@@ -149,6 +198,8 @@ impl Table {
                     TableProblem::InlineItem(item.clone()),
                 ));
             }
+            check(v)
+                .map_err(|e| TableError::new(spec, "", 0, TableProblem::BadValue(v.into(), e)))?;
             map.entry(k.to_lowercase()).or_insert_with(|| v.to_string());
         }
         Ok(Table {
@@ -246,8 +297,17 @@ impl Tables {
 
     /// Opens every table in the list; the first error stops it.
     pub fn open(refs: &[MapRef]) -> Result<Tables, TableError> {
+        Tables::open_checked(refs, &any_value)
+    }
+
+    /// Opens every table in the list, refusing a value `check` refuses
+    /// (see [`Table::open_checked`]).
+    pub fn open_checked(refs: &[MapRef], check: Check<'_>) -> Result<Tables, TableError> {
         Ok(Tables {
-            tables: refs.iter().map(Table::open).collect::<Result<_, _>>()?,
+            tables: refs
+                .iter()
+                .map(|r| Table::open_checked(r, check))
+                .collect::<Result<_, _>>()?,
         })
     }
 

@@ -39,7 +39,11 @@ pub(crate) struct RegexpTable {
 }
 
 impl RegexpTable {
-    pub(crate) fn parse(text: &str) -> Result<RegexpTable, (usize, TableProblem)> {
+    /// Compiles `text`; `check` sees each result without a `$n` in it.
+    pub(crate) fn parse(
+        text: &str,
+        check: crate::Check<'_>,
+    ) -> Result<RegexpTable, (usize, TableProblem)> {
         let mut rules = Vec::new();
         let mut open_ifs: Vec<(usize, usize)> = Vec::new();
         for (line, entry) in logical_lines(text) {
@@ -89,6 +93,9 @@ impl RegexpTable {
                 },
             )
             .map_err(|p| (line, p))?;
+            if !result.contains('$') {
+                check(&result).map_err(|e| (line, TableProblem::BadValue(result.clone(), e)))?;
+            }
             rules.push(Rule::Match { pat, result });
         }
         if let Some((_, line)) = open_ifs.pop() {

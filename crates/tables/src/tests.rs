@@ -178,3 +178,35 @@ proptest::proptest! {
         if let Ok(t) = Table::from_inline("t", &src) { let _ = t.lookup(&key); }
     }
 }
+
+#[test]
+fn checked_tables_refuse_a_bad_value_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_x = |v: &str| {
+        if v.contains('x') {
+            Err("no x here".to_string())
+        } else {
+            Ok(())
+        }
+    };
+    let open = |kind: &str, text: &str| {
+        let path = dir.path().join(kind);
+        std::fs::write(&path, text).unwrap();
+        let r = parse_ref(&format!("{kind}:{}", path.display())).unwrap();
+        Table::open_checked(&r, &no_x)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let e = open("hash", "a ok\n# x\nb fine\nc bad x\n").unwrap_err();
+    assert!(e.ends_with("line 4: bad value \"bad x\": no x here"), "{e}");
+    assert!(open("hash", "a ok\n").is_ok());
+    // A result with $n is only known at lookup: not checked.
+    assert!(open("regexp", "/^(.*)$/ $1\n").is_ok());
+    let e = open("regexp", "/^a/ ok\n/^b/ x\n").unwrap_err();
+    assert!(e.ends_with("line 2: bad value \"x\": no x here"), "{e}");
+    let inline = parse_ref("inline:{ a = ok, b = x }").unwrap();
+    assert!(Table::open_checked(&inline, &no_x).is_err());
+    assert!(Table::open_checked(&parse_ref("static:x").unwrap(), &no_x).is_err());
+    // Unchecked, the same tables open.
+    assert!(Table::open(&inline).is_ok());
+}

@@ -23,6 +23,7 @@ use std::time::Instant;
 use ::milter::chain::{Macros, Peer};
 use ::milter::net::{Milters, Settings};
 use ::milter::{Edit, Verdict};
+use mail::{Refusal, StatusCode};
 use mio::{Registry, Token};
 
 /// What the milters decided about a message.
@@ -30,8 +31,8 @@ use mio::{Registry, Token};
 pub(super) enum Outcome {
     /// Queue it, with these changes.
     Accept(Vec<Edit>),
-    /// Refuse it: the reply code, enhanced code and text.
-    Refuse(u16, String, String),
+    /// Refuse it with this reply.
+    Refuse(Refusal),
     /// Say it was queued and drop it.
     Discard,
 }
@@ -194,11 +195,11 @@ impl Filter {
                         "milter configuration error: can't reject recipient in non-smtpd(8) submission"
                             .into(),
                     );
-                    Some(Outcome::Refuse(
+                    Some(Outcome::Refuse(Refusal::new(
                         451,
-                        "4.3.5".into(),
-                        "Server configuration error".into(),
-                    ))
+                        StatusCode::known(4, 3, 5),
+                        "Server configuration error",
+                    )))
                 }
                 (_, refused) => Some(refusal(&refused)),
             };
@@ -230,41 +231,27 @@ impl Filter {
     }
 }
 
-/// The reply for a milter's refusal: its own, or Postfix's words.
+/// The reply for a milter's refusal: its own (`550 5.7.1 text` or `550
+/// text`, parsed here, once), or Postfix's words.
 fn refusal(v: &Verdict) -> Outcome {
-    let (own, code, enh, text) = match v {
-        Verdict::Tempfail(own) => (own, 451, "4.7.1", "Service unavailable - try again later"),
+    let (own, default) = match v {
+        Verdict::Tempfail(own) => (
+            own,
+            Refusal::new(
+                451,
+                StatusCode::known(4, 7, 1),
+                "Service unavailable - try again later",
+            ),
+        ),
+        Verdict::Reject(own) => (
+            own,
+            Refusal::new(550, StatusCode::NOT_AUTHORIZED, "Command rejected"),
+        ),
         _ => (
-            match v {
-                Verdict::Reject(own) => own,
-                _ => &None,
-            },
-            550,
-            "5.7.1",
-            "Command rejected",
+            &None,
+            Refusal::new(550, StatusCode::NOT_AUTHORIZED, "Command rejected"),
         ),
     };
-    if let Some(own) = own {
-        // "550 5.7.1 text" or "550 text".
-        let code_of = own.get(..3).and_then(|c| c.parse::<u16>().ok());
-        let rest = own.get(4..).unwrap_or("").trim_start();
-        if let Some(c) = code_of {
-            let (e, t) = match rest.split_once(' ') {
-                Some((e, t)) if is_enhanced(e) => (e.to_string(), t.to_string()),
-                _ if is_enhanced(rest) => (rest.to_string(), String::new()),
-                _ => (enh.to_string(), rest.to_string()),
-            };
-            return Outcome::Refuse(c, e, t);
-        }
-    }
-    Outcome::Refuse(code, enh.into(), text.into())
-}
-
-fn is_enhanced(s: &str) -> bool {
-    let parts: Vec<&str> = s.split('.').collect();
-    parts.len() == 3
-        && matches!(parts[0], "2" | "4" | "5")
-        && parts[1..]
-            .iter()
-            .all(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
+    let own = own.as_deref().and_then(|own| Refusal::parse(own, (7, 1)));
+    Outcome::Refuse(own.unwrap_or(default))
 }

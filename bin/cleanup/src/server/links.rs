@@ -12,11 +12,11 @@ use ipc::cleanup::Response;
 use ipc::qmgr::{self, Qmgr};
 use ipc::router::{self, Router};
 use ipc::Link;
-use mail::QueueId;
+use mail::{QueueId, Refusal, StatusCode};
 use queue::MessageHead;
 
 use super::{failed, remove_data, CleanupServer, Mapping, Parked, Pending, QmgrLink, RouterLink};
-use crate::rewrite::{self, Refusal};
+use crate::rewrite;
 
 impl CleanupServer {
     /// Sends a message's recipients to the router; a router that cannot
@@ -150,7 +150,11 @@ impl CleanupServer {
         let Some(link) = self.qmgr.as_mut() else {
             // Gone since the message was parked or committed: nothing was sent.
             remove_data(&self.spool, &head);
-            return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
+            return Some(failed(Refusal::new(
+                451,
+                StatusCode::SYSTEM_TEMP,
+                "Error: queue manager unavailable",
+            )));
         };
         let qid = head.id;
         let id = match link.link.send(&qmgr::Request::Arrived { head, hold }) {
@@ -158,7 +162,11 @@ impl CleanupServer {
             Err(e) => {
                 msg_warn!("qmgr link: {e}");
                 self.break_qmgr(cx);
-                return Some(failed(451, "4.3.0", "Error: queue manager unavailable"));
+                return Some(failed(Refusal::new(
+                    451,
+                    StatusCode::SYSTEM_TEMP,
+                    "Error: queue manager unavailable",
+                )));
             }
         };
         link.pending.insert(
@@ -190,7 +198,11 @@ impl CleanupServer {
             self.answer(
                 p.client,
                 p.request,
-                failed(451, "4.3.0", "Error: queue manager unavailable"),
+                failed(Refusal::new(
+                    451,
+                    StatusCode::SYSTEM_TEMP,
+                    "Error: queue manager unavailable",
+                )),
             );
         }
         // Messages never committed: their drafts go, nothing was handed over.
@@ -208,7 +220,11 @@ impl CleanupServer {
         self.answer(
             p.client,
             p.request,
-            failed(451, "4.3.0", "Error: queue manager unavailable"),
+            failed(Refusal::new(
+                451,
+                StatusCode::SYSTEM_TEMP,
+                "Error: queue manager unavailable",
+            )),
         );
     }
 
@@ -243,14 +259,26 @@ impl CleanupServer {
                         qmgr::Response::Unsettled(_) => {
                             // An answer to transferd's question, never to cleanup's.
                             msg_warn!("{}: qmgr: an answer cleanup never asks for", p.id);
-                            failed(451, "4.3.0", "Error: queue file write error")
+                            failed(Refusal::new(
+                                451,
+                                StatusCode::SYSTEM_TEMP,
+                                "Error: queue file write error",
+                            ))
                         }
                         qmgr::Response::Failed { reason, disk_full } => {
                             msg_warn!("{}: qmgr: {reason}", p.id);
                             if disk_full {
-                                failed(452, "4.3.1", "Insufficient system storage")
+                                failed(Refusal::new(
+                                    452,
+                                    StatusCode::SYSTEM_FULL,
+                                    "Insufficient system storage",
+                                ))
                             } else {
-                                failed(451, "4.3.0", "Error: queue file write error")
+                                failed(Refusal::new(
+                                    451,
+                                    StatusCode::SYSTEM_TEMP,
+                                    "Error: queue file write error",
+                                ))
                             }
                         }
                     };

@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use daemon::{msg_info, msg_warn};
 use ipc::cleanup::Origin;
+use mail::{Refusal, StatusCode};
 use queue::Spool;
 
 use super::Msg;
@@ -74,7 +75,11 @@ pub(super) fn hold_content(m: &mut Msg, bytes: &[u8], size_limit: u64) {
     }
     let held = h.body.len() + h.headers.as_ref().map_or(0, Vec::len) + bytes.len();
     if size_limit > 0 && held as u64 > size_limit + 64 * 1024 {
-        m.error = Some((552, "5.3.4", "Message size exceeds fixed limit".into()));
+        m.error = Some(Refusal::new(
+            552,
+            StatusCode::MESSAGE_TOO_BIG,
+            "Message size exceeds fixed limit",
+        ));
         return;
     }
     match m.headers.feed(bytes) {
@@ -96,15 +101,23 @@ pub(super) fn write(spool: &Spool, m: &mut Msg, bytes: &[u8], size_limit: u64) {
     if size_limit > 0 && d.len() + bytes.len() as u64 > size_limit + 64 * 1024 {
         // smtpd enforces the limit on what the client sends; this catches
         // local submissions, with room for the headers cleanup adds.
-        m.error = Some((552, "5.3.4", "Message size exceeds fixed limit".into()));
+        m.error = Some(Refusal::new(
+            552,
+            StatusCode::MESSAGE_TOO_BIG,
+            "Message size exceeds fixed limit",
+        ));
         return;
     }
     if let Err(e) = d.append(spool, bytes) {
         msg_warn!("{}: {e}", m.id);
         m.error = Some(if e.is_disk_full() {
-            (452, "4.3.1", "Insufficient system storage".into())
+            Refusal::new(452, StatusCode::SYSTEM_FULL, "Insufficient system storage")
         } else {
-            (451, "4.3.0", "Error: queue file write error".into())
+            Refusal::new(
+                451,
+                StatusCode::SYSTEM_TEMP,
+                "Error: queue file write error",
+            )
         });
     }
 }
@@ -130,9 +143,13 @@ pub(super) fn start_signing(dkim: Option<&Dkim>, spool: &Spool, m: &mut Msg, hea
     if let Err(e) = draft.reserve(spool, sign.len()) {
         msg_warn!("{}: {e}", m.id);
         m.error = Some(if e.is_disk_full() {
-            (452, "4.3.1", "Insufficient system storage".into())
+            Refusal::new(452, StatusCode::SYSTEM_FULL, "Insufficient system storage")
         } else {
-            (451, "4.3.0", "Error: queue file write error".into())
+            Refusal::new(
+                451,
+                StatusCode::SYSTEM_TEMP,
+                "Error: queue file write error",
+            )
         });
         return;
     }
@@ -146,7 +163,11 @@ pub(super) fn finish_signing(m: &mut Msg, sign: ::dkim::Signing) {
         Ok(f) => f,
         Err(e) => {
             msg_warn!("{}: DKIM signing (s={s}, d={d}): {e}", m.id);
-            m.error = Some((451, "4.3.0", "Error: DKIM signing failed".into()));
+            m.error = Some(Refusal::new(
+                451,
+                StatusCode::SYSTEM_TEMP,
+                "Error: DKIM signing failed",
+            ));
             return;
         }
     };
@@ -158,9 +179,13 @@ pub(super) fn finish_signing(m: &mut Msg, sign: ::dkim::Signing) {
         Err(e) => {
             msg_warn!("{}: {e}", m.id);
             m.error = Some(if e.is_disk_full() {
-                (452, "4.3.1", "Insufficient system storage".into())
+                Refusal::new(452, StatusCode::SYSTEM_FULL, "Insufficient system storage")
             } else {
-                (451, "4.3.0", "Error: queue file write error".into())
+                Refusal::new(
+                    451,
+                    StatusCode::SYSTEM_TEMP,
+                    "Error: queue file write error",
+                )
             });
         }
     }

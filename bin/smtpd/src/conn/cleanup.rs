@@ -363,22 +363,13 @@ impl Conn {
             };
             if held.quiet == Some(id) {
                 // Only a refusal answers a quiet Begin.
-                if let Response::Failed {
-                    code,
-                    enhanced,
-                    text,
-                } = resp
-                {
-                    let enh = enhanced
-                        .parse::<StatusCode>()
-                        .ok()
-                        .unwrap_or(StatusCode::SYSTEM_TEMP);
+                if let Response::Failed { reply } = resp {
                     // As a refusal at the end of data is logged (smtpd(8)).
                     msg_info!(
-                        "NOQUEUE: reject: END-OF-MESSAGE from unknown[{}]: {code} {enhanced} {text}",
+                        "NOQUEUE: reject: END-OF-MESSAGE from unknown[{}]: {reply}",
                         self.peer.ip()
                     );
-                    self.quiet_refused(cx, pool, Reply::enhanced(code, enh, text));
+                    self.quiet_refused(cx, pool, reply.into());
                     return;
                 }
                 continue;
@@ -410,18 +401,7 @@ impl Conn {
                     self.txn = Txn::default();
                     done = true;
                 }
-                (
-                    _,
-                    Response::Failed {
-                        code,
-                        enhanced,
-                        text,
-                    },
-                ) => {
-                    let enh = enhanced
-                        .parse::<StatusCode>()
-                        .ok()
-                        .unwrap_or(StatusCode::SYSTEM_TEMP);
+                (_, Response::Failed { reply }) => {
                     // A quiet message's queue id is not known here.
                     let qid = self
                         .txn
@@ -430,11 +410,11 @@ impl Conn {
                         .or((quiet && what == Waiting::Queued).then_some("NOQUEUE"));
                     if let Some(q) = qid {
                         msg_info!(
-                            "{q}: reject: END-OF-MESSAGE from unknown[{}]: {code} {enhanced} {text}",
+                            "{q}: reject: END-OF-MESSAGE from unknown[{}]: {reply}",
                             self.peer.ip()
                         );
                     }
-                    let _ = self.session.decide(Reply::enhanced(code, enh, text));
+                    let _ = self.session.decide(reply.into());
                     self.txn = Txn::default();
                     done = true;
                 }
