@@ -22,6 +22,7 @@ use queue_manager::{Action, Event as QmEvent, Level, QueueManager, Settings, Tim
 use sys::creds::PeerCred;
 
 use crate::clients::{Clients, Kind, Request, Response};
+use crate::schedconf;
 use crate::links::Links;
 use crate::store::Disk;
 
@@ -434,40 +435,24 @@ impl Handler<Clients> for QmgrServer {
     }
 
     fn admit(&self, peer: &PeerCred, kind: Kind) -> bool {
-        // Only the mail system announces mail or asks for probes.
-        kind == Kind::Control || peer.uid == 0 || peer.uid == self.me
+        queue_manager::admits(kind == Kind::Control, peer.uid, self.me)
     }
 
     fn reload(&mut self, cx: &mut Cx<'_>, config: &config::Config) -> bool {
-        // In place: qmgr holds the active queue, and the journal replay a
-        // restart costs is not needed for new parameter values.
-        let services = match config::load_master_cf(&self.config_dir.join("master.cf")) {
-            Ok(s) => s,
-            Err(e) => {
-                msg_warn!("reload: {e}; keeping the running configuration");
-                return true;
-            }
-        };
         let now = self.now(cx.now);
         let seed = u64::from(std::process::id()) ^ now.0;
-        let scfg = match crate::schedconf::build(config, &services, seed) {
-            Ok(s) => s,
-            Err(e) => {
-                msg_warn!("reload: {e}; keeping the running configuration");
+        let master_cf = config::load_master_cf(&self.config_dir.join("master.cf"));
+        let ev = match schedconf::reconfigure(config, master_cf, seed) {
+            Ok(ev) => ev,
+            Err(warning) => {
+                msg_warn!("{warning}");
                 return true;
             }
         };
-        let settings = Settings::from_config(config, &scfg);
         if config.str("metrics_listen") != self.metrics_listen {
             msg_warn!("reload: metrics_listen changed: it takes effect when qmgr restarts");
         }
-        self.qm.handle(
-            now,
-            QmEvent::Reconfigure {
-                settings: Box::new(settings),
-                sched: Box::new(scfg),
-            },
-        );
+        self.qm.handle(now, ev);
         if let Some(c) = self.cluster.as_mut() {
             // A new policy may bring a new shaper: the share goes with it.
             c.install(&mut self.qm);

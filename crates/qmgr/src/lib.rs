@@ -65,6 +65,7 @@ use std::time::Duration;
 use ipc::{cleanup, delivery, qmgr, queuectl, router};
 use mail::QueueId;
 use queue::{Lsn, MessageHead, Record, Replay, Storage};
+pub use control::admits;
 pub use recovery::recovery_lines;
 use sched::{SchedConfig, Scheduler};
 pub use settings::{verify_map_path, Settings};
