@@ -45,7 +45,11 @@ impl Links {
     /// Sends a router request; `false` when the link is lost.
     pub fn send_router(&mut self, cx: &mut Cx<'_>, req: &ipc::router::Request, id: u64) -> bool {
         let r = send(&mut self.router, cx, std::slice::from_ref(req), id);
-        sent(r, |e| format!("connect to router {}: {e}", self.router.path().display()), None)
+        sent(
+            r,
+            |e| format!("connect to router {}: {e}", self.router.path().display()),
+            None,
+        )
     }
 
     /// Sends an agent request; `false` when the link is lost.
@@ -63,7 +67,11 @@ impl Links {
             .or_insert_with(|| Peer::new(root.join(transport)));
         let r = send(a, cx, std::slice::from_ref(req), id);
         let path = a.path().display().to_string();
-        sent(r, |e| format!("connect to delivery agent {path}: {e}"), None)
+        sent(
+            r,
+            |e| format!("connect to delivery agent {path}: {e}"),
+            None,
+        )
     }
 
     /// Sends a notice (Begin, Data…, End); `false` when the link is lost.

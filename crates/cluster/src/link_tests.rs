@@ -55,8 +55,21 @@ fn pki(dir: &Path) {
         .unwrap();
         openssl(
             &[
-                "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-days", "2", "-extfile", &ext, "-out", &pem,
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &ext,
+                "-out",
+                &pem,
             ],
             dir,
         );
@@ -141,7 +154,11 @@ fn drive(
     let mut events = Events::with_capacity(8);
     let registry = poll.registry().try_clone().unwrap();
     while !done(client.link()) {
-        assert!(Instant::now() < deadline, "link stuck at {:?}", client.link());
+        assert!(
+            Instant::now() < deadline,
+            "link stuck at {:?}",
+            client.link()
+        );
         poll.poll(&mut events, Some(Duration::from_millis(50)))
             .unwrap();
         *ms += 50;

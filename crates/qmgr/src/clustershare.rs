@@ -343,12 +343,17 @@ mod tests {
         let files = "cluster_tls_cert_file = /etc/c.pem\n\
                      cluster_tls_key_file = /etc/c.key\n\
                      cluster_tls_CAfile = /etc/ca.pem\n";
-        let t = target(&main_cf(&format!("cluster_server = 192.0.2.9:7000\n{files}")))
-            .unwrap()
-            .unwrap();
+        let t = target(&main_cf(&format!(
+            "cluster_server = 192.0.2.9:7000\n{files}"
+        )))
+        .unwrap()
+        .unwrap();
         assert_eq!(t.addr.to_string(), "192.0.2.9:7000");
         assert_eq!(t.ca, std::path::Path::new("/etc/ca.pem"));
-        assert_eq!(t.server_name, "192.0.2.9", "the address when no name is set");
+        assert_eq!(
+            t.server_name, "192.0.2.9",
+            "the address when no name is set"
+        );
         let named = format!(
             "cluster_server = 192.0.2.9:7000\ncluster_tls_server_name = clusterd.example\n{files}"
         );

@@ -475,7 +475,10 @@ mod tests {
         assert!(super::admits(false, 0, me), "root");
         assert!(super::admits(false, me, me), "mail_owner");
         assert!(!super::admits(false, 1000, me), "a user announcing mail");
-        assert!(super::admits(true, 1000, me), "a user asking about the queue");
+        assert!(
+            super::admits(true, 1000, me),
+            "a user asking about the queue"
+        );
     }
 
     use ipc::queuectl::{Request, Response, Selector};

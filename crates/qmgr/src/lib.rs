@@ -62,10 +62,10 @@ pub mod verify;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
+pub use control::admits;
 use ipc::{cleanup, delivery, qmgr, queuectl, router};
 use mail::QueueId;
 use queue::{Lsn, MessageHead, Record, Replay, Storage};
-pub use control::admits;
 pub use recovery::recovery_lines;
 use sched::{SchedConfig, Scheduler};
 pub use settings::{verify_map_path, Settings};

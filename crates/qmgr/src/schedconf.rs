@@ -177,9 +177,13 @@ mod tests {
         let e = reconfigure(&cfg, bad, 1).unwrap_err();
         assert!(e.starts_with("reload: master.cf"), "{e}");
         assert!(e.ends_with("; keeping the running configuration"), "{e}");
-        let policy = Config::parse("policy_file = /nonexistent/policy\n", Path::new("main.cf"), &[])
-            .unwrap()
-            .config;
+        let policy = Config::parse(
+            "policy_file = /nonexistent/policy\n",
+            Path::new("main.cf"),
+            &[],
+        )
+        .unwrap()
+        .config;
         let e = reconfigure(&policy, Ok(Vec::new()), 1).unwrap_err();
         assert!(e.contains("/nonexistent/policy"), "{e}");
         assert!(e.ends_with("; keeping the running configuration"), "{e}");
