@@ -352,59 +352,44 @@ impl Handler<Clients> for QmgrServer {
         id: u64,
         req: Request,
     ) {
-        match req {
+        let now = self.now(cx.now);
+        let (client, request) = (from.number(), id);
+        let ev = match req {
             // Answered after the group commit that `requests_done` starts.
-            Request::Arrival(qmgr::Request::Arrived { head, hold }) => {
-                let now = self.now(cx.now);
-                let ev = QmEvent::Arrived {
-                    client: from.number(),
-                    request: id,
-                    head: Box::new(head),
-                    hold,
-                };
-                self.qm.handle(now, ev);
-                self.act(cx);
-            }
-            Request::Arrival(body) => {
-                let now = self.now(cx.now);
-                let ev = QmEvent::Transfer {
-                    client: from.number(),
-                    request: id,
-                    body,
-                };
-                self.qm.handle(now, ev);
-                self.act(cx);
-            }
+            Request::Arrival(qmgr::Request::Arrived { head, hold }) => QmEvent::Arrived {
+                client,
+                request,
+                head: Box::new(head),
+                hold,
+            },
+            Request::Arrival(body) => QmEvent::Transfer {
+                client,
+                request,
+                body,
+            },
+            Request::Verify(ipc::verify::Request::Query { address, wait_ms }) => QmEvent::Verify {
+                client,
+                request,
+                address,
+                wait_ms,
+            },
             Request::Control(ipc::queuectl::Request::Cluster) if self.cluster.is_some() => {
-                let now = self.now(cx.now);
+                // The share is the shell's, beside its link.
                 if let Some(c) = self.cluster.as_ref() {
                     let view = c.view(&mut self.qm, now);
                     let body = ipc::queuectl::Response::Cluster(Ok(Box::new(view)));
                     self.owed.push((from, id, Response::Control(body)));
                 }
+                return;
             }
-            Request::Verify(ipc::verify::Request::Query { address, wait_ms }) => {
-                let now = self.now(cx.now);
-                let ev = QmEvent::Verify {
-                    client: from.number(),
-                    request: id,
-                    address,
-                    wait_ms,
-                };
-                self.qm.handle(now, ev);
-                self.act(cx);
-            }
-            Request::Control(body) => {
-                let now = self.now(cx.now);
-                let ev = QmEvent::Control {
-                    client: from.number(),
-                    request: id,
-                    body,
-                };
-                self.qm.handle(now, ev);
-                self.act(cx);
-            }
-        }
+            Request::Control(body) => QmEvent::Control {
+                client,
+                request,
+                body,
+            },
+        };
+        self.qm.handle(now, ev);
+        self.act(cx);
     }
 
     fn requests_done(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Clients>) {
