@@ -1,98 +1,55 @@
 //! qmgr's links to the router, the delivery agents and cleanup (for
-//! notices), and the carrying out of the queue manager's actions on them.
-//!
-//! The queue manager names its requests with its own ids; a link's wire
-//! ids are mapped back here, so its answers reach it as events. A link
-//! that cannot be made, fails, or closes is reported as lost (the queue
-//! manager defers or requeues what waited on it) and made afresh by the
-//! next request.
+//! notices): `ipc::Peer`s, made on demand and again after a loss, whose
+//! requests carry the queue manager's ids, so that answers and losses
+//! reach it as events. Only the wording of the log lines is here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use daemon::{msg_warn, Cx};
 use ipc::cleanup::Cleanup;
 use ipc::delivery::Delivery;
+use ipc::peer::{Lost, PeerError};
 use ipc::router::Router;
-use ipc::{Link, Protocol};
+use ipc::{Peer, Protocol};
 use mio::{Registry, Token};
 use queue_manager::Event;
-
-/// One link and the queue manager's ids of the requests on it.
-struct Named<P: Protocol> {
-    link: Link<P>,
-    /// Wire id → the queue manager's id.
-    ids: HashMap<u64, u64>,
-}
-
-impl<P: Protocol> Named<P> {
-    fn connect(path: &Path, cx: &mut Cx<'_>) -> Result<Self, ipc::IpcError> {
-        let t = cx.token();
-        Ok(Named {
-            link: Link::connect(path, cx.registry, t)?,
-            ids: HashMap::new(),
-        })
-    }
-
-    /// Sends `req` as the queue manager's `id`.
-    fn send(&mut self, req: &P::Request, id: u64) -> Result<u64, ipc::IpcError> {
-        let wire = self.link.send(req)?;
-        self.ids.insert(wire, id);
-        Ok(wire)
-    }
-}
 
 /// Every link qmgr opens.
 pub struct Links {
     root: PathBuf,
-    router: Option<Named<Router>>,
-    agents: BTreeMap<String, Named<Delivery>>,
-    cleanup: Option<Named<Cleanup>>,
+    router: Peer<Router, u64>,
+    agents: BTreeMap<String, Peer<Delivery, u64>>,
+    cleanup: Peer<Cleanup, u64>,
 }
 
 impl Links {
     /// Links to the services under `root`/private.
     pub fn new(root: &Path) -> Self {
+        let root = root.join("private");
         Links {
-            root: root.join("private"),
-            router: None,
+            router: Peer::new(root.join("router")),
+            cleanup: Peer::new(root.join("cleanup")),
             agents: BTreeMap::new(),
-            cleanup: None,
+            root,
         }
     }
 
     /// Whether `token` is one of these links'.
     pub fn owns(&self, token: Token) -> bool {
-        self.router
-            .as_ref()
-            .is_some_and(|r| r.link.token() == token)
-            || self
-                .cleanup
-                .as_ref()
-                .is_some_and(|c| c.link.token() == token)
-            || self.agents.values().any(|a| a.link.token() == token)
+        self.router.owns(token)
+            || self.cleanup.owns(token)
+            || self.agents.values().any(|a| a.owns(token))
     }
 
     /// Sends a router request; `false` when the link is lost.
     pub fn send_router(&mut self, cx: &mut Cx<'_>, req: &ipc::router::Request, id: u64) -> bool {
-        if self.router.is_none() {
-            let path = self.root.join("router");
-            match Named::connect(&path, cx) {
-                Ok(l) => self.router = Some(l),
-                Err(e) => {
-                    msg_warn!("connect to router {}: {e}", path.display());
-                    return false;
-                }
-            }
-        }
-        let ok = self
-            .router
-            .as_mut()
-            .is_some_and(|r| r.send(req, id).is_ok());
-        if !ok {
-            drop_link(&mut self.router, cx.registry);
-        }
-        ok
+        let r = send(&mut self.router, cx, std::slice::from_ref(req), id);
+        sent(
+            r,
+            |e| format!("connect to router {}: {e}", self.router.path().display()),
+            None,
+        )
     }
 
     /// Sends an agent request; `false` when the link is lost.
@@ -103,27 +60,18 @@ impl Links {
         req: &ipc::delivery::Request,
         id: u64,
     ) -> bool {
-        if !self.agents.contains_key(transport) {
-            let path = self.root.join(transport);
-            match Named::connect(&path, cx) {
-                Ok(l) => {
-                    self.agents.insert(transport.to_string(), l);
-                }
-                Err(e) => {
-                    msg_warn!("connect to delivery agent {}: {e}", path.display());
-                    return false;
-                }
-            }
-        }
-        let ok = self
+        let root = &self.root;
+        let a = self
             .agents
-            .get_mut(transport)
-            .is_some_and(|a| a.send(req, id).is_ok());
-        if !ok {
-            let mut gone = self.agents.remove(transport);
-            drop_link(&mut gone, cx.registry);
-        }
-        ok
+            .entry(transport.to_string())
+            .or_insert_with(|| Peer::new(root.join(transport)));
+        let r = send(a, cx, std::slice::from_ref(req), id);
+        let path = a.path().display().to_string();
+        sent(
+            r,
+            |e| format!("connect to delivery agent {path}: {e}"),
+            None,
+        )
     }
 
     /// Sends a notice (Begin, Data…, End); `false` when the link is lost.
@@ -133,45 +81,22 @@ impl Links {
         reqs: &[ipc::cleanup::Request],
         notice: u64,
     ) -> bool {
-        if self.cleanup.is_none() {
-            match Named::connect(&self.root.join("cleanup"), cx) {
-                Ok(l) => self.cleanup = Some(l),
-                Err(e) => {
-                    msg_warn!("connect to cleanup for notices: {e}");
-                    return false;
-                }
-            }
-        }
-        let Some(c) = self.cleanup.as_mut() else {
+        if reqs.is_empty() {
+            // Nothing would ever settle it.
+            self.cleanup.close(cx.registry);
             return false;
-        };
-        let mut last = None;
-        for r in reqs {
-            match c.link.send(r) {
-                Ok(wire) => last = Some(wire),
-                Err(e) => {
-                    msg_warn!("cleanup link for notices: {e}");
-                    last = None;
-                    break;
-                }
-            }
         }
-        match last {
-            // Only the answer to End settles the notice.
-            Some(wire) => {
-                c.ids.insert(wire, notice);
-                true
-            }
-            None => {
-                drop_link(&mut self.cleanup, cx.registry);
-                false
-            }
-        }
+        let r = send(&mut self.cleanup, cx, reqs, notice);
+        sent(
+            r,
+            |e| format!("connect to cleanup for notices: {e}"),
+            Some("cleanup link for notices"),
+        )
     }
 
     /// Closes the cleanup link (its answers are given up).
     pub fn drop_cleanup(&mut self, registry: &Registry) {
-        drop_link(&mut self.cleanup, registry);
+        self.cleanup.close(registry);
     }
 
     /// Reads what a ready link says, as events for the queue manager:
@@ -184,92 +109,87 @@ impl Links {
         readable: bool,
         closed: bool,
     ) -> Vec<Event> {
-        let ev = (readable, closed);
         let mut out = Vec::new();
-        if self
-            .router
-            .as_ref()
-            .is_some_and(|r| r.link.token() == token)
-        {
-            let r = self.router.as_mut().expect("checked");
-            let lost = read(&mut r.link, ev, "router", |wire, response| {
-                if let Some(request) = r.ids.remove(&wire) {
+        if self.router.owns(token) {
+            let h = self.router.event(registry, readable, closed);
+            for (id, response) in h.answers {
+                if let Some(request) = id {
                     out.push(Event::RouterAnswer { request, response });
                 }
-            });
-            if lost {
-                drop_link(&mut self.router, registry);
+            }
+            if lost(h.lost, "router") {
                 out.push(Event::RouterLost);
             }
-        } else if self
-            .cleanup
-            .as_ref()
-            .is_some_and(|c| c.link.token() == token)
-        {
-            let c = self.cleanup.as_mut().expect("checked");
-            let lost = read(
-                &mut c.link,
-                ev,
-                "cleanup link for notices",
-                |wire, response| {
-                    // Started answers Begin, which nobody waits for.
-                    if let Some(notice) = c.ids.remove(&wire) {
-                        out.push(Event::CleanupAnswer { notice, response });
-                    }
-                },
-            );
-            if lost {
-                drop_link(&mut self.cleanup, registry);
+        } else if self.cleanup.owns(token) {
+            let h = self.cleanup.event(registry, readable, closed);
+            // Started answers Begin, which nobody waits for.
+            for (id, response) in h.answers {
+                if let Some(notice) = id {
+                    out.push(Event::CleanupAnswer { notice, response });
+                }
+            }
+            if lost(h.lost, "cleanup link for notices") {
                 out.push(Event::CleanupLost);
             }
-        } else if let Some(name) = self
-            .agents
-            .iter()
-            .find(|(_, a)| a.link.token() == token)
-            .map(|(n, _)| n.clone())
-        {
-            let a = self.agents.get_mut(&name).expect("found");
-            let what = format!("delivery agent {name}");
-            let lost = read(&mut a.link, ev, &what, |wire, response| {
+        } else if let Some((name, a)) = self.agents.iter_mut().find(|(_, a)| a.owns(token)) {
+            let h = a.event(registry, readable, closed);
+            for (request, response) in h.answers {
                 out.push(Event::AgentAnswer {
                     transport: name.clone(),
-                    request: a.ids.remove(&wire),
+                    request,
                     response,
                 });
-            });
-            if lost {
-                let mut gone = self.agents.remove(&name);
-                drop_link(&mut gone, registry);
-                out.push(Event::AgentLost { transport: name });
+            }
+            if lost(h.lost, &format!("delivery agent {name}")) {
+                out.push(Event::AgentLost {
+                    transport: name.clone(),
+                });
             }
         }
         out
     }
 }
 
-/// Reads a link's answers; whether the link is lost.
-fn read<P: Protocol>(
-    link: &mut Link<P>,
-    (readable, closed): (bool, bool),
-    what: &str,
-    mut answer: impl FnMut(u64, P::Response),
+fn send<P: Protocol>(
+    p: &mut Peer<P, u64>,
+    cx: &mut Cx<'_>,
+    reqs: &[P::Request],
+    id: u64,
+) -> Result<(), PeerError> {
+    let registry = cx.registry;
+    p.send(registry, || cx.token(), reqs, id)
+}
+
+/// Whether a request went out; a failure is logged as `connect` words it,
+/// or, for a failed write, as `what` does (`None`: not logged).
+fn sent(
+    r: Result<(), PeerError>,
+    connect: impl FnOnce(&ipc::IpcError) -> String,
+    what: Option<&str>,
 ) -> bool {
-    match link.event(readable, closed) {
-        Ok(answers) => {
-            for (wire, resp) in answers {
-                answer(wire, resp);
-            }
-            link.is_closed()
+    match r {
+        Ok(()) => true,
+        Err(PeerError::Connect(e)) => {
+            msg_warn!("{}", connect(&e));
+            false
         }
-        Err(e) => {
-            msg_warn!("{what}: {e}");
-            true
+        Err(PeerError::Send(e)) => {
+            if let Some(what) = what {
+                msg_warn!("{what}: {e}");
+            }
+            false
         }
     }
 }
 
-fn drop_link<P: Protocol>(l: &mut Option<Named<P>>, registry: &Registry) {
-    if let Some(mut n) = l.take() {
-        n.link.deregister(registry);
+/// Whether a link was lost; a failure is logged.
+fn lost(l: Option<Lost>, what: &str) -> bool {
+    match l {
+        None => false,
+        Some(Lost::Closed) => true,
+        Some(Lost::Failed(e)) => {
+            msg_warn!("{what}: {e}");
+            true
+        }
     }
 }

@@ -15,14 +15,17 @@
 //! scheduling and dispatch to the delivery agents, retries, notices,
 //! queue control, address verification, what waits for the group commit,
 //! a journal that cannot be written and what is left to do at exit, the
-//! meaning of main.cf's parameters, the wording of every log line, and
-//! this instance's share of a cluster. This program is its I/O only: the
-//! links (`links.rs`), the journal's files and its sync thread
-//! (`journal.rs`, `store.rs`), the files of saved state (`holds.rs`,
-//! `verifymap.rs`), the clients served through `daemon::ipcserver`
-//! (`clients.rs`), the metrics listener and one clock read per loop turn
-//! (`server.rs`), and the TCP/TLS link to clusterd when `cluster_server`
-//! is set (`cluster.rs`).
+//! meaning of main.cf's parameters and of a reload that fails, who may
+//! announce mail, the wording of the queue's log lines, and this
+//! instance's share of a cluster (where its link goes, what clusterd's
+//! news means, the count kept for a restart). This program is its I/O
+//! only: the links (`links.rs`, over `ipc::Peer`), the journal's files and
+//! its sync thread (`journal.rs`, `store.rs`), the files of saved state
+//! (`holds.rs`, `verifymap.rs`), the clients served through
+//! `daemon::ipcserver` (`clients.rs`), the metrics listener and one clock
+//! read per loop turn (`server.rs`), and the link to clusterd when
+//! `cluster_server` is set (`cluster.rs`, over crates/cluster's
+//! `link::Conn`).
 #![forbid(unsafe_code)]
 
 mod clients;

@@ -1,8 +1,8 @@
 //! qmgr's shell: its clients (cleanup's arrivals, smtpd's verification
 //! queries, `sluice queue`) served through `daemon::ipcserver`, the
 //! journal's group commit, the links, the metrics endpoint, and the queue
-//! manager (crates/qmgr) that makes every decision and words every log
-//! line.
+//! manager (crates/qmgr) that makes every decision and words the
+//! queue's log lines.
 //!
 //! The clock is read once per loop turn and passed down; the queue
 //! manager's actions are carried out as soon as it has them. Answers to
@@ -23,6 +23,7 @@ use sys::creds::PeerCred;
 
 use crate::clients::{Clients, Kind, Request, Response};
 use crate::links::Links;
+use crate::schedconf;
 use crate::store::Disk;
 
 /// Destinations reported on the metrics endpoint.
@@ -165,10 +166,6 @@ impl QmgrServer {
         self.turn.1
     }
 
-    fn reply_arrival(&mut self, client: ClientId, request: u64, resp: qmgr::Response) {
-        self.owed.push((client, request, Response::Arrival(resp)));
-    }
-
     /// Hands what is owed to clients to the client server.
     fn pay(&mut self, out: &mut Replies<'_, Clients>) {
         for (client, request, resp) in self.owed.drain(..) {
@@ -180,115 +177,97 @@ impl QmgrServer {
     /// Carries out the queue manager's actions, feeding back the links it lost.
     fn act(&mut self, cx: &mut Cx<'_>) {
         while let Some(a) = self.qm.poll_action() {
-            let lost = match a {
-                Action::Log(Level::Info, text) => {
-                    msg_info!("{text}");
-                    None
-                }
-                Action::Log(Level::Warn, text) => {
-                    msg_warn!("{text}");
-                    None
-                }
-                Action::ToRouter { request, body } => {
-                    (!self.links.send_router(cx, &body, request)).then_some(QmEvent::RouterLost)
-                }
-                Action::ToAgent {
-                    transport,
-                    request,
-                    body,
-                } => (!self.links.send_agent(cx, &transport, &body, request))
-                    .then_some(QmEvent::AgentLost { transport }),
-                Action::ToCleanup { notice, requests } => {
-                    (!self.links.send_cleanup(cx, &requests, notice))
-                        .then_some(QmEvent::CleanupLost)
-                }
-                Action::DropCleanup => {
-                    self.links.drop_cleanup(cx.registry);
-                    None
-                }
-                Action::Reply {
-                    client,
-                    request,
-                    mut body,
-                } => {
-                    if let (ipc::queuectl::Response::Summary(s), Some(c)) =
-                        (&mut body, self.cluster.as_ref())
-                    {
-                        s.cluster = Some(c.link());
-                    }
-                    let to = ClientId::from_number(client);
-                    self.owed.push((to, request, Response::Control(body)));
-                    None
-                }
-                Action::Answer {
-                    client,
-                    request,
-                    response,
-                } => {
-                    self.reply_arrival(ClientId::from_number(client), request, response);
-                    None
-                }
-                Action::DestinationDead { nexthop, retry_at } => {
-                    let secs = retry_at.0.saturating_sub(self.turn.1 .0) / 1000;
-                    if let Some(c) = self.cluster.as_mut() {
-                        c.dead(&nexthop, secs);
-                    }
-                    None
-                }
-                Action::RemoveData { id, storage } => {
-                    self.remove_data(id, storage);
-                    None
-                }
-                Action::HostRetry { host, retry_at } => {
-                    let secs = retry_at.0.saturating_sub(self.turn.1 .0) / 1000;
-                    if let Some(c) = self.cluster.as_mut() {
-                        c.host_retry(&host, secs);
-                    }
-                    None
-                }
-                Action::SaveHolds { text } => {
-                    self.save_holds(&text);
-                    None
-                }
-                Action::VerifyAnswer {
-                    client,
-                    request,
-                    response,
-                } => {
-                    let to = ClientId::from_number(client);
-                    self.owed.push((to, request, Response::Verify(response)));
-                    None
-                }
-                Action::SaveVerify { text } => {
-                    self.save_verify(&text);
-                    None
-                }
-            };
-            if let Some(ev) = lost {
+            if let Some(ev) = self.carry_out(a, Some(cx)) {
                 let now = self.turn.1;
                 self.qm.handle(now, ev);
             }
         }
     }
 
-    fn save_verify(&self, text: &str) {
-        if let Some(path) = self.verify_map.as_ref() {
-            if let Err(e) = crate::verifymap::save(path, text) {
-                msg_warn!("address_verify_map {}: {e}", path.display());
+    /// Carries out one action; the link it lost, if any. Without a loop
+    /// (`cx`, at exit) nothing goes out on a link.
+    fn carry_out(&mut self, a: Action, cx: Option<&mut Cx<'_>>) -> Option<QmEvent> {
+        let secs = |at: Time, now: Time| at.0.saturating_sub(now.0) / 1000;
+        match a {
+            Action::Log(Level::Info, text) => msg_info!("{text}"),
+            Action::Log(Level::Warn, text) => msg_warn!("{text}"),
+            Action::ToRouter { request, body } => {
+                let sent = self.links.send_router(cx?, &body, request);
+                return (!sent).then_some(QmEvent::RouterLost);
+            }
+            Action::ToAgent {
+                transport,
+                request,
+                body,
+            } => {
+                let sent = self.links.send_agent(cx?, &transport, &body, request);
+                return (!sent).then_some(QmEvent::AgentLost { transport });
+            }
+            Action::ToCleanup { notice, requests } => {
+                let sent = self.links.send_cleanup(cx?, &requests, notice);
+                return (!sent).then_some(QmEvent::CleanupLost);
+            }
+            Action::DropCleanup => self.links.drop_cleanup(cx?.registry),
+            Action::Reply {
+                client,
+                request,
+                mut body,
+            } => {
+                if let (ipc::queuectl::Response::Summary(s), Some(c)) =
+                    (&mut body, self.cluster.as_ref())
+                {
+                    s.cluster = Some(c.link());
+                }
+                let to = ClientId::from_number(client);
+                self.owed.push((to, request, Response::Control(body)));
+            }
+            Action::Answer {
+                client,
+                request,
+                response,
+            } => {
+                let to = ClientId::from_number(client);
+                self.owed.push((to, request, Response::Arrival(response)));
+            }
+            Action::VerifyAnswer {
+                client,
+                request,
+                response,
+            } => {
+                let to = ClientId::from_number(client);
+                self.owed.push((to, request, Response::Verify(response)));
+            }
+            Action::DestinationDead { nexthop, retry_at } => {
+                let secs = secs(retry_at, self.turn.1);
+                if let Some(c) = self.cluster.as_mut() {
+                    c.dead(&nexthop, secs);
+                }
+            }
+            Action::HostRetry { host, retry_at } => {
+                let secs = secs(retry_at, self.turn.1);
+                if let Some(c) = self.cluster.as_mut() {
+                    c.host_retry(&host, secs);
+                }
+            }
+            Action::RemoveData { id, storage } => {
+                if let Err(e) = self.qm.store().spool.remove_data(id, storage) {
+                    msg_warn!("{id}: removing its data: {e}");
+                }
+            }
+            Action::SaveHolds { text } => {
+                if let Err(e) = crate::holds::save(&self.root, &text) {
+                    msg_warn!("{}: {e}", crate::holds::path(&self.root).display());
+                }
+            }
+            Action::SaveVerify { text } => {
+                if let Some(path) = self.verify_map.as_ref() {
+                    if let Err(e) = crate::verifymap::save(path, &text) {
+                        msg_warn!("address_verify_map {}: {e}", path.display());
+                    }
+                }
             }
         }
-    }
-
-    fn save_holds(&self, text: &str) {
-        if let Err(e) = crate::holds::save(&self.root, text) {
-            msg_warn!("{}: {e}", crate::holds::path(&self.root).display());
-        }
-    }
-
-    fn remove_data(&self, id: mail::QueueId, storage: queue::Storage) {
-        if let Err(e) = self.qm.store().spool.remove_data(id, storage) {
-            msg_warn!("{id}: removing its data: {e}");
-        }
+        None
     }
 
     /// Everything appended in this pass goes into one commit, when the
@@ -373,59 +352,44 @@ impl Handler<Clients> for QmgrServer {
         id: u64,
         req: Request,
     ) {
-        match req {
+        let now = self.now(cx.now);
+        let (client, request) = (from.number(), id);
+        let ev = match req {
             // Answered after the group commit that `requests_done` starts.
-            Request::Arrival(qmgr::Request::Arrived { head, hold }) => {
-                let now = self.now(cx.now);
-                let ev = QmEvent::Arrived {
-                    client: from.number(),
-                    request: id,
-                    head: Box::new(head),
-                    hold,
-                };
-                self.qm.handle(now, ev);
-                self.act(cx);
-            }
-            Request::Arrival(body) => {
-                let now = self.now(cx.now);
-                let ev = QmEvent::Transfer {
-                    client: from.number(),
-                    request: id,
-                    body,
-                };
-                self.qm.handle(now, ev);
-                self.act(cx);
-            }
+            Request::Arrival(qmgr::Request::Arrived { head, hold }) => QmEvent::Arrived {
+                client,
+                request,
+                head: Box::new(head),
+                hold,
+            },
+            Request::Arrival(body) => QmEvent::Transfer {
+                client,
+                request,
+                body,
+            },
+            Request::Verify(ipc::verify::Request::Query { address, wait_ms }) => QmEvent::Verify {
+                client,
+                request,
+                address,
+                wait_ms,
+            },
             Request::Control(ipc::queuectl::Request::Cluster) if self.cluster.is_some() => {
-                let now = self.now(cx.now);
+                // The share is the shell's, beside its link.
                 if let Some(c) = self.cluster.as_ref() {
                     let view = c.view(&mut self.qm, now);
                     let body = ipc::queuectl::Response::Cluster(Ok(Box::new(view)));
                     self.owed.push((from, id, Response::Control(body)));
                 }
+                return;
             }
-            Request::Verify(ipc::verify::Request::Query { address, wait_ms }) => {
-                let now = self.now(cx.now);
-                let ev = QmEvent::Verify {
-                    client: from.number(),
-                    request: id,
-                    address,
-                    wait_ms,
-                };
-                self.qm.handle(now, ev);
-                self.act(cx);
-            }
-            Request::Control(body) => {
-                let now = self.now(cx.now);
-                let ev = QmEvent::Control {
-                    client: from.number(),
-                    request: id,
-                    body,
-                };
-                self.qm.handle(now, ev);
-                self.act(cx);
-            }
-        }
+            Request::Control(body) => QmEvent::Control {
+                client,
+                request,
+                body,
+            },
+        };
+        self.qm.handle(now, ev);
+        self.act(cx);
     }
 
     fn requests_done(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Clients>) {
@@ -434,40 +398,24 @@ impl Handler<Clients> for QmgrServer {
     }
 
     fn admit(&self, peer: &PeerCred, kind: Kind) -> bool {
-        // Only the mail system announces mail or asks for probes.
-        kind == Kind::Control || peer.uid == 0 || peer.uid == self.me
+        queue_manager::admits(kind == Kind::Control, peer.uid, self.me)
     }
 
     fn reload(&mut self, cx: &mut Cx<'_>, config: &config::Config) -> bool {
-        // In place: qmgr holds the active queue, and the journal replay a
-        // restart costs is not needed for new parameter values.
-        let services = match config::load_master_cf(&self.config_dir.join("master.cf")) {
-            Ok(s) => s,
-            Err(e) => {
-                msg_warn!("reload: {e}; keeping the running configuration");
-                return true;
-            }
-        };
         let now = self.now(cx.now);
         let seed = u64::from(std::process::id()) ^ now.0;
-        let scfg = match crate::schedconf::build(config, &services, seed) {
-            Ok(s) => s,
-            Err(e) => {
-                msg_warn!("reload: {e}; keeping the running configuration");
+        let master_cf = config::load_master_cf(&self.config_dir.join("master.cf"));
+        let ev = match schedconf::reconfigure(config, master_cf, seed) {
+            Ok(ev) => ev,
+            Err(warning) => {
+                msg_warn!("{warning}");
                 return true;
             }
         };
-        let settings = Settings::from_config(config, &scfg);
         if config.str("metrics_listen") != self.metrics_listen {
             msg_warn!("reload: metrics_listen changed: it takes effect when qmgr restarts");
         }
-        self.qm.handle(
-            now,
-            QmEvent::Reconfigure {
-                settings: Box::new(settings),
-                sched: Box::new(scfg),
-            },
-        );
+        self.qm.handle(now, ev);
         if let Some(c) = self.cluster.as_mut() {
             // A new policy may bring a new shaper: the share goes with it.
             c.install(&mut self.qm);
@@ -589,20 +537,7 @@ impl Handler<Clients> for QmgrServer {
         let r = self.qm.store_mut().writer.shutdown().map_err(Into::into);
         let now = self.turn.1;
         for a in self.qm.closing(now, r) {
-            match a {
-                Action::Answer {
-                    client,
-                    request,
-                    response,
-                } => self.reply_arrival(ClientId::from_number(client), request, response),
-                Action::RemoveData { id, storage } => self.remove_data(id, storage),
-                Action::SaveHolds { text } => self.save_holds(&text),
-                Action::SaveVerify { text } => self.save_verify(&text),
-                Action::Log(Level::Info, text) => msg_info!("{text}"),
-                Action::Log(Level::Warn, text) => msg_warn!("{text}"),
-                // `closing` keeps nothing else.
-                _ => {}
-            }
+            self.carry_out(a, None);
         }
         self.pay(out);
     }

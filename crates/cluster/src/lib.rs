@@ -7,12 +7,15 @@
 //! own. Neither core reads a clock, opens a socket or draws an unseeded
 //! random number: time is passed in as milliseconds on the caller's
 //! monotonic clock, so the in-process simulated cluster (the `sim` tests)
-//! runs many instances in virtual time.
+//! runs many instances in virtual time. The instance's end of that stream,
+//! for a mio loop, is [`link::Conn`]: it moves bytes and tells the client
+//! what happened; the client decides.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod client;
 pub mod coordinator;
+pub mod link;
 pub mod proto;
 pub mod rates;
 

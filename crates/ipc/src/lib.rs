@@ -21,6 +21,7 @@ pub mod delivery;
 pub mod endpoint;
 pub mod frame;
 pub mod link;
+pub mod peer;
 pub mod qmgr;
 pub mod queuectl;
 pub mod router;
@@ -32,6 +33,7 @@ pub use client::Client;
 pub use endpoint::Endpoint;
 pub use frame::{Filled, FrameBuf, MAX_FRAME};
 pub use link::Link;
+pub use peer::Peer;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,9 @@
 //! agents and cleanup (notices); smtpd to cleanup (a pool of links shared
 //! by its sessions), the router and anvil; cleanup to qmgr and the router.
 //! No daemon has a client of its own; tools and one-shot submissions
-//! (sendmail, local's forwarding) use the blocking [`crate::Client`].
+//! (sendmail, local's forwarding) use the blocking [`crate::Client`]. A
+//! link made on demand and again after a loss, its answers matched to the
+//! caller's own request names, is a [`crate::Peer`].
 //!
 //! Requests go out at once, tagged with increasing ids, the handshake in
 //! front of the first; answers come back in any order, matched by id.

@@ -10,18 +10,77 @@
 //! count until it is back; the shell keeps that count across a restart
 //! ([`ShareAction::SaveCount`]). A host of this machine (an LMTP socket,
 //! localhost, a loopback address) is news for nobody else, either way.
-//! The shell (bin/qmgr's `cluster.rs`) connects, moves the bytes over
-//! TLS and passes the time, in milliseconds on the client's own clock.
+//! The shell (bin/qmgr's `cluster.rs`, over crates/cluster's
+//! `link::Conn`) connects, moves the bytes over TLS and passes the time,
+//! in milliseconds on the client's own clock; where it connects to and
+//! with which files is [`target`]'s to say, and what the count file holds
+//! [`COUNT_FILE`]'s.
 //!
 //! Logs nothing itself; panics on nothing clusterd sends.
 
 use std::sync::MutexGuard;
 
 use cluster::client::{Client, ClientConfig, ClientEvent, Handle, Link};
+use cluster::link::Target;
 use cluster::proto::{encode, DestNews};
 use ipc::queuectl::{ClusterKeyView, ClusterLink, ClusterView};
 
 use crate::{Level, QueueManager, Store, Time};
+
+/// The last instance count heard, in the queue directory. Halon's
+/// fallback divides by "the last number of known hosts"; an instance that
+/// restarts while clusterd is away would otherwise know none and take 1
+/// connection per key and 1 token per interval of each shared rate (the
+/// safe floor: no limit of the cluster is exceeded by more than the
+/// fallback's own at least 1 per instance, but a rate of 600/min becomes
+/// 1/min). Saved without fsync: a count lost in a crash only means that
+/// floor until clusterd answers. Its text is [`count_text`], read back by
+/// [`read_count`].
+pub const COUNT_FILE: &str = "state/cluster.instances";
+
+/// The count file's text for `instances`.
+pub fn count_text(instances: u32) -> String {
+    format!("{instances}\n")
+}
+
+/// The count a count file's text holds; `None` for one unreadable (as
+/// for none: the floor).
+pub fn read_count(text: &str) -> Option<u32> {
+    text.trim().parse().ok()
+}
+
+/// Where the link to clusterd goes, as main.cf says (`None` without
+/// `cluster_server`): the link is mutual TLS only, so an empty
+/// `cluster_tls_cert_file`, `cluster_tls_key_file` or `cluster_tls_CAfile`
+/// is an error naming it; clusterd's certificate must carry
+/// `cluster_tls_server_name`, else the address `cluster_server` names.
+pub fn target(config: &config::Config) -> Result<Option<Target>, String> {
+    let Some(addr) = config.listen("cluster_server") else {
+        return Ok(None);
+    };
+    let param = |n: &str| {
+        let v = config.str(n);
+        if v.is_empty() {
+            Err(format!(
+                "{n} is empty: the link to clusterd is mutual TLS only"
+            ))
+        } else {
+            Ok(std::path::PathBuf::from(v))
+        }
+    };
+    let name = config.str("cluster_tls_server_name");
+    Ok(Some(Target {
+        addr,
+        cert: param("cluster_tls_cert_file")?,
+        key: param("cluster_tls_key_file")?,
+        ca: param("cluster_tls_CAfile")?,
+        server_name: if name.is_empty() {
+            addr.ip().to_string()
+        } else {
+            name
+        },
+    }))
+}
 
 /// What the shell is to do for the share, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,6 +329,51 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    fn main_cf(text: &str) -> config::Config {
+        config::Config::parse(text, std::path::Path::new("main.cf"), &[])
+            .unwrap()
+            .config
+    }
+
+    #[test]
+    fn the_link_goes_where_main_cf_says_with_mutual_tls_only() {
+        assert_eq!(target(&main_cf("")).unwrap(), None);
+        let files = "cluster_tls_cert_file = /etc/c.pem\n\
+                     cluster_tls_key_file = /etc/c.key\n\
+                     cluster_tls_CAfile = /etc/ca.pem\n";
+        let t = target(&main_cf(&format!(
+            "cluster_server = 192.0.2.9:7000\n{files}"
+        )))
+        .unwrap()
+        .unwrap();
+        assert_eq!(t.addr.to_string(), "192.0.2.9:7000");
+        assert_eq!(t.ca, std::path::Path::new("/etc/ca.pem"));
+        assert_eq!(
+            t.server_name, "192.0.2.9",
+            "the address when no name is set"
+        );
+        let named = format!(
+            "cluster_server = 192.0.2.9:7000\ncluster_tls_server_name = clusterd.example\n{files}"
+        );
+        let t = target(&main_cf(&named)).unwrap().unwrap();
+        assert_eq!(t.server_name, "clusterd.example");
+        let no_ca = "cluster_server = 192.0.2.9:7000\n\
+                     cluster_tls_cert_file = /etc/c.pem\n\
+                     cluster_tls_key_file = /etc/c.key\n";
+        assert_eq!(
+            target(&main_cf(no_ca)).unwrap_err(),
+            "cluster_tls_CAfile is empty: the link to clusterd is mutual TLS only"
+        );
+    }
+
+    #[test]
+    fn the_count_file_reads_back_what_was_written_and_nothing_from_garbage() {
+        assert_eq!(read_count(&count_text(3)), Some(3));
+        assert_eq!(read_count(" 12 \n"), Some(12));
+        assert_eq!(read_count(""), None);
+        assert_eq!(read_count("three"), None);
     }
 
     #[test]

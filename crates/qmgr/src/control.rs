@@ -18,6 +18,15 @@ use sched::Time;
 
 use crate::{system_time, QueueManager, Store};
 
+/// Whether qmgr hears a client of its socket, by the peer's uid: a
+/// control client (`sluice queue`, `sluice status`) is heard whoever it
+/// is (the socket's own permissions say who reaches it), but only the
+/// mail system (root, or qmgr's own user `me`) announces mail or asks
+/// for address probes.
+pub fn admits(control: bool, uid: u32, me: u32) -> bool {
+    control || uid == 0 || uid == me
+}
+
 impl<S: Store> QueueManager<S> {
     /// Answers a control request.
     pub(crate) fn control(&mut self, req: queuectl::Request) -> queuectl::Response {
@@ -460,6 +469,18 @@ fn state_word(held: bool, next_attempt: u64) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_the_mail_system_announces_mail_but_anyone_asks_about_the_queue() {
+        let me = 107;
+        assert!(super::admits(false, 0, me), "root");
+        assert!(super::admits(false, me, me), "mail_owner");
+        assert!(!super::admits(false, 1000, me), "a user announcing mail");
+        assert!(
+            super::admits(true, 1000, me),
+            "a user asking about the queue"
+        );
+    }
+
     use ipc::queuectl::{Request, Response, Selector};
     use queue::Record;
 

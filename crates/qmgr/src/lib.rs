@@ -62,6 +62,7 @@ pub mod verify;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
+pub use control::admits;
 use ipc::{cleanup, delivery, qmgr, queuectl, router};
 use mail::QueueId;
 use queue::{Lsn, MessageHead, Record, Replay, Storage};

@@ -135,10 +135,59 @@ pub fn build(cfg: &Config, services: &[ServiceDef], seed: u64) -> Result<SchedCo
     })
 }
 
+/// A reload's new configuration, from main.cf and master.cf as read
+/// again (`master_cf`), as the event that puts it in force; or, when
+/// either is wrong, the warning that says so, and the running
+/// configuration stays: qmgr reloads in place (it holds the active queue,
+/// and new parameter values are not worth the journal replay a restart
+/// costs), so a bad file must not take it down.
+pub fn reconfigure(
+    cfg: &Config,
+    master_cf: Result<Vec<ServiceDef>, config::ConfigError>,
+    seed: u64,
+) -> Result<crate::Event, String> {
+    let keep = |e: String| format!("reload: {e}; keeping the running configuration");
+    let services = master_cf.map_err(|e| keep(e.to_string()))?;
+    let sched = build(cfg, &services, seed).map_err(keep)?;
+    let settings = crate::Settings::from_config(cfg, &sched);
+    Ok(crate::Event::Reconfigure {
+        settings: Box::new(settings),
+        sched: Box::new(sched),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use config::parse_master_cf;
+
+    #[test]
+    fn a_reload_with_a_bad_file_keeps_the_running_configuration() {
+        let master = "smtp unix - - n - - smtp\nrelay unix - - n - - smtp\n";
+        let services = parse_master_cf(master, Path::new("master.cf")).unwrap();
+        let cfg = Config::parse("", Path::new("main.cf"), &[]).unwrap().config;
+        match reconfigure(&cfg, Ok(services), 1) {
+            Ok(crate::Event::Reconfigure { sched, .. }) => {
+                let names: Vec<&str> = sched.transports.iter().map(|t| t.name.as_str()).collect();
+                assert_eq!(names, ["smtp", "relay"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let bad = parse_master_cf("smtp unix - - n - - \n", Path::new("master.cf"));
+        let e = reconfigure(&cfg, bad, 1).unwrap_err();
+        assert!(e.starts_with("reload: master.cf"), "{e}");
+        assert!(e.ends_with("; keeping the running configuration"), "{e}");
+        let policy = Config::parse(
+            "policy_file = /nonexistent/policy\n",
+            Path::new("main.cf"),
+            &[],
+        )
+        .unwrap()
+        .config;
+        let e = reconfigure(&policy, Ok(Vec::new()), 1).unwrap_err();
+        assert!(e.contains("/nonexistent/policy"), "{e}");
+        assert!(e.ends_with("; keeping the running configuration"), "{e}");
+    }
 
     fn sched_of(main_cf: &str) -> Result<SchedConfig, config::ConfigError> {
         let master = "smtp unix - - n - - smtp\nrelay unix - - n - - smtp\n";

@@ -1,0 +1,298 @@
+//! A daemon's link to one service, as its event loop keeps it: made by
+//! the first request and made afresh by the first request after a loss,
+//! each answer handed back with the caller's own tag for the request it
+//! answers (qmgr names its requests with the queue manager's ids, not the
+//! link's wire ids).
+//!
+//! A link that cannot be made, fails on a write, or is closed by the
+//! service is dropped at once (deregistered, its tags forgotten): what
+//! waited on it is the caller's to give up or send again, and the next
+//! request connects anew. [`Peer`] neither logs nor retries by itself; it
+//! says which of these happened ([`PeerError`], [`Lost`]) so the caller
+//! words the log line.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use mio::{Registry, Token};
+
+use crate::{IpcError, Link, Protocol};
+
+/// A link to the service at one socket, connected on demand.
+#[derive(Debug)]
+pub struct Peer<P: Protocol, T> {
+    path: PathBuf,
+    link: Option<Link<P>>,
+    /// Wire id → the caller's tag.
+    tags: HashMap<u64, T>,
+}
+
+/// Why a request could not be sent; the link is dropped either way.
+#[derive(Debug)]
+pub enum PeerError {
+    /// No link could be made to the service.
+    Connect(IpcError),
+    /// The link failed while the request was written.
+    Send(IpcError),
+}
+
+/// How a link was lost while its answers were read.
+#[derive(Debug)]
+pub enum Lost {
+    /// The service closed it after what it answered.
+    Closed,
+    /// It failed: closed before an answer, refused, or garbled.
+    Failed(IpcError),
+}
+
+/// What one event on a peer's link brought.
+#[derive(Debug)]
+pub struct Heard<R, T> {
+    /// Each answer, with the tag its request was sent with (`None` for a
+    /// request sent untagged, or an answer nobody waits for).
+    pub answers: Vec<(Option<T>, R)>,
+    /// Set when the link is lost; it is dropped already.
+    pub lost: Option<Lost>,
+}
+
+impl<P: Protocol, T> Peer<P, T> {
+    /// A peer for the service listening at `path`, not yet connected.
+    pub fn new(path: PathBuf) -> Self {
+        Peer {
+            path,
+            link: None,
+            tags: HashMap::new(),
+        }
+    }
+
+    /// The service's socket.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether `token` is the link's.
+    pub fn owns(&self, token: Token) -> bool {
+        self.link.as_ref().is_some_and(|l| l.token() == token)
+    }
+
+    /// Whether a link is up (or being made).
+    pub fn is_connected(&self) -> bool {
+        self.link.is_some()
+    }
+
+    /// Sends `reqs` in order on one link, connecting first if there is
+    /// none (registered under the token `token` gives); only the answer
+    /// to the last is handed back with `tag` (a notice's Begin and Data
+    /// are answered too, but only its End settles it). On an error the
+    /// link is dropped, so no later request of a sequence goes out on a
+    /// new link after its first ones were lost with the old.
+    pub fn send(
+        &mut self,
+        registry: &Registry,
+        token: impl FnOnce() -> Token,
+        reqs: &[P::Request],
+        tag: T,
+    ) -> Result<(), PeerError> {
+        if self.link.is_none() {
+            let link = Link::connect(&self.path, registry, token()).map_err(PeerError::Connect)?;
+            self.link = Some(link);
+        }
+        let link = self.link.as_mut().expect("connected above");
+        let mut last = None;
+        for r in reqs {
+            match link.send(r) {
+                Ok(wire) => last = Some(wire),
+                Err(e) => {
+                    self.close(registry);
+                    return Err(PeerError::Send(e));
+                }
+            }
+        }
+        if let Some(wire) = last {
+            self.tags.insert(wire, tag);
+        }
+        Ok(())
+    }
+
+    /// Reads what one event on the link announced (`readable`, and its
+    /// read-closed flag `closed`: see [`Link::event`]) and writes what
+    /// waits.
+    pub fn event(
+        &mut self,
+        registry: &Registry,
+        readable: bool,
+        closed: bool,
+    ) -> Heard<P::Response, T> {
+        let mut heard = Heard {
+            answers: Vec::new(),
+            lost: None,
+        };
+        let Some(link) = self.link.as_mut() else {
+            return heard;
+        };
+        match link.event(readable, closed) {
+            Ok(answers) => {
+                for (wire, resp) in answers {
+                    heard.answers.push((self.tags.remove(&wire), resp));
+                }
+                if link.is_closed() {
+                    heard.lost = Some(Lost::Closed);
+                }
+            }
+            Err(e) => heard.lost = Some(Lost::Failed(e)),
+        }
+        if heard.lost.is_some() {
+            self.close(registry);
+        }
+        heard
+    }
+
+    /// Drops the link, if any, and forgets what was sent on it.
+    pub fn close(&mut self, registry: &Registry) {
+        if let Some(mut l) = self.link.take() {
+            l.deregister(registry);
+        }
+        self.tags.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::time::{Duration, Instant};
+
+    use mio::{Events, Poll};
+
+    use super::*;
+    use crate::anvil::{Anvil, Request, Response};
+    use crate::{decode, encode, FrameBuf, Hello, HelloReply, Tagged};
+
+    fn frame<T: serde::de::DeserializeOwned>(s: &mut UnixStream, fb: &mut FrameBuf) -> Option<T> {
+        loop {
+            if let Some(p) = fb.next_payload().unwrap() {
+                return Some(decode(p).unwrap());
+            }
+            if fb.read_from(s).unwrap().bytes == 0 {
+                return None;
+            }
+        }
+    }
+
+    /// An anvil that answers each request with its count of requests so
+    /// far on the connection, and closes after `serve` of them.
+    fn anvil(l: UnixListener, conns: usize, serve: u32) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            for _ in 0..conns {
+                let (mut s, _) = l.accept().unwrap();
+                let mut fb = FrameBuf::new();
+                let hello: Hello = frame(&mut s, &mut fb).unwrap();
+                assert_eq!(hello, Hello::of::<Anvil>());
+                s.write_all(&encode(&HelloReply::Accepted)).unwrap();
+                for n in 1..=serve {
+                    let Some(t) = frame::<Tagged<Request>>(&mut s, &mut fb) else {
+                        break;
+                    };
+                    let body = Response::Counts { count: n, rate: 0 };
+                    s.write_all(&encode(&Tagged { id: t.id, body })).unwrap();
+                }
+                // Closes once the client has seen the answers.
+                let _ = s.shutdown(std::net::Shutdown::Write);
+                let _ = s.read(&mut [0; 64]);
+            }
+        })
+    }
+
+    fn lookup() -> Request {
+        Request::Lookup {
+            service: "smtp".into(),
+            client: "192.0.2.1".into(),
+        }
+    }
+
+    /// Polls until `want` answers have come, or the link is lost.
+    fn hear(
+        poll: &mut Poll,
+        peer: &mut Peer<Anvil, &'static str>,
+        want: usize,
+    ) -> Heard<Response, &'static str> {
+        let mut all = Heard {
+            answers: Vec::new(),
+            lost: None,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut events = Events::with_capacity(8);
+        while all.answers.len() < want && all.lost.is_none() {
+            assert!(Instant::now() < deadline, "no answer from the test anvil");
+            poll.poll(&mut events, Some(Duration::from_millis(100)))
+                .unwrap();
+            for e in events.iter() {
+                assert!(peer.owns(e.token()));
+                let h = peer.event(poll.registry(), e.is_readable(), e.is_read_closed());
+                all.answers.extend(h.answers);
+                all.lost = all.lost.or(h.lost);
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn answers_come_back_with_the_callers_tags_and_a_lost_link_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("anvil");
+        let server = anvil(UnixListener::bind(&path).unwrap(), 2, 3);
+        let mut poll = Poll::new().unwrap();
+        let mut peer: Peer<Anvil, &str> = Peer::new(path);
+        assert!(!peer.is_connected());
+        let reg = poll.registry().try_clone().unwrap();
+        peer.send(&reg, || Token(7), &[lookup(), lookup()], "pair")
+            .unwrap();
+        peer.send(&reg, || Token(8), &[lookup()], "one").unwrap();
+        assert!(peer.owns(Token(7)) && !peer.owns(Token(8)));
+        let h = hear(&mut poll, &mut peer, 3);
+        let got: Vec<_> = h.answers.iter().map(|(t, r)| (*t, *r)).collect();
+        // The first of the pair is answered untagged: only the last
+        // request of a sequence carries the tag.
+        assert_eq!(
+            got,
+            [
+                (None, Response::Counts { count: 1, rate: 0 }),
+                (Some("pair"), Response::Counts { count: 2, rate: 0 }),
+                (Some("one"), Response::Counts { count: 3, rate: 0 }),
+            ]
+        );
+        // The server closes after three: the link is lost and dropped
+        // (a close read with the last answers, or alone, after them).
+        let h = if h.lost.is_some() {
+            h
+        } else {
+            hear(&mut poll, &mut peer, 1)
+        };
+        assert!(
+            matches!(h.lost, Some(Lost::Closed | Lost::Failed(IpcError::Closed))),
+            "{:?}",
+            h.lost
+        );
+        assert!(!peer.is_connected() && !peer.owns(Token(7)));
+        // The next request connects anew.
+        peer.send(&reg, || Token(9), &[lookup()], "again").unwrap();
+        assert!(peer.owns(Token(9)));
+        let h = hear(&mut poll, &mut peer, 1);
+        assert_eq!(h.answers[0].0, Some("again"));
+        assert_eq!(h.answers[0].1, Response::Counts { count: 1, rate: 0 });
+        peer.close(&reg);
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn a_service_not_listening_is_a_connect_error_and_no_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let poll = Poll::new().unwrap();
+        let mut peer: Peer<Anvil, u64> = Peer::new(dir.path().join("absent"));
+        let r = peer.send(poll.registry(), || Token(1), &[lookup()], 1);
+        assert!(matches!(r, Err(PeerError::Connect(_))), "{r:?}");
+        assert!(!peer.is_connected());
+        let h = peer.event(poll.registry(), true, false);
+        assert!(h.answers.is_empty() && h.lost.is_none());
+    }
+}
