@@ -35,39 +35,59 @@ pub(super) struct Unsent {
 
 impl Unsent {
     /// Queues the Begin and the content on `link` and writes them, with the
-    /// End when `end`; gives the Begin's id and the End's. The content
-    /// stays here, for another link, if the write fails.
+    /// End when `end`; gives the Begin's id and the End's. The content is
+    /// lent to the link by reference (written from its own buffers, not
+    /// copied into the frames) and taken back if the write fails, for
+    /// another link.
     fn write(
         &mut self,
         link: &mut Link<Cleanup>,
         end: bool,
     ) -> Result<(u64, Option<u64>), IpcError> {
         let begin = link.send_later(&self.begin)?;
-        for chunk in &mut self.chunks {
-            if chunk.len() <= MAX_CHUNK {
-                // Lent to the frame and taken back: encoded once, not copied.
-                let req = Request::Data {
-                    bytes: std::mem::take(chunk),
-                };
-                let sent = link.send_later(&req);
-                if let Request::Data { bytes } = req {
-                    *chunk = bytes;
-                }
-                sent?;
-            } else {
-                for piece in chunk.chunks(MAX_CHUNK) {
-                    link.send_later(&Request::Data {
-                        bytes: piece.to_vec(),
-                    })?;
-                }
+        let mut chunks = std::mem::take(&mut self.chunks).into_iter();
+        let mut refused = None;
+        for chunk in chunks.by_ref() {
+            if let Err((e, chunk)) = queue_data(link, chunk) {
+                refused = Some((e, chunk));
+                break;
             }
         }
-        if end {
-            return Ok((begin, Some(link.send(&Request::End)?)));
+        let sent = match refused {
+            Some((e, chunk)) => Err((e, Some(chunk))),
+            None if end => link.send(&Request::End).map(Some).map_err(|e| (e, None)),
+            None => link.flush().map(|()| None).map_err(|e| (e, None)),
+        };
+        match sent {
+            Ok(end_id) => Ok((begin, end_id)),
+            Err((e, chunk)) => {
+                // What the link holds never reached cleanup whole (see
+                // `on_link`): all of it goes again, in order.
+                self.chunks = link.take_spliced();
+                self.chunks.extend(chunk);
+                self.chunks.extend(chunks);
+                Err(e)
+            }
         }
-        link.flush()?;
-        Ok((begin, None))
     }
+}
+
+/// Queues content for cleanup by reference: the frame's head is encoded,
+/// the bytes are written from `chunk` itself. Content over [`MAX_CHUNK`]
+/// (bare LFs made CRLF) goes in pieces, copied. The chunk is given back
+/// when it cannot be queued.
+fn queue_data(link: &mut Link<Cleanup>, chunk: Vec<u8>) -> Result<(), (IpcError, Vec<u8>)> {
+    let head = Request::Data { bytes: Vec::new() };
+    if chunk.len() <= MAX_CHUNK {
+        return link.send_later_spliced(&head, chunk, 0).map(drop);
+    }
+    for (i, piece) in chunk.chunks(MAX_CHUNK).enumerate() {
+        if let Err((e, _)) = link.send_later_spliced(&head, piece.to_vec(), 0) {
+            // The pieces queued before stay with the link; the rest comes back.
+            return Err((e, chunk[i * MAX_CHUNK..].to_vec()));
+        }
+    }
+    Ok(())
 }
 
 impl Conn {
@@ -263,17 +283,14 @@ impl Conn {
         let Some(held) = self.link.as_mut() else {
             return;
         };
-        let sent = if bytes.len() > MAX_CHUNK {
-            bytes.chunks(MAX_CHUNK).try_for_each(|c| {
-                held.link
-                    .send(&Request::Data { bytes: c.to_vec() })
-                    .map(drop)
-            })
-        } else {
-            // Queued only: the end of data (or the end of this turn) writes
-            // it, so a small message's content and End go in one write.
-            held.link.send_later(&Request::Data { bytes }).map(drop)
-        };
+        // Queued only: the end of data (or the end of this turn) writes
+        // it, so a small message's content and End go in one write.
+        let large = bytes.len() > MAX_CHUNK;
+        let mut sent = queue_data(&mut held.link, bytes).map_err(|(e, _)| e);
+        if large && sent.is_ok() {
+            // Pieces of a large chunk go now, as before: bounded output.
+            sent = held.link.flush();
+        }
         if let Err(e) = sent {
             msg_warn!("cleanup link: {e}");
             self.break_link(cx, pool);
