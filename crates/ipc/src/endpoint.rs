@@ -4,8 +4,10 @@
 //! which reads on to EAGAIN) when the socket is readable and
 //! [`Endpoint::write_ready`] when it is writable; frames come out of
 //! [`Endpoint::recv`], decoded where they were read, and go in through
-//! [`Endpoint::send`], encoded straight into the output buffer. Both buffers
-//! are bounded: a peer that sends frames over the limit or stops reading its
+//! [`Endpoint::send`], encoded straight into the output buffer; message
+//! content goes by reference ([`Endpoint::queue_spliced`]: the frame's head
+//! is encoded, the content written from its own buffer by `writev`). Both
+//! buffers are bounded: a peer that sends frames over the limit or stops reading its
 //! answers gets an error, which the caller turns into closing the connection.
 
 use std::collections::VecDeque;
@@ -15,7 +17,9 @@ use mio::net::UnixStream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::{decode, encode_into, encode_spliced, FrameBuf, Hello, HelloReply, IpcError, Protocol, Tagged};
+use crate::{
+    decode, encode_into, encode_spliced, FrameBuf, Hello, HelloReply, IpcError, Protocol, Tagged,
+};
 
 /// Outgoing bytes we hold for a slow reader before giving up on it.
 pub const MAX_OUTGOING: usize = 32 << 20;
@@ -238,9 +242,10 @@ impl Endpoint {
         self.queue(&Tagged { id, body })
     }
 
-    /// Takes back the bodies queued by reference and not written whole,
-    /// in order, leaving the rest of the output queued: a client whose
-    /// connection failed before they went sends them on another.
+    /// Takes back the bodies queued by reference that are still queued
+    /// (one partly written among them, whole), in order, leaving the rest
+    /// of the output queued: a client whose connection failed before they
+    /// went sends them on another.
     pub fn take_spliced(&mut self) -> Vec<Vec<u8>> {
         self.spliced.drain(..).map(|s| s.bytes).collect()
     }

@@ -82,12 +82,13 @@ impl<P: Protocol> Link<P> {
     ) -> Result<u64, (IpcError, Vec<u8>)> {
         let id = self.next_id;
         self.next_id += 1;
-        self.ep.queue_spliced(&Tagged { id, body: req }, body, after)?;
+        self.ep
+            .queue_spliced(&Tagged { id, body: req }, body, after)?;
         Ok(id)
     }
 
-    /// The bodies queued by [`Link::send_later_spliced`] and not written
-    /// whole, in order (see [`Endpoint::take_spliced`]).
+    /// The bodies queued by [`Link::send_later_spliced`] and still
+    /// queued, in order (see [`Endpoint::take_spliced`]).
     pub fn take_spliced(&mut self) -> Vec<Vec<u8>> {
         self.ep.take_spliced()
     }

@@ -546,3 +546,87 @@ impl Conn {
 
 /// Unsent bytes on the link past which no more client input is fed.
 const LINK_BACKLOG: usize = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::net::UnixListener;
+
+    fn begin() -> Request {
+        Request::Begin {
+            envelope: Box::default(),
+            origin: Origin::Local {
+                user: "u".into(),
+                full_name: None,
+            },
+            hold: false,
+            quiet: true,
+        }
+    }
+
+    /// Content lent to a link whose cleanup has gone comes back whole and
+    /// in order, and goes on the next link as the frames cleanup reads.
+    #[test]
+    fn content_lent_to_a_dead_link_comes_back_and_goes_whole_on_the_next() {
+        let dir = std::env::temp_dir().join(format!("smtpd-unsent-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cleanup");
+        let listener = UnixListener::bind(&path).unwrap();
+        let poll = mio::Poll::new().unwrap();
+        let chunks: Vec<Vec<u8>> = vec![
+            b"Subject: x\r\n\r\n".to_vec(),
+            vec![b'a'; 3000],
+            // Over MAX_CHUNK: bare LFs made CRLF can make a chunk so long.
+            (0..MAX_CHUNK + 100).map(|i| (i % 200) as u8).collect(),
+            b"last\r\n".to_vec(),
+        ];
+        let mut unsent = Unsent {
+            begin: begin(),
+            chunks: chunks.clone(),
+        };
+
+        // The first cleanup has gone: its end is closed before we write.
+        let mut dead = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(1)).unwrap();
+        drop(listener.accept().unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(unsent.write(&mut dead, true).is_err());
+        let back: Vec<u8> = unsent.chunks.concat();
+        assert_eq!(back, chunks.concat(), "the content came back whole");
+
+        let mut live = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(2)).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let (_, end) = unsent.write(&mut live, true).unwrap();
+        assert!(end.is_some());
+        while live.pending_output() > 0 {
+            live.flush().unwrap();
+        }
+        drop(live);
+        let mut wire = Vec::new();
+        peer.read_to_end(&mut wire).unwrap();
+        let mut frames = ipc::FrameBuf::new();
+        frames.push(&wire);
+        let hello: ipc::Hello = ipc::decode(frames.next_payload().unwrap().unwrap()).unwrap();
+        assert_eq!(hello, ipc::Hello::of::<Cleanup>());
+        let mut got = Vec::new();
+        let mut content = Vec::new();
+        while let Some(p) = frames.next_payload().unwrap() {
+            let t: ipc::Tagged<Request> = ipc::decode(p).unwrap();
+            match t.body {
+                Request::Data { bytes } => {
+                    assert!(bytes.len() <= MAX_CHUNK);
+                    content.extend_from_slice(&bytes);
+                    got.push("Data");
+                }
+                Request::Begin { .. } => got.push("Begin"),
+                Request::End => got.push("End"),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(got.first(), Some(&"Begin"));
+        assert_eq!(got.last(), Some(&"End"));
+        assert_eq!(content, chunks.concat());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
