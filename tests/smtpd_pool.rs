@@ -175,3 +175,61 @@ fn a_cleanup_killed_mid_message_costs_that_message_a_451_and_nothing_else() {
     let q = inst.queue_json();
     assert_eq!(q.len(), 4, "{q:?}");
 }
+
+#[test]
+fn content_after_cleanup_died_goes_whole_on_a_new_link() {
+    // smtpd lends a message's content to its cleanup link by reference
+    // (written by writev from smtpd's own buffer). After its cleanup dies,
+    // the next message goes, whole, on a new link: whether the kept link's
+    // close is read before or fails the first write is a race here (the
+    // failing write is smtpd's unit test `content_lent_to_a_dead_link_…`).
+    let (inst, port) = instance("");
+    let send = |subject: &str, body: &str| -> String {
+        let (mut c, _) = SmtpClient::connect(port);
+        c.expect("EHLO client.example", "250");
+        c.expect("MAIL FROM:<a@example.com>", "250");
+        c.expect("RCPT TO:<bob@mx.test.example>", "250");
+        c.expect("DATA", "354");
+        c.send(&format!("Subject: {subject}\r\n\r\n{body}\r\n.\r\n"));
+        let r = c.reply();
+        c.expect("QUIT", "221");
+        r
+    };
+    let r = send("before", "first");
+    assert!(r.starts_with("250"), "{r}");
+    for p in inst.pids("cleanup") {
+        sys::process::signal(p, 9).expect("SIGKILL cleanup");
+    }
+    let body = "line\r\n".repeat(400);
+    let r = send("after the kill", &body);
+    assert!(r.starts_with("250"), "{r}");
+    // The same message again, on a link that works from the start.
+    let r = send("after the kill", &body);
+    assert!(r.starts_with("250"), "{r}");
+    let q = inst.queue_json();
+    assert_eq!(q.len(), 3, "{q:?}");
+    let field = |line: &str, key: &str| -> String {
+        line.split(&format!("\"{key}\":"))
+            .nth(1)
+            .and_then(|r| r.split([',', '}']).next())
+            .expect(key)
+            .trim_matches('"')
+            .to_string()
+    };
+    let mut sizes = Vec::new();
+    for line in &q {
+        let id = field(line, "queue_id");
+        let shown =
+            String::from_utf8_lossy(&inst.sluice(&["queue", "show", &id]).stdout).into_owned();
+        if shown.contains("Subject: after the kill") {
+            sizes.push(field(line, "message_size"));
+        } else {
+            assert!(shown.contains("Subject: before"), "{shown}");
+        }
+    }
+    // Both came whole: the one retried on a new link is as long as the
+    // one sent on a live link (what cleanup adds is the same length).
+    assert_eq!(sizes.len(), 2, "{q:?}");
+    assert_eq!(sizes[0], sizes[1], "{q:?}");
+    assert!(sizes[0].parse::<usize>().unwrap() > body.len(), "{q:?}");
+}

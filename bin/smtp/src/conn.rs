@@ -604,7 +604,7 @@ impl SmtpConn {
             if !out.is_empty() {
                 progressed = true;
             }
-            match stream.write(&out).and_then(|()| stream.flush()) {
+            match stream.write_owned(out).and_then(|()| stream.flush()) {
                 Ok(all_out) => progressed |= backlog && all_out,
                 Err(e) => {
                     let why = format!(
@@ -644,21 +644,22 @@ impl SmtpConn {
             Some((content, pos)) => content.len().saturating_sub(*pos),
             None => 0,
         };
-        let mut buf = vec![0u8; left.min(64 * 1024) as usize];
-        let n = match active.source.as_mut() {
-            Some(_) if buf.is_empty() => Ok(0),
-            Some((content, pos)) => content
-                .read_at(&mut buf, *pos)
-                .inspect(|n| *pos += *n as u64),
-            None => Ok(0),
-        };
+        let want = left.min(64 * 1024) as usize;
         let Some(session) = self.session.as_mut() else {
             return false;
+        };
+        // Read from the spool straight into the session's output (with
+        // DATA), which goes to the socket as it is: no copy in between.
+        let n = match active.source.as_mut() {
+            Some(_) if want == 0 => Ok(0),
+            Some((content, pos)) => session
+                .send_content_from(want, |buf| content.read_at(buf, *pos))
+                .inspect(|n| *pos += *n as u64),
+            None => Ok(0),
         };
         let finished = match n {
             Ok(0) => true,
             Ok(n) => {
-                session.send_content(&buf[..n]);
                 // The last piece: the end of data goes out with it, in
                 // the same write, not in a step and a write of its own
                 // (unless a BDAT chunk must be answered first).

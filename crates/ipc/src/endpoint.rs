@@ -4,17 +4,22 @@
 //! which reads on to EAGAIN) when the socket is readable and
 //! [`Endpoint::write_ready`] when it is writable; frames come out of
 //! [`Endpoint::recv`], decoded where they were read, and go in through
-//! [`Endpoint::send`], encoded straight into the output buffer. Both buffers
-//! are bounded: a peer that sends frames over the limit or stops reading its
+//! [`Endpoint::send`], encoded straight into the output buffer; message
+//! content goes by reference ([`Endpoint::queue_spliced`]: the frame's head
+//! is encoded, the content written from its own buffer by `writev`). Both
+//! buffers are bounded: a peer that sends frames over the limit or stops reading its
 //! answers gets an error, which the caller turns into closing the connection.
 
-use std::io::Write;
+use std::collections::VecDeque;
+use std::io::{IoSlice, Write};
 
 use mio::net::UnixStream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::{decode, encode_into, FrameBuf, Hello, HelloReply, IpcError, Protocol, Tagged};
+use crate::{
+    decode, encode_into, encode_spliced, FrameBuf, Hello, HelloReply, IpcError, Protocol, Tagged,
+};
 
 /// Outgoing bytes we hold for a slow reader before giving up on it.
 pub const MAX_OUTGOING: usize = 32 << 20;
@@ -34,10 +39,26 @@ pub struct Endpoint {
     frames: FrameBuf,
     out: Vec<u8>,
     out_pos: usize,
+    /// Bodies queued by reference, in order, each written after
+    /// `out[..at]` and before what follows it there.
+    spliced: VecDeque<Splice>,
     eof: bool,
     greeted: bool,
     stalled: bool,
 }
+
+/// A body written from its own buffer, not copied into `out`.
+#[derive(Debug)]
+struct Splice {
+    /// Where in `out` it goes.
+    at: usize,
+    bytes: Vec<u8>,
+    /// How much of it is written.
+    pos: usize,
+}
+
+/// Pieces offered to one `writev`: a few frames' heads and bodies.
+const IOVECS: usize = 32;
 
 impl Endpoint {
     /// Wraps a connected non-blocking stream.
@@ -47,6 +68,7 @@ impl Endpoint {
             frames: FrameBuf::new(),
             out: Vec::new(),
             out_pos: 0,
+            spliced: VecDeque::new(),
             eof: false,
             greeted: false,
             stalled: false,
@@ -173,10 +195,39 @@ impl Endpoint {
 
     /// Queues a message without writing; bounded like everything queued.
     fn queue<T: Serialize>(&mut self, msg: &T) -> Result<(), IpcError> {
-        if self.out.len() - self.out_pos > MAX_OUTGOING {
+        if self.pending_output() > MAX_OUTGOING {
             return Err(IpcError::Backlog);
         }
         encode_into(&mut self.out, msg)
+    }
+
+    /// Queues a message whose last byte string is `body`, without copying
+    /// it: `msg` has that byte string empty, followed by `after` bytes of
+    /// encoding (see [`crate::encode_spliced`]); the body is written from
+    /// its own buffer, between the message's other bytes, by `writev`.
+    /// The peer reads the same frame as if `msg` held the body. A body
+    /// that cannot be queued is given back with the error.
+    pub fn queue_spliced<T: Serialize>(
+        &mut self,
+        msg: &T,
+        body: Vec<u8>,
+        after: usize,
+    ) -> Result<(), (IpcError, Vec<u8>)> {
+        if self.pending_output() > MAX_OUTGOING {
+            return Err((IpcError::Backlog, body));
+        }
+        let at = match encode_spliced(&mut self.out, msg, body.len(), after) {
+            Ok(at) => at,
+            Err(e) => return Err((e, body)),
+        };
+        if !body.is_empty() {
+            self.spliced.push_back(Splice {
+                at,
+                bytes: body,
+                pos: 0,
+            });
+        }
+        Ok(())
     }
 
     /// Queues a response to request `id` and tries to write it at once.
@@ -191,43 +242,171 @@ impl Endpoint {
         self.queue(&Tagged { id, body })
     }
 
-    /// Writes as much queued output as the socket takes.
+    /// Takes back the bodies queued by reference that are still queued
+    /// (one partly written among them, whole), in order, leaving the rest
+    /// of the output queued: a client whose connection failed before they
+    /// went sends them on another.
+    pub fn take_spliced(&mut self) -> Vec<Vec<u8>> {
+        self.spliced.drain(..).map(|s| s.bytes).collect()
+    }
+
+    /// Writes as much queued output as the socket takes: one `write`, or
+    /// one `writev` when bodies are queued by reference.
     pub fn write_ready(&mut self) -> Result<(), IpcError> {
-        while self.out_pos < self.out.len() {
-            match self.stream.write(&self.out[self.out_pos..]) {
+        while self.wants_write() {
+            let written = if self.spliced.is_empty() {
+                self.stream.write(&self.out[self.out_pos..])
+            } else {
+                let mut iov = [IoSlice::new(&[]); IOVECS];
+                let n = pieces(&self.out, self.out_pos, &self.spliced, &mut iov);
+                self.stream.write_vectored(&iov[..n])
+            };
+            match written {
                 Ok(0) => return Err(IpcError::Closed),
-                Ok(n) => self.out_pos += n,
+                Ok(n) => self.advance(n),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(IpcError::Io(e)),
             }
         }
-        if self.out_pos == self.out.len() {
+        if !self.wants_write() {
             self.out.clear();
             self.out_pos = 0;
         } else if self.out_pos > 1 << 20 {
             // Keep a slow reader's buffer from holding what it already took.
             self.out.drain(..self.out_pos);
+            for s in &mut self.spliced {
+                s.at -= self.out_pos;
+            }
             self.out_pos = 0;
         }
         Ok(())
     }
 
+    /// Takes `n` written bytes off the front of the queued output.
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(s) = self.spliced.front_mut() else {
+                self.out_pos += n;
+                return;
+            };
+            if self.out_pos < s.at {
+                let k = n.min(s.at - self.out_pos);
+                self.out_pos += k;
+                n -= k;
+                continue;
+            }
+            let k = n.min(s.bytes.len() - s.pos);
+            s.pos += k;
+            n -= k;
+            if s.pos == s.bytes.len() {
+                self.spliced.pop_front();
+            }
+        }
+    }
+
     /// Bytes queued and not yet written.
     pub fn pending_output(&self) -> usize {
         self.out.len() - self.out_pos
+            + self
+                .spliced
+                .iter()
+                .map(|s| s.bytes.len() - s.pos)
+                .sum::<usize>()
     }
 
     /// Whether output is waiting for the socket to become writable.
     pub fn wants_write(&self) -> bool {
-        self.out_pos < self.out.len()
+        self.out_pos < self.out.len() || !self.spliced.is_empty()
     }
+}
+
+/// The queued output from `out[pos..]` on, bodies in their places, as
+/// many pieces as `iov` holds; gives how many.
+fn pieces<'a>(
+    out: &'a [u8],
+    mut pos: usize,
+    spliced: &'a VecDeque<Splice>,
+    iov: &mut [IoSlice<'a>],
+) -> usize {
+    let mut n = 0;
+    for s in spliced {
+        if n + 2 > iov.len() {
+            return n;
+        }
+        if pos < s.at {
+            iov[n] = IoSlice::new(&out[pos..s.at]);
+            n += 1;
+            pos = s.at;
+        }
+        iov[n] = IoSlice::new(&s.bytes[s.pos..]);
+        n += 1;
+    }
+    if pos < out.len() && n < iov.len() {
+        iov[n] = IoSlice::new(&out[pos..]);
+        n += 1;
+    }
+    n
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use mio::{Events, Interest, Poll, Token};
+
+    /// Frames with bodies queued by reference, between frames encoded
+    /// whole, reach a reader that takes them slowly (partial `writev`s,
+    /// a body cut anywhere) as the same frames encoded whole.
+    #[test]
+    fn spliced_bodies_arrive_as_whole_frames_through_partial_writes() {
+        use crate::cleanup::Request;
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let sizes: Vec<usize> = (0..300).map(|i| (i * 7919) % 70_000).collect();
+        let expect: Vec<Request> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| match i % 3 {
+                0 => Request::End,
+                _ => Request::Data {
+                    bytes: (0..n).map(|b| (b % 253) as u8 ^ i as u8).collect(),
+                },
+            })
+            .collect();
+        let want = expect.clone();
+        let reader = std::thread::spawn(move || {
+            let mut theirs = theirs;
+            let mut fb = FrameBuf::new();
+            let mut got = Vec::new();
+            while got.len() < want.len() {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                let f = fb.read_from(&mut theirs).unwrap();
+                assert!(f.bytes > 0, "closed after {} frames", got.len());
+                while let Some(p) = fb.next_payload().unwrap() {
+                    got.push(decode::<Request>(p).unwrap());
+                }
+            }
+            got
+        });
+        let mut ep = Endpoint::new(UnixStream::from_std(ours));
+        for r in &expect {
+            match r {
+                Request::Data { bytes } => ep
+                    .queue_spliced(&Request::Data { bytes: Vec::new() }, bytes.clone(), 0)
+                    .map_err(|(e, _)| e)
+                    .unwrap(),
+                other => ep.queue(other).unwrap(),
+            }
+        }
+        let total = ep.pending_output();
+        assert!(total > 4 << 20, "{total} bytes queued");
+        while ep.wants_write() {
+            ep.write_ready().unwrap();
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        assert_eq!(ep.pending_output(), 0);
+        assert_eq!(reader.join().unwrap(), expect);
+    }
 
     #[test]
     fn recv_reads_on_after_stopping_at_the_buffer_bound() {

@@ -183,6 +183,60 @@ pub fn encode_into<T: Serialize>(out: &mut Vec<u8>, msg: &T) -> Result<(), IpcEr
     Ok(())
 }
 
+/// Appends `msg` as the head of a whole frame whose last byte string is
+/// left out to be written from where it lies (`writev`, see
+/// [`Endpoint::queue_spliced`]): in `msg` that byte string is empty and
+/// `after` bytes of encoding follow it; on the wire it is `body_len` bytes
+/// long. Gives the position in `out` where the body goes; the frame's
+/// bytes are then `out[start..at]`, the body, `out[at..]`, exactly what
+/// [`encode_into`] writes for the message with the body in place.
+pub fn encode_spliced<T: Serialize>(
+    out: &mut Vec<u8>,
+    msg: &T,
+    body_len: usize,
+    after: usize,
+) -> Result<usize, IpcError> {
+    let start = out.len();
+    encode_into(out, msg)?;
+    // The empty byte string is its length alone: one varint 0.
+    let zero = match out.len().checked_sub(after + 1) {
+        Some(z) if z >= start + 4 && out[z] == 0 => z,
+        _ => panic!("ipc: spliced message without an empty byte string {after} bytes from its end"),
+    };
+    let suffix = out.split_off(zero + 1);
+    out.truncate(zero);
+    varint(out, body_len as u64);
+    let at = out.len();
+    out.extend_from_slice(&suffix);
+    let len = out.len() - start - 4 + body_len;
+    if len > MAX_FRAME as usize {
+        out.truncate(start);
+        return Err(IpcError::BadFrame(u32::try_from(len).unwrap_or(u32::MAX)));
+    }
+    out[start..start + 4].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(at)
+}
+
+/// bincode's variable-length integer (its standard configuration), as it
+/// writes a byte string's length.
+fn varint(out: &mut Vec<u8>, n: u64) {
+    match n {
+        0..=250 => out.push(n as u8),
+        251..=0xffff => {
+            out.push(251);
+            out.extend_from_slice(&(n as u16).to_le_bytes());
+        }
+        0x1_0000..=0xffff_ffff => {
+            out.push(252);
+            out.extend_from_slice(&(n as u32).to_le_bytes());
+        }
+        _ => {
+            out.push(253);
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+    }
+}
+
 /// Deserializes one frame's payload.
 pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, IpcError> {
     let cfg = bincode::config::standard().with_limit::<{ MAX_FRAME as usize }>();
@@ -226,6 +280,56 @@ mod tests {
         longer.push(0);
         assert!(decode::<Tagged<anvil::Request>>(&longer).is_err());
         assert!(decode::<Tagged<anvil::Request>>(&[0xff; 9]).is_err());
+    }
+
+    /// A frame written in pieces is byte for byte the frame written
+    /// whole, at every length class of bincode's varint, with and without
+    /// encoding after the body.
+    #[test]
+    fn spliced_frames_are_the_whole_frames() {
+        for n in [1usize, 250, 251, 4096, 65_535, 65_536, 70_000] {
+            let body: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+            let whole = encode(&Tagged {
+                id: 9,
+                body: cleanup::Request::Data {
+                    bytes: body.clone(),
+                },
+            });
+            let mut out = vec![0xee];
+            let head = Tagged {
+                id: 9,
+                body: cleanup::Request::Data { bytes: Vec::new() },
+            };
+            let at = encode_spliced(&mut out, &head, n, 0).unwrap();
+            let mut joined = out[1..at].to_vec();
+            joined.extend_from_slice(&body);
+            joined.extend_from_slice(&out[at..]);
+            assert_eq!(joined, whole, "Data of {n} bytes");
+
+            let arrived = |data: Vec<u8>| Tagged {
+                id: 3,
+                body: qmgr::Request::Arrived {
+                    head: queue::MessageHead {
+                        id: mail::QueueId::from_parts(1_700_000_000_000_000, 1, 2).unwrap(),
+                        envelope: mail::Envelope {
+                            sender: "a@example.org".into(),
+                            recipients: vec![mail::Recipient::new("b@example.net")],
+                            ..mail::Envelope::default()
+                        },
+                        data: queue::DataRef::Inline(data),
+                    },
+                    hold: true,
+                },
+            };
+            let whole = encode(&arrived(body.clone()));
+            let mut out = Vec::new();
+            let at = encode_spliced(&mut out, &arrived(Vec::new()), n, qmgr::ARRIVED_AFTER_DATA)
+                .unwrap();
+            let mut joined = out[..at].to_vec();
+            joined.extend_from_slice(&body);
+            joined.extend_from_slice(&out[at..]);
+            assert_eq!(joined, whole, "Arrived of {n} bytes");
+        }
     }
 
     proptest::proptest! {

@@ -70,6 +70,31 @@ impl<P: Protocol> Link<P> {
         Ok(id)
     }
 
+    /// Queues a request whose last byte string is `body`, left out of
+    /// `req` (empty there, `after` bytes before the end of its encoding)
+    /// and written from its own buffer ([`Endpoint::queue_spliced`]); the
+    /// next `send` or `flush` writes it. The server reads the request as
+    /// if `req` held the body. A body that cannot be queued is given back
+    /// with the error.
+    pub fn send_later_spliced(
+        &mut self,
+        req: &P::Request,
+        body: Vec<u8>,
+        after: usize,
+    ) -> Result<u64, (IpcError, Vec<u8>)> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.ep
+            .queue_spliced(&Tagged { id, body: req }, body, after)?;
+        Ok(id)
+    }
+
+    /// The bodies queued by [`Link::send_later_spliced`] and still
+    /// queued, in order (see [`Endpoint::take_spliced`]).
+    pub fn take_spliced(&mut self) -> Vec<Vec<u8>> {
+        self.ep.take_spliced()
+    }
+
     /// Writes what is queued, as much as the socket takes.
     pub fn flush(&mut self) -> Result<(), IpcError> {
         self.ep.write_ready()

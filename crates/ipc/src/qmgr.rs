@@ -54,6 +54,11 @@ pub enum Request {
     Unsettled,
 }
 
+/// Bytes of an `Arrived` request's encoding after its inline data (the
+/// `hold` flag): cleanup writes the data from its own buffer, spliced in
+/// there ([`crate::Endpoint::queue_spliced`]), not copied into the frame.
+pub const ARRIVED_AFTER_DATA: usize = 1;
+
 /// qmgr's answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {

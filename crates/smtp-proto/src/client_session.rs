@@ -698,6 +698,40 @@ impl ClientSession {
         true
     }
 
+    /// As [`ClientSession::send_content`] for at most `max` bytes that
+    /// `fill` reads into the buffer it is given: with DATA they are read
+    /// straight into the session's output, where the spool's wire format
+    /// (dot-stuffed) is what goes on the wire, so the content is not copied
+    /// on its way from the spool to the socket. Gives what `fill` gave.
+    pub fn send_content_from<E>(
+        &mut self,
+        max: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        let direct = self.wants_content() && self.tx.as_ref().is_some_and(|t| !t.bdat);
+        if !direct {
+            let mut buf = vec![0u8; max];
+            let n = fill(&mut buf)?;
+            self.send_content(&buf[..n.min(max)]);
+            return Ok(n);
+        }
+        let at = self.output.len();
+        self.output.resize(at + max, 0);
+        let got = fill(&mut self.output[at..]);
+        let n = *got.as_ref().unwrap_or(&0);
+        self.output.truncate(at + n.min(max));
+        if n > 0 {
+            if let Some(tx) = &mut self.tx {
+                let end = self.output.len();
+                tx.last_two = match n {
+                    1 => [tx.last_two[1], self.output[end - 1]],
+                    _ => [self.output[end - 2], self.output[end - 1]],
+                };
+            }
+        }
+        got
+    }
+
     /// Writes message content (wire format from the spool) after [`ClientAction::SendContent`].
     ///
     /// With BDAT, call it only while [`ClientSession::wants_content`] says so.

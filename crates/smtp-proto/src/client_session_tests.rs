@@ -87,13 +87,26 @@ impl Pair {
                 }
                 self.log.push(a);
             }
-            // Five bytes at a time, as fast as the client takes them.
+            // Five bytes at a time, as fast as the client takes them,
+            // given and read in turn (`send_content_from` offered more
+            // room than the read fills).
             while let Some(pos) = self.sending.filter(|_| self.c.wants_content()) {
                 progress = true;
                 if pos < self.content.len() {
                     let end = (pos + 5).min(self.content.len());
                     let piece = self.content[pos..end].to_vec();
-                    self.c.send_content(&piece);
+                    if pos % 10 == 0 {
+                        self.c.send_content(&piece);
+                    } else {
+                        let n = self
+                            .c
+                            .send_content_from(piece.len() + 3, |buf| {
+                                buf[..piece.len()].copy_from_slice(&piece);
+                                Ok::<_, ()>(piece.len())
+                            })
+                            .unwrap();
+                        assert_eq!(n, piece.len());
+                    }
                     self.sending = Some(end);
                 } else {
                     self.c.end_content();

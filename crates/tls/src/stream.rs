@@ -12,6 +12,9 @@ use rustls::{ClientConnection, Connection, ServerConnection};
 
 use crate::TlsInfo;
 
+/// Bytes offered to one plaintext read.
+const PLAIN_CHUNK: usize = 16 * 1024;
+
 /// What a read found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadStatus {
@@ -245,16 +248,20 @@ impl Stream {
         let mut drained = false;
         match &mut self.tls {
             None => {
-                let mut chunk = [0u8; 16 * 1024];
+                // Plaintext goes straight into the caller's buffer: no
+                // bytes copied on their way in but the kernel's.
                 while buf.len() < limit {
-                    let want = chunk.len().min(limit - buf.len());
-                    match self.sock.read(&mut chunk[..want]) {
+                    let at = buf.len();
+                    let want = PLAIN_CHUNK.min(limit - at);
+                    buf.resize(at + want, 0);
+                    let got = self.sock.read(&mut buf[at..]);
+                    buf.truncate(at + *got.as_ref().unwrap_or(&0));
+                    match got {
                         Ok(0) => {
                             eof = true;
                             break;
                         }
                         Ok(n) => {
-                            buf.extend_from_slice(&chunk[..n]);
                             if n < want && !closed {
                                 drained = true;
                                 break;
@@ -326,6 +333,17 @@ impl Stream {
             Some(conn) => conn.writer().write_all(data)?,
         }
         Ok(())
+    }
+
+    /// As [`Stream::write`], taking the bytes: in plaintext, with nothing
+    /// queued before them, the buffer itself is queued, not copied.
+    pub fn write_owned(&mut self, data: Vec<u8>) -> io::Result<()> {
+        if self.tls.is_none() && self.out_pos == self.out.len() {
+            self.out = data;
+            self.out_pos = 0;
+            return Ok(());
+        }
+        self.write(&data)
     }
 
     /// Writes as much queued output as the socket takes. `Ok(true)` when

@@ -13,7 +13,7 @@ use ipc::qmgr::{self, Qmgr};
 use ipc::router::{self, Router};
 use ipc::Link;
 use mail::{QueueId, Refusal, StatusCode};
-use queue::MessageHead;
+use queue::{DataRef, MessageHead};
 
 use super::{failed, remove_data, CleanupServer, Mapping, Parked, Pending, QmgrLink, RouterLink};
 use crate::rewrite;
@@ -157,7 +157,21 @@ impl CleanupServer {
             )));
         };
         let qid = head.id;
-        let id = match link.link.send(&qmgr::Request::Arrived { head, hold }) {
+        let mut head = head;
+        let sent = match &mut head.data {
+            // Inline data goes from the draft's buffer to the socket as it
+            // is (`writev`), not copied into the frame.
+            DataRef::Inline(b) => {
+                let body = std::mem::take(b);
+                let req = qmgr::Request::Arrived { head, hold };
+                link.link
+                    .send_later_spliced(&req, body, qmgr::ARRIVED_AFTER_DATA)
+                    .map_err(|(e, _)| e)
+                    .and_then(|id| link.link.flush().map(|()| id))
+            }
+            _ => link.link.send(&qmgr::Request::Arrived { head, hold }),
+        };
+        let id = match sent {
             Ok(id) => id,
             Err(e) => {
                 msg_warn!("qmgr link: {e}");

@@ -35,39 +35,59 @@ pub(super) struct Unsent {
 
 impl Unsent {
     /// Queues the Begin and the content on `link` and writes them, with the
-    /// End when `end`; gives the Begin's id and the End's. The content
-    /// stays here, for another link, if the write fails.
+    /// End when `end`; gives the Begin's id and the End's. The content is
+    /// lent to the link by reference (written from its own buffers, not
+    /// copied into the frames) and taken back if the write fails, for
+    /// another link.
     fn write(
         &mut self,
         link: &mut Link<Cleanup>,
         end: bool,
     ) -> Result<(u64, Option<u64>), IpcError> {
         let begin = link.send_later(&self.begin)?;
-        for chunk in &mut self.chunks {
-            if chunk.len() <= MAX_CHUNK {
-                // Lent to the frame and taken back: encoded once, not copied.
-                let req = Request::Data {
-                    bytes: std::mem::take(chunk),
-                };
-                let sent = link.send_later(&req);
-                if let Request::Data { bytes } = req {
-                    *chunk = bytes;
-                }
-                sent?;
-            } else {
-                for piece in chunk.chunks(MAX_CHUNK) {
-                    link.send_later(&Request::Data {
-                        bytes: piece.to_vec(),
-                    })?;
-                }
+        let mut chunks = std::mem::take(&mut self.chunks).into_iter();
+        let mut refused = None;
+        for chunk in chunks.by_ref() {
+            if let Err((e, chunk)) = queue_data(link, chunk) {
+                refused = Some((e, chunk));
+                break;
             }
         }
-        if end {
-            return Ok((begin, Some(link.send(&Request::End)?)));
+        let sent = match refused {
+            Some((e, chunk)) => Err((e, Some(chunk))),
+            None if end => link.send(&Request::End).map(Some).map_err(|e| (e, None)),
+            None => link.flush().map(|()| None).map_err(|e| (e, None)),
+        };
+        match sent {
+            Ok(end_id) => Ok((begin, end_id)),
+            Err((e, chunk)) => {
+                // What the link holds never reached cleanup whole (see
+                // `on_link`): all of it goes again, in order.
+                self.chunks = link.take_spliced();
+                self.chunks.extend(chunk);
+                self.chunks.extend(chunks);
+                Err(e)
+            }
         }
-        link.flush()?;
-        Ok((begin, None))
     }
+}
+
+/// Queues content for cleanup by reference: the frame's head is encoded,
+/// the bytes are written from `chunk` itself. Content over [`MAX_CHUNK`]
+/// (bare LFs made CRLF) goes in pieces, copied. The chunk is given back
+/// when it cannot be queued.
+fn queue_data(link: &mut Link<Cleanup>, chunk: Vec<u8>) -> Result<(), (IpcError, Vec<u8>)> {
+    let head = Request::Data { bytes: Vec::new() };
+    if chunk.len() <= MAX_CHUNK {
+        return link.send_later_spliced(&head, chunk, 0).map(drop);
+    }
+    for (i, piece) in chunk.chunks(MAX_CHUNK).enumerate() {
+        if let Err((e, _)) = link.send_later_spliced(&head, piece.to_vec(), 0) {
+            // The pieces queued before stay with the link; the rest comes back.
+            return Err((e, chunk[i * MAX_CHUNK..].to_vec()));
+        }
+    }
+    Ok(())
 }
 
 impl Conn {
@@ -263,17 +283,14 @@ impl Conn {
         let Some(held) = self.link.as_mut() else {
             return;
         };
-        let sent = if bytes.len() > MAX_CHUNK {
-            bytes.chunks(MAX_CHUNK).try_for_each(|c| {
-                held.link
-                    .send(&Request::Data { bytes: c.to_vec() })
-                    .map(drop)
-            })
-        } else {
-            // Queued only: the end of data (or the end of this turn) writes
-            // it, so a small message's content and End go in one write.
-            held.link.send_later(&Request::Data { bytes }).map(drop)
-        };
+        // Queued only: the end of data (or the end of this turn) writes
+        // it, so a small message's content and End go in one write.
+        let large = bytes.len() > MAX_CHUNK;
+        let mut sent = queue_data(&mut held.link, bytes).map_err(|(e, _)| e);
+        if large && sent.is_ok() {
+            // Pieces of a large chunk go now, as before: bounded output.
+            sent = held.link.flush();
+        }
         if let Err(e) = sent {
             msg_warn!("cleanup link: {e}");
             self.break_link(cx, pool);
@@ -509,3 +526,87 @@ impl Conn {
 
 /// Unsent bytes on the link past which no more client input is fed.
 const LINK_BACKLOG: usize = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::net::UnixListener;
+
+    fn begin() -> Request {
+        Request::Begin {
+            envelope: Box::default(),
+            origin: Origin::Local {
+                user: "u".into(),
+                full_name: None,
+            },
+            hold: false,
+            quiet: true,
+        }
+    }
+
+    /// Content lent to a link whose cleanup has gone comes back whole and
+    /// in order, and goes on the next link as the frames cleanup reads.
+    #[test]
+    fn content_lent_to_a_dead_link_comes_back_and_goes_whole_on_the_next() {
+        let dir = std::env::temp_dir().join(format!("smtpd-unsent-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cleanup");
+        let listener = UnixListener::bind(&path).unwrap();
+        let poll = mio::Poll::new().unwrap();
+        let chunks: Vec<Vec<u8>> = vec![
+            b"Subject: x\r\n\r\n".to_vec(),
+            vec![b'a'; 3000],
+            // Over MAX_CHUNK: bare LFs made CRLF can make a chunk so long.
+            (0..MAX_CHUNK + 100).map(|i| (i % 200) as u8).collect(),
+            b"last\r\n".to_vec(),
+        ];
+        let mut unsent = Unsent {
+            begin: begin(),
+            chunks: chunks.clone(),
+        };
+
+        // The first cleanup has gone: its end is closed before we write.
+        let mut dead = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(1)).unwrap();
+        drop(listener.accept().unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(unsent.write(&mut dead, true).is_err());
+        let back: Vec<u8> = unsent.chunks.concat();
+        assert_eq!(back, chunks.concat(), "the content came back whole");
+
+        let mut live = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(2)).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let (_, end) = unsent.write(&mut live, true).unwrap();
+        assert!(end.is_some());
+        while live.pending_output() > 0 {
+            live.flush().unwrap();
+        }
+        drop(live);
+        let mut wire = Vec::new();
+        peer.read_to_end(&mut wire).unwrap();
+        let mut frames = ipc::FrameBuf::new();
+        frames.push(&wire);
+        let hello: ipc::Hello = ipc::decode(frames.next_payload().unwrap().unwrap()).unwrap();
+        assert_eq!(hello, ipc::Hello::of::<Cleanup>());
+        let mut got = Vec::new();
+        let mut content = Vec::new();
+        while let Some(p) = frames.next_payload().unwrap() {
+            let t: ipc::Tagged<Request> = ipc::decode(p).unwrap();
+            match t.body {
+                Request::Data { bytes } => {
+                    assert!(bytes.len() <= MAX_CHUNK);
+                    content.extend_from_slice(&bytes);
+                    got.push("Data");
+                }
+                Request::Begin { .. } => got.push("Begin"),
+                Request::End => got.push("End"),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(got.first(), Some(&"Begin"));
+        assert_eq!(got.last(), Some(&"End"));
+        assert_eq!(content, chunks.concat());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
