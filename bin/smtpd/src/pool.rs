@@ -92,7 +92,9 @@ impl Pool {
     /// and it has not failed, so the next message may use it.
     pub fn give_back(&mut self, cx: &mut Cx<'_>, mut link: Link<Cleanup>, clean: bool) {
         self.owners.remove(&link.token());
-        if clean && !link.is_closed() && self.idle.len() < MAX_IDLE {
+        // A link with output still queued would hand it to the next
+        // message (and to `take_spliced` as if it were that message's).
+        if clean && !link.is_closed() && link.pending_output() == 0 && self.idle.len() < MAX_IDLE {
             self.idle.push((link, cx.now));
         } else {
             link.deregister(cx.registry);

@@ -31,6 +31,9 @@ pub(super) struct Unsent {
     begin: Request,
     /// Content, in the order it came.
     chunks: Vec<Vec<u8>>,
+    /// Part of the content went out on a link that failed: it cannot be
+    /// sent again whole (see [`take_back`]).
+    lost: bool,
 }
 
 impl Unsent {
@@ -44,6 +47,10 @@ impl Unsent {
         link: &mut Link<Cleanup>,
         end: bool,
     ) -> Result<(u64, Option<u64>), IpcError> {
+        if self.lost {
+            return Err(content_lost());
+        }
+        let total: usize = self.chunks.iter().map(Vec::len).sum();
         let begin = link.send_later(&self.begin)?;
         let mut chunks = std::mem::take(&mut self.chunks).into_iter();
         let mut refused = None;
@@ -60,16 +67,49 @@ impl Unsent {
         };
         match sent {
             Ok(end_id) => Ok((begin, end_id)),
-            Err((e, chunk)) => {
+            Err((e, chunk)) => match take_back(link, chunk.into_iter().chain(chunks), total) {
                 // What the link holds never reached cleanup whole (see
                 // `on_link`): all of it goes again, in order.
-                self.chunks = link.take_spliced();
-                self.chunks.extend(chunk);
-                self.chunks.extend(chunks);
-                Err(e)
-            }
+                Some(back) => {
+                    self.chunks = back;
+                    Err(e)
+                }
+                None => {
+                    self.lost = true;
+                    Err(content_lost())
+                }
+            },
         }
     }
+}
+
+/// Why a message's content cannot go again on another link.
+const CONTENT_LOST: &str = "content partly written on a link that failed";
+
+/// The error for content that cannot go again (`on_link` does not retry it).
+fn content_lost() -> IpcError {
+    IpcError::Io(std::io::Error::other(CONTENT_LOST))
+}
+
+/// Whether `e` is [`content_lost`]'s.
+fn is_content_lost(e: &IpcError) -> bool {
+    matches!(e, IpcError::Io(io) if io.to_string() == CONTENT_LOST)
+}
+
+/// The content lent to `link` that it gives back, then `rest`: the whole
+/// of the `total` bytes lent, in order, or `None` when it is not exactly
+/// that. A body the link wrote out whole before it failed is gone from
+/// it, and one a message before left queued is not this message's; either
+/// way the message cannot be sent again whole, and must be refused rather
+/// than queued cut short or with another's text in front.
+fn take_back(
+    link: &mut Link<Cleanup>,
+    rest: impl IntoIterator<Item = Vec<u8>>,
+    total: usize,
+) -> Option<Vec<Vec<u8>>> {
+    let mut back = link.take_spliced();
+    back.extend(rest);
+    (back.iter().map(Vec::len).sum::<usize>() == total).then_some(back)
 }
 
 /// Queues content for cleanup by reference: the frame's head is encoded,
@@ -100,6 +140,7 @@ impl Conn {
             self.unsent = Some(Unsent {
                 begin,
                 chunks: Vec::new(),
+                lost: false,
             });
             let _ = self
                 .session
@@ -187,7 +228,7 @@ impl Conn {
             let held = self.link.as_mut().expect("taken above");
             match write(held) {
                 Ok(t) => return Some(t),
-                Err(_) if held.kept && !fresh => {
+                Err(e) if held.kept && !fresh && !is_content_lost(&e) => {
                     self.release_link_failed(cx, pool);
                     fresh = true;
                 }
@@ -565,6 +606,7 @@ mod tests {
         let mut unsent = Unsent {
             begin: begin(),
             chunks: chunks.clone(),
+            lost: false,
         };
 
         // The first cleanup has gone: its end is closed before we write.
@@ -607,6 +649,56 @@ mod tests {
         assert_eq!(got.first(), Some(&"Begin"));
         assert_eq!(got.last(), Some(&"End"));
         assert_eq!(content, chunks.concat());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Content that left a link whole before the link failed, or content a
+    /// message before left queued on it, is not given back as this
+    /// message's: the message is refused, not queued cut short or with
+    /// another's text in front, and it is not tried again on a new link.
+    #[test]
+    fn content_that_left_a_failed_link_is_not_sent_again_cut_short() {
+        let dir = std::env::temp_dir().join(format!("smtpd-lost-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cleanup");
+        let listener = UnixListener::bind(&path).unwrap();
+        let poll = mio::Poll::new().unwrap();
+        let head = Request::Data { bytes: Vec::new() };
+
+        // Two bodies written out whole: the link has nothing to give back.
+        let mut link = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(1)).unwrap();
+        let (_peer, _) = listener.accept().unwrap();
+        for body in [vec![b'a'; 1000], vec![b'b'; 1000]] {
+            link.send_later_spliced(&head, body, 0).unwrap();
+        }
+        while link.pending_output() > 0 {
+            link.flush().unwrap();
+        }
+        assert!(take_back(&mut link, vec![vec![b'c'; 10]], 2010).is_none());
+
+        // A body left queued by a message before: more than was lent.
+        let mut link = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(2)).unwrap();
+        let (_peer, _) = listener.accept().unwrap();
+        link.send_later_spliced(&head, b"someone else's".to_vec(), 0)
+            .unwrap();
+        assert!(take_back(&mut link, vec![vec![b'd'; 10]], 10).is_none());
+
+        // Nothing of it went: all of it comes back, in order.
+        let mut link = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(3)).unwrap();
+        let (_peer, _) = listener.accept().unwrap();
+        link.send_later_spliced(&head, b"mine".to_vec(), 0).unwrap();
+        let back = take_back(&mut link, vec![b" and more".to_vec()], 13).unwrap();
+        assert_eq!(back.concat(), b"mine and more");
+
+        // An Unsent that lost content refuses every later write at once.
+        let mut unsent = Unsent {
+            begin: begin(),
+            chunks: vec![b"x".to_vec()],
+            lost: true,
+        };
+        let e = unsent.write(&mut link, true).unwrap_err();
+        assert!(is_content_lost(&e), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
