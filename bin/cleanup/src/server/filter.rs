@@ -252,6 +252,63 @@ fn refusal(v: &Verdict) -> Outcome {
             Refusal::new(550, StatusCode::NOT_AUTHORIZED, "Command rejected"),
         ),
     };
-    let own = own.as_deref().and_then(|own| Refusal::parse(own, (7, 1)));
+    let own = own
+        .as_deref()
+        .and_then(|own| Refusal::parse(&one_line(own), (7, 1)));
     Outcome::Refuse(own.unwrap_or(default))
+}
+
+/// A milter's reply of several lines (`554-5.7.1 first`, `554 5.7.1
+/// last`) as one: the first line's code and status, and every line's
+/// text.
+fn one_line(own: &str) -> String {
+    let mut out = String::new();
+    for (i, line) in own
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .enumerate()
+    {
+        let (code, rest) = match line.get(..3).zip(line.get(3..)) {
+            Some((c, r)) if c.bytes().all(|b| b.is_ascii_digit()) => {
+                (c, r.strip_prefix('-').unwrap_or(r).trim_start())
+            }
+            _ => ("", line),
+        };
+        if i == 0 {
+            out = format!("{code} {rest}");
+            continue;
+        }
+        let text = match rest.split_once(' ') {
+            Some((st, t)) if st.parse::<StatusCode>().is_ok() => t,
+            _ => rest,
+        };
+        out.push(' ');
+        out.push_str(text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(own: &str) -> String {
+        match refusal(&Verdict::Reject(Some(own.to_string()))) {
+            Outcome::Refuse(r) => r.to_string(),
+            _ => panic!("not a refusal"),
+        }
+    }
+
+    #[test]
+    fn a_milters_own_reply_is_kept_on_one_line_or_several() {
+        assert_eq!(refused("554 5.7.1 spam"), "554 5.7.1 spam");
+        assert_eq!(refused("550 no status"), "550 5.7.1 no status");
+        assert_eq!(
+            refused("554-5.7.1 first line\r\n554 5.7.1 second line"),
+            "554 5.7.1 first line second line"
+        );
+        // Not a reply: Postfix's words.
+        assert_eq!(refused("go away"), "550 5.7.1 Command rejected");
+    }
 }
