@@ -1,7 +1,8 @@
-//! Listening TCP sockets with the options std does not set.
+//! Listening sockets with the options std does not set.
 //!
 //! An IPv6 wildcard socket is made IPv6-only, so that `0.0.0.0:25` and
-//! `[::]:25` can both be bound, as Postfix does for `inet_protocols = all`.
+//! `[::]:25` can both be bound, as Postfix does for `inet_protocols = all`;
+//! a Unix socket can be given a backlog of its own.
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{FromRawFd, IntoRawFd};
@@ -27,6 +28,27 @@ pub fn tcp_listener(addr: SocketAddr, backlog: i32) -> std::io::Result<TcpListen
     // SAFETY: the descriptor is a listening stream socket we own; the
     // TcpListener takes that ownership over.
     Ok(unsafe { TcpListener::from_raw_fd(fd.into_raw_fd()) })
+}
+
+/// A Unix stream socket listening at `path` with this `backlog` (std's
+/// `UnixListener::bind` takes the system's maximum).
+pub fn unix_listener(
+    path: &std::path::Path,
+    backlog: i32,
+) -> std::io::Result<std::os::unix::net::UnixListener> {
+    let fd = socket::socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    let sa = socket::UnixAddr::new(path)?;
+    socket::bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &sa)?;
+    let backlog = socket::Backlog::new(backlog.clamp(1, 4096)).unwrap_or(socket::Backlog::MAXCONN);
+    socket::listen(&fd, backlog)?;
+    // SAFETY: the descriptor is a listening stream socket we own; the
+    // UnixListener takes that ownership over.
+    Ok(unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd.into_raw_fd()) })
 }
 
 /// Sets TCP_NODELAY on a listening socket: on Linux the connections it
