@@ -595,11 +595,7 @@ impl CleanupServer {
                     Err(e) => {
                         msg_warn!("connect to qmgr: {e}");
                         m.discard(&self.spool);
-                        return Some(failed(Refusal::new(
-                            451,
-                            StatusCode::SYSTEM_TEMP,
-                            "Error: queue manager unavailable",
-                        )));
+                        return Some(failed(qmgr_unavailable()));
                     }
                 }
             }
@@ -644,19 +640,7 @@ impl CleanupServer {
             Ok(d) => d,
             Err(e) => {
                 msg_warn!("{}: {e}", m.id);
-                return Some(if e.is_disk_full() {
-                    failed(Refusal::new(
-                        452,
-                        StatusCode::SYSTEM_FULL,
-                        "Insufficient system storage",
-                    ))
-                } else {
-                    failed(Refusal::new(
-                        451,
-                        StatusCode::SYSTEM_TEMP,
-                        "Error: queue file write error",
-                    ))
-                });
+                return Some(failed(write_error(e.is_disk_full())));
             }
         };
         let head = MessageHead {
@@ -842,6 +826,29 @@ fn remove_data(spool: &Spool, head: &MessageHead) {
 
 fn failed(reply: Refusal) -> Response {
     Response::Failed { reply }
+}
+
+/// A write to the spool failed: 452 4.3.1 when the disk is full, else
+/// 451 4.3.0 (Postfix's words for both).
+fn write_error(disk_full: bool) -> Refusal {
+    if disk_full {
+        Refusal::new(452, StatusCode::SYSTEM_FULL, "Insufficient system storage")
+    } else {
+        Refusal::new(
+            451,
+            StatusCode::SYSTEM_TEMP,
+            "Error: queue file write error",
+        )
+    }
+}
+
+/// 451 4.3.0: qmgr could not be told of the message.
+fn qmgr_unavailable() -> Refusal {
+    Refusal::new(
+        451,
+        StatusCode::SYSTEM_TEMP,
+        "Error: queue manager unavailable",
+    )
 }
 
 fn user_name(uid: u32) -> String {

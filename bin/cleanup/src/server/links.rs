@@ -12,10 +12,13 @@ use ipc::cleanup::Response;
 use ipc::qmgr::{self, Qmgr};
 use ipc::router::{self, Router};
 use ipc::Link;
-use mail::{QueueId, Refusal, StatusCode};
+use mail::{QueueId, Refusal};
 use queue::{DataRef, MessageHead};
 
-use super::{failed, remove_data, CleanupServer, Mapping, Parked, Pending, QmgrLink, RouterLink};
+use super::{
+    failed, qmgr_unavailable, remove_data, write_error, CleanupServer, Mapping, Parked, Pending,
+    QmgrLink, RouterLink,
+};
 use crate::rewrite;
 
 impl CleanupServer {
@@ -150,11 +153,7 @@ impl CleanupServer {
         let Some(link) = self.qmgr.as_mut() else {
             // Gone since the message was parked or committed: nothing was sent.
             remove_data(&self.spool, &head);
-            return Some(failed(Refusal::new(
-                451,
-                StatusCode::SYSTEM_TEMP,
-                "Error: queue manager unavailable",
-            )));
+            return Some(failed(qmgr_unavailable()));
         };
         let qid = head.id;
         let mut head = head;
@@ -176,11 +175,7 @@ impl CleanupServer {
             Err(e) => {
                 msg_warn!("qmgr link: {e}");
                 self.break_qmgr(cx);
-                return Some(failed(Refusal::new(
-                    451,
-                    StatusCode::SYSTEM_TEMP,
-                    "Error: queue manager unavailable",
-                )));
+                return Some(failed(qmgr_unavailable()));
             }
         };
         link.pending.insert(
@@ -209,15 +204,7 @@ impl CleanupServer {
             // message is not queued as far as the client knows. If qmgr
             // wrote the record before dying, recovery keeps the message and
             // the client's retry makes a duplicate: at-least-once, never lost.
-            self.answer(
-                p.client,
-                p.request,
-                failed(Refusal::new(
-                    451,
-                    StatusCode::SYSTEM_TEMP,
-                    "Error: queue manager unavailable",
-                )),
-            );
+            self.answer(p.client, p.request, failed(qmgr_unavailable()));
         }
         // Messages never committed: their drafts go, nothing was handed over.
         for p in std::mem::take(&mut self.parked) {
@@ -231,15 +218,7 @@ impl CleanupServer {
             "{}: reject: 451 4.3.0 Error: queue manager unavailable",
             p.msg.id
         );
-        self.answer(
-            p.client,
-            p.request,
-            failed(Refusal::new(
-                451,
-                StatusCode::SYSTEM_TEMP,
-                "Error: queue manager unavailable",
-            )),
-        );
+        self.answer(p.client, p.request, failed(qmgr_unavailable()));
     }
 
     /// qmgr answered the hello: the parked messages are committed and sent.
@@ -273,27 +252,11 @@ impl CleanupServer {
                         qmgr::Response::Unsettled(_) => {
                             // An answer to transferd's question, never to cleanup's.
                             msg_warn!("{}: qmgr: an answer cleanup never asks for", p.id);
-                            failed(Refusal::new(
-                                451,
-                                StatusCode::SYSTEM_TEMP,
-                                "Error: queue file write error",
-                            ))
+                            failed(write_error(false))
                         }
                         qmgr::Response::Failed { reason, disk_full } => {
                             msg_warn!("{}: qmgr: {reason}", p.id);
-                            if disk_full {
-                                failed(Refusal::new(
-                                    452,
-                                    StatusCode::SYSTEM_FULL,
-                                    "Insufficient system storage",
-                                ))
-                            } else {
-                                failed(Refusal::new(
-                                    451,
-                                    StatusCode::SYSTEM_TEMP,
-                                    "Error: queue file write error",
-                                ))
-                            }
+                            failed(write_error(disk_full))
                         }
                     };
                     self.answer(p.client, p.request, r);

@@ -9,7 +9,7 @@ use ipc::cleanup::Origin;
 use mail::{Refusal, StatusCode};
 use queue::Spool;
 
-use super::Msg;
+use super::{write_error, Msg};
 use crate::dkim::Dkim;
 use crate::headers::{self, Fed};
 use crate::milter;
@@ -110,15 +110,7 @@ pub(super) fn write(spool: &Spool, m: &mut Msg, bytes: &[u8], size_limit: u64) {
     }
     if let Err(e) = d.append(spool, bytes) {
         msg_warn!("{}: {e}", m.id);
-        m.error = Some(if e.is_disk_full() {
-            Refusal::new(452, StatusCode::SYSTEM_FULL, "Insufficient system storage")
-        } else {
-            Refusal::new(
-                451,
-                StatusCode::SYSTEM_TEMP,
-                "Error: queue file write error",
-            )
-        });
+        m.error = Some(write_error(e.is_disk_full()));
     }
 }
 
@@ -142,15 +134,7 @@ pub(super) fn start_signing(dkim: Option<&Dkim>, spool: &Spool, m: &mut Msg, hea
     };
     if let Err(e) = draft.reserve(spool, sign.len()) {
         msg_warn!("{}: {e}", m.id);
-        m.error = Some(if e.is_disk_full() {
-            Refusal::new(452, StatusCode::SYSTEM_FULL, "Insufficient system storage")
-        } else {
-            Refusal::new(
-                451,
-                StatusCode::SYSTEM_TEMP,
-                "Error: queue file write error",
-            )
-        });
+        m.error = Some(write_error(e.is_disk_full()));
         return;
     }
     m.sign = Some(sign);
@@ -178,15 +162,7 @@ pub(super) fn finish_signing(m: &mut Msg, sign: ::dkim::Signing) {
         Ok(()) => msg_info!("{}: DKIM-Signature field added (s={s}, d={d})", m.id),
         Err(e) => {
             msg_warn!("{}: {e}", m.id);
-            m.error = Some(if e.is_disk_full() {
-                Refusal::new(452, StatusCode::SYSTEM_FULL, "Insufficient system storage")
-            } else {
-                Refusal::new(
-                    451,
-                    StatusCode::SYSTEM_TEMP,
-                    "Error: queue file write error",
-                )
-            });
+            m.error = Some(write_error(e.is_disk_full()));
         }
     }
 }
