@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use ipc::{Endpoint, Hello, HelloReply, IpcError, Protocol, Tagged};
-use mio::{Interest, Token};
+use mio::Token;
 use sys::creds::PeerCred;
 
 use crate::msg_warn;
@@ -349,10 +349,7 @@ impl<S: Service, H: Handler<S>> Server for IpcServer<S, H> {
             return;
         }
         let token = cx.token();
-        if let Err(e) =
-            cx.registry
-                .register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)
-        {
+        if let Err(e) = ep.register(cx.registry, token) {
             msg_warn!("{}: register client: {e}", S::LOG_NAME);
             return;
         }

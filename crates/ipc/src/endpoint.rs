@@ -9,6 +9,13 @@
 //! is encoded, the content written from its own buffer by `writev`). Both
 //! buffers are bounded: a peer that sends frames over the limit or stops reading its
 //! answers gets an error, which the caller turns into closing the connection.
+//!
+//! An endpoint registered through [`Endpoint::register`] watches its socket
+//! for room to write only while output waits for it, as Postfix's
+//! `event_enable_write` does. A Unix socket watched for writing all the
+//! time wakes its owner each time the peer reads from it (the kernel
+//! reports the room freed whether or not anything waits to be written):
+//! one wakeup more per request and per answer, for nothing.
 
 use std::collections::VecDeque;
 use std::io::{IoSlice, Write};
@@ -45,6 +52,19 @@ pub struct Endpoint {
     eof: bool,
     greeted: bool,
     stalled: bool,
+    /// Where it is registered, when it manages its own interest.
+    watch: Option<Watch>,
+}
+
+/// The registration of an endpoint that adds and drops its interest in
+/// writing as output waits or is written.
+#[derive(Debug)]
+struct Watch {
+    /// The loop's registry (a handle of its own on the same poll).
+    registry: mio::Registry,
+    token: mio::Token,
+    /// Whether writing is in the registered interest.
+    writable: bool,
 }
 
 /// A body written from its own buffer, not copied into `out`.
@@ -72,23 +92,51 @@ impl Endpoint {
             eof: false,
             greeted: false,
             stalled: false,
+            watch: None,
         }
     }
 
-    /// Wraps a connection a server accepted and registers it for reading
-    /// and writing (edge-triggered), as every daemon's `accept` does.
+    /// Wraps a connection a server accepted and registers it (see
+    /// [`Endpoint::register`]).
     pub fn registered(
         stream: UnixStream,
         registry: &mio::Registry,
         token: mio::Token,
     ) -> std::io::Result<Self> {
         let mut ep = Self::new(stream);
-        registry.register(
-            &mut ep.stream,
-            token,
-            mio::Interest::READABLE | mio::Interest::WRITABLE,
-        )?;
+        ep.register(registry, token)?;
         Ok(ep)
+    }
+
+    /// Registers the socket under `token`, edge-triggered, for reading;
+    /// the endpoint adds writing to the interest while output waits for
+    /// room and drops it once the output is written. It keeps a handle
+    /// of its own on the registry (a duplicate of the poll's descriptor)
+    /// for that.
+    pub fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> std::io::Result<()> {
+        let own = registry.try_clone()?;
+        let writable = self.wants_write();
+        registry.register(&mut self.stream, token, interest(writable))?;
+        self.watch = Some(Watch {
+            registry: own,
+            token,
+            writable,
+        });
+        Ok(())
+    }
+
+    /// Brings the registered interest in line with the output: writing
+    /// watched while some waits, not once it is written.
+    fn watch_writes(&mut self) -> Result<(), IpcError> {
+        let want = self.wants_write();
+        if let Some(w) = self.watch.as_mut() {
+            if w.writable != want {
+                w.registry
+                    .reregister(&mut self.stream, w.token, interest(want))?;
+                w.writable = want;
+            }
+        }
+        Ok(())
     }
 
     /// The underlying stream, for registering with mio.
@@ -280,7 +328,7 @@ impl Endpoint {
             }
             self.out_pos = 0;
         }
-        Ok(())
+        self.watch_writes()
     }
 
     /// Takes `n` written bytes off the front of the queued output.
@@ -318,6 +366,16 @@ impl Endpoint {
     /// Whether output is waiting for the socket to become writable.
     pub fn wants_write(&self) -> bool {
         self.out_pos < self.out.len() || !self.spliced.is_empty()
+    }
+}
+
+/// The interest of a registered endpoint: reading, and writing while
+/// output waits.
+fn interest(writable: bool) -> mio::Interest {
+    if writable {
+        mio::Interest::READABLE | mio::Interest::WRITABLE
+    } else {
+        mio::Interest::READABLE
     }
 }
 
@@ -442,5 +500,77 @@ mod tests {
         }
         let _theirs = writer.join().unwrap();
         assert_eq!(got, count);
+    }
+
+    /// A registered endpoint is not woken when its peer reads what it
+    /// wrote (a Unix socket watched for writing would be: the room freed
+    /// is reported), yet output larger than the socket takes still goes
+    /// out whole on the writable events it asks for while it waits, and
+    /// once it is written the peer's reads wake it no more.
+    #[test]
+    fn a_registered_endpoint_watches_for_room_only_while_output_waits() {
+        use std::io::Read;
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let mut poll = Poll::new().unwrap();
+        let mut ep = Endpoint::new(UnixStream::from_std(ours));
+        ep.register(poll.registry(), Token(7)).unwrap();
+        let mut events = Events::with_capacity(8);
+        let quiet = |poll: &mut Poll, events: &mut Events| {
+            poll.poll(events, Some(std::time::Duration::from_millis(50)))
+                .unwrap();
+            events.iter().count()
+        };
+        assert_eq!(quiet(&mut poll, &mut events), 0, "registration alone");
+
+        ep.send(&vec![1u8; 100]).unwrap();
+        assert!(!ep.wants_write());
+        let mut small = vec![0u8; 4096];
+        let n = theirs.read(&mut small).unwrap();
+        assert!(n > 100, "{n} bytes read");
+        assert_eq!(
+            quiet(&mut poll, &mut events),
+            0,
+            "the peer's read woke the writer"
+        );
+
+        // 8 MiB: far more than a socket buffer holds.
+        let big = vec![9u8; 8 << 20];
+        ep.send(&big).unwrap();
+        assert!(ep.wants_write(), "all of it went at once");
+        let reader = std::thread::spawn(move || {
+            let mut got = 0usize;
+            let mut buf = vec![0u8; 1 << 16];
+            while got < (8 << 20) {
+                let n = theirs.read(&mut buf).unwrap();
+                assert!(n > 0, "closed after {got} bytes");
+                got += n;
+            }
+            theirs
+        });
+        while ep.wants_write() {
+            poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            assert!(
+                events
+                    .iter()
+                    .any(|e| e.token() == Token(7) && e.is_writable()),
+                "stalled with {} bytes queued",
+                ep.pending_output()
+            );
+            ep.write_ready().unwrap();
+        }
+        let mut theirs = reader.join().unwrap();
+        // The frame's length prefix is still in the peer's socket.
+        theirs.set_nonblocking(true).unwrap();
+        while theirs.read(&mut small).map(|n| n > 0).unwrap_or(false) {}
+        let _ = quiet(&mut poll, &mut events);
+        ep.send(&vec![2u8; 100]).unwrap();
+        let _ = theirs.read(&mut small).unwrap();
+        assert_eq!(
+            quiet(&mut poll, &mut events),
+            0,
+            "still watching for room once the output was written"
+        );
     }
 }

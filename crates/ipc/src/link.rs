@@ -16,7 +16,7 @@
 use std::marker::PhantomData;
 use std::path::Path;
 
-use mio::{Interest, Registry, Token};
+use mio::{Registry, Token};
 
 use crate::{Endpoint, Hello, HelloReply, IpcError, Protocol, Tagged};
 
@@ -37,7 +37,7 @@ impl<P: Protocol> Link<P> {
     /// not a wait in the caller's event loop.
     pub fn connect(path: &Path, registry: &Registry, token: Token) -> Result<Self, IpcError> {
         let mut ep = Endpoint::new(mio::net::UnixStream::connect(path)?);
-        registry.register(ep.stream(), token, Interest::READABLE | Interest::WRITABLE)?;
+        ep.register(registry, token)?;
         ep.send(&Hello::of::<P>())?;
         Ok(Link {
             ep,
