@@ -76,6 +76,10 @@ struct Connection {
     client: Client,
     /// Bytes the socket has not taken yet.
     outbuf: Vec<u8>,
+    /// Whether writing is in the socket's registered interest: only while
+    /// `outbuf` waits, since a Unix socket watched for writing wakes the
+    /// loop each time Dovecot reads a request.
+    writable: bool,
 }
 
 /// The link and the exchanges in progress.
@@ -180,10 +184,7 @@ impl SaslLink {
             }
         };
         let token = cx.token();
-        if let Err(e) =
-            cx.registry
-                .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
-        {
+        if let Err(e) = cx.registry.register(&mut stream, token, Interest::READABLE) {
             self.warn(format!("SASL: register {}: {e}", self.path.display()));
             return Err(e.to_string());
         }
@@ -194,6 +195,7 @@ impl SaslLink {
             token,
             client,
             outbuf,
+            writable: false,
         });
         self.flush(cx);
         Ok(())
@@ -357,21 +359,40 @@ impl SaslLink {
         };
         let more = conn.client.take_output();
         conn.outbuf.extend_from_slice(&more);
+        let mut failure = None;
         while !conn.outbuf.is_empty() {
             match conn.stream.write(&conn.outbuf) {
                 Ok(n) => {
                     conn.outbuf.drain(..n);
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
-                    let why = e.to_string();
-                    self.warn(format!("SASL: {}: {why}", self.path.display()));
-                    let failed = self.drop_conn(cx, &why);
-                    self.orphan(cx.now, failed);
-                    return;
+                    failure = Some(e);
+                    break;
                 }
             }
+        }
+        let want = !conn.outbuf.is_empty();
+        if failure.is_none() && want != conn.writable {
+            let interest = if want {
+                Interest::READABLE | Interest::WRITABLE
+            } else {
+                Interest::READABLE
+            };
+            match cx
+                .registry
+                .reregister(&mut conn.stream, conn.token, interest)
+            {
+                Ok(()) => conn.writable = want,
+                Err(e) => failure = Some(e),
+            }
+        }
+        if let Some(e) = failure {
+            let why = e.to_string();
+            self.warn(format!("SASL: {}: {why}", self.path.display()));
+            let failed = self.drop_conn(cx, &why);
+            self.orphan(cx.now, failed);
         }
     }
 

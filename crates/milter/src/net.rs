@@ -169,6 +169,21 @@ struct Link {
     token: Token,
     out: Vec<u8>,
     connected: bool,
+    /// Whether writing is in the socket's registered interest. A Unix
+    /// socket is watched for writing only while output waits: watched all
+    /// the time, it wakes the loop each time the milter reads a command
+    /// (the kernel reports the room freed). TCP reports room only to a
+    /// writer that found none, so a TCP socket stays watched.
+    writable: bool,
+}
+
+/// Reading, and writing when `writable`.
+fn interest(writable: bool) -> Interest {
+    if writable {
+        Interest::READABLE | Interest::WRITABLE
+    } else {
+        Interest::READABLE
+    }
 }
 
 /// A session's milters and their sockets.
@@ -197,8 +212,11 @@ impl Milters {
                 Target::Unix(p) => mio::net::UnixStream::connect(p).map(Sock::Unix),
                 Target::Inet(a) => mio::net::TcpStream::connect(*a).map(Sock::Tcp),
             };
+            // A TCP socket is watched for writing from the start: that is
+            // how its connect completes.
+            let tcp = matches!(target, Target::Inet(_));
             let registered = sock.and_then(|mut sock| {
-                reg.register(sock.source(), t, Interest::READABLE | Interest::WRITABLE)?;
+                reg.register(sock.source(), t, interest(tcp))?;
                 Ok(sock)
             });
             let mut link = Link {
@@ -206,7 +224,8 @@ impl Milters {
                 token: t,
                 out: Vec::new(),
                 // A Unix-domain connect is done or failed at once.
-                connected: matches!(target, Target::Unix(_)),
+                connected: !tcp,
+                writable: tcp,
             };
             match registered {
                 Ok(sock) => {
@@ -424,6 +443,13 @@ impl Milters {
                             failed.push((i, format!("write: {e}")));
                             break;
                         }
+                    }
+                }
+                let want = matches!(sock, Sock::Tcp(_)) || !l.out.is_empty();
+                if want != l.writable {
+                    match reg.reregister(sock.source(), l.token, interest(want)) {
+                        Ok(()) => l.writable = want,
+                        Err(e) => failed.push((i, format!("register: {e}"))),
                     }
                 }
             }
