@@ -3,7 +3,8 @@
 //! which accepts the mail into its hold queue; `postqueue -j` then shows
 //! the message with the envelope Sluice gave it; a body with dot lines and
 //! 8-bit text goes with BDAT (Postfix offers CHUNKING) and `postcat` shows
-//! it unchanged. Needs root (Postfix's master runs as root) and modifies
+//! it unchanged; a large message whose sender Postfix refuses costs it one
+//! BDAT chunk, not a pipeline of them. Needs root (Postfix's master runs as root) and modifies
 //! /etc/postfix/main.cf only to list the instance's directory in
 //! alternate_config_directories, as Postfix requires for `postfix -c`.
 
@@ -104,5 +105,72 @@ fn mail_relayed_to_a_real_postfix_arrives_there() {
         String::from_utf8_lossy(&out),
         format!("\n{}", body.replace("\r\n", "\n")),
     );
+    inst.stop();
+}
+
+/// A message of many BDAT chunks whose sender Postfix refuses: Sluice's
+/// client sends the first chunk with MAIL and RCPT and waits for their
+/// replies before the others, so Postfix answers one chunk with an error,
+/// not dozens (each an error its smtpd counts: after
+/// `smtpd_hard_error_limit` of them it hangs up with "too many errors").
+#[test]
+fn a_refused_sender_costs_postfix_one_bdat_chunk() {
+    let pf_port = free_port();
+    let tmp = tempfile::Builder::new()
+        .prefix("sluice-pf")
+        .tempdir()
+        .unwrap();
+    let opts = PostfixOptions {
+        main_extra:
+            "smtpd_sender_restrictions = check_sender_access inline:{refused@example.com=REJECT}\n"
+                .to_string(),
+        ..PostfixOptions::default()
+    };
+    let pf = Postfix::start(tmp.path(), pf_port, &opts);
+    let port = free_port();
+    let cf = format!(
+        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
+    );
+    let main = format!(
+        "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{pf_port}\nsmtpd_reject_unlisted_recipient = no\n"
+    );
+    let mut inst = Instance::new(&cf, &main);
+    inst.start();
+    inst.wait_port(port);
+    // 4 MB: some 64 chunks of the 64 KiB the agent reads at a time.
+    let script = "import smtplib,sys\n\
+                  line=b'x'*76+b'\\r\\n'\n\
+                  msg=b'From: refused@example.com\\r\\nSubject: big\\r\\n\\r\\n'+line*(4*1024*1024//len(line))\n\
+                  s=smtplib.SMTP('127.0.0.1',int(sys.argv[1]))\n\
+                  s.sendmail('refused@example.com',['dave@dest.test.example'],msg)\n\
+                  s.quit()\n";
+    let status = Command::new("python3")
+        .args(["-c", script, &port.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let line = inst.wait_log(30, "to=<dave@dest.test.example>");
+    assert!(
+        line.contains("status=bounced") && line.contains("Sender address rejected"),
+        "{line}"
+    );
+    // The connection also carries the bounce back to Postfix (with the
+    // message, in chunks Postfix takes): one BDAT refused in all.
+    let disconnect = wait_for(20, "Postfix's smtpd to log the disconnect", || {
+        pf.log()
+            .lines()
+            .find(|l| l.contains("disconnect from") && l.contains(" bdat="))
+            .map(str::to_string)
+    });
+    let log = pf.log();
+    assert!(!log.contains("too many errors"), "{log}");
+    let bdat: Vec<u32> = disconnect
+        .split(" bdat=")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .map(|s| s.split('/').map(|n| n.parse().unwrap()).collect())
+        .unwrap();
+    assert_eq!(bdat[1] - bdat[0], 1, "{disconnect}");
     inst.stop();
 }

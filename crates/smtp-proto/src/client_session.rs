@@ -14,9 +14,14 @@
 //! offers CHUNKING (RFC 3030) the content goes in BDAT chunks instead, with
 //! the dot-stuffing undone (a dot that starts a line is dropped), each chunk
 //! as one `send_content` gave it (one is held back so that the last can say
-//! LAST); with PIPELINING the chunks follow MAIL and RCPT without waiting,
-//! without it each chunk waits for the reply to the one before
-//! ([`ClientSession::wants_content`]). A message without a final CRLF gets
+//! LAST); with PIPELINING the first chunk follows MAIL and RCPT without
+//! waiting (a message of one chunk costs no round trip more than DATA's
+//! group), and the others follow once the replies to MAIL and every RCPT
+//! are in; without PIPELINING each chunk waits for the reply to the one
+//! before ([`ClientSession::wants_content`]). A refused sender, or no
+//! recipient accepted, ends the content there: a pipeline full of chunks
+//! would each be an error the server counts (Postfix's smtpd disconnects
+//! after `smtpd_hard_error_limit` of them). A message without a final CRLF gets
 //! one either way, so DATA and BDAT deliver the same bytes. A failed chunk
 //! ends the transaction with its reply; chunks already in the pipeline are
 //! answered and ignored, and the next transaction starts with RSET.
@@ -272,7 +277,8 @@ impl ClientSession {
     /// Whether [`ClientSession::send_content`] or
     /// [`ClientSession::end_content`] may be called now: in the content
     /// phase, and for BDAT without PIPELINING, once the previous chunk's
-    /// reply is in.
+    /// reply is in; with PIPELINING, for the first chunk at once and for
+    /// the others once MAIL's and every RCPT's reply is in.
     pub fn wants_content(&self) -> bool {
         if self.phase != Phase::Content {
             return false;
@@ -280,8 +286,35 @@ impl ClientSession {
         let pipelining = self.caps.as_ref().is_some_and(|c| c.pipelining);
         match &self.tx {
             Some(tx) if tx.bdat && !pipelining => tx.chunks_out == 0,
+            Some(tx) if tx.bdat => tx.chunks_out == 0 || !self.envelope_pending(),
             Some(_) => true,
             None => false,
+        }
+    }
+
+    /// Whether a reply to the transaction's RSET, MAIL or an RCPT is still
+    /// to come.
+    fn envelope_pending(&self) -> bool {
+        self.expect
+            .iter()
+            .any(|e| matches!(e, Expect::Rset | Expect::Mail | Expect::Rcpt(_)))
+    }
+
+    /// Pipelined BDAT content whose envelope turned out refused (the
+    /// sender, or every recipient) stops here: the transaction ends with
+    /// the refusal, and the replies to chunks already written are read and
+    /// ignored (RFC 3030 §2 allows no chunk after a failed one anyway).
+    fn stop_refused_content(&mut self) {
+        if self.phase != Phase::Content || self.envelope_pending() {
+            return;
+        }
+        let refused = self
+            .tx
+            .as_ref()
+            .is_some_and(|t| t.bdat && (t.mail_failed || t.accepted == 0));
+        if refused {
+            self.phase = Phase::Talking;
+            self.finish_tx(None);
         }
     }
 
@@ -458,6 +491,7 @@ impl ClientSession {
                     // From here the server holds a transaction until it ends.
                     self.needs_rset = true;
                 }
+                self.stop_refused_content();
                 self.maybe_idle();
             }
             Expect::Rcpt(index) => {
@@ -472,6 +506,7 @@ impl ClientSession {
                     self.actions
                         .push_back(Action::Recipient { index, reply: r });
                 }
+                self.stop_refused_content();
                 self.maybe_idle();
             }
             Expect::Data => {

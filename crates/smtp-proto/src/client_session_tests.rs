@@ -87,13 +87,13 @@ impl Pair {
                 }
                 self.log.push(a);
             }
-            // Five bytes at a time, as fast as the client takes them,
-            // given and read in turn (`send_content_from` offered more
-            // room than the read fills).
+            // One to five bytes at a time, as fast as the client takes
+            // them, given and read in turn (`send_content_from` offered
+            // more room than the read fills): with BDAT each is a chunk.
             while let Some(pos) = self.sending.filter(|_| self.c.wants_content()) {
                 progress = true;
                 if pos < self.content.len() {
-                    let end = (pos + 5).min(self.content.len());
+                    let end = (pos + 1 + pos % 5).min(self.content.len());
                     let piece = self.content[pos..end].to_vec();
                     if pos % 10 == 0 {
                         self.c.send_content(&piece);
