@@ -37,7 +37,7 @@ use agent::{ConnId, Content, OpenRequest, Timing};
 use daemon::{msg_info, Cx};
 use ipc::delivery::{Handoff, OpenFailure, RcptResult, Response, Transaction};
 use mail::{Status, StatusCode};
-use mio::{Registry, Token};
+use mio::{Interest, Registry, Token};
 use smtp_proto::client_session::{ClientAction, ClientSession};
 use smtp_proto::Reply;
 
@@ -130,6 +130,12 @@ pub struct SmtpConn {
     /// nothing will announce it again.
     read_closed: bool,
     writable: bool,
+    /// Whether writing is in a Unix socket's registered interest (LMTP):
+    /// only while output waits, since a Unix socket watched for writing
+    /// wakes the loop each time the server reads a command. A TCP socket
+    /// is always watched: TCP reports room only to a writer that found
+    /// none.
+    watching_out: bool,
     connect_started: Instant,
     setup: Duration,
     errors: Vec<String>,
@@ -229,6 +235,7 @@ impl SmtpConn {
             readable: false,
             read_closed: false,
             writable: false,
+            watching_out: false,
             connect_started: cx.now,
             setup: Duration::ZERO,
             errors: Vec::new(),
@@ -311,6 +318,37 @@ impl SmtpConn {
 
     /// Does everything that can be done now.
     pub fn drive(&mut self, cx: &mut Cx<'_>) {
+        self.do_what_can_be_done(cx);
+        self.watch_writes(cx);
+    }
+
+    /// Brings a Unix socket's registered interest in line with its output.
+    fn watch_writes(&mut self, cx: &mut Cx<'_>) {
+        if self.done || self.unix_path().is_none() {
+            return;
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            return;
+        };
+        let want = stream.wants_write();
+        if want == self.watching_out {
+            return;
+        }
+        let interest = if want {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
+        match cx
+            .registry
+            .reregister(stream.socket(), self.token, interest)
+        {
+            Ok(()) => self.watching_out = want,
+            Err(e) => self.fail(format!("register: {e}")),
+        }
+    }
+
+    fn do_what_can_be_done(&mut self, cx: &mut Cx<'_>) {
         if self.done {
             return;
         }

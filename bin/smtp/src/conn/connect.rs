@@ -162,15 +162,19 @@ impl SmtpConn {
                 self.next_addr = 1;
                 match mio::net::UnixStream::connect(&path) {
                     Ok(mut sock) => {
-                        if let Err(e) = cx.registry.register(
-                            &mut sock,
-                            self.token,
-                            Interest::READABLE | Interest::WRITABLE,
-                        ) {
+                        // Watched for writing only while output waits
+                        // (`watch_writes`); a Unix connect is done at once.
+                        self.watching_out = false;
+                        if let Err(e) =
+                            cx.registry
+                                .register(&mut sock, self.token, Interest::READABLE)
+                        {
                             self.errors.push(format!("register: {e}"));
                             continue;
                         }
                         self.stream = Some(tls::Stream::over(tls::Sock::Unix(sock)));
+                        // Connected already: no writable event will say so.
+                        self.writable = true;
                         self.connect_started = cx.now;
                         self.deadline = Some(cx.now + self.settings.connect_timeout);
                     }
