@@ -4,7 +4,8 @@
 //! the message with the envelope Sluice gave it; a body with dot lines and
 //! 8-bit text goes with BDAT (Postfix offers CHUNKING) and `postcat` shows
 //! it unchanged; a large message whose sender Postfix refuses costs it one
-//! BDAT chunk, not a pipeline of them. Needs root (Postfix's master runs as root) and modifies
+//! BDAT chunk, not a pipeline of them, and one refused at MAIL leaves the
+//! connection fit for the next. Needs root (Postfix's master runs as root) and modifies
 //! /etc/postfix/main.cf only to list the instance's directory in
 //! alternate_config_directories, as Postfix requires for `postfix -c`.
 
@@ -172,5 +173,70 @@ fn a_refused_sender_costs_postfix_one_bdat_chunk() {
         .map(|s| s.split('/').map(|n| n.parse().unwrap()).collect())
         .unwrap();
     assert_eq!(bdat[1] - bdat[0], 1, "{disconnect}");
+    inst.stop();
+}
+
+/// A message refused at MAIL (SIZE over Postfix's `message_size_limit`)
+/// whose first BDAT chunk went without LAST: Postfix's smtpd holds BDAT
+/// state until LAST or RSET and answers a MAIL "503 5.5.1 Error: MAIL
+/// after BDAT", so the next message on the cached connection must start
+/// with RSET, or it bounces though Postfix would take it.
+#[test]
+fn a_message_refused_at_mail_leaves_the_connection_fit_for_the_next() {
+    let pf_port = free_port();
+    let tmp = tempfile::Builder::new()
+        .prefix("sluice-pf")
+        .tempdir()
+        .unwrap();
+    let opts = PostfixOptions {
+        message_size_limit: Some(200_000),
+        ..PostfixOptions::default()
+    };
+    let pf = Postfix::start(tmp.path(), pf_port, &opts);
+    let port = free_port();
+    let cf = format!(
+        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
+    );
+    // The big message's bounce is discarded here, so that nothing but the
+    // two messages goes to Postfix, in this order.
+    let main = format!(
+        "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{pf_port}\nsmtpd_reject_unlisted_recipient = no\n\
+         transport_maps = inline:{{ bounces.test = discard: }}\n"
+    );
+    let mut inst = Instance::new(&cf, &main);
+    inst.start();
+    inst.wait_port(port);
+    let script = "import smtplib,sys\n\
+                  n=int(sys.argv[2])\n\
+                  line=b'y'*76+b'\\r\\n'\n\
+                  msg=b'From: a@bounces.test\\r\\nSubject: s\\r\\n\\r\\n'+line*(n//len(line))\n\
+                  s=smtplib.SMTP('127.0.0.1',int(sys.argv[1]))\n\
+                  s.mail(sys.argv[3]); s.rcpt(sys.argv[4])\n\
+                  print(s.data(msg)[1].decode())\n\
+                  s.quit()\n";
+    let send = |size: usize, from: &str, to: &str| -> String {
+        let out = Command::new("python3")
+            .args(["-c", script, &port.to_string(), &size.to_string(), from, to])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let reply = String::from_utf8_lossy(&out.stdout).to_string();
+        reply.split("queued as ").nth(1).unwrap().trim().to_string()
+    };
+    // 400 KB: over the limit, and more than one 64 KiB chunk.
+    let big = send(400_000, "a@bounces.test", "dave@dest.test.example");
+    let line = inst.wait_log(30, &format!("{big}: to=<dave@dest.test.example>"));
+    assert!(
+        line.contains("status=bounced") && line.contains("552 5.3.4"),
+        "{line}"
+    );
+    let small = send(2_000, "b@example.com", "erin@dest.test.example");
+    let line = inst.wait_log(30, &format!("{small}: to=<erin@dest.test.example>"));
+    assert!(
+        line.contains("status=sent") && line.contains("conn_use=2"),
+        "{line}"
+    );
+    pf.wait_queued("erin@dest.test.example");
     inst.stop();
 }

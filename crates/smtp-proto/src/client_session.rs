@@ -805,6 +805,14 @@ impl ClientSession {
         if let Some(tx) = &mut self.tx {
             tx.chunks_out += 1;
         }
+        if !last {
+            // A server that took (or refused) a chunk without LAST holds
+            // BDAT state until LAST or RSET, even when MAIL was refused:
+            // Postfix's smtpd answers the next MAIL "503 5.5.1 Error: MAIL
+            // after BDAT". The next transaction starts with RSET unless
+            // LAST's 2xx ends this one.
+            self.needs_rset = true;
+        }
     }
 
     /// Ends the content with `.CRLF` (adding a CRLF first if the content lacked one).
