@@ -12,6 +12,7 @@ use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use config::{Config, ServiceDef, ServiceKind};
@@ -21,8 +22,9 @@ use evloop::{Signals, Timers};
 use ipc::control::{self, MasterStatus, ProcessStatus, ServiceStatus};
 use ipc::status::{self, StatusRecord, RECORD_LEN};
 use ipc::{Endpoint, Tagged};
+
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Registry, Token};
 
 use crate::listen::{self, Bind};
 use crate::service::{Proc, ProcState, Service};
@@ -98,6 +100,9 @@ pub struct Supervisor {
     retired: BTreeMap<i32, (String, String)>,
     next_service_id: usize,
     poll: Poll,
+    /// A share of the poll's registry for the control clients' endpoints,
+    /// which watch for room to write only while a reply waits.
+    registry: Rc<Registry>,
     signals: Signals,
     status_read: std::fs::File,
     status_write: OwnedFd,
@@ -164,6 +169,11 @@ impl Supervisor {
             services: BTreeMap::new(),
             retired: BTreeMap::new(),
             next_service_id: 0,
+            registry: Rc::new(
+                poll.registry()
+                    .try_clone()
+                    .map_err(|e| format!("epoll: {e}"))?,
+            ),
             poll,
             signals,
             status_read,
@@ -776,12 +786,7 @@ impl Supervisor {
             if FIRST_CONTROL_CLIENT + self.next_control_token >= FIRST_LISTEN {
                 self.next_control_token = FIRST_CONTROL_CLIENT;
             }
-            if self
-                .poll
-                .registry()
-                .register(ep.stream(), token, Interest::READABLE)
-                .is_err()
-            {
+            if ep.register(&self.registry, token).is_err() {
                 continue;
             }
             self.control_clients.insert(token, ep);
@@ -794,6 +799,8 @@ impl Supervisor {
             return;
         };
         let result = (|| -> Result<bool, ipc::IpcError> {
+            // A reply larger than the socket took goes on as room comes.
+            ep.write_ready()?;
             let open = ep.read_ready()?;
             if !ep.accept_hello::<control::Control>()? {
                 return Ok(open);

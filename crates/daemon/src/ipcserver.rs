@@ -502,7 +502,8 @@ mod tests {
     fn answers_made_later_go_by_request_id_and_none_reaches_a_client_that_left() {
         let poll = mio::Poll::new().unwrap();
         let mut next = 1 << 16;
-        let mut cx = Cx::for_test(poll.registry(), &mut next);
+        let registry = std::rc::Rc::new(poll.registry().try_clone().unwrap());
+        let mut cx = Cx::for_test(&registry, &mut next);
         let mut server: IpcServer<Anvil, Later> = IpcServer::new(Later::default());
 
         // Two clients, each with pipelined requests in front of the accept.
@@ -538,7 +539,8 @@ mod tests {
     fn a_client_speaking_another_protocol_is_refused_and_dropped() {
         let poll = mio::Poll::new().unwrap();
         let mut next = 1 << 16;
-        let mut cx = Cx::for_test(poll.registry(), &mut next);
+        let registry = std::rc::Rc::new(poll.registry().try_clone().unwrap());
+        let mut cx = Cx::for_test(&registry, &mut next);
         let mut server: IpcServer<Anvil, Later> = IpcServer::new(Later::default());
         let (srv, cli) = mio::net::UnixStream::pair().unwrap();
         let mut c = Endpoint::new(cli);

@@ -11,6 +11,7 @@ use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use config::Config;
@@ -55,8 +56,11 @@ pub enum Conn {
 
 /// What a daemon may use while handling an event.
 pub struct Cx<'a> {
-    /// Where to register the daemon's own sockets.
-    pub registry: &'a Registry,
+    /// Where to register the daemon's own sockets: a handle on the loop's
+    /// poll that IPC endpoints keep a share of (one descriptor for the
+    /// process, not one per endpoint) to watch for room to write only
+    /// while output waits.
+    pub registry: &'a Rc<Registry>,
     /// The time of this loop iteration.
     pub now: Instant,
     /// The event being handled says the peer closed its side (read-closed):
@@ -69,7 +73,7 @@ pub struct Cx<'a> {
 impl<'a> Cx<'a> {
     /// A context outside the loop, for tests of the daemon-side servers.
     #[cfg(test)]
-    pub(crate) fn for_test(registry: &'a Registry, next_token: &'a mut usize) -> Self {
+    pub(crate) fn for_test(registry: &'a Rc<Registry>, next_token: &'a mut usize) -> Self {
         Cx {
             registry,
             now: Instant::now(),
@@ -334,6 +338,11 @@ fn event_loop<S: Server>(
     };
     let mut uses: u64 = 0;
     let mut next_token = FIRST_DAEMON_TOKEN;
+    let registry = Rc::new(
+        poll.registry()
+            .try_clone()
+            .unwrap_or_else(|e| msg_fatal!("epoll: {e}")),
+    );
     let mut last_state: Option<(ChildState, u64)> = None;
     // The clock is read once per loop turn, when poll returns: everything
     // in the turn (events, timeouts, the next poll's timeout, reports to
@@ -345,7 +354,7 @@ fn event_loop<S: Server>(
     let mut retiring = false;
     {
         let mut cx = Cx {
-            registry: poll.registry(),
+            registry: &registry,
             now,
             closed: false,
             next_token: &mut next_token,
@@ -417,7 +426,7 @@ fn event_loop<S: Server>(
         }
         now = clock.now();
         let mut cx = Cx {
-            registry: poll.registry(),
+            registry: &registry,
             now,
             closed: false,
             next_token: &mut next_token,

@@ -19,6 +19,7 @@
 
 use std::collections::VecDeque;
 use std::io::{IoSlice, Write};
+use std::rc::Rc;
 
 use mio::net::UnixStream;
 use serde::de::DeserializeOwned;
@@ -60,8 +61,8 @@ pub struct Endpoint {
 /// writing as output waits or is written.
 #[derive(Debug)]
 struct Watch {
-    /// The loop's registry (a handle of its own on the same poll).
-    registry: mio::Registry,
+    /// The loop's registry, shared.
+    registry: Rc<mio::Registry>,
     token: mio::Token,
     /// Whether writing is in the registered interest.
     writable: bool,
@@ -100,7 +101,7 @@ impl Endpoint {
     /// [`Endpoint::register`]).
     pub fn registered(
         stream: UnixStream,
-        registry: &mio::Registry,
+        registry: &Rc<mio::Registry>,
         token: mio::Token,
     ) -> std::io::Result<Self> {
         let mut ep = Self::new(stream);
@@ -110,15 +111,17 @@ impl Endpoint {
 
     /// Registers the socket under `token`, edge-triggered, for reading;
     /// the endpoint adds writing to the interest while output waits for
-    /// room and drops it once the output is written. It keeps a handle
-    /// of its own on the registry (a duplicate of the poll's descriptor)
-    /// for that.
-    pub fn register(&mut self, registry: &mio::Registry, token: mio::Token) -> std::io::Result<()> {
-        let own = registry.try_clone()?;
+    /// room and drops it once the output is written, through the share
+    /// of the loop's registry it keeps.
+    pub fn register(
+        &mut self,
+        registry: &Rc<mio::Registry>,
+        token: mio::Token,
+    ) -> std::io::Result<()> {
         let writable = self.wants_write();
         registry.register(&mut self.stream, token, interest(writable))?;
         self.watch = Some(Watch {
-            registry: own,
+            registry: Rc::clone(registry),
             token,
             writable,
         });
@@ -513,8 +516,9 @@ mod tests {
         let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
         ours.set_nonblocking(true).unwrap();
         let mut poll = Poll::new().unwrap();
+        let registry = Rc::new(poll.registry().try_clone().unwrap());
         let mut ep = Endpoint::new(UnixStream::from_std(ours));
-        ep.register(poll.registry(), Token(7)).unwrap();
+        ep.register(&registry, Token(7)).unwrap();
         let mut events = Events::with_capacity(8);
         let quiet = |poll: &mut Poll, events: &mut Events| {
             poll.poll(events, Some(std::time::Duration::from_millis(50)))

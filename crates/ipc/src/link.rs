@@ -15,6 +15,7 @@
 
 use std::marker::PhantomData;
 use std::path::Path;
+use std::rc::Rc;
 
 use mio::{Registry, Token};
 
@@ -35,7 +36,7 @@ impl<P: Protocol> Link<P> {
     /// sends the hello. The connect does not block: a server too busy or
     /// stopped to take it (its backlog full) is an error at once (EAGAIN),
     /// not a wait in the caller's event loop.
-    pub fn connect(path: &Path, registry: &Registry, token: Token) -> Result<Self, IpcError> {
+    pub fn connect(path: &Path, registry: &Rc<Registry>, token: Token) -> Result<Self, IpcError> {
         let mut ep = Endpoint::new(mio::net::UnixStream::connect(path)?);
         ep.register(registry, token)?;
         ep.send(&Hello::of::<P>())?;

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use mio::{Registry, Token};
 
@@ -88,7 +89,7 @@ impl<P: Protocol, T> Peer<P, T> {
     /// new link after its first ones were lost with the old.
     pub fn send(
         &mut self,
-        registry: &Registry,
+        registry: &Rc<Registry>,
         token: impl FnOnce() -> Token,
         reqs: &[P::Request],
         tag: T,
@@ -244,7 +245,7 @@ mod tests {
         let mut poll = Poll::new().unwrap();
         let mut peer: Peer<Anvil, &str> = Peer::new(path);
         assert!(!peer.is_connected());
-        let reg = poll.registry().try_clone().unwrap();
+        let reg = Rc::new(poll.registry().try_clone().unwrap());
         peer.send(&reg, || Token(7), &[lookup(), lookup()], "pair")
             .unwrap();
         peer.send(&reg, || Token(8), &[lookup()], "one").unwrap();
@@ -289,7 +290,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let poll = Poll::new().unwrap();
         let mut peer: Peer<Anvil, u64> = Peer::new(dir.path().join("absent"));
-        let r = peer.send(poll.registry(), || Token(1), &[lookup()], 1);
+        let reg = Rc::new(poll.registry().try_clone().unwrap());
+        let r = peer.send(&reg, || Token(1), &[lookup()], 1);
         assert!(matches!(r, Err(PeerError::Connect(_))), "{r:?}");
         assert!(!peer.is_connected());
         let h = peer.event(poll.registry(), true, false);

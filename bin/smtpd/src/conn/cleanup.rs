@@ -610,14 +610,24 @@ mod tests {
         };
 
         // The first cleanup has gone: its end is closed before we write.
-        let mut dead = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(1)).unwrap();
+        let mut dead = Link::<Cleanup>::connect(
+            &path,
+            &std::rc::Rc::new(poll.registry().try_clone().unwrap()),
+            mio::Token(1),
+        )
+        .unwrap();
         drop(listener.accept().unwrap());
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(unsent.write(&mut dead, true).is_err());
         let back: Vec<u8> = unsent.chunks.concat();
         assert_eq!(back, chunks.concat(), "the content came back whole");
 
-        let mut live = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(2)).unwrap();
+        let mut live = Link::<Cleanup>::connect(
+            &path,
+            &std::rc::Rc::new(poll.registry().try_clone().unwrap()),
+            mio::Token(2),
+        )
+        .unwrap();
         let (mut peer, _) = listener.accept().unwrap();
         let (_, end) = unsent.write(&mut live, true).unwrap();
         assert!(end.is_some());
@@ -667,7 +677,12 @@ mod tests {
         let head = Request::Data { bytes: Vec::new() };
 
         // Two bodies written out whole: the link has nothing to give back.
-        let mut link = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(1)).unwrap();
+        let mut link = Link::<Cleanup>::connect(
+            &path,
+            &std::rc::Rc::new(poll.registry().try_clone().unwrap()),
+            mio::Token(1),
+        )
+        .unwrap();
         let (_peer, _) = listener.accept().unwrap();
         for body in [vec![b'a'; 1000], vec![b'b'; 1000]] {
             link.send_later_spliced(&head, body, 0).unwrap();
@@ -678,14 +693,24 @@ mod tests {
         assert!(take_back(&mut link, vec![vec![b'c'; 10]], 2010).is_none());
 
         // A body left queued by a message before: more than was lent.
-        let mut link = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(2)).unwrap();
+        let mut link = Link::<Cleanup>::connect(
+            &path,
+            &std::rc::Rc::new(poll.registry().try_clone().unwrap()),
+            mio::Token(2),
+        )
+        .unwrap();
         let (_peer, _) = listener.accept().unwrap();
         link.send_later_spliced(&head, b"someone else's".to_vec(), 0)
             .unwrap();
         assert!(take_back(&mut link, vec![vec![b'd'; 10]], 10).is_none());
 
         // Nothing of it went: all of it comes back, in order.
-        let mut link = Link::<Cleanup>::connect(&path, poll.registry(), mio::Token(3)).unwrap();
+        let mut link = Link::<Cleanup>::connect(
+            &path,
+            &std::rc::Rc::new(poll.registry().try_clone().unwrap()),
+            mio::Token(3),
+        )
+        .unwrap();
         let (_peer, _) = listener.accept().unwrap();
         link.send_later_spliced(&head, b"mine".to_vec(), 0).unwrap();
         let back = take_back(&mut link, vec![b" and more".to_vec()], 13).unwrap();
