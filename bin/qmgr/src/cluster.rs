@@ -15,9 +15,7 @@ use daemon::{msg_info, msg_warn, Cx};
 use ipc::queuectl::{ClusterLink, ClusterView};
 use mio::Token;
 use queue_manager::clustershare::{self, Share, ShareAction};
-use queue_manager::{Level, QueueManager, Time};
-
-use crate::store::Disk;
+use queue_manager::{DiskStore, Level, QueueManager, Time};
 
 /// The link.
 pub struct ClusterConn {
@@ -63,7 +61,7 @@ impl ClusterConn {
     }
 
     /// Puts the share in force (again after a reload).
-    pub fn install(&mut self, qm: &mut QueueManager<Disk>) {
+    pub fn install(&mut self, qm: &mut QueueManager<DiskStore>) {
         self.share.install(qm);
     }
 
@@ -79,7 +77,7 @@ impl ClusterConn {
     }
 
     /// Time passed: heartbeats, a silent clusterd, reconnecting.
-    pub fn timeout(&mut self, cx: &mut Cx<'_>, qm: &mut QueueManager<Disk>, now: Time) {
+    pub fn timeout(&mut self, cx: &mut Cx<'_>, qm: &mut QueueManager<DiskStore>, now: Time) {
         let ms = self.ms(cx.now);
         let registry = cx.registry;
         self.conn
@@ -91,7 +89,7 @@ impl ClusterConn {
     pub fn ready(
         &mut self,
         cx: &mut Cx<'_>,
-        qm: &mut QueueManager<Disk>,
+        qm: &mut QueueManager<DiskStore>,
         now: Time,
         readable: bool,
     ) {
@@ -105,7 +103,7 @@ impl ClusterConn {
 
     /// Carries out what the share has to do: log, keep the count,
     /// close, send.
-    pub fn pump(&mut self, cx: &mut Cx<'_>, qm: &mut QueueManager<Disk>, now: Time) {
+    pub fn pump(&mut self, cx: &mut Cx<'_>, qm: &mut QueueManager<DiskStore>, now: Time) {
         let ms = self.ms(cx.now);
         for a in self.share.pump(ms, qm, now) {
             match a {
@@ -148,7 +146,7 @@ impl ClusterConn {
     }
 
     /// `sluice cluster status`: the link and every shared key in use.
-    pub fn view(&self, qm: &mut QueueManager<Disk>, now: Time) -> ClusterView {
+    pub fn view(&self, qm: &mut QueueManager<DiskStore>, now: Time) -> ClusterView {
         self.share.view(qm, now)
     }
 }

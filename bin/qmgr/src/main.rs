@@ -19,8 +19,9 @@
 //! announce mail, the wording of the queue's log lines, and this
 //! instance's share of a cluster (where its link goes, what clusterd's
 //! news means, the count kept for a restart). This program is its I/O
-//! only: the links (`links.rs`, over `ipc::Peer`), the journal's files and
-//! its sync thread (`journal.rs`, `store.rs`), the files of saved state
+//! only: the links (`links.rs`, over `ipc::Peer`), the journal's sync
+//! thread (started for `queue::JournalWriter`, which the queue manager's
+//! `DiskStore` holds), the files of saved state
 //! (`holds.rs`, `verifymap.rs`), the clients served through
 //! `daemon::ipcserver` (`clients.rs`), the metrics listener and one clock
 //! read per loop turn (`server.rs`), and the link to clusterd when
@@ -31,10 +32,8 @@
 mod clients;
 mod cluster;
 mod holds;
-mod journal;
 mod links;
 mod server;
-mod store;
 mod verifymap;
 
 use queue_manager::schedconf;

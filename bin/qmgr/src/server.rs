@@ -18,13 +18,12 @@ use daemon::{msg_info, msg_warn, Context, Cx};
 use ipc::qmgr;
 use mio::Token;
 use queue::{Lsn, SpoolConfig, Syncer};
-use queue_manager::{Action, Event as QmEvent, Level, QueueManager, Settings, Time};
+use queue_manager::{Action, DiskStore, Event as QmEvent, Level, QueueManager, Settings, Time};
 use sys::creds::PeerCred;
 
 use crate::clients::{Clients, Kind, Request, Response};
 use crate::links::Links;
 use crate::schedconf;
-use crate::store::Disk;
 
 /// Destinations reported on the metrics endpoint.
 const METRICS_TOP: usize = 20;
@@ -34,7 +33,7 @@ const GC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The queue manager's shell.
 pub struct QmgrServer {
-    qm: QueueManager<Disk>,
+    qm: QueueManager<DiskStore>,
     waker: Option<Arc<mio::Waker>>,
     waker_token: Token,
     /// Answers not yet handed to the client server.
@@ -74,6 +73,14 @@ fn wall() -> Time {
     )
 }
 
+/// Logs a line the queue manager worded.
+pub fn log(level: Level, text: &str) {
+    match level {
+        Level::Info => msg_info!("{text}"),
+        Level::Warn => msg_warn!("{text}"),
+    }
+}
+
 impl QmgrServer {
     /// Recovers the spool and opens the journal.
     pub fn new(
@@ -97,14 +104,17 @@ impl QmgrServer {
             .clamp(4096, u32::MAX as u64 / 2) as u32;
         let rec = queue::recover(&root, spool_cfg)
             .map_err(|e| format!("recovery of {}: {e}", root.display()))?;
-        crate::store::log_recovery(&rec, started);
+        for (level, l) in queue_manager::recovery_lines(&rec.state, &rec.report, started.elapsed())
+        {
+            log(level, &l);
+        }
         let services =
             config::load_master_cf(&ctx.config_dir.join("master.cf")).unwrap_or_default();
         let now = wall();
         let seed = u64::from(std::process::id()) ^ now.0;
         let scfg = crate::schedconf::build(&ctx.config, &services, seed)?;
         let settings = Settings::from_config(&ctx.config, &scfg);
-        let disk = Disk::new(rec.spool, rec.journal);
+        let disk = DiskStore::new(rec.spool, rec.journal);
         let mut qm = QueueManager::new(now, settings, scfg, disk, rec.state)
             .map_err(|e| format!("scheduler configuration: {e:?}"))?;
         // Suspensions and back-offs survive a restart.
@@ -189,8 +199,7 @@ impl QmgrServer {
     fn carry_out(&mut self, a: Action, cx: Option<&mut Cx<'_>>) -> Option<QmEvent> {
         let secs = |at: Time, now: Time| at.0.saturating_sub(now.0) / 1000;
         match a {
-            Action::Log(Level::Info, text) => msg_info!("{text}"),
-            Action::Log(Level::Warn, text) => msg_warn!("{text}"),
+            Action::Log(level, text) => log(level, &text),
             Action::ToRouter { request, body } => {
                 let sent = self.links.send_router(cx?, &body, request);
                 return (!sent).then_some(QmEvent::RouterLost);

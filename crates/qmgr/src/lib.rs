@@ -72,7 +72,7 @@ pub use settings::{verify_map_path, Settings};
 pub use verify::VerifySettings;
 
 pub use sched::Time;
-pub use store::{fresh_results, MemStore, Store};
+pub use store::{fresh_results, DiskStore, MemStore, Store};
 
 /// How long cleanup may leave notices unanswered before the link is
 /// given up and the notices are built again later.

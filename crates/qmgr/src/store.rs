@@ -4,13 +4,16 @@
 //! and answers arrivals once they are); reads are of the local journal and
 //! message files, bounded by the record and message size limits. The
 //! queue state follows every append at once, as replay would have left it.
-//! [`MemStore`] keeps everything in memory, for tests and the simulator.
+//! [`DiskStore`] is the journal (through `queue::JournalWriter`, the group
+//! commit) and the spool's message files, as qmgr runs; [`MemStore`] keeps
+//! everything in memory, for tests and the simulator.
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::io::Read;
 
 use mail::QueueId;
-use queue::{DataRef, Lsn, Record, Replay};
+use queue::{DataRef, Journal, JournalWriter, Lsn, Record, Replay, Spool};
 
 /// Where the queue manager keeps records and reads messages.
 pub trait Store {
@@ -32,6 +35,62 @@ pub trait Store {
         data: &DataRef,
         limit: Option<usize>,
     ) -> Result<Vec<u8>, String>;
+}
+
+/// The journal writer and the spool.
+#[derive(Debug)]
+pub struct DiskStore {
+    /// Appends, group commit, what waits for durability.
+    pub writer: JournalWriter,
+    /// Message files.
+    pub spool: Spool,
+}
+
+impl DiskStore {
+    /// Writes `journal`, reads messages from `spool`.
+    pub fn new(spool: Spool, journal: Journal) -> Self {
+        DiskStore {
+            writer: JournalWriter::new(journal),
+            spool,
+        }
+    }
+}
+
+impl Store for DiskStore {
+    fn append(&mut self, rec: &Record, state: &mut Replay) -> Result<Lsn, String> {
+        self.writer.append(rec, state).map_err(|e| e.to_string())
+    }
+
+    fn read_at(&self, lsn: Lsn) -> Result<Record, String> {
+        self.writer.read_at(lsn).map_err(|e| e.to_string())
+    }
+
+    fn durable(&self) -> Lsn {
+        self.writer.durable_end()
+    }
+
+    fn end(&self) -> Lsn {
+        self.writer.end()
+    }
+
+    fn read_data(
+        &self,
+        id: QueueId,
+        data: &DataRef,
+        limit: Option<usize>,
+    ) -> Result<Vec<u8>, String> {
+        let d = self.spool.open_data(id, data).map_err(|e| e.to_string())?;
+        let mut v = Vec::new();
+        let res = match limit {
+            Some(n) => d.take(n as u64).read_to_end(&mut v),
+            None => {
+                let mut d = d;
+                d.read_to_end(&mut v)
+            }
+        };
+        res.map_err(|e| e.to_string())?;
+        Ok(v)
+    }
 }
 
 /// A store in memory: every record appended, and message files by id.
