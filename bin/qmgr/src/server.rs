@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use daemon::ipcserver::{ClientId, Handler, Replies};
+use daemon::later::{Owed, Soonest, Turn};
 use daemon::{msg_info, msg_warn, Context, Cx};
 use ipc::qmgr;
 use mio::Token;
@@ -37,7 +38,7 @@ pub struct QmgrServer {
     waker: Option<Arc<mio::Waker>>,
     waker_token: Token,
     /// Answers not yet handed to the client server.
-    owed: Vec<(ClientId, u64, Response)>,
+    owed: Owed<Response>,
     me: u32,
     links: Links,
     /// The queue directory as this process sees it (`/` when chrooted).
@@ -46,7 +47,7 @@ pub struct QmgrServer {
     last_gc: Instant,
     /// This loop turn's time: the loop's monotonic `now`, and the wall
     /// clock read once for it.
-    turn: (Instant, Time),
+    turn: Turn,
     /// Where main.cf and master.cf are, for reloads.
     config_dir: PathBuf,
     /// `metrics_listen` as bound at start (a reload cannot bind again).
@@ -153,12 +154,12 @@ impl QmgrServer {
             qm,
             waker: None,
             waker_token: Token(0),
-            owed: Vec::new(),
+            owed: Owed::default(),
             me: sys::current_ids().0,
             links: Links::new(&root),
             root,
             last_gc: started,
-            turn: (started, now),
+            turn: Turn::new(started, now.0),
             config_dir: ctx.config_dir.clone(),
             metrics_listen: ctx.config.str("metrics_listen"),
             metrics_socket,
@@ -170,25 +171,14 @@ impl QmgrServer {
 
     /// The time of this loop turn: the wall clock is read once per turn.
     fn now(&mut self, at: Instant) -> Time {
-        if at != self.turn.0 {
-            self.turn = (at, wall());
-        }
-        self.turn.1
-    }
-
-    /// Hands what is owed to clients to the client server.
-    fn pay(&mut self, out: &mut Replies<'_, Clients>) {
-        for (client, request, resp) in self.owed.drain(..) {
-            // A client that left is owed nothing.
-            out.send(client, request, &resp);
-        }
+        Time(self.turn.now(at, || wall().0))
     }
 
     /// Carries out the queue manager's actions, feeding back the links it lost.
     fn act(&mut self, cx: &mut Cx<'_>) {
         while let Some(a) = self.qm.poll_action() {
             if let Some(ev) = self.carry_out(a, Some(cx)) {
-                let now = self.turn.1;
+                let now = Time(self.turn.wall_ms());
                 self.qm.handle(now, ev);
             }
         }
@@ -228,7 +218,7 @@ impl QmgrServer {
                     s.cluster = Some(c.link());
                 }
                 let to = ClientId::from_number(client);
-                self.owed.push((to, request, Response::Control(body)));
+                self.owed.push(to, request, Response::Control(body));
             }
             Action::Answer {
                 client,
@@ -236,7 +226,7 @@ impl QmgrServer {
                 response,
             } => {
                 let to = ClientId::from_number(client);
-                self.owed.push((to, request, Response::Arrival(response)));
+                self.owed.push(to, request, Response::Arrival(response));
             }
             Action::VerifyAnswer {
                 client,
@@ -244,16 +234,16 @@ impl QmgrServer {
                 response,
             } => {
                 let to = ClientId::from_number(client);
-                self.owed.push((to, request, Response::Verify(response)));
+                self.owed.push(to, request, Response::Verify(response));
             }
             Action::DestinationDead { nexthop, retry_at } => {
-                let secs = secs(retry_at, self.turn.1);
+                let secs = secs(retry_at, Time(self.turn.wall_ms()));
                 if let Some(c) = self.cluster.as_mut() {
                     c.dead(&nexthop, secs);
                 }
             }
             Action::HostRetry { host, retry_at } => {
-                let secs = secs(retry_at, self.turn.1);
+                let secs = secs(retry_at, Time(self.turn.wall_ms()));
                 if let Some(c) = self.cluster.as_mut() {
                     c.host_retry(&host, secs);
                 }
@@ -387,7 +377,7 @@ impl Handler<Clients> for QmgrServer {
                 if let Some(c) = self.cluster.as_ref() {
                     let view = c.view(&mut self.qm, now);
                     let body = ipc::queuectl::Response::Cluster(Ok(Box::new(view)));
-                    self.owed.push((from, id, Response::Control(body)));
+                    self.owed.push(from, id, Response::Control(body));
                 }
                 return;
             }
@@ -403,7 +393,7 @@ impl Handler<Clients> for QmgrServer {
 
     fn requests_done(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Clients>) {
         self.commit_pending(cx);
-        self.pay(out);
+        self.owed.pay(out);
     }
 
     fn admit(&self, peer: &PeerCred, kind: Kind) -> bool {
@@ -463,7 +453,7 @@ impl Handler<Clients> for QmgrServer {
             }
         }
         if let Some(c) = self.cluster.as_mut() {
-            let now = self.turn.1;
+            let now = Time(self.turn.wall_ms());
             c.timeout(cx, &mut self.qm, now);
         }
         self.act(cx);
@@ -498,7 +488,7 @@ impl Handler<Clients> for QmgrServer {
             self.act(cx);
         }
         self.commit_pending(cx);
-        self.pay(out);
+        self.owed.pay(out);
     }
 
     fn timeout(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Clients>) {
@@ -518,36 +508,26 @@ impl Handler<Clients> for QmgrServer {
         }
         self.collect_garbage(cx);
         self.commit_pending(cx);
-        self.pay(out);
+        self.owed.pay(out);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let (at_i, at_t) = self.turn;
-        if !self.owed.is_empty() {
-            // Answers made where none could be written (start, reload).
-            return Some(at_i);
-        }
-        let mut d: Option<Instant> = None;
-        let mut at = |t: Instant| d = Some(d.map_or(t, |x: Instant| x.min(t)));
-        if let Some(t) = self.qm.poll_timeout() {
-            at(at_i + std::time::Duration::from_millis(t.0.saturating_sub(at_t.0)));
-        }
-        at(self.last_gc + GC_INTERVAL);
-        if let Some(t) = self.http.as_ref().and_then(|h| h.next_deadline()) {
-            at(t);
-        }
-        if let Some(t) = self.cluster.as_ref().and_then(|c| c.next_deadline()) {
-            at(t);
-        }
-        d
+        // Answers made where none could be written (start, reload) are due at once.
+        Soonest::default()
+            .at(self.owed.deadline(self.turn.instant()))
+            .at(self.qm.poll_timeout().map(|t| self.turn.instant_of(t.0)))
+            .at(Some(self.last_gc + GC_INTERVAL))
+            .at(self.http.as_ref().and_then(|h| h.next_deadline()))
+            .at(self.cluster.as_ref().and_then(|c| c.next_deadline()))
+            .get()
     }
 
     fn closing(&mut self, out: &mut Replies<'_, Clients>) {
         let r = self.qm.store_mut().writer.shutdown().map_err(Into::into);
-        let now = self.turn.1;
+        let now = Time(self.turn.wall_ms());
         for a in self.qm.closing(now, r) {
             self.carry_out(a, None);
         }
-        self.pay(out);
+        self.owed.pay(out);
     }
 }
