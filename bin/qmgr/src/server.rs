@@ -16,15 +16,15 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use daemon::ipcserver::{ClientId, Handler, Replies};
 use daemon::later::{Owed, Soonest, Turn};
 use daemon::{msg_info, msg_warn, Context, Cx};
-use ipc::qmgr;
 use mio::Token;
 use queue::{Lsn, SpoolConfig, Syncer};
 use queue_manager::{Action, DiskStore, Event as QmEvent, Level, QueueManager, Settings, Time};
 use sys::creds::PeerCred;
 
-use crate::clients::{Clients, Kind, Request, Response};
+use crate::clients::Clients;
 use crate::links::Links;
 use crate::schedconf;
+use queue_manager::clients::{Kind, Request, Response};
 
 /// Destinations reported on the metrics endpoint.
 const METRICS_TOP: usize = 20;
@@ -188,6 +188,18 @@ impl QmgrServer {
     /// (`cx`, at exit) nothing goes out on a link.
     fn carry_out(&mut self, a: Action, cx: Option<&mut Cx<'_>>) -> Option<QmEvent> {
         let secs = |at: Time, now: Time| at.0.saturating_sub(now.0) / 1000;
+        let a = match queue_manager::clients::answer(a) {
+            Ok((client, request, mut body)) => {
+                if let (Response::Control(ipc::queuectl::Response::Summary(s)), Some(c)) =
+                    (&mut body, self.cluster.as_ref())
+                {
+                    s.cluster = Some(c.link());
+                }
+                self.owed.push(ClientId::from_number(client), request, body);
+                return None;
+            }
+            Err(a) => a,
+        };
         match a {
             Action::Log(level, text) => log(level, &text),
             Action::ToRouter { request, body } => {
@@ -207,35 +219,8 @@ impl QmgrServer {
                 return (!sent).then_some(QmEvent::CleanupLost);
             }
             Action::DropCleanup => self.links.drop_cleanup(cx?.registry),
-            Action::Reply {
-                client,
-                request,
-                mut body,
-            } => {
-                if let (ipc::queuectl::Response::Summary(s), Some(c)) =
-                    (&mut body, self.cluster.as_ref())
-                {
-                    s.cluster = Some(c.link());
-                }
-                let to = ClientId::from_number(client);
-                self.owed.push(to, request, Response::Control(body));
-            }
-            Action::Answer {
-                client,
-                request,
-                response,
-            } => {
-                let to = ClientId::from_number(client);
-                self.owed.push(to, request, Response::Arrival(response));
-            }
-            Action::VerifyAnswer {
-                client,
-                request,
-                response,
-            } => {
-                let to = ClientId::from_number(client);
-                self.owed.push(to, request, Response::Verify(response));
-            }
+            // Owed above.
+            Action::Reply { .. } | Action::Answer { .. } | Action::VerifyAnswer { .. } => {}
             Action::DestinationDead { nexthop, retry_at } => {
                 let secs = secs(retry_at, Time(self.turn.wall_ms()));
                 if let Some(c) = self.cluster.as_mut() {
@@ -352,41 +337,16 @@ impl Handler<Clients> for QmgrServer {
         req: Request,
     ) {
         let now = self.now(cx.now);
-        let (client, request) = (from.number(), id);
-        let ev = match req {
-            // Answered after the group commit that `requests_done` starts.
-            Request::Arrival(qmgr::Request::Arrived { head, hold }) => QmEvent::Arrived {
-                client,
-                request,
-                head: Box::new(head),
-                hold,
-            },
-            Request::Arrival(body) => QmEvent::Transfer {
-                client,
-                request,
-                body,
-            },
-            Request::Verify(ipc::verify::Request::Query { address, wait_ms }) => QmEvent::Verify {
-                client,
-                request,
-                address,
-                wait_ms,
-            },
-            Request::Control(ipc::queuectl::Request::Cluster) if self.cluster.is_some() => {
-                // The share is the shell's, beside its link.
-                if let Some(c) = self.cluster.as_ref() {
-                    let view = c.view(&mut self.qm, now);
-                    let body = ipc::queuectl::Response::Cluster(Ok(Box::new(view)));
-                    self.owed.push(from, id, Response::Control(body));
-                }
-                return;
-            }
-            Request::Control(body) => QmEvent::Control {
-                client,
-                request,
-                body,
-            },
-        };
+        if let (Request::Control(ipc::queuectl::Request::Cluster), Some(c)) =
+            (&req, self.cluster.as_ref())
+        {
+            // The share is the shell's, beside its link.
+            let view = c.view(&mut self.qm, now);
+            let body = ipc::queuectl::Response::Cluster(Ok(Box::new(view)));
+            self.owed.push(from, id, Response::Control(body));
+            return;
+        }
+        let ev = req.event(from.number(), id);
         self.qm.handle(now, ev);
         self.act(cx);
     }

@@ -16,7 +16,8 @@
 //! and host lists, `qmgr_message_resolve`), `dispatch` (the scheduler and
 //! the delivery agents, `qmgr_deliver.c`, with [`agentconn`]), `notices`
 //! (non-delivery, delay and success notices, `qmgr_bounce`/`qmgr_defer`,
-//! with [`bounce`]) and `control` (`sluice queue`). `figures` keeps the
+//! with [`bounce`]) and `control` (`sluice queue`); [`clients`] is what
+//! the shell's one listener hears and answers in three protocols. `figures` keeps the
 //! counters operators see, [`prometheus`] renders them for a scrape; [`journal`] what waits for the shell's group
 //! commit (arrivals to answer, data to free) and a journal that cannot be
 //! written: the shell says what came of each commit ([`Event::Durable`],
@@ -35,6 +36,7 @@
 mod active;
 pub mod agentconn;
 pub mod bounce;
+pub mod clients;
 pub mod clustershare;
 mod control;
 mod dispatch;
