@@ -36,8 +36,6 @@ mod links;
 mod server;
 mod verifymap;
 
-use queue_manager::schedconf;
-
 fn main() {
     // qmgr owns state the whole system relies on: it never exits on idle or use count.
     let opts = daemon::Options {

@@ -17,20 +17,17 @@ use daemon::ipcserver::{ClientId, Handler, Replies};
 use daemon::later::{Owed, Soonest, Turn};
 use daemon::{msg_info, msg_warn, Context, Cx};
 use mio::Token;
-use queue::{Lsn, SpoolConfig, Syncer};
-use queue_manager::{Action, DiskStore, Event as QmEvent, Level, QueueManager, Settings, Time};
+use queue::{Lsn, Syncer};
+use queue_manager::startup::{self, Housekeeping};
+use queue_manager::{Action, DiskStore, Event as QmEvent, Level, QueueManager, Time};
 use sys::creds::PeerCred;
 
 use crate::clients::Clients;
 use crate::links::Links;
-use crate::schedconf;
 use queue_manager::clients::{Kind, Request, Response};
 
 /// Destinations reported on the metrics endpoint.
 const METRICS_TOP: usize = 20;
-
-/// How often journal segments with nothing live are looked for.
-const GC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The queue manager's shell.
 pub struct QmgrServer {
@@ -43,8 +40,8 @@ pub struct QmgrServer {
     links: Links,
     /// The queue directory as this process sees it (`/` when chrooted).
     root: PathBuf,
-    /// When journal garbage was last collected.
-    last_gc: Instant,
+    /// When journal garbage is collected.
+    gc: Housekeeping,
     /// This loop turn's time: the loop's monotonic `now`, and the wall
     /// clock read once for it.
     turn: Turn,
@@ -95,15 +92,7 @@ impl QmgrServer {
             PathBuf::from(ctx.config.str("queue_directory"))
         };
         let started = Instant::now();
-        // journal_segment_size was in the table but never reached the
-        // journal: it also bounds the segments written ahead (the free
-        // space qmgr holds in reserve).
-        let mut spool_cfg = SpoolConfig::default();
-        spool_cfg.journal.segment_size = ctx
-            .config
-            .size("journal_segment_size")
-            .clamp(4096, u32::MAX as u64 / 2) as u32;
-        let rec = queue::recover(&root, spool_cfg)
+        let rec = queue::recover(&root, startup::spool_config(&ctx.config))
             .map_err(|e| format!("recovery of {}: {e}", root.display()))?;
         for (level, l) in queue_manager::recovery_lines(&rec.state, &rec.report, started.elapsed())
         {
@@ -113,35 +102,18 @@ impl QmgrServer {
             config::load_master_cf(&ctx.config_dir.join("master.cf")).unwrap_or_default();
         let now = wall();
         let seed = u64::from(std::process::id()) ^ now.0;
-        let scfg = crate::schedconf::build(&ctx.config, &services, seed)?;
-        let settings = Settings::from_config(&ctx.config, &scfg);
         let disk = DiskStore::new(rec.spool, rec.journal);
-        let mut qm = QueueManager::new(now, settings, scfg, disk, rec.state)
-            .map_err(|e| format!("scheduler configuration: {e:?}"))?;
-        // Suspensions and back-offs survive a restart.
-        match crate::holds::load(&root).map_err(|e| e.to_string()) {
-            Ok(t) if t.is_empty() => {}
-            Ok(t) => match qm.restore_holds(now, &t) {
-                Ok(n) => msg_info!("shaping: {n} suspensions and back-offs restored"),
-                Err(e) => msg_warn!("{}: {e}", crate::holds::path(&root).display()),
-            },
-            Err(e) => msg_warn!("{}: {e}", crate::holds::path(&root).display()),
-        }
+        let mut qm = startup::open(&ctx.config, &services, now, seed, disk, rec.state)?;
         let verify_map =
             queue_manager::verify_map_path(&root, &ctx.config.str("address_verify_map"))?;
-        if let Some(p) = verify_map.as_ref() {
-            match crate::verifymap::load(p) {
-                Ok(text) => {
-                    let torn = qm.load_verify_cache(&text);
-                    if torn > 0 {
-                        msg_warn!(
-                            "address_verify_map {}: {torn} line(s) cut short or unreadable, skipped",
-                            p.display()
-                        );
-                    }
-                }
-                Err(e) => msg_warn!("address_verify_map {}: {e}; starting empty", p.display()),
-            }
+        let holds = crate::holds::path(&root);
+        let saved = |r: std::io::Result<String>| r.map_err(|e| e.to_string());
+        let verify = verify_map
+            .as_deref()
+            .map(|p| (p, saved(crate::verifymap::load(p))));
+        for (level, l) in qm.restore_saved(now, (&holds, saved(crate::holds::load(&root))), verify)
+        {
+            log(level, &l);
         }
         let mut cluster = crate::cluster::ClusterConn::from_config(&ctx.config, &root)?;
         if let Some(c) = cluster.as_mut() {
@@ -158,7 +130,7 @@ impl QmgrServer {
             me: sys::current_ids().0,
             links: Links::new(&root),
             root,
-            last_gc: started,
+            gc: Housekeeping::new(now),
             turn: Turn::new(started, now.0),
             config_dir: ctx.config_dir.clone(),
             metrics_listen: ctx.config.str("metrics_listen"),
@@ -309,20 +281,15 @@ impl QmgrServer {
 
     /// Journal segments with nothing live go, once a minute.
     fn collect_garbage(&mut self, cx: &mut Cx<'_>) {
-        if cx.now.duration_since(self.last_gc) < GC_INTERVAL {
+        let now = self.now(cx.now);
+        if !self.gc.due(now) {
             return;
         }
-        self.last_gc = cx.now;
-        let now = self.now(cx.now);
         self.qm.prune_figures(now);
         let (disk, state) = self.qm.parts_mut();
-        match queue::collect_garbage(&disk.spool, disk.writer.journal_mut(), state) {
-            Ok(gone) if !gone.is_empty() => msg_info!(
-                "journal: deleted {} segment(s) with nothing live",
-                gone.len()
-            ),
-            Ok(_) => {}
-            Err(e) => msg_warn!("journal garbage collection: {e}"),
+        let r = queue::collect_garbage(&disk.spool, disk.writer.journal_mut(), state);
+        if let Some((level, l)) = Housekeeping::outcome(r) {
+            log(level, &l);
         }
     }
 }
@@ -364,16 +331,13 @@ impl Handler<Clients> for QmgrServer {
         let now = self.now(cx.now);
         let seed = u64::from(std::process::id()) ^ now.0;
         let master_cf = config::load_master_cf(&self.config_dir.join("master.cf"));
-        let ev = match schedconf::reconfigure(config, master_cf, seed) {
-            Ok(ev) => ev,
-            Err(warning) => {
-                msg_warn!("{warning}");
-                return true;
-            }
-        };
-        if config.str("metrics_listen") != self.metrics_listen {
-            msg_warn!("reload: metrics_listen changed: it takes effect when qmgr restarts");
+        let (ev, lines) = startup::reload(config, master_cf, seed, &self.metrics_listen);
+        for (level, l) in lines {
+            log(level, &l);
         }
+        let Some(ev) = ev else {
+            return true;
+        };
         self.qm.handle(now, ev);
         if let Some(c) = self.cluster.as_mut() {
             // A new policy may bring a new shaper: the share goes with it.
@@ -476,7 +440,7 @@ impl Handler<Clients> for QmgrServer {
         Soonest::default()
             .at(self.owed.deadline(self.turn.instant()))
             .at(self.qm.poll_timeout().map(|t| self.turn.instant_of(t.0)))
-            .at(Some(self.last_gc + GC_INTERVAL))
+            .at(Some(self.turn.instant_of(self.gc.next().0)))
             .at(self.http.as_ref().and_then(|h| h.next_deadline()))
             .at(self.cluster.as_ref().and_then(|c| c.next_deadline()))
             .get()

@@ -24,7 +24,9 @@
 //! [`Event::CommitFailed`], or [`QueueManager::committed`], which also
 //! says whether it was news) and asks when to commit
 //! ([`QueueManager::commit_due`]); at exit [`QueueManager::closing`] says
-//! what is still worth doing. `settings` reads main.cf's parameters,
+//! what is still worth doing. [`startup`] decides and words what the
+//! shell does at start, on a reload and once a minute (journal garbage).
+//! `settings` reads main.cf's parameters,
 //! [`recovery_lines`] words what recovery found, and [`clustershare`] is
 //! this instance's part in a cluster (clusterd's news, what to tell it).
 //!
@@ -56,6 +58,7 @@ pub mod schedconf;
 mod settings;
 mod shapectl;
 mod snapshot;
+pub mod startup;
 mod store;
 #[cfg(test)]
 mod testkit;
