@@ -120,7 +120,7 @@ impl QmgrServer {
             if qm.shaper_mut().is_none() {
                 msg_warn!("cluster_server is set but no policy_file is: there is nothing to share");
             }
-            c.install(&mut qm);
+            c.share.install(&mut qm);
         }
         Ok(QmgrServer {
             qm,
@@ -165,7 +165,7 @@ impl QmgrServer {
                 if let (Response::Control(ipc::queuectl::Response::Summary(s)), Some(c)) =
                     (&mut body, self.cluster.as_ref())
                 {
-                    s.cluster = Some(c.link());
+                    s.cluster = Some(c.share.link());
                 }
                 self.owed.push(ClientId::from_number(client), request, body);
                 return None;
@@ -196,13 +196,13 @@ impl QmgrServer {
             Action::DestinationDead { nexthop, retry_at } => {
                 let secs = secs(retry_at, Time(self.turn.wall_ms()));
                 if let Some(c) = self.cluster.as_mut() {
-                    c.dead(&nexthop, secs);
+                    c.share.dead(&nexthop, secs);
                 }
             }
             Action::HostRetry { host, retry_at } => {
                 let secs = secs(retry_at, Time(self.turn.wall_ms()));
                 if let Some(c) = self.cluster.as_mut() {
-                    c.host_retry(&host, secs);
+                    c.share.host_retry(&host, secs);
                 }
             }
             Action::RemoveData { id, storage } => {
@@ -272,7 +272,7 @@ impl QmgrServer {
             || cx.token(),
             || {
                 let mut s = self.qm.summary(now, METRICS_TOP);
-                s.cluster = self.cluster.as_ref().map(|c| c.link());
+                s.cluster = self.cluster.as_ref().map(|c| c.share.link());
                 queue_manager::prometheus::prometheus(&s)
             },
         );
@@ -308,7 +308,7 @@ impl Handler<Clients> for QmgrServer {
             (&req, self.cluster.as_ref())
         {
             // The share is the shell's, beside its link.
-            let view = c.view(&mut self.qm, now);
+            let view = c.share.view(&mut self.qm, now);
             let body = ipc::queuectl::Response::Cluster(Ok(Box::new(view)));
             self.owed.push(from, id, Response::Control(body));
             return;
@@ -341,7 +341,7 @@ impl Handler<Clients> for QmgrServer {
         self.qm.handle(now, ev);
         if let Some(c) = self.cluster.as_mut() {
             // A new policy may bring a new shaper: the share goes with it.
-            c.install(&mut self.qm);
+            c.share.install(&mut self.qm);
         }
         self.act(cx);
         self.commit_pending(cx);
