@@ -21,8 +21,8 @@
 //! news means, the count kept for a restart). This program is its I/O
 //! only: the links (`links.rs`, over `ipc::Peer`), the journal's sync
 //! thread (started for `queue::JournalWriter`, which the queue manager's
-//! `DiskStore` holds), the files of saved state
-//! (`holds.rs`, `verifymap.rs`), the clients served through
+//! `DiskStore` holds), the files of saved state (through
+//! `queue::statefile`), the clients served through
 //! `daemon::ipcserver` (`clients.rs`), the metrics listener and one clock
 //! read per loop turn (`server.rs`), and the link to clusterd when
 //! `cluster_server` is set (`cluster.rs`, over crates/cluster's
@@ -31,10 +31,8 @@
 
 mod clients;
 mod cluster;
-mod holds;
 mod links;
 mod server;
-mod verifymap;
 
 fn main() {
     // qmgr owns state the whole system relies on: it never exits on idle or use count.

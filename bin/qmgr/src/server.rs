@@ -17,7 +17,7 @@ use daemon::ipcserver::{ClientId, Handler, Replies};
 use daemon::later::{Owed, Soonest, Turn};
 use daemon::{msg_info, msg_warn, Context, Cx};
 use mio::Token;
-use queue::{Lsn, Syncer};
+use queue::{statefile, Lsn, Syncer};
 use queue_manager::startup::{self, Housekeeping};
 use queue_manager::{Action, DiskStore, Event as QmEvent, Level, QueueManager, Time};
 use sys::creds::PeerCred;
@@ -106,12 +106,12 @@ impl QmgrServer {
         let mut qm = startup::open(&ctx.config, &services, now, seed, disk, rec.state)?;
         let verify_map =
             queue_manager::verify_map_path(&root, &ctx.config.str("address_verify_map"))?;
-        let holds = crate::holds::path(&root);
+        let holds = startup::holds_files(&root);
         let saved = |r: std::io::Result<String>| r.map_err(|e| e.to_string());
         let verify = verify_map
             .as_deref()
-            .map(|p| (p, saved(crate::verifymap::load(p))));
-        for (level, l) in qm.restore_saved(now, (&holds, saved(crate::holds::load(&root))), verify)
+            .map(|p| (p, saved(statefile::read(&[p.to_path_buf()]))));
+        for (level, l) in qm.restore_saved(now, (&holds[0], saved(statefile::read(&holds))), verify)
         {
             log(level, &l);
         }
@@ -211,13 +211,14 @@ impl QmgrServer {
                 }
             }
             Action::SaveHolds { text } => {
-                if let Err(e) = crate::holds::save(&self.root, &text) {
-                    msg_warn!("{}: {e}", crate::holds::path(&self.root).display());
+                let [path, _] = startup::holds_files(&self.root);
+                if let Err(e) = statefile::replace_synced(&path, &text) {
+                    msg_warn!("{}: {e}", path.display());
                 }
             }
             Action::SaveVerify { text } => {
                 if let Some(path) = self.verify_map.as_ref() {
-                    if let Err(e) = crate::verifymap::save(path, &text) {
+                    if let Err(e) = statefile::replace(path, &text) {
                         msg_warn!("address_verify_map {}: {e}", path.display());
                     }
                 }

@@ -11,7 +11,7 @@
 //! ([`Housekeeping`]). Times are the queue manager's wall-clock
 //! milliseconds; nothing here reads a clock or a file.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use config::{Config, ServiceDef};
@@ -24,6 +24,13 @@ pub const GC_INTERVAL: Duration = Duration::from_secs(60);
 
 /// A line for the shell's log.
 pub type Line = (Level, String);
+
+/// Where the shaping holds are saved, under the queue directory
+/// (mail_owner's: the queue directory itself is root's when master runs
+/// privileged); then where an older release kept them, still read.
+pub fn holds_files(root: &Path) -> [PathBuf; 2] {
+    [root.join("state/shaping.holds"), root.join("shaping.holds")]
+}
 
 /// The spool's configuration from main.cf.
 pub fn spool_config(config: &Config) -> SpoolConfig {
@@ -175,7 +182,6 @@ impl Housekeeping {
 mod tests {
     use super::*;
     use crate::testkit::{settings, World, T0};
-    use std::path::PathBuf;
 
     fn config(main_cf: &str) -> Config {
         Config::parse(main_cf, Path::new("main.cf"), &[])

@@ -66,6 +66,7 @@ mod recover;
 mod replay;
 mod segment;
 mod spool;
+pub mod statefile;
 mod stats;
 mod syncer;
 mod writer;
