@@ -42,23 +42,10 @@ fn main() {
         max_clients: usize::MAX,
         ..daemon::Options::default()
     };
-    daemon::run(opts, metrics_socket, |ctx, sock| {
+    // metrics_listen is bound while still privileged (any port, before a chroot).
+    let metrics =
+        |ctx: &daemon::Context| Ok(daemon::metrics_http::bind(&ctx.config, "metrics_listen"));
+    daemon::run(opts, metrics, |ctx, sock| {
         server::QmgrServer::new(ctx, sock).map(daemon::ipcserver::IpcServer::new)
     })
-}
-
-/// Binds `metrics_listen` while still privileged (any port, before a
-/// chroot). A socket that cannot be bound turns metrics off with a warning:
-/// the queue manager matters more than its statistics.
-fn metrics_socket(ctx: &daemon::Context) -> Result<Option<std::net::TcpListener>, String> {
-    let Some(addr) = ctx.config.listen("metrics_listen") else {
-        return Ok(None);
-    };
-    match std::net::TcpListener::bind(addr) {
-        Ok(l) => Ok(Some(l)),
-        Err(e) => {
-            daemon::msg_warn!("metrics_listen = {addr}: {e}; metrics are off");
-            Ok(None)
-        }
-    }
 }

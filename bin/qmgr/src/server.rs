@@ -367,15 +367,8 @@ impl Handler<Clients> for QmgrServer {
             Err(e) => msg_warn!("waker: {e}; committing inline"),
         }
         if let Some(sock) = self.metrics_socket.take() {
-            let addr = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
             let t = cx.token();
-            match daemon::metrics_http::Http::new(sock, cx.registry, t) {
-                Ok(h) => {
-                    msg_info!("serving metrics at http://{addr}/metrics");
-                    self.http = Some(h);
-                }
-                Err(e) => msg_warn!("metrics_listen {addr}: {e}; metrics are off"),
-            }
+            self.http = daemon::metrics_http::start(sock, "metrics_listen", cx.registry, t);
         }
         if let Some(c) = self.cluster.as_mut() {
             let now = Time(self.turn.wall_ms());
