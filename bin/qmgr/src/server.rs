@@ -175,20 +175,15 @@ impl QmgrServer {
         match a {
             Action::Log(level, text) => log(level, &text),
             Action::ToRouter { request, body } => {
-                let sent = self.links.send_router(cx?, &body, request);
-                return (!sent).then_some(QmEvent::RouterLost);
+                return self.links.send_router(cx?, &body, request);
             }
             Action::ToAgent {
                 transport,
                 request,
                 body,
-            } => {
-                let sent = self.links.send_agent(cx?, &transport, &body, request);
-                return (!sent).then_some(QmEvent::AgentLost { transport });
-            }
+            } => return self.links.send_agent(cx?, &transport, &body, request),
             Action::ToCleanup { notice, requests } => {
-                let sent = self.links.send_cleanup(cx?, &requests, notice);
-                return (!sent).then_some(QmEvent::CleanupLost);
+                return self.links.send_cleanup(cx?, &requests, notice);
             }
             Action::DropCleanup => self.links.drop_cleanup(cx?.registry),
             // Owed above.

@@ -17,7 +17,9 @@
 //! the delivery agents, `qmgr_deliver.c`, with [`agentconn`]), `notices`
 //! (non-delivery, delay and success notices, `qmgr_bounce`/`qmgr_defer`,
 //! with [`bounce`]) and `control` (`sluice queue`); [`clients`] is what
-//! the shell's one listener hears and answers in three protocols. `figures` keeps the
+//! the shell's one listener hears and answers in three protocols, and
+//! [`links`] how its links to the router, agents and cleanup are named in
+//! the log and what their loss is. `figures` keeps the
 //! counters operators see, [`prometheus`] renders them for a scrape; [`journal`] what waits for the shell's group
 //! commit (arrivals to answer, data to free) and a journal that cannot be
 //! written: the shell says what came of each commit ([`Event::Durable`],
@@ -44,6 +46,7 @@ mod control;
 mod dispatch;
 pub mod figures;
 pub mod journal;
+pub mod links;
 mod logline;
 mod moves;
 mod notices;
