@@ -18,6 +18,7 @@ use daemon::later::{Owed, Soonest, Turn};
 use daemon::{msg_info, msg_warn, Context, Cx};
 use mio::Token;
 use queue::{statefile, Lsn, Syncer};
+use queue_manager::clustershare;
 use queue_manager::startup::{self, Housekeeping};
 use queue_manager::{Action, DiskStore, Event as QmEvent, Level, QueueManager, Time};
 use sys::creds::PeerCred;
@@ -116,11 +117,8 @@ impl QmgrServer {
             log(level, &l);
         }
         let mut cluster = crate::cluster::ClusterConn::from_config(&ctx.config, &root)?;
-        if let Some(c) = cluster.as_mut() {
-            if qm.shaper_mut().is_none() {
-                msg_warn!("cluster_server is set but no policy_file is: there is nothing to share");
-            }
-            c.share.install(&mut qm);
+        if let Some(w) = cluster.as_mut().and_then(|c| c.share.start(&mut qm)) {
+            msg_warn!("{w}");
         }
         Ok(QmgrServer {
             qm,
@@ -159,20 +157,16 @@ impl QmgrServer {
     /// Carries out one action; the link it lost, if any. Without a loop
     /// (`cx`, at exit) nothing goes out on a link.
     fn carry_out(&mut self, a: Action, cx: Option<&mut Cx<'_>>) -> Option<QmEvent> {
-        let secs = |at: Time, now: Time| at.0.saturating_sub(now.0) / 1000;
         let a = match queue_manager::clients::answer(a) {
             Ok((client, request, mut body)) => {
-                if let (Response::Control(ipc::queuectl::Response::Summary(s)), Some(c)) =
-                    (&mut body, self.cluster.as_ref())
-                {
-                    s.cluster = Some(c.share.link());
-                }
+                clustershare::annotate(self.cluster.as_ref().map(|c| &c.share), &mut body);
                 self.owed.push(ClientId::from_number(client), request, body);
                 return None;
             }
             Err(a) => a,
         };
-        match a {
+        let now = Time(self.turn.wall_ms());
+        match clustershare::take(self.cluster.as_mut().map(|c| &mut c.share), a, now)? {
             Action::Log(level, text) => log(level, &text),
             Action::ToRouter { request, body } => {
                 return self.links.send_router(cx?, &body, request);
@@ -186,20 +180,9 @@ impl QmgrServer {
                 return self.links.send_cleanup(cx?, &requests, notice);
             }
             Action::DropCleanup => self.links.drop_cleanup(cx?.registry),
-            // Owed above.
+            // Owed and taken above.
             Action::Reply { .. } | Action::Answer { .. } | Action::VerifyAnswer { .. } => {}
-            Action::DestinationDead { nexthop, retry_at } => {
-                let secs = secs(retry_at, Time(self.turn.wall_ms()));
-                if let Some(c) = self.cluster.as_mut() {
-                    c.share.dead(&nexthop, secs);
-                }
-            }
-            Action::HostRetry { host, retry_at } => {
-                let secs = secs(retry_at, Time(self.turn.wall_ms()));
-                if let Some(c) = self.cluster.as_mut() {
-                    c.share.host_retry(&host, secs);
-                }
-            }
+            Action::DestinationDead { .. } | Action::HostRetry { .. } => {}
             Action::RemoveData { id, storage } => {
                 if let Err(e) = self.qm.store().spool.remove_data(id, storage) {
                     msg_warn!("{id}: removing its data: {e}");
