@@ -10,14 +10,13 @@
 //! start has none to write with: the next turn, due at once, does).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use daemon::ipcserver::{ClientId, Handler, Replies};
-use daemon::later::{Owed, Soonest, Turn};
+use daemon::later::{Owed, Soonest, Turn, Wake};
 use daemon::{msg_info, msg_warn, Context, Cx};
 use mio::Token;
-use queue::{statefile, Lsn, Syncer};
+use queue::statefile;
 use queue_manager::clustershare;
 use queue_manager::startup::{self, Housekeeping};
 use queue_manager::{Action, DiskStore, Event as QmEvent, Level, QueueManager, Time};
@@ -33,8 +32,8 @@ const METRICS_TOP: usize = 20;
 /// The queue manager's shell.
 pub struct QmgrServer {
     qm: QueueManager<DiskStore>,
-    waker: Option<Arc<mio::Waker>>,
-    waker_token: Token,
+    /// The sync thread's way to wake the loop.
+    wake: Option<Wake>,
     /// Answers not yet handed to the client server.
     owed: Owed<Response>,
     me: u32,
@@ -122,8 +121,7 @@ impl QmgrServer {
         }
         Ok(QmgrServer {
             qm,
-            waker: None,
-            waker_token: Token(0),
+            wake: None,
             owed: Owed::default(),
             me: sys::current_ids().0,
             links: Links::new(&root),
@@ -213,27 +211,11 @@ impl QmgrServer {
         // Committing inline (no sync thread), what a commit's outcome
         // appended is committed in turn, a few rounds at most.
         for _ in 0..4 {
-            if !self.qm.commit_due(now) {
+            if !self.qm.commit_when_due(now) {
                 return;
             }
-            let Some(r) = self.qm.store_mut().writer.commit() else {
-                return;
-            };
-            if !self.committed(cx, r) {
-                return;
-            }
+            self.act(cx);
         }
-    }
-
-    /// Tells the queue manager what came of a commit; false when that
-    /// was no news to it.
-    fn committed(&mut self, cx: &mut Cx<'_>, r: queue::Result<Lsn>) -> bool {
-        let now = self.now(cx.now);
-        if !self.qm.committed(now, r.map_err(Into::into)) {
-            return false;
-        }
-        self.act(cx);
-        true
     }
 
     /// A metrics connection is ready; a complete GET /metrics gets the
@@ -328,19 +310,12 @@ impl Handler<Clients> for QmgrServer {
     }
 
     fn start(&mut self, cx: &mut Cx<'_>) {
-        let token = cx.token();
-        match mio::Waker::new(cx.registry, token) {
+        match Wake::new(cx) {
             Ok(w) => {
-                let w = Arc::new(w);
-                let notify = w.clone();
-                match Syncer::spawn(move || {
-                    let _ = notify.wake();
-                }) {
-                    Ok(s) => self.qm.parts_mut().0.writer.set_syncer(s),
-                    Err(e) => msg_warn!("journal sync thread: {e}; committing inline"),
+                if let Err(e) = self.qm.store_mut().writer.spawn_syncer(w.notifier()) {
+                    msg_warn!("journal sync thread: {e}; committing inline");
                 }
-                self.waker = Some(w);
-                self.waker_token = token;
+                self.wake = Some(w);
             }
             Err(e) => msg_warn!("waker: {e}; committing inline"),
         }
@@ -365,12 +340,13 @@ impl Handler<Clients> for QmgrServer {
         _writable: bool,
     ) {
         let now = self.now(cx.now);
-        if token == self.waker_token && self.waker.is_some() {
-            if let Some(r) = self.qm.store_mut().writer.synced() {
-                self.committed(cx, r);
+        if self.wake.as_ref().is_some_and(|w| w.owns(token)) {
+            let (news, ahead) = self.qm.synced(now);
+            if news {
+                self.act(cx);
             }
-            if let Some(e) = self.qm.store_mut().writer.ahead_error() {
-                msg_warn!("journal: writing the next segment ahead: {e}; appending meanwhile");
+            if let Some(w) = ahead {
+                msg_warn!("{w}");
             }
         } else if self.links.owns(token) {
             for ev in self.links.ready(cx.registry, token, readable, cx.closed) {
@@ -419,9 +395,8 @@ impl Handler<Clients> for QmgrServer {
     }
 
     fn closing(&mut self, out: &mut Replies<'_, Clients>) {
-        let r = self.qm.store_mut().writer.shutdown().map_err(Into::into);
         let now = Time(self.turn.wall_ms());
-        for a in self.qm.closing(now, r) {
+        for a in self.qm.close_journal(now) {
             self.carry_out(a, None);
         }
         self.owed.pay(out);

@@ -8,11 +8,16 @@
 //! skeleton the earliest. A core that keeps time on the wall clock (so
 //! that retry times survive a restart) reads it once per loop turn
 //! ([`Turn`]), and its deadlines are turned back into the loop's
-//! monotonic instants from that one reading.
+//! monotonic instants from that one reading. Work a helper thread
+//! finishes (a journal sync) wakes the loop through a [`Wake`].
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mio::{Token, Waker};
+
 use crate::ipcserver::{ClientId, Replies, Service};
+use crate::skeleton::Cx;
 
 /// Answers decided but not yet handed to the client server.
 #[derive(Debug)]
@@ -56,6 +61,37 @@ impl<R> Owed<R> {
     /// anything is owed.
     pub fn deadline(&self, now: Instant) -> Option<Instant> {
         (!self.is_empty()).then_some(now)
+    }
+}
+
+/// A waker registered in the loop under a token of its own, for helper
+/// threads to say they have news.
+#[derive(Debug, Clone)]
+pub struct Wake {
+    waker: Arc<Waker>,
+    token: Token,
+}
+
+impl Wake {
+    /// Registers a waker in `cx`'s loop.
+    pub fn new(cx: &mut Cx<'_>) -> std::io::Result<Wake> {
+        let token = cx.token();
+        let waker = Arc::new(Waker::new(cx.registry, token)?);
+        Ok(Wake { waker, token })
+    }
+
+    /// Whether `token` is this waker's.
+    pub fn owns(&self, token: Token) -> bool {
+        token == self.token
+    }
+
+    /// What a helper thread calls to wake the loop.
+    pub fn notifier(&self) -> impl Fn() + Send + Sync + 'static {
+        let w = self.waker.clone();
+        move || {
+            // A loop that is gone has nothing to be woken for.
+            let _ = w.wake();
+        }
     }
 }
 
@@ -139,6 +175,21 @@ mod tests {
         assert_eq!(got, vec![(client(7), 1, "first"), (client(3), 2, "second")]);
         assert!(owed.is_empty());
         assert_eq!(owed.deadline(now), None);
+    }
+
+    #[test]
+    fn a_helper_thread_wakes_the_loop_under_the_wakes_own_token() {
+        let mut poll = mio::Poll::new().unwrap();
+        let mut next = 40;
+        let mut cx = Cx::for_test(poll.registry(), &mut next);
+        let wake = Wake::new(&mut cx).unwrap();
+        let mine = (0..100).map(Token).find(|t| wake.owns(*t)).expect("a token");
+        let notify = wake.notifier();
+        std::thread::spawn(move || notify()).join().unwrap();
+        let mut events = mio::Events::with_capacity(4);
+        poll.poll(&mut events, Some(Duration::from_secs(5))).unwrap();
+        let woken: Vec<Token> = events.iter().map(|e| e.token()).collect();
+        assert_eq!(woken, vec![mine]);
     }
 
     #[test]

@@ -15,6 +15,8 @@ use std::io::Read;
 use mail::QueueId;
 use queue::{DataRef, Journal, JournalWriter, Lsn, Record, Replay, Spool};
 
+use crate::{Action, QueueManager, Time};
+
 /// Where the queue manager keeps records and reads messages.
 pub trait Store {
     /// Appends `rec` (made durable by the shell's next commit) and applies
@@ -90,6 +92,43 @@ impl Store for DiskStore {
         };
         res.map_err(|e| e.to_string())?;
         Ok(v)
+    }
+}
+
+impl QueueManager<DiskStore> {
+    /// Starts a group commit when one is due at `now` (not while a
+    /// stalled journal waits for its next try); whether what came of it,
+    /// if known now, was news (then the shell carries out the actions).
+    pub fn commit_when_due(&mut self, now: Time) -> bool {
+        if !self.commit_due(now) {
+            return false;
+        }
+        match self.store_mut().writer.commit() {
+            Some(r) => self.committed(now, r.map_err(Into::into)),
+            None => false,
+        }
+    }
+
+    /// The sync thread woke the loop: whether the sync it finished was
+    /// news, and why the journal's next segment could not be written
+    /// ahead, worded for the log.
+    pub fn synced(&mut self, now: Time) -> (bool, Option<String>) {
+        let news = match self.store_mut().writer.synced() {
+            Some(r) => self.committed(now, r.map_err(Into::into)),
+            None => false,
+        };
+        let ahead =
+            self.store_mut().writer.ahead_error().map(|e| {
+                format!("journal: writing the next segment ahead: {e}; appending meanwhile")
+            });
+        (news, ahead)
+    }
+
+    /// At exit: waits for the sync thread, makes what it can durable, and
+    /// gives what is still worth doing ([`QueueManager::closing`]).
+    pub fn close_journal(&mut self, now: Time) -> Vec<Action> {
+        let r = self.store_mut().writer.shutdown().map_err(Into::into);
+        self.closing(now, r)
     }
 }
 

@@ -270,3 +270,45 @@ fn a_short_write_then_no_space_loses_no_acknowledged_arrival() {
     assert_eq!(live, acked, "exactly the acknowledged arrivals are queued");
     assert!(st.torn.is_empty(), "{:?}", st.torn);
 }
+
+#[test]
+fn the_shells_commit_turns_answer_arrivals_once_durable_and_exit_commits_the_rest() {
+    for syncer in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut q = Qmgr::start(dir.path(), syncer);
+        q.arrive(1, false, inline(1));
+        assert!(q.qm.commit_due(q.now));
+        let news = q.qm.commit_when_due(q.now);
+        if syncer {
+            // The sync thread has it: nothing is known yet.
+            assert!(!news);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                assert!(Instant::now() < deadline, "sync thread stuck");
+                let (news, ahead) = q.qm.synced(q.now);
+                assert_eq!(ahead, None);
+                if news {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        } else {
+            assert!(news);
+        }
+        q.drain();
+        assert_eq!(q.seen.committed, vec![id(1)]);
+        assert!(!q.qm.commit_when_due(q.now), "nothing new to commit");
+        // Appended, not committed: exit makes it durable.
+        q.arrive(2, false, inline(2));
+        let left = q.qm.close_journal(q.now);
+        assert!(
+            left.iter()
+                .any(|a| matches!(a, Action::Answer { request: 2, .. })),
+            "{left:?}"
+        );
+        drop(q);
+        let mut live: Vec<QueueId> = replayed(dir.path()).messages.keys().copied().collect();
+        live.sort();
+        assert_eq!(live, vec![id(1), id(2)], "syncer {syncer}");
+    }
+}

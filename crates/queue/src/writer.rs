@@ -41,6 +41,13 @@ impl JournalWriter {
         self.syncer = Some(syncer);
     }
 
+    /// Commits on a sync thread of its own from now on; `notify` is
+    /// called from it when a sync or a segment written ahead is done.
+    pub fn spawn_syncer(&mut self, notify: impl Fn() + Send + Sync + 'static) -> Result<()> {
+        self.set_syncer(Syncer::spawn(notify)?);
+        Ok(())
+    }
+
     /// Why the journal's next segment could not be written ahead, once.
     pub fn ahead_error(&mut self) -> Option<crate::Error> {
         self.syncer.as_mut()?.take_ahead_error()
@@ -145,7 +152,7 @@ mod tests {
             recover_on(root, SpoolConfig::default(), Arc::new(disk.clone())).unwrap();
         let mut w = JournalWriter::new(r.journal);
         if syncer {
-            w.set_syncer(Syncer::spawn(|| {}).unwrap());
+            w.spawn_syncer(|| {}).unwrap();
         }
         (w, r.state)
     }
