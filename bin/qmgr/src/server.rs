@@ -26,9 +26,6 @@ use crate::clients::Clients;
 use crate::links::Links;
 use queue_manager::clients::{Kind, Request, Response};
 
-/// Destinations reported on the metrics endpoint.
-const METRICS_TOP: usize = 20;
-
 /// The queue manager's shell.
 pub struct QmgrServer {
     qm: QueueManager<DiskStore>,
@@ -79,6 +76,11 @@ pub fn log(level: Level, text: &str) {
     }
 }
 
+/// Logs lines the queue manager worded.
+fn log_all(lines: impl IntoIterator<Item = (Level, String)>) {
+    lines.into_iter().for_each(|(level, l)| log(level, &l));
+}
+
 impl QmgrServer {
     /// Recovers the spool and opens the journal.
     pub fn new(
@@ -94,10 +96,11 @@ impl QmgrServer {
         let started = Instant::now();
         let rec = queue::recover(&root, startup::spool_config(&ctx.config))
             .map_err(|e| format!("recovery of {}: {e}", root.display()))?;
-        for (level, l) in queue_manager::recovery_lines(&rec.state, &rec.report, started.elapsed())
-        {
-            log(level, &l);
-        }
+        log_all(queue_manager::recovery_lines(
+            &rec.state,
+            &rec.report,
+            started.elapsed(),
+        ));
         let services =
             config::load_master_cf(&ctx.config_dir.join("master.cf")).unwrap_or_default();
         let now = wall();
@@ -111,10 +114,7 @@ impl QmgrServer {
         let verify = verify_map
             .as_deref()
             .map(|p| (p, saved(statefile::read(&[p.to_path_buf()]))));
-        for (level, l) in qm.restore_saved(now, (&holds[0], saved(statefile::read(&holds))), verify)
-        {
-            log(level, &l);
-        }
+        log_all(qm.restore_saved(now, (&holds[0], saved(statefile::read(&holds))), verify));
         let mut cluster = crate::cluster::ClusterConn::from_config(&ctx.config, &root)?;
         if let Some(w) = cluster.as_mut().and_then(|c| c.share.start(&mut qm)) {
             msg_warn!("{w}");
@@ -225,18 +225,10 @@ impl QmgrServer {
             return;
         };
         let now = self.now(cx.now);
-        let (registry, at) = (cx.registry, cx.now);
-        h.ready(
-            registry,
-            token,
-            at,
-            || cx.token(),
-            || {
-                let mut s = self.qm.summary(now, METRICS_TOP);
-                s.cluster = self.cluster.as_ref().map(|c| c.share.link());
-                queue_manager::prometheus::prometheus(&s)
-            },
-        );
+        let share = self.cluster.as_ref().map(|c| &c.share);
+        h.serve(cx, token, || {
+            clustershare::metrics_page(&self.qm, share, now)
+        });
         self.http = Some(h);
     }
 
@@ -249,9 +241,7 @@ impl QmgrServer {
         self.qm.prune_figures(now);
         let (disk, state) = self.qm.parts_mut();
         let r = queue::collect_garbage(&disk.spool, disk.writer.journal_mut(), state);
-        if let Some((level, l)) = Housekeeping::outcome(r) {
-            log(level, &l);
-        }
+        log_all(Housekeeping::outcome(r));
     }
 }
 
@@ -293,9 +283,7 @@ impl Handler<Clients> for QmgrServer {
         let seed = u64::from(std::process::id()) ^ now.0;
         let master_cf = config::load_master_cf(&self.config_dir.join("master.cf"));
         let (ev, lines) = startup::reload(config, master_cf, seed, &self.metrics_listen);
-        for (level, l) in lines {
-            log(level, &l);
-        }
+        log_all(lines);
         let Some(ev) = ev else {
             return true;
         };

@@ -183,11 +183,15 @@ mod tests {
         let mut next = 40;
         let mut cx = Cx::for_test(poll.registry(), &mut next);
         let wake = Wake::new(&mut cx).unwrap();
-        let mine = (0..100).map(Token).find(|t| wake.owns(*t)).expect("a token");
+        let mine = (0..100)
+            .map(Token)
+            .find(|t| wake.owns(*t))
+            .expect("a token");
         let notify = wake.notifier();
         std::thread::spawn(move || notify()).join().unwrap();
         let mut events = mio::Events::with_capacity(4);
-        poll.poll(&mut events, Some(Duration::from_secs(5))).unwrap();
+        poll.poll(&mut events, Some(Duration::from_secs(5)))
+            .unwrap();
         let woken: Vec<Token> = events.iter().map(|e| e.token()).collect();
         assert_eq!(woken, vec![mine]);
     }

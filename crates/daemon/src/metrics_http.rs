@@ -141,6 +141,12 @@ impl Http {
         token == self.token || self.conns.contains_key(&token)
     }
 
+    /// As [`Http::ready`], in the loop's callback `cx`.
+    pub fn serve(&mut self, cx: &mut crate::Cx<'_>, token: Token, render: impl FnOnce() -> String) {
+        let (registry, now) = (cx.registry, cx.now);
+        self.ready(registry, token, now, || cx.token(), render);
+    }
+
     /// Handles readiness; `render` makes the metrics page when a complete
     /// GET /metrics has arrived.
     pub fn ready(

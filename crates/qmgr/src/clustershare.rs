@@ -339,6 +339,17 @@ pub fn annotate(share: Option<&Share>, answer: &mut Response) {
     }
 }
 
+/// Destinations reported on the metrics endpoint.
+pub const METRICS_TOP: usize = 20;
+
+/// The metrics page at `now`: the busiest destinations and, with a
+/// share, the link to clusterd, in Prometheus text.
+pub fn metrics_page<S: Store>(qm: &QueueManager<S>, share: Option<&Share>, now: Time) -> String {
+    let mut s = qm.summary(now, METRICS_TOP);
+    s.cluster = share.map(Share::link);
+    crate::prometheus::prometheus(&s)
+}
+
 /// Whether a host of qmgr's destination database is this machine's own:
 /// an LMTP socket (`unix:PATH`), `localhost`, or a loopback literal
 /// (`[127.0.0.1]`, `[::1]`, also as `name[address]`).
@@ -457,6 +468,17 @@ mod tests {
         let link = x.cluster.expect("the link is shown");
         assert_eq!(link.coordinator, "192.0.2.9:7000");
         assert_eq!(link.state, s.link().state);
+    }
+
+    #[test]
+    fn the_metrics_page_shows_the_cluster_only_with_a_share() {
+        let w = World::new(settings());
+        let now = Time(1_700_000_000_000);
+        let alone = metrics_page(&w.qm, None, now);
+        assert!(!alone.contains("sluice_cluster_instances"), "{alone}");
+        let shared = metrics_page(&w.qm, Some(&share()), now);
+        assert!(shared.contains("sluice_cluster_instances"), "{shared}");
+        assert!(shared.starts_with(&alone[..alone.len().min(40)]));
     }
 
     #[test]
