@@ -1,13 +1,14 @@
-//! qmgr's shell: its clients (cleanup's arrivals, smtpd's verification
+//! qmgr's loop: its clients (cleanup's arrivals, smtpd's verification
 //! queries, `sluice queue`) served through `daemon::ipcserver`, the
-//! journal's group commit, the links, the metrics endpoint, and the queue
-//! manager (crates/qmgr) that makes every decision and words the
-//! queue's log lines.
+//! journal's sync thread woken into the loop, the links, the metrics
+//! endpoint, and the queue manager (crates/qmgr) that makes every
+//! decision and words the queue's log lines.
 //!
-//! The clock is read once per loop turn and passed down; the queue
-//! manager's actions are carried out as soon as it has them. Answers to
-//! clients wait in `owed` until a callback can write them (a reload or the
-//! start has none to write with: the next turn, due at once, does).
+//! The clock is read once per loop turn (`daemon::later::Turn`) and
+//! passed down; the queue manager's actions are carried out as soon as it
+//! has them. Answers to clients wait in `owed` until a callback can write
+//! them (a reload or the start has none to write with: the next turn, due
+//! at once, does).
 
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
