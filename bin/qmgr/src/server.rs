@@ -114,7 +114,7 @@ impl QmgrServer {
         let saved = |r: std::io::Result<String>| r.map_err(|e| e.to_string());
         let verify = verify_map
             .as_deref()
-            .map(|p| (p, saved(statefile::read(&[p.to_path_buf()]))));
+            .map(|p| (p, saved(statefile::read(&[p]))));
         log_all(qm.restore_saved(now, (&holds[0], saved(statefile::read(&holds))), verify));
         let mut cluster = crate::cluster::ClusterConn::from_config(&ctx.config, &root)?;
         if let Some(w) = cluster.as_mut().and_then(|c| c.share.start(&mut qm)) {

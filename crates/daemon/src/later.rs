@@ -188,7 +188,7 @@ mod tests {
             .find(|t| wake.owns(*t))
             .expect("a token");
         let notify = wake.notifier();
-        std::thread::spawn(move || notify()).join().unwrap();
+        std::thread::spawn(notify).join().unwrap();
         let mut events = mio::Events::with_capacity(4);
         poll.poll(&mut events, Some(Duration::from_secs(5)))
             .unwrap();

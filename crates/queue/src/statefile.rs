@@ -51,9 +51,9 @@ pub fn replace(path: &Path, text: &str) -> io::Result<()> {
 /// The text of the first of `paths` that exists (a file an older release
 /// kept elsewhere is still read), empty when none does. A file cut short
 /// may end inside a character: that is kept as a replacement character.
-pub fn read(paths: &[PathBuf]) -> io::Result<String> {
+pub fn read<P: AsRef<Path>>(paths: &[P]) -> io::Result<String> {
     for p in paths {
-        match fs::read(p) {
+        match fs::read(p.as_ref()) {
             Ok(b) => return Ok(String::from_utf8_lossy(&b).into_owned()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
@@ -70,15 +70,15 @@ mod tests {
     fn a_state_file_is_replaced_whole_and_read_back() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("state/shaping.holds");
-        assert_eq!(read(&[p.clone()]).unwrap(), "");
+        assert_eq!(read(&[&p]).unwrap(), "");
         replace_synced(&p, "1\tone\n").unwrap();
         replace_synced(&p, "2\ttwo\n").unwrap();
-        assert_eq!(read(&[p.clone()]).unwrap(), "2\ttwo\n");
+        assert_eq!(read(&[&p]).unwrap(), "2\ttwo\n");
         assert!(!dir.path().join("state/shaping.holds.tmp").exists());
         let v = dir.path().join("state/verify_cache");
         replace(&v, "a\n").unwrap();
         replace(&v, "b\n").unwrap();
-        assert_eq!(read(&[v]).unwrap(), "b\n");
+        assert_eq!(read(&[&v]).unwrap(), "b\n");
         assert!(!dir.path().join("state/verify_cache.tmp").exists());
     }
 
@@ -88,11 +88,11 @@ mod tests {
         let new = dir.path().join("state/shaping.holds");
         let old = dir.path().join("shaping.holds");
         fs::write(&old, "old\n").unwrap();
-        assert_eq!(read(&[new.clone(), old.clone()]).unwrap(), "old\n");
+        assert_eq!(read(&[&new, &old]).unwrap(), "old\n");
         replace_synced(&new, "new\n").unwrap();
-        assert_eq!(read(&[new, old]).unwrap(), "new\n");
+        assert_eq!(read(&[&new, &old]).unwrap(), "new\n");
         let cut = dir.path().join("cut");
         fs::write(&cut, b"caf\xc3").unwrap();
-        assert_eq!(read(&[cut]).unwrap(), "caf\u{fffd}");
+        assert_eq!(read(&[&cut]).unwrap(), "caf\u{fffd}");
     }
 }
