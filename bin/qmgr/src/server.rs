@@ -88,12 +88,7 @@ impl QmgrServer {
         ctx: &Context,
         metrics_socket: Option<std::net::TcpListener>,
     ) -> Result<Self, String> {
-        let chrooted = ctx.args.chroot && sys::is_root();
-        let root = if chrooted {
-            PathBuf::from("/")
-        } else {
-            PathBuf::from(ctx.config.str("queue_directory"))
-        };
+        let root = ctx.queue_root();
         let started = Instant::now();
         let rec = queue::recover(&root, startup::spool_config(&ctx.config))
             .map_err(|e| format!("recovery of {}: {e}", root.display()))?;
