@@ -251,13 +251,9 @@ impl Handler<Clients> for QmgrServer {
         req: Request,
     ) {
         let now = self.now(cx.now);
-        if let (Request::Control(ipc::queuectl::Request::Cluster), Some(c)) =
-            (&req, self.cluster.as_ref())
-        {
-            // The share is the shell's, beside its link.
-            let view = c.share.view(&mut self.qm, now);
-            let body = ipc::queuectl::Response::Cluster(Ok(Box::new(view)));
-            self.owed.push(from, id, Response::Control(body));
+        let share = self.cluster.as_ref().map(|c| &c.share);
+        if let Some(answer) = clustershare::answer_now(share, &mut self.qm, now, &req) {
+            self.owed.push(from, id, answer);
             return;
         }
         let ev = req.event(from.number(), id);

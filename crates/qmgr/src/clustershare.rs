@@ -339,6 +339,24 @@ pub fn annotate(share: Option<&Share>, answer: &mut Response) {
     }
 }
 
+/// `sluice cluster status`, answered here when there is a share (the
+/// share is beside the link; without one the queue manager's control
+/// answers it); `None` for any other request.
+pub fn answer_now<S: Store>(
+    share: Option<&Share>,
+    qm: &mut QueueManager<S>,
+    now: Time,
+    req: &crate::clients::Request,
+) -> Option<Response> {
+    use ipc::queuectl::{Request as Ctl, Response as Answer};
+    match (req, share) {
+        (crate::clients::Request::Control(Ctl::Cluster), Some(share)) => Some(Response::Control(
+            Answer::Cluster(Ok(Box::new(share.view(qm, now)))),
+        )),
+        _ => None,
+    }
+}
+
 /// Destinations reported on the metrics endpoint.
 pub const METRICS_TOP: usize = 20;
 
@@ -468,6 +486,24 @@ mod tests {
         let link = x.cluster.expect("the link is shown");
         assert_eq!(link.coordinator, "192.0.2.9:7000");
         assert_eq!(link.state, s.link().state);
+    }
+
+    #[test]
+    fn cluster_status_is_answered_from_the_share_when_there_is_one() {
+        use crate::clients::Request;
+        use ipc::queuectl::{Request as Ctl, Response as Answer};
+        let mut w = World::new(settings());
+        let now = Time(1_700_000_000_000);
+        let s = share();
+        let asked = Request::Control(Ctl::Cluster);
+        let got = answer_now(Some(&s), &mut w.qm, now, &asked);
+        assert!(
+            matches!(&got, Some(Response::Control(Answer::Cluster(Ok(v)))) if v.link.coordinator == "192.0.2.9:7000"),
+            "{got:?}"
+        );
+        assert!(answer_now(None, &mut w.qm, now, &asked).is_none());
+        let other = Request::Control(Ctl::Summary { top: 5 });
+        assert!(answer_now(Some(&s), &mut w.qm, now, &other).is_none());
     }
 
     #[test]
