@@ -1,31 +1,22 @@
 //! qmgr's link to clusterd (`cluster_server`): wiring only. crates/qmgr's
 //! `clustershare` decides what clusterd's news means, what to tell it,
 //! where the link goes and what the count file holds; crates/cluster's
-//! `link::Conn` moves the bytes (TCP, mutual TLS, frames) and its client
-//! decides when to connect again. Here are the client's clock (this
-//! process's monotonic milliseconds), the token, the log, and the count
-//! file itself (`state/cluster.instances`, a few bytes, written when the
-//! count changes: nothing here blocks the loop).
+//! `wired::Wired` moves the bytes (TCP, mutual TLS, frames) on the loop's
+//! clock and keeps the count file, and its client decides when to
+//! connect again. Here the share's actions are carried out.
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use cluster::link::Conn;
-use daemon::{msg_info, msg_warn, Cx};
-use ipc::queuectl::{ClusterLink, ClusterView};
-use mio::Token;
+use cluster::wired::Wired;
+use daemon::Cx;
 use queue_manager::clustershare::{self, Share, ShareAction};
-use queue_manager::{Level, QueueManager, Time};
+use queue_manager::{DiskStore, QueueManager, Time};
 
-use crate::store::Disk;
-
-/// The link.
+/// The link and this instance's share.
 pub struct ClusterConn {
-    share: Share,
-    conn: Conn,
-    started: Instant,
-    /// Where the last count is kept (`clustershare::COUNT_FILE`).
-    count_file: PathBuf,
+    /// What the share means to the queue manager.
+    pub share: Share,
+    wired: Wired,
 }
 
 impl ClusterConn {
@@ -39,51 +30,38 @@ impl ClusterConn {
         let Some(target) = clustershare::target(config)? else {
             return Ok(None);
         };
-        let conn = Conn::new(&target)?;
+        let count_file = root.join(clustershare::COUNT_FILE);
+        let wired = Wired::new(&target, count_file, Instant::now())?;
         let seed = u64::from(std::process::id())
             ^ std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_nanos() as u64)
                 .unwrap_or(0);
-        let count_file = root.join(clustershare::COUNT_FILE);
-        let remembered = std::fs::read_to_string(&count_file)
-            .ok()
+        let remembered = wired
+            .remembered()
             .and_then(|t| clustershare::read_count(&t));
         let coordinator = target.addr.to_string();
-        Ok(Some(ClusterConn {
-            share: Share::from_config(config, &coordinator, seed, remembered),
-            conn,
-            started: Instant::now(),
-            count_file,
-        }))
-    }
-
-    fn ms(&self, at: Instant) -> u64 {
-        at.duration_since(self.started).as_millis() as u64
-    }
-
-    /// Puts the share in force (again after a reload).
-    pub fn install(&mut self, qm: &mut QueueManager<Disk>) {
-        self.share.install(qm);
+        let share = Share::from_config(config, &coordinator, seed, remembered);
+        Ok(Some(ClusterConn { share, wired }))
     }
 
     /// Whether `token` is the link's.
-    pub fn owns(&self, token: Token) -> bool {
-        self.conn.owns(token)
+    pub fn owns(&self, token: mio::Token) -> bool {
+        self.wired.owns(token)
     }
 
     /// When [`ClusterConn::timeout`] is next due.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let ms = self.share.client().poll_timeout()?;
-        Some(self.started + Duration::from_millis(ms))
+        self.wired.next_deadline(&self.share.client())
     }
 
     /// Time passed: heartbeats, a silent clusterd, reconnecting.
-    pub fn timeout(&mut self, cx: &mut Cx<'_>, qm: &mut QueueManager<Disk>, now: Time) {
-        let ms = self.ms(cx.now);
+    pub fn timeout(&mut self, cx: &mut Cx<'_>, qm: &mut QueueManager<DiskStore>, now: Time) {
         let registry = cx.registry;
-        self.conn
-            .timeout(&mut self.share.client(), ms, registry, || cx.token());
+        let mut client = self.share.client();
+        self.wired
+            .timeout(&mut client, cx.now, registry, || cx.token());
+        drop(client);
         self.pump(cx, qm, now);
     }
 
@@ -91,64 +69,35 @@ impl ClusterConn {
     pub fn ready(
         &mut self,
         cx: &mut Cx<'_>,
-        qm: &mut QueueManager<Disk>,
+        qm: &mut QueueManager<DiskStore>,
         now: Time,
         readable: bool,
     ) {
-        let ms = self.ms(cx.now);
         let mut client = self.share.client();
-        self.conn
-            .ready(&mut client, ms, cx.registry, readable, cx.closed);
+        self.wired
+            .ready(&mut client, cx.now, cx.registry, readable, cx.closed);
         drop(client);
         self.pump(cx, qm, now);
     }
 
     /// Carries out what the share has to do: log, keep the count,
     /// close, send.
-    pub fn pump(&mut self, cx: &mut Cx<'_>, qm: &mut QueueManager<Disk>, now: Time) {
-        let ms = self.ms(cx.now);
-        for a in self.share.pump(ms, qm, now) {
+    fn pump(&mut self, cx: &mut Cx<'_>, qm: &mut QueueManager<DiskStore>, now: Time) {
+        for a in self.share.pump(self.wired.ms(cx.now), qm, now) {
             match a {
-                ShareAction::Log(Level::Info, l) => msg_info!("{l}"),
-                ShareAction::Log(Level::Warn, l) => msg_warn!("{l}"),
-                ShareAction::SaveCount(n) => self.save_count(n),
-                ShareAction::Close => self.conn.close(cx.registry),
+                ShareAction::Log(level, l) => crate::server::log(level, &l),
+                ShareAction::SaveCount(n) => {
+                    // A failure costs only the count after a restart.
+                    if let Err(e) = self.wired.save_count(&clustershare::count_text(n)) {
+                        daemon::msg_warn!("{e}");
+                    }
+                }
+                ShareAction::Close => self.wired.close(cx.registry),
                 ShareAction::Send(out) => {
                     let mut client = self.share.client();
-                    self.conn.send(&mut client, ms, cx.registry, &out);
+                    self.wired.send(&mut client, cx.now, cx.registry, &out);
                 }
             }
         }
-    }
-
-    /// Keeps the count for a restart; a failure is logged and costs only
-    /// that.
-    fn save_count(&self, instances: u32) {
-        let tmp = self.count_file.with_extension("tmp");
-        let r = std::fs::write(&tmp, clustershare::count_text(instances))
-            .and_then(|()| std::fs::rename(&tmp, &self.count_file));
-        if let Err(e) = r {
-            msg_warn!("cluster: {}: {e}", self.count_file.display());
-        }
-    }
-
-    /// A host this instance could not reach, for the others.
-    pub fn host_retry(&mut self, host: &str, secs: u64) {
-        self.share.host_retry(host, secs);
-    }
-
-    /// A destination this instance found dead, for the others.
-    pub fn dead(&mut self, nexthop: &str, secs: u64) {
-        self.share.dead(nexthop, secs);
-    }
-
-    /// The link for `sluice status` and the metrics.
-    pub fn link(&self) -> ClusterLink {
-        self.share.link()
-    }
-
-    /// `sluice cluster status`: the link and every shared key in use.
-    pub fn view(&self, qm: &mut QueueManager<Disk>, now: Time) -> ClusterView {
-        self.share.view(qm, now)
     }
 }

@@ -1,7 +1,8 @@
 //! qmgr's links to the router, the delivery agents and cleanup (for
 //! notices): `ipc::Peer`s, made on demand and again after a loss, whose
 //! requests carry the queue manager's ids, so that answers and losses
-//! reach it as events. Only the wording of the log lines is here.
+//! reach it as events. Their log lines are worded by crates/qmgr's
+//! `links`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use ipc::peer::{Lost, PeerError};
 use ipc::router::Router;
 use ipc::{Peer, Protocol};
 use mio::{Registry, Token};
+use queue_manager::links::Link;
 use queue_manager::Event;
 
 /// Every link qmgr opens.
@@ -42,56 +44,51 @@ impl Links {
             || self.agents.values().any(|a| a.owns(token))
     }
 
-    /// Sends a router request; `false` when the link is lost.
-    pub fn send_router(&mut self, cx: &mut Cx<'_>, req: &ipc::router::Request, id: u64) -> bool {
-        let r = send(&mut self.router, cx, std::slice::from_ref(req), id);
-        sent(
-            r,
-            |e| format!("connect to router {}: {e}", self.router.path().display()),
-            None,
+    /// Sends a router request; the link's loss if it is lost.
+    pub fn send_router(
+        &mut self,
+        cx: &mut Cx<'_>,
+        req: &ipc::router::Request,
+        id: u64,
+    ) -> Option<Event> {
+        send(
+            &mut self.router,
+            Link::Router,
+            cx,
+            std::slice::from_ref(req),
+            id,
         )
     }
 
-    /// Sends an agent request; `false` when the link is lost.
+    /// Sends an agent request; the link's loss if it is lost.
     pub fn send_agent(
         &mut self,
         cx: &mut Cx<'_>,
         transport: &str,
         req: &ipc::delivery::Request,
         id: u64,
-    ) -> bool {
+    ) -> Option<Event> {
         let root = &self.root;
         let a = self
             .agents
             .entry(transport.to_string())
             .or_insert_with(|| Peer::new(root.join(transport)));
-        let r = send(a, cx, std::slice::from_ref(req), id);
-        let path = a.path().display().to_string();
-        sent(
-            r,
-            |e| format!("connect to delivery agent {path}: {e}"),
-            None,
-        )
+        send(a, Link::Agent(transport), cx, std::slice::from_ref(req), id)
     }
 
-    /// Sends a notice (Begin, Data…, End); `false` when the link is lost.
+    /// Sends a notice (Begin, Data…, End); the link's loss if it is lost.
     pub fn send_cleanup(
         &mut self,
         cx: &mut Cx<'_>,
         reqs: &[ipc::cleanup::Request],
         notice: u64,
-    ) -> bool {
+    ) -> Option<Event> {
         if reqs.is_empty() {
             // Nothing would ever settle it.
             self.cleanup.close(cx.registry);
-            return false;
+            return Some(Event::CleanupLost);
         }
-        let r = send(&mut self.cleanup, cx, reqs, notice);
-        sent(
-            r,
-            |e| format!("connect to cleanup for notices: {e}"),
-            Some("cleanup link for notices"),
-        )
+        send(&mut self.cleanup, Link::Cleanup, cx, reqs, notice)
     }
 
     /// Closes the cleanup link (its answers are given up).
@@ -117,9 +114,7 @@ impl Links {
                     out.push(Event::RouterAnswer { request, response });
                 }
             }
-            if lost(h.lost, "router") {
-                out.push(Event::RouterLost);
-            }
+            out.extend(lost(h.lost, Link::Router));
         } else if self.cleanup.owns(token) {
             let h = self.cleanup.event(registry, readable, closed);
             // Started answers Begin, which nobody waits for.
@@ -128,9 +123,7 @@ impl Links {
                     out.push(Event::CleanupAnswer { notice, response });
                 }
             }
-            if lost(h.lost, "cleanup link for notices") {
-                out.push(Event::CleanupLost);
-            }
+            out.extend(lost(h.lost, Link::Cleanup));
         } else if let Some((name, a)) = self.agents.iter_mut().find(|(_, a)| a.owns(token)) {
             let h = a.event(registry, readable, closed);
             for (request, response) in h.answers {
@@ -140,56 +133,38 @@ impl Links {
                     response,
                 });
             }
-            if lost(h.lost, &format!("delivery agent {name}")) {
-                out.push(Event::AgentLost {
-                    transport: name.clone(),
-                });
-            }
+            out.extend(lost(h.lost, Link::Agent(name)));
         }
         out
     }
 }
 
+/// Sends `reqs` on `p`; the link's loss, logged as `link` words it, if
+/// they did not go out.
 fn send<P: Protocol>(
     p: &mut Peer<P, u64>,
+    link: Link<'_>,
     cx: &mut Cx<'_>,
     reqs: &[P::Request],
     id: u64,
-) -> Result<(), PeerError> {
+) -> Option<Event> {
     let registry = cx.registry;
-    p.send(registry, || cx.token(), reqs, id)
-}
-
-/// Whether a request went out; a failure is logged as `connect` words it,
-/// or, for a failed write, as `what` does (`None`: not logged).
-fn sent(
-    r: Result<(), PeerError>,
-    connect: impl FnOnce(&ipc::IpcError) -> String,
-    what: Option<&str>,
-) -> bool {
-    match r {
-        Ok(()) => true,
-        Err(PeerError::Connect(e)) => {
-            msg_warn!("{}", connect(&e));
-            false
-        }
+    match p.send(registry, || cx.token(), reqs, id) {
+        Ok(()) => return None,
+        Err(PeerError::Connect(e)) => msg_warn!("{}", link.connect_failed(p.path(), &e)),
         Err(PeerError::Send(e)) => {
-            if let Some(what) = what {
-                msg_warn!("{what}: {e}");
+            if let Some(l) = link.send_failed(&e) {
+                msg_warn!("{l}");
             }
-            false
         }
     }
+    Some(link.lost())
 }
 
-/// Whether a link was lost; a failure is logged.
-fn lost(l: Option<Lost>, what: &str) -> bool {
-    match l {
-        None => false,
-        Some(Lost::Closed) => true,
-        Some(Lost::Failed(e)) => {
-            msg_warn!("{what}: {e}");
-            true
-        }
+/// The link's loss, if it was lost; a failure is logged.
+fn lost(l: Option<Lost>, link: Link<'_>) -> Option<Event> {
+    if let Some(Lost::Failed(e)) = &l {
+        msg_warn!("{}", link.failed(e));
     }
+    l.map(|_| link.lost())
 }

@@ -15,29 +15,28 @@
 //! scheduling and dispatch to the delivery agents, retries, notices,
 //! queue control, address verification, what waits for the group commit,
 //! a journal that cannot be written and what is left to do at exit, the
-//! meaning of main.cf's parameters and of a reload that fails, who may
-//! announce mail, the wording of the queue's log lines, and this
-//! instance's share of a cluster (where its link goes, what clusterd's
-//! news means, the count kept for a restart). This program is its I/O
-//! only: the links (`links.rs`, over `ipc::Peer`), the journal's files and
-//! its sync thread (`journal.rs`, `store.rs`), the files of saved state
-//! (`holds.rs`, `verifymap.rs`), the clients served through
-//! `daemon::ipcserver` (`clients.rs`), the metrics listener and one clock
-//! read per loop turn (`server.rs`), and the link to clusterd when
-//! `cluster_server` is set (`cluster.rs`, over crates/cluster's
-//! `link::Conn`).
+//! meaning of main.cf's parameters, start-up, a reload and when journal
+//! garbage goes (`startup`), who may announce mail and what each client's
+//! request is (`clients`), the wording of every log line the queue and its
+//! links make (`links`), and this instance's share of a cluster
+//! (`clustershare`). The journal's group commit is `queue::JournalWriter`
+//! (inside the queue manager's `DiskStore`), the files of saved state
+//! `queue::statefile`, the link to clusterd `cluster::wired::Wired`.
+//!
+//! This program is the rest, I/O only: the mio loop's callbacks, one
+//! clock read per loop turn, the answers owed to clients and the soonest
+//! deadline (`server.rs`, over `daemon::later`), the listener's `Service`
+//! (`clients.rs`), the links to the router, the agents and cleanup
+//! (`links.rs`, over `ipc::Peer`), the sync thread's waker, the metrics
+//! listener (`daemon::metrics_http`, bound here while privileged), and the
+//! cluster share's actions carried out when `cluster_server` is set
+//! (`cluster.rs`).
 #![forbid(unsafe_code)]
 
 mod clients;
 mod cluster;
-mod holds;
-mod journal;
 mod links;
 mod server;
-mod store;
-mod verifymap;
-
-use queue_manager::schedconf;
 
 fn main() {
     // qmgr owns state the whole system relies on: it never exits on idle or use count.
@@ -47,23 +46,10 @@ fn main() {
         max_clients: usize::MAX,
         ..daemon::Options::default()
     };
-    daemon::run(opts, metrics_socket, |ctx, sock| {
+    // metrics_listen is bound while still privileged (any port, before a chroot).
+    let metrics =
+        |ctx: &daemon::Context| Ok(daemon::metrics_http::bind(&ctx.config, "metrics_listen"));
+    daemon::run(opts, metrics, |ctx, sock| {
         server::QmgrServer::new(ctx, sock).map(daemon::ipcserver::IpcServer::new)
     })
-}
-
-/// Binds `metrics_listen` while still privileged (any port, before a
-/// chroot). A socket that cannot be bound turns metrics off with a warning:
-/// the queue manager matters more than its statistics.
-fn metrics_socket(ctx: &daemon::Context) -> Result<Option<std::net::TcpListener>, String> {
-    let Some(addr) = ctx.config.listen("metrics_listen") else {
-        return Ok(None);
-    };
-    match std::net::TcpListener::bind(addr) {
-        Ok(l) => Ok(Some(l)),
-        Err(e) => {
-            daemon::msg_warn!("metrics_listen = {addr}: {e}; metrics are off");
-            Ok(None)
-        }
-    }
 }

@@ -1,53 +1,48 @@
-//! qmgr's shell: its clients (cleanup's arrivals, smtpd's verification
+//! qmgr's loop: its clients (cleanup's arrivals, smtpd's verification
 //! queries, `sluice queue`) served through `daemon::ipcserver`, the
-//! journal's group commit, the links, the metrics endpoint, and the queue
-//! manager (crates/qmgr) that makes every decision and words the
-//! queue's log lines.
+//! journal's sync thread woken into the loop, the links, the metrics
+//! endpoint, and the queue manager (crates/qmgr) that makes every
+//! decision and words the queue's log lines.
 //!
-//! The clock is read once per loop turn and passed down; the queue
-//! manager's actions are carried out as soon as it has them. Answers to
-//! clients wait in `owed` until a callback can write them (a reload or the
-//! start has none to write with: the next turn, due at once, does).
+//! The clock is read once per loop turn (`daemon::later::Turn`) and
+//! passed down; the queue manager's actions are carried out as soon as it
+//! has them. Answers to clients wait in `owed` until a callback can write
+//! them (a reload or the start has none to write with: the next turn, due
+//! at once, does).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use daemon::ipcserver::{ClientId, Handler, Replies};
+use daemon::later::{Owed, Soonest, Turn, Wake};
 use daemon::{msg_info, msg_warn, Context, Cx};
-use ipc::qmgr;
 use mio::Token;
-use queue::{Lsn, SpoolConfig, Syncer};
-use queue_manager::{Action, Event as QmEvent, Level, QueueManager, Settings, Time};
+use queue::statefile;
+use queue_manager::clustershare;
+use queue_manager::startup::{self, Housekeeping};
+use queue_manager::{Action, DiskStore, Event as QmEvent, Level, QueueManager, Time};
 use sys::creds::PeerCred;
 
-use crate::clients::{Clients, Kind, Request, Response};
+use crate::clients::Clients;
 use crate::links::Links;
-use crate::schedconf;
-use crate::store::Disk;
-
-/// Destinations reported on the metrics endpoint.
-const METRICS_TOP: usize = 20;
-
-/// How often journal segments with nothing live are looked for.
-const GC_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+use queue_manager::clients::{Kind, Request, Response};
 
 /// The queue manager's shell.
 pub struct QmgrServer {
-    qm: QueueManager<Disk>,
-    waker: Option<Arc<mio::Waker>>,
-    waker_token: Token,
+    qm: QueueManager<DiskStore>,
+    /// The sync thread's way to wake the loop.
+    wake: Option<Wake>,
     /// Answers not yet handed to the client server.
-    owed: Vec<(ClientId, u64, Response)>,
+    owed: Owed<Response>,
     me: u32,
     links: Links,
     /// The queue directory as this process sees it (`/` when chrooted).
     root: PathBuf,
-    /// When journal garbage was last collected.
-    last_gc: Instant,
+    /// When journal garbage is collected.
+    gc: Housekeeping,
     /// This loop turn's time: the loop's monotonic `now`, and the wall
     /// clock read once for it.
-    turn: (Instant, Time),
+    turn: Turn,
     /// Where main.cf and master.cf are, for reloads.
     config_dir: PathBuf,
     /// `metrics_listen` as bound at start (a reload cannot bind again).
@@ -74,81 +69,61 @@ fn wall() -> Time {
     )
 }
 
+/// Logs a line the queue manager worded.
+pub fn log(level: Level, text: &str) {
+    match level {
+        Level::Info => msg_info!("{text}"),
+        Level::Warn => msg_warn!("{text}"),
+    }
+}
+
+/// Logs lines the queue manager worded.
+fn log_all(lines: impl IntoIterator<Item = (Level, String)>) {
+    lines.into_iter().for_each(|(level, l)| log(level, &l));
+}
+
 impl QmgrServer {
     /// Recovers the spool and opens the journal.
     pub fn new(
         ctx: &Context,
         metrics_socket: Option<std::net::TcpListener>,
     ) -> Result<Self, String> {
-        let chrooted = ctx.args.chroot && sys::is_root();
-        let root = if chrooted {
-            PathBuf::from("/")
-        } else {
-            PathBuf::from(ctx.config.str("queue_directory"))
-        };
+        let root = ctx.queue_root();
         let started = Instant::now();
-        // journal_segment_size was in the table but never reached the
-        // journal: it also bounds the segments written ahead (the free
-        // space qmgr holds in reserve).
-        let mut spool_cfg = SpoolConfig::default();
-        spool_cfg.journal.segment_size = ctx
-            .config
-            .size("journal_segment_size")
-            .clamp(4096, u32::MAX as u64 / 2) as u32;
-        let rec = queue::recover(&root, spool_cfg)
+        let rec = queue::recover(&root, startup::spool_config(&ctx.config))
             .map_err(|e| format!("recovery of {}: {e}", root.display()))?;
-        crate::store::log_recovery(&rec, started);
+        log_all(queue_manager::recovery_lines(
+            &rec.state,
+            &rec.report,
+            started.elapsed(),
+        ));
         let services =
             config::load_master_cf(&ctx.config_dir.join("master.cf")).unwrap_or_default();
         let now = wall();
         let seed = u64::from(std::process::id()) ^ now.0;
-        let scfg = crate::schedconf::build(&ctx.config, &services, seed)?;
-        let settings = Settings::from_config(&ctx.config, &scfg);
-        let disk = Disk::new(rec.spool, rec.journal);
-        let mut qm = QueueManager::new(now, settings, scfg, disk, rec.state)
-            .map_err(|e| format!("scheduler configuration: {e:?}"))?;
-        // Suspensions and back-offs survive a restart.
-        match crate::holds::load(&root).map_err(|e| e.to_string()) {
-            Ok(t) if t.is_empty() => {}
-            Ok(t) => match qm.restore_holds(now, &t) {
-                Ok(n) => msg_info!("shaping: {n} suspensions and back-offs restored"),
-                Err(e) => msg_warn!("{}: {e}", crate::holds::path(&root).display()),
-            },
-            Err(e) => msg_warn!("{}: {e}", crate::holds::path(&root).display()),
-        }
+        let disk = DiskStore::new(rec.spool, rec.journal);
+        let mut qm = startup::open(&ctx.config, &services, now, seed, disk, rec.state)?;
         let verify_map =
             queue_manager::verify_map_path(&root, &ctx.config.str("address_verify_map"))?;
-        if let Some(p) = verify_map.as_ref() {
-            match crate::verifymap::load(p) {
-                Ok(text) => {
-                    let torn = qm.load_verify_cache(&text);
-                    if torn > 0 {
-                        msg_warn!(
-                            "address_verify_map {}: {torn} line(s) cut short or unreadable, skipped",
-                            p.display()
-                        );
-                    }
-                }
-                Err(e) => msg_warn!("address_verify_map {}: {e}; starting empty", p.display()),
-            }
-        }
+        let holds = startup::holds_files(&root);
+        let saved = |r: std::io::Result<String>| r.map_err(|e| e.to_string());
+        let verify = verify_map
+            .as_deref()
+            .map(|p| (p, saved(statefile::read(&[p]))));
+        log_all(qm.restore_saved(now, (&holds[0], saved(statefile::read(&holds))), verify));
         let mut cluster = crate::cluster::ClusterConn::from_config(&ctx.config, &root)?;
-        if let Some(c) = cluster.as_mut() {
-            if qm.shaper_mut().is_none() {
-                msg_warn!("cluster_server is set but no policy_file is: there is nothing to share");
-            }
-            c.install(&mut qm);
+        if let Some(w) = cluster.as_mut().and_then(|c| c.share.start(&mut qm)) {
+            msg_warn!("{w}");
         }
         Ok(QmgrServer {
             qm,
-            waker: None,
-            waker_token: Token(0),
-            owed: Vec::new(),
+            wake: None,
+            owed: Owed::default(),
             me: sys::current_ids().0,
             links: Links::new(&root),
             root,
-            last_gc: started,
-            turn: (started, now),
+            gc: Housekeeping::new(now),
+            turn: Turn::new(started, now.0),
             config_dir: ctx.config_dir.clone(),
             metrics_listen: ctx.config.str("metrics_listen"),
             metrics_socket,
@@ -160,25 +135,14 @@ impl QmgrServer {
 
     /// The time of this loop turn: the wall clock is read once per turn.
     fn now(&mut self, at: Instant) -> Time {
-        if at != self.turn.0 {
-            self.turn = (at, wall());
-        }
-        self.turn.1
-    }
-
-    /// Hands what is owed to clients to the client server.
-    fn pay(&mut self, out: &mut Replies<'_, Clients>) {
-        for (client, request, resp) in self.owed.drain(..) {
-            // A client that left is owed nothing.
-            out.send(client, request, &resp);
-        }
+        Time(self.turn.now(at, || wall().0))
     }
 
     /// Carries out the queue manager's actions, feeding back the links it lost.
     fn act(&mut self, cx: &mut Cx<'_>) {
         while let Some(a) = self.qm.poll_action() {
             if let Some(ev) = self.carry_out(a, Some(cx)) {
-                let now = self.turn.1;
+                let now = Time(self.turn.wall_ms());
                 self.qm.handle(now, ev);
             }
         }
@@ -187,81 +151,46 @@ impl QmgrServer {
     /// Carries out one action; the link it lost, if any. Without a loop
     /// (`cx`, at exit) nothing goes out on a link.
     fn carry_out(&mut self, a: Action, cx: Option<&mut Cx<'_>>) -> Option<QmEvent> {
-        let secs = |at: Time, now: Time| at.0.saturating_sub(now.0) / 1000;
-        match a {
-            Action::Log(Level::Info, text) => msg_info!("{text}"),
-            Action::Log(Level::Warn, text) => msg_warn!("{text}"),
+        let a = match queue_manager::clients::answer(a) {
+            Ok((client, request, mut body)) => {
+                clustershare::annotate(self.cluster.as_ref().map(|c| &c.share), &mut body);
+                self.owed.push(ClientId::from_number(client), request, body);
+                return None;
+            }
+            Err(a) => a,
+        };
+        let now = Time(self.turn.wall_ms());
+        match clustershare::take(self.cluster.as_mut().map(|c| &mut c.share), a, now)? {
+            Action::Log(level, text) => log(level, &text),
             Action::ToRouter { request, body } => {
-                let sent = self.links.send_router(cx?, &body, request);
-                return (!sent).then_some(QmEvent::RouterLost);
+                return self.links.send_router(cx?, &body, request);
             }
             Action::ToAgent {
                 transport,
                 request,
                 body,
-            } => {
-                let sent = self.links.send_agent(cx?, &transport, &body, request);
-                return (!sent).then_some(QmEvent::AgentLost { transport });
-            }
+            } => return self.links.send_agent(cx?, &transport, &body, request),
             Action::ToCleanup { notice, requests } => {
-                let sent = self.links.send_cleanup(cx?, &requests, notice);
-                return (!sent).then_some(QmEvent::CleanupLost);
+                return self.links.send_cleanup(cx?, &requests, notice);
             }
             Action::DropCleanup => self.links.drop_cleanup(cx?.registry),
-            Action::Reply {
-                client,
-                request,
-                mut body,
-            } => {
-                if let (ipc::queuectl::Response::Summary(s), Some(c)) =
-                    (&mut body, self.cluster.as_ref())
-                {
-                    s.cluster = Some(c.link());
-                }
-                let to = ClientId::from_number(client);
-                self.owed.push((to, request, Response::Control(body)));
-            }
-            Action::Answer {
-                client,
-                request,
-                response,
-            } => {
-                let to = ClientId::from_number(client);
-                self.owed.push((to, request, Response::Arrival(response)));
-            }
-            Action::VerifyAnswer {
-                client,
-                request,
-                response,
-            } => {
-                let to = ClientId::from_number(client);
-                self.owed.push((to, request, Response::Verify(response)));
-            }
-            Action::DestinationDead { nexthop, retry_at } => {
-                let secs = secs(retry_at, self.turn.1);
-                if let Some(c) = self.cluster.as_mut() {
-                    c.dead(&nexthop, secs);
-                }
-            }
-            Action::HostRetry { host, retry_at } => {
-                let secs = secs(retry_at, self.turn.1);
-                if let Some(c) = self.cluster.as_mut() {
-                    c.host_retry(&host, secs);
-                }
-            }
+            // Owed and taken above.
+            Action::Reply { .. } | Action::Answer { .. } | Action::VerifyAnswer { .. } => {}
+            Action::DestinationDead { .. } | Action::HostRetry { .. } => {}
             Action::RemoveData { id, storage } => {
                 if let Err(e) = self.qm.store().spool.remove_data(id, storage) {
                     msg_warn!("{id}: removing its data: {e}");
                 }
             }
             Action::SaveHolds { text } => {
-                if let Err(e) = crate::holds::save(&self.root, &text) {
-                    msg_warn!("{}: {e}", crate::holds::path(&self.root).display());
+                let [path, _] = startup::holds_files(&self.root);
+                if let Err(e) = statefile::replace_synced(&path, &text) {
+                    msg_warn!("{}: {e}", path.display());
                 }
             }
             Action::SaveVerify { text } => {
                 if let Some(path) = self.verify_map.as_ref() {
-                    if let Err(e) = crate::verifymap::save(path, &text) {
+                    if let Err(e) = statefile::replace(path, &text) {
                         msg_warn!("address_verify_map {}: {e}", path.display());
                     }
                 }
@@ -278,27 +207,11 @@ impl QmgrServer {
         // Committing inline (no sync thread), what a commit's outcome
         // appended is committed in turn, a few rounds at most.
         for _ in 0..4 {
-            if !self.qm.commit_due(now) {
+            if !self.qm.commit_when_due(now) {
                 return;
             }
-            let Some(r) = self.qm.store_mut().writer.commit() else {
-                return;
-            };
-            if !self.committed(cx, r) {
-                return;
-            }
+            self.act(cx);
         }
-    }
-
-    /// Tells the queue manager what came of a commit; false when that
-    /// was no news to it.
-    fn committed(&mut self, cx: &mut Cx<'_>, r: queue::Result<Lsn>) -> bool {
-        let now = self.now(cx.now);
-        if !self.qm.committed(now, r.map_err(Into::into)) {
-            return false;
-        }
-        self.act(cx);
-        true
     }
 
     /// A metrics connection is ready; a complete GET /metrics gets the
@@ -308,38 +221,23 @@ impl QmgrServer {
             return;
         };
         let now = self.now(cx.now);
-        let (registry, at) = (cx.registry, cx.now);
-        h.ready(
-            registry,
-            token,
-            at,
-            || cx.token(),
-            || {
-                let mut s = self.qm.summary(now, METRICS_TOP);
-                s.cluster = self.cluster.as_ref().map(|c| c.link());
-                queue_manager::prometheus::prometheus(&s)
-            },
-        );
+        let share = self.cluster.as_ref().map(|c| &c.share);
+        h.serve(cx, token, || {
+            clustershare::metrics_page(&self.qm, share, now)
+        });
         self.http = Some(h);
     }
 
     /// Journal segments with nothing live go, once a minute.
     fn collect_garbage(&mut self, cx: &mut Cx<'_>) {
-        if cx.now.duration_since(self.last_gc) < GC_INTERVAL {
+        let now = self.now(cx.now);
+        if !self.gc.due(now) {
             return;
         }
-        self.last_gc = cx.now;
-        let now = self.now(cx.now);
         self.qm.prune_figures(now);
         let (disk, state) = self.qm.parts_mut();
-        match queue::collect_garbage(&disk.spool, disk.writer.journal_mut(), state) {
-            Ok(gone) if !gone.is_empty() => msg_info!(
-                "journal: deleted {} segment(s) with nothing live",
-                gone.len()
-            ),
-            Ok(_) => {}
-            Err(e) => msg_warn!("journal garbage collection: {e}"),
-        }
+        let r = queue::collect_garbage(&disk.spool, disk.writer.journal_mut(), state);
+        log_all(Housekeeping::outcome(r));
     }
 }
 
@@ -353,48 +251,19 @@ impl Handler<Clients> for QmgrServer {
         req: Request,
     ) {
         let now = self.now(cx.now);
-        let (client, request) = (from.number(), id);
-        let ev = match req {
-            // Answered after the group commit that `requests_done` starts.
-            Request::Arrival(qmgr::Request::Arrived { head, hold }) => QmEvent::Arrived {
-                client,
-                request,
-                head: Box::new(head),
-                hold,
-            },
-            Request::Arrival(body) => QmEvent::Transfer {
-                client,
-                request,
-                body,
-            },
-            Request::Verify(ipc::verify::Request::Query { address, wait_ms }) => QmEvent::Verify {
-                client,
-                request,
-                address,
-                wait_ms,
-            },
-            Request::Control(ipc::queuectl::Request::Cluster) if self.cluster.is_some() => {
-                // The share is the shell's, beside its link.
-                if let Some(c) = self.cluster.as_ref() {
-                    let view = c.view(&mut self.qm, now);
-                    let body = ipc::queuectl::Response::Cluster(Ok(Box::new(view)));
-                    self.owed.push((from, id, Response::Control(body)));
-                }
-                return;
-            }
-            Request::Control(body) => QmEvent::Control {
-                client,
-                request,
-                body,
-            },
-        };
+        let share = self.cluster.as_ref().map(|c| &c.share);
+        if let Some(answer) = clustershare::answer_now(share, &mut self.qm, now, &req) {
+            self.owed.push(from, id, answer);
+            return;
+        }
+        let ev = req.event(from.number(), id);
         self.qm.handle(now, ev);
         self.act(cx);
     }
 
     fn requests_done(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Clients>) {
         self.commit_pending(cx);
-        self.pay(out);
+        self.owed.pay(out);
     }
 
     fn admit(&self, peer: &PeerCred, kind: Kind) -> bool {
@@ -405,20 +274,15 @@ impl Handler<Clients> for QmgrServer {
         let now = self.now(cx.now);
         let seed = u64::from(std::process::id()) ^ now.0;
         let master_cf = config::load_master_cf(&self.config_dir.join("master.cf"));
-        let ev = match schedconf::reconfigure(config, master_cf, seed) {
-            Ok(ev) => ev,
-            Err(warning) => {
-                msg_warn!("{warning}");
-                return true;
-            }
+        let (ev, lines) = startup::reload(config, master_cf, seed, &self.metrics_listen);
+        log_all(lines);
+        let Some(ev) = ev else {
+            return true;
         };
-        if config.str("metrics_listen") != self.metrics_listen {
-            msg_warn!("reload: metrics_listen changed: it takes effect when qmgr restarts");
-        }
         self.qm.handle(now, ev);
         if let Some(c) = self.cluster.as_mut() {
             // A new policy may bring a new shaper: the share goes with it.
-            c.install(&mut self.qm);
+            c.share.install(&mut self.qm);
         }
         self.act(cx);
         self.commit_pending(cx);
@@ -426,35 +290,21 @@ impl Handler<Clients> for QmgrServer {
     }
 
     fn start(&mut self, cx: &mut Cx<'_>) {
-        let token = cx.token();
-        match mio::Waker::new(cx.registry, token) {
+        match Wake::new(cx) {
             Ok(w) => {
-                let w = Arc::new(w);
-                let notify = w.clone();
-                match Syncer::spawn(move || {
-                    let _ = notify.wake();
-                }) {
-                    Ok(s) => self.qm.parts_mut().0.writer.set_syncer(s),
-                    Err(e) => msg_warn!("journal sync thread: {e}; committing inline"),
+                if let Err(e) = self.qm.store_mut().writer.spawn_syncer(w.notifier()) {
+                    msg_warn!("journal sync thread: {e}; committing inline");
                 }
-                self.waker = Some(w);
-                self.waker_token = token;
+                self.wake = Some(w);
             }
             Err(e) => msg_warn!("waker: {e}; committing inline"),
         }
         if let Some(sock) = self.metrics_socket.take() {
-            let addr = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
             let t = cx.token();
-            match daemon::metrics_http::Http::new(sock, cx.registry, t) {
-                Ok(h) => {
-                    msg_info!("serving metrics at http://{addr}/metrics");
-                    self.http = Some(h);
-                }
-                Err(e) => msg_warn!("metrics_listen {addr}: {e}; metrics are off"),
-            }
+            self.http = daemon::metrics_http::start(sock, "metrics_listen", cx.registry, t);
         }
         if let Some(c) = self.cluster.as_mut() {
-            let now = self.turn.1;
+            let now = Time(self.turn.wall_ms());
             c.timeout(cx, &mut self.qm, now);
         }
         self.act(cx);
@@ -470,12 +320,13 @@ impl Handler<Clients> for QmgrServer {
         _writable: bool,
     ) {
         let now = self.now(cx.now);
-        if token == self.waker_token && self.waker.is_some() {
-            if let Some(r) = self.qm.store_mut().writer.synced() {
-                self.committed(cx, r);
+        if self.wake.as_ref().is_some_and(|w| w.owns(token)) {
+            let (news, ahead) = self.qm.synced(now);
+            if news {
+                self.act(cx);
             }
-            if let Some(e) = self.qm.store_mut().writer.ahead_error() {
-                msg_warn!("journal: writing the next segment ahead: {e}; appending meanwhile");
+            if let Some(w) = ahead {
+                msg_warn!("{w}");
             }
         } else if self.links.owns(token) {
             for ev in self.links.ready(cx.registry, token, readable, cx.closed) {
@@ -489,7 +340,7 @@ impl Handler<Clients> for QmgrServer {
             self.act(cx);
         }
         self.commit_pending(cx);
-        self.pay(out);
+        self.owed.pay(out);
     }
 
     fn timeout(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Clients>) {
@@ -509,36 +360,25 @@ impl Handler<Clients> for QmgrServer {
         }
         self.collect_garbage(cx);
         self.commit_pending(cx);
-        self.pay(out);
+        self.owed.pay(out);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let (at_i, at_t) = self.turn;
-        if !self.owed.is_empty() {
-            // Answers made where none could be written (start, reload).
-            return Some(at_i);
-        }
-        let mut d: Option<Instant> = None;
-        let mut at = |t: Instant| d = Some(d.map_or(t, |x: Instant| x.min(t)));
-        if let Some(t) = self.qm.poll_timeout() {
-            at(at_i + std::time::Duration::from_millis(t.0.saturating_sub(at_t.0)));
-        }
-        at(self.last_gc + GC_INTERVAL);
-        if let Some(t) = self.http.as_ref().and_then(|h| h.next_deadline()) {
-            at(t);
-        }
-        if let Some(t) = self.cluster.as_ref().and_then(|c| c.next_deadline()) {
-            at(t);
-        }
-        d
+        // Answers made where none could be written (start, reload) are due at once.
+        Soonest::default()
+            .at(self.owed.deadline(self.turn.instant()))
+            .at(self.qm.poll_timeout().map(|t| self.turn.instant_of(t.0)))
+            .at(Some(self.turn.instant_of(self.gc.next().0)))
+            .at(self.http.as_ref().and_then(|h| h.next_deadline()))
+            .at(self.cluster.as_ref().and_then(|c| c.next_deadline()))
+            .get()
     }
 
     fn closing(&mut self, out: &mut Replies<'_, Clients>) {
-        let r = self.qm.store_mut().writer.shutdown().map_err(Into::into);
-        let now = self.turn.1;
-        for a in self.qm.closing(now, r) {
+        let now = Time(self.turn.wall_ms());
+        for a in self.qm.close_journal(now) {
             self.carry_out(a, None);
         }
-        self.pay(out);
+        self.owed.pay(out);
     }
 }

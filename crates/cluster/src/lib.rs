@@ -9,7 +9,8 @@
 //! monotonic clock, so the in-process simulated cluster (the `sim` tests)
 //! runs many instances in virtual time. The instance's end of that stream,
 //! for a mio loop, is [`link::Conn`]: it moves bytes and tells the client
-//! what happened; the client decides.
+//! what happened; the client decides. [`wired::Wired`] keeps it on the
+//! loop's clock, with the file of the last instance count.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -18,6 +19,7 @@ pub mod coordinator;
 pub mod link;
 pub mod proto;
 pub mod rates;
+pub mod wired;
 
 #[cfg(test)]
 mod forget_tests;

@@ -10,12 +10,14 @@
 //!
 //! A daemon is a [`Server`]: a few callbacks around its own state. Daemons
 //! that serve an IPC protocol implement [`ipcserver::Handler`] instead and
-//! get connection handling, handshake and framing from [`ipcserver::IpcServer`].
+//! get connection handling, handshake and framing from [`ipcserver::IpcServer`];
+//! [`later`] keeps what such a handler answers later and when it is due.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod args;
 pub mod ipcserver;
+pub mod later;
 pub mod log;
 pub mod metrics_http;
 pub mod skeleton;

@@ -4,6 +4,10 @@
 //! [`MAX_HTTP_CONNS`] at once, the answer and then close. It runs inside
 //! the daemon's event loop (the page is rendered by the caller when a
 //! complete `GET /metrics` has arrived), so a scrape never blocks it.
+//! [`bind`] makes its socket while the daemon is still privileged (any
+//! port, before a chroot) and [`start`] registers it; either failing
+//! turns metrics off with a warning: a daemon matters more than its
+//! statistics.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -85,6 +89,36 @@ fn response(status: &str, content_type: &str, body: &str, head_only: bool) -> Ve
     out
 }
 
+/// The socket for main.cf's parameter `param` (`metrics_listen`), if set
+/// and it can be bound.
+pub fn bind(config: &config::Config, param: &str) -> Option<std::net::TcpListener> {
+    let addr = config.listen(param)?;
+    std::net::TcpListener::bind(addr)
+        .map_err(|e| crate::msg_warn!("{param} = {addr}: {e}; metrics are off"))
+        .ok()
+}
+
+/// Serves on `sock`, bound by [`bind`] for `param`, under `token`; says
+/// where in the log.
+pub fn start(
+    sock: std::net::TcpListener,
+    param: &str,
+    registry: &Registry,
+    token: Token,
+) -> Option<Http> {
+    let addr = sock.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    match Http::new(sock, registry, token) {
+        Ok(h) => {
+            crate::msg_info!("serving metrics at http://{addr}/metrics");
+            Some(h)
+        }
+        Err(e) => {
+            crate::msg_warn!("{param} {addr}: {e}; metrics are off");
+            None
+        }
+    }
+}
+
 impl Http {
     /// Serves on `listener` (bound before privileges were dropped).
     pub fn new(
@@ -105,6 +139,12 @@ impl Http {
     /// Whether `token` is the listener's or one of its connections'.
     pub fn owns(&self, token: Token) -> bool {
         token == self.token || self.conns.contains_key(&token)
+    }
+
+    /// As [`Http::ready`], in the loop's callback `cx`.
+    pub fn serve(&mut self, cx: &mut crate::Cx<'_>, token: Token, render: impl FnOnce() -> String) {
+        let (registry, now) = (cx.registry, cx.now);
+        self.ready(registry, token, now, || cx.token(), render);
     }
 
     /// Handles readiness; `render` makes the metrics page when a complete
@@ -279,6 +319,29 @@ impl Http {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config(main_cf: &str) -> config::Config {
+        config::Config::parse(main_cf, std::path::Path::new("main.cf"), &[])
+            .unwrap()
+            .config
+    }
+
+    #[test]
+    fn metrics_are_off_unless_set_and_served_where_bound() {
+        assert!(bind(&config(""), "metrics_listen").is_none());
+        // A free loopback port (main.cf refuses port 0).
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let cfg = config(&format!("metrics_listen = {addr}\n"));
+        let sock = bind(&cfg, "metrics_listen").expect("a loopback port binds");
+        // The port is taken now: a second bind to it turns metrics off.
+        assert!(bind(&cfg, "metrics_listen").is_none());
+        let poll = mio::Poll::new().unwrap();
+        let h = start(sock, "metrics_listen", poll.registry(), Token(7)).expect("registered");
+        assert!(h.owns(Token(7)) && !h.owns(Token(8)));
+        assert_eq!(h.next_deadline(), None);
+    }
 
     #[test]
     fn requests_are_parsed_with_bounds() {

@@ -45,6 +45,19 @@ pub struct Context {
     pub foreground: bool,
 }
 
+impl Context {
+    /// The queue directory as this process sees it: `/` once chrooted
+    /// into it (master.cf says so and it runs as root), else
+    /// `queue_directory`.
+    pub fn queue_root(&self) -> PathBuf {
+        if self.args.chroot && sys::is_root() {
+            PathBuf::from("/")
+        } else {
+            PathBuf::from(self.config.str("queue_directory"))
+        }
+    }
+}
+
 /// A newly accepted client.
 #[derive(Debug)]
 pub enum Conn {
@@ -575,5 +588,36 @@ fn accept_all<S: Server>(
                 return n;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_directory_is_the_root_only_once_chrooted_as_root() {
+        let config = Config::parse(
+            "queue_directory = /var/spool/sluice\n",
+            std::path::Path::new("main.cf"),
+            &[],
+        )
+        .unwrap()
+        .config;
+        let mut ctx = Context {
+            args: DaemonArgs::default(),
+            config,
+            config_dir: PathBuf::from("/etc/sluice"),
+            foreground: true,
+        };
+        assert_eq!(ctx.queue_root(), PathBuf::from("/var/spool/sluice"));
+        ctx.args.chroot = true;
+        // An unprivileged daemon cannot chroot: it reaches the queue by name.
+        let chrooted = if sys::is_root() {
+            "/"
+        } else {
+            "/var/spool/sluice"
+        };
+        assert_eq!(ctx.queue_root(), PathBuf::from(chrooted));
     }
 }

@@ -11,10 +11,11 @@
 //! ([`ShareAction::SaveCount`]). A host of this machine (an LMTP socket,
 //! localhost, a loopback address) is news for nobody else, either way.
 //! The shell (bin/qmgr's `cluster.rs`, over crates/cluster's
-//! `link::Conn`) connects, moves the bytes over TLS and passes the time,
+//! `wired::Wired`) connects, moves the bytes over TLS and passes the time,
 //! in milliseconds on the client's own clock; where it connects to and
 //! with which files is [`target`]'s to say, and what the count file holds
-//! [`COUNT_FILE`]'s.
+//! [`COUNT_FILE`]'s. What the queue manager's actions and its clients'
+//! answers carry for the cluster is [`take`]'s and [`annotate`]'s.
 //!
 //! Logs nothing itself; panics on nothing clusterd sends.
 
@@ -25,7 +26,8 @@ use cluster::link::Target;
 use cluster::proto::{encode, DestNews};
 use ipc::queuectl::{ClusterKeyView, ClusterLink, ClusterView};
 
-use crate::{Level, QueueManager, Store, Time};
+use crate::clients::Response;
+use crate::{Action, Level, QueueManager, Store, Time};
 
 /// The last instance count heard, in the queue directory. Halon's
 /// fallback divides by "the last number of known hosts"; an instance that
@@ -136,6 +138,16 @@ impl Share {
     /// The client's state machine, for the shell's link events.
     pub fn client(&self) -> MutexGuard<'_, Client> {
         self.handle.lock()
+    }
+
+    /// Puts the client in force at start; the warning to log when there
+    /// is no policy to share.
+    pub fn start<S: Store>(&mut self, qm: &mut QueueManager<S>) -> Option<String> {
+        let warning = qm.shaper_mut().is_none().then(|| {
+            "cluster_server is set but no policy_file is: there is nothing to share".to_string()
+        });
+        self.install(qm);
+        warning
     }
 
     /// Puts the client in force as the shaper's share (again after a
@@ -296,6 +308,66 @@ impl Share {
     }
 }
 
+/// What the queue manager's action `a` at `now` tells the other
+/// instances: a destination found dead or a host not reached goes to the
+/// share (to nobody without one) and is taken; any other action is
+/// handed back.
+pub fn take(share: Option<&mut Share>, a: Action, now: Time) -> Option<Action> {
+    let secs = |at: Time| at.0.saturating_sub(now.0) / 1000;
+    match a {
+        Action::DestinationDead { nexthop, retry_at } => {
+            if let Some(s) = share {
+                s.dead(&nexthop, secs(retry_at));
+            }
+            None
+        }
+        Action::HostRetry { host, retry_at } => {
+            if let Some(s) = share {
+                s.host_retry(&host, secs(retry_at));
+            }
+            None
+        }
+        other => Some(other),
+    }
+}
+
+/// An answer to a client, with the link to clusterd in `sluice status`'s
+/// summary when there is one.
+pub fn annotate(share: Option<&Share>, answer: &mut Response) {
+    if let (Response::Control(ipc::queuectl::Response::Summary(s)), Some(share)) = (answer, share) {
+        s.cluster = Some(share.link());
+    }
+}
+
+/// `sluice cluster status`, answered here when there is a share (the
+/// share is beside the link; without one the queue manager's control
+/// answers it); `None` for any other request.
+pub fn answer_now<S: Store>(
+    share: Option<&Share>,
+    qm: &mut QueueManager<S>,
+    now: Time,
+    req: &crate::clients::Request,
+) -> Option<Response> {
+    use ipc::queuectl::{Request as Ctl, Response as Answer};
+    match (req, share) {
+        (crate::clients::Request::Control(Ctl::Cluster), Some(share)) => Some(Response::Control(
+            Answer::Cluster(Ok(Box::new(share.view(qm, now)))),
+        )),
+        _ => None,
+    }
+}
+
+/// Destinations reported on the metrics endpoint.
+pub const METRICS_TOP: usize = 20;
+
+/// The metrics page at `now`: the busiest destinations and, with a
+/// share, the link to clusterd, in Prometheus text.
+pub fn metrics_page<S: Store>(qm: &QueueManager<S>, share: Option<&Share>, now: Time) -> String {
+    let mut s = qm.summary(now, METRICS_TOP);
+    s.cluster = share.map(Share::link);
+    crate::prometheus::prometheus(&s)
+}
+
 /// Whether a host of qmgr's destination database is this machine's own:
 /// an LMTP socket (`unix:PATH`), `localhost`, or a loopback literal
 /// (`[127.0.0.1]`, `[::1]`, also as `name[address]`).
@@ -374,6 +446,75 @@ mod tests {
         assert_eq!(read_count(" 12 \n"), Some(12));
         assert_eq!(read_count(""), None);
         assert_eq!(read_count("three"), None);
+    }
+
+    #[test]
+    fn what_actions_carry_for_the_cluster_is_taken_with_or_without_one() {
+        let mut w = World::new(settings());
+        let mut s = share();
+        assert_eq!(
+            s.start(&mut w.qm).as_deref(),
+            Some("cluster_server is set but no policy_file is: there is nothing to share")
+        );
+        let now = Time(1_700_000_000_000);
+        let dead = || Action::DestinationDead {
+            nexthop: "example.net".into(),
+            retry_at: Time(now.0 + 300_000),
+        };
+        assert!(take(Some(&mut s), dead(), now).is_none());
+        assert!(take(None, dead(), now).is_none(), "nobody to tell");
+        let retry = Action::HostRetry {
+            host: "mx.example.net[192.0.2.1]".into(),
+            retry_at: now,
+        };
+        assert!(take(Some(&mut s), retry, now).is_none());
+        assert!(matches!(
+            take(Some(&mut s), Action::DropCleanup, now),
+            Some(Action::DropCleanup)
+        ));
+        let mut summary = Response::Control(ipc::queuectl::Response::Summary(Box::new(
+            w.qm.summary(now, 5),
+        )));
+        annotate(None, &mut summary);
+        assert!(
+            matches!(&summary, Response::Control(ipc::queuectl::Response::Summary(x)) if x.cluster.is_none())
+        );
+        annotate(Some(&s), &mut summary);
+        let Response::Control(ipc::queuectl::Response::Summary(x)) = summary else {
+            panic!("a summary stays a summary");
+        };
+        let link = x.cluster.expect("the link is shown");
+        assert_eq!(link.coordinator, "192.0.2.9:7000");
+        assert_eq!(link.state, s.link().state);
+    }
+
+    #[test]
+    fn cluster_status_is_answered_from_the_share_when_there_is_one() {
+        use crate::clients::Request;
+        use ipc::queuectl::{Request as Ctl, Response as Answer};
+        let mut w = World::new(settings());
+        let now = Time(1_700_000_000_000);
+        let s = share();
+        let asked = Request::Control(Ctl::Cluster);
+        let got = answer_now(Some(&s), &mut w.qm, now, &asked);
+        assert!(
+            matches!(&got, Some(Response::Control(Answer::Cluster(Ok(v)))) if v.link.coordinator == "192.0.2.9:7000"),
+            "{got:?}"
+        );
+        assert!(answer_now(None, &mut w.qm, now, &asked).is_none());
+        let other = Request::Control(Ctl::Summary { top: 5 });
+        assert!(answer_now(Some(&s), &mut w.qm, now, &other).is_none());
+    }
+
+    #[test]
+    fn the_metrics_page_shows_the_cluster_only_with_a_share() {
+        let w = World::new(settings());
+        let now = Time(1_700_000_000_000);
+        let alone = metrics_page(&w.qm, None, now);
+        assert!(!alone.contains("sluice_cluster_instances"), "{alone}");
+        let shared = metrics_page(&w.qm, Some(&share()), now);
+        assert!(shared.contains("sluice_cluster_instances"), "{shared}");
+        assert!(shared.starts_with(&alone[..alone.len().min(40)]));
     }
 
     #[test]

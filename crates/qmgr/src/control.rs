@@ -203,7 +203,7 @@ impl<S: Store> QueueManager<S> {
                     failures: *n,
                 })
                 .collect(),
-            // bin/qmgr fills it in from its link to clusterd.
+            // Filled in from the link to clusterd (`clustershare::annotate`).
             cluster: None,
         }
     }

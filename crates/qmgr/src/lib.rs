@@ -16,14 +16,19 @@
 //! and host lists, `qmgr_message_resolve`), `dispatch` (the scheduler and
 //! the delivery agents, `qmgr_deliver.c`, with [`agentconn`]), `notices`
 //! (non-delivery, delay and success notices, `qmgr_bounce`/`qmgr_defer`,
-//! with [`bounce`]) and `control` (`sluice queue`). `figures` keeps the
+//! with [`bounce`]) and `control` (`sluice queue`); [`clients`] is what
+//! the shell's one listener hears and answers in three protocols, and
+//! [`links`] how its links to the router, agents and cleanup are named in
+//! the log and what their loss is. `figures` keeps the
 //! counters operators see, [`prometheus`] renders them for a scrape; [`journal`] what waits for the shell's group
 //! commit (arrivals to answer, data to free) and a journal that cannot be
 //! written: the shell says what came of each commit ([`Event::Durable`],
 //! [`Event::CommitFailed`], or [`QueueManager::committed`], which also
 //! says whether it was news) and asks when to commit
 //! ([`QueueManager::commit_due`]); at exit [`QueueManager::closing`] says
-//! what is still worth doing. `settings` reads main.cf's parameters,
+//! what is still worth doing. [`startup`] decides and words what the
+//! shell does at start, on a reload and once a minute (journal garbage).
+//! `settings` reads main.cf's parameters,
 //! [`recovery_lines`] words what recovery found, and [`clustershare`] is
 //! this instance's part in a cluster (clusterd's news, what to tell it).
 //!
@@ -35,11 +40,13 @@
 mod active;
 pub mod agentconn;
 pub mod bounce;
+pub mod clients;
 pub mod clustershare;
 mod control;
 mod dispatch;
 pub mod figures;
 pub mod journal;
+pub mod links;
 mod logline;
 mod moves;
 mod notices;
@@ -54,6 +61,7 @@ pub mod schedconf;
 mod settings;
 mod shapectl;
 mod snapshot;
+pub mod startup;
 mod store;
 #[cfg(test)]
 mod testkit;
@@ -72,7 +80,7 @@ pub use settings::{verify_map_path, Settings};
 pub use verify::VerifySettings;
 
 pub use sched::Time;
-pub use store::{fresh_results, MemStore, Store};
+pub use store::{fresh_results, DiskStore, MemStore, Store};
 
 /// How long cleanup may leave notices unanswered before the link is
 /// given up and the notices are built again later.

@@ -4,13 +4,18 @@
 //! and answers arrivals once they are); reads are of the local journal and
 //! message files, bounded by the record and message size limits. The
 //! queue state follows every append at once, as replay would have left it.
-//! [`MemStore`] keeps everything in memory, for tests and the simulator.
+//! [`DiskStore`] is the journal (through `queue::JournalWriter`, the group
+//! commit) and the spool's message files, as qmgr runs; [`MemStore`] keeps
+//! everything in memory, for tests and the simulator.
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::io::Read;
 
 use mail::QueueId;
-use queue::{DataRef, Lsn, Record, Replay};
+use queue::{DataRef, Journal, JournalWriter, Lsn, Record, Replay, Spool};
+
+use crate::{Action, QueueManager, Time};
 
 /// Where the queue manager keeps records and reads messages.
 pub trait Store {
@@ -32,6 +37,99 @@ pub trait Store {
         data: &DataRef,
         limit: Option<usize>,
     ) -> Result<Vec<u8>, String>;
+}
+
+/// The journal writer and the spool.
+#[derive(Debug)]
+pub struct DiskStore {
+    /// Appends, group commit, what waits for durability.
+    pub writer: JournalWriter,
+    /// Message files.
+    pub spool: Spool,
+}
+
+impl DiskStore {
+    /// Writes `journal`, reads messages from `spool`.
+    pub fn new(spool: Spool, journal: Journal) -> Self {
+        DiskStore {
+            writer: JournalWriter::new(journal),
+            spool,
+        }
+    }
+}
+
+impl Store for DiskStore {
+    fn append(&mut self, rec: &Record, state: &mut Replay) -> Result<Lsn, String> {
+        self.writer.append(rec, state).map_err(|e| e.to_string())
+    }
+
+    fn read_at(&self, lsn: Lsn) -> Result<Record, String> {
+        self.writer.read_at(lsn).map_err(|e| e.to_string())
+    }
+
+    fn durable(&self) -> Lsn {
+        self.writer.durable_end()
+    }
+
+    fn end(&self) -> Lsn {
+        self.writer.end()
+    }
+
+    fn read_data(
+        &self,
+        id: QueueId,
+        data: &DataRef,
+        limit: Option<usize>,
+    ) -> Result<Vec<u8>, String> {
+        let d = self.spool.open_data(id, data).map_err(|e| e.to_string())?;
+        let mut v = Vec::new();
+        let res = match limit {
+            Some(n) => d.take(n as u64).read_to_end(&mut v),
+            None => {
+                let mut d = d;
+                d.read_to_end(&mut v)
+            }
+        };
+        res.map_err(|e| e.to_string())?;
+        Ok(v)
+    }
+}
+
+impl QueueManager<DiskStore> {
+    /// Starts a group commit when one is due at `now` (not while a
+    /// stalled journal waits for its next try); whether what came of it,
+    /// if known now, was news (then the shell carries out the actions).
+    pub fn commit_when_due(&mut self, now: Time) -> bool {
+        if !self.commit_due(now) {
+            return false;
+        }
+        match self.store_mut().writer.commit() {
+            Some(r) => self.committed(now, r.map_err(Into::into)),
+            None => false,
+        }
+    }
+
+    /// The sync thread woke the loop: whether the sync it finished was
+    /// news, and why the journal's next segment could not be written
+    /// ahead, worded for the log.
+    pub fn synced(&mut self, now: Time) -> (bool, Option<String>) {
+        let news = match self.store_mut().writer.synced() {
+            Some(r) => self.committed(now, r.map_err(Into::into)),
+            None => false,
+        };
+        let ahead =
+            self.store_mut().writer.ahead_error().map(|e| {
+                format!("journal: writing the next segment ahead: {e}; appending meanwhile")
+            });
+        (news, ahead)
+    }
+
+    /// At exit: waits for the sync thread, makes what it can durable, and
+    /// gives what is still worth doing ([`QueueManager::closing`]).
+    pub fn close_journal(&mut self, now: Time) -> Vec<Action> {
+        let r = self.store_mut().writer.shutdown().map_err(Into::into);
+        self.closing(now, r)
+    }
 }
 
 /// A store in memory: every record appended, and message files by id.

@@ -13,7 +13,8 @@
 //! `Draft::commit`; qmgr, the journal's only writer, calls `recover` at
 //! start, then appends `Record::Arrived` (and every later state change),
 //! applies it to the `Replay` state it got from `recover`, and commits
-//! (directly, or through a `Syncer` thread) before cleanup may answer 250.
+//! (directly, or through a `Syncer` thread; `JournalWriter` drives both)
+//! before cleanup may answer 250.
 //! After a `Removed` record is durable qmgr calls `Spool::remove_data` and,
 //! from an idle timer, `collect_garbage`. Nothing in this crate panics on disk
 //! contents; errors are `Error`.
@@ -65,8 +66,10 @@ mod recover;
 mod replay;
 mod segment;
 mod spool;
+pub mod statefile;
 mod stats;
 mod syncer;
+mod writer;
 
 pub use ahead::{ReadySegment, SegmentJob};
 pub use error::{Corruption, Error, Result};
@@ -90,3 +93,4 @@ pub use segment::{list_segments, segment_path, SEGMENT_HEADER_LEN};
 pub use spool::{Draft, FileMode, MessageData, Spool, SpoolConfig};
 pub use stats::fsync_count;
 pub use syncer::Syncer;
+pub use writer::JournalWriter;
