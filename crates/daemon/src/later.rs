@@ -181,7 +181,8 @@ mod tests {
     fn a_helper_thread_wakes_the_loop_under_the_wakes_own_token() {
         let mut poll = mio::Poll::new().unwrap();
         let mut next = 40;
-        let mut cx = Cx::for_test(poll.registry(), &mut next);
+        let registry = std::rc::Rc::new(poll.registry().try_clone().unwrap());
+        let mut cx = Cx::for_test(&registry, &mut next);
         let wake = Wake::new(&mut cx).unwrap();
         let mine = (0..100)
             .map(Token)
