@@ -83,7 +83,7 @@ impl Links {
     ) -> bool {
         if reqs.is_empty() {
             // Nothing would ever settle it.
-            self.cleanup.close(cx.registry);
+            let _ = self.cleanup.close(cx.registry);
             return false;
         }
         let r = send(&mut self.cleanup, cx, reqs, notice);
@@ -96,7 +96,7 @@ impl Links {
 
     /// Closes the cleanup link (its answers are given up).
     pub fn drop_cleanup(&mut self, registry: &Registry) {
-        self.cleanup.close(registry);
+        let _ = self.cleanup.close(registry);
     }
 
     /// Reads what a ready link says, as events for the queue manager:
@@ -158,6 +158,7 @@ fn send<P: Protocol>(
 ) -> Result<(), PeerError> {
     let registry = cx.registry;
     p.send(registry, || cx.token(), reqs, id)
+        .map_err(|u| u.error)
 }
 
 /// Whether a request went out; a failure is logged as `connect` words it,
