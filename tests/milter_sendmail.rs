@@ -6,7 +6,9 @@
 //! configuration error, and bounces left alone; two `smtpd_milters` asked
 //! one after another, the second seeing the first's changes and not
 //! hearing of what the first refused; `milter_mail_macros` choosing the
-//! macros; recipients a milter adds going through `virtual_alias_maps`.
+//! macros; recipients a milter adds going through `virtual_alias_maps`;
+//! a milter's reply of several lines read alike by smtpd at RCPT and at
+//! the end of data and by cleanup at the end of a sendmail submission.
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -330,4 +332,54 @@ fn smtpd_milters_run_in_turn_and_their_macros_follow_the_lists() {
         first.log()
     );
     drop(inst);
+}
+
+#[test]
+fn a_milters_reply_of_several_lines_reads_the_same_in_smtpd_and_in_cleanup() {
+    let milter = TestMilter::start();
+    let sink = ScriptedSink::start();
+    let socket = milter.socket().display().to_string();
+    let (inst, port) = instance(
+        sink.port,
+        &format!("smtpd_milters = unix:{socket}\nnon_smtpd_milters = unix:{socket}\n"),
+    );
+    let want = "554 5.7.1 first line second line";
+    let send = |to: &str, subject: &str| {
+        swaks(&[
+            "--server",
+            &format!("127.0.0.1:{port}"),
+            "--from",
+            "alice@remote.example",
+            "--to",
+            to,
+            "--header",
+            &format!("Subject: {subject}"),
+        ])
+    };
+
+    // smtpd, at RCPT.
+    let (code, out) = send("multiline-rcpt@remote.example", "x");
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains(&format!("<** {want}\n")), "{out}");
+
+    // smtpd, at the end of data.
+    let (code, out) = send("a@remote.example", "multiline-eom");
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains(&format!("<** {want}\n")), "{out}");
+
+    // cleanup, at the end of a sendmail submission: the same words, and
+    // sendmail's exit for a permanent refusal, 65 (EX_DATAERR).
+    let (code, err) = sendmail(
+        &inst,
+        &["a@remote.example"],
+        "Subject: multiline-eom\n\nbody\n",
+    );
+    assert_eq!(code, 65, "{err}");
+    assert!(err.contains(want), "{err}");
+    assert!(
+        sink.messages()
+            .iter()
+            .all(|m| !m.data.contains("multiline-eom")),
+        "a refused message was delivered"
+    );
 }

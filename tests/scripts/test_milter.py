@@ -7,6 +7,7 @@ usage: test_milter.py SOCKET LOGFILE
   MAIL FROM with "reject-mail"      550 5.7.1 sender refused by the test milter
   RCPT TO with "reject-rcpt"        550 5.7.1 recipient refused by the test milter
   RCPT TO with "tempfail-rcpt"      TEMPFAIL
+  RCPT TO with "multiline-rcpt"     554-5.7.1 first line / 554 5.7.1 second line
   Subject: with "reject-header"     REJECT at that header
   Subject: with "rewrite"           at the end: Subject: changed, X-Remove:
                                     deleted, X-First: inserted first, the body
@@ -15,6 +16,7 @@ usage: test_milter.py SOCKET LOGFILE
   Subject: with "quarantine"        quarantine ("held by the test milter")
   Subject: with "discard"           DISCARD at the end
   Subject: with "tempfail-eom"      TEMPFAIL at the end
+  Subject: with "multiline-eom"     at the end, the two lines RCPT's gives
   Subject: with "slow"              sleeps 6 s at the end, then CONTINUE
   Subject: with "add-header"        at the end: X-Added-By-Milter: yes
   an unknown SMTP command           TEMPFAIL with "tempfail" in it, else REJECT
@@ -68,6 +70,9 @@ class TestMilter(Milter.Base):
             return Milter.REJECT
         if "tempfail-rcpt" in to:
             return Milter.TEMPFAIL
+        if "multiline-rcpt" in to:
+            self.setreply("554", "5.7.1", "first line", "second line")
+            return Milter.REJECT
         return Milter.CONTINUE
 
     def header(self, name, value):
@@ -93,6 +98,9 @@ class TestMilter(Milter.Base):
             return Milter.DISCARD
         if "tempfail-eom" in s:
             return Milter.TEMPFAIL
+        if "multiline-eom" in s:
+            self.setreply("554", "5.7.1", "first line", "second line")
+            return Milter.REJECT
         if "slow" in s:
             time.sleep(6)
         self.addheader("X-Test-Milter", "seen")

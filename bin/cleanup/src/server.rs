@@ -32,9 +32,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use daemon::ipcserver::{ClientId, Handler, Replies};
 use daemon::{msg_info, msg_warn, Context, Cx};
 use ipc::cleanup::{Cleanup, Origin, Request, Response, MAX_CHUNK};
+use ipc::peer::PeerError;
 use ipc::qmgr::Qmgr;
 use ipc::router::{self, Router};
-use ipc::Link;
+use ipc::Peer;
 use mail::{Envelope, QueueId, QueueIdGen, Refusal, StatusCode, Timestamp};
 use mio::Token;
 use queue::{Draft, FileMode, MessageHead, Spool, SpoolConfig};
@@ -49,7 +50,6 @@ mod filter;
 mod links;
 mod write;
 use filter::{Filter, Outcome};
-use links::open_qmgr;
 use write::{
     finish_signing, header_block, hold_content, start_signing, write, write_held, HeaderCtx,
 };
@@ -129,19 +129,6 @@ struct Parked {
     deadline: Instant,
 }
 
-/// The qmgr connection and the messages whose commit it owes.
-struct QmgrLink {
-    link: Link<Qmgr>,
-    pending: BTreeMap<u64, Pending>,
-}
-
-/// The router connection and the messages whose mapping it owes.
-struct RouterLink {
-    link: Link<Router>,
-    /// Request id → the client and message asking.
-    waiting: BTreeMap<u64, (ClientId, QueueId)>,
-}
-
 /// The cleanup service.
 pub struct CleanupServer {
     spool: Spool,
@@ -150,10 +137,10 @@ pub struct CleanupServer {
     /// Answers made outside a request's own turn (a commit, a mapping, a
     /// deadline), sent at the end of the callback.
     outbox: Vec<(ClientId, u64, Response)>,
-    qmgr: Option<QmgrLink>,
-    qmgr_path: PathBuf,
-    router: Option<RouterLink>,
-    router_path: PathBuf,
+    /// The messages whose commit qmgr owes.
+    qmgr: Peer<Qmgr, Pending>,
+    /// The client and message each mapping asked is for.
+    router: Peer<Router, (ClientId, QueueId)>,
     parked: Vec<Parked>,
     router_timeout: Duration,
     qmgr_timeout: Duration,
@@ -212,10 +199,8 @@ impl CleanupServer {
             ids: QueueIdGen::new(std::process::id()),
             clients: BTreeMap::new(),
             outbox: Vec::new(),
-            qmgr: None,
-            qmgr_path: root.join("private/qmgr"),
-            router: None,
-            router_path: root.join("private/router"),
+            qmgr: Peer::new(root.join("private/qmgr")),
+            router: Peer::new(root.join("private/router")),
             parked: Vec::new(),
             router_timeout: ctx.config.time("cleanup_router_timeout"),
             qmgr_timeout: ctx.config.time("cleanup_qmgr_timeout"),
@@ -588,16 +573,14 @@ impl CleanupServer {
             msg_info!("{}: reject: {reply}", m.id);
             return Some(failed(reply));
         }
-        if !self.qmgr.as_ref().is_some_and(|l| l.link.is_greeted()) {
-            if self.qmgr.is_none() {
-                match open_qmgr(cx, &self.qmgr_path) {
-                    Ok(l) => self.qmgr = Some(l),
-                    Err(e) => {
-                        msg_warn!("connect to qmgr: {e}");
-                        m.discard(&self.spool);
-                        return Some(failed(qmgr_unavailable()));
-                    }
-                }
+        if !self.qmgr.is_greeted() {
+            let registry = cx.registry;
+            if let Err(PeerError::Connect(e) | PeerError::Send(e)) =
+                self.qmgr.connect(registry, || cx.token())
+            {
+                msg_warn!("connect to qmgr: {}: {e}", self.qmgr.path().display());
+                m.discard(&self.spool);
+                return Some(failed(qmgr_unavailable()));
             }
             // Committed only once a qmgr answers: see the module header.
             self.parked.push(Parked {
@@ -921,14 +904,10 @@ impl Handler<Cleanup> for CleanupServer {
         readable: bool,
         _writable: bool,
     ) {
-        if self.qmgr.as_ref().is_some_and(|l| l.link.token() == token) {
+        if self.qmgr.owns(token) {
             self.qmgr_ready(cx, readable);
-        } else if self
-            .router
-            .as_ref()
-            .is_some_and(|r| r.link.token() == token)
-        {
-            self.router_ready(cx);
+        } else if self.router.owns(token) {
+            self.router_ready(cx, readable);
         } else if self.filter_owner.contains_key(&token) {
             self.filter_ready(cx, token);
         }
@@ -947,10 +926,7 @@ impl Handler<Cleanup> for CleanupServer {
                 .and_then(|m| m.filter.as_ref())
                 .and_then(Filter::deadline)
         });
-        let pending = self
-            .qmgr
-            .iter()
-            .flat_map(|l| l.pending.values().map(|p| p.deadline));
+        let pending = self.qmgr.waiting().map(|p| p.deadline);
         mapping.chain(parked).chain(pending).chain(filters).min()
     }
 
@@ -1010,10 +986,7 @@ impl Handler<Cleanup> for CleanupServer {
             self.unpark_failed(p);
         }
         // Announced messages qmgr did not commit in time.
-        let stalled = self
-            .qmgr
-            .as_ref()
-            .is_some_and(|l| l.pending.values().any(|p| p.deadline <= now));
+        let stalled = self.qmgr.waiting().any(|p| p.deadline <= now);
         if stalled {
             msg_warn!(
                 "qmgr did not commit within cleanup_qmgr_timeout ({}s): dropping the link; \

@@ -85,7 +85,7 @@ impl Links {
     ) -> Option<Event> {
         if reqs.is_empty() {
             // Nothing would ever settle it.
-            self.cleanup.close(cx.registry);
+            let _ = self.cleanup.close(cx.registry);
             return Some(Event::CleanupLost);
         }
         send(&mut self.cleanup, Link::Cleanup, cx, reqs, notice)
@@ -93,7 +93,7 @@ impl Links {
 
     /// Closes the cleanup link (its answers are given up).
     pub fn drop_cleanup(&mut self, registry: &Registry) {
-        self.cleanup.close(registry);
+        let _ = self.cleanup.close(registry);
     }
 
     /// Reads what a ready link says, as events for the queue manager:
@@ -149,7 +149,7 @@ fn send<P: Protocol>(
     id: u64,
 ) -> Option<Event> {
     let registry = cx.registry;
-    match p.send(registry, || cx.token(), reqs, id) {
+    match p.send(registry, || cx.token(), reqs, id).map_err(|u| u.error) {
         Ok(()) => return None,
         Err(PeerError::Connect(e)) => msg_warn!("{}", link.connect_failed(p.path(), &e)),
         Err(PeerError::Send(e)) => {

@@ -310,7 +310,7 @@ impl Offline {
                 v.iter()
                     .map(|b| ipc::queuectl::Owed {
                         index: b.index,
-                        status: b.status.to_string(),
+                        status: b.status,
                         reason: b.reason.clone(),
                         success: b.success,
                     })
@@ -608,18 +608,14 @@ impl Mover<'_> {
                     self.flush_done();
                 }
             }
-            Ok(ToMover::Refused {
-                transfer,
-                reason,
-                temporary,
-            }) => {
+            Ok(ToMover::Refused { transfer, status }) => {
                 let Some(local) = self.conns[i]
                     .as_mut()
                     .and_then(|c| c.inflight.remove(&transfer))
                 else {
                     return;
                 };
-                self.retry_or_fail(local, &format!("{to}: {reason}"), temporary);
+                self.retry_or_fail(local, &format!("{to}: {status}"), status.is_transient());
             }
             Ok(other) => self.lost(i, &format!("{to}: unexpected {other:?}")),
             Err(e) => self.lost(i, &format!("{to}: {e}")),

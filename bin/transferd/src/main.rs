@@ -34,7 +34,7 @@ use daemon::{msg_info, msg_warn, Conn, Context, Cx, Server};
 use ipc::qmgr::{self, Qmgr};
 use ipc::queuectl::Movable;
 use ipc::Link;
-use mail::{QueueId, QueueIdGen};
+use mail::{QueueId, QueueIdGen, Status, StatusCode};
 use mio::net::TcpListener;
 use mio::{Interest, Token};
 use queue::{FileMode, MessageHead, Spool, SpoolConfig};
@@ -180,8 +180,10 @@ impl Transferd {
                 w.peer,
                 ToMover::Refused {
                     transfer: w.transfer,
-                    reason: "4.3.0 the queue manager is not reachable".into(),
-                    temporary: true,
+                    status: Status::new(
+                        StatusCode::SYSTEM_TEMP,
+                        "the queue manager is not reachable",
+                    ),
                 },
             );
         }
@@ -197,10 +199,9 @@ impl Transferd {
     /// One offer: taken again, imported, or refused.
     fn offer(&mut self, peer: Token, from: &str, offer: Offer) {
         let transfer = offer.transfer.clone();
-        let refuse = |reason: String, temporary| ToMover::Refused {
+        let refuse = |code, text: String| ToMover::Refused {
             transfer: transfer.clone(),
-            reason,
-            temporary,
+            status: Status::new(code, text),
         };
         if let Some(id) = self.ledger.get(&transfer) {
             let id = id.to_string();
@@ -220,7 +221,10 @@ impl Transferd {
         if !self.synced_with_qmgr {
             self.answer(
                 peer,
-                refuse("4.3.0 the queue manager is not reachable yet".into(), true),
+                refuse(
+                    StatusCode::SYSTEM_TEMP,
+                    "the queue manager is not reachable yet".into(),
+                ),
             );
             return;
         }
@@ -233,12 +237,12 @@ impl Transferd {
             self.answer(
                 peer,
                 refuse(
+                    StatusCode::known(5, 6, 0),
                     format!(
-                        "5.6.0 {} bytes of data for an envelope of {}",
+                        "{} bytes of data for an envelope of {}",
                         offer.data.len(),
                         offer.envelope.size
                     ),
-                    false,
                 ),
             );
             return;
@@ -254,7 +258,10 @@ impl Transferd {
                 msg_warn!("{id}: storing a moved message: {e}");
                 self.answer(
                     peer,
-                    refuse(format!("4.3.0 queue file write error: {e}"), true),
+                    refuse(
+                        StatusCode::SYSTEM_TEMP,
+                        format!("queue file write error: {e}"),
+                    ),
                 );
                 return;
             }
@@ -294,7 +301,10 @@ impl Transferd {
             }
             _ => self.answer(
                 peer,
-                refuse("4.3.0 the queue manager is not reachable".into(), true),
+                refuse(
+                    StatusCode::SYSTEM_TEMP,
+                    "the queue manager is not reachable".into(),
+                ),
             ),
         }
     }
@@ -330,8 +340,10 @@ impl Transferd {
                     peer,
                     ToMover::Refused {
                         transfer,
-                        reason: format!("4.3.0 transfer ledger write error: {e}"),
-                        temporary: true,
+                        status: Status::new(
+                            StatusCode::SYSTEM_TEMP,
+                            format!("transfer ledger write error: {e}"),
+                        ),
                     },
                 );
             }
@@ -402,11 +414,14 @@ impl Transferd {
                             w.peer,
                             ToMover::Refused {
                                 transfer: w.transfer,
-                                reason: format!(
-                                    "{} {reason}",
-                                    if disk_full { "4.3.1" } else { "4.3.0" }
+                                status: Status::new(
+                                    if disk_full {
+                                        StatusCode::SYSTEM_FULL
+                                    } else {
+                                        StatusCode::SYSTEM_TEMP
+                                    },
+                                    reason,
                                 ),
-                                temporary: true,
                             },
                         ),
                         qmgr::Response::Unsettled(_) => {}

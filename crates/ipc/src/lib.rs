@@ -127,6 +127,9 @@ pub enum IpcError {
     Timeout,
     /// Our own outgoing buffer is over its bound: the peer is not reading.
     Backlog,
+    /// Content lent to a link that failed after part of it went out: it
+    /// cannot be sent again whole, on this link or another.
+    ContentLost,
 }
 
 impl std::fmt::Display for IpcError {
@@ -141,6 +144,9 @@ impl std::fmt::Display for IpcError {
             IpcError::Closed => write!(f, "connection closed by peer"),
             IpcError::Timeout => write!(f, "timed out"),
             IpcError::Backlog => write!(f, "peer is not reading its messages"),
+            IpcError::ContentLost => {
+                write!(f, "content partly written on a link that failed")
+            }
         }
     }
 }

@@ -5,9 +5,9 @@
 //! link's wire ids).
 //!
 //! A link that cannot be made, fails on a write, or is closed by the
-//! service is dropped at once (deregistered, its tags forgotten): what
-//! waited on it is the caller's to give up or send again, and the next
-//! request connects anew. [`Peer`] neither logs nor retries by itself; it
+//! service is dropped at once (deregistered, the tags it owed handed
+//! back): what waited on it is the caller's to give up or send again, and
+//! the next request connects anew. [`Peer`] neither logs nor retries by itself; it
 //! says which of these happened ([`PeerError`], [`Lost`]) so the caller
 //! words the log line.
 
@@ -54,6 +54,18 @@ pub struct Heard<R, T> {
     pub answers: Vec<(Option<T>, R)>,
     /// Set when the link is lost; it is dropped already.
     pub lost: Option<Lost>,
+    /// The tags of the requests a lost link left unanswered.
+    pub owed: Vec<T>,
+}
+
+/// A request that did not go out: why, and the tags of the requests sent
+/// earlier on the link it dropped, never to be answered.
+#[derive(Debug)]
+pub struct Unsent<T> {
+    /// Why it was not sent.
+    pub error: PeerError,
+    /// What the dropped link owed.
+    pub owed: Vec<T>,
 }
 
 impl<P: Protocol, T> Peer<P, T> {
@@ -81,6 +93,63 @@ impl<P: Protocol, T> Peer<P, T> {
         self.link.is_some()
     }
 
+    /// Whether a link is up and the service has accepted its hello.
+    pub fn is_greeted(&self) -> bool {
+        self.link.as_ref().is_some_and(Link::is_greeted)
+    }
+
+    /// The tags of the requests sent and not answered yet.
+    pub fn waiting(&self) -> impl Iterator<Item = &T> {
+        self.tags.values()
+    }
+
+    /// Makes a link if there is none, without a request: its hello goes
+    /// out, and [`Peer::is_greeted`] says when the service took it.
+    pub fn connect(
+        &mut self,
+        registry: &Rc<Registry>,
+        token: impl FnOnce() -> Token,
+    ) -> Result<(), PeerError> {
+        if self.link.is_none() {
+            let link = Link::connect(&self.path, registry, token()).map_err(PeerError::Connect)?;
+            self.link = Some(link);
+        }
+        Ok(())
+    }
+
+    /// Sends one request whose last byte string `body` is written from
+    /// its own buffer ([`Link::send_later_spliced`]), connecting first if
+    /// there is none; its answer comes back with `tag`.
+    pub fn send_spliced(
+        &mut self,
+        registry: &Rc<Registry>,
+        token: impl FnOnce() -> Token,
+        req: &P::Request,
+        body: Vec<u8>,
+        after: usize,
+        tag: T,
+    ) -> Result<(), Unsent<T>> {
+        self.connect(registry, token).map_err(|error| Unsent {
+            error,
+            owed: Vec::new(),
+        })?;
+        let link = self.link.as_mut().expect("connected above");
+        let sent = link
+            .send_later_spliced(req, body, after)
+            .map_err(|(e, _)| e)
+            .and_then(|wire| link.flush().map(|()| wire));
+        match sent {
+            Ok(wire) => {
+                self.tags.insert(wire, tag);
+                Ok(())
+            }
+            Err(e) => Err(Unsent {
+                error: PeerError::Send(e),
+                owed: self.close(registry),
+            }),
+        }
+    }
+
     /// Sends `reqs` in order on one link, connecting first if there is
     /// none (registered under the token `token` gives); only the answer
     /// to the last is handed back with `tag` (a notice's Begin and Data
@@ -93,19 +162,21 @@ impl<P: Protocol, T> Peer<P, T> {
         token: impl FnOnce() -> Token,
         reqs: &[P::Request],
         tag: T,
-    ) -> Result<(), PeerError> {
-        if self.link.is_none() {
-            let link = Link::connect(&self.path, registry, token()).map_err(PeerError::Connect)?;
-            self.link = Some(link);
-        }
+    ) -> Result<(), Unsent<T>> {
+        self.connect(registry, token).map_err(|error| Unsent {
+            error,
+            owed: Vec::new(),
+        })?;
         let link = self.link.as_mut().expect("connected above");
         let mut last = None;
         for r in reqs {
             match link.send(r) {
                 Ok(wire) => last = Some(wire),
                 Err(e) => {
-                    self.close(registry);
-                    return Err(PeerError::Send(e));
+                    return Err(Unsent {
+                        error: PeerError::Send(e),
+                        owed: self.close(registry),
+                    });
                 }
             }
         }
@@ -127,6 +198,7 @@ impl<P: Protocol, T> Peer<P, T> {
         let mut heard = Heard {
             answers: Vec::new(),
             lost: None,
+            owed: Vec::new(),
         };
         let Some(link) = self.link.as_mut() else {
             return heard;
@@ -143,17 +215,20 @@ impl<P: Protocol, T> Peer<P, T> {
             Err(e) => heard.lost = Some(Lost::Failed(e)),
         }
         if heard.lost.is_some() {
-            self.close(registry);
+            heard.owed = self.close(registry);
         }
         heard
     }
 
-    /// Drops the link, if any, and forgets what was sent on it.
-    pub fn close(&mut self, registry: &Registry) {
+    /// Drops the link, if any; the tags of what it owed are handed back.
+    pub fn close(&mut self, registry: &Registry) -> Vec<T> {
         if let Some(mut l) = self.link.take() {
             l.deregister(registry);
         }
-        self.tags.clear();
+        let mut owed: Vec<(u64, T)> = self.tags.drain().collect();
+        // In the order the requests were sent.
+        owed.sort_by_key(|(wire, _)| *wire);
+        owed.into_iter().map(|(_, t)| t).collect()
     }
 }
 
@@ -220,6 +295,7 @@ mod tests {
         let mut all = Heard {
             answers: Vec::new(),
             lost: None,
+            owed: Vec::new(),
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut events = Events::with_capacity(8);
@@ -232,6 +308,7 @@ mod tests {
                 let h = peer.event(poll.registry(), e.is_readable(), e.is_read_closed());
                 all.answers.extend(h.answers);
                 all.lost = all.lost.or(h.lost);
+                all.owed.extend(h.owed);
             }
         }
         all
@@ -286,13 +363,42 @@ mod tests {
     }
 
     #[test]
+    fn a_link_lost_hands_back_the_tags_it_left_unanswered_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("anvil");
+        let server = anvil(UnixListener::bind(&path).unwrap(), 1, 1);
+        let mut poll = Poll::new().unwrap();
+        let mut peer: Peer<Anvil, &str> = Peer::new(path);
+        let reg = Rc::new(poll.registry().try_clone().unwrap());
+        peer.connect(&reg, || Token(3)).unwrap();
+        for tag in ["a", "b", "c"] {
+            peer.send(&reg, || Token(4), &[lookup()], tag).unwrap();
+        }
+        assert_eq!(peer.waiting().count(), 3);
+        let mut h = hear(&mut poll, &mut peer, 1);
+        if h.lost.is_none() {
+            let more = hear(&mut poll, &mut peer, usize::MAX);
+            h.lost = more.lost;
+            h.owed = more.owed;
+        }
+        assert_eq!(h.answers[0].0, Some("a"));
+        assert!(h.lost.is_some());
+        assert_eq!(h.owed, ["b", "c"]);
+        assert!(!peer.is_connected() && peer.waiting().next().is_none());
+        server.join().unwrap();
+    }
+
+    #[test]
     fn a_service_not_listening_is_a_connect_error_and_no_link() {
         let dir = tempfile::tempdir().unwrap();
         let poll = Poll::new().unwrap();
         let mut peer: Peer<Anvil, u64> = Peer::new(dir.path().join("absent"));
         let reg = Rc::new(poll.registry().try_clone().unwrap());
         let r = peer.send(&reg, || Token(1), &[lookup()], 1);
-        assert!(matches!(r, Err(PeerError::Connect(_))), "{r:?}");
+        assert!(
+            matches!(&r, Err(Unsent { error: PeerError::Connect(_), owed }) if owed.is_empty()),
+            "{r:?}"
+        );
         assert!(!peer.is_connected());
         let h = peer.event(poll.registry(), true, false);
         assert!(h.answers.is_empty() && h.lost.is_none());

@@ -9,7 +9,7 @@ pub enum QueueCtl {}
 
 impl crate::Protocol for QueueCtl {
     const NAME: &'static str = "sluice-queuectl";
-    const VERSION: u32 = 8;
+    const VERSION: u32 = 9;
     type Request = Request;
     type Response = Response;
 }
@@ -197,7 +197,7 @@ pub struct Owed {
     /// Recipient index.
     pub index: u32,
     /// Its enhanced status.
-    pub status: String,
+    pub status: mail::StatusCode,
     /// The reason as logged.
     pub reason: String,
     /// A success notice (`Some(relayed)`) rather than a bounce.

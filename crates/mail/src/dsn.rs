@@ -395,6 +395,71 @@ impl Refusal {
     pub fn is_permanent(&self) -> bool {
         self.code >= 500
     }
+
+    /// A milter's own reply (SMFIR_REPLYCODE) as the refusal it makes, as
+    /// Postfix's milter8.c takes it: a 4xx or 5xx code, then a space, a
+    /// `-` or the end; an enhanced code, if the text starts with a digit,
+    /// of the reply's class. A reply of several lines (`554-5.7.1 first`,
+    /// `554 5.7.1 last`) keeps the first line's codes and every line's
+    /// text, on one line. Without an enhanced code it is
+    /// `class.subject.detail` of `default` (as [`Refusal::of_class`]).
+    /// `None` for a reply that is malformed: the milter failed.
+    pub fn from_milter_reply(reply: &str, default: (u16, u16)) -> Option<Self> {
+        let mut first: Option<(u16, Option<StatusCode>)> = None;
+        let mut text = String::new();
+        for line in reply.split('\n').map(|l| l.trim_end_matches('\r')) {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let (code, status, rest) = milter_line(line)?;
+            match first {
+                None => first = Some((code, status)),
+                // Postfix sends the lines on as they are; one reply has one code.
+                Some((c, _)) if c != code => return None,
+                Some(_) => {}
+            }
+            if !rest.is_empty() {
+                if !text.is_empty() {
+                    text.push(' ');
+                }
+                text.push_str(rest);
+            }
+        }
+        let (code, status) = first?;
+        Some(match status {
+            Some(s) => Self::new(code, s, text),
+            None => Self::of_class(code, default.0, default.1, text),
+        })
+    }
+}
+
+/// One line of a milter's reply: its code, its enhanced code if it has
+/// one, and its text; `None` when malformed (see
+/// [`Refusal::from_milter_reply`]).
+fn milter_line(line: &str) -> Option<(u16, Option<StatusCode>, &str)> {
+    let b = line.as_bytes();
+    let code_ok = b.len() >= 3
+        && matches!(b[0], b'4' | b'5')
+        && b[1..3].iter().all(u8::is_ascii_digit)
+        && matches!(b.get(3), None | Some(b' ' | b'-'));
+    if !code_ok || line.contains(|c: char| c.is_control() && c != '\t') {
+        return None;
+    }
+    let code: u16 = line[..3].parse().ok()?;
+    let rest = line.get(4..).unwrap_or("").trim();
+    if !rest.starts_with(|c: char| c.is_ascii_digit()) {
+        return Some((code, None, rest));
+    }
+    // Postfix looks at the first digit alone: of another class, the
+    // reply is malformed; of the same, text that is no code stays text.
+    if rest.as_bytes()[0] != b[0] {
+        return None;
+    }
+    let (word, text) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    Some(match word.parse::<StatusCode>() {
+        Ok(status) => (code, Some(status), text.trim_start()),
+        Err(_) => (code, None, rest),
+    })
 }
 
 impl fmt::Display for Refusal {
@@ -444,6 +509,44 @@ mod tests {
         assert_eq!(StatusCode::of_reply(421).to_string(), "4.0.0");
         assert_eq!(StatusCode::of_reply(554).to_string(), "5.0.0");
         assert_eq!(StatusCode::of_reply(999).to_string(), "4.0.0");
+    }
+
+    #[test]
+    fn a_milters_reply_as_postfix_takes_it() {
+        let r = |s: &str| Refusal::from_milter_reply(s, (7, 1)).map(|r| r.to_string());
+        assert_eq!(r("554 5.7.1 spam").as_deref(), Some("554 5.7.1 spam"));
+        assert_eq!(r("451 4.7.0 later").as_deref(), Some("451 4.7.0 later"));
+        // No enhanced code: the default's, of the reply's class.
+        assert_eq!(r("550 no status").as_deref(), Some("550 5.7.1 no status"));
+        assert_eq!(r("421").as_deref(), Some("421 4.7.1 "));
+        // A digit of the same class that is no code stays text.
+        assert_eq!(r("550 5 apples").as_deref(), Some("550 5.7.1 5 apples"));
+        // Several lines: the first's codes, every line's text.
+        assert_eq!(
+            r("554-5.7.1 first line\r\n554 5.7.1 second line").as_deref(),
+            Some("554 5.7.1 first line second line")
+        );
+        assert_eq!(
+            r("550-first\n550 second").as_deref(),
+            Some("550 5.7.1 first second")
+        );
+        // Malformed, as milter8.c finds it: not 4xx or 5xx, no separator,
+        // an enhanced code of another class, lines of other codes, no
+        // code at all.
+        for bad in [
+            "250 2.0.0 ok",
+            "354 go on",
+            "5501 x",
+            "550x text",
+            "550 4.7.1 wrong class",
+            "451 5.7.1 wrong class",
+            "554-5.7.1 one\r\n451 4.7.1 two",
+            "go away",
+            "",
+            "55",
+        ] {
+            assert_eq!(r(bad), None, "{bad:?}");
+        }
     }
 
     type Case = (&'static str, Result<(u8, u16, u16), ParseStatusError>);

@@ -617,13 +617,10 @@ impl Client {
     }
 }
 
-/// `4xx x.y.z text` or `5xx x.y.z text`, as a milter's reply must be.
+/// `4xx x.y.z text` or `5xx x.y.z text`, on one line or several, as a
+/// milter's reply must be (one parser for smtpd and cleanup alike).
 fn valid_reply(text: &str) -> bool {
-    let b = text.as_bytes();
-    b.len() >= 3
-        && b[..3].iter().all(u8::is_ascii_digit)
-        && (b.len() == 3 || b[3] == b' ' || b[3] == b'-')
-        && !text.contains(['\r', '\n'])
+    mail::Refusal::from_milter_reply(text, (7, 1)).is_some()
 }
 
 #[cfg(test)]

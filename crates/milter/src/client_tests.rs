@@ -260,13 +260,27 @@ fn every_edit_and_a_long_body_replacement() {
 
 #[test]
 fn bad_reply_codes_and_garbage_fail_the_milter() {
-    for bad in [&b"250 ok\0"[..], b"55\0", b"550 a\r\nb\0"] {
+    for bad in [
+        &b"250 ok\0"[..],
+        b"55\0",
+        b"550 a\r\nb\0",
+        b"550 4.7.1 of another class\0",
+    ] {
         let mut c = ready(0);
         c.mail(&[], &["<a@x>"]);
         c.transmit();
         c.receive(&resp(b'y', bad));
         assert!(matches!(events(&mut c).last(), Some(Event::Failed(_))));
     }
+    // A reply of several lines is a reply.
+    let mut c = ready(0);
+    c.mail(&[], &["<a@x>"]);
+    c.transmit();
+    c.receive(&resp(b'y', b"554-5.7.1 one\r\n554 5.7.1 two\0"));
+    assert!(matches!(
+        events(&mut c).last(),
+        Some(Event::Verdict(_, Verdict::Reject(Some(_))))
+    ));
     let mut c = Client::new(6);
     c.receive(b"\xff\xff\xff\xffjunk");
     assert!(matches!(events(&mut c).last(), Some(Event::Failed(_))));

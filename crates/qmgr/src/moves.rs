@@ -24,7 +24,7 @@
 
 use ipc::qmgr;
 use ipc::queuectl::{self, Movable, Owed};
-use mail::{QueueId, StatusCode};
+use mail::QueueId;
 use queue::{DataRef, Lsn, Record};
 
 use crate::{journal, Action, QueueManager, Store};
@@ -141,7 +141,7 @@ impl<S: Store> QueueManager<S> {
                 v.iter()
                     .map(|b| Owed {
                         index: b.index,
-                        status: b.status.to_string(),
+                        status: b.status,
                         reason: b.reason.clone(),
                         success: b.success,
                     })
@@ -262,14 +262,7 @@ impl<S: Store> QueueManager<S> {
         }];
         // The notices it owes: the recipients are done, the notice is not.
         for o in &moved.owed {
-            let status: StatusCode = match o.status.parse() {
-                Ok(s) => s,
-                Err(_) => {
-                    self.actions
-                        .push_back(refuse(format!("{id}: bad status {:?}", o.status)));
-                    return;
-                }
-            };
+            let status = o.status;
             records.push(match o.success {
                 None => Record::Bounced {
                     id,

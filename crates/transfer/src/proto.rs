@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 pub use wire::{encode, Decoder, FrameError};
 
 /// The protocol version spoken by this build.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Largest frame a mover sends besides the message bytes (the envelope
 /// and state of a message with many recipients).
@@ -85,10 +85,9 @@ pub enum ToMover {
     Refused {
         /// The offer's transfer id.
         transfer: String,
-        /// Why, for the mover's log and exit status.
-        reason: String,
-        /// Worth trying again later (a full disk, qmgr down).
-        temporary: bool,
+        /// Why, for the mover's log and exit status: of class 4 when it
+        /// is worth trying again later (a full disk, qmgr down), 5 never.
+        status: mail::Status,
     },
     /// The whole connection is refused (a bad hello); it closes.
     Goodbye {
@@ -119,7 +118,12 @@ mod tests {
             attempts: 2,
             held: true,
             warned: false,
-            owed: Vec::new(),
+            owed: vec![Owed {
+                index: 0,
+                status: mail::StatusCode::USER_UNKNOWN,
+                reason: "host b.example said: 550 5.1.1 no such user".into(),
+                success: None,
+            }],
             data: vec![b'x'; n],
         }))
     }
@@ -151,6 +155,28 @@ mod tests {
         let mut d = Decoder::new(100);
         d.push(&[0, 0, 0, 3, 0xff, 0xff, 0xff]);
         assert_eq!(d.decode::<ToReceiver>(), Err(FrameError::Garbled));
+    }
+
+    #[test]
+    fn a_refusal_and_a_notice_owed_keep_their_status_typed() {
+        let refused = ToMover::Refused {
+            transfer: transfer_id("a.example", "1"),
+            status: mail::Status::new(mail::StatusCode::SYSTEM_FULL, "queue file write error"),
+        };
+        let mut d = Decoder::new(1 << 20);
+        d.push(&encode(&refused));
+        let Some(ToMover::Refused { status, .. }) = d.decode::<ToMover>().unwrap() else {
+            panic!("not a refusal");
+        };
+        // The mover tries again on class 4, and logs the code with the text.
+        assert!(status.is_transient());
+        assert_eq!(status.to_string(), "4.3.1 queue file write error");
+        let mut d = Decoder::new(1 << 20);
+        d.push(&encode(&offer(1)));
+        let Some(ToReceiver::Offer(o)) = d.decode::<ToReceiver>().unwrap() else {
+            panic!("not an offer");
+        };
+        assert_eq!(o.owed[0].status, mail::StatusCode::USER_UNKNOWN);
     }
 
     fn d_len(n: usize) -> usize {

@@ -232,7 +232,8 @@ impl Filter {
 }
 
 /// The reply for a milter's refusal: its own (`550 5.7.1 text` or `550
-/// text`, parsed here, once), or Postfix's words.
+/// text`, parsed here, once, by `mail`'s parser that smtpd uses too), or
+/// Postfix's words.
 fn refusal(v: &Verdict) -> Outcome {
     let (own, default) = match v {
         Verdict::Tempfail(own) => (
@@ -254,39 +255,8 @@ fn refusal(v: &Verdict) -> Outcome {
     };
     let own = own
         .as_deref()
-        .and_then(|own| Refusal::parse(&one_line(own), (7, 1)));
+        .and_then(|own| Refusal::from_milter_reply(own, (7, 1)));
     Outcome::Refuse(own.unwrap_or(default))
-}
-
-/// A milter's reply of several lines (`554-5.7.1 first`, `554 5.7.1
-/// last`) as one: the first line's code and status, and every line's
-/// text.
-fn one_line(own: &str) -> String {
-    let mut out = String::new();
-    for (i, line) in own
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .enumerate()
-    {
-        let (code, rest) = match line.get(..3).zip(line.get(3..)) {
-            Some((c, r)) if c.bytes().all(|b| b.is_ascii_digit()) => {
-                (c, r.strip_prefix('-').unwrap_or(r).trim_start())
-            }
-            _ => ("", line),
-        };
-        if i == 0 {
-            out = format!("{code} {rest}");
-            continue;
-        }
-        let text = match rest.split_once(' ') {
-            Some((st, t)) if st.parse::<StatusCode>().is_ok() => t,
-            _ => rest,
-        };
-        out.push(' ');
-        out.push_str(text);
-    }
-    out
 }
 
 #[cfg(test)]

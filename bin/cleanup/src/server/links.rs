@@ -4,20 +4,17 @@
 //! Either link breaking answers everything it owed: a mapping becomes a
 //! temporary failure, a commit a 451, and parked messages are dropped.
 
-use std::collections::BTreeMap;
-
 use daemon::ipcserver::ClientId;
 use daemon::{msg_info, msg_warn, Cx};
 use ipc::cleanup::Response;
-use ipc::qmgr::{self, Qmgr};
-use ipc::router::{self, Router};
-use ipc::Link;
+use ipc::peer::{Lost, PeerError, Unsent};
+use ipc::qmgr;
+use ipc::router;
 use mail::{QueueId, Refusal};
 use queue::{DataRef, MessageHead};
 
 use super::{
     failed, qmgr_unavailable, remove_data, write_error, CleanupServer, Mapping, Parked, Pending,
-    QmgrLink, RouterLink,
 };
 use crate::rewrite;
 
@@ -31,32 +28,22 @@ impl CleanupServer {
         id: QueueId,
         ask: &router::Request,
     ) {
-        if self.router.is_none() {
-            let t = cx.token();
-            match Link::<Router>::connect(&self.router_path, cx.registry, t) {
-                Ok(link) => {
-                    self.router = Some(RouterLink {
-                        link,
-                        waiting: BTreeMap::new(),
-                    })
+        let registry = cx.registry;
+        let sent = self.router.send(
+            registry,
+            || cx.token(),
+            std::slice::from_ref(ask),
+            (client, id),
+        );
+        if let Err(Unsent { error, owed }) = sent {
+            match error {
+                PeerError::Connect(e) => {
+                    msg_warn!("connect to router {}: {e}", self.router.path().display())
                 }
-                Err(e) => {
-                    msg_warn!("connect to router {}: {e}", self.router_path.display());
-                    self.settle(cx, client, id, Err(rewrite::unavailable()));
-                    return;
-                }
+                PeerError::Send(e) => msg_warn!("router link: {e}"),
             }
-        }
-        let r = self.router.as_mut().expect("connected above");
-        match r.link.send(ask) {
-            Ok(req) => {
-                r.waiting.insert(req, (client, id));
-            }
-            Err(e) => {
-                msg_warn!("router link: {e}");
-                self.settle(cx, client, id, Err(rewrite::unavailable()));
-                self.break_router(cx);
-            }
+            self.settle(cx, client, id, Err(rewrite::unavailable()));
+            self.router_lost(cx, owed);
         }
     }
 
@@ -84,21 +71,10 @@ impl CleanupServer {
         }
     }
 
-    pub(super) fn router_ready(&mut self, cx: &mut Cx<'_>) {
-        let Some(r) = self.router.as_mut() else {
-            return;
-        };
-        let answers = match r.link.event(true, cx.closed) {
-            Ok(a) => a,
-            Err(e) => {
-                msg_warn!("router link: {e}");
-                self.break_router(cx);
-                return;
-            }
-        };
-        for (req, resp) in answers {
-            let Some((client, id)) = self.router.as_mut().and_then(|r| r.waiting.remove(&req))
-            else {
+    pub(super) fn router_ready(&mut self, cx: &mut Cx<'_>, readable: bool) {
+        let heard = self.router.event(cx.registry, readable, cx.closed);
+        for (tag, resp) in heard.answers {
+            let Some((client, id)) = tag else {
                 continue;
             };
             let Some(m) = self
@@ -126,18 +102,17 @@ impl CleanupServer {
             };
             self.settle(cx, client, id, result);
         }
-        if self.router.as_ref().is_some_and(|r| r.link.is_closed()) {
-            msg_warn!("router link: closed");
-            self.break_router(cx);
+        match heard.lost {
+            None => return,
+            Some(Lost::Closed) => msg_warn!("router link: closed"),
+            Some(Lost::Failed(e)) => msg_warn!("router link: {e}"),
         }
+        self.router_lost(cx, heard.owed);
     }
 
-    pub(super) fn break_router(&mut self, cx: &mut Cx<'_>) {
-        let Some(mut r) = self.router.take() else {
-            return;
-        };
-        r.link.deregister(cx.registry);
-        for (_, (client, id)) in std::mem::take(&mut r.waiting) {
+    /// Settles the mappings a lost router link owed as temporary failures.
+    fn router_lost(&mut self, cx: &mut Cx<'_>, owed: Vec<(ClientId, QueueId)>) {
+        for (client, id) in owed {
             self.settle(cx, client, id, Err(rewrite::unavailable()));
         }
     }
@@ -150,12 +125,18 @@ impl CleanupServer {
         head: MessageHead,
         hold: bool,
     ) -> Option<Response> {
-        let Some(link) = self.qmgr.as_mut() else {
+        if !self.qmgr.is_connected() {
             // Gone since the message was parked or committed: nothing was sent.
             remove_data(&self.spool, &head);
             return Some(failed(qmgr_unavailable()));
+        }
+        let pending = Pending {
+            client,
+            request,
+            id: head.id,
+            deadline: cx.now + self.qmgr_timeout,
         };
-        let qid = head.id;
+        let registry = cx.registry;
         let mut head = head;
         let sent = match &mut head.data {
             // Inline data goes from the draft's buffer to the socket as it
@@ -163,39 +144,43 @@ impl CleanupServer {
             DataRef::Inline(b) => {
                 let body = std::mem::take(b);
                 let req = qmgr::Request::Arrived { head, hold };
-                link.link
-                    .send_later_spliced(&req, body, qmgr::ARRIVED_AFTER_DATA)
-                    .map_err(|(e, _)| e)
-                    .and_then(|id| link.link.flush().map(|()| id))
+                self.qmgr.send_spliced(
+                    registry,
+                    || cx.token(),
+                    &req,
+                    body,
+                    qmgr::ARRIVED_AFTER_DATA,
+                    pending,
+                )
             }
-            _ => link.link.send(&qmgr::Request::Arrived { head, hold }),
+            _ => self.qmgr.send(
+                registry,
+                || cx.token(),
+                &[qmgr::Request::Arrived { head, hold }],
+                pending,
+            ),
         };
-        let id = match sent {
-            Ok(id) => id,
-            Err(e) => {
-                msg_warn!("qmgr link: {e}");
-                self.break_qmgr(cx);
-                return Some(failed(qmgr_unavailable()));
+        match sent {
+            Ok(()) => None,
+            Err(Unsent { error, owed }) => {
+                match error {
+                    PeerError::Connect(e) | PeerError::Send(e) => msg_warn!("qmgr link: {e}"),
+                }
+                self.qmgr_lost(owed);
+                Some(failed(qmgr_unavailable()))
             }
-        };
-        link.pending.insert(
-            id,
-            Pending {
-                client,
-                request,
-                id: qid,
-                deadline: cx.now + self.qmgr_timeout,
-            },
-        );
-        None
+        }
     }
 
+    /// Drops the qmgr link and answers what it owed (see `qmgr_lost`).
     pub(super) fn break_qmgr(&mut self, cx: &mut Cx<'_>) {
-        let Some(mut link) = self.qmgr.take() else {
-            return;
-        };
-        link.link.deregister(cx.registry);
-        for (_, p) in std::mem::take(&mut link.pending) {
+        let owed = self.qmgr.close(cx.registry);
+        self.qmgr_lost(owed);
+    }
+
+    /// A lost qmgr link's commits are 451s, and the parked messages go.
+    fn qmgr_lost(&mut self, owed: Vec<Pending>) {
+        for p in owed {
             msg_info!(
                 "{}: reject: 451 4.3.0 Error: queue manager unavailable",
                 p.id
@@ -231,55 +216,36 @@ impl CleanupServer {
     }
 
     pub(super) fn qmgr_ready(&mut self, cx: &mut Cx<'_>, readable: bool) {
-        let was_greeted = self.qmgr.as_ref().is_some_and(|l| l.link.is_greeted());
-        let result = match self.qmgr.as_mut() {
-            Some(l) => l.link.event(readable, cx.closed),
-            None => return,
-        };
-        match result {
-            Ok(answers) => {
-                if !was_greeted && self.qmgr.as_ref().is_some_and(|l| l.link.is_greeted()) {
-                    self.unpark(cx);
-                }
-                for (id, resp) in answers {
-                    let Some(p) = self.qmgr.as_mut().and_then(|l| l.pending.remove(&id)) else {
-                        continue;
-                    };
-                    let r = match resp {
-                        qmgr::Response::Committed => Response::Queued {
-                            queue_id: p.id.to_string(),
-                        },
-                        qmgr::Response::Unsettled(_) => {
-                            // An answer to transferd's question, never to cleanup's.
-                            msg_warn!("{}: qmgr: an answer cleanup never asks for", p.id);
-                            failed(write_error(false))
-                        }
-                        qmgr::Response::Failed { reason, disk_full } => {
-                            msg_warn!("{}: qmgr: {reason}", p.id);
-                            failed(write_error(disk_full))
-                        }
-                    };
-                    self.answer(p.client, p.request, r);
-                }
-                if self.qmgr.as_ref().is_some_and(|l| l.link.is_closed()) {
-                    msg_warn!("qmgr link: {}", ipc::IpcError::Closed);
-                    self.break_qmgr(cx);
-                }
-            }
-            Err(e) => {
-                msg_warn!("qmgr link: {e}");
-                self.break_qmgr(cx);
-            }
+        let was_greeted = self.qmgr.is_greeted();
+        let heard = self.qmgr.event(cx.registry, readable, cx.closed);
+        if !was_greeted && self.qmgr.is_greeted() {
+            self.unpark(cx);
         }
+        for (tag, resp) in heard.answers {
+            let Some(p) = tag else {
+                continue;
+            };
+            let r = match resp {
+                qmgr::Response::Committed => Response::Queued {
+                    queue_id: p.id.to_string(),
+                },
+                qmgr::Response::Unsettled(_) => {
+                    // An answer to transferd's question, never to cleanup's.
+                    msg_warn!("{}: qmgr: an answer cleanup never asks for", p.id);
+                    failed(write_error(false))
+                }
+                qmgr::Response::Failed { reason, disk_full } => {
+                    msg_warn!("{}: qmgr: {reason}", p.id);
+                    failed(write_error(disk_full))
+                }
+            };
+            self.answer(p.client, p.request, r);
+        }
+        match heard.lost {
+            None => return,
+            Some(Lost::Closed) => msg_warn!("qmgr link: {}", ipc::IpcError::Closed),
+            Some(Lost::Failed(e)) => msg_warn!("qmgr link: {e}"),
+        }
+        self.qmgr_lost(heard.owed);
     }
-}
-
-pub(super) fn open_qmgr(cx: &mut Cx<'_>, path: &std::path::Path) -> Result<QmgrLink, String> {
-    let token = cx.token();
-    let link = Link::<Qmgr>::connect(path, cx.registry, token)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(QmgrLink {
-        link,
-        pending: BTreeMap::new(),
-    })
 }

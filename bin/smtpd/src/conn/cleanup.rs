@@ -48,7 +48,7 @@ impl Unsent {
         end: bool,
     ) -> Result<(u64, Option<u64>), IpcError> {
         if self.lost {
-            return Err(content_lost());
+            return Err(IpcError::ContentLost);
         }
         let total: usize = self.chunks.iter().map(Vec::len).sum();
         let begin = link.send_later(&self.begin)?;
@@ -76,24 +76,11 @@ impl Unsent {
                 }
                 None => {
                     self.lost = true;
-                    Err(content_lost())
+                    Err(IpcError::ContentLost)
                 }
             },
         }
     }
-}
-
-/// Why a message's content cannot go again on another link.
-const CONTENT_LOST: &str = "content partly written on a link that failed";
-
-/// The error for content that cannot go again (`on_link` does not retry it).
-fn content_lost() -> IpcError {
-    IpcError::Io(std::io::Error::other(CONTENT_LOST))
-}
-
-/// Whether `e` is [`content_lost`]'s.
-fn is_content_lost(e: &IpcError) -> bool {
-    matches!(e, IpcError::Io(io) if io.to_string() == CONTENT_LOST)
 }
 
 /// The content lent to `link` that it gives back, then `rest`: the whole
@@ -228,7 +215,7 @@ impl Conn {
             let held = self.link.as_mut().expect("taken above");
             match write(held) {
                 Ok(t) => return Some(t),
-                Err(e) if held.kept && !fresh && !is_content_lost(&e) => {
+                Err(e) if held.kept && !fresh && !matches!(e, IpcError::ContentLost) => {
                     self.release_link_failed(cx, pool);
                     fresh = true;
                 }
@@ -723,7 +710,7 @@ mod tests {
             lost: true,
         };
         let e = unsent.write(&mut link, true).unwrap_err();
-        assert!(is_content_lost(&e), "{e}");
+        assert!(matches!(e, IpcError::ContentLost), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

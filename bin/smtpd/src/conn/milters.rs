@@ -17,7 +17,7 @@
 
 use daemon::{msg_info, msg_warn, Cx};
 use ipc::cleanup::{Request, MAX_CHUNK};
-use mail::Recipient;
+use mail::{Recipient, Refusal};
 use milter::Verdict;
 use mio::Token;
 use smtp_proto::{Reply, StatusCode};
@@ -496,22 +496,13 @@ fn refusal(v: &Verdict) -> Reply {
         Verdict::Reject(own) => (own, 550, StatusCode::known(5, 7, 1), "Command rejected"),
         _ => panic!("smtpd::milter: {v:?} is no refusal"),
     };
-    if let Some(own) = own {
-        let code_of = own.get(..3).and_then(|c| c.parse::<u16>().ok());
-        let rest = own.get(4..).unwrap_or("").trim_start();
-        if let Some(c) = code_of {
-            let (e, t) = match rest.split_once(' ') {
-                Some((e, t)) => match e.parse::<StatusCode>().ok() {
-                    Some(e) => (Some(e), t),
-                    None => (None, rest),
-                },
-                None => match rest.parse::<StatusCode>().ok() {
-                    Some(e) => (Some(e), ""),
-                    None => (None, rest),
-                },
-            };
-            return Reply::new(c, e, t.to_string());
-        }
+    // The same parser as cleanup's, so a verdict reads the same at RCPT
+    // and at the end of data.
+    match own
+        .as_deref()
+        .and_then(|own| Refusal::from_milter_reply(own, (7, 1)))
+    {
+        Some(r) => Reply::from(r),
+        None => Reply::enhanced(code, enh, text),
     }
-    Reply::enhanced(code, enh, text)
 }
