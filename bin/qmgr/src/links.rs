@@ -149,7 +149,10 @@ fn send<P: Protocol>(
     id: u64,
 ) -> Option<Event> {
     let registry = cx.registry;
-    match p.send(registry, || cx.token(), reqs, id).map_err(|u| u.error) {
+    match p
+        .send(registry, || cx.token(), reqs, id)
+        .map_err(|u| u.error)
+    {
         Ok(()) => return None,
         Err(PeerError::Connect(e)) => msg_warn!("{}", link.connect_failed(p.path(), &e)),
         Err(PeerError::Send(e)) => {
