@@ -15,7 +15,7 @@ pub enum Qmgr {}
 
 impl crate::Protocol for Qmgr {
     const NAME: &'static str = "sluice-qmgr";
-    const VERSION: u32 = 3;
+    const VERSION: u32 = 4;
     type Request = Request;
     type Response = Response;
 }

@@ -79,11 +79,37 @@ pub enum DsnAction {
 }
 
 /// An RFC 3463 enhanced status code, `class.subject.detail`.
+///
+/// Decoding checks the ranges as [`StatusCode::new`] does (a peer or a
+/// record cannot bring a class-9 code in); the encoding is the three
+/// numbers, as it always was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "StatusCodeWire")]
 pub struct StatusCode {
     class: u8,
     subject: u16,
     detail: u16,
+}
+
+/// A status code as encoded, before its ranges are checked.
+#[derive(Deserialize)]
+struct StatusCodeWire {
+    class: u8,
+    subject: u16,
+    detail: u16,
+}
+
+impl TryFrom<StatusCodeWire> for StatusCode {
+    type Error = String;
+
+    fn try_from(w: StatusCodeWire) -> Result<Self, String> {
+        StatusCode::new(w.class, w.subject, w.detail).ok_or_else(|| {
+            format!(
+                "{}.{}.{} is not an enhanced status code (RFC 3463)",
+                w.class, w.subject, w.detail
+            )
+        })
+    }
 }
 
 /// Why a string is not an enhanced status code.
@@ -396,12 +422,13 @@ impl Refusal {
         self.code >= 500
     }
 
-    /// A milter's own reply (SMFIR_REPLYCODE) as the refusal it makes, as
-    /// Postfix's milter8.c takes it: a 4xx or 5xx code, then a space, a
-    /// `-` or the end; an enhanced code, if the text starts with a digit,
-    /// of the reply's class. A reply of several lines (`554-5.7.1 first`,
+    /// A milter's own reply (SMFIR_REPLYCODE) as the refusal it makes,
+    /// checked as Postfix's milter8.c checks it: a 4xx or 5xx code, then a
+    /// space or a `-`; an enhanced code, if the text starts with a digit,
+    /// of the reply's class (Postfix checks the first line; this checks
+    /// every line). A reply of several lines (`554-5.7.1 first`,
     /// `554 5.7.1 last`) keeps the first line's codes and every line's
-    /// text, on one line. Without an enhanced code it is
+    /// text, on one line, where Postfix passes the lines on as they are. Without an enhanced code it is
     /// `class.subject.detail` of `default` (as [`Refusal::of_class`]).
     /// `None` for a reply that is malformed: the milter failed.
     pub fn from_milter_reply(reply: &str, default: (u16, u16)) -> Option<Self> {
@@ -441,7 +468,7 @@ fn milter_line(line: &str) -> Option<(u16, Option<StatusCode>, &str)> {
     let code_ok = b.len() >= 3
         && matches!(b[0], b'4' | b'5')
         && b[1..3].iter().all(u8::is_ascii_digit)
-        && matches!(b.get(3), None | Some(b' ' | b'-'));
+        && matches!(b.get(3), Some(b' ' | b'-'));
     if !code_ok || line.contains(|c: char| c.is_control() && c != '\t') {
         return None;
     }
@@ -472,6 +499,20 @@ impl fmt::Display for Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A decoded status code is in RFC 3463's ranges: the encoding of a
+    /// good one is unchanged and reads back; a class-9 one (from a faulty
+    /// peer or record) is an error, not a code.
+    #[test]
+    fn a_decoded_status_code_is_checked() {
+        let good = StatusCode::known(4, 7, 1);
+        let bytes = postcard::to_allocvec(&good).unwrap();
+        assert_eq!(bytes, [4, 7, 1]);
+        assert_eq!(postcard::from_bytes::<StatusCode>(&bytes).unwrap(), good);
+        assert!(postcard::from_bytes::<StatusCode>(&[9, 7, 1]).is_err());
+        let long = postcard::to_allocvec(&(5u8, 1000u16, 1u16)).unwrap();
+        assert!(postcard::from_bytes::<StatusCode>(&long).is_err());
+    }
 
     #[test]
     fn statuses_from_reasons_and_replies() {
@@ -518,7 +559,7 @@ mod tests {
         assert_eq!(r("451 4.7.0 later").as_deref(), Some("451 4.7.0 later"));
         // No enhanced code: the default's, of the reply's class.
         assert_eq!(r("550 no status").as_deref(), Some("550 5.7.1 no status"));
-        assert_eq!(r("421").as_deref(), Some("421 4.7.1 "));
+        assert_eq!(r("421 ").as_deref(), Some("421 4.7.1 "));
         // A digit of the same class that is no code stays text.
         assert_eq!(r("550 5 apples").as_deref(), Some("550 5.7.1 5 apples"));
         // Several lines: the first's codes, every line's text.
@@ -538,6 +579,7 @@ mod tests {
             "354 go on",
             "5501 x",
             "550x text",
+            "421",
             "550 4.7.1 wrong class",
             "451 5.7.1 wrong class",
             "554-5.7.1 one\r\n451 4.7.1 two",
