@@ -12,27 +12,15 @@
 use std::process::Command;
 
 use sluice_suite::postfix::{Postfix, PostfixOptions};
-use sluice_suite::{free_port, swaks, wait_for, Instance};
+use sluice_suite::{free_port, relay_instance, swaks, wait_for, Instance};
 
 #[test]
 fn mail_relayed_to_a_real_postfix_arrives_there() {
-    let pf_port = free_port();
     let tmp = tempfile::Builder::new()
         .prefix("sluice-pf")
         .tempdir()
         .unwrap();
-    let pf = Postfix::start(tmp.path(), pf_port, &PostfixOptions::default());
-    let port = free_port();
-    let cf = format!(
-        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
-         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
-    );
-    let main = format!(
-        "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{pf_port}\nsmtpd_reject_unlisted_recipient = no\n"
-    );
-    let mut inst = Instance::new(&cf, &main);
-    inst.start();
-    inst.wait_port(port);
+    let (pf, mut inst, port) = relaying_to_postfix(tmp.path(), &PostfixOptions::default(), "");
     let (code, out) = swaks(&[
         "--server",
         &format!("127.0.0.1:{port}"),
@@ -52,7 +40,7 @@ fn mail_relayed_to_a_real_postfix_arrives_there() {
         .to_string();
     let sent = inst.wait_log(20, &format!("{id}: to=<bob@dest.test.example>"));
     assert!(
-        sent.contains("status=sent") && sent.contains(&format!("[127.0.0.1]:{pf_port}")),
+        sent.contains("status=sent") && sent.contains(&format!("[127.0.0.1]:{}", pf.port)),
         "{sent}"
     );
     // Postfix has it, on hold, with Sluice's envelope.
@@ -109,6 +97,39 @@ fn mail_relayed_to_a_real_postfix_arrives_there() {
     inst.stop();
 }
 
+/// A Postfix instance with `opts`, and a Sluice instance relaying to it
+/// with `extra` in its main.cf; the Sluice instance's SMTP port.
+fn relaying_to_postfix(
+    tmp: &std::path::Path,
+    opts: &PostfixOptions,
+    extra: &str,
+) -> (Postfix, Instance, u16) {
+    let pf_port = free_port();
+    let pf = Postfix::start(tmp, pf_port, opts);
+    let (inst, port) = relay_instance(pf_port, extra);
+    (pf, inst, port)
+}
+
+/// Sends a message of about `size` bytes of 78-byte lines through Sluice's
+/// port with Python's smtplib; Sluice's queue id.
+fn send_lines(port: u16, size: usize, from: &str, to: &str) -> String {
+    let script = "import smtplib,sys\n\
+                  n=int(sys.argv[2])\n\
+                  line=b'y'*76+b'\\r\\n'\n\
+                  msg=b'Subject: lines\\r\\n\\r\\n'+line*(n//len(line))\n\
+                  s=smtplib.SMTP('127.0.0.1',int(sys.argv[1]))\n\
+                  s.mail(sys.argv[3]); s.rcpt(sys.argv[4])\n\
+                  print(s.data(msg)[1].decode())\n\
+                  s.quit()\n";
+    let out = Command::new("python3")
+        .args(["-c", script, &port.to_string(), &size.to_string(), from, to])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let reply = String::from_utf8_lossy(&out.stdout).to_string();
+    reply.split("queued as ").nth(1).unwrap().trim().to_string()
+}
+
 /// A message of many BDAT chunks whose sender Postfix refuses: Sluice's
 /// client sends the first chunk with MAIL and RCPT and waits for their
 /// replies before the others, so Postfix answers one chunk with an error,
@@ -116,7 +137,6 @@ fn mail_relayed_to_a_real_postfix_arrives_there() {
 /// `smtpd_hard_error_limit` of them it hangs up with "too many errors").
 #[test]
 fn a_refused_sender_costs_postfix_one_bdat_chunk() {
-    let pf_port = free_port();
     let tmp = tempfile::Builder::new()
         .prefix("sluice-pf")
         .tempdir()
@@ -127,31 +147,15 @@ fn a_refused_sender_costs_postfix_one_bdat_chunk() {
                 .to_string(),
         ..PostfixOptions::default()
     };
-    let pf = Postfix::start(tmp.path(), pf_port, &opts);
-    let port = free_port();
-    let cf = format!(
-        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
-         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
-    );
-    let main = format!(
-        "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{pf_port}\nsmtpd_reject_unlisted_recipient = no\n"
-    );
-    let mut inst = Instance::new(&cf, &main);
-    inst.start();
-    inst.wait_port(port);
+    let (pf, mut inst, port) = relaying_to_postfix(tmp.path(), &opts, "");
     // 4 MB: some 64 chunks of the 64 KiB the agent reads at a time.
-    let script = "import smtplib,sys\n\
-                  line=b'x'*76+b'\\r\\n'\n\
-                  msg=b'From: refused@example.com\\r\\nSubject: big\\r\\n\\r\\n'+line*(4*1024*1024//len(line))\n\
-                  s=smtplib.SMTP('127.0.0.1',int(sys.argv[1]))\n\
-                  s.sendmail('refused@example.com',['dave@dest.test.example'],msg)\n\
-                  s.quit()\n";
-    let status = Command::new("python3")
-        .args(["-c", script, &port.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let line = inst.wait_log(30, "to=<dave@dest.test.example>");
+    let id = send_lines(
+        port,
+        4 << 20,
+        "refused@example.com",
+        "dave@dest.test.example",
+    );
+    let line = inst.wait_log(30, &format!("{id}: to=<dave@dest.test.example>"));
     assert!(
         line.contains("status=bounced") && line.contains("Sender address rejected"),
         "{line}"
@@ -183,7 +187,6 @@ fn a_refused_sender_costs_postfix_one_bdat_chunk() {
 /// with RSET, or it bounces though Postfix would take it.
 #[test]
 fn a_message_refused_at_mail_leaves_the_connection_fit_for_the_next() {
-    let pf_port = free_port();
     let tmp = tempfile::Builder::new()
         .prefix("sluice-pf")
         .tempdir()
@@ -192,46 +195,21 @@ fn a_message_refused_at_mail_leaves_the_connection_fit_for_the_next() {
         message_size_limit: Some(200_000),
         ..PostfixOptions::default()
     };
-    let pf = Postfix::start(tmp.path(), pf_port, &opts);
-    let port = free_port();
-    let cf = format!(
-        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
-         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
-    );
     // The big message's bounce is discarded here, so that nothing but the
     // two messages goes to Postfix, in this order.
-    let main = format!(
-        "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{pf_port}\nsmtpd_reject_unlisted_recipient = no\n\
-         transport_maps = inline:{{ bounces.test = discard: }}\n"
+    let (pf, mut inst, port) = relaying_to_postfix(
+        tmp.path(),
+        &opts,
+        "transport_maps = inline:{ bounces.test = discard: }\n",
     );
-    let mut inst = Instance::new(&cf, &main);
-    inst.start();
-    inst.wait_port(port);
-    let script = "import smtplib,sys\n\
-                  n=int(sys.argv[2])\n\
-                  line=b'y'*76+b'\\r\\n'\n\
-                  msg=b'From: a@bounces.test\\r\\nSubject: s\\r\\n\\r\\n'+line*(n//len(line))\n\
-                  s=smtplib.SMTP('127.0.0.1',int(sys.argv[1]))\n\
-                  s.mail(sys.argv[3]); s.rcpt(sys.argv[4])\n\
-                  print(s.data(msg)[1].decode())\n\
-                  s.quit()\n";
-    let send = |size: usize, from: &str, to: &str| -> String {
-        let out = Command::new("python3")
-            .args(["-c", script, &port.to_string(), &size.to_string(), from, to])
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        let reply = String::from_utf8_lossy(&out.stdout).to_string();
-        reply.split("queued as ").nth(1).unwrap().trim().to_string()
-    };
     // 400 KB: over the limit, and more than one 64 KiB chunk.
-    let big = send(400_000, "a@bounces.test", "dave@dest.test.example");
+    let big = send_lines(port, 400_000, "a@bounces.test", "dave@dest.test.example");
     let line = inst.wait_log(30, &format!("{big}: to=<dave@dest.test.example>"));
     assert!(
         line.contains("status=bounced") && line.contains("552 5.3.4"),
         "{line}"
     );
-    let small = send(2_000, "b@example.com", "erin@dest.test.example");
+    let small = send_lines(port, 2_000, "b@example.com", "erin@dest.test.example");
     let line = inst.wait_log(30, &format!("{small}: to=<erin@dest.test.example>"));
     assert!(
         line.contains("status=sent") && line.contains("conn_use=2"),

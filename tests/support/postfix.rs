@@ -17,6 +17,8 @@ pub struct Postfix {
     pub etc: PathBuf,
     /// Its mail log.
     pub maillog: PathBuf,
+    /// The loopback port its smtpd listens on.
+    pub port: u16,
 }
 
 /// How the instance is set up beyond the defaults.
@@ -132,7 +134,7 @@ impl Postfix {
             .arg("start")
             .output()
             .unwrap();
-        let pf = Postfix { etc, maillog };
+        let pf = Postfix { etc, maillog, port };
         assert!(
             out.status.success(),
             "postfix start: {}{}",
