@@ -37,7 +37,7 @@ use agent::{ConnId, Content, OpenRequest, Timing};
 use daemon::{msg_info, Cx};
 use ipc::delivery::{Handoff, OpenFailure, RcptResult, Response, Transaction};
 use mail::{Status, StatusCode};
-use mio::{Interest, Registry, Token};
+use mio::{Registry, Token};
 use smtp_proto::client_session::{ClientAction, ClientSession};
 use smtp_proto::Reply;
 
@@ -334,14 +334,9 @@ impl SmtpConn {
         if want == self.watching_out {
             return;
         }
-        let interest = if want {
-            Interest::READABLE | Interest::WRITABLE
-        } else {
-            Interest::READABLE
-        };
         match cx
             .registry
-            .reregister(stream.socket(), self.token, interest)
+            .reregister(stream.socket(), self.token, evloop::interest(want))
         {
             Ok(()) => self.watching_out = want,
             Err(e) => self.fail(format!("register: {e}")),

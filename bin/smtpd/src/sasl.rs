@@ -375,14 +375,9 @@ impl SaslLink {
         }
         let want = !conn.outbuf.is_empty();
         if failure.is_none() && want != conn.writable {
-            let interest = if want {
-                Interest::READABLE | Interest::WRITABLE
-            } else {
-                Interest::READABLE
-            };
             match cx
                 .registry
-                .reregister(&mut conn.stream, conn.token, interest)
+                .reregister(&mut conn.stream, conn.token, evloop::interest(want))
             {
                 Ok(()) => conn.writable = want,
                 Err(e) => failure = Some(e),

@@ -18,6 +18,21 @@ pub use timers::{TimerId, Timers};
 
 use std::time::{Duration, Instant};
 
+/// The interest of a socket that is always read and written only while
+/// output waits for room: reading, and writing when `writable`. A Unix
+/// socket watched for writing all the time wakes its owner each time the
+/// peer reads from it (the kernel reports the room freed whether or not
+/// anything waits to be written), so the daemons add writing to a Unix
+/// socket's interest only while output waits, as Postfix's
+/// `event_enable_write` does.
+pub fn interest(writable: bool) -> mio::Interest {
+    if writable {
+        mio::Interest::READABLE | mio::Interest::WRITABLE
+    } else {
+        mio::Interest::READABLE
+    }
+}
+
 /// How long `Poll::poll` may sleep given the next deadline: `None` = forever.
 pub fn poll_timeout(next: Option<Instant>, now: Instant) -> Option<Duration> {
     next.map(|t| t.saturating_duration_since(now))

@@ -119,7 +119,7 @@ impl Endpoint {
         token: mio::Token,
     ) -> std::io::Result<()> {
         let writable = self.wants_write();
-        registry.register(&mut self.stream, token, interest(writable))?;
+        registry.register(&mut self.stream, token, evloop::interest(writable))?;
         self.watch = Some(Watch {
             registry: Rc::clone(registry),
             token,
@@ -135,7 +135,7 @@ impl Endpoint {
         if let Some(w) = self.watch.as_mut() {
             if w.writable != want {
                 w.registry
-                    .reregister(&mut self.stream, w.token, interest(want))?;
+                    .reregister(&mut self.stream, w.token, evloop::interest(want))?;
                 w.writable = want;
             }
         }
@@ -369,16 +369,6 @@ impl Endpoint {
     /// Whether output is waiting for the socket to become writable.
     pub fn wants_write(&self) -> bool {
         self.out_pos < self.out.len() || !self.spliced.is_empty()
-    }
-}
-
-/// The interest of a registered endpoint: reading, and writing while
-/// output waits.
-fn interest(writable: bool) -> mio::Interest {
-    if writable {
-        mio::Interest::READABLE | mio::Interest::WRITABLE
-    } else {
-        mio::Interest::READABLE
     }
 }
 

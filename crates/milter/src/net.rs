@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use mio::{Interest, Registry, Token};
+use mio::{Registry, Token};
 
 use crate::chain::{Chain, DefaultAction, Macros, Options, Peer};
 use crate::client::{Edit, Verdict};
@@ -177,15 +177,6 @@ struct Link {
     writable: bool,
 }
 
-/// Reading, and writing when `writable`.
-fn interest(writable: bool) -> Interest {
-    if writable {
-        Interest::READABLE | Interest::WRITABLE
-    } else {
-        Interest::READABLE
-    }
-}
-
 /// A session's milters and their sockets.
 pub struct Milters {
     chain: Chain,
@@ -216,7 +207,7 @@ impl Milters {
             // how its connect completes.
             let tcp = matches!(target, Target::Inet(_));
             let registered = sock.and_then(|mut sock| {
-                reg.register(sock.source(), t, interest(tcp))?;
+                reg.register(sock.source(), t, evloop::interest(tcp))?;
                 Ok(sock)
             });
             let mut link = Link {
@@ -447,7 +438,7 @@ impl Milters {
                 }
                 let want = matches!(sock, Sock::Tcp(_)) || !l.out.is_empty();
                 if want != l.writable {
-                    match reg.reregister(sock.source(), l.token, interest(want)) {
+                    match reg.reregister(sock.source(), l.token, evloop::interest(want)) {
                         Ok(()) => l.writable = want,
                         Err(e) => failed.push((i, format!("register: {e}"))),
                     }
