@@ -428,9 +428,12 @@ impl Refusal {
     /// of the reply's class (Postfix checks the first line; this checks
     /// every line). A reply of several lines (`554-5.7.1 first`,
     /// `554 5.7.1 last`) keeps the first line's codes and every line's
-    /// text, on one line, where Postfix passes the lines on as they are. Without an enhanced code it is
-    /// `class.subject.detail` of `default` (as [`Refusal::of_class`]).
-    /// `None` for a reply that is malformed: the milter failed.
+    /// text, on one line, where Postfix passes the lines on as they are.
+    /// Without an enhanced code it is `class.subject.detail` of `default`
+    /// (as [`Refusal::of_class`]). Sendmail takes the reply as a format
+    /// string, so milters double a `%`: as Postfix does, `%%` is read as
+    /// `%` and a `%` alone is dropped. `None` for a reply that is
+    /// malformed: the milter failed.
     pub fn from_milter_reply(reply: &str, default: (u16, u16)) -> Option<Self> {
         let mut first: Option<(u16, Option<StatusCode>)> = None;
         let mut text = String::new();
@@ -453,11 +456,26 @@ impl Refusal {
             }
         }
         let (code, status) = first?;
+        let text = unpercent(&text);
         Some(match status {
             Some(s) => Self::new(code, s, text),
             None => Self::of_class(code, default.0, default.1, text),
         })
     }
+}
+
+/// A milter reply's text as Postfix's milter8.c reads it: a `%` is
+/// dropped and the character after it taken as it is (`%%` is `%`).
+fn unpercent(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '%' => out.extend(chars.next()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// One line of a milter's reply: its code, its enhanced code if it has
@@ -562,6 +580,11 @@ mod tests {
         assert_eq!(r("421 ").as_deref(), Some("421 4.7.1 "));
         // A digit of the same class that is no code stays text.
         assert_eq!(r("550 5 apples").as_deref(), Some("550 5.7.1 5 apples"));
+        // Written for Sendmail, which takes it as a format string.
+        assert_eq!(
+            r("550 5.7.1 90%% spam, 100% sure").as_deref(),
+            Some("550 5.7.1 90% spam, 100 sure")
+        );
         // Several lines: the first's codes, every line's text.
         assert_eq!(
             r("554-5.7.1 first line\r\n554 5.7.1 second line").as_deref(),
