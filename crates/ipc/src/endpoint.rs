@@ -97,18 +97,6 @@ impl Endpoint {
         }
     }
 
-    /// Wraps a connection a server accepted and registers it (see
-    /// [`Endpoint::register`]).
-    pub fn registered(
-        stream: UnixStream,
-        registry: &Rc<mio::Registry>,
-        token: mio::Token,
-    ) -> std::io::Result<Self> {
-        let mut ep = Self::new(stream);
-        ep.register(registry, token)?;
-        Ok(ep)
-    }
-
     /// Registers the socket under `token`, edge-triggered, for reading;
     /// the endpoint adds writing to the interest while output waits for
     /// room and drops it once the output is written, through the share

@@ -129,33 +129,20 @@ impl<P: Protocol, T> Peer<P, T> {
         after: usize,
         tag: T,
     ) -> Result<(), Unsent<T>> {
-        self.connect(registry, token).map_err(|error| Unsent {
-            error,
-            owed: Vec::new(),
-        })?;
-        let link = self.link.as_mut().expect("connected above");
+        let link = self.linked(registry, token)?;
         let sent = link
             .send_later_spliced(req, body, after)
             .map_err(|(e, _)| e)
-            .and_then(|wire| link.flush().map(|()| wire));
-        match sent {
-            Ok(wire) => {
-                self.tags.insert(wire, tag);
-                Ok(())
-            }
-            Err(e) => Err(Unsent {
-                error: PeerError::Send(e),
-                owed: self.close(registry),
-            }),
-        }
+            .and_then(|wire| link.flush().map(|()| Some(wire)));
+        self.settle(registry, sent, tag)
     }
 
-    /// Sends `reqs` in order on one link, connecting first if there is
-    /// none (registered under the token `token` gives); only the answer
-    /// to the last is handed back with `tag` (a notice's Begin and Data
-    /// are answered too, but only its End settles it). On an error the
-    /// link is dropped, so no later request of a sequence goes out on a
-    /// new link after its first ones were lost with the old.
+    /// Sends `reqs` in order on one link, in one write, connecting first
+    /// if there is none (registered under the token `token` gives); only
+    /// the answer to the last is handed back with `tag` (a notice's Begin
+    /// and Data are answered too, but only its End settles it). On an
+    /// error the link is dropped, so no later request of a sequence goes
+    /// out on a new link after its first ones were lost with the old.
     pub fn send(
         &mut self,
         registry: &Rc<Registry>,
@@ -163,27 +150,47 @@ impl<P: Protocol, T> Peer<P, T> {
         reqs: &[P::Request],
         tag: T,
     ) -> Result<(), Unsent<T>> {
+        let link = self.linked(registry, token)?;
+        let sent = reqs
+            .iter()
+            .try_fold(None, |_, r| link.send_later(r).map(Some))
+            .and_then(|last| link.flush().map(|()| last));
+        self.settle(registry, sent, tag)
+    }
+
+    /// The link, made first if there is none.
+    fn linked(
+        &mut self,
+        registry: &Rc<Registry>,
+        token: impl FnOnce() -> Token,
+    ) -> Result<&mut Link<P>, Unsent<T>> {
         self.connect(registry, token).map_err(|error| Unsent {
             error,
             owed: Vec::new(),
         })?;
-        let link = self.link.as_mut().expect("connected above");
-        let mut last = None;
-        for r in reqs {
-            match link.send(r) {
-                Ok(wire) => last = Some(wire),
-                Err(e) => {
-                    return Err(Unsent {
-                        error: PeerError::Send(e),
-                        owed: self.close(registry),
-                    });
+        Ok(self.link.as_mut().expect("connected above"))
+    }
+
+    /// Files `tag` under the wire id of what was sent last, or drops the
+    /// link when sending failed, handing back what it owed.
+    fn settle(
+        &mut self,
+        registry: &Registry,
+        sent: Result<Option<u64>, IpcError>,
+        tag: T,
+    ) -> Result<(), Unsent<T>> {
+        match sent {
+            Ok(last) => {
+                if let Some(wire) = last {
+                    self.tags.insert(wire, tag);
                 }
+                Ok(())
             }
+            Err(e) => Err(Unsent {
+                error: PeerError::Send(e),
+                owed: self.close(registry),
+            }),
         }
-        if let Some(wire) = last {
-            self.tags.insert(wire, tag);
-        }
-        Ok(())
     }
 
     /// Reads what one event on the link announced (`readable`, and its
