@@ -172,6 +172,21 @@ mod tests {
         }
     }
 
+    /// Waits until no segment is being written ahead, so that the next
+    /// sync the disk sees is a commit's (a fault planted for it would
+    /// otherwise hit the write-ahead thread's sync, whichever runs first).
+    fn settle_ahead(w: &mut JournalWriter) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while let Some(s) = w.syncer.as_mut() {
+            s.prepare_ahead(&mut w.journal);
+            if !s.ahead_busy() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "write-ahead thread stuck");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     fn live(root: &Path) -> Vec<QueueId> {
         let st = recover(root, SpoolConfig::default()).unwrap().state;
         let mut v: Vec<QueueId> = st.messages.keys().copied().collect();
@@ -220,6 +235,7 @@ mod tests {
             assert!(w.durable_end() < w.end(), "nothing durable");
             disk.set_full(false);
             w.append(&arrived(2), &mut st).unwrap();
+            settle_ahead(&mut w);
             disk.fail_sync(1, Fault::Io);
             assert!(commit(&mut w).is_err());
             assert_eq!(w.shutdown().unwrap(), w.end());
