@@ -202,6 +202,9 @@ pub struct Journal {
     ahead: Ahead,
     /// The size of the next segment to write ahead.
     ahead_size: u32,
+    /// Segments below `.0` found garbage while the journal ended at `.1`:
+    /// deleted once that is durable.
+    doomed: Option<(u32, Lsn)>,
 }
 
 impl Journal {
@@ -236,6 +239,7 @@ impl Journal {
             next_seq: seq.saturating_add(1),
             ahead: Ahead::Idle,
             ahead_size: FIRST_SIZE.min(cfg.segment_size),
+            doomed: None,
         })
     }
 
@@ -573,10 +577,33 @@ impl Journal {
         self.segments.iter().copied().collect()
     }
 
-    /// Deletes every closed segment numbered below `seq`; gives the deleted numbers.
+    /// Deletes every closed segment numbered below `seq`, or below what an
+    /// earlier call gave once the records appended before it are durable;
+    /// gives the deleted numbers.
     ///
     /// Call `Spool::checkpoint` first, so no removal they record can be undone.
     pub fn delete_segments_before(&mut self, seq: u32) -> Result<Vec<u32>> {
+        // What made a segment garbage may not be durable yet: a retried
+        // message restated at the head, a Removed record. Deleting the
+        // segment before would lose the message, or bring its data back
+        // as a new arrival, in a crash; so what is found garbage now goes
+        // once everything appended until now is durable (at once if it is).
+        let seq = if self.durable >= self.end() {
+            self.doomed = None;
+            seq
+        } else {
+            match self.doomed {
+                Some((ripe, at)) if self.durable >= at => {
+                    self.doomed = Some((seq, self.end()));
+                    ripe
+                }
+                Some(_) => 0,
+                None => {
+                    self.doomed = Some((seq, self.end()));
+                    0
+                }
+            }
+        };
         let oldest_tail = self.tails.first().map_or(u32::MAX, |t| t.seq);
         // A segment with undurable bytes is never garbage.
         let seq = seq.min(oldest_tail);

@@ -292,7 +292,8 @@ fn unlink(path: &Path, touched: &mut bool, report: &mut RecoveryReport) {
     }
 }
 
-/// Deletes the journal segments nothing live needs any more; gives their numbers.
+/// Deletes the journal segments nothing live needs any more, once the
+/// records that made them so are durable; gives their numbers.
 ///
 /// Call from an idle timer, after every `Removed` record's `remove_data` was
 /// done: the frees are made durable first (`Spool::checkpoint`), so a

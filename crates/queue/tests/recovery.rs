@@ -373,6 +373,78 @@ fn two_writer_processes_never_share_a_slot() {
     assert_eq!(slots.len(), 4, "{slots:?}");
 }
 
+#[test]
+fn a_segment_is_deleted_only_once_the_restatement_that_freed_it_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = cfg(FileMode::Pool, 4096);
+    c.journal.segment_size = 4096;
+    let mut r = recover(dir.path(), c).unwrap();
+    let mut g = ids();
+    let h = g.next(1);
+    let data = store(&r.spool, h, &body(1500));
+    let head = Record::Arrived(MessageHead {
+        id: h,
+        envelope: env(1500),
+        data,
+    });
+    log(&mut r, head.clone());
+    let first = r.journal.segments()[0];
+    // Traffic that comes and goes moves the journal on to later segments.
+    for n in 10..30 {
+        let id = g.next(n);
+        let data = store(&r.spool, id, &body(1500));
+        log(
+            &mut r,
+            Record::Arrived(MessageHead {
+                id,
+                envelope: env(1500),
+                data,
+            }),
+        );
+        log(&mut r, Record::Removed { id });
+    }
+    assert!(r.journal.current_segment() > first + 1);
+    // h is retried: restated at the head, appended but not yet committed.
+    let rw = r.state.rewritten(h, &head, 900).unwrap();
+    let lsn = r.journal.append(&rw).unwrap();
+    r.state.apply(lsn, &rw);
+    let deleted = collect_garbage(&r.spool, &mut r.journal, &r.state).unwrap();
+    assert!(
+        !deleted.contains(&first),
+        "h's only durable record deleted before its restatement is durable: {deleted:?}"
+    );
+    // A crash now finds h where it was.
+    let jdir = r.spool.journal_dir();
+    let copy = tempfile::tempdir().unwrap();
+    for s in queue::list_segments(&jdir).unwrap() {
+        fs::copy(
+            queue::segment_path(&jdir, s),
+            queue::segment_path(copy.path(), s),
+        )
+        .unwrap();
+    }
+    let crashed = queue::replay(copy.path(), 1 << 20).unwrap();
+    assert!(crashed.messages.contains_key(&h), "h lost in a crash");
+    // Once the restatement is durable, the segment goes.
+    r.journal.commit().unwrap();
+    let deleted = collect_garbage(&r.spool, &mut r.journal, &r.state).unwrap();
+    assert!(deleted.contains(&first), "{deleted:?}");
+    drop(r);
+    let r = recover(dir.path(), c).unwrap();
+    assert_eq!(
+        r.state.messages.keys().copied().collect::<Vec<_>>(),
+        vec![h]
+    );
+    assert_eq!(
+        r.state
+            .deferred
+            .iter()
+            .map(|e| (e.0, e.1))
+            .collect::<Vec<_>>(),
+        vec![(900, h)]
+    );
+}
+
 /// Appends, commits and applies one record, as a running qmgr does.
 fn log(r: &mut queue::Recovered, rec: Record) -> queue::Lsn {
     let lsn = r.journal.append(&rec).unwrap();
