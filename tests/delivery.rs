@@ -222,6 +222,35 @@ s.quit()
 }
 
 #[test]
+fn a_delivery_result_is_made_durable_without_a_later_arrival() {
+    // Results ride in the next arrival's commit, or are committed on
+    // their own a moment later: with no arrival after it, a delivered
+    // message must still not be delivered again after a kill -9 of qmgr.
+    let sink = sink_on(free_port(), &[]);
+    let (inst, port) = relay_instance(sink.port, "");
+    let id = send(port, "once@remote.example");
+    wait_for(20, "the message at the sink", || {
+        (count(sink.dir.path()) == 1).then_some(())
+    });
+    inst.wait_log(20, &format!("{id}: removed"));
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let qmgr = inst.pids("qmgr");
+    for p in &qmgr {
+        sys::process::signal(*p, 9).unwrap();
+    }
+    inst.wait_pid("qmgr", &qmgr);
+    // The new qmgr replays the journal; a result not made durable would
+    // bring the message back and deliver it again.
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    assert!(inst.queue_json().is_empty(), "{:?}", inst.queue_json());
+    assert_eq!(
+        count(sink.dir.path()),
+        1,
+        "delivered again after the restart"
+    );
+}
+
+#[test]
 fn kill_9_during_delivery_loses_nothing() {
     let sink = sink_on(free_port(), &[]);
     let (mut inst, port) = relay_instance(

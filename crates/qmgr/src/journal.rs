@@ -21,6 +21,10 @@
 //!   [`CommitEvent::Stalled`] when commits start failing and one
 //!   [`CommitEvent::Resumed`] when they work again: the shell logs state
 //!   changes, not records.
+//! - a commit is started when an arrival waits for one or an operator's
+//!   change (a hold, a move) was appended; a delivery's result waits for
+//!   the next of those, or [`LAZY`] at most: under load the results ride
+//!   in the arrivals' commits instead of costing an fdatasync of their own.
 //!
 //! Panics on nothing; does not log.
 
@@ -33,6 +37,12 @@ use crate::{Action, Event, QueueManager, Store, Time};
 
 /// How often a stalled journal is tried again.
 pub const RETRY: Duration = Duration::from_secs(1);
+
+/// How long a delivery's result may wait for a commit when no arrival
+/// brings one sooner. Not waiting cost an fdatasync per delivery turn;
+/// a crash in the meantime repeats the delivery, as one in flight would
+/// be (Postfix never syncs delivery results at all).
+pub const LAZY: Duration = Duration::from_millis(100);
 
 /// An arrival waiting for its group commit.
 #[derive(Debug)]
@@ -97,6 +107,11 @@ pub struct Commits {
     removals: Vec<(Lsn, QueueId, Storage)>,
     stall: Option<Stall>,
     events: Vec<CommitEvent>,
+    /// When the oldest record no one waits for was appended, since the
+    /// last commit started.
+    since: Option<Time>,
+    /// A record appended since the last commit started should not wait.
+    urgent: bool,
 }
 
 impl Commits {
@@ -105,10 +120,34 @@ impl Commits {
         self.stall.as_ref().map(|s| &s.why)
     }
 
-    /// Whether the shell should start a commit at `now`: always, except
-    /// while stalled and the next try is not due.
+    /// Whether the shell should start a commit at `now`: when an arrival
+    /// waits for one or a record should not wait, or [`LAZY`] after a
+    /// delivery's result was appended; while stalled, when the next try
+    /// is due.
     pub fn due(&self, now: Time) -> bool {
-        self.stall.as_ref().is_none_or(|s| now >= s.retry_at)
+        match &self.stall {
+            Some(s) => now >= s.retry_at,
+            None => {
+                !self.acks.is_empty() || self.urgent || self.lazy_due().is_some_and(|t| now >= t)
+            }
+        }
+    }
+
+    fn lazy_due(&self) -> Option<Time> {
+        self.since.map(|t| t + LAZY)
+    }
+
+    /// A record was appended at `now`: committed with the next arrival,
+    /// or within [`LAZY`]; at once if `urgent`.
+    pub fn appended(&mut self, now: Time, urgent: bool) {
+        self.since.get_or_insert(now);
+        self.urgent |= urgent;
+    }
+
+    /// The shell started a commit of everything appended so far.
+    pub fn started(&mut self) {
+        self.since = None;
+        self.urgent = false;
     }
 
     /// Whether a commit that ended at `end` is news: the journal is
@@ -117,9 +156,13 @@ impl Commits {
         end > self.reported || self.stall.is_some()
     }
 
-    /// When a stalled journal is to be tried again.
+    /// When a stalled journal is to be tried again, or results appended
+    /// are to be committed though nothing else asked for a commit.
     pub fn next_deadline(&self) -> Option<Time> {
-        self.stall.as_ref().map(|s| s.retry_at)
+        match &self.stall {
+            Some(s) => Some(s.retry_at),
+            None => self.lazy_due(),
+        }
     }
 
     /// Journals an arrival (`arrived`, then `Held` for `ack.hold`); it is
@@ -601,6 +644,35 @@ mod tests {
         let ok = answered.values().filter(|ok| **ok).count();
         let refused = answered.len() - ok;
         assert!(ok > 50 && refused > 10, "{ok} committed, {refused} refused");
+    }
+
+    #[test]
+    fn a_result_waits_for_an_arrivals_commit_or_lazy_at_most() {
+        let mut w = World::new();
+        assert!(!w.c.due(w.now), "nothing appended");
+        // A delivery's result: no commit of its own before LAZY.
+        w.c.appended(w.now, false);
+        assert!(!w.c.due(w.now));
+        assert_eq!(w.c.next_deadline(), Some(w.now + LAZY));
+        assert!(!w.c.due(Time(w.now.0 + LAZY.as_millis() as u64 - 1)));
+        assert!(w.c.due(w.now + LAZY));
+        // An operator's change does not wait.
+        w.c.started();
+        assert_eq!(w.c.next_deadline(), None, "all in the commit started");
+        w.c.appended(w.now, true);
+        assert!(w.c.due(w.now));
+        w.c.started();
+        // An arrival brings the commit at once, and results ride in it.
+        w.c.appended(w.now, false);
+        w.arrive(1, false).unwrap();
+        assert!(w.c.due(w.now));
+        w.c.started();
+        assert_eq!(w.c.next_deadline(), None);
+        // A stall's retry is the deadline, whatever waits.
+        w.c.appended(w.now, false);
+        w.commit_fails(true);
+        assert_eq!(w.c.next_deadline(), Some(w.now + RETRY));
+        assert!(!w.c.due(w.now + LAZY));
     }
 }
 

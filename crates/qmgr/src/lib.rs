@@ -489,7 +489,10 @@ impl<S: Store> QueueManager<S> {
             at(n);
         }
         if let Some(r) = self.commits.next_deadline() {
-            at(r);
+            // (A store always durable, the simulator's, is never committed.)
+            if self.store.durable() < self.store.end() || self.commits.stalled().is_some() {
+                at(r);
+            }
         }
         if let Some(p) = self.probes.deadline() {
             at(p);
@@ -516,10 +519,17 @@ impl<S: Store> QueueManager<S> {
         &mut self.store
     }
 
-    /// Whether the shell should start a group commit at `now`: always,
-    /// except while commits fail and the next try is not due.
+    /// Whether the shell should start a group commit at `now`: when an
+    /// arrival or an operator's change waits for one, or delivery results
+    /// have waited [`journal::LAZY`]; while commits fail, when the next
+    /// try is due.
     pub fn commit_due(&self, now: Time) -> bool {
         self.commits.due(now)
+    }
+
+    /// The shell starts a group commit of everything appended so far.
+    pub fn started_commit(&mut self) {
+        self.commits.started();
     }
 
     /// Whether commits are failing (a commit with nothing to write, which
@@ -770,6 +780,21 @@ impl<S: Store> QueueManager<S> {
     /// yet); it fails only for a record too large to encode, which is then
     /// not kept: the delivery it reports is done again later.
     fn write(&mut self, rec: Record) {
+        // A delivery's results and what follows from them can wait for the
+        // next commit; what an operator or another instance asked for
+        // cannot.
+        let urgent = !matches!(
+            rec,
+            Record::Delivered { .. }
+                | Record::Deferred { .. }
+                | Record::Bounced { .. }
+                | Record::Succeeded { .. }
+                | Record::Rewritten { .. }
+                | Record::Notified { .. }
+                | Record::Warned { .. }
+                | Record::Removed { .. }
+        );
+        self.commits.appended(self.now, urgent);
         if let Err(e) = self.store.append(&rec, &mut self.state) {
             self.warn(format!("journal: {e}; record not kept"));
         }

@@ -100,9 +100,10 @@ impl QueueManager<DiskStore> {
     /// stalled journal waits for its next try); whether what came of it,
     /// if known now, was news (then the shell carries out the actions).
     pub fn commit_when_due(&mut self, now: Time) -> bool {
-        if !self.commit_due(now) {
+        if !self.commit_due(now) || self.store().writer.in_flight() {
             return false;
         }
+        self.started_commit();
         match self.store_mut().writer.commit() {
             Some(r) => self.committed(now, r.map_err(Into::into)),
             None => false,
