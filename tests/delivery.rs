@@ -221,6 +221,54 @@ s.quit()
     );
 }
 
+/// ORCPT is xtext, which can carry CR LF: a value that decodes to a control
+/// character would add header fields to a DSN and forge log lines, so
+/// smtpd refuses it at RCPT with 501 5.5.4 (Postfix's reply to a bad
+/// ORCPT), and the transaction goes on with the recipients it accepted.
+#[test]
+fn an_orcpt_with_control_characters_is_refused_at_rcpt() {
+    let sink = sink_on(free_port(), &[]);
+    let (inst, port) = relay_instance(sink.port, "");
+    let script = r#"
+import smtplib, sys
+s = smtplib.SMTP("127.0.0.1", int(sys.argv[1]))
+s.ehlo("client.test.example")
+s.mail("alice@example.com")
+for orcpt in ["rfc822;x@y+0D+0AX-Injected:+20yes", "rfc822;x@y+0A", "rfc822;x+00@y", "rfc822;x+7F@y"]:
+    c, m = s.rcpt("a@remote.example", ["ORCPT=" + orcpt])
+    print(c, m.decode())
+c, m = s.rcpt("a@remote.example", ["ORCPT=rfc822;orig@remote.example"])
+print(c, m.decode())
+c, m = s.data(b"Subject: hi\r\n\r\nbody\r\n")
+print(c, m.decode())
+s.quit()
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &port.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        6,
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for l in &lines[..4] {
+        assert!(l.starts_with("501 5.5.4 "), "{text}");
+    }
+    assert!(lines[4].starts_with("250"), "{text}");
+    let id = lines[5].split("queued as ").nth(1).unwrap().trim();
+    let line = inst.wait_log(15, &format!("{id}: to=<a@remote.example>"));
+    assert!(
+        line.contains("orig_to=<orig@remote.example>") && line.contains("status=sent"),
+        "{line}"
+    );
+    let log = inst.log();
+    assert!(!log.lines().any(|l| l.starts_with("X-Injected")), "{log}");
+}
+
 #[test]
 fn a_delivery_result_is_made_durable_without_a_later_arrival() {
     // Results ride in the next arrival's commit, or are committed on

@@ -501,6 +501,87 @@ fn remote_alias_targets_are_forwarded_with_sender_and_delivered_to() {
     assert!(dumped.contains("X-Mailer: swaks"), "{dumped}");
 }
 
+/// A remote alias target's copy keeps the recipient's DSN options, as
+/// Postfix's local(8) passes dsn_notify and dsn_orcpt on: NOTIFY=NEVER
+/// means no notice when the copy fails; NOTIFY=SUCCESS is reported by the
+/// expansion, and dropped from the copy (so that it becomes NEVER: no
+/// failure notice either); without NOTIFY the copy's failure is reported.
+/// The copy's recipient is logged with the ORCPT the client gave, or the
+/// alias, as `orig_to=`.
+#[test]
+fn forwarded_copies_keep_notify_and_orcpt() {
+    let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &["-f", "rcpt"]);
+    let h = "mx.test.example";
+    let (inst, port, _spool, _scratch) = instance_with(
+        "far: someone@remote.example\n",
+        &format!("relayhost = [127.0.0.1]:{}\n", sink.port),
+        "smtp unix - - n - - smtp\nrelay unix - - n - - smtp\n",
+    );
+    let script = r#"
+import smtplib, sys
+s = smtplib.SMTP("127.0.0.1", int(sys.argv[1]))
+s.ehlo("client.test.example")
+s.mail("alice@example.com")
+c, m = s.rcpt(sys.argv[2], sys.argv[3:])
+assert c == 250, (c, m)
+c, m = s.data(b"Subject: forwarded\r\n\r\nbody\r\n")
+print(c, m.decode())
+s.quit()
+"#;
+    let send = |options: &[&str]| {
+        let out = Command::new("python3")
+            .args(["-c", script, &port.to_string(), &format!("far@{h}")])
+            .args(options)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.starts_with("250"),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text.split("queued as ").nth(1).unwrap().trim().to_string()
+    };
+    // The copy of `id` for the alias's target, failed at the sink, logged
+    // with `orig_to`.
+    let copy_of = |id: &str, orig_to: &str| {
+        let line = inst.wait_log(20, &format!("{id}: to=<far@{h}>, "));
+        assert!(
+            line.contains("relay=local") && line.contains("status=sent (forwarded as "),
+            "{line}"
+        );
+        let copy = line.split("forwarded as ").nth(1).unwrap();
+        let copy = copy.trim_end_matches(')').to_string();
+        let line = inst.wait_log(
+            20,
+            &format!("{copy}: to=<someone@remote.example>, orig_to=<{orig_to}>"),
+        );
+        assert!(line.contains("status=bounced"), "{line}");
+        inst.wait_log(20, &format!("{copy}: removed"));
+        copy
+    };
+    let notified = |id: &str| {
+        inst.log()
+            .contains(&format!("{id}: sender non-delivery notification"))
+    };
+
+    let given = send(&[]);
+    let copy = copy_of(&given, &format!("far@{h}"));
+    inst.wait_log(20, &format!("{copy}: sender non-delivery notification"));
+
+    let never = send(&["NOTIFY=NEVER", "ORCPT=rfc822;given@client.example"]);
+    let copy = copy_of(&never, "given@client.example");
+    assert!(!notified(&copy), "NOTIFY=NEVER: {}", inst.log());
+
+    let success = send(&["NOTIFY=SUCCESS"]);
+    let copy = copy_of(&success, &format!("far@{h}"));
+    inst.wait_log(
+        20,
+        &format!("{success}: sender delivery status notification"),
+    );
+    assert!(!notified(&copy), "NOTIFY=SUCCESS: {}", inst.log());
+}
+
 /// Prints what a test checks of each message of an mbox, one line each:
 /// the Return-Path, and for a delivery status notification its To:, and per
 /// recipient Final-Recipient, Action, Status and Diagnostic-Code.

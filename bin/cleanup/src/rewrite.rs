@@ -45,13 +45,13 @@ pub fn apply(rcpts: &[Recipient], answers: Vec<Rewrite>) -> Result<Vec<Recipient
                 let orcpt = r
                     .orcpt
                     .clone()
-                    .unwrap_or_else(|| mail::orcpt_of(&r.address));
+                    .or_else(|| mail::Orcpt::of_address(&r.address).map(|o| o.to_string()));
                 for address in addresses {
                     keep(
                         Recipient {
                             address,
                             notify: r.notify,
-                            orcpt: Some(orcpt.clone()),
+                            orcpt: orcpt.clone(),
                         },
                         &mut out,
                     );

@@ -45,7 +45,7 @@ use crate::mailbox::{self, Failure};
 use crate::message::Message;
 use crate::pipe;
 use crate::progress::Progress;
-use crate::resubmit::Piece;
+use crate::resubmit::{Dsn, Piece};
 
 /// Settings from main.cf.
 pub struct Settings {
@@ -225,8 +225,11 @@ pub struct Delivery<'a> {
     pub wire: &'a Message,
     /// When qmgr's request arrived.
     pub started: Instant,
-    /// The recipient's ORCPT, for `orig_to=` when cleanup rewrote it.
+    /// The recipient's ORCPT, for `orig_to=` when cleanup rewrote it, and
+    /// for the copies an alias or `.forward` sends on.
     pub orcpt: Option<&'a str>,
+    /// The recipient's NOTIFY, for the copies an alias or `.forward` sends on.
+    pub notify: mail::Notify,
 }
 
 impl Delivery<'_> {
@@ -359,12 +362,19 @@ impl Delivery<'_> {
         let mut delivered = Vec::new();
         let batch = format!("forward:{}", forward.join(", ").replace(['\r', '\n'], " "));
         if !forward.is_empty() && !progress.contains(&batch) {
+            // A list with an owner is a new distribution (Postfix's
+            // alias.c): the original recipient is not passed on.
+            let dsn = Dsn {
+                notify: self.notify.forwarded(),
+                orcpt: None,
+            };
             let r = crate::resubmit::resubmit(
                 &self.settings.cleanup,
                 self.txn,
                 self.wire,
                 addr,
                 &forward,
+                dsn,
             )
             .map(|id| format!("forwarded as {id}"));
             for to in &forward {
@@ -515,14 +525,25 @@ impl Delivery<'_> {
     }
 
     /// Forwards to a remote address as a new message (Postfix logs
-    /// `forwarded as ID`).
+    /// `forwarded as ID`), with the recipient's NOTIFY (less SUCCESS, which
+    /// this delivery reports) and its ORCPT, or `addr` as ORCPT when it
+    /// had none, as Postfix's local(8) passes dsn_notify and dsn_orcpt on.
     fn resubmit(&self, addr: &str, to: &str) -> Result<Done, Failure> {
+        let orcpt = self
+            .orcpt
+            .and_then(mail::Orcpt::parse)
+            .or_else(|| mail::Orcpt::of_address(addr));
+        let dsn = Dsn {
+            notify: self.notify.forwarded(),
+            orcpt: orcpt.map(|o| o.to_string()),
+        };
         crate::resubmit::resubmit(
             &self.settings.cleanup,
             self.txn,
             self.wire,
             addr,
             &[to.to_string()],
+            dsn,
         )
         .map(|id| format!("forwarded as {id}"))
     }
@@ -1043,6 +1064,7 @@ mod tests {
             wire: &Message::inline(b"Subject: hi\r\n\r\n..dot\r\n".to_vec()),
             started: Instant::now(),
             orcpt: None,
+            notify: mail::Notify::Default,
         };
         assert_eq!(
             d.recipient("Nobody+x@MX.test.example").unwrap(),
@@ -1119,6 +1141,7 @@ mod tests {
             wire: &Message::inline(b"Subject: hi\r\n\r\nFrom here\r\n".to_vec()),
             started: Instant::now(),
             orcpt: None,
+            notify: mail::Notify::Default,
         };
         let e = d
             .recipient("no-such-user-here@mx.test.example")

@@ -1,6 +1,7 @@
 //! Forwarding to addresses that are not delivered here: a new message
 //! through cleanup, as Postfix's local(8) does. It keeps the sender, the
-//! DSN options and the content, with a `Delivered-To:` header on top so
+//! DSN options (the recipient's NOTIFY and ORCPT as the caller passes
+//! them on) and the content, with a `Delivered-To:` header on top so
 //! that a copy coming back to this recipient is caught as a loop.
 //!
 //! The content goes to cleanup as it is read from the spool, in `Data`
@@ -33,18 +34,36 @@ pub enum Piece<'a> {
     Message(&'a Message),
 }
 
+/// The DSN options every recipient of a forwarded copy gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dsn {
+    /// NOTIFY=.
+    pub notify: mail::Notify,
+    /// ORCPT in its stored form.
+    pub orcpt: Option<String>,
+}
+
 /// Queues `wire` (the stored content) for `to`, on behalf of recipient
-/// `addr`, from the transaction's sender; the new queue id on success.
+/// `addr`, from the transaction's sender, each with `dsn`; the new queue
+/// id on success.
 pub fn resubmit(
     socket: &Path,
     txn: &Transaction,
     wire: &Message,
     addr: &str,
     to: &[String],
+    dsn: Dsn,
 ) -> Result<String, Failure> {
     let envelope = Envelope {
         sender: txn.sender.clone(),
-        recipients: to.iter().map(|r| Recipient::new(r.as_str())).collect(),
+        recipients: to
+            .iter()
+            .map(|r| Recipient {
+                address: r.clone(),
+                notify: dsn.notify,
+                orcpt: dsn.orcpt.clone(),
+            })
+            .collect(),
         ret: txn.ret,
         envid: txn.envid.clone(),
         body_type: txn.body,

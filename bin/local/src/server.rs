@@ -72,6 +72,7 @@ impl LocalAgent {
             wire: &wire,
             started,
             orcpt: None,
+            notify: mail::Notify::Default,
         };
         txn.recipients
             .iter()
@@ -80,6 +81,7 @@ impl LocalAgent {
                     crate::progress::Progress::load(&self.progress_dir, &txn.queue_id, r.index);
                 let d = Delivery {
                     orcpt: r.orcpt.as_deref(),
+                    notify: r.notify,
                     ..d
                 };
                 let status = match d.deliver(&r.address, &mut progress) {

@@ -216,8 +216,24 @@ pub fn format_line(
     format!("{stamp} {host} {ident}[{pid}]: {}{text}\n", level.prefix())
 }
 
+/// `text` with every control character (CR and LF above all) replaced by
+/// `?`, as Postfix's msg_* output does with `printable()`: a line carries
+/// what clients said (addresses, ORCPT, HELO names), and one of them must
+/// not end the line and forge the next. Other UTF-8 is kept.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.chars().any(char::is_control) {
+        text.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect::<String>()
+            .into()
+    } else {
+        text.into()
+    }
+}
+
 /// Writes one log line at `level`.
 pub fn write(level: Level, text: &str) {
+    let text = &*printable(text);
     let mut guard = LOGGER.lock().unwrap_or_else(|p| p.into_inner());
     let Some(logger) = guard.as_mut() else {
         // Before init (or in a tool): stderr, so nothing is silently lost.
@@ -352,6 +368,24 @@ mod tests {
             "oops",
         );
         assert_eq!(l, "Nov 21 23:43:12 mx sluice/smtpd[42]: warning: oops\n");
+    }
+
+    /// A client's CR LF (in an address, an ORCPT, a HELO name) cannot end
+    /// a line and forge the next one.
+    #[test]
+    fn control_characters_are_made_printable() {
+        let (_turn, _dir, path) = log_to_file();
+        write(
+            Level::Info,
+            "Q1: to=<a@b>, orig_to=<x\r\nNov 21 23:43:12 mx sluice/smtpd[1]: forged>\u{85}\0\tü",
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text:?}");
+        assert!(
+            text.ends_with("orig_to=<x??Nov 21 23:43:12 mx sluice/smtpd[1]: forged>???ü\n"),
+            "{text:?}"
+        );
+        assert_eq!(printable("plain ü"), "plain ü");
     }
 
     /// The logger is one per process: its tests take turns.

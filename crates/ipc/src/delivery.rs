@@ -129,7 +129,7 @@ pub struct TxnRecipient {
     pub address: String,
     /// NOTIFY=.
     pub notify: mail::Notify,
-    /// ORCPT= (`type;xtext`).
+    /// ORCPT= in `mail::Orcpt`'s stored form, `type;address` (decoded).
     pub orcpt: Option<String>,
 }
 

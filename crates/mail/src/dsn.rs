@@ -52,6 +52,25 @@ impl Notify {
     pub fn wants_success(&self) -> bool {
         matches!(self, Self::On { success: true, .. })
     }
+
+    /// NOTIFY for a copy an alias or `.forward` sends on (RFC 3461 §6.2.7,
+    /// Postfix's local(8)): SUCCESS is dropped, because the expansion
+    /// already reported success; SUCCESS alone becomes NEVER.
+    pub fn forwarded(self) -> Notify {
+        match self {
+            Self::On {
+                success: true,
+                failure: false,
+                delay: false,
+            } => Self::Never,
+            Self::On { failure, delay, .. } => Self::On {
+                success: false,
+                failure,
+                delay,
+            },
+            other => other,
+        }
+    }
 }
 
 /// MAIL RET=: return the full message or only its headers in a DSN.
@@ -530,6 +549,24 @@ mod tests {
         assert!(postcard::from_bytes::<StatusCode>(&[9, 7, 1]).is_err());
         let long = postcard::to_allocvec(&(5u8, 1000u16, 1u16)).unwrap();
         assert!(postcard::from_bytes::<StatusCode>(&long).is_err());
+    }
+
+    #[test]
+    fn a_forwarded_copy_drops_success() {
+        let on = |success, failure, delay| Notify::On {
+            success,
+            failure,
+            delay,
+        };
+        for (given, sent_on) in [
+            (Notify::Default, Notify::Default),
+            (Notify::Never, Notify::Never),
+            (on(true, false, false), Notify::Never),
+            (on(true, true, false), on(false, true, false)),
+            (on(false, true, true), on(false, true, true)),
+        ] {
+            assert_eq!(given.forwarded(), sent_on, "{given:?}");
+        }
     }
 
     #[test]

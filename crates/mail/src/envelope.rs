@@ -14,6 +14,7 @@
 //! a tenant or job id may be.
 
 use crate::dsn::{Notify, Ret};
+use crate::orcpt::Orcpt;
 use serde::{Deserialize, Serialize};
 
 /// A time as seconds and microseconds since the Unix epoch.
@@ -63,7 +64,8 @@ pub struct Recipient {
     pub address: String,
     /// NOTIFY= option.
     pub notify: Notify,
-    /// ORCPT= as `addr-type;xtext-address`, if given.
+    /// ORCPT= in its stored form, `type;address` with the address decoded
+    /// from xtext (see [`Orcpt`]), if given; read it with [`Recipient::orcpt`].
     pub orcpt: Option<String>,
 }
 
@@ -77,21 +79,16 @@ impl Recipient {
         }
     }
 
+    /// The ORCPT, checked; `None` when there is none or the stored one is
+    /// not valid (see [`Orcpt::parse`]).
+    pub fn orcpt(&self) -> Option<Orcpt> {
+        Orcpt::parse(self.orcpt.as_deref()?)
+    }
+
     /// The original recipient ORCPT names (its address, without the
     /// `type;`), for logging as Postfix's `orig_to=`.
     pub fn original(&self) -> Option<&str> {
-        let o = self.orcpt.as_deref()?;
-        Some(o.split_once(';').map_or(o, |(_, a)| a))
-    }
-}
-
-/// The ORCPT to record for a recipient that address mapping rewrote: the
-/// address it had, typed `rfc822`, or `utf-8` (RFC 6533) when not ASCII.
-pub fn orcpt_of(address: &str) -> String {
-    if address.is_ascii() {
-        format!("rfc822;{address}")
-    } else {
-        format!("utf-8;{address}")
+        crate::orcpt::stored_addr(self.orcpt.as_deref()?)
     }
 }
 
@@ -254,13 +251,11 @@ mod tests {
         assert_eq!(back.arrival.as_micros(), 1_700_000_000_654_321);
         assert_eq!(back.recipients[1].original(), Some("x@y"));
         assert_eq!(back.recipients[0].original(), None);
-        assert_eq!(orcpt_of("team@v.test"), "rfc822;team@v.test");
         assert_eq!(
             crate::orig_to("a@r.test", Some("rfc822;team@v.test")),
             Some("team@v.test")
         );
         assert_eq!(crate::orig_to("a@r.test", Some("rfc822;A@R.test")), None);
-        assert_eq!(orcpt_of("ü@例え.jp"), "utf-8;ü@例え.jp");
     }
 
     /// The envelope exactly as it was before tenants and jobs, as the

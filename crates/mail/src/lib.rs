@@ -17,12 +17,13 @@ mod envelope;
 pub mod headers;
 pub mod logline;
 pub mod notice;
+pub mod orcpt;
 mod queue_id;
 
 pub use dsn::{DsnAction, Notify, ParseStatusError, Refusal, Ret, Status, StatusCode};
 pub use envelope::{
-    orcpt_of, shaping_id, AsV1, BodyType, Envelope, EnvelopeV1, Recipient, Timestamp,
-    MAX_SHAPING_ID,
+    shaping_id, AsV1, BodyType, Envelope, EnvelopeV1, Recipient, Timestamp, MAX_SHAPING_ID,
 };
 pub use logline::orig_to;
+pub use orcpt::Orcpt;
 pub use queue_id::{ParseQueueIdError, QueueId, QueueIdGen};

@@ -155,10 +155,11 @@ impl fmt::Display for DeliveryLine<'_> {
     }
 }
 
-/// The original recipient to log as `orig_to=`: the address an ORCPT
-/// (`type;address`) names, when it is not the recipient's own.
+/// The original recipient to log as `orig_to=`: the address a stored
+/// ORCPT (`type;address`) names, when it is not the recipient's own and
+/// passes [`crate::Orcpt`]'s checks.
 pub fn orig_to<'a>(address: &str, orcpt: Option<&'a str>) -> Option<&'a str> {
-    let o = orcpt.map(|o| o.split_once(';').map_or(o, |(_, a)| a))?;
+    let o = crate::orcpt::stored_addr(orcpt?)?;
     (!o.eq_ignore_ascii_case(address)).then_some(o)
 }
 
@@ -279,6 +280,33 @@ mod tests {
              dsn=5.1.1, status=bounced (unknown user)"
         );
         assert_eq!(orig_to("a@r.test", None), None);
-        assert_eq!(orig_to("a@r.test", Some("x@y")), Some("x@y"));
+        // Not `type;address`: no type says how to read it, so none is shown.
+        assert_eq!(orig_to("a@r.test", Some("x@y")), None);
+    }
+
+    /// An ORCPT holding CR LF (an old journal's, from before smtpd refused
+    /// it) would end the log line and forge the next one.
+    #[test]
+    fn a_hostile_orcpt_is_not_logged() {
+        let st = Status::new(StatusCode::OK, "delivered");
+        let line = DeliveryLine {
+            queue_id: "4Q",
+            to: "b@example.net",
+            orig_to: orig_to(
+                "b@example.net",
+                Some("rfc822;x@y\r\nDec  1 00:00:00 mx sluice/smtpd[1]: forged"),
+            ),
+            relay: "local",
+            conn_use: 1,
+            delays: Delays::default(),
+            resolution: DEFAULT_RESOLUTION,
+            status: &st,
+            disposition: Disposition::of(&st),
+        };
+        let text = line.to_string();
+        assert!(
+            !text.contains(['\r', '\n']) && !text.contains("orig_to"),
+            "{text}"
+        );
     }
 }

@@ -214,11 +214,12 @@ pub fn parts_of(
         let addr = r.map(|r| r.address.as_str()).unwrap_or("");
         line("");
         line(&format!("Final-Recipient: rfc822; {addr}"));
-        if let Some(orcpt) = r.and_then(|r| r.orcpt.as_deref()) {
-            match orcpt.split_once(';') {
-                Some((kind, a)) => line(&format!("Original-Recipient: {kind}; {a}")),
-                None => line(&format!("Original-Recipient: rfc822; {orcpt}")),
-            }
+        if let Some(o) = r.and_then(crate::Recipient::orcpt) {
+            line(&format!(
+                "Original-Recipient: {}; {}",
+                o.addr_type(),
+                o.addr()
+            ));
         }
         line(match kind {
             Kind::Failure => "Action: failed",
@@ -363,6 +364,35 @@ mod tests {
         assert!(
             !r.lines().any(|l| l.starts_with('.')),
             "no line needs dot-stuffing"
+        );
+    }
+
+    /// An ORCPT holding CR LF (in an old journal, from before smtpd refused
+    /// it) must not add fields to the report: it is left out.
+    #[test]
+    fn a_hostile_orcpt_adds_no_field() {
+        let mut e = env();
+        e.recipients[0].orcpt = Some("rfc822;bob@orig.example\r\nX-Injected: yes".into());
+        let failed = Failed {
+            index: 0,
+            status: crate::StatusCode::known(5, 1, 1),
+            reason: "no such user".into(),
+        };
+        let cx = Context {
+            hostname: "mx.test.example",
+            to: "alice@example.com",
+            date: "now",
+            arrival: "then",
+            retry_until: None,
+        };
+        let r = String::from_utf8(report_of(Kind::Failure, &e, "Q", &[&failed], b"", cx)).unwrap();
+        assert!(
+            r.contains("Final-Recipient: rfc822; bob@remote.example"),
+            "{r}"
+        );
+        assert!(
+            !r.contains("X-Injected") && !r.contains("Original-Recipient"),
+            "{r}"
         );
     }
 

@@ -53,7 +53,11 @@ pub fn write_rcpt_params(p: &RcptParams, out: &mut String) {
         out.push_str(&format!(" NOTIFY={n}"));
     }
     if let Some(o) = &p.orcpt {
-        out.push_str(&format!(" ORCPT={};{}", o.addr_type, xtext_encode(&o.addr)));
+        out.push_str(&format!(
+            " ORCPT={};{}",
+            o.addr_type(),
+            xtext_encode(o.addr())
+        ));
     }
 }
 
@@ -226,10 +230,7 @@ mod tests {
                 failure: true,
                 delay: false,
             }),
-            orcpt: Some(Orcpt {
-                addr_type: "rfc822".into(),
-                addr: "c=x@d.com".into(),
-            }),
+            orcpt: Orcpt::new("rfc822", "c=x@d.com"),
         };
         assert_eq!(
             rcpt(&to, &rp),
@@ -311,10 +312,7 @@ mod tests {
                     failure,
                     delay,
                 }),
-                orcpt: o.map(|addr| Orcpt {
-                    addr_type: "rfc822".into(),
-                    addr,
-                }),
+                orcpt: o.and_then(|addr| Orcpt::new("rfc822", &addr)),
             });
         prop_oneof![
             "[a-z.]{1,20}".prop_map(Command::Ehlo),

@@ -6,7 +6,8 @@
 //! agent as parameters again. This module is the one mapping between the
 //! two, both ways, so that what the server parsed is what the client sends.
 //! ORCPT is kept in the envelope as `type;address` with the address
-//! decoded from xtext (the client encodes it again).
+//! decoded from xtext (the client encodes it again): [`mail::Orcpt`]'s
+//! stored form, checked once when RCPT is parsed and again when read.
 
 use crate::command::{Body, MailParams, Notify, Orcpt, RcptParams, Ret};
 
@@ -78,15 +79,13 @@ pub fn notify_param(n: mail::Notify) -> Option<Notify> {
 
 /// ORCPT= as the envelope keeps it: `type;address`.
 pub fn orcpt(o: &Orcpt) -> String {
-    format!("{};{}", o.addr_type, o.addr)
+    o.to_string()
 }
 
-/// ORCPT= to send for the envelope's `type;address` (none without a type).
+/// ORCPT= to send for the envelope's `type;address` (none when it is not
+/// a valid one, as for every other reader of it).
 pub fn orcpt_param(o: &str) -> Option<Orcpt> {
-    o.split_once(';').map(|(t, a)| Orcpt {
-        addr_type: t.into(),
-        addr: a.into(),
-    })
+    Orcpt::parse(o)
 }
 
 impl RcptParams {
