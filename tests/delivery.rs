@@ -226,14 +226,16 @@ s.quit()
 /// smtpd refuses it at RCPT with 501 5.5.4 (Postfix's reply to a bad
 /// ORCPT), and the transaction goes on with the recipients it accepted.
 #[test]
-fn an_orcpt_with_control_characters_is_refused_at_rcpt() {
+fn an_envid_or_orcpt_with_control_characters_is_refused() {
     let sink = sink_on(free_port(), &[]);
     let (inst, port) = relay_instance(sink.port, "");
     let script = r#"
 import smtplib, sys
 s = smtplib.SMTP("127.0.0.1", int(sys.argv[1]))
 s.ehlo("client.test.example")
-s.mail("alice@example.com")
+c, m = s.mail("alice@example.com", ["ENVID=e1+0D+0AX-Injected:+20yes"])
+print(c, m.decode())
+s.mail("alice@example.com", ["ENVID=e1"])
 for orcpt in ["rfc822;x@y+0D+0AX-Injected:+20yes", "rfc822;x@y+0A", "rfc822;x+00@y", "rfc822;x+7F@y"]:
     c, m = s.rcpt("a@remote.example", ["ORCPT=" + orcpt])
     print(c, m.decode())
@@ -251,15 +253,15 @@ s.quit()
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
         lines.len(),
-        6,
+        7,
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for l in &lines[..4] {
+    for l in &lines[..5] {
         assert!(l.starts_with("501 5.5.4 "), "{text}");
     }
-    assert!(lines[4].starts_with("250"), "{text}");
-    let id = lines[5].split("queued as ").nth(1).unwrap().trim();
+    assert!(lines[5].starts_with("250"), "{text}");
+    let id = lines[6].split("queued as ").nth(1).unwrap().trim();
     let line = inst.wait_log(15, &format!("{id}: to=<a@remote.example>"));
     assert!(
         line.contains("orig_to=<orig@remote.example>") && line.contains("status=sent"),

@@ -440,8 +440,13 @@ fn parse_mail_params(s: &str) -> Result<MailParams, CommandError> {
                 });
             }
             "ENVID" => {
+                // Printable US-ASCII only (RFC 3461 4.4), as Postfix's smtpd
+                // checks: xtext would let "+0D+0A" through to a DSN's
+                // Original-Envelope-Id field.
                 let v = value.ok_or_else(bad)?;
-                let d = xtext_decode(v).filter(|d| !d.is_empty() && d.len() <= 100);
+                let d = xtext_decode(v).filter(|d| {
+                    !d.is_empty() && d.len() <= 100 && d.bytes().all(|b| (b' '..=b'~').contains(&b))
+                });
                 p.envid = Some(d.ok_or_else(bad)?);
             }
             "AUTH" => {
@@ -807,6 +812,29 @@ mod tests {
             panic!("{ok}")
         };
         assert_eq!(params.orcpt.unwrap().addr(), "ü@b.com");
+    }
+
+    /// An ENVID must decode to printable US-ASCII (RFC 3461 4.4): CR LF
+    /// would add a field to the DSN's per-message part.
+    #[test]
+    fn envid_with_a_control_character_or_8bit_is_refused() {
+        for envid in ["a+0D+0AX-Evil:+20yes", "a+00", "a+7F", "a+C3+BC", "a+09b"] {
+            let line = format!("MAIL FROM:<a@b.com> ENVID={envid}");
+            let e = parse_command(line.as_bytes(), ParseOptions::default()).unwrap_err();
+            let r = e.reply();
+            assert_eq!(
+                (r.code, r.to_string().contains("5.5.4")),
+                (501, true),
+                "{line}: {r}"
+            );
+        }
+        let ok = "MAIL FROM:<a@b.com> ENVID=QQ+20314";
+        let Ok(Command::Mail { params, .. }) =
+            parse_command(ok.as_bytes(), ParseOptions::default())
+        else {
+            panic!("{ok}")
+        };
+        assert_eq!(params.envid.as_deref(), Some("QQ 314"));
     }
 
     #[test]
