@@ -125,7 +125,22 @@ pub fn submit(
             }
             s.end().map_err(Failed::Submit)
         });
-    queued.map_err(|e| match e {
+    queued.map_err(|e| failure(&to, e))
+}
+
+/// What a failed submission of a copy for `to` means for the recipient.
+fn failure(to: &str, e: Failed) -> Failure {
+    match e {
+        // cleanup's own code says why (a milter's 5.7.1, a size's 5.3.4,
+        // a full disk's 4.3.1), as Postfix's local passes cleanup's status on.
+        Failed::Submit(SubmitError::Refused(r)) if r.status.is_permanent() == r.is_permanent() => {
+            let text = format!("forwarding to {to}: {}", r.text);
+            if r.is_permanent() {
+                Failure::bounce(r.status, text)
+            } else {
+                Failure::defer(r.status, text)
+            }
+        }
         Failed::Submit(e) if e.is_permanent() => Failure::bounce(
             StatusCode::known(5, 3, 0),
             format!("forwarding to {to}: {e}"),
@@ -138,5 +153,48 @@ pub fn submit(
             StatusCode::known(4, 3, 0),
             format!("forwarding to {to}: cannot read the message: {e}"),
         ),
-    })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mail::Refusal;
+
+    #[test]
+    fn a_refused_copy_fails_with_cleanups_own_status() {
+        let too_big = Refusal::new(
+            552,
+            StatusCode::MESSAGE_TOO_BIG,
+            "Message size exceeds fixed limit",
+        );
+        let f = failure(
+            "x@far.example",
+            Failed::Submit(SubmitError::Refused(too_big)),
+        );
+        assert_eq!(f.status, StatusCode::MESSAGE_TOO_BIG);
+        assert_eq!(
+            f.text,
+            "forwarding to x@far.example: Message size exceeds fixed limit"
+        );
+        let full = Refusal::new(
+            452,
+            StatusCode::known(4, 3, 1),
+            "Insufficient system storage",
+        );
+        let f = failure("x@far.example", Failed::Submit(SubmitError::Refused(full)));
+        assert_eq!(
+            (f.status, f.is_permanent()),
+            (StatusCode::known(4, 3, 1), false)
+        );
+        // A link that broke says nothing of the message: try again.
+        let f = failure(
+            "x@far.example",
+            Failed::Submit(SubmitError::Link("reset".into())),
+        );
+        assert_eq!(
+            (f.status, f.is_permanent()),
+            (StatusCode::known(4, 3, 0), false)
+        );
+    }
 }
