@@ -92,6 +92,8 @@ impl<S: Store> QueueManager<S> {
                 for id in &ids {
                     let storage = self.state.messages.get(id).map(|m| m.storage);
                     self.append(Record::Removed { id: *id });
+                    // The operator is told it is gone: it must stay gone.
+                    self.commits.urge();
                     self.forget(id);
                     self.info(format!("{id}: removed by the administrator"));
                     if let Some(storage) = storage {
@@ -541,12 +543,16 @@ mod tests {
             Response::Done(0),
             "held already"
         );
+        assert!(w.qm.commit_due(w.now), "an operator's hold does not wait");
         w.wait(std::time::Duration::from_secs(3600));
         assert!(w.router.is_empty(), "a held message is not retried");
+        w.qm.started_commit();
         assert_eq!(
             ask(&mut w, Request::Delete(Selector::all())),
             Response::Done(1)
         );
+        // Its Removed record is a delivery's kind, but the operator was told.
+        assert!(w.qm.commit_due(w.now), "a delete does not wait");
         assert!(!w.live(id));
         assert_eq!(w.removed, [id]);
         assert!(matches!(w.records(id).last(), Some(Record::Removed { .. })));

@@ -112,6 +112,10 @@ pub struct Commits {
     since: Option<Time>,
     /// A record appended since the last commit started should not wait.
     urgent: bool,
+    /// Where the journal ended when the last commit started: one commit
+    /// on the sync thread makes one segment durable, so a commit is due
+    /// again until the journal is durable this far.
+    target: Lsn,
 }
 
 impl Commits {
@@ -128,7 +132,10 @@ impl Commits {
         match &self.stall {
             Some(s) => now >= s.retry_at,
             None => {
-                !self.acks.is_empty() || self.urgent || self.lazy_due().is_some_and(|t| now >= t)
+                !self.acks.is_empty()
+                    || self.urgent
+                    || self.target > self.reported
+                    || self.lazy_due().is_some_and(|t| now >= t)
             }
         }
     }
@@ -144,10 +151,16 @@ impl Commits {
         self.urgent |= urgent;
     }
 
-    /// The shell started a commit of everything appended so far.
-    pub fn started(&mut self) {
+    /// What was appended until now must not wait for a commit.
+    pub fn urge(&mut self) {
+        self.urgent = true;
+    }
+
+    /// The shell started a commit of everything appended so far, up to `end`.
+    pub fn started(&mut self, end: Lsn) {
         self.since = None;
         self.urgent = false;
+        self.target = self.target.max(end);
     }
 
     /// Whether a commit that ended at `end` is news: the journal is
@@ -241,8 +254,9 @@ impl Commits {
     /// Appends `Removed` for an arrival that is not to be; its data goes
     /// once that is durable.
     fn take_back<S: Store>(&mut self, store: &mut S, state: &mut Replay, id: QueueId, st: Storage) {
-        // A Removed record always encodes.
+        // A Removed record always encodes. (Rare: committed at once.)
         let _ = store.append(&Record::Removed { id }, state);
+        self.urgent = true;
         self.remove_later(store.end(), id, st);
     }
 
@@ -657,16 +671,16 @@ mod tests {
         assert!(!w.c.due(Time(w.now.0 + LAZY.as_millis() as u64 - 1)));
         assert!(w.c.due(w.now + LAZY));
         // An operator's change does not wait.
-        w.c.started();
+        w.c.started(w.store.end());
         assert_eq!(w.c.next_deadline(), None, "all in the commit started");
         w.c.appended(w.now, true);
         assert!(w.c.due(w.now));
-        w.c.started();
+        w.c.started(w.store.end());
         // An arrival brings the commit at once, and results ride in it.
         w.c.appended(w.now, false);
         w.arrive(1, false).unwrap();
         assert!(w.c.due(w.now));
-        w.c.started();
+        w.c.started(w.store.end());
         assert_eq!(w.c.next_deadline(), None);
         // A stall's retry is the deadline, whatever waits.
         w.c.appended(w.now, false);

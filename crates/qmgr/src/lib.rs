@@ -489,8 +489,10 @@ impl<S: Store> QueueManager<S> {
             at(n);
         }
         if let Some(r) = self.commits.next_deadline() {
-            // (A store always durable, the simulator's, is never committed.)
-            if self.store.durable() < self.store.end() || self.commits.stalled().is_some() {
+            // (A store always durable, the simulator's, is never committed;
+            // while a commit runs, its end wakes the shell anyway.)
+            let waiting = self.store.durable() < self.store.end() && !self.store.committing();
+            if waiting || self.commits.stalled().is_some() {
                 at(r);
             }
         }
@@ -529,7 +531,7 @@ impl<S: Store> QueueManager<S> {
 
     /// The shell starts a group commit of everything appended so far.
     pub fn started_commit(&mut self) {
-        self.commits.started();
+        self.commits.started(self.store.end());
     }
 
     /// Whether commits are failing (a commit with nothing to write, which
@@ -782,7 +784,7 @@ impl<S: Store> QueueManager<S> {
     fn write(&mut self, rec: Record) {
         // A delivery's results and what follows from them can wait for the
         // next commit; what an operator or another instance asked for
-        // cannot.
+        // cannot (a Removed record for them is urged by its caller).
         let urgent = !matches!(
             rec,
             Record::Delivered { .. }

@@ -100,6 +100,8 @@ impl<S: Store> QueueManager<S> {
         }
         self.info(format!("{qid}: moved to {to} as {new_id}"));
         self.append(Record::Removed { id: qid });
+        // The receiver has it: a crash must not leave it here as well.
+        self.commits.urge();
         self.forget(&qid);
         self.info(format!("{qid}: removed"));
         self.remove_data(qid, storage);

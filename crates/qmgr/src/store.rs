@@ -30,6 +30,10 @@ pub trait Store {
     fn durable(&self) -> Lsn;
     /// Where what is appended ends: durable once [`Store::durable`] reaches it.
     fn end(&self) -> Lsn;
+    /// Whether a commit is under way (on the journal's sync thread).
+    fn committing(&self) -> bool {
+        false
+    }
     /// A message's content in wire form, whole or its first `limit` bytes.
     fn read_data(
         &self,
@@ -73,6 +77,10 @@ impl Store for DiskStore {
 
     fn end(&self) -> Lsn {
         self.writer.end()
+    }
+
+    fn committing(&self) -> bool {
+        self.writer.in_flight()
     }
 
     fn read_data(

@@ -312,3 +312,79 @@ fn the_shells_commit_turns_answer_arrivals_once_durable_and_exit_commits_the_res
         assert_eq!(live, vec![id(1), id(2)], "syncer {syncer}");
     }
 }
+
+/// One commit on the sync thread makes one journal segment durable: what
+/// an operator's release appended across a segment boundary is committed in
+/// the turns after, as the shell runs them (commit when due, collect the
+/// sync thread's outcome), not left in memory until the next arrival.
+#[test]
+fn records_across_a_segment_boundary_are_all_committed_on_the_sync_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = SpoolConfig::default();
+    cfg.journal.segment_size = 4096;
+    let r = queue::recover(dir.path(), cfg).unwrap();
+    let mut d = DiskStore::new(r.spool, r.journal);
+    d.writer.set_syncer(Syncer::spawn(|| {}).unwrap());
+    let now = Time(1_700_000_000_000);
+    let mut qm =
+        QueueManager::new(now, Settings::default(), Default::default(), d, r.state).unwrap();
+    // The shell's turns: commit when due, then collect the sync thread's
+    // outcome, until nothing more is due.
+    let settle = |qm: &mut QueueManager<DiskStore>| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            assert!(Instant::now() < deadline, "sync thread stuck");
+            while qm.poll_action().is_some() {}
+            if qm.commit_when_due(now) {
+                continue;
+            }
+            if !qm.store().writer.in_flight() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            qm.synced(now);
+        }
+    };
+    // Arrivals, each committed, until the first segment is nearly full.
+    let mut n = 0;
+    while qm.store().end().offset() < 4096 - 400 {
+        n += 1;
+        let ev = Event::Arrived {
+            client: 1,
+            request: n as u64,
+            head: head(n, inline(n)),
+            hold: true,
+        };
+        qm.handle(now, ev);
+        settle(&mut qm);
+    }
+    let first = qm.store().end().segment();
+    // Release them all: more Released records than the segment has room for.
+    let body = ipc::queuectl::Request::Release(ipc::queuectl::Selector::all());
+    qm.handle(
+        now,
+        Event::Control {
+            client: 2,
+            request: 1,
+            body,
+        },
+    );
+    let replies: Vec<String> = std::iter::from_fn(|| qm.poll_action())
+        .map(|a| format!("{a:?}"))
+        .filter(|a| a.starts_with("Reply"))
+        .collect();
+    assert!(
+        qm.store().end().segment() > first,
+        "the releases cross into the next segment: {:?} {replies:?}",
+        qm.store().end()
+    );
+    settle(&mut qm);
+    assert_eq!(qm.store().durable(), qm.store().end(), "all of it durable");
+    drop(qm);
+    let st = queue::recover(dir.path(), cfg).unwrap().state;
+    assert_eq!(st.messages.len(), n as usize);
+    assert!(
+        st.messages.values().all(|m| !m.held),
+        "every release survives"
+    );
+}

@@ -595,7 +595,7 @@ impl Journal {
             match self.doomed {
                 Some((ripe, at)) if self.durable >= at => {
                     self.doomed = Some((seq, self.end()));
-                    ripe
+                    ripe.min(seq)
                 }
                 Some(_) => 0,
                 None => {
