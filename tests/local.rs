@@ -613,14 +613,30 @@ fn owner_aliases_get_the_errors_of_their_lists() {
     );
     let (inst, port, spool, scratch) = instance(&aliases, "");
     std::fs::write(scratch.join("members"), format!("{me}\nnosuchuser\n")).unwrap();
-    let data = inst.root().join("message");
-    std::fs::write(&data, "Subject: to the list\n\nhello list\n").unwrap();
-    let id = send_from(
-        port,
-        &format!("sender@{h}"),
-        &format!("list@{h}"),
-        Some(&data),
-    );
+    // With ENVID and RET, which the list's copy must not carry on (Postfix's
+    // alias.c: a list with an owner is a new distribution).
+    let script = "import smtplib, sys
+s = smtplib.SMTP('127.0.0.1', int(sys.argv[1]))
+s.ehlo('client.test.example')
+s.mail(sys.argv[2], ['ENVID=list-envid', 'RET=HDRS'])
+s.rcpt(sys.argv[3])
+c, m = s.data(b'Subject: to the list\\r\\n\\r\\nhello list\\r\\n')
+print(m.decode())
+s.quit()
+";
+    let out = Command::new("python3")
+        .args(["-c", script, &port.to_string()])
+        .arg(format!("sender@{h}"))
+        .arg(format!("list@{h}"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let id = text
+        .split("queued as ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}{}", String::from_utf8_lossy(&out.stderr)))
+        .trim()
+        .to_string();
 
     // The members are forwarded as one new message from the owner.
     let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, orig_to=<list@{h}>"));
@@ -681,6 +697,32 @@ fn owner_aliases_get_the_errors_of_their_lists() {
             format!("return-path=<> | to=owner-list@{h} | rfc822; list@{h} | failed | 5.3.0 | X-Sluice; Command died with status 67: \"echo no thanks; exit 67\". Command output: no thanks"),
             format!("return-path=<> | to=owner-list@{h} | rfc822; nosuchuser@{h} | failed | 5.1.1 | X-Sluice; unknown user: \"nosuchuser\""),
             format!("return-path=<owner-list@{h}> | subject=to the list"),
+        ],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The original's notice names its ENVID; the copy's has none.
+    let envids = "import mailbox, sys
+for m in mailbox.mbox(sys.argv[1]):
+    if m.get_content_type() == 'multipart/report':
+        for part in m.get_payload():
+            if part.get_content_type() == 'message/delivery-status':
+                b = part.get_payload()
+                print(b[1]['Final-Recipient'], '|', b[0]['Original-Envelope-Id'])
+";
+    let out = Command::new("python3")
+        .args(["-c", envids])
+        .arg(spool.join(&me))
+        .output()
+        .unwrap();
+    let got = String::from_utf8_lossy(&out.stdout);
+    let mut lines: Vec<&str> = got.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            format!("rfc822; list@{h} | list-envid"),
+            format!("rfc822; nosuchuser@{h} | None"),
         ],
         "{}",
         String::from_utf8_lossy(&out.stderr)

@@ -363,10 +363,13 @@ impl Delivery<'_> {
         let batch = format!("forward:{}", forward.join(", ").replace(['\r', '\n'], " "));
         if !forward.is_empty() && !progress.contains(&batch) {
             // A list with an owner is a new distribution (Postfix's
-            // alias.c): the original recipient is not passed on.
+            // alias.c): the original recipient, RET and ENVID are not
+            // passed on.
             let dsn = Dsn {
                 notify: self.notify.forwarded(),
                 orcpt: None,
+                ret: None,
+                envid: None,
             };
             let r = crate::resubmit::resubmit(
                 &self.settings.cleanup,
@@ -536,6 +539,8 @@ impl Delivery<'_> {
         let dsn = Dsn {
             notify: self.notify.forwarded(),
             orcpt: orcpt.map(|o| o.to_string()),
+            ret: self.txn.ret,
+            envid: self.txn.envid.clone(),
         };
         crate::resubmit::resubmit(
             &self.settings.cleanup,

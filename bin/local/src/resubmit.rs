@@ -34,13 +34,17 @@ pub enum Piece<'a> {
     Message(&'a Message),
 }
 
-/// The DSN options every recipient of a forwarded copy gets.
+/// The DSN options of a forwarded copy: its recipients' and its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dsn {
     /// NOTIFY=.
     pub notify: mail::Notify,
     /// ORCPT in its stored form.
     pub orcpt: Option<String>,
+    /// RET= and ENVID= of the copy.
+    pub ret: Option<mail::Ret>,
+    /// ENVID=, decoded.
+    pub envid: Option<String>,
 }
 
 /// Queues `wire` (the stored content) for `to`, on behalf of recipient
@@ -64,8 +68,8 @@ pub fn resubmit(
                 orcpt: dsn.orcpt.clone(),
             })
             .collect(),
-        ret: txn.ret,
-        envid: txn.envid.clone(),
+        ret: dsn.ret,
+        envid: dsn.envid,
         body_type: txn.body,
         smtputf8: txn.smtputf8,
         ..Envelope::default()
