@@ -18,6 +18,7 @@ pub mod headers;
 pub mod logline;
 pub mod notice;
 mod queue_id;
+mod remote;
 
 pub use dsn::{DsnAction, Notify, ParseStatusError, Refusal, Ret, Status, StatusCode};
 pub use envelope::{
@@ -26,3 +27,4 @@ pub use envelope::{
 };
 pub use logline::orig_to;
 pub use queue_id::{ParseQueueIdError, QueueId, QueueIdGen};
+pub use remote::{RemoteReply, Said};
