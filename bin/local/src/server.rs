@@ -89,6 +89,7 @@ impl LocalAgent {
                 RcptResult {
                     index: r.index,
                     status,
+                    remote: None,
                 }
             })
             .collect()

@@ -73,7 +73,9 @@ impl RemoteReply {
         match when {
             Said::Greeting => format!("host {relay} refused to talk to me: {said}"),
             Said::Helo => format!("host {relay} refused EHLO and HELO: {said}"),
-            Said::InReplyTo(cmd) => format!("host {relay} said: {said} (in reply to {cmd} command)"),
+            Said::InReplyTo(cmd) => {
+                format!("host {relay} said: {said} (in reply to {cmd} command)")
+            }
             Said::Closing => format!("host {relay} said: {said}"),
             Said::Unexpected => format!("host {relay} sent an unexpected reply: {said}"),
         }
@@ -102,16 +104,19 @@ impl RemoteReply {
         } else {
             return None;
         };
-        let reply = Self::parse_said(relay, said)?;
+        let reply = Self::parse(relay, said)?;
         // Only what the wording gives back unchanged is its output.
         (reply.reason(&when) == reason).then_some((reply, when))
     }
 
-    /// `550 5.1.1 text` → its parts (the enhanced code only of the reply's
-    /// class, as smtp-proto's reply parser takes it).
-    fn parse_said(relay: &str, said: &str) -> Option<RemoteReply> {
+    /// The reply `relay` sent, from its one-line form `550 5.1.1 text`
+    /// (the enhanced code only of the reply's class, as smtp-proto's reply
+    /// parser takes it); `None` without a reply code.
+    pub fn parse(relay: &str, said: &str) -> Option<RemoteReply> {
         let digits = said.get(..3)?;
-        if !digits.bytes().all(|b| b.is_ascii_digit()) || !(200..=599).contains(&digits.parse::<u16>().ok()?) {
+        if !digits.bytes().all(|b| b.is_ascii_digit())
+            || !(200..=599).contains(&digits.parse::<u16>().ok()?)
+        {
             return None;
         }
         let code: u16 = digits.parse().ok()?;
