@@ -186,15 +186,20 @@ mod tests {
     fn a_refusal_at_the_greeting_is_a_servers_reply() {
         use smtp_proto::client_session::ClientError as E;
         let relay = "mx.example.net[192.0.2.1]:25";
-        let r = Reply::enhanced(421, StatusCode::known(4, 7, 0), "[TS01] try later");
+        // Yahoo's TS03 comes at the greeting (a 421 there is ServerClosing, below).
+        let r = Reply::enhanced(
+            554,
+            StatusCode::known(5, 7, 1),
+            "[TS03] All messages from x will be permanently deferred",
+        );
         let (why, remote) = describe(&E::Greeting(r), relay);
         assert_eq!(
             why,
-            "host mx.example.net[192.0.2.1]:25 refused to talk to me: 421 4.7.0 [TS01] try later"
+            "host mx.example.net[192.0.2.1]:25 refused to talk to me: 554 5.7.1 [TS03] All messages from x will be permanently deferred"
         );
         assert_eq!(
             remote.expect("a reply").said(),
-            "421 4.7.0 [TS01] try later"
+            "554 5.7.1 [TS03] All messages from x will be permanently deferred"
         );
         let (why, remote) = describe(&E::ServerClosing(Reply::new(421, None, "bye")), relay);
         assert_eq!(why, "host mx.example.net[192.0.2.1]:25 said: 421 bye");

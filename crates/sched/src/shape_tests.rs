@@ -677,6 +677,12 @@ fn a_421_at_the_greeting_is_matched_by_a_reply_rule() {
     );
     assert!(rule_fires(r"\[TS01\]", ts01.clone(), true));
     assert!(rule_fires(r"^421 4\.7\.0 ", ts01, true));
+    let ts03 = remote(
+        554,
+        Some(StatusCode::known(5, 7, 1)),
+        "[TS03] All messages from x will be permanently deferred",
+    );
+    assert!(rule_fires(r"\[TS03\]", ts03, true));
 }
 
 #[test]
