@@ -409,6 +409,33 @@ fn a_ts04_reply_suspends_that_source_for_yahoo_only_then_ramps_back() {
 }
 
 #[test]
+fn a_ts03_refusal_at_the_greeting_suspends_that_source_and_is_quoted_as_sent() {
+    let replies = "replies:
+  - match: '^554 5\\.7\\.1 \\[TS03\\]'
+    threshold: immediate
+    fields: [localip, grouping]
+    if: { grouping: yahoo }
+    action: suspend
+    duration: 60s
+";
+    let w = world(29, &policy("", replies, "tokenbucket"), "solo");
+    let yahoo = w.ip(14);
+    let ts03 = "554 5.7.1 [TS03] All messages from 127.0.0.2 will be permanently deferred";
+    w.sink.reply(&yahoo, Stage::Greeting, ts03);
+    w.send(1, 1, "first@yahoo.test");
+    // Before: worded "refused to talk to me", the refusal never reached the rules.
+    w.inst.wait_log(
+        30,
+        "shaping: localip=127.0.0.2,grouping=yahoo suspended by reply rule 1 for 60s",
+    );
+    let log = w.inst.log();
+    assert!(
+        log.contains(&format!("refused to talk to me: {ts03}")),
+        "the server quoted as it sent it: {log}"
+    );
+}
+
+#[test]
 fn reload_keeps_the_bucket_and_restart_keeps_suspensions() {
     let slow =
         |rate: &str| policy("", "", "tokenbucket").replace("rate: 10/1", &format!("rate: {rate}"));

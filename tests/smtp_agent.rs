@@ -138,6 +138,7 @@ fn connect_failure_is_reported_as_unreachable() {
             conn: 7,
             failure: ipc::delivery::OpenFailure::Unreachable,
             reason,
+            remote: None,
         } => assert!(reason.text.contains("Connection refused"), "{reason}"),
         other => panic!("{other:?}"),
     }
@@ -193,6 +194,7 @@ fn a_source_that_cannot_be_bound_is_a_clear_local_deferral() {
             conn: 3,
             failure: ipc::delivery::OpenFailure::Local,
             reason,
+            remote: None,
         } => {
             assert_eq!(reason.code, mail::StatusCode::NETWORK_TEMP, "{reason}");
             assert!(

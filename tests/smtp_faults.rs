@@ -228,6 +228,36 @@ fn per_recipient_replies_deliver_defer_and_bounce_within_one_message() {
 }
 
 #[test]
+fn a_reply_without_an_enhanced_code_is_quoted_as_sent_in_the_log_and_the_notice() {
+    let sink = ScriptedSink::start();
+    sink.rcpt_reply("gone@", "550 no such user here");
+    let (inst, port) = relay_instance(sink.port, "");
+    let id = send(port, "gone@remote.example", &[]);
+    let gone = inst.wait_log(20, &format!("{id}: to=<gone@remote.example>"));
+    // Sluice acts on 5.0.0 but does not put it in the server's mouth
+    // (before: "said: 550 5.0.0 no such user here").
+    assert!(
+        gone.contains("dsn=5.0.0")
+            && gone.contains("said: 550 no such user here (in reply to RCPT TO command)"),
+        "{gone}"
+    );
+    let notice = wait_for(20, "the bounce notice at the sink", || {
+        sink.messages()
+            .into_iter()
+            .find(|m| m.from.is_empty() && m.rcpts == ["alice@example.com"])
+    });
+    // As Postfix's bounce(8): the reply as sent, without the command it answered.
+    assert!(
+        notice
+            .data
+            .contains("Diagnostic-Code: smtp; 550 no such user here\r\n"),
+        "{}",
+        notice.data
+    );
+    assert!(notice.data.contains("Remote-MTA: dns; "), "{}", notice.data);
+}
+
+#[test]
 fn a_connection_dropped_during_the_content_defers_and_a_retry_delivers_it_whole() {
     let sink = ScriptedSink::start();
     sink.drop_in_data(Some(1000));

@@ -35,6 +35,8 @@ use crate::testkit::{address, content, Conn};
 /// Where in the transaction a scripted reply is given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Stage {
+    /// In place of the greeting; the sink then closes the connection.
+    Greeting,
     /// To every RCPT TO.
     Rcpt,
     /// To the end of the data (the message is then not accepted).
@@ -399,10 +401,14 @@ fn session(conn: &mut Conn, sh: &Shared, id: usize, (source, listen): (IpAddr, I
         c: conn,
         out: Vec::new(),
     };
+    let scripted = |stage| sh.replies.lock().unwrap().get(&(listen, stage)).cloned();
+    if let Some(r) = scripted(Stage::Greeting) {
+        let _ = c.reply(&r) && c.flush();
+        return;
+    }
     if !c.reply("220 shaping.test.example ESMTP testkit") {
         return;
     }
-    let scripted = |stage| sh.replies.lock().unwrap().get(&(listen, stage)).cloned();
     let mut from: Option<String> = None;
     let mut rcpts: Vec<String> = Vec::new();
     while let Some(line) = c.line(&sh.stop) {

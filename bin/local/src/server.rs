@@ -91,6 +91,7 @@ impl LocalAgent {
                 RcptResult {
                     index: r.index,
                     status,
+                    remote: None,
                 }
             })
             .collect()

@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use agent::{ConnId, Content, OpenRequest, Timing};
 use daemon::{msg_info, Cx};
 use ipc::delivery::{Handoff, OpenFailure, RcptResult, Response, Transaction};
-use mail::{Status, StatusCode};
+use mail::{RemoteReply, Status, StatusCode};
 use mio::{Registry, Token};
 use smtp_proto::client_session::{ClientAction, ClientSession};
 use smtp_proto::Reply;
@@ -483,6 +483,7 @@ impl SmtpConn {
                 conn: self.id.conn,
                 failure: OpenFailure::Handshake,
                 reason: Status::new(StatusCode::TLS_POLICY, why.clone()),
+                remote: None,
             },
         });
         while let Some(p) = self.queue.pop_front() {
@@ -800,23 +801,25 @@ impl SmtpConn {
                     sts.no_starttls(self.addrs.get(self.next_addr.saturating_sub(1)).copied());
                 }
                 let handshake_phase = !self.opened;
+                let (why, remote) = describe(&e, &self.relay);
                 if handshake_phase {
-                    msg_info!("{}", describe(&e, &self.relay));
+                    msg_info!("{why}");
                     self.outcomes.push(Outcome {
                         request: self.open_request,
                         response: Response::OpenFailed {
                             conn: self.id.conn,
                             failure: OpenFailure::Handshake,
-                            reason: unreached(describe(&e, &self.relay)),
+                            reason: unreached(why.clone()),
+                            remote,
                         },
                     });
-                    self.fail_queued(&describe(&e, &self.relay));
+                    self.fail_queued(&why);
                     if let Some(s) = self.stream.as_mut() {
                         s.close();
                     }
                     self.done = true;
                 } else {
-                    self.fail(describe(&e, &self.relay));
+                    self.fail_with(why, remote);
                 }
             }
             ClientAction::Close => {
@@ -976,21 +979,18 @@ impl SmtpConn {
     /// A recipient's result from the server's reply, its text as Postfix
     /// logs it.
     fn said(&self, index: u32, reply: &Reply, stage: &str) -> RcptResult {
-        let mut res = result_of(index, reply);
-        let st = &mut res.status;
-        st.text = if reply.code < 300 {
-            format!("{} {} {}", reply.code, st.code, st.text)
-        } else {
-            format!(
-                "host {} said: {} {} {} (in reply to {stage} command)",
-                self.relay, reply.code, st.code, st.text
-            )
-        };
-        res
+        result_of(index, reply, &self.relay, stage)
     }
 
     /// The connection broke: defer what is in flight and queued, report closed.
     fn fail(&mut self, why: String) {
+        self.fail_with(why, None);
+    }
+
+    /// As [`Self::fail`], when a server's reply (`remote`, a 421 in the
+    /// middle of a transaction) broke it: the reply goes with the deferrals
+    /// of the transaction in flight, as the server sent it.
+    fn fail_with(&mut self, why: String, remote: Option<RemoteReply>) {
         if !self.opened {
             self.outcomes.push(Outcome {
                 request: self.open_request,
@@ -998,6 +998,7 @@ impl SmtpConn {
                     conn: self.id.conn,
                     failure: OpenFailure::Handshake,
                     reason: unreached(why.clone()),
+                    remote: remote.clone(),
                 },
             });
             msg_info!("{why}");
@@ -1010,10 +1011,11 @@ impl SmtpConn {
                 // bounce; everything else is deferred.
                 let res = match (&a.rcpt[i], &a.delivered[i]) {
                     (_, Some(d)) => self.said(r.index, d, "end of DATA"),
-                    (Some(rr), _) if rr.is_permanent() => result_of(r.index, rr),
+                    (Some(rr), _) if rr.is_permanent() => self.said(r.index, rr, "RCPT TO"),
                     _ => RcptResult {
                         index: r.index,
                         status: lost(why.clone()),
+                        remote: remote.clone(),
                     },
                 };
                 let log = &self.settings.logger;

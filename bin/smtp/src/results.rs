@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 
 use ipc::delivery::{RcptResult, Transaction};
-use mail::{Status, StatusCode};
+use mail::{RemoteReply, Said, Status, StatusCode};
 use smtp_proto::client_session::{ClientError, Envelope};
 use smtp_proto::command::{MailParams, RcptParams};
 use smtp_proto::{Path, Reply};
@@ -31,30 +31,40 @@ pub fn relay(host: &str, addr: SocketAddr) -> String {
     format!("{host}[{}]:{}", addr.ip(), addr.port())
 }
 
-/// Why the session failed, for the logs and the deferral.
-pub fn describe(e: &ClientError, relay: &str) -> String {
+/// A server's reply as it was sent, from `relay` (`host[addr]:port`).
+pub fn remote_of(r: &Reply, relay: &str) -> RemoteReply {
+    RemoteReply {
+        relay: relay.to_string(),
+        code: r.code,
+        // As the reply parser takes it: only a code of the reply's class.
+        enhanced: r.enhanced.filter(|e| u16::from(e.class()) == r.code / 100),
+        text: r.text().replace('\n', " "),
+    }
+}
+
+/// Why the session failed, for the logs and the deferral, with the
+/// server's reply when one decided it.
+pub fn describe(e: &ClientError, relay: &str) -> (String, Option<RemoteReply>) {
     use smtp_proto::client_session::ClientError as E;
+    let said = |r: &Reply, when: Said| {
+        let remote = remote_of(r, relay);
+        (remote.reason(&when), Some(remote))
+    };
     match e {
-        E::Greeting(r) => format!(
-            "host {relay} refused to talk to me: {} {}",
-            r.code,
-            r.text()
-        ),
-        E::Helo(r) => format!(
-            "host {relay} refused EHLO and HELO: {} {}",
-            r.code,
-            r.text()
-        ),
-        E::TlsUnavailable(_) => format!("TLS is required, but was not offered by host {relay}"),
+        E::Greeting(r) => said(r, Said::Greeting),
+        E::Helo(r) => said(r, Said::Helo),
         // With the enhanced code: 4.7.0 (a session limit) tells the postmaster more than 421.
-        E::ServerClosing(r) => format!("host {relay} said: {r}"),
-        E::BadReply(err) => format!("host {relay} sent a malformed reply: {err:?}"),
-        E::Unexpected(r) => format!(
-            "host {relay} sent an unexpected reply: {} {}",
-            r.code,
-            r.text()
+        E::ServerClosing(r) => said(r, Said::Closing),
+        E::Unexpected(r) => said(r, Said::Unexpected),
+        E::TlsUnavailable(_) => (
+            format!("TLS is required, but was not offered by host {relay}"),
+            None,
         ),
-        other => format!("host {relay}: {other:?}"),
+        E::BadReply(err) => (
+            format!("host {relay} sent a malformed reply: {err:?}"),
+            None,
+        ),
+        other => (format!("host {relay}: {other:?}"), None),
     }
 }
 
@@ -69,11 +79,21 @@ pub fn status_of(r: &Reply) -> Status {
     Status::new(code, r.text().replace('\n', " "))
 }
 
-/// The result for recipient `index` from the reply that decided it.
-pub fn result_of(index: u32, r: &Reply) -> RcptResult {
+/// The result for recipient `index` from the reply `relay` sent at
+/// `stage`: its text as Postfix logs it, the server's reply quoted as it
+/// was sent (no enhanced code made up when it sent none).
+pub fn result_of(index: u32, r: &Reply, relay: &str, stage: &str) -> RcptResult {
+    let remote = remote_of(r, relay);
+    let mut status = status_of(r);
+    status.text = if r.code < 300 {
+        remote.said()
+    } else {
+        remote.reason(&Said::InReplyTo(stage.to_string()))
+    };
     RcptResult {
         index,
-        status: status_of(r),
+        status,
+        remote: Some(remote),
     }
 }
 
@@ -125,9 +145,69 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_is_quoted_as_the_server_sent_it() {
+        let relay = "mx.example.net[192.0.2.1]:25";
+        let table = [
+            // No enhanced code sent: Sluice acts on 5.0.0 but quotes none.
+            (
+                Reply::new(550, None, "no such user"),
+                "5.0.0",
+                "host mx.example.net[192.0.2.1]:25 said: 550 no such user (in reply to RCPT TO command)",
+            ),
+            (
+                Reply::enhanced(550, StatusCode::known(5, 1, 1), "no such user"),
+                "5.1.1",
+                "host mx.example.net[192.0.2.1]:25 said: 550 5.1.1 no such user (in reply to RCPT TO command)",
+            ),
+            (
+                Reply::multiline(452, None, vec!["first".into(), "second".into()]),
+                "4.0.0",
+                "host mx.example.net[192.0.2.1]:25 said: 452 first second (in reply to RCPT TO command)",
+            ),
+            (
+                Reply::new(250, None, "queued as X"),
+                "2.0.0",
+                "250 queued as X",
+            ),
+        ];
+        for (reply, code, text) in table {
+            let r = result_of(3, &reply, relay, "RCPT TO");
+            assert_eq!(
+                (r.status.code.to_string().as_str(), r.status.text.as_str()),
+                (code, text)
+            );
+            let remote = r.remote.expect("a server's reply");
+            assert_eq!((remote.code, remote.enhanced), (reply.code, reply.enhanced));
+            assert_eq!(remote.relay, relay);
+        }
+    }
+
+    #[test]
+    fn a_refusal_at_the_greeting_is_a_servers_reply() {
+        use smtp_proto::client_session::ClientError as E;
+        let relay = "mx.example.net[192.0.2.1]:25";
+        // Yahoo's TS03 comes at the greeting (a 421 there is ServerClosing, below).
+        let r = Reply::enhanced(
+            554,
+            StatusCode::known(5, 7, 1),
+            "[TS03] All messages from x will be permanently deferred",
+        );
+        let (why, remote) = describe(&E::Greeting(r), relay);
+        assert_eq!(
+            why,
+            "host mx.example.net[192.0.2.1]:25 refused to talk to me: 554 5.7.1 [TS03] All messages from x will be permanently deferred"
+        );
+        assert_eq!(
+            remote.expect("a reply").said(),
+            "554 5.7.1 [TS03] All messages from x will be permanently deferred"
+        );
+        let (why, remote) = describe(&E::ServerClosing(Reply::new(421, None, "bye")), relay);
+        assert_eq!(why, "host mx.example.net[192.0.2.1]:25 said: 421 bye");
+        assert!(remote.is_some());
+    }
+
+    #[test]
     fn statuses_of_replies() {
-        let r = result_of(3, &Reply::new(550, None, "no such user"));
-        assert_eq!((r.index, r.status.code.to_string()), (3, "5.0.0".into()));
         let r = status_of(&Reply::enhanced(550, StatusCode::known(5, 1, 1), "unknown"));
         assert_eq!(
             (r.code.to_string(), r.text.as_str()),

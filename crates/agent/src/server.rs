@@ -211,6 +211,7 @@ impl<A: Agent> Handler<Delivery> for AgentServer<A> {
                             conn,
                             failure: ipc::delivery::OpenFailure::Local,
                             reason,
+                            remote: None,
                         },
                     );
                 }

@@ -14,7 +14,8 @@
 //! file relative to the queue directory; the agent opens either read-only
 //! and streams it (it is already in wire format). It may also travel
 //! inline. Results are typed ([`mail::Status`]: an enhanced status code
-//! and its text), never a string to split again.
+//! and its text), never a string to split again; a server's reply that
+//! decided a result travels with it as the server sent it.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -26,7 +27,7 @@ pub enum Delivery {}
 
 impl crate::Protocol for Delivery {
     const NAME: &'static str = "sluice-delivery";
-    const VERSION: u32 = 7;
+    const VERSION: u32 = 8;
     type Request = Request;
     type Response = Response;
 }
@@ -142,6 +143,7 @@ impl Transaction {
             .map(|r| RcptResult {
                 index: r.index,
                 status: status.clone(),
+                remote: None,
             })
             .collect()
     }
@@ -182,6 +184,10 @@ pub enum Response {
         failure: OpenFailure,
         /// Why, for the deferral of what waited for it.
         reason: mail::Status,
+        /// The server's reply that refused the connection (at the
+        /// greeting, EHLO, or a 421), as it was sent: for the traffic
+        /// shaping's reply rules.
+        remote: Option<mail::RemoteReply>,
     },
     /// A transaction finished.
     Sent {
@@ -260,6 +266,9 @@ pub struct RcptResult {
     /// Its class decides: 2 delivered, 4 deferred, 5 bounced. The text is
     /// the server's reply (or the agent's reason), one line, as logged.
     pub status: mail::Status,
+    /// The server's reply that decided it, as it was sent (its own
+    /// enhanced code or none), when a server's reply did.
+    pub remote: Option<mail::RemoteReply>,
 }
 
 #[cfg(test)]
@@ -305,9 +314,21 @@ mod tests {
             results,
             vec![RcptResult {
                 index: 3,
-                status: lost.clone()
+                status: lost.clone(),
+                remote: None,
             }]
         );
+        let mut results = results;
+        results.push(RcptResult {
+            index: 4,
+            status: mail::Status::new(mail::StatusCode::of_reply(550), "refused"),
+            remote: Some(mail::RemoteReply {
+                relay: "mx[192.0.2.1]:25".into(),
+                code: 550,
+                enhanced: None,
+                text: "no such user".into(),
+            }),
+        });
         let resp = Tagged {
             id: 9,
             body: Response::Sent {

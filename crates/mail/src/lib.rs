@@ -19,6 +19,7 @@ pub mod logline;
 pub mod notice;
 pub mod orcpt;
 mod queue_id;
+mod remote;
 
 pub use dsn::{DsnAction, Notify, ParseStatusError, Refusal, Ret, Status, StatusCode};
 pub use envelope::{
@@ -27,3 +28,4 @@ pub use envelope::{
 pub use logline::orig_to;
 pub use orcpt::Orcpt;
 pub use queue_id::{ParseQueueIdError, QueueId, QueueIdGen};
+pub use remote::{RemoteReply, Said};

@@ -228,10 +228,14 @@ pub fn parts_of(
             Kind::Success { relayed: false } => "Action: delivered",
         });
         line(&format!("Status: {}", f.status));
-        if let Some(host) = remote_mta(&f.reason) {
-            line(&format!("Remote-MTA: dns; {host}"));
+        let remote = crate::RemoteReply::parse_reason(&f.reason).map(|(r, _)| r);
+        if let Some(r) = remote.as_ref().filter(|r| !r.host().is_empty()) {
+            line(&format!("Remote-MTA: dns; {}", xtext_safe(r.host())));
         }
-        line(&format!("Diagnostic-Code: {}", diagnostic(&f.reason)));
+        line(&format!(
+            "Diagnostic-Code: {}",
+            diagnostic(remote.as_ref(), &f.reason)
+        ));
         if kind == Kind::Delay {
             if let Some(until) = retry_until {
                 line(&format!("Will-Retry-Until: {until}"));
@@ -279,17 +283,12 @@ fn xtext_safe(s: &str) -> String {
     s.chars().filter(|c| c.is_ascii_graphic()).collect()
 }
 
-/// `host NAME[ADDR]:PORT said: …` → `NAME`.
-fn remote_mta(reason: &str) -> Option<String> {
-    let rest = reason.strip_prefix("host ")?;
-    let name = rest.split('[').next()?;
-    (!name.is_empty() && !name.contains(' ')).then(|| name.to_string())
-}
-
-/// `smtp; 550 5.1.1 …` when the reason quotes a server, else `X-Sluice; …`.
-fn diagnostic(reason: &str) -> String {
-    match reason.split_once(" said: ") {
-        Some((_, said)) => format!("smtp; {}", one_line(said)),
+/// `smtp; 550 5.1.1 text` (the reply as the server sent it, without the
+/// command it answered, as Postfix's bounce(8) writes it) when the smtp
+/// agent worded the reason from a server's reply, else `X-Sluice; reason`.
+fn diagnostic(remote: Option<&crate::RemoteReply>, reason: &str) -> String {
+    match remote {
+        Some(r) => format!("smtp; {}", one_line(&r.said())),
         None => format!("X-Sluice; {}", one_line(reason)),
     }
 }
@@ -394,6 +393,58 @@ mod tests {
             !r.contains("X-Injected") && !r.contains("Original-Recipient"),
             "{r}"
         );
+    }
+
+    /// The Remote-MTA and Diagnostic-Code lines of a failure notice for `reason`.
+    fn remote_fields(reason: &str) -> Vec<String> {
+        let failed = Failed {
+            index: 0,
+            status: crate::StatusCode::known(5, 0, 0),
+            reason: reason.into(),
+        };
+        let cx = Context {
+            hostname: "mx.test.example",
+            to: "alice@example.com",
+            date: "now",
+            arrival: "then",
+            retry_until: None,
+        };
+        let r = String::from_utf8(report(&env(), "Q", &[&failed], b"\r\n", cx)).unwrap();
+        r.split("\r\n")
+            .filter(|l| l.starts_with("Remote-MTA:") || l.starts_with("Diagnostic-Code:"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_diagnostic_code_is_the_servers_reply_as_sent() {
+        let table: [(&str, &[&str]); 5] = [
+            (
+                "host mx.remote.example[192.0.2.1]:25 said: 550 5.1.1 no such user (in reply to RCPT TO command)",
+                &["Remote-MTA: dns; mx.remote.example", "Diagnostic-Code: smtp; 550 5.1.1 no such user"],
+            ),
+            // No enhanced code sent: none made up in the quote.
+            (
+                "host mx.remote.example[192.0.2.1]:25 said: 550 no such user (in reply to end of DATA command)",
+                &["Remote-MTA: dns; mx.remote.example", "Diagnostic-Code: smtp; 550 no such user"],
+            ),
+            (
+                "host mx.remote.example[192.0.2.1]:25 refused to talk to me: 554 5.7.1 [TS01] go away",
+                &["Remote-MTA: dns; mx.remote.example", "Diagnostic-Code: smtp; 554 5.7.1 [TS01] go away"],
+            ),
+            // A local reason that quotes a server is not a server's reply.
+            (
+                "Command died with status 1: \"/bin/fwd\". Command output: host x[192.0.2.9]:25 said: 550 no",
+                &["Diagnostic-Code: X-Sluice; Command died with status 1: \"/bin/fwd\". Command output: host x[192.0.2.9]:25 said: 550 no"],
+            ),
+            (
+                "connect to mx.remote.example[192.0.2.1]:25: Connection refused",
+                &["Diagnostic-Code: X-Sluice; connect to mx.remote.example[192.0.2.1]:25: Connection refused"],
+            ),
+        ];
+        for (reason, want) in table {
+            assert_eq!(remote_fields(reason), want, "{reason}");
+        }
     }
 
     #[test]

@@ -214,6 +214,7 @@ impl World {
                         entry,
                         results,
                         conn_failed,
+                        remote: Vec::new(),
                     };
                     let r = self.conns.handle(&mut self.sched, self.now, ev);
                     self.check(r);
@@ -239,6 +240,7 @@ impl World {
                     conn,
                     failure,
                     status: Status::new(StatusCode::NO_ANSWER, "refused"),
+                    remote: None,
                 },
             };
             let r = self.conns.handle(&mut self.sched, self.now, ev);

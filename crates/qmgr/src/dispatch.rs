@@ -487,7 +487,10 @@ impl<S: Store> QueueManager<S> {
             (
                 Some(AgentWait::Open),
                 delivery::Response::OpenFailed {
-                    failure, reason, ..
+                    failure,
+                    reason,
+                    remote,
+                    ..
                 },
             ) => SchedEvent::ConnectionFailed {
                 conn,
@@ -497,6 +500,7 @@ impl<S: Store> QueueManager<S> {
                     delivery::OpenFailure::Local => ConnFailure::Local,
                 },
                 status: reason,
+                remote,
             },
             (
                 Some(AgentWait::Send { entry, qid, rcpts }),
@@ -510,8 +514,16 @@ impl<S: Store> QueueManager<S> {
                 self.probe_results(qid, &results);
                 self.owe_success(qid, &results, handoff);
                 let mut out = Vec::new();
+                let mut remote: Vec<mail::RemoteReply> = Vec::new();
                 for r in results {
                     self.deliver.logged.insert((qid, r.index));
+                    // A refusal the server sent, once however many
+                    // recipients it refused (a refused MAIL FROM is each one's).
+                    if let Some(rr) = r.remote.filter(|_| !r.status.is_success()) {
+                        if !remote.contains(&rr) {
+                            remote.push(rr);
+                        }
+                    }
                     let st = if r.status.is_success() {
                         RcptStatus::Delivered
                     } else if r.status.is_permanent() {
@@ -538,6 +550,7 @@ impl<S: Store> QueueManager<S> {
                     entry,
                     results: out,
                     conn_failed,
+                    remote,
                 }
             }
             (_, delivery::Response::Closed { .. }) => SchedEvent::ConnectionClosed { conn },
@@ -1109,6 +1122,7 @@ mod tests {
                 results: vec![ipc::delivery::RcptResult {
                     index: 0,
                     status: mail::Status::new(mail::StatusCode::known(2, 0, 0), "ok"),
+                    remote: None,
                 }],
                 conn_failed: false,
                 handoff: ipc::delivery::Handoff::Relayed,

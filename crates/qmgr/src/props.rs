@@ -232,6 +232,7 @@ fn agent_answer(body: delivery::Request, how: u8) -> delivery::Response {
             conn,
             failure: delivery::OpenFailure::Unreachable,
             reason: mail::Status::new(mail::StatusCode::known(4, 4, 1), "connect: refused"),
+            remote: None,
         },
         delivery::Request::Open { conn, .. } => delivery::Response::Opened {
             conn,
@@ -247,6 +248,7 @@ fn agent_answer(body: delivery::Request, how: u8) -> delivery::Response {
                     .map(|r| delivery::RcptResult {
                         index: r.index,
                         status: mail::Status::new(mail::StatusCode::of_reply(code), "reply"),
+                        remote: None,
                     })
                     .collect(),
                 conn_failed: how == 3,

@@ -306,6 +306,7 @@ impl World {
                                     mail::StatusCode::of_reply(c),
                                     format!("{c} reply"),
                                 ),
+                                remote: None,
                             }
                         })
                         .collect(),

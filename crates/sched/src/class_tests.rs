@@ -72,6 +72,7 @@ fn class_round_robin_alternates_non_empty_classes() {
                 entry: e,
                 results: ok(&r),
                 conn_failed: false,
+                remote: Vec::new(),
             },
         )
         .unwrap();
@@ -128,6 +129,7 @@ fn share_swap_lets_an_under_share_class_jump_a_waiting_job() {
             entry: e,
             results: ok(&r),
             conn_failed: false,
+            remote: Vec::new(),
         },
     )
     .unwrap();
@@ -149,6 +151,7 @@ fn share_swap_lets_an_under_share_class_jump_a_waiting_job() {
             entry: e,
             results: ok(&r),
             conn_failed: false,
+            remote: Vec::new(),
         },
     )
     .unwrap();
@@ -234,6 +237,7 @@ impl Driver {
                     entry: e,
                     results: ok(&r),
                     conn_failed: false,
+                    remote: Vec::new(),
                 };
                 s.handle(*now, done).unwrap();
             } else if let Some(c) = self.pending.pop() {
@@ -369,6 +373,7 @@ fn run_timed(
                 entry,
                 results: ok(&r),
                 conn_failed: false,
+                remote: Vec::new(),
             };
             s.handle(Time(now), done).unwrap();
         }

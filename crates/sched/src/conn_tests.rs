@@ -44,6 +44,7 @@ fn hosts_unused_then_closed_oldest_then_secondary_mx_then_defer() {
                 entry: e,
                 results: ok(&r),
                 conn_failed: false,
+                remote: Vec::new(),
             },
         )
         .unwrap();
@@ -79,6 +80,7 @@ fn hosts_unused_then_closed_oldest_then_secondary_mx_then_defer() {
                     conn,
                     failure: ConnFailure::Unreachable,
                     status: Status::new(StatusCode::SYSTEM_TEMP, "refused"),
+                    remote: None,
                 },
             )
             .unwrap();
@@ -143,6 +145,7 @@ fn reuse_count_limit_closes_after_n_transactions() {
                 entry: e,
                 results: ok(&r),
                 conn_failed: false,
+                remote: Vec::new(),
             },
         )
         .unwrap();
@@ -203,6 +206,7 @@ fn idle_destinations_and_hosts_are_garbage_collected() {
             entry: e,
             results: ok(&r),
             conn_failed: false,
+            remote: Vec::new(),
         },
     )
     .unwrap();

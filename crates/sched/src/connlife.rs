@@ -91,6 +91,7 @@ impl Scheduler {
         c: ConnId,
         failure: ConnFailure,
         status: &Status,
+        remote: Option<&mail::RemoteReply>,
     ) -> Result<(), SchedError> {
         let conn = self.conns.get(c).ok_or(SchedError::UnknownConnection(c))?;
         let (d, h, t) = (conn.dest, conn.host, conn.transport.0 as usize);
@@ -106,8 +107,8 @@ impl Scheduler {
         }
         // The delivery that opened the connection failed (Postfix defers it);
         // the others that were queued on the connection are rescheduled.
-        if failure == ConnFailure::Handshake {
-            self.shaping_reply(now, c, &status.text);
+        if let (ConnFailure::Handshake, Some(r)) = (failure, remote) {
+            self.shaping_reply(now, c, r);
         }
         let first = self.take_first(c);
         if failure == ConnFailure::Unreachable {

@@ -127,6 +127,7 @@ fn a_local_failure_beside_a_delivering_connection_keeps_its_mail_queued() {
             conn: conns[1],
             failure: ConnFailure::Local,
             status: Status::new(StatusCode::SYSTEM_TEMP, "no egress proxy answered"),
+            remote: None,
         },
     )
     .unwrap();
@@ -201,6 +202,7 @@ fn success_on_a_live_connection_revives_a_dead_destination() {
             conn: conns[1],
             failure: ConnFailure::Handshake,
             status: Status::new(StatusCode::SYSTEM_TEMP, "421"),
+            remote: None,
         },
     )
     .unwrap();
@@ -213,6 +215,7 @@ fn success_on_a_live_connection_revives_a_dead_destination() {
             entry: e,
             results: ok(&r),
             conn_failed: false,
+            remote: Vec::new(),
         },
     )
     .unwrap();
@@ -236,6 +239,7 @@ fn expired_mail_bounces_instead_of_deferring() {
             conn,
             failure: ConnFailure::Unreachable,
             status: Status::new(StatusCode::SYSTEM_TEMP, "timeout"),
+            remote: None,
         },
     )
     .unwrap();
@@ -300,6 +304,7 @@ fn deferred_recipient_gets_message_backoff() {
             entry: e,
             results,
             conn_failed: false,
+            remote: Vec::new(),
         },
     )
     .unwrap();
@@ -322,6 +327,7 @@ fn entries_arriving_at_the_retry_time_are_not_deferred_again() {
             conn: opens(&a)[0],
             failure: ConnFailure::Unreachable,
             status: Status::new(StatusCode::SYSTEM_TEMP, "x"),
+            remote: None,
         },
     )
     .unwrap();

@@ -105,6 +105,9 @@ pub enum Event {
         failure: ConnFailure,
         /// What the deferral says.
         status: Status,
+        /// The server's reply that refused the connection (at the greeting,
+        /// EHLO, or a 421), as it was sent: the policy's reply rules see it.
+        remote: Option<mail::RemoteReply>,
     },
     /// The peer or the agent closed a connection.
     ConnectionClosed {
@@ -121,6 +124,9 @@ pub enum Event {
         results: Vec<(u32, RcptStatus)>,
         /// The connection or handshake failed during the transaction.
         conn_failed: bool,
+        /// The servers' replies that deferred or bounced recipients, as
+        /// they were sent, each once: the policy's reply rules see them.
+        remote: Vec<mail::RemoteReply>,
     },
     /// A delivery agent slot of this transport became free.
     AgentSlotFree {

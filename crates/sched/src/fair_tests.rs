@@ -26,6 +26,7 @@ fn done(s: &mut Scheduler, now: Time, (conn, entry, r): (ConnId, EntryId, Vec<u3
             entry,
             results: ok(&r),
             conn_failed: false,
+            remote: Vec::new(),
         },
     )
     .unwrap();
@@ -286,6 +287,7 @@ fn refused_beyond_one(dead_while_delivering: bool) -> (bool, u32) {
                 conn,
                 failure: ConnFailure::Handshake,
                 status: Status::new(StatusCode::SYSTEM_TEMP, "421 4.7.0 too many connections"),
+                remote: None,
             },
         )
         .unwrap();

@@ -237,7 +237,8 @@ impl Scheduler {
                 conn,
                 failure,
                 status,
-            } => self.connection_failed(now, conn, failure, &status)?,
+                remote,
+            } => self.connection_failed(now, conn, failure, &status, remote.as_ref())?,
             Event::ConnectionClosed { conn } => {
                 if !self.conns.contains(conn) {
                     return Err(SchedError::UnknownConnection(conn));
@@ -249,7 +250,8 @@ impl Scheduler {
                 entry,
                 results,
                 conn_failed,
-            } => self.delivery_done(now, conn, entry, results, conn_failed)?,
+                remote,
+            } => self.delivery_done(now, conn, entry, results, conn_failed, remote)?,
             Event::AgentSlotFree { transport } => {
                 // A freed agent only matters to destinations waiting for a worker,
                 // and the dispatcher wakes those whenever a worker is free.
@@ -862,6 +864,7 @@ impl Scheduler {
         e: EntryId,
         results: Vec<(u32, RcptStatus)>,
         conn_failed: bool,
+        remote: Vec<mail::RemoteReply>,
     ) -> Result<(), SchedError> {
         let conn = self
             .conns
@@ -909,8 +912,8 @@ impl Scheduler {
             busy,
         );
         if self.shaping.is_some() {
-            for why in [&defer_status, &bounce_status].into_iter().flatten() {
-                self.shaping_reply(now, c, &why.text);
+            for r in &remote {
+                self.shaping_reply(now, c, r);
             }
         }
         if !delivered.is_empty() {

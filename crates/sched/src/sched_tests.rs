@@ -126,6 +126,7 @@ fn fail_all(s: &mut Scheduler, now: Time, failure: ConnFailure) -> Vec<Action> {
                 conn: c,
                 failure,
                 status: Status::new(StatusCode::SYSTEM_TEMP, "failed"),
+                remote: None,
             },
         )
         .unwrap();
@@ -156,6 +157,7 @@ fn one_message_full_lifecycle() {
             entry: e,
             results: ok(&r),
             conn_failed: false,
+            remote: Vec::new(),
         },
     )
     .unwrap();
@@ -359,6 +361,7 @@ fn fifo_policy_keeps_arrival_order() {
                 entry: e,
                 results: ok(&r),
                 conn_failed: false,
+                remote: Vec::new(),
             },
         )
         .unwrap();

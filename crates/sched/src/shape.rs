@@ -447,19 +447,22 @@ impl Scheduler {
         self.arm_shaping(now);
     }
 
-    /// A reply on a shaped connection: remote replies (`host X said: …`)
-    /// go through the policy's reply rules; Sluice's own failures never do.
-    pub(crate) fn shaping_reply(&mut self, now: Time, c: ConnId, reason: &str) {
-        let Some((_, said)) = reason.split_once(" said: ") else {
+    /// A server's refusal on a shaped connection goes through the policy's
+    /// reply rules, matched on the reply as the server sent it (`421 4.7.0
+    /// text`, or `550 text` without an enhanced code). Only a remote
+    /// reply gets here: Sluice's own failures have none, and never match.
+    pub(crate) fn shaping_reply(&mut self, now: Time, c: ConnId, reply: &mail::RemoteReply) {
+        if reply.code < 400 {
             return;
-        };
+        }
+        let said = reply.said();
         let Some(bind) = self.conns.get(c).and_then(|x| x.bind) else {
             return;
         };
         let Some(sh) = self.shaping.as_mut() else {
             return;
         };
-        let fired = sh.shaper.reply(now.0, bind, said);
+        let fired = sh.shaper.reply(now.0, bind, &said);
         for t in fired {
             let hold = sh
                 .shaper

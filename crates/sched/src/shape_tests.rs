@@ -2,7 +2,8 @@
 
 use crate::config::{SchedConfig, TransportConfig};
 use crate::event::{
-    Action, Event, NewMessage, Notice, QueueId, RcptStatus, RecipientGroup, Status, StatusCode,
+    Action, ConnFailure, Event, NewMessage, Notice, QueueId, RcptStatus, RecipientGroup, Status,
+    StatusCode,
 };
 use crate::ids::ConnId;
 use crate::sched::Scheduler;
@@ -104,6 +105,8 @@ struct World {
     /// Most connections open at once per (source, host suffix).
     peak: BTreeMap<(String, String), usize>,
     notices: Vec<Notice>,
+    /// When set, every server refuses at the greeting with this reply.
+    greeting: Option<mail::RemoteReply>,
 }
 
 impl World {
@@ -122,6 +125,18 @@ impl World {
                         self.serial.insert(conn, n);
                         self.source.insert(n, source);
                         self.host.insert(n, s.host_name(host).to_string());
+                        if let Some(r) = self.greeting.clone() {
+                            let status =
+                                Status::new(StatusCode::NO_ANSWER, r.reason(&mail::Said::Greeting));
+                            let ev = Event::ConnectionFailed {
+                                conn,
+                                failure: ConnFailure::Handshake,
+                                status,
+                                remote: Some(r),
+                            };
+                            s.handle(now, ev).unwrap();
+                            continue;
+                        }
                         self.open.insert(n);
                         self.sample();
                         s.handle(now, Event::ConnectionOpened { conn }).unwrap();
@@ -167,6 +182,18 @@ impl World {
 
     /// Finishes every running transaction with `status`.
     fn finish(&mut self, s: &mut Scheduler, now: Time, status: impl Fn(u64) -> RcptStatus) {
+        self.finish_said(s, now, status, None);
+    }
+
+    /// Finishes every running transaction with `status`, which the server's
+    /// reply `remote` decided when given.
+    fn finish_said(
+        &mut self,
+        s: &mut Scheduler,
+        now: Time,
+        status: impl Fn(u64) -> RcptStatus,
+        remote: Option<mail::RemoteReply>,
+    ) {
         let running = std::mem::take(&mut self.running);
         for (conn, entry, rcpts, q) in running {
             let results = rcpts.iter().map(|&r| (r, status(q))).collect();
@@ -177,6 +204,7 @@ impl World {
                     entry,
                     results,
                     conn_failed: false,
+                    remote: remote.iter().cloned().collect(),
                 },
             )
             .unwrap();
@@ -431,6 +459,16 @@ fn a_suspension_holds_its_key_and_lets_the_other_source_deliver() {
     assert_eq!(w.started.len(), before + 5, "delivered once it ended");
 }
 
+/// A reply of the yahoo test host, as it sent it.
+fn remote(code: u16, enhanced: Option<StatusCode>, text: &str) -> mail::RemoteReply {
+    mail::RemoteReply {
+        relay: "mta5.am0.yahoodns.test[127.0.0.9]:25".into(),
+        code,
+        enhanced,
+        text: text.into(),
+    }
+}
+
 /// A rule suspending (localip, grouping) for 2 hours on replies matching `pattern`.
 fn suspend_rule(pattern: &str, when: Vec<(Field, String)>) -> ReplyRule {
     ReplyRule {
@@ -465,9 +503,21 @@ fn a_ts04_reply_suspends_that_source_for_the_grouping_only() {
     );
     let first = w.source.values().next().copied().flatten().unwrap();
     // The remote server answers [TS04]: Sluice's own failures would not count.
-    w.finish(&mut s, Time(100), |_| {
-        RcptStatus::Deferred(Status::new(StatusCode::SYSTEM_TEMP, "host mta5.am0.yahoodns.test[127.0.0.9] said: 421 4.7.0 [TS04] Messages from this IP temporarily deferred"))
-    });
+    let ts04 = remote(
+        421,
+        Some(StatusCode::known(4, 7, 0)),
+        "[TS04] Messages from this IP temporarily deferred",
+    );
+    let why = Status::new(
+        StatusCode::known(4, 7, 0),
+        ts04.reason(&mail::Said::InReplyTo("RCPT TO".into())),
+    );
+    w.finish_said(
+        &mut s,
+        Time(100),
+        |_| RcptStatus::Deferred(why.clone()),
+        Some(ts04.clone()),
+    );
     assert!(
         w.notices.iter().any(
             |n| matches!(n, Notice::Suspended { hold } if hold.until == Some(100 + 7_200_000))
@@ -579,6 +629,77 @@ fn transactions_and_idletimeout_come_from_the_policy() {
     s.handle_timeout(Time(t + 7_000));
     w.drain(&mut s, Time(t + 7_000));
     assert!(w.open.is_empty(), "closed after idletimeout");
+}
+
+/// Whether a rule matching `pattern` holds anything once a message's
+/// server answered `reply`: at the greeting, or to its recipient.
+fn rule_fires(pattern: &str, reply: mail::RemoteReply, at_greeting: bool) -> bool {
+    let mut p = seed();
+    p.replies = vec![suspend_rule(pattern, vec![])];
+    let mut s = sched(p);
+    let mut w = World {
+        greeting: at_greeting.then(|| reply.clone()),
+        ..World::default()
+    };
+    message(
+        &mut s,
+        &mut w,
+        Time(0),
+        1,
+        "",
+        "yahoo.test",
+        "mta5.am0.yahoodns.test",
+    );
+    let why = Status::new(
+        StatusCode::of_reply(reply.code),
+        reply.reason(&mail::Said::InReplyTo("RCPT TO".into())),
+    );
+    w.finish_said(
+        &mut s,
+        Time(100),
+        |_| RcptStatus::Deferred(why.clone()),
+        Some(reply),
+    );
+    let fired = w
+        .notices
+        .iter()
+        .any(|n| matches!(n, Notice::Suspended { .. }));
+    assert_eq!(fired, !s.shaper().unwrap().holds(100).is_empty());
+    fired
+}
+
+#[test]
+fn a_421_at_the_greeting_is_matched_by_a_reply_rule() {
+    let ts01 = remote(
+        421,
+        Some(StatusCode::known(4, 7, 0)),
+        "[TS01] Messages from this IP temporarily deferred",
+    );
+    assert!(rule_fires(r"\[TS01\]", ts01.clone(), true));
+    assert!(rule_fires(r"^421 4\.7\.0 ", ts01, true));
+    let ts03 = remote(
+        554,
+        Some(StatusCode::known(5, 7, 1)),
+        "[TS03] All messages from x will be permanently deferred",
+    );
+    assert!(rule_fires(r"\[TS03\]", ts03, true));
+}
+
+#[test]
+fn a_reply_without_an_enhanced_code_is_matched_as_sent() {
+    let plain = remote(421, None, "too many connections from your IP");
+    assert!(rule_fires(
+        r"^421 too many connections",
+        plain.clone(),
+        false
+    ));
+    assert!(rule_fires(
+        r"^421 too many connections",
+        plain.clone(),
+        true
+    ));
+    // No enhanced code made up for the server.
+    assert!(!rule_fires(r"^421 4\.0\.0", plain, false));
 }
 
 #[test]

@@ -219,6 +219,7 @@ mod tests {
                 conn: c,
                 failure: ConnFailure::Unreachable,
                 status: Status::new(StatusCode::SYSTEM_TEMP, "refused"),
+                remote: None,
             };
             s.handle(now, ev).unwrap();
             while s.poll_action().is_some() {}

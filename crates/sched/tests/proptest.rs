@@ -222,6 +222,7 @@ impl Driver {
                     conn: c,
                     failure,
                     status: Status::new(StatusCode::SYSTEM_TEMP, "x"),
+                    remote: None,
                 });
             }
             Op::Done(i, seed, conn_failed) if !self.starts.is_empty() => {
@@ -248,6 +249,7 @@ impl Driver {
                     entry: e,
                     results,
                     conn_failed,
+                    remote: Vec::new(),
                 });
             }
             Op::PeerClose(i) if !self.live.is_empty() => {
@@ -286,6 +288,7 @@ impl Driver {
                     entry: e,
                     results,
                     conn_failed: false,
+                    remote: Vec::new(),
                 });
             } else if self.s.messages_in_memory() > 0 {
                 let t = self.s.poll_timeout().expect("work left needs a timer");

@@ -122,6 +122,7 @@ pub fn drain(s: &mut Scheduler, pending: Vec<Action>) -> u64 {
                     .map(|r| (r, RcptStatus::Delivered))
                     .collect(),
                 conn_failed: false,
+                remote: Vec::new(),
             },
             _ => continue,
         };

@@ -333,7 +333,7 @@ pub struct Sim {
     tracked_since: Time,
     integral: (f64, f64, f64),
     /// The server's words for a transaction it defers, by connection.
-    deferrals: HashMap<u64, String>,
+    deferrals: HashMap<u64, mail::RemoteReply>,
     /// Arrivals and removals so far (every `stride`-th is a drain point).
     changes: u64,
     /// Verification queries still to come.
@@ -631,6 +631,7 @@ impl Sim {
                             conn: c,
                             failure: delivery::OpenFailure::Handshake,
                             reason: Status::new(StatusCode::known(4, 4, 2), "greeting timed out"),
+                            remote: None,
                         },
                     );
                 }
@@ -648,10 +649,19 @@ impl Sim {
                         self.track(-1);
                     }
                     self.report.conn_failures += 1;
-                    let reason = if unreachable {
-                        Status::new(StatusCode::known(4, 4, 1), "connect timed out")
-                    } else {
-                        Status::new(StatusCode::known(4, 4, 2), "421 too many connections")
+                    // Over its limit the server refuses at the greeting:
+                    // a reply of its own, which the policy's rules see.
+                    let remote = (!unreachable).then(|| mail::RemoteReply {
+                        relay: format!("{}[192.0.2.1]", cs.host),
+                        code: 421,
+                        enhanced: None,
+                        text: "too many connections".into(),
+                    });
+                    let reason = match &remote {
+                        None => Status::new(StatusCode::known(4, 4, 1), "connect timed out"),
+                        Some(r) => {
+                            Status::new(StatusCode::known(4, 4, 2), r.reason(&mail::Said::Greeting))
+                        }
                     };
                     self.answer(
                         req,
@@ -663,6 +673,7 @@ impl Sim {
                                 delivery::OpenFailure::Handshake
                             },
                             reason,
+                            remote,
                         },
                     );
                 }
@@ -671,19 +682,38 @@ impl Sim {
                 if let Some(n) = self.probing.remove(&req) {
                     self.inflight_probes -= n;
                 }
-                let said = self.deferrals.remove(&c).unwrap_or_default();
+                let window = self.deferrals.remove(&c);
+                let relay = self
+                    .conns
+                    .get(&c)
+                    .map_or_else(String::new, |cs| format!("{}[192.0.2.1]", cs.host));
                 let results = codes
                     .into_iter()
                     .map(|(r, k)| {
                         let (code, text) = match k {
-                            0 => (250, "250 ok"),
-                            1 => (450, "450 try later"),
-                            3 => (421, said.as_str()),
-                            _ => (550, "550 no such user"),
+                            0 => (250, "ok"),
+                            1 => (450, "try later"),
+                            _ => (550, "no such user"),
                         };
+                        let remote = match (k, &window) {
+                            (3, Some(w)) => w.clone(),
+                            _ => mail::RemoteReply {
+                                relay: relay.clone(),
+                                code,
+                                enhanced: None,
+                                text: text.into(),
+                            },
+                        };
+                        let text = if remote.code < 300 {
+                            remote.said()
+                        } else {
+                            remote.reason(&mail::Said::InReplyTo("RCPT TO".into()))
+                        };
+                        let code = remote.enhanced.unwrap_or(StatusCode::of_reply(remote.code));
                         delivery::RcptResult {
                             index: r,
-                            status: Status::new(StatusCode::of_reply(code), text),
+                            status: Status::new(code, text),
+                            remote: Some(remote),
                         }
                     })
                     .collect();
@@ -913,10 +943,16 @@ impl Sim {
                             .defer_window
                             .as_ref()
                             .filter(|(a, b, _)| (*a..*b).contains(&self.now))
-                            .map(|(_, _, text)| {
-                                format!(
-                                    "host {}[192.0.2.1] said: {text} (in reply to RCPT TO command)",
-                                    cs.host
+                            .map(|(_, _, said)| {
+                                // The server's own words, typed as the smtp agent reports them.
+                                let relay = format!("{}[192.0.2.1]", cs.host);
+                                mail::RemoteReply::parse(&relay, said).unwrap_or(
+                                    mail::RemoteReply {
+                                        relay,
+                                        code: 421,
+                                        enhanced: None,
+                                        text: said.clone(),
+                                    },
                                 )
                             });
                         let n = txn.recipients.len() as u32;

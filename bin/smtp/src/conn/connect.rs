@@ -394,6 +394,7 @@ impl SmtpConn {
                 conn: self.id.conn,
                 failure: OpenFailure::Local,
                 reason: status.clone(),
+                remote: None,
             },
         });
         self.fail_queued_with(&status);
@@ -411,6 +412,7 @@ impl SmtpConn {
                 conn: self.id.conn,
                 failure: OpenFailure::Unreachable,
                 reason: unreached(reason.clone()),
+                remote: None,
             },
         });
         self.fail_queued(&reason);
