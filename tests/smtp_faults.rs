@@ -111,7 +111,8 @@ fn sessions_over_the_servers_limit_get_421_and_all_mail_still_arrives_once() {
     let refusals = log
         .lines()
         .filter(|l| {
-            l.contains("status=deferred") && l.contains("said: 421 4.7.0 too many connections")
+            l.contains("status=deferred")
+                && l.contains("refused to talk to me: 421 4.7.0 too many connections")
         })
         .count();
     assert!(refusals > 0, "{log}");

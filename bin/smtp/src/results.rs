@@ -186,7 +186,8 @@ mod tests {
     fn a_refusal_at_the_greeting_is_a_servers_reply() {
         use smtp_proto::client_session::ClientError as E;
         let relay = "mx.example.net[192.0.2.1]:25";
-        // Yahoo's TS03 comes at the greeting (a 421 there is ServerClosing, below).
+        // Yahoo's TS03 comes at the greeting, as a 421 there does (smtp-proto
+        // calls a 421 later ServerClosing, below).
         let r = Reply::enhanced(
             554,
             StatusCode::known(5, 7, 1),

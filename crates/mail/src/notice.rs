@@ -228,9 +228,9 @@ pub fn parts_of(
             Kind::Success { relayed: false } => "Action: delivered",
         });
         line(&format!("Status: {}", f.status));
-        let remote = crate::RemoteReply::parse_reason(&f.reason).map(|(r, _)| r);
-        if let Some(r) = remote.as_ref().filter(|r| !r.host().is_empty()) {
-            line(&format!("Remote-MTA: dns; {}", xtext_safe(r.host())));
+        let (remote, host) = remote_of(&f.reason);
+        if let Some(h) = host.filter(|h| !h.is_empty()) {
+            line(&format!("Remote-MTA: dns; {}", xtext_safe(h)));
         }
         line(&format!(
             "Diagnostic-Code: {}",
@@ -281,6 +281,40 @@ fn one_line(s: &str) -> String {
 
 fn xtext_safe(s: &str) -> String {
     s.chars().filter(|c| c.is_ascii_graphic()).collect()
+}
+
+/// Where the reason of expired mail begins: the last attempt's status and
+/// reason follow it, after ": ".
+pub const EXPIRED: &str = "message expired (maximal_queue_lifetime)";
+
+/// The server's reply a reason quotes, and the server: a reason the smtp
+/// agent worded from a reply, alone or as the last attempt's behind
+/// [`EXPIRED`] (Postfix's notice of expired mail quotes the last reply
+/// too); for the agent's other session errors ("host X sent a malformed
+/// reply: ..."), the server alone, as Postfix names the remote MTA of
+/// any session it had.
+fn remote_of(reason: &str) -> (Option<crate::RemoteReply>, Option<&str>) {
+    let last = reason
+        .strip_prefix(EXPIRED)
+        .and_then(|r| r.strip_prefix(": "))
+        .map(|r| match r.split_once(' ') {
+            Some((code, rest)) if code.parse::<crate::StatusCode>().is_ok() => rest,
+            _ => r,
+        })
+        .unwrap_or(reason);
+    let host = last
+        .strip_prefix("host ")
+        .and_then(|r| r.split_once(' '))
+        .and_then(|(relay, _)| relay.split_once('['))
+        .map(|(h, _)| h)
+        .filter(|h| {
+            h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+        });
+    match crate::RemoteReply::parse_reason(last) {
+        Some((r, _)) => (Some(r), host),
+        None => (None, host),
+    }
 }
 
 /// `smtp; 550 5.1.1 text` (the reply as the server sent it, without the
@@ -418,7 +452,7 @@ mod tests {
 
     #[test]
     fn the_diagnostic_code_is_the_servers_reply_as_sent() {
-        let table: [(&str, &[&str]); 5] = [
+        let table: [(&str, &[&str]); 7] = [
             (
                 "host mx.remote.example[192.0.2.1]:25 said: 550 5.1.1 no such user (in reply to RCPT TO command)",
                 &["Remote-MTA: dns; mx.remote.example", "Diagnostic-Code: smtp; 550 5.1.1 no such user"],
@@ -440,6 +474,16 @@ mod tests {
             (
                 "connect to mx.remote.example[192.0.2.1]:25: Connection refused",
                 &["Diagnostic-Code: X-Sluice; connect to mx.remote.example[192.0.2.1]:25: Connection refused"],
+            ),
+            // Expired mail quotes the last attempt's reply, as Postfix's notice does.
+            (
+                "message expired (maximal_queue_lifetime): 4.7.0 host mx.remote.example[192.0.2.1]:25 said: 421 4.7.0 [TS04] try later (in reply to RCPT TO command)",
+                &["Remote-MTA: dns; mx.remote.example", "Diagnostic-Code: smtp; 421 4.7.0 [TS04] try later"],
+            ),
+            // A session error that is not a reply still names the server.
+            (
+                "host mx.remote.example[192.0.2.1]:25 sent a malformed reply: 2x0 hi",
+                &["Remote-MTA: dns; mx.remote.example", "Diagnostic-Code: X-Sluice; host mx.remote.example[192.0.2.1]:25 sent a malformed reply: 2x0 hi"],
             ),
         ];
         for (reason, want) in table {

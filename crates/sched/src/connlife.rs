@@ -108,7 +108,7 @@ impl Scheduler {
         // The delivery that opened the connection failed (Postfix defers it);
         // the others that were queued on the connection are rescheduled.
         if let (ConnFailure::Handshake, Some(r)) = (failure, remote) {
-            self.shaping_reply(now, c, r);
+            self.shaping_reply(now, c, std::slice::from_ref(r));
         }
         let first = self.take_first(c);
         if failure == ConnFailure::Unreachable {

@@ -631,13 +631,7 @@ impl Scheduler {
         let dest = &mut self.dests[d];
         dest.entries += 1;
         if self.is_expired(now, m) {
-            self.bounce_entry(
-                e,
-                Status::new(
-                    StatusCode::EXPIRED,
-                    "message expired (maximal_queue_lifetime)",
-                ),
-            );
+            self.bounce_entry(e, Status::new(StatusCode::EXPIRED, mail::notice::EXPIRED));
             return;
         }
         // The retry timer may not have fired yet at the very retry time.
@@ -912,9 +906,7 @@ impl Scheduler {
             busy,
         );
         if self.shaping.is_some() {
-            for r in &remote {
-                self.shaping_reply(now, c, r);
-            }
+            self.shaping_reply(now, c, &remote);
         }
         if !delivered.is_empty() {
             self.actions.push_back(Action::Journal(Record::Delivered {
@@ -1152,6 +1144,6 @@ mod tests;
 fn expired(last: &Status) -> Status {
     Status::new(
         StatusCode::EXPIRED,
-        format!("message expired (maximal_queue_lifetime): {last}"),
+        format!("{}: {last}", mail::notice::EXPIRED),
     )
 }

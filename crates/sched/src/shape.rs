@@ -447,22 +447,29 @@ impl Scheduler {
         self.arm_shaping(now);
     }
 
-    /// A server's refusal on a shaped connection goes through the policy's
-    /// reply rules, matched on the reply as the server sent it (`421 4.7.0
-    /// text`, or `550 text` without an enhanced code). Only a remote
-    /// reply gets here: Sluice's own failures have none, and never match.
-    pub(crate) fn shaping_reply(&mut self, now: Time, c: ConnId, reply: &mail::RemoteReply) {
-        if reply.code < 400 {
+    /// A server's refusals on a shaped connection, those of one transaction
+    /// or one handshake, go through the policy's reply rules, matched on the
+    /// replies as the server sent them (`421 4.7.0 text`, or `550 text`
+    /// without an enhanced code); a rule counts once for them all. Only a
+    /// remote reply gets here: Sluice's own failures have none, and never
+    /// match.
+    pub(crate) fn shaping_reply(&mut self, now: Time, c: ConnId, replies: &[mail::RemoteReply]) {
+        let said: Vec<String> = replies
+            .iter()
+            .filter(|r| r.code >= 400)
+            .map(mail::RemoteReply::said)
+            .collect();
+        if said.is_empty() {
             return;
         }
-        let said = reply.said();
+        let said: Vec<&str> = said.iter().map(String::as_str).collect();
         let Some(bind) = self.conns.get(c).and_then(|x| x.bind) else {
             return;
         };
         let Some(sh) = self.shaping.as_mut() else {
             return;
         };
-        let fired = sh.shaper.reply(now.0, bind, &said);
+        let fired = sh.shaper.replies(now.0, bind, &said);
         for t in fired {
             let hold = sh
                 .shaper

@@ -601,13 +601,21 @@ impl Shaper {
     /// A remote reply on a connection of `b`: applies every `replies:`
     /// rule it matches and whose threshold it reaches.
     pub fn reply(&mut self, now: Ms, id: BindId, text: &str) -> Vec<Triggered> {
+        self.replies(now, id, &[text])
+    }
+
+    /// The refusals of one transaction (or one handshake) on a connection
+    /// of `b`: a rule any of them matches counts once, however many
+    /// recipients the server refused and whether or not it named each
+    /// one in its text.
+    pub fn replies(&mut self, now: Ms, id: BindId, texts: &[&str]) -> Vec<Triggered> {
         let Some(b) = self.bound(id).map(|b| b.binding.clone()) else {
             return Vec::new();
         };
         let policy = Arc::clone(&self.policy);
         let mut out = Vec::new();
         for (i, rule) in policy.replies.iter().enumerate() {
-            if !matches(&rule.when, &b) || !rule.pattern.is_match(text) {
+            if !matches(&rule.when, &b) || !texts.iter().any(|t| rule.pattern.is_match(t)) {
                 continue;
             }
             let values: Vec<Box<str>> = rule.fields.iter().map(|&f| Box::from(b.get(f))).collect();

@@ -497,3 +497,39 @@ fn a_share_grants_the_slots_and_divides_the_rates_of_shared_keys_only() {
         .unwrap();
     assert_eq!(yahoo.local_concurrency, None, "cluster: false");
 }
+
+#[test]
+fn the_refusals_of_one_transaction_count_once_for_a_rule() {
+    let mut p = seed(RateAlgorithm::TokenBucket);
+    p.replies = vec![ts04(
+        ReplyAction::Backoff(Props {
+            concurrency: Some(1),
+            ..Props::default()
+        }),
+        Threshold::Count {
+            n: 3,
+            per: Duration::from_secs(60),
+        },
+    )];
+    let mut s = shaper(p);
+    let y = s.bind(&binding("127.0.0.2", "yahoo", ""));
+    // One message to three recipients, each refused with its own text.
+    let one = [
+        "421 4.7.0 [TS04] <a@y.example> deferred",
+        "421 4.7.0 [TS04] <b@y.example> deferred",
+        "421 4.7.0 [TS04] <c@y.example> deferred",
+    ];
+    assert!(
+        s.replies(10_000, y, &one).is_empty(),
+        "one transaction, one hit"
+    );
+    assert!(s
+        .replies(11_000, y, &["250 ok", "550 5.1.1 no such user"])
+        .is_empty());
+    assert!(s.replies(12_000, y, &one[..1]).is_empty());
+    assert_eq!(
+        s.replies(13_000, y, &one[1..]).len(),
+        1,
+        "the third transaction"
+    );
+}

@@ -415,8 +415,13 @@ impl ClientSession {
         };
         if r.code == 421 && expect != Expect::Quit {
             // The server is going away; whatever is in flight is deferred.
-            self.actions
-                .push_back(Action::Failed(ClientError::ServerClosing(r)));
+            // At the greeting it is a refusal to talk, as Postfix logs it.
+            let e = if expect == Expect::Greeting {
+                ClientError::Greeting(r)
+            } else {
+                ClientError::ServerClosing(r)
+            };
+            self.actions.push_back(Action::Failed(e));
             self.phase = Phase::Closed;
             self.actions.push_back(Action::Close);
             return;

@@ -362,6 +362,17 @@ fn scripted_failures() {
     ));
     assert_eq!(c.take_output(), b"");
 
+    // A 421 greeting is a refusal to talk too (Postfix logs it so), and
+    // the server is gone: no QUIT.
+    let mut c = ClientSession::new(ClientConfig::default(), false);
+    script(&mut c, &["421 4.7.0 too many connections\n"]);
+    assert!(matches!(
+        actions(&mut c)[0],
+        ClientAction::Failed(ClientError::Greeting(_))
+    ));
+    assert!(c.is_closed());
+    assert_eq!(c.take_output(), b"");
+
     // 421 in the middle of a pipelined transaction.
     let mut c = ClientSession::new(ClientConfig::default(), false);
     script(&mut c, &["220 x\n", "250-x\n250 PIPELINING\n"]);
