@@ -151,7 +151,8 @@ impl<S: Store> QueueManager<S> {
                         let r = h.envelope.recipients.get(*i as usize)?;
                         Some(QueuedRecipient {
                             address: r.address.clone(),
-                            reason: reasons.get(i).map(|s| s.to_string()),
+                            // The text, as Postfix's mailq shows it.
+                            reason: reasons.get(i).map(|s| s.text.clone()),
                         })
                     })
                     .collect(),
@@ -512,10 +513,8 @@ mod tests {
         assert_eq!(l[0].state, "deferred");
         assert_eq!(l[0].recipients.len(), 1, "only the pending one");
         assert_eq!(l[0].recipients[0].address, "r2@c.example");
-        assert_eq!(
-            l[0].recipients[0].reason.as_deref(),
-            Some("4.0.0 450 reply")
-        );
+        // mailq's reason is the text alone, as Postfix's.
+        assert_eq!(l[0].recipients[0].reason.as_deref(), Some("450 reply"));
         let Response::Shown(Ok(text)) = ask(&mut w, Request::Show { id: id.to_string() }) else {
             panic!("shown");
         };
