@@ -129,11 +129,7 @@ fn permanent_failures_are_bounced_and_unreachable_hosts_deferred() {
     let q = inst2.queue_json();
     assert_eq!(q.len(), 1);
     // mailq shows why, as Postfix's does: the text, without a status code.
-    assert!(
-        q[0].contains("\"delay_reason\":\"connect to "),
-        "{}",
-        q[0]
-    );
+    assert!(q[0].contains("\"delay_reason\":\"connect to "), "{}", q[0]);
 }
 
 #[test]
