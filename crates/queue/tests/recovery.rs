@@ -390,19 +390,7 @@ fn a_segment_is_deleted_only_once_the_restatement_that_freed_it_is_durable() {
     log(&mut r, head.clone());
     let first = r.journal.segments()[0];
     // Traffic that comes and goes moves the journal on to later segments.
-    for n in 10..30 {
-        let id = g.next(n);
-        let data = store(&r.spool, id, &body(1500));
-        log(
-            &mut r,
-            Record::Arrived(MessageHead {
-                id,
-                envelope: env(1500),
-                data,
-            }),
-        );
-        log(&mut r, Record::Removed { id });
-    }
+    come_and_go(&mut r, &mut g, 10..30);
     assert!(r.journal.current_segment() > first + 1);
     // h is retried: restated at the head, appended but not yet committed.
     let rw = r.state.rewritten(h, &head, 900).unwrap();
@@ -453,6 +441,24 @@ fn a_segment_is_deleted_only_once_the_restatement_that_freed_it_is_durable() {
             .collect::<Vec<_>>(),
         vec![(900, h)]
     );
+}
+
+/// Messages `ns` of 1,500 bytes that arrive and are removed at once:
+/// traffic that moves the journal on to later segments.
+fn come_and_go(r: &mut queue::Recovered, g: &mut QueueIdGen, ns: std::ops::Range<u64>) {
+    for n in ns {
+        let id = g.next(n);
+        let data = store(&r.spool, id, &body(1500));
+        log(
+            r,
+            Record::Arrived(MessageHead {
+                id,
+                envelope: env(1500),
+                data,
+            }),
+        );
+        log(r, Record::Removed { id });
+    }
 }
 
 /// Appends, commits and applies one record, as a running qmgr does.
@@ -525,19 +531,7 @@ fn running_qmgr_state_retry_rewrite_and_garbage_collection() {
     );
 
     // Fill segments with traffic that comes and goes, then collect garbage.
-    for n in 10..60 {
-        let id = g.next(n);
-        let data = store(&r.spool, id, &body(1500));
-        log(
-            &mut r,
-            Record::Arrived(MessageHead {
-                id,
-                envelope: env(1500),
-                data,
-            }),
-        );
-        log(&mut r, Record::Removed { id });
-    }
+    come_and_go(&mut r, &mut g, 10..60);
     // h still pins the first segment; releasing and rewriting it frees it.
     let head = r.journal.read_at(r.state.messages[&h].head).unwrap();
     let rw = r.state.rewritten(h, &head, 900).unwrap();

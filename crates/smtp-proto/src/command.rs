@@ -781,6 +781,17 @@ mod tests {
         assert!(parse_command("RCPT TO:<ü@x.de>".as_bytes(), opts).is_ok());
     }
 
+    /// `line` is refused with 501 5.5.4, as a bad parameter.
+    fn refused_as_bad_syntax(line: &str) {
+        let e = parse_command(line.as_bytes(), ParseOptions::default()).unwrap_err();
+        let r = e.reply();
+        assert_eq!(
+            (r.code, r.to_string().contains("5.5.4")),
+            (501, true),
+            "{line}: {r}"
+        );
+    }
+
     /// xtext can carry any byte: an ORCPT decoding to a control character
     /// (CR LF would add fields to a DSN and lines to the log) is refused
     /// with the reply Postfix gives a bad ORCPT.
@@ -797,13 +808,7 @@ mod tests {
             "rfc+0A822;a@b.com",
         ] {
             let line = format!("RCPT TO:<a@b.com> ORCPT={orcpt}");
-            let e = parse_command(line.as_bytes(), ParseOptions::default()).unwrap_err();
-            let r = e.reply();
-            assert_eq!(
-                (r.code, r.to_string().contains("5.5.4")),
-                (501, true),
-                "{line}: {r}"
-            );
+            refused_as_bad_syntax(&line);
         }
         let ok = "RCPT TO:<a@b.com> ORCPT=utf-8;+C3+BC@b.com";
         let Ok(Command::Rcpt { params, .. }) =
@@ -820,13 +825,7 @@ mod tests {
     fn envid_with_a_control_character_or_8bit_is_refused() {
         for envid in ["a+0D+0AX-Evil:+20yes", "a+00", "a+7F", "a+C3+BC", "a+09b"] {
             let line = format!("MAIL FROM:<a@b.com> ENVID={envid}");
-            let e = parse_command(line.as_bytes(), ParseOptions::default()).unwrap_err();
-            let r = e.reply();
-            assert_eq!(
-                (r.code, r.to_string().contains("5.5.4")),
-                (501, true),
-                "{line}: {r}"
-            );
+            refused_as_bad_syntax(&line);
         }
         let ok = "MAIL FROM:<a@b.com> ENVID=QQ+20314";
         let Ok(Command::Mail { params, .. }) =
