@@ -202,6 +202,51 @@ fn every_action_of_a_python_milter() {
     assert!(!log.contains("eoh i=None"), "{log}");
 }
 
+/// A milter hears every ESMTP parameter of MAIL FROM and RCPT TO, as
+/// Postfix hands a milter the command's arguments (before, only SIZE, BODY
+/// and SMTPUTF8 at MAIL, and none at RCPT).
+#[test]
+fn a_milter_hears_every_mail_and_rcpt_parameter() {
+    let milter = TestMilter::start();
+    let sink = ScriptedSink::start();
+    let (_inst, port) = milter_instance(&sink, &format!("unix:{}", milter.socket().display()), "");
+    let script = "import smtplib, sys
+s = smtplib.SMTP('127.0.0.1', int(sys.argv[1]))
+s.ehlo('client.test.example')
+print(*s.mail('alice@remote.example', ['SIZE=100', 'BODY=8BITMIME', 'RET=HDRS', 'ENVID=e+2B1']))
+print(*s.rcpt('a@remote.example', ['NOTIFY=SUCCESS,FAILURE', 'ORCPT=rfc822;orig+40remote.example']))
+print(*s.rcpt('b@remote.example'))
+s.quit()
+";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &port.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("250")).count(),
+        3,
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = wait_for(10, "the milter's second RCPT", || {
+        let log = milter.log();
+        log.contains("rcpt <b@remote.example>").then_some(log)
+    });
+    assert!(
+        log.contains("mail <alice@remote.example> ")
+            && log.contains(" args=SIZE=100,BODY=8BITMIME,RET=HDRS,ENVID=e+2B1\n"),
+        "{log}"
+    );
+    assert!(
+        log.contains(
+            "rcpt <a@remote.example> args=NOTIFY=SUCCESS,FAILURE,ORCPT=rfc822;orig@remote.example\n"
+        ),
+        "{log}"
+    );
+    assert!(log.contains("rcpt <b@remote.example> args=\n"), "{log}");
+}
+
 #[test]
 fn a_milter_that_is_down_follows_milter_default_action() {
     let sink = ScriptedSink::start();

@@ -54,9 +54,9 @@ class TestMilter(Milter.Base):
         return Milter.CONTINUE
 
     def envfrom(self, mailfrom, *params):
-        log("mail %s auth=%s addr=%s client=%s i=%s" % (
+        log("mail %s auth=%s addr=%s client=%s i=%s args=%s" % (
             mailfrom, self.getsymval("{auth_authen}"), self.getsymval("{mail_addr}"),
-            self.getsymval("{client_addr}"), self.getsymval("i")))
+            self.getsymval("{client_addr}"), self.getsymval("i"), ",".join(params)))
         self.subject = ""
         if "reject-mail" in mailfrom:
             self.setreply("550", "5.7.1", "sender refused by the test milter")
@@ -64,7 +64,7 @@ class TestMilter(Milter.Base):
         return Milter.CONTINUE
 
     def envrcpt(self, to, *params):
-        log("rcpt %s" % to)
+        log("rcpt %s args=%s" % (to, ",".join(params)))
         if "reject-rcpt" in to:
             self.setreply("550", "5.7.1", "recipient refused by the test milter")
             return Milter.REJECT

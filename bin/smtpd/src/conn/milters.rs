@@ -203,9 +203,10 @@ impl Conn {
             ("{rcpt_host}", domain(&rcpt.address)),
             ("{rcpt_mailer}", "smtp".into()),
         ]);
-        let to = format!("<{}>", rcpt.address);
+        let mut args = vec![format!("<{}>", rcpt.address)];
+        args.extend(rcpt_args(&rcpt));
         let m = self.milters.as_mut().expect("checked above");
-        let v = m.rcpt(cx.registry, cx.now, macros, vec![to]);
+        let v = m.rcpt(cx.registry, cx.now, macros, args);
         self.log_milter_warnings();
         self.milter_wait = Some(MilterWait::Rcpt(rcpt));
         if let Some(v) = v {
@@ -448,27 +449,21 @@ impl Conn {
     }
 }
 
-/// MAIL FROM's ESMTP parameters as milters get them.
+/// MAIL FROM's ESMTP parameters as milters get them: every one the client
+/// gave (Postfix hands a milter the command's arguments), in the form
+/// Sluice's SMTP client sends them on.
 pub(super) fn mail_args(p: &smtp_proto::command::MailParams) -> Vec<String> {
-    use smtp_proto::command::Body;
-    let mut v = Vec::new();
-    if let Some(size) = p.size {
-        v.push(format!("SIZE={size}"));
-    }
-    if let Some(b) = p.body {
-        v.push(
-            match b {
-                Body::SevenBit => "BODY=7BIT",
-                Body::EightBitMime => "BODY=8BITMIME",
-                Body::BinaryMime => "BODY=BINARYMIME",
-            }
-            .into(),
-        );
-    }
-    if p.smtputf8 {
-        v.push("SMTPUTF8".into());
-    }
-    v
+    let mut s = String::new();
+    smtp_proto::client::write_mail_params(p, &mut s);
+    s.split_whitespace().map(String::from).collect()
+}
+
+/// RCPT TO's ESMTP parameters (NOTIFY, ORCPT) as milters get them.
+fn rcpt_args(r: &Recipient) -> Vec<String> {
+    let mut s = String::new();
+    let p = smtp_proto::command::RcptParams::of(r.notify, r.orcpt.as_deref());
+    smtp_proto::client::write_rcpt_params(&p, &mut s);
+    s.split_whitespace().map(String::from).collect()
 }
 
 /// smtpd's answer to a command it does not know.
