@@ -307,9 +307,10 @@ fn remote_of(reason: &str) -> (Option<crate::RemoteReply>, Option<&str>) {
         .and_then(|r| r.split_once(' '))
         .and_then(|(relay, _)| relay.split_once('['))
         .map(|(h, _)| h)
+        // A DNS name, or an IPv6 literal's address (relayhost = [ipv6:...]).
         .filter(|h| {
             h.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+                .all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b))
         });
     match crate::RemoteReply::parse_reason(last) {
         Some((r, _)) => (Some(r), host),
@@ -452,7 +453,7 @@ mod tests {
 
     #[test]
     fn the_diagnostic_code_is_the_servers_reply_as_sent() {
-        let table: [(&str, &[&str]); 7] = [
+        let table: [(&str, &[&str]); 8] = [
             (
                 "host mx.remote.example[192.0.2.1]:25 said: 550 5.1.1 no such user (in reply to RCPT TO command)",
                 &["Remote-MTA: dns; mx.remote.example", "Diagnostic-Code: smtp; 550 5.1.1 no such user"],
@@ -479,6 +480,11 @@ mod tests {
             (
                 "message expired (maximal_queue_lifetime): 4.7.0 host mx.remote.example[192.0.2.1]:25 said: 421 4.7.0 [TS04] try later (in reply to RCPT TO command)",
                 &["Remote-MTA: dns; mx.remote.example", "Diagnostic-Code: smtp; 421 4.7.0 [TS04] try later"],
+            ),
+            // A relayhost given as an IPv6 literal is named by its address.
+            (
+                "host 2001:db8::1[2001:db8::1]:25 said: 550 5.1.1 no such user (in reply to RCPT TO command)",
+                &["Remote-MTA: dns; 2001:db8::1", "Diagnostic-Code: smtp; 550 5.1.1 no such user"],
             ),
             // A session error that is not a reply still names the server.
             (

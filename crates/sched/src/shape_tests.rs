@@ -186,14 +186,15 @@ impl World {
     }
 
     /// Finishes every running transaction with `status`, which the server's
-    /// reply `remote` decided when given.
+    /// replies `remote` decided when given.
     fn finish_said(
         &mut self,
         s: &mut Scheduler,
         now: Time,
         status: impl Fn(u64) -> RcptStatus,
-        remote: Option<mail::RemoteReply>,
+        remote: impl IntoIterator<Item = mail::RemoteReply>,
     ) {
+        let remote: Vec<mail::RemoteReply> = remote.into_iter().collect();
         let running = std::mem::take(&mut self.running);
         for (conn, entry, rcpts, q) in running {
             let results = rcpts.iter().map(|&r| (r, status(q))).collect();
@@ -204,7 +205,7 @@ impl World {
                     entry,
                     results,
                     conn_failed: false,
-                    remote: remote.iter().cloned().collect(),
+                    remote: remote.clone(),
                 },
             )
             .unwrap();
@@ -1131,4 +1132,54 @@ fn suspended_domain_behind_a_shared_relay(until: Option<Time>) {
         w.drain(&mut s, Time(t));
     }
     assert_eq!(w.started.len(), 20);
+}
+
+#[test]
+fn the_refusals_of_one_transaction_count_once_toward_a_threshold() {
+    let mut p = seed();
+    let mut rule = suspend_rule(r"\[TS04\]", vec![(Field::Grouping, "yahoo".into())]);
+    rule.threshold = Threshold::Count {
+        n: 2,
+        per: Duration::from_secs(60),
+    };
+    p.replies = vec![rule];
+    let mut s = sched(p);
+    let mut w = World::default();
+    let yahoo = |s: &mut Scheduler, w: &mut World, t: u64, q: u64| {
+        message(s, w, Time(t), q, "", "yahoo.test", "mta5.am0.yahoodns.test");
+    };
+    // The server names each refused recipient in its text.
+    let each = |who: &str| {
+        remote(
+            421,
+            Some(StatusCode::known(4, 7, 0)),
+            &format!("[TS04] <{who}@yahoo.test> deferred"),
+        )
+    };
+    let why = Status::new(StatusCode::known(4, 7, 0), "deferred");
+    let suspended = |w: &World| {
+        w.notices
+            .iter()
+            .any(|n| matches!(n, Notice::Suspended { .. }))
+    };
+    yahoo(&mut s, &mut w, 1000, 1);
+    w.finish_said(
+        &mut s,
+        Time(1100),
+        |_| RcptStatus::Deferred(why.clone()),
+        [each("a"), each("b"), each("c")],
+    );
+    assert!(
+        !suspended(&w),
+        "one transaction counts once: {:?}",
+        w.notices
+    );
+    yahoo(&mut s, &mut w, 1200, 2);
+    w.finish_said(
+        &mut s,
+        Time(1300),
+        |_| RcptStatus::Deferred(why.clone()),
+        [each("d")],
+    );
+    assert!(suspended(&w), "the second transaction: {:?}", w.notices);
 }
