@@ -20,7 +20,7 @@ use mio::Token;
 use queue::statefile;
 use queue_manager::clustershare;
 use queue_manager::startup::{self, Housekeeping};
-use queue_manager::{Action, DiskStore, Event as QmEvent, Level, QueueManager, Time};
+use queue_manager::{Action, DiskStore, Event as QmEvent, Level, QueueManager, Store, Time};
 use sys::creds::PeerCred;
 
 use crate::clients::Clients;
@@ -264,6 +264,13 @@ impl Handler<Clients> for QmgrServer {
     fn requests_done(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Clients>) {
         self.commit_pending(cx);
         self.owed.pay(out);
+    }
+
+    fn reading(&self, kind: Kind) -> bool {
+        // Arrivals read while a commit runs would only wait for the next
+        // one: left in the socket, they cost no wakeup of their own, and
+        // are read as soon as the commit is done.
+        kind != Kind::Arrival || !self.qm.store().committing()
     }
 
     fn admit(&self, peer: &PeerCred, kind: Kind) -> bool {

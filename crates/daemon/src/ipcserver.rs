@@ -146,6 +146,14 @@ pub trait Handler<S: Service> {
     fn admit(&self, _peer: &PeerCred, _kind: S::Kind) -> bool {
         true
     }
+    /// Whether requests from clients of `kind` are read now. A handler
+    /// with no use for them yet (qmgr while a commit runs: arrivals wait
+    /// for the next one anyway) says no, and sleeps through their arrival
+    /// instead of waking for each; they wait in the socket, and are read
+    /// in the first turn it says yes again. Asked after every event.
+    fn reading(&self, _kind: S::Kind) -> bool {
+        true
+    }
     /// Called once before the first event, to register the handler's own
     /// event sources.
     fn start(&mut self, _cx: &mut Cx<'_>) {}
@@ -233,6 +241,27 @@ impl<S: Service, H: Handler<S>> IpcServer<S, H> {
                 msg_warn!("{}: client pid {}: {e}", S::LOG_NAME, c.peer.pid);
                 self.drop_client(cx, token);
             }
+        }
+    }
+
+    /// Pauses or resumes reading each client as the handler's `reading`
+    /// now says; a client whose registration fails is dropped.
+    fn pause_readers(&mut self, cx: &mut Cx<'_>) {
+        let mut failed = Vec::new();
+        for (token, c) in &mut self.clients {
+            let Some(kind) = c.kind else {
+                continue;
+            };
+            let pause = !self.handler.reading(kind);
+            if c.ep.reads_paused() != pause {
+                if let Err(e) = c.ep.pause_reads(pause) {
+                    msg_warn!("{}: client pid {}: {e}", S::LOG_NAME, c.peer.pid);
+                    failed.push(*token);
+                }
+            }
+        }
+        for token in failed {
+            self.drop_client(cx, token);
         }
     }
 
@@ -324,6 +353,7 @@ impl<S: Service, H: Handler<S>> IpcServer<S, H> {
 impl<S: Service, H: Handler<S>> Server for IpcServer<S, H> {
     fn start(&mut self, cx: &mut Cx<'_>) {
         self.handler.start(cx);
+        self.pause_readers(cx);
     }
 
     fn accept(&mut self, cx: &mut Cx<'_>, conn: Conn) {
@@ -368,6 +398,7 @@ impl<S: Service, H: Handler<S>> Server for IpcServer<S, H> {
     fn ready(&mut self, cx: &mut Cx<'_>, token: Token, readable: bool, writable: bool) {
         if !self.clients.contains_key(&token) {
             self.with_replies(cx, |h, cx, out| h.ready(cx, out, token, readable, writable));
+            self.pause_readers(cx);
             return;
         }
         match self.serve(cx, token, readable) {
@@ -379,10 +410,12 @@ impl<S: Service, H: Handler<S>> Server for IpcServer<S, H> {
                 self.drop_client(cx, token);
             }
         }
+        self.pause_readers(cx);
     }
 
     fn timeout(&mut self, cx: &mut Cx<'_>) {
         self.with_replies(cx, |h, cx, out| h.timeout(cx, out));
+        self.pause_readers(cx);
     }
 
     fn next_deadline(&self) -> Option<Instant> {
@@ -394,7 +427,9 @@ impl<S: Service, H: Handler<S>> Server for IpcServer<S, H> {
     }
 
     fn reload(&mut self, cx: &mut Cx<'_>, config: &config::Config) -> bool {
-        self.handler.reload(cx, config)
+        let keep = self.handler.reload(cx, config);
+        self.pause_readers(cx);
+        keep
     }
 
     fn shutdown(&mut self) {

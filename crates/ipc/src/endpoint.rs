@@ -58,14 +58,18 @@ pub struct Endpoint {
 }
 
 /// The registration of an endpoint that adds and drops its interest in
-/// writing as output waits or is written.
+/// writing as output waits or is written, and in reading as its owner
+/// pauses and resumes it.
 #[derive(Debug)]
 struct Watch {
     /// The loop's registry, shared.
     registry: Rc<mio::Registry>,
     token: mio::Token,
-    /// Whether writing is in the registered interest.
-    writable: bool,
+    /// The registered interest; `None`: not registered (reads paused and
+    /// no output waiting: mio has no empty interest).
+    interest: Option<mio::Interest>,
+    /// Whether reading is left out of the interest (`pause_reads`).
+    paused: bool,
 }
 
 /// A body written from its own buffer, not copied into `out`.
@@ -106,27 +110,58 @@ impl Endpoint {
         registry: &Rc<mio::Registry>,
         token: mio::Token,
     ) -> std::io::Result<()> {
-        let writable = self.wants_write();
-        registry.register(&mut self.stream, token, evloop::interest(writable))?;
+        let interest = evloop::interest(self.wants_write());
+        registry.register(&mut self.stream, token, interest)?;
         self.watch = Some(Watch {
             registry: Rc::clone(registry),
             token,
-            writable,
+            interest: Some(interest),
+            paused: false,
         });
         Ok(())
     }
 
-    /// Brings the registered interest in line with the output: writing
-    /// watched while some waits, not once it is written.
-    fn watch_writes(&mut self) -> Result<(), IpcError> {
-        let want = self.wants_write();
+    /// Leaves reading out of the registered interest (`paused`) or puts it
+    /// back: an owner with no use for the peer's requests yet sleeps
+    /// through their arrival, and they wait in the socket. Edge-triggered
+    /// epoll looks at the socket again when reading is put back, so what
+    /// came meanwhile is announced then. Only for an endpoint registered
+    /// with [`Endpoint::register`]; a no-op otherwise.
+    pub fn pause_reads(&mut self, paused: bool) -> Result<(), IpcError> {
         if let Some(w) = self.watch.as_mut() {
-            if w.writable != want {
-                w.registry
-                    .reregister(&mut self.stream, w.token, evloop::interest(want))?;
-                w.writable = want;
-            }
+            w.paused = paused;
         }
+        self.watch_writes()
+    }
+
+    /// Whether reading is paused ([`Endpoint::pause_reads`]).
+    pub fn reads_paused(&self) -> bool {
+        self.watch.as_ref().is_some_and(|w| w.paused)
+    }
+
+    /// Brings the registered interest in line with the output and the
+    /// pause: writing watched while some waits, not once it is written;
+    /// reading unless paused.
+    fn watch_writes(&mut self) -> Result<(), IpcError> {
+        let writable = self.wants_write();
+        let Some(w) = self.watch.as_mut() else {
+            return Ok(());
+        };
+        let want = match (w.paused, writable) {
+            (false, _) => Some(evloop::interest(writable)),
+            (true, true) => Some(mio::Interest::WRITABLE),
+            (true, false) => None,
+        };
+        if w.interest == want {
+            return Ok(());
+        }
+        match (w.interest, want) {
+            (None, Some(i)) => w.registry.register(&mut self.stream, w.token, i)?,
+            (Some(_), Some(i)) => w.registry.reregister(&mut self.stream, w.token, i)?,
+            (Some(_), None) => w.registry.deregister(&mut self.stream)?,
+            (None, None) => {}
+        }
+        w.interest = want;
         Ok(())
     }
 
@@ -554,5 +589,44 @@ mod tests {
             0,
             "still watching for room once the output was written"
         );
+    }
+
+    /// An endpoint whose reads are paused is not woken by what its peer
+    /// sends (it stays in the socket), still writes its own output, and
+    /// is told of what came meanwhile as soon as reading is put back.
+    #[test]
+    fn paused_reads_sleep_through_requests_which_are_read_on_resuming() {
+        use std::io::{Read, Write};
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let mut poll = Poll::new().unwrap();
+        let registry = Rc::new(poll.registry().try_clone().unwrap());
+        let mut ep = Endpoint::new(UnixStream::from_std(ours));
+        ep.register(&registry, Token(3)).unwrap();
+        let mut events = Events::with_capacity(8);
+        let mut woken = |poll: &mut Poll| {
+            poll.poll(&mut events, Some(std::time::Duration::from_millis(50)))
+                .unwrap();
+            events.iter().filter(|e| e.is_readable()).count()
+        };
+
+        ep.pause_reads(true).unwrap();
+        assert!(ep.reads_paused());
+        let mut framed = Vec::new();
+        crate::encode_into(&mut framed, &7u64).unwrap();
+        crate::encode_into(&mut framed, &8u64).unwrap();
+        theirs.write_all(&framed).unwrap();
+        assert_eq!(woken(&mut poll), 0, "a paused endpoint was woken");
+
+        // Its answers still go out while it does not read.
+        ep.send(&9u64).unwrap();
+        let mut buf = [0u8; 64];
+        assert!(theirs.read(&mut buf).unwrap() > 0);
+
+        ep.pause_reads(false).unwrap();
+        assert_eq!(woken(&mut poll), 1, "what came meanwhile was not announced");
+        assert!(ep.read_ready().unwrap());
+        assert_eq!(ep.recv::<u64>().unwrap(), Some(7));
+        assert_eq!(ep.recv::<u64>().unwrap(), Some(8));
     }
 }
