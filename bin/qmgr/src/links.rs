@@ -4,7 +4,7 @@
 //! reach it as events. Their log lines are worded by crates/qmgr's
 //! `links`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use daemon::{msg_warn, Cx};
@@ -23,6 +23,10 @@ pub struct Links {
     router: Peer<Router, u64>,
     agents: BTreeMap<String, Peer<Delivery, u64>>,
     cleanup: Peer<Cleanup, u64>,
+    /// Whether router requests are queued and not yet written.
+    router_queued: bool,
+    /// The agents with requests queued and not yet written.
+    agents_queued: BTreeSet<String>,
 }
 
 impl Links {
@@ -34,6 +38,8 @@ impl Links {
             cleanup: Peer::new(root.join("cleanup")),
             agents: BTreeMap::new(),
             root,
+            router_queued: false,
+            agents_queued: BTreeSet::new(),
         }
     }
 
@@ -44,23 +50,21 @@ impl Links {
             || self.agents.values().any(|a| a.owns(token))
     }
 
-    /// Sends a router request; the link's loss if it is lost.
+    /// Queues a router request for [`Links::flush`]; the link's loss if
+    /// it is lost.
     pub fn send_router(
         &mut self,
         cx: &mut Cx<'_>,
         req: &ipc::router::Request,
         id: u64,
     ) -> Option<Event> {
-        send(
-            &mut self.router,
-            Link::Router,
-            cx,
-            std::slice::from_ref(req),
-            id,
-        )
+        let lost = queue(&mut self.router, Link::Router, cx, req, id);
+        self.router_queued |= lost.is_none();
+        lost
     }
 
-    /// Sends an agent request; the link's loss if it is lost.
+    /// Queues an agent request for [`Links::flush`]; the link's loss if
+    /// it is lost.
     pub fn send_agent(
         &mut self,
         cx: &mut Cx<'_>,
@@ -73,7 +77,27 @@ impl Links {
             .agents
             .entry(transport.to_string())
             .or_insert_with(|| Peer::new(root.join(transport)));
-        send(a, Link::Agent(transport), cx, std::slice::from_ref(req), id)
+        let lost = queue(a, Link::Agent(transport), cx, req, id);
+        if lost.is_none() {
+            self.agents_queued.insert(transport.to_string());
+        }
+        lost
+    }
+
+    /// Writes the router and agent requests queued in this loop turn, one
+    /// write per link (a service woken once for all of them); the losses
+    /// of the links that failed.
+    pub fn flush(&mut self, registry: &Registry) -> Vec<Event> {
+        let mut lost = Vec::new();
+        if std::mem::take(&mut self.router_queued) {
+            lost.extend(flushed(&mut self.router, Link::Router, registry));
+        }
+        for name in std::mem::take(&mut self.agents_queued) {
+            if let Some(a) = self.agents.get_mut(&name) {
+                lost.extend(flushed(a, Link::Agent(&name), registry));
+            }
+        }
+        lost
     }
 
     /// Sends a notice (Begin, Data…, End); the link's loss if it is lost.
@@ -149,13 +173,39 @@ fn send<P: Protocol>(
     id: u64,
 ) -> Option<Event> {
     let registry = cx.registry;
-    match p
-        .send(registry, || cx.token(), reqs, id)
-        .map_err(|u| u.error)
-    {
-        Ok(()) => return None,
-        Err(PeerError::Connect(e)) => msg_warn!("{}", link.connect_failed(p.path(), &e)),
-        Err(PeerError::Send(e)) => {
+    let error = p.send(registry, || cx.token(), reqs, id).err()?.error;
+    unsent(p, link, error)
+}
+
+/// Queues `req` on `p` to be written by [`flushed`]; the link's loss,
+/// logged as `link` words it, if it could not be.
+fn queue<P: Protocol>(
+    p: &mut Peer<P, u64>,
+    link: Link<'_>,
+    cx: &mut Cx<'_>,
+    req: &P::Request,
+    id: u64,
+) -> Option<Event> {
+    let registry = cx.registry;
+    let error = p.send_later(registry, || cx.token(), req, id).err()?.error;
+    unsent(p, link, error)
+}
+
+/// Writes what is queued on `p`; the link's loss, logged, if it failed.
+fn flushed<P: Protocol>(
+    p: &mut Peer<P, u64>,
+    link: Link<'_>,
+    registry: &Registry,
+) -> Option<Event> {
+    let error = p.flush(registry).err()?.error;
+    unsent(p, link, error)
+}
+
+/// Logs why requests did not go out on `p`; the link's loss.
+fn unsent<P: Protocol>(p: &Peer<P, u64>, link: Link<'_>, error: PeerError) -> Option<Event> {
+    match error {
+        PeerError::Connect(e) => msg_warn!("{}", link.connect_failed(p.path(), &e)),
+        PeerError::Send(e) => {
             if let Some(l) = link.send_failed(&e) {
                 msg_warn!("{l}");
             }

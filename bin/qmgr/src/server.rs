@@ -138,11 +138,23 @@ impl QmgrServer {
         Time(self.turn.now(at, || wall().0))
     }
 
-    /// Carries out the queue manager's actions, feeding back the links it lost.
+    /// Carries out the queue manager's actions, feeding back the links it
+    /// lost; the router and agent requests they made go out at the end,
+    /// one write per link.
     fn act(&mut self, cx: &mut Cx<'_>) {
-        while let Some(a) = self.qm.poll_action() {
-            if let Some(ev) = self.carry_out(a, Some(cx)) {
-                let now = Time(self.turn.wall_ms());
+        loop {
+            while let Some(a) = self.qm.poll_action() {
+                if let Some(ev) = self.carry_out(a, Some(cx)) {
+                    let now = Time(self.turn.wall_ms());
+                    self.qm.handle(now, ev);
+                }
+            }
+            let lost = self.links.flush(cx.registry);
+            if lost.is_empty() {
+                return;
+            }
+            let now = Time(self.turn.wall_ms());
+            for ev in lost {
                 self.qm.handle(now, ev);
             }
         }

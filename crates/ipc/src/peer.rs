@@ -158,6 +158,35 @@ impl<P: Protocol, T> Peer<P, T> {
         self.settle(registry, sent, tag)
     }
 
+    /// Queues one request on the link without writing it, connecting
+    /// first if there is none; [`Peer::flush`] writes everything queued
+    /// in one write, so a loop turn's requests wake the service once. Its
+    /// answer comes back with `tag`.
+    pub fn send_later(
+        &mut self,
+        registry: &Rc<Registry>,
+        token: impl FnOnce() -> Token,
+        req: &P::Request,
+        tag: T,
+    ) -> Result<(), Unsent<T>> {
+        let link = self.linked(registry, token)?;
+        let sent = link.send_later(req).map(Some);
+        self.settle(registry, sent, tag)
+    }
+
+    /// Writes what [`Peer::send_later`] queued, as much as the socket
+    /// takes (the rest when it has room). On an error the link is dropped
+    /// and what it owed is handed back.
+    pub fn flush(&mut self, registry: &Registry) -> Result<(), Unsent<T>> {
+        let Some(link) = self.link.as_mut() else {
+            return Ok(());
+        };
+        link.flush().map_err(|e| Unsent {
+            error: PeerError::Send(e),
+            owed: self.close(registry),
+        })
+    }
+
     /// The link, made first if there is none.
     fn linked(
         &mut self,
@@ -365,6 +394,43 @@ mod tests {
         let h = hear(&mut poll, &mut peer, 1);
         assert_eq!(h.answers[0].0, Some("again"));
         assert_eq!(h.answers[0].1, Response::Counts { count: 1, rate: 0 });
+        peer.close(&reg);
+        server.join().unwrap();
+    }
+
+    /// Requests queued with `send_later` stay with the client until
+    /// `flush`, which writes them together; each answer comes back with
+    /// its own tag.
+    #[test]
+    fn queued_requests_go_out_at_the_flush_each_answered_with_its_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("anvil");
+        let server = anvil(UnixListener::bind(&path).unwrap(), 1, 3);
+        let mut poll = Poll::new().unwrap();
+        let mut peer: Peer<Anvil, &str> = Peer::new(path);
+        let reg = Rc::new(poll.registry().try_clone().unwrap());
+        for tag in ["a", "b", "c"] {
+            peer.send_later(&reg, || Token(5), &lookup(), tag).unwrap();
+        }
+        assert_eq!(peer.waiting().count(), 3);
+        let mut events = Events::with_capacity(8);
+        poll.poll(&mut events, Some(Duration::from_millis(300)))
+            .unwrap();
+        for e in events.iter() {
+            let h = peer.event(poll.registry(), e.is_readable(), e.is_read_closed());
+            assert!(h.answers.is_empty(), "answered before the flush");
+        }
+        peer.flush(&reg).unwrap();
+        let h = hear(&mut poll, &mut peer, 3);
+        let got: Vec<_> = h.answers.iter().map(|(t, r)| (*t, *r)).collect();
+        assert_eq!(
+            got,
+            [
+                (Some("a"), Response::Counts { count: 1, rate: 0 }),
+                (Some("b"), Response::Counts { count: 2, rate: 0 }),
+                (Some("c"), Response::Counts { count: 3, rate: 0 }),
+            ]
+        );
         peer.close(&reg);
         server.join().unwrap();
     }
