@@ -108,7 +108,7 @@ impl QueueManager<DiskStore> {
     /// stalled journal waits for its next try); whether what came of it,
     /// if known now, was news (then the shell carries out the actions).
     pub fn commit_when_due(&mut self, now: Time) -> bool {
-        if !self.commit_due(now) || self.store().writer.in_flight() {
+        if !self.commit_due(now) || self.store().committing() {
             return false;
         }
         self.started_commit();
