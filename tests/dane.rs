@@ -11,8 +11,11 @@
 //! a DANE-EE and a DANE-TA record that match (delivered, `Verified`), a
 //! DANE-EE record that does not (deferred with the reason), a PKIX-EE
 //! record only (unusable: mandatory unauthenticated TLS), no record
-//! (opportunistic), and a mismatching record in an unsigned zone (insecure:
-//! ignored, delivered as `may`, and refused by `dane-only`).
+//! (opportunistic), a mismatching record in an unsigned zone (insecure:
+//! ignored, delivered as `may`, and refused by `dane-only`), and a TLSA
+//! record altered after signing, which unbound finds bogus and answers
+//! SERVFAIL for (deferred 4.7.5 "TLSA lookup error for host:port", as
+//! Postfix, with DNS's status in the agent's log only).
 //!
 //! nsd, unbound and ldnsutils are Debian packages that scripts/test
 //! installs; without them the test fails saying so.
@@ -206,6 +209,7 @@ fn start_dns(dir: &Path, port: u16) -> Dns {
         ("bad", Some(format!("3 1 1 {wrong}"))),
         ("pkix", Some(format!("1 1 1 {ee}"))),
         ("none", None),
+        ("broken", Some(format!("3 1 1 {}", hex(&[0x6b; 32])))),
     ] {
         zone += &format!("{label} MX 10 mx.{label}.dane.test.\nmx.{label} A 127.0.0.1\n");
         if let Some(t) = tlsa {
@@ -232,6 +236,12 @@ fn start_dns(dir: &Path, port: u16) -> Dns {
     .unwrap();
     let key = key.trim();
     run(signzone, &["dane.test.zone", key], dir, None);
+    // broken's TLSA record no longer matches its signature: bogus.
+    let signed = dir.join("dane.test.zone.signed");
+    let text = std::fs::read_to_string(&signed).unwrap();
+    let altered = text.replace(&hex(&[0x6b; 32]), &hex(&[0x6c; 32]));
+    assert_ne!(text, altered, "broken's TLSA record in the signed zone");
+    std::fs::write(&signed, altered).unwrap();
 
     let d = dir.display();
     let (auth, val) = (dns_port(), dns_port());
@@ -322,7 +332,7 @@ fn dane_verifies_defers_and_falls_back_as_rfc_7672_says() {
          qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\n\
          daneonly unix - - n - - smtp -o smtp_tls_security_level=dane-only\n"
     );
-    let routes: Vec<String> = ["good", "ta", "bad", "pkix", "none"]
+    let routes: Vec<String> = ["good", "ta", "bad", "pkix", "none", "broken"]
         .iter()
         .map(|l| format!("{l}.dane.test = smtp:{l}.dane.test:{port}"))
         .chain([
@@ -351,6 +361,7 @@ fn dane_verifies_defers_and_falls_back_as_rfc_7672_says() {
         "u@plain.test",
         "u@strict-plain.example",
         "u@strict-good.example",
+        "u@broken.dane.test",
     ];
     for to in rcpts {
         let (code, out) = sluice_suite::swaks(&[
@@ -432,6 +443,19 @@ fn dane_verifies_defers_and_falls_back_as_rfc_7672_says() {
             && line.contains("no DNSSEC-validated MX and address records for mx.plain.test"),
         "{line}"
     );
+
+    // A TLSA lookup that fails (SERVFAIL from a bogus RRset): deferred
+    // before any connection, with Postfix's reason and nothing nested in it.
+    let line = outcome(&inst, "u@broken.dane.test");
+    let reason = format!("(TLSA lookup error for mx.broken.dane.test:{port})");
+    assert!(
+        line.contains("dsn=4.7.5") && line.contains(&format!("status=deferred {reason}")),
+        "{line}"
+    );
+    // DNS's own status is the agent's to log.
+    log_has(&format!(
+        "mx.broken.dane.test: TLSA lookup error for mx.broken.dane.test:{port} (4.4.3 DNS server failure"
+    ));
 
     // good, ta, strict-good, pkix, none, plain: six messages arrived.
     let arrived = wait_for(30, "six messages at the receiver", || {

@@ -666,6 +666,10 @@ s.quit()
         "final-recipient: rfc822; a@remote.example",
         "action: relayed",
         "status: 2.0.0",
+        // The server that accepted it, and its reply as sent (Postfix's
+        // fields; before: no Remote-MTA and "X-Sluice; 250 2.0.0 Ok").
+        "remote-mta: dns; 127.0.0.1",
+        "diagnostic-code: smtp; 250 2.0.0 Ok",
         "part: text/rfc822-headers",
     ] {
         assert!(p.contains(needle), "missing {needle:?} in:\n{p}");

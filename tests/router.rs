@@ -313,7 +313,7 @@ fn bad_clients_are_dropped_and_others_served() {
     inst.start();
     let mut good = client(&inst);
     let sock = inst.root().join("spool/private/router");
-    // Wrong version (5: the error transport's status as text): refused,
+    // Wrong version (6: a failed DANE lookup's status as text): refused,
     // connection closed, and the mismatch logged.
     let mut wrong = std::os::unix::net::UnixStream::connect(&sock).unwrap();
     wrong
@@ -322,7 +322,7 @@ fn bad_clients_are_dropped_and_others_served() {
     wrong
         .write_all(&ipc::encode(&ipc::Hello {
             protocol: "sluice-router".into(),
-            version: 5,
+            version: 6,
         }))
         .unwrap();
     let mut buf = Vec::new();
@@ -332,12 +332,12 @@ fn bad_clients_are_dropped_and_others_served() {
         reply,
         ipc::HelloReply::Refused {
             protocol: "sluice-router".into(),
-            version: 6
+            version: 7
         }
     );
     inst.wait_log(
         10,
-        "protocol mismatch: wanted sluice-router 6, peer speaks sluice-router 5",
+        "protocol mismatch: wanted sluice-router 7, peer speaks sluice-router 6",
     );
     // Garbage after a good hello: dropped.
     let mut junk = std::os::unix::net::UnixStream::connect(&sock).unwrap();

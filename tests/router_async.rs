@@ -2,7 +2,9 @@
 //! a slow router delays only the session that asked (the others' replies
 //! stay prompt, measured), a silent one gives that RCPT 451 4.3.0 within
 //! `smtpd_router_timeout`, and one that drops the connection gives 451 at
-//! once and is reconnected for the next question. The router is
+//! once and is reconnected for the next question; one that answers a
+//! temporary failure gives the client Postfix's bare "Temporary lookup
+//! failure" and the log the router's status. The router is
 //! `support::fake_router` bound at `private/router` (master.cf has no
 //! router service), with one smtpd process so every session shares its loop.
 
@@ -110,10 +112,59 @@ fn a_silent_router_gives_451_within_the_deadline() {
         fake.next_request(1),
         ipc::router::Request::Resolve { .. }
     ));
+    assert_eq!(
+        r.trim_end(),
+        "451 4.3.0 <bob@mx.test.example>: Temporary lookup failure"
+    );
     // Only that recipient: the transaction goes on.
     c.expect("RCPT TO:<someone@remote.example>", "250");
     c.expect("QUIT", "221");
     inst.wait_log(5, "no answer within smtpd_router_timeout (2s)");
+    // The link said why; the policy adds no second warning.
+    let warnings = smtpd_warnings(&inst);
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+}
+
+/// smtpd's warnings in the instance's log.
+fn smtpd_warnings(inst: &Instance) -> Vec<String> {
+    inst.log()
+        .lines()
+        .filter(|l| l.contains("/smtpd[") && l.contains("warning:"))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_router_failure_is_logged_not_told_to_the_client() {
+    let (inst, port) = instance("");
+    let _fake = router(&inst, Behaviour::Fail);
+    let (mut c, _) = SmtpClient::connect(port);
+    c.expect("EHLO a.example", "250");
+    c.expect("MAIL FROM:<a@example.com>", "250");
+    // As Postfix: the router's status, map names and DNS errors are the
+    // postmaster's business, not the client's.
+    let (r, _) = c.timed("RCPT TO:<bob@mx.test.example>");
+    assert_eq!(
+        r.trim_end(),
+        "451 4.3.0 <bob@mx.test.example>: Temporary lookup failure"
+    );
+    c.expect("QUIT", "221");
+    let reject = inst.wait_log(5, "NOQUEUE: reject: RCPT from");
+    assert!(
+        reject.contains(
+            ": 451 4.3.0 <bob@mx.test.example>: Temporary lookup failure; from=<a@example.com>"
+        ),
+        "{reject}"
+    );
+    let warnings = smtpd_warnings(&inst);
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    assert!(
+        warnings[0].contains(&format!(
+            "warning: router lookup error for <bob@mx.test.example>: 4.4.3 {}",
+            sluice_suite::fake_router::FAILURE
+        )),
+        "{warnings:#?}"
+    );
 }
 
 #[test]

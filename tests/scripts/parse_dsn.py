@@ -29,6 +29,7 @@ for p in parts:
             print("original-recipient: %s" % b["Original-Recipient"])
             print("action: %s" % b["Action"])
             print("status: %s" % b["Status"])
+            print("remote-mta: %s" % b["Remote-MTA"])
             print("diagnostic-code: %s" % b["Diagnostic-Code"])
     if p.get_content_type() in ("message/rfc822", "text/rfc822-headers"):
         body = p.get_payload()

@@ -2,7 +2,7 @@
 //! would be (`private/router`, with no router service in master.cf): it
 //! speaks the real framing and handshake of `crates/ipc` and answers
 //! `Resolve` (every address known) and `Rewrite` (nothing mapped) after a
-//! delay, never, or by closing the connection. The real router cannot be
+//! delay, never, by closing the connection, or with a temporary failure. The real router cannot be
 //! made slow or silent on demand; this is for those faults only.
 
 use std::io::{Read, Write};
@@ -25,7 +25,13 @@ pub enum Behaviour {
     Never,
     /// Closes the connection on the request, without answering.
     Close,
+    /// Answers at once that it cannot resolve now: a temporary
+    /// [`FAILURE`] status, as when a table or DNS lookup behind it fails.
+    Fail,
 }
+
+/// The status text of [`Behaviour::Fail`]'s answers.
+pub const FAILURE: &str = "DNS server failure looking up mx.test.example";
 
 /// The fake router: a listener thread and one thread per connection.
 pub struct FakeRouter {
@@ -111,6 +117,15 @@ fn serve(mut conn: UnixStream, behaviour: &Mutex<Behaviour>, seen: &Sender<Reque
             Behaviour::Close => {
                 let _ = conn.shutdown(std::net::Shutdown::Both);
                 return;
+            }
+            Behaviour::Fail => {
+                let frame = encode(&Tagged {
+                    id: req.id,
+                    body: Response::Failed {
+                        status: mail::Status::new(mail::StatusCode::known(4, 4, 3), FAILURE),
+                    },
+                });
+                let _ = writer.lock().unwrap().write_all(&frame);
             }
             Behaviour::After(delay) => {
                 let w = writer.clone();

@@ -106,7 +106,7 @@ fn dane(d: dns::Dane) -> ipc::delivery::Dane {
                 })
                 .collect(),
         ),
-        dns::Dane::Failed(e) => Dane::Failed(e.status_text()),
+        dns::Dane::Failed(e) => Dane::Failed(e.status()),
     }
 }
 

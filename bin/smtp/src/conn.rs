@@ -347,9 +347,12 @@ impl SmtpConn {
         if self.done {
             return;
         }
-        if let Policy::Refuse(why) = &self.policy {
+        if let Policy::Refuse { why, cause } = &self.policy {
             let why = why.clone();
-            msg_info!("{}: {why}", self.host);
+            match cause {
+                Some(cause) => msg_info!("{}: {why} ({cause})", self.host),
+                None => msg_info!("{}: {why}", self.host),
+            }
             self.tls_refused(why);
             return;
         }

@@ -10,7 +10,9 @@
 //!
 //! Other levels are left as they are. Deferrals are 4.7.5, as Postfix's
 //! TLS policy failures; the reason names the host and port whose TLSA
-//! records were (or could not be) used.
+//! records were (or could not be) used. A failed lookup's own status
+//! (4.4.3 SERVFAIL, say) is not nested into that reason, which is
+//! Postfix's "TLSA lookup error for host:port": it goes to the log.
 
 use std::sync::Arc;
 
@@ -27,8 +29,13 @@ pub enum Policy {
     /// STARTTLS required; the handshake succeeds only with a certificate
     /// that the host's usable TLSA records match.
     Tlsa(Arc<rustls::ClientConfig>),
-    /// Do not deliver to this host: why.
-    Refuse(String),
+    /// Do not deliver to this host.
+    Refuse {
+        /// Why, the text of the 4.7.5 deferral.
+        why: String,
+        /// What DNS said, when a lookup failed: for the log only.
+        cause: Option<mail::Status>,
+    },
 }
 
 impl Policy {
@@ -42,14 +49,16 @@ impl Policy {
             other => return Policy::Level(other),
         };
         let at = format!("{host}:{port}");
+        let refuse = |why: String| Policy::Refuse { why, cause: None };
         match dane {
-            Dane::Failed(why) => Policy::Refuse(format!("TLSA lookup error for {at}: {why}")),
-            Dane::Insecure if only => Policy::Refuse(format!(
+            Dane::Failed(status) => Policy::Refuse {
+                why: format!("TLSA lookup error for {at}"),
+                cause: Some(status.clone()),
+            },
+            Dane::Insecure if only => refuse(format!(
                 "no DNSSEC-validated MX and address records for {at}, as dane-only requires"
             )),
-            Dane::NoRecords if only => {
-                Policy::Refuse(format!("no DNSSEC-validated TLSA records for {at}"))
-            }
+            Dane::NoRecords if only => refuse(format!("no DNSSEC-validated TLSA records for {at}")),
             Dane::Insecure | Dane::NoRecords => Policy::Level(TlsLevel::May),
             Dane::Records(records) => {
                 let records: Vec<tls::dane::TlsaRecord> = records
@@ -70,7 +79,7 @@ impl Policy {
                     }
                     Policy::Tlsa(tls::dane::dane_client_config(records, names))
                 } else if only {
-                    Policy::Refuse(format!("all TLSA records for {at} are unusable"))
+                    refuse(format!("all TLSA records for {at} are unusable"))
                 } else {
                     // Unusable records still say TLS is offered (RFC 7672 2.2).
                     Policy::Level(TlsLevel::Encrypt)
@@ -84,7 +93,7 @@ impl Policy {
     pub fn level(&self) -> TlsLevel {
         match self {
             Policy::Level(l) => *l,
-            Policy::Tlsa(_) | Policy::Refuse(_) => TlsLevel::Encrypt,
+            Policy::Tlsa(_) | Policy::Refuse { .. } => TlsLevel::Encrypt,
         }
     }
 
@@ -116,7 +125,11 @@ mod tests {
         match p {
             Policy::Level(l) => format!("{l:?}"),
             Policy::Tlsa(_) => "tlsa".into(),
-            Policy::Refuse(why) => format!("refuse: {why}"),
+            Policy::Refuse { why, cause: None } => format!("refuse: {why}"),
+            Policy::Refuse {
+                why,
+                cause: Some(c),
+            } => format!("refuse: {why} [{c}]"),
         }
     }
 
@@ -124,13 +137,18 @@ mod tests {
     fn rfc_7672_fallbacks_per_level() {
         let usable = Dane::Records(vec![rec(1), rec(3)]);
         let unusable = Dane::Records(vec![rec(0), rec(1)]);
-        let failed = Dane::Failed("4.4.3 DNS server failure: SERVFAIL".into());
+        let failed = Dane::Failed(mail::Status::new(
+            mail::StatusCode::known(4, 4, 3),
+            "DNS server failure: SERVFAIL",
+        ));
         let cases = [
             (TlsLevel::Dane, &Dane::Insecure, "May"),
             (TlsLevel::Dane, &Dane::NoRecords, "May"),
             (TlsLevel::Dane, &unusable, "Encrypt"),
             (TlsLevel::Dane, &usable, "tlsa"),
-            (TlsLevel::Dane, &failed, "refuse: TLSA lookup error for mx.example.test:25: 4.4.3 DNS server failure: SERVFAIL"),
+            // Postfix's reason, one status; DNS's status kept for the log.
+            (TlsLevel::Dane, &failed, "refuse: TLSA lookup error for mx.example.test:25 [4.4.3 DNS server failure: SERVFAIL]"),
+            (TlsLevel::DaneOnly, &failed, "refuse: TLSA lookup error for mx.example.test:25 [4.4.3 DNS server failure: SERVFAIL]"),
             (TlsLevel::DaneOnly, &Dane::Insecure, "refuse: no DNSSEC-validated MX and address records for mx.example.test:25, as dane-only requires"),
             (TlsLevel::DaneOnly, &Dane::NoRecords, "refuse: no DNSSEC-validated TLSA records for mx.example.test:25"),
             (TlsLevel::DaneOnly, &unusable, "refuse: all TLSA records for mx.example.test:25 are unusable"),

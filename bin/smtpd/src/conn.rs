@@ -858,7 +858,16 @@ impl Conn {
                 }
                 self.recipient_accepted(cx, pool, params.recipient(to.to_string()));
             }
-            policy::Verdict::Refuse { reply, by: _ } => {
+            policy::Verdict::Refuse {
+                reply,
+                by: _,
+                warning,
+            } => {
+                // What failed stays out of the reply (Postfix's "Warning is
+                // already logged"): the postmaster reads it here.
+                if let Some(w) = warning {
+                    msg_warn!("{w}");
+                }
                 msg_info!(
                     "NOQUEUE: reject: RCPT from {}: {reply}; from=<{}> to=<{}> proto={} helo=<{}>",
                     self.client_label(),

@@ -15,8 +15,8 @@ use mio::Token;
 use crate::tagged::{Naming, Reply, TaggedLink};
 
 /// What the router said about one recipient: unlisted or not, or why it
-/// cannot say.
-pub type Answer = Result<bool, String>;
+/// cannot say (for the log; `None` when the link failed and said so).
+pub type Answer = Result<bool, Option<String>>;
 
 /// The router link and the questions it owes answers to.
 pub struct RouterLink(TaggedLink<Router>);
@@ -48,16 +48,18 @@ impl RouterLink {
     }
 
     /// Asks whether `address` is unlisted on behalf of `session`; `Err`
-    /// when the question cannot even be sent (the session is answered now).
+    /// when the question cannot even be sent (the session is answered now;
+    /// the link has logged why).
     pub fn ask(
         &mut self,
         cx: &mut Cx<'_>,
         session: Token,
         address: String,
         smtputf8: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Option<String>> {
         self.0
             .ask(cx, session, &Request::Resolve { address, smtputf8 })
+            .map_err(|_| None)
     }
 
     /// The link is ready: the answers that arrived, by session.
@@ -86,11 +88,12 @@ fn unlisted(replies: Vec<(Token, Reply<Router>)>) -> Vec<(Token, Answer)> {
     let read = |resp: Response| match resp {
         Response::Resolved { routes, .. } => Ok(routes.iter().any(|r| r.unknown)),
         Response::Failed { status } if status.is_permanent() => Ok(true),
-        Response::Failed { status } => Err(status.to_string()),
-        other => Err(format!("unexpected router answer {other:?}")),
+        Response::Failed { status } => Err(Some(status.to_string())),
+        other => Err(Some(format!("unexpected router answer {other:?}"))),
     };
+    // A failed link has been logged by the link, once for all its questions.
     replies
         .into_iter()
-        .map(|(t, r)| (t, r.and_then(read)))
+        .map(|(t, r)| (t, r.map_err(|_| None).and_then(read)))
         .collect()
 }

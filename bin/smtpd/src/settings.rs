@@ -228,12 +228,12 @@ impl policy::Lookup for Lookups<'_> {
         policy::Lookup::lookup(self.tables, table, key)
     }
 
-    fn unlisted(&self, _recipient: &smtp_proto::Mailbox) -> Result<bool, String> {
+    fn unlisted(&self, _recipient: &smtp_proto::Mailbox) -> Result<bool, Option<String>> {
         match self.unlisted {
             Some(answer) => answer.clone(),
             // The policy and smtpd share `asks_router`, so this is not
             // reached; if it were, a temporary refusal is the safe answer.
-            None => Err("the router was not asked".into()),
+            None => Err(Some("the router was not asked".into())),
         }
     }
 

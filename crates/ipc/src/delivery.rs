@@ -27,7 +27,7 @@ pub enum Delivery {}
 
 impl crate::Protocol for Delivery {
     const NAME: &'static str = "sluice-delivery";
-    const VERSION: u32 = 8;
+    const VERSION: u32 = 9;
     type Request = Request;
     type Response = Response;
 }
@@ -78,9 +78,9 @@ pub enum Dane {
     NoRecords,
     /// The validated TLSA records of the host.
     Records(Vec<Tlsa>),
-    /// A validated host whose address or TLSA lookup failed: the text,
-    /// with its enhanced status.
-    Failed(String),
+    /// A validated host whose address or TLSA lookup failed: the DNS
+    /// status that says why (for the agent's log; its refusal is 4.7.5).
+    Failed(mail::Status),
 }
 
 /// One TLSA record (RFC 6698).

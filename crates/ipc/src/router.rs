@@ -23,7 +23,7 @@ pub enum Router {}
 
 impl crate::Protocol for Router {
     const NAME: &'static str = "sluice-router";
-    const VERSION: u32 = 6;
+    const VERSION: u32 = 7;
     type Request = Request;
     type Response = Response;
 }
@@ -295,8 +295,9 @@ mod tests {
             HelloReply::Accepted
         );
         // A peer of version 4 sent reasons as text, one of version 5 the
-        // error transport's status: both are refused.
-        for version in [4, 5] {
+        // error transport's status, one of version 6 a failed DANE lookup's
+        // status: all are refused.
+        for version in [4, 5, 6] {
             let old = Hello {
                 protocol: Router::NAME.into(),
                 version,
@@ -305,7 +306,7 @@ mod tests {
                 old.answer::<Router>(),
                 HelloReply::Refused {
                     protocol: "sluice-router".into(),
-                    version: 6
+                    version: 7
                 }
             );
         }

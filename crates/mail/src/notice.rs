@@ -227,8 +227,18 @@ pub fn parts_of(
             Kind::Success { relayed: true } => "Action: relayed",
             Kind::Success { relayed: false } => "Action: delivered",
         });
-        line(&format!("Status: {}", f.status));
         let (remote, host) = remote_of(&f.reason);
+        // A success's journal record keeps no status, only the reply
+        // quoted exactly (RemoteReply::reason): its enhanced code is the
+        // status the agent gave (a 250 2.6.0 is 2.6.0, as in Postfix).
+        let status = match (kind, &remote) {
+            (Kind::Success { .. }, Some(r)) => r
+                .enhanced
+                .filter(|e| u16::from(e.class()) == 2)
+                .unwrap_or(f.status),
+            _ => f.status,
+        };
+        line(&format!("Status: {status}"));
         if let Some(h) = host.filter(|h| !h.is_empty()) {
             line(&format!("Remote-MTA: dns; {}", xtext_safe(h)));
         }
@@ -304,6 +314,7 @@ fn remote_of(reason: &str) -> (Option<crate::RemoteReply>, Option<&str>) {
         .unwrap_or(reason);
     let host = last
         .strip_prefix("host ")
+        .or_else(|| last.strip_prefix("delivery via "))
         .and_then(|r| r.split_once(' '))
         .and_then(|(relay, _)| relay.split_once('['))
         .map(|(h, _)| h)
@@ -427,6 +438,64 @@ mod tests {
         assert!(
             !r.contains("X-Injected") && !r.contains("Original-Recipient"),
             "{r}"
+        );
+    }
+
+    /// A success report quotes the reply that accepted the recipient as
+    /// Postfix's does: its server, its code as the Status, the reply as the
+    /// Diagnostic-Code. A local delivery's reason is no server's reply.
+    #[test]
+    fn a_success_report_quotes_the_servers_acceptance() {
+        let fields = |reason: &str| {
+            let ok = Failed {
+                index: 0,
+                // What the journal's Succeeded record gives back: no status.
+                status: crate::StatusCode::OK,
+                reason: reason.into(),
+            };
+            let cx = Context {
+                hostname: "mx.test.example",
+                to: "alice@example.com",
+                date: "now",
+                arrival: "then",
+                retry_until: None,
+            };
+            let kind = Kind::Success { relayed: true };
+            let r = String::from_utf8(report_of(kind, &env(), "Q", &[&ok], b"\r\n", cx)).unwrap();
+            r.split("\r\n")
+                .filter(|l| {
+                    ["<bob@", "Status:", "Remote-MTA:", "Diagnostic-Code:"]
+                        .iter()
+                        .any(|p| l.starts_with(p))
+                })
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            fields("delivery via mx.remote.example[192.0.2.1]:25: 250 2.6.0 queued as 4Q"),
+            [
+                "<bob@remote.example>: delivery via mx.remote.example[192.0.2.1]:25: 250 2.6.0 queued as 4Q",
+                "Status: 2.6.0",
+                "Remote-MTA: dns; mx.remote.example",
+                "Diagnostic-Code: smtp; 250 2.6.0 queued as 4Q",
+            ]
+        );
+        assert_eq!(
+            fields("delivery via mx.remote.example[192.0.2.1]:25: 250 Ok"),
+            [
+                "<bob@remote.example>: delivery via mx.remote.example[192.0.2.1]:25: 250 Ok",
+                "Status: 2.0.0",
+                "Remote-MTA: dns; mx.remote.example",
+                "Diagnostic-Code: smtp; 250 Ok",
+            ]
+        );
+        assert_eq!(
+            fields("delivered to mailbox"),
+            [
+                "<bob@remote.example>: delivered to mailbox",
+                "Status: 2.0.0",
+                "Diagnostic-Code: X-Sluice; delivered to mailbox",
+            ]
         );
     }
 

@@ -12,7 +12,11 @@
 //! [`RemoteReply::parse_reason`], the exact inverse of
 //! [`RemoteReply::reason`]: it accepts only strings that wording gives
 //! back unchanged, so a local reason (a pipe command's output) is never
-//! taken for a server's reply. Panics: never.
+//! taken for a server's reply. A success notice quotes the reply that
+//! accepted a recipient the same way, worded as Postfix's trace does
+//! (`delivery via mx[192.0.2.1]:25: 250 2.0.0 Ok`): the journal's record of
+//! an owed success keeps no status, so that quote is how the server's
+//! enhanced code reaches the notice's Status. Panics: never.
 
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +48,9 @@ pub enum Said {
     Closing,
     /// A reply of a kind the command cannot have.
     Unexpected,
+    /// The reply that accepted a recipient, as a success notice quotes it
+    /// (Postfix's `delivery via mx[192.0.2.1]:25: 250 2.0.0 Ok`).
+    Accepted,
 }
 
 impl RemoteReply {
@@ -78,6 +85,7 @@ impl RemoteReply {
             }
             Said::Closing => format!("host {relay} said: {said}"),
             Said::Unexpected => format!("host {relay} sent an unexpected reply: {said}"),
+            Said::Accepted => format!("delivery via {relay}: {said}"),
         }
     }
 
@@ -85,6 +93,11 @@ impl RemoteReply {
     /// worded; `None` for any string that wording does not give back
     /// exactly (a local reason, a reason of another agent).
     pub fn parse_reason(reason: &str) -> Option<(RemoteReply, Said)> {
+        if let Some(rest) = reason.strip_prefix("delivery via ") {
+            let (relay, said) = rest.split_once(' ')?;
+            let reply = Self::parse(relay.strip_suffix(':')?, said)?;
+            return (reply.reason(&Said::Accepted) == reason).then_some((reply, Said::Accepted));
+        }
         let rest = reason.strip_prefix("host ")?;
         let (relay, rest) = rest.split_once(' ')?;
         let (when, said) = if let Some(s) = rest.strip_prefix("refused to talk to me: ") {
@@ -180,6 +193,7 @@ mod tests {
             Said::InReplyTo("end of DATA".into()),
             Said::Closing,
             Said::Unexpected,
+            Said::Accepted,
         ];
         let replies = [
             reply(550, Some(StatusCode::known(5, 1, 1)), "no such user"),
@@ -187,6 +201,8 @@ mod tests {
             reply(421, None, ""),
             reply(452, None, "said: x (in reply to y command)"),
             reply(550, None, "4.1.1 a code of another class is text"),
+            reply(250, Some(StatusCode::known(2, 6, 0)), "queued as 4Q"),
+            reply(250, None, "Ok"),
         ];
         for r in &replies {
             for w in &whens {
@@ -213,6 +229,9 @@ mod tests {
             "host mx[192.0.2.1]:25 said:550 text",
             "host mx[192.0.2.1]:25: TlsFailed",
             "lost connection with host mx[192.0.2.1]:25 while sending RCPT TO",
+            "delivery via mx[192.0.2.1]:25 250 no colon",
+            "delivery via mx[192.0.2.1]:25: delivered to mailbox",
+            "delivered to mailbox",
         ] {
             assert_eq!(RemoteReply::parse_reason(s), None, "{s}");
         }

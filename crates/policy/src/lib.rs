@@ -42,13 +42,16 @@ use smtp_proto::{Domain, Mailbox};
 
 /// Reads lookup tables for check_*_access.
 pub trait Lookup {
-    /// The value for `key` in `table`, `Ok(None)` when absent; `Err` when
-    /// the table cannot be read (the caller answers 451, as Postfix does).
+    /// The value for `key` in `table`, `Ok(None)` when absent; `Err` with
+    /// why when the table cannot be read (the caller answers 451, as
+    /// Postfix does, and logs why: the client reads no table names).
     fn lookup(&self, table: &MapRef, key: &str) -> Result<Option<String>, String>;
 
     /// Whether the router knows no such recipient (`Ok(true)`: unlisted);
-    /// `Err` when it cannot say now. Without a router nothing is unlisted.
-    fn unlisted(&self, _recipient: &Mailbox) -> Result<bool, String> {
+    /// `Err` when it cannot say now, with why for the log, or `None` when
+    /// the failure was logged where it happened (a broken link).
+    /// Without a router nothing is unlisted.
+    fn unlisted(&self, _recipient: &Mailbox) -> Result<bool, Option<String>> {
         Ok(false)
     }
 
@@ -121,6 +124,10 @@ pub enum Verdict {
         reply: Refusal,
         /// Which restriction refused (for the log's `reject:` line).
         by: String,
+        /// What failed behind a temporary refusal (a table, the router, an
+        /// access value that is no action), for smtpd to log as a warning:
+        /// as Postfix's, the reply names no table and quotes no error.
+        warning: Option<String>,
     },
 }
 
@@ -314,11 +321,17 @@ impl Policy {
         // As Postfix's smtpd_reject_unlisted_recipient: even a permitted
         // recipient is refused when the router knows no such user.
         if self.reject_unlisted {
-            if let Step::Refuse(reply) = self.unlisted_step(q, lookup) {
-                return Verdict::Refuse {
-                    reply,
-                    by: "smtpd_reject_unlisted_recipient".into(),
-                };
+            let by = "smtpd_reject_unlisted_recipient".to_string();
+            match self.unlisted_step(q, lookup) {
+                Step::Refuse(reply) => {
+                    return Verdict::Refuse {
+                        reply,
+                        by,
+                        warning: None,
+                    }
+                }
+                Step::Failed(reply, warning) => return Verdict::Refuse { reply, by, warning },
+                _ => {}
             }
         }
         Verdict::Accept {
@@ -442,11 +455,14 @@ impl Policy {
                     q.recipient
                 ),
             )),
-            Err(e) => Step::Refuse(Refusal::new(
-                451,
-                StatusCode::SYSTEM_TEMP,
-                format!("<{}>: Temporary lookup failure ({e})", q.recipient),
-            )),
+            Err(why) => Step::Failed(
+                Refusal::new(
+                    451,
+                    StatusCode::SYSTEM_TEMP,
+                    format!("<{}>: Temporary lookup failure", q.recipient),
+                ),
+                why.map(|why| format!("router lookup error for <{}>: {why}", q.recipient)),
+            ),
         }
     }
 
@@ -562,12 +578,21 @@ impl Policy {
                     marks.defer_if_permit.get_or_insert(Verdict::Refuse {
                         reply,
                         by: format!("{list_name}: {}", r.name()),
+                        warning: None,
                     });
                 }
                 Step::Refuse(reply) => {
                     return ListResult::Refuse(Verdict::Refuse {
                         reply,
                         by: format!("{list_name}: {}", r.name()),
+                        warning: None,
+                    })
+                }
+                Step::Failed(reply, warning) => {
+                    return ListResult::Refuse(Verdict::Refuse {
+                        reply,
+                        by: format!("{list_name}: {}", r.name()),
+                        warning,
                     })
                 }
             }
@@ -608,6 +633,9 @@ enum Step {
     Tenant(String),
     Job(String),
     Refuse(Refusal),
+    /// A lookup failed: refuse for now with this, and what failed for
+    /// the log (`None`: logged already).
+    Failed(Refusal, Option<String>),
     /// Refuse with this only if the lists would otherwise accept.
     DeferIfPermit(Refusal),
 }
@@ -700,10 +728,13 @@ fn access_step(
             Ok(Some(v)) => v,
             Ok(None) => continue,
             Err(e) => {
-                return Step::refuse(
-                    451,
-                    StatusCode::SYSTEM_TEMP,
-                    format!("{what}: Temporary lookup failure ({e})"),
+                return Step::Failed(
+                    Refusal::new(
+                        451,
+                        StatusCode::SYSTEM_TEMP,
+                        format!("{what}: Temporary lookup failure"),
+                    ),
+                    Some(format!("{map} lookup error for \"{key}\": {e}")),
                 )
             }
         };
@@ -734,10 +765,15 @@ fn access_step(
                 let text = format!("{what}: {default_text}: {}", r.text);
                 Step::Refuse(Refusal { text, ..r })
             }
-            AccessAction::Bad(v) => Step::refuse(
-                451,
-                StatusCode::known(4, 3, 5),
-                format!("{what}: Server configuration error (bad access action \"{v}\" in {map})"),
+            AccessAction::Bad(v) => Step::Failed(
+                Refusal::new(
+                    451,
+                    StatusCode::known(4, 3, 5),
+                    "Server configuration error".to_string(),
+                ),
+                Some(format!(
+                    "access table {map}: bad action \"{v}\" for key \"{key}\""
+                )),
             ),
         };
     }

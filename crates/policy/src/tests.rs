@@ -77,7 +77,7 @@ fn default_policy_is_not_an_open_relay() {
         let v = check(&p, client, Some("sender@example.com"), rcpt);
         assert_eq!(accepted(&v), *ok, "{client} → {rcpt}: {v:?}");
         if !ok {
-            let Verdict::Refuse { reply, by } = v else {
+            let Verdict::Refuse { reply, by, .. } = v else {
                 unreachable!()
             };
             assert_eq!(
@@ -136,7 +136,7 @@ fn first_decision_in_a_list_wins_and_lists_run_in_order() {
     assert!(accepted(&check(&p, "127.0.0.1", None, "u@mx.example.org")));
     let v = check(&p, "192.0.2.1", None, "u@mx.example.org");
     assert!(
-        matches!(v, Verdict::Refuse { ref reply, ref by } if reply.code == 554 && by.starts_with("smtpd_client_restrictions")),
+        matches!(v, Verdict::Refuse { ref reply, ref by, .. } if reply.code == 554 && by.starts_with("smtpd_client_restrictions")),
         "{v:?}"
     );
     // A permit in the relay list does not skip the recipient list.
@@ -175,9 +175,29 @@ fn unknown_restrictions_and_bad_arguments_are_refused() {
 fn unreadable_tables_defer_instead_of_permitting() {
     let p = policy("smtpd_recipient_restrictions = check_recipient_access hash:/nonexistent\n");
     let v = check(&p, "127.0.0.1", None, "u@mx.example.org");
+    let Verdict::Refuse { reply, warning, .. } = v else {
+        panic!("{v:?}")
+    };
+    // As Postfix: the client reads no table name and no error; the log does.
+    assert_eq!(
+        reply.to_string(),
+        "451 4.3.0 <u@mx.example.org>: Temporary lookup failure"
+    );
+    let warning = warning.expect("a warning for the log");
     assert!(
-        matches!(&v, Verdict::Refuse { reply, .. } if reply.code == 451),
-        "{v:?}"
+        warning.starts_with("hash:/nonexistent lookup error for \"u@mx.example.org\": "),
+        "{warning}"
+    );
+    // A value that is no access action: Postfix's reply, the value logged.
+    let p = policy("smtpd_recipient_restrictions = check_recipient_access static:NONSENSE\n");
+    let v = check(&p, "127.0.0.1", None, "u@mx.example.org");
+    let Verdict::Refuse { reply, warning, .. } = v else {
+        panic!("{v:?}")
+    };
+    assert_eq!(reply.to_string(), "451 4.3.5 Server configuration error");
+    assert_eq!(
+        warning.as_deref(),
+        Some("access table static:NONSENSE: bad action \"NONSENSE\" for key \"u@mx.example.org\"")
     );
 }
 
@@ -245,9 +265,9 @@ impl Lookup for Unlisted {
     fn lookup(&self, t: &MapRef, k: &str) -> Result<Option<String>, String> {
         StaticOnly.lookup(t, k)
     }
-    fn unlisted(&self, r: &Mailbox) -> Result<bool, String> {
+    fn unlisted(&self, r: &Mailbox) -> Result<bool, Option<String>> {
         if self.1 {
-            return Err("router down".into());
+            return Err(Some("4.4.3 router down".into()));
         }
         Ok(!self.0.contains(&r.to_string().as_str()))
     }
@@ -284,10 +304,19 @@ fn unlisted_recipients_are_refused_even_from_mynetworks() {
     };
     assert!(accepted(&p.check(&q2, &known)));
     // The router cannot answer: a temporary error, never an acceptance.
-    assert!(matches!(
-        p.check(&q2, &Unlisted(&[], true)),
-        Verdict::Refuse { reply, .. } if reply.code == 451
-    ));
+    match p.check(&q2, &Unlisted(&[], true)) {
+        Verdict::Refuse { reply, warning, .. } => {
+            assert_eq!(
+                reply.to_string(),
+                "451 4.3.0 <root@mx.example.org>: Temporary lookup failure"
+            );
+            assert_eq!(
+                warning.as_deref(),
+                Some("router lookup error for <root@mx.example.org>: 4.4.3 router down")
+            );
+        }
+        v => panic!("{v:?}"),
+    }
     // Turned off, nothing is asked.
     let off = policy("smtpd_reject_unlisted_recipient = no\n");
     assert!(accepted(&off.check(&q, &Unlisted(&[], true))));
@@ -304,7 +333,7 @@ impl Lookup for NoRouter {
     fn lookup(&self, t: &MapRef, k: &str) -> Result<Option<String>, String> {
         StaticOnly.lookup(t, k)
     }
-    fn unlisted(&self, r: &Mailbox) -> Result<bool, String> {
+    fn unlisted(&self, r: &Mailbox) -> Result<bool, Option<String>> {
         panic!("the router was asked about {r}, which asks_router says it never is")
     }
 }
@@ -391,7 +420,7 @@ fn submission_relays_only_for_authenticated_clients() {
         sasl_username: None,
     };
     match p.check(&q, &StaticOnly) {
-        Verdict::Refuse { reply, by } => {
+        Verdict::Refuse { reply, by, .. } => {
             assert_eq!(reply.code, 554);
             assert_eq!(by, "smtpd_recipient_restrictions: reject");
         }

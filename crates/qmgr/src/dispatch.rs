@@ -588,7 +588,7 @@ impl<S: Store> QueueManager<S> {
             return;
         };
         // One record per distinct reply, so each recipient's report quotes its own.
-        let mut by_text: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        let mut by_text: BTreeMap<String, Vec<u32>> = BTreeMap::new();
         for r in results {
             let wants = a
                 .envelope
@@ -596,19 +596,23 @@ impl<S: Store> QueueManager<S> {
                 .get(r.index as usize)
                 .is_some_and(|x| x.notify.wants_success());
             if r.status.is_success() && wants {
-                by_text
-                    .entry(r.status.text.as_str())
-                    .or_default()
-                    .push(r.index);
+                // The record keeps text only: a server's reply is worded so
+                // that the notice gives its Remote-MTA, Diagnostic-Code and
+                // enhanced code back (Postfix's "delivery via relay: reply").
+                let text = match &r.remote {
+                    Some(remote) => remote.reason(&mail::Said::Accepted),
+                    None => r.status.text.clone(),
+                };
+                by_text.entry(text).or_default().push(r.index);
             }
         }
         let recs: Vec<queue::Record> = by_text
             .into_iter()
-            .map(|(text, rcpts)| queue::Record::Succeeded {
+            .map(|(reason, rcpts)| queue::Record::Succeeded {
                 id: a.id,
                 rcpts,
                 relayed: handoff == delivery::Handoff::Relayed,
-                reason: text.to_string(),
+                reason,
             })
             .collect();
         for r in recs {
