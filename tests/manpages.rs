@@ -59,3 +59,22 @@ fn parameters_named_in_pages_exist() {
         "pages name parameters that are not in the table: {unknown:?}"
     );
 }
+
+/// A page holds no control character but the newline: a font escape
+/// written through a string that reads `\f` as a form feed renders as
+/// stray letters (`Bsluice reloadR`).
+#[test]
+fn pages_hold_no_control_characters() {
+    let top = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(top.join("man")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.chars().any(|c| c.is_control()) {
+                found.push(format!("{}:{}: {line:?}", path.display(), n + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "control characters in pages: {found:?}");
+}
