@@ -110,6 +110,8 @@ mod faulty {
         Io,
         /// A write writes only this many bytes and says so.
         Short(usize),
+        /// A sync panics: a bug that kills the thread running it.
+        Panic,
     }
 
     #[derive(Debug, Default)]
@@ -237,6 +239,7 @@ mod faulty {
                 Some(Fault::NoSpace) => return Err(enospc()),
                 Some(Fault::Io) => return Err(eio()),
                 Some(Fault::Short(k)) => &buf[..k.min(buf.len())],
+                Some(Fault::Panic) => panic!("planted: a write panics"),
             };
             let n = self.inner.write_at(buf, offset)?;
             self.dirty().push((offset, n));
@@ -265,6 +268,7 @@ mod faulty {
                     Ok(())
                 }
                 Some(Fault::NoSpace) => Err(enospc()),
+                Some(Fault::Panic) => panic!("planted: a sync panics"),
                 Some(Fault::Io) => {
                     // The unsynced bytes are gone; zeros read back in their place.
                     for (off, len) in std::mem::take(&mut *self.dirty()) {

@@ -197,7 +197,14 @@ impl Syncer {
         match self.rx.try_recv() {
             Ok(res) => self.finished(res, journal).map(Some),
             Err(TryRecvError::Empty) => Ok(None),
-            Err(TryRecvError::Disconnected) => Err(Error::SyncerGone),
+            Err(TryRecvError::Disconnected) => {
+                // The thread died (a panic) in the middle of a sync: no
+                // sync runs any more, and what it was given may not be
+                // on disk, so it is written again by the next commit.
+                self.in_flight = false;
+                journal.sync_failed();
+                Err(Error::SyncerGone)
+            }
         }
     }
 

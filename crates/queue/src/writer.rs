@@ -92,15 +92,28 @@ impl JournalWriter {
         if !self.journal.has_pending() {
             return Some(Ok(self.journal.durable()));
         }
-        match self.syncer.as_mut() {
+        let r = match self.syncer.as_mut() {
             None => Some(self.journal.commit()),
             Some(s) => s.kick(&mut self.journal).err().map(Err),
-        }
+        };
+        self.lost_syncer(r)
     }
 
     /// Collects a finished sync (the sync thread woke the loop).
     pub fn synced(&mut self) -> Option<Result<Lsn>> {
-        self.syncer.as_mut()?.poll(&mut self.journal).transpose()
+        let r = self.syncer.as_mut()?.poll(&mut self.journal).transpose();
+        self.lost_syncer(r)
+    }
+
+    /// A sync thread that died (a panic) is dropped: the commits after
+    /// its failed one are made inline, which blocks the caller for each
+    /// fdatasync but loses nothing and never waits for ever for a thread
+    /// that is gone.
+    fn lost_syncer(&mut self, r: Option<Result<Lsn>>) -> Option<Result<Lsn>> {
+        if matches!(r, Some(Err(crate::Error::SyncerGone))) {
+            self.syncer = None;
+        }
+        r
     }
 
     /// At exit: waits for the sync thread and makes what it can durable.
@@ -243,5 +256,26 @@ mod tests {
             drop(w);
             assert_eq!(live(dir.path()), vec![id(1), id(2)], "{syncer}");
         }
+    }
+
+    /// A sync thread that dies in the middle of a sync (a bug) fails that
+    /// commit; the writer then commits inline, writes the records again
+    /// (the dead sync may not have reached the disk) and loses none.
+    #[test]
+    fn a_sync_thread_that_dies_leaves_the_writer_committing_inline() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = FaultyDisk::new();
+        let (mut w, mut st) = open(dir.path(), &disk, true);
+        w.append(&arrived(1), &mut st).unwrap();
+        settle_ahead(&mut w);
+        disk.fail_sync(1, Fault::Panic);
+        let e = commit(&mut w).unwrap_err();
+        assert!(matches!(e, crate::Error::SyncerGone), "{e}");
+        assert!(!w.in_flight(), "still waiting for a thread that is gone");
+        w.append(&arrived(2), &mut st).unwrap();
+        // Inline: the outcome is known at once.
+        assert_eq!(w.commit().expect("committed inline").unwrap(), w.end());
+        drop(w);
+        assert_eq!(live(dir.path()), vec![id(1), id(2)]);
     }
 }
