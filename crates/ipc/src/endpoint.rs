@@ -604,8 +604,8 @@ mod tests {
         let mut ep = Endpoint::new(UnixStream::from_std(ours));
         ep.register(&registry, Token(3)).unwrap();
         let mut events = Events::with_capacity(8);
-        let mut woken = |poll: &mut Poll| {
-            poll.poll(&mut events, Some(std::time::Duration::from_millis(50)))
+        let woken = |poll: &mut Poll, events: &mut Events| {
+            poll.poll(events, Some(std::time::Duration::from_millis(50)))
                 .unwrap();
             events.iter().filter(|e| e.is_readable()).count()
         };
@@ -616,15 +616,45 @@ mod tests {
         crate::encode_into(&mut framed, &7u64).unwrap();
         crate::encode_into(&mut framed, &8u64).unwrap();
         theirs.write_all(&framed).unwrap();
-        assert_eq!(woken(&mut poll), 0, "a paused endpoint was woken");
+        assert_eq!(
+            woken(&mut poll, &mut events),
+            0,
+            "a paused endpoint was woken"
+        );
 
-        // Its answers still go out while it does not read.
-        ep.send(&9u64).unwrap();
-        let mut buf = [0u8; 64];
-        assert!(theirs.read(&mut buf).unwrap() > 0);
+        // Its answers still go out while it does not read: one that the
+        // socket cannot take at once goes on the writable events it
+        // watches for meanwhile (writing only, reading still paused).
+        let big = vec![9u8; 8 << 20];
+        ep.send(&big).unwrap();
+        assert!(ep.wants_write(), "all of it went at once");
+        let reader = std::thread::spawn(move || {
+            let mut got = 0usize;
+            let mut buf = vec![0u8; 1 << 16];
+            // The frame: its length prefix and bincode's, then the bytes.
+            while got < (8 << 20) + 4 + 5 {
+                let n = theirs.read(&mut buf).unwrap();
+                assert!(n > 0, "closed after {got} bytes");
+                got += n;
+            }
+            theirs
+        });
+        while ep.wants_write() {
+            poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            assert!(events.iter().any(|e| e.is_writable()), "stalled");
+            assert!(!events.iter().any(|e| e.is_readable()), "read while paused");
+            ep.write_ready().unwrap();
+        }
+        let _theirs = reader.join().unwrap();
+        assert!(ep.reads_paused());
 
         ep.pause_reads(false).unwrap();
-        assert_eq!(woken(&mut poll), 1, "what came meanwhile was not announced");
+        assert_eq!(
+            woken(&mut poll, &mut events),
+            1,
+            "what came meanwhile was not announced"
+        );
         assert!(ep.read_ready().unwrap());
         assert_eq!(ep.recv::<u64>().unwrap(), Some(7));
         assert_eq!(ep.recv::<u64>().unwrap(), Some(8));

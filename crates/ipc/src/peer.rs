@@ -405,22 +405,48 @@ mod tests {
     fn queued_requests_go_out_at_the_flush_each_answered_with_its_tag() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("anvil");
-        let server = anvil(UnixListener::bind(&path).unwrap(), 1, 3);
+        let listener = UnixListener::bind(&path).unwrap();
+        let (told, heard) = std::sync::mpsc::channel();
+        let (go, flushed) = std::sync::mpsc::channel::<()>();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut fb = FrameBuf::new();
+            let _: Hello = frame(&mut s, &mut fb).unwrap();
+            s.write_all(&encode(&HelloReply::Accepted)).unwrap();
+            // Nothing may come before the client flushes.
+            s.set_read_timeout(Some(Duration::from_millis(300)))
+                .unwrap();
+            let early = s.read(&mut [0u8; 64]);
+            told.send(early.map_or(0, |n| n)).unwrap();
+            flushed.recv().unwrap();
+            s.set_read_timeout(None).unwrap();
+            for n in 1..=3 {
+                let t: Tagged<Request> = frame(&mut s, &mut fb).unwrap();
+                let body = Response::Counts { count: n, rate: 0 };
+                s.write_all(&encode(&Tagged { id: t.id, body })).unwrap();
+            }
+        });
         let mut poll = Poll::new().unwrap();
         let mut peer: Peer<Anvil, &str> = Peer::new(path);
         let reg = Rc::new(poll.registry().try_clone().unwrap());
+        // Greeted first: until the hello is answered nothing else goes out.
+        peer.connect(&reg, || Token(5)).unwrap();
+        let mut events = Events::with_capacity(8);
+        while !peer.is_greeted() {
+            poll.poll(&mut events, Some(Duration::from_secs(5)))
+                .unwrap();
+            for e in events.iter() {
+                let h = peer.event(poll.registry(), e.is_readable(), e.is_read_closed());
+                assert!(h.lost.is_none());
+            }
+        }
         for tag in ["a", "b", "c"] {
-            peer.send_later(&reg, || Token(5), &lookup(), tag).unwrap();
+            peer.send_later(&reg, || Token(6), &lookup(), tag).unwrap();
         }
         assert_eq!(peer.waiting().count(), 3);
-        let mut events = Events::with_capacity(8);
-        poll.poll(&mut events, Some(Duration::from_millis(300)))
-            .unwrap();
-        for e in events.iter() {
-            let h = peer.event(poll.registry(), e.is_readable(), e.is_read_closed());
-            assert!(h.answers.is_empty(), "answered before the flush");
-        }
+        assert_eq!(heard.recv().unwrap(), 0, "bytes went out before the flush");
         peer.flush(&reg).unwrap();
+        go.send(()).unwrap();
         let h = hear(&mut poll, &mut peer, 3);
         let got: Vec<_> = h.answers.iter().map(|(t, r)| (*t, *r)).collect();
         assert_eq!(
