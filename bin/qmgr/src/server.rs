@@ -10,6 +10,7 @@
 //! them (a reload or the start has none to write with: the next turn, due
 //! at once, does).
 
+use std::cell::Cell;
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -56,6 +57,13 @@ pub struct QmgrServer {
     cluster: Option<crate::cluster::ClusterConn>,
     /// `address_verify_map`, as this process reaches it; `None`: not saved.
     verify_map: Option<PathBuf>,
+    /// Whether arrivals were left unread (`reading`) since the last commit ended.
+    arrivals_paused: Cell<bool>,
+    /// The loop turn whose sync-thread wakeup put the arrivals' reading
+    /// back: no commit starts in it, so that the arrivals waiting in
+    /// cleanup's sockets, announced in the next turn, go into the next
+    /// commit instead of waiting for the one after it.
+    resume_turn: Option<Instant>,
 }
 
 /// Wall-clock milliseconds: the queue manager's time base, so retry and
@@ -130,6 +138,8 @@ impl QmgrServer {
             http: None,
             cluster,
             verify_map,
+            arrivals_paused: Cell::new(false),
+            resume_turn: None,
         })
     }
 
@@ -215,6 +225,10 @@ impl QmgrServer {
     /// queue manager says one is due (not while a stalled journal waits
     /// for its next try).
     fn commit_pending(&mut self, cx: &mut Cx<'_>) {
+        if self.resume_turn == Some(cx.now) {
+            return;
+        }
+        self.resume_turn = None;
         let now = self.now(cx.now);
         // Committing inline (no sync thread), what a commit's outcome
         // appended is committed in turn, a few rounds at most.
@@ -282,7 +296,11 @@ impl Handler<Clients> for QmgrServer {
         // Arrivals read while a commit runs would only wait for the next
         // one: left in the socket, they cost no wakeup of their own, and
         // are read as soon as the commit is done.
-        kind != Kind::Arrival || !self.qm.store().committing()
+        let paused = kind == Kind::Arrival && self.qm.store().committing();
+        if paused {
+            self.arrivals_paused.set(true);
+        }
+        !paused
     }
 
     fn admit(&self, peer: &PeerCred, kind: Kind) -> bool {
@@ -344,6 +362,9 @@ impl Handler<Clients> for QmgrServer {
             if news {
                 self.act(cx);
             }
+            if !self.qm.store().committing() && self.arrivals_paused.replace(false) {
+                self.resume_turn = Some(cx.now);
+            }
             if let Some(w) = ahead {
                 msg_warn!("{w}");
             }
@@ -386,6 +407,8 @@ impl Handler<Clients> for QmgrServer {
         // Answers made where none could be written (start, reload) are due at once.
         Soonest::default()
             .at(self.owed.deadline(self.turn.instant()))
+            // The turn after a resume is due at once (see `resume_turn`).
+            .at(self.resume_turn)
             .at(self.qm.poll_timeout().map(|t| self.turn.instant_of(t.0)))
             .at(Some(self.turn.instant_of(self.gc.next().0)))
             .at(self.http.as_ref().and_then(|h| h.next_deadline()))
