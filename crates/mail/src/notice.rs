@@ -285,8 +285,18 @@ pub fn header_section(msg: &[u8]) -> &[u8] {
     }
 }
 
+/// A reason as one line of US-ASCII, as the report declares its parts: a
+/// server's reply may hold any byte (ESC, NUL, invalid UTF-8 read as
+/// U+FFFD), so control characters become spaces and the rest beyond
+/// ASCII `?`.
 fn one_line(s: &str) -> String {
-    s.replace(['\r', '\n'], " ")
+    s.chars()
+        .map(|c| match c {
+            c if c.is_control() => ' ',
+            c if c.is_ascii() => c,
+            _ => '?',
+        })
+        .collect()
 }
 
 fn xtext_safe(s: &str) -> String {
@@ -410,6 +420,43 @@ mod tests {
             !r.lines().any(|l| l.starts_with('.')),
             "no line needs dot-stuffing"
         );
+    }
+
+    /// A server's reply holding control characters and bytes beyond
+    /// ASCII reaches the report's human-readable part and Diagnostic-Code
+    /// as one line of printable US-ASCII.
+    #[test]
+    fn a_hostile_reply_is_quoted_as_printable_ascii() {
+        let e = env();
+        let failed = Failed {
+            index: 0,
+            status: crate::StatusCode::known(5, 1, 1),
+            reason: "host mx.remote.example[192.0.2.1]:25 said: 550 5.1.1 no\u{1b}[2J such\u{0} us\u{e9}r\u{fffd} (in reply to RCPT TO command)".into(),
+        };
+        let r = String::from_utf8(report(
+            &e,
+            "QID1",
+            &[&failed],
+            b"Subject: hi\r\n\r\nbody\r\n",
+            Context {
+                hostname: "mx.test.example",
+                to: "alice@example.com",
+                date: "now",
+                arrival: "then",
+                retry_until: None,
+            },
+        ))
+        .unwrap();
+        assert!(
+            r.contains("Diagnostic-Code: smtp; 550 5.1.1 no [2J such  us?r?"),
+            "{r}"
+        );
+        for l in r.split("\r\n") {
+            assert!(
+                l.chars().all(|c| c == '\t' || !c.is_control()) && l.is_ascii(),
+                "{l:?}"
+            );
+        }
     }
 
     /// An ORCPT holding CR LF (in an old journal, from before smtpd refused
