@@ -518,6 +518,45 @@ mod tests {
         assert_eq!(got, count);
     }
 
+    /// Sends 8 MiB, far more than a socket buffer holds, written out on
+    /// the writable events `ep` asks for while `theirs` reads the frame
+    /// whole on a thread; `check` sees each poll's events. Gives `theirs`
+    /// back.
+    fn send_big(
+        ep: &mut Endpoint,
+        poll: &mut Poll,
+        events: &mut Events,
+        mut theirs: std::os::unix::net::UnixStream,
+        check: impl Fn(&Events),
+    ) -> std::os::unix::net::UnixStream {
+        use std::io::Read;
+        ep.send(&vec![9u8; 8 << 20]).unwrap();
+        assert!(ep.wants_write(), "all of it went at once");
+        let reader = std::thread::spawn(move || {
+            let mut got = 0usize;
+            let mut buf = vec![0u8; 1 << 16];
+            // The frame: its length prefix and bincode's, then the bytes.
+            while got < (8 << 20) + 4 + 5 {
+                let n = theirs.read(&mut buf).unwrap();
+                assert!(n > 0, "closed after {got} bytes");
+                got += n;
+            }
+            theirs
+        });
+        while ep.wants_write() {
+            poll.poll(events, Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            assert!(
+                events.iter().any(|e| e.is_writable()),
+                "stalled with {} bytes queued",
+                ep.pending_output()
+            );
+            check(events);
+            ep.write_ready().unwrap();
+        }
+        reader.join().unwrap()
+    }
+
     /// A registered endpoint is not woken when its peer reads what it
     /// wrote (a Unix socket watched for writing would be: the room freed
     /// is reported), yet output larger than the socket takes still goes
@@ -551,34 +590,7 @@ mod tests {
             "the peer's read woke the writer"
         );
 
-        // 8 MiB: far more than a socket buffer holds.
-        let big = vec![9u8; 8 << 20];
-        ep.send(&big).unwrap();
-        assert!(ep.wants_write(), "all of it went at once");
-        let reader = std::thread::spawn(move || {
-            let mut got = 0usize;
-            let mut buf = vec![0u8; 1 << 16];
-            while got < (8 << 20) {
-                let n = theirs.read(&mut buf).unwrap();
-                assert!(n > 0, "closed after {got} bytes");
-                got += n;
-            }
-            theirs
-        });
-        while ep.wants_write() {
-            poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
-                .unwrap();
-            assert!(
-                events
-                    .iter()
-                    .any(|e| e.token() == Token(7) && e.is_writable()),
-                "stalled with {} bytes queued",
-                ep.pending_output()
-            );
-            ep.write_ready().unwrap();
-        }
-        let mut theirs = reader.join().unwrap();
-        // The frame's length prefix is still in the peer's socket.
+        let mut theirs = send_big(&mut ep, &mut poll, &mut events, theirs, |_| {});
         theirs.set_nonblocking(true).unwrap();
         while theirs.read(&mut small).map(|n| n > 0).unwrap_or(false) {}
         let _ = quiet(&mut poll, &mut events);
@@ -596,7 +608,7 @@ mod tests {
     /// is told of what came meanwhile as soon as reading is put back.
     #[test]
     fn paused_reads_sleep_through_requests_which_are_read_on_resuming() {
-        use std::io::{Read, Write};
+        use std::io::Write;
         let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
         ours.set_nonblocking(true).unwrap();
         let mut poll = Poll::new().unwrap();
@@ -625,28 +637,9 @@ mod tests {
         // Its answers still go out while it does not read: one that the
         // socket cannot take at once goes on the writable events it
         // watches for meanwhile (writing only, reading still paused).
-        let big = vec![9u8; 8 << 20];
-        ep.send(&big).unwrap();
-        assert!(ep.wants_write(), "all of it went at once");
-        let reader = std::thread::spawn(move || {
-            let mut got = 0usize;
-            let mut buf = vec![0u8; 1 << 16];
-            // The frame: its length prefix and bincode's, then the bytes.
-            while got < (8 << 20) + 4 + 5 {
-                let n = theirs.read(&mut buf).unwrap();
-                assert!(n > 0, "closed after {got} bytes");
-                got += n;
-            }
-            theirs
-        });
-        while ep.wants_write() {
-            poll.poll(&mut events, Some(std::time::Duration::from_secs(5)))
-                .unwrap();
-            assert!(events.iter().any(|e| e.is_writable()), "stalled");
+        let _theirs = send_big(&mut ep, &mut poll, &mut events, theirs, |events| {
             assert!(!events.iter().any(|e| e.is_readable()), "read while paused");
-            ep.write_ready().unwrap();
-        }
-        let _theirs = reader.join().unwrap();
+        });
         assert!(ep.reads_paused());
 
         ep.pause_reads(false).unwrap();

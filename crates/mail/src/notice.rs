@@ -354,6 +354,17 @@ mod tests {
     use super::*;
     use crate::{Notify as N, Recipient};
 
+    /// The context every test reports in, to alice.
+    fn cx() -> Context<'static> {
+        Context {
+            hostname: "mx.test.example",
+            to: "alice@example.com",
+            date: "now",
+            arrival: "then",
+            retry_until: None,
+        }
+    }
+
     fn env() -> Envelope {
         Envelope {
             sender: "alice@example.com".into(),
@@ -385,20 +396,7 @@ mod tests {
         };
         let w = [&failed];
         let msg = b"Subject: hi\r\nFrom: alice@example.com\r\n\r\nbody line\r\n";
-        let r = String::from_utf8(report(
-            &e,
-            "QID1",
-            &w,
-            msg,
-            Context {
-                hostname: "mx.test.example",
-                to: "alice@example.com",
-                date: "now",
-                arrival: "then",
-                retry_until: None,
-            },
-        ))
-        .unwrap();
+        let r = String::from_utf8(report(&e, "QID1", &w, msg, cx())).unwrap();
         for needle in [
             "Content-Type: multipart/report; report-type=delivery-status;",
             "Reporting-MTA: dns; mx.test.example",
@@ -438,13 +436,7 @@ mod tests {
             "QID1",
             &[&failed],
             b"Subject: hi\r\n\r\nbody\r\n",
-            Context {
-                hostname: "mx.test.example",
-                to: "alice@example.com",
-                date: "now",
-                arrival: "then",
-                retry_until: None,
-            },
+            cx(),
         ))
         .unwrap();
         assert!(
@@ -470,13 +462,7 @@ mod tests {
             status: crate::StatusCode::known(5, 1, 1),
             reason: "no such user".into(),
         };
-        let cx = Context {
-            hostname: "mx.test.example",
-            to: "alice@example.com",
-            date: "now",
-            arrival: "then",
-            retry_until: None,
-        };
+        let cx = cx();
         let r = String::from_utf8(report_of(Kind::Failure, &e, "Q", &[&failed], b"", cx)).unwrap();
         assert!(
             r.contains("Final-Recipient: rfc822; bob@remote.example"),
@@ -500,13 +486,7 @@ mod tests {
                 status: crate::StatusCode::OK,
                 reason: reason.into(),
             };
-            let cx = Context {
-                hostname: "mx.test.example",
-                to: "alice@example.com",
-                date: "now",
-                arrival: "then",
-                retry_until: None,
-            };
+            let cx = cx();
             let kind = Kind::Success { relayed: true };
             let r = String::from_utf8(report_of(kind, &env(), "Q", &[&ok], b"\r\n", cx)).unwrap();
             r.split("\r\n")
@@ -553,13 +533,7 @@ mod tests {
             status: crate::StatusCode::known(5, 0, 0),
             reason: reason.into(),
         };
-        let cx = Context {
-            hostname: "mx.test.example",
-            to: "alice@example.com",
-            date: "now",
-            arrival: "then",
-            retry_until: None,
-        };
+        let cx = cx();
         let r = String::from_utf8(report(&env(), "Q", &[&failed], b"\r\n", cx)).unwrap();
         r.split("\r\n")
             .filter(|l| l.starts_with("Remote-MTA:") || l.starts_with("Diagnostic-Code:"))
@@ -624,11 +598,8 @@ mod tests {
         };
         let msg = b"Subject: hi\r\nFrom: alice@example.com\r\n\r\nbody line\r\n";
         let cx = Context {
-            hostname: "mx.test.example",
-            to: "alice@example.com",
-            date: "now",
-            arrival: "then",
             retry_until: Some("later"),
+            ..cx()
         };
         let delay = String::from_utf8(report_of(Kind::Delay, &e, "Q", &[&item], msg, cx)).unwrap();
         for needle in [
@@ -684,11 +655,8 @@ mod tests {
             reason: "Command died with status 1".into(),
         };
         let cx = Context {
-            hostname: "mx.test.example",
             to: "owner@example.com",
-            date: "now",
-            arrival: "then",
-            retry_until: None,
+            ..cx()
         };
         for msg in [
             &b"Subject: hi\r\n\r\nbody\r\n"[..],
