@@ -218,3 +218,45 @@ fn a_message_refused_at_mail_leaves_the_connection_fit_for_the_next() {
     pf.wait_queued("erin@dest.test.example");
     inst.stop();
 }
+
+/// A `utf-8` ORCPT (RFC 6533) sent as UTF-8 in an SMTPUTF8 transaction is
+/// taken (it was refused as bad xtext), logged decoded, and relayed in
+/// RFC 6533's escaped form, which Postfix decodes back into its queue
+/// file's original recipient.
+#[test]
+fn a_utf8_orcpt_reaches_postfix_as_it_was_given() {
+    let tmp = tempfile::Builder::new()
+        .prefix("sluice-pf")
+        .tempdir()
+        .unwrap();
+    let (pf, mut inst, port) = relaying_to_postfix(tmp.path(), &PostfixOptions::default(), "");
+    let script = "import smtplib,sys\n\
+                  s=smtplib.SMTP('127.0.0.1',int(sys.argv[1]))\n\
+                  s.ehlo()\n\
+                  s.mail('alice@example.com',['SMTPUTF8'])\n\
+                  c,t=s.rcpt('dave@dest.test.example',['NOTIFY=FAILURE','ORCPT=utf-8;d\\u00e4ve+x@orig.example'])\n\
+                  print(c)\n\
+                  print(s.data(b'Subject: orcpt\\r\\n\\r\\nhi\\r\\n')[0])\n\
+                  s.quit()\n";
+    let out = Command::new("python3")
+        .args(["-c", script, &port.to_string()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.lines().eq(["250", "250"]),
+        "{out:?}"
+    );
+    let sent = inst.wait_log(20, "to=<dave@dest.test.example>");
+    assert!(
+        sent.contains("orig_to=<däve+x@orig.example>") && sent.contains("status=sent"),
+        "{sent}"
+    );
+    let qid = pf.wait_queued("dave@dest.test.example");
+    let env = String::from_utf8_lossy(&pf.postcat("-eq", &qid)).into_owned();
+    assert!(
+        env.contains("dsn_orig_rcpt=utf-8;däve+x@orig.example"),
+        "{env}"
+    );
+    inst.stop();
+}

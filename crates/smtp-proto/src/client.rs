@@ -13,7 +13,7 @@
 //! Nothing here logs or panics.
 
 use crate::address::{Domain, Mailbox, Path};
-use crate::command::{xtext_encode, Body, Command, MailParams, RcptParams, Ret};
+use crate::command::{uxtext_encode, xtext_encode, Body, Command, MailParams, RcptParams, Ret};
 use crate::reply::Reply;
 
 /// Appends the wire form of `params` (each with its leading space).
@@ -53,11 +53,13 @@ pub fn write_rcpt_params(p: &RcptParams, out: &mut String) {
         out.push_str(&format!(" NOTIFY={n}"));
     }
     if let Some(o) = &p.orcpt {
-        out.push_str(&format!(
-            " ORCPT={};{}",
-            o.addr_type(),
+        // RFC 6533: a utf-8 address is escaped its own way, not as xtext.
+        let addr = if o.addr_type().eq_ignore_ascii_case("utf-8") {
+            uxtext_encode(o.addr())
+        } else {
             xtext_encode(o.addr())
-        ));
+        };
+        out.push_str(&format!(" ORCPT={};{addr}", o.addr_type()));
     }
 }
 

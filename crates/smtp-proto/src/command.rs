@@ -389,6 +389,54 @@ pub fn xtext_encode(s: &str) -> String {
     out
 }
 
+/// Decodes the address of a `utf-8` ORCPT (RFC 6533): UTF-8 as it is,
+/// `\x{HEX}` for a code point, and, as older senders (Sluice's among
+/// them) wrote it, RFC 3461's `+XX` for a byte; any other `+` is itself
+/// (as Postfix reads it, though RFC 6533 wants `\x{2B}`). `None` when an
+/// escape is malformed or the result is not UTF-8.
+pub fn uxtext_decode(s: &str) -> Option<String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(c) = rest.chars().next() {
+        if let Some(tail) = rest.strip_prefix("\\x{") {
+            let (hex, after) = tail.split_once('}')?;
+            if hex.is_empty() || hex.len() > 6 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            let ch = char::from_u32(u32::from_str_radix(hex, 16).ok()?)?;
+            out.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
+            rest = after;
+        } else if let Some(b) = rest
+            .strip_prefix('+')
+            .and_then(|t| t.get(..2))
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+            .and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            rest = &rest[3..];
+        } else {
+            out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Encodes the address of a `utf-8` ORCPT as RFC 6533's utf-8-addr-xtext,
+/// good with or without SMTPUTF8: printable ASCII but `+`, `=` and `\` as
+/// it is, every other character `\x{HEX}`.
+pub fn uxtext_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_ascii_graphic() && !matches!(c, '+' | '=' | '\\') {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\x{{{:X}}}", c as u32));
+        }
+    }
+    out
+}
+
 /// Splits `KEY[=VALUE]` parameters; keys are upper-cased.
 fn split_params(s: &str) -> impl Iterator<Item = (String, Option<&str>)> {
     s.split(' ')
@@ -497,7 +545,12 @@ fn parse_rcpt_params(s: &str) -> Result<RcptParams, CommandError> {
                 // replaces it with '?' instead).
                 let v = value.ok_or_else(bad)?;
                 let (t, x) = v.split_once(';').ok_or_else(bad)?;
-                let addr = xtext_decode(x).ok_or_else(bad)?;
+                let addr = if t.eq_ignore_ascii_case("utf-8") {
+                    uxtext_decode(x)
+                } else {
+                    xtext_decode(x)
+                };
+                let addr = addr.ok_or_else(bad)?;
                 p.orcpt = Some(Orcpt::new(t, &addr).ok_or_else(bad)?);
             }
             _ => return Err(CommandError::UnknownParameter(key)),
@@ -817,6 +870,47 @@ mod tests {
             panic!("{ok}")
         };
         assert_eq!(params.orcpt.unwrap().addr(), "ü@b.com");
+    }
+
+    /// A `utf-8` ORCPT (RFC 6533) is read in each form a sender may use:
+    /// `\x{HEX}`, UTF-8 as it is (SMTPUTF8), and older senders' `+XX`;
+    /// a malformed escape, a surrogate or a control character is refused.
+    #[test]
+    fn a_utf8_orcpt_is_read_in_each_of_its_forms() {
+        let orcpt = |v: &str| {
+            let line = format!("RCPT TO:<a@b.com> ORCPT={v}");
+            match parse_command(line.as_bytes(), ParseOptions::default()) {
+                Ok(Command::Rcpt { params, .. }) => params.orcpt.map(|o| o.addr().to_string()),
+                other => panic!("{line}: {other:?}"),
+            }
+        };
+        for v in [
+            "utf-8;\\x{FC}ser@b.com",
+            "UTF-8;üser@b.com",
+            "utf-8;+C3+BCser@b.com",
+            "utf-8;\\x{fc}ser@b.com",
+        ] {
+            assert_eq!(orcpt(v).as_deref(), Some("üser@b.com"), "{v}");
+        }
+        assert_eq!(orcpt("utf-8;a\\x{2B}b@c.com").as_deref(), Some("a+b@c.com"));
+        assert_eq!(orcpt("utf-8;ä+x@c.com").as_deref(), Some("ä+x@c.com"));
+        for v in [
+            "utf-8;\\x{}@b.com",
+            "utf-8;\\x{D800}@b.com",
+            "utf-8;\\x{110000}@b.com",
+            "utf-8;\\x{FC@b.com",
+            "utf-8;\\x{85}@b.com",
+            "utf-8;a\\x{D}\\x{A}Bcc:x@b.com",
+            "utf-8;+C3@b.com",
+        ] {
+            refused_as_bad_syntax(&format!("RCPT TO:<a@b.com> ORCPT={v}"));
+        }
+        // What the smtp client writes reads back as it was.
+        for a in ["üser+tag=x@b.com", "a\\b@c.com", "用户@例子.广告"] {
+            let v = format!("utf-8;{}", uxtext_encode(a));
+            assert!(v.is_ascii(), "{v}");
+            assert_eq!(orcpt(&v).as_deref(), Some(a), "{v}");
+        }
     }
 
     /// An ENVID must decode to printable US-ASCII (RFC 3461 4.4): CR LF
