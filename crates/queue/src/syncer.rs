@@ -95,10 +95,18 @@ impl Syncer {
             .name("journal-sync".into())
             .spawn(move || {
                 for t in trx {
-                    if rtx.send(t.run()).is_err() {
+                    // A panic (a bug) ends the thread, but its failure is
+                    // still sent and the loop woken: nothing else would
+                    // tell it that the sync it waits for is never coming.
+                    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.run()));
+                    let died = res.is_err();
+                    if rtx.send(res.unwrap_or(Err(Error::SyncerGone))).is_err() {
                         break;
                     }
                     notify();
+                    if died {
+                        break;
+                    }
                 }
             })
             .map_err(|e| Error::Io {
@@ -222,15 +230,26 @@ impl Syncer {
         }
     }
 
-    /// Blocks until everything appended so far is durable (shutdown, tests).
+    /// Blocks until everything appended so far is durable (shutdown, tests);
+    /// with the sync thread gone, commits what is left inline.
     pub fn wait_all(&mut self, journal: &mut Journal) -> Result<Lsn> {
         loop {
-            if !self.in_flight && !self.kick(journal)? {
-                return Ok(journal.durable());
+            let kicked = match self.in_flight {
+                true => Ok(true),
+                false => self.kick(journal),
+            };
+            match kicked {
+                Ok(false) => return Ok(journal.durable()),
+                Ok(true) => {}
+                Err(Error::SyncerGone) => return journal.commit(),
+                Err(e) => return Err(e),
             }
-            let res = self.rx.recv().map_err(|_| Error::SyncerGone)?;
-            self.finished(res, journal)?;
-            self.kick(journal)?;
+            let res = self.rx.recv().unwrap_or(Err(Error::SyncerGone));
+            match self.finished(res, journal) {
+                Ok(_) => {}
+                Err(Error::SyncerGone) => return journal.commit(),
+                Err(e) => return Err(e),
+            }
         }
     }
 }
