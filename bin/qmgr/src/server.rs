@@ -59,11 +59,25 @@ pub struct QmgrServer {
     verify_map: Option<PathBuf>,
     /// Whether arrivals were left unread (`reading`) since the last commit ended.
     arrivals_paused: Cell<bool>,
-    /// The loop turn whose sync-thread wakeup put the arrivals' reading
-    /// back: no commit starts in it, so that the arrivals waiting in
-    /// cleanup's sockets, announced in the next turn, go into the next
-    /// commit instead of waiting for the one after it.
-    resume_turn: Option<Instant>,
+    /// The turns after a commit that ended with arrivals unread.
+    resume: Resume,
+}
+
+/// Where the loop turns after a commit's end stand when arrivals were
+/// left unread during it: the next commit starts only once what waited in
+/// cleanup's sockets (announced by epoll in the turn after the one the
+/// commit's end wakes) is read, from every client, so none of it waits
+/// for the commit after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resume {
+    /// Commits start as soon as one is due.
+    No,
+    /// This turn's sync-thread wakeup ended the commit; reading is put
+    /// back at its end. No commit starts in it.
+    Ending,
+    /// The turn after: what waited is read; the commit starts at its end
+    /// (`timeout`, due at once), with all of it.
+    Reading,
 }
 
 /// Wall-clock milliseconds: the queue manager's time base, so retry and
@@ -139,7 +153,7 @@ impl QmgrServer {
             cluster,
             verify_map,
             arrivals_paused: Cell::new(false),
-            resume_turn: None,
+            resume: Resume::No,
         })
     }
 
@@ -223,12 +237,18 @@ impl QmgrServer {
 
     /// Everything appended in this pass goes into one commit, when the
     /// queue manager says one is due (not while a stalled journal waits
-    /// for its next try).
-    fn commit_pending(&mut self, cx: &mut Cx<'_>) {
-        if self.resume_turn == Some(cx.now) {
-            return;
+    /// for its next try, nor before arrivals left unread are read:
+    /// `Resume`); `at_end`: called at the end of a loop turn (`timeout`).
+    fn commit_pending(&mut self, cx: &mut Cx<'_>, at_end: bool) {
+        match (self.resume, at_end) {
+            (Resume::No, _) => {}
+            (Resume::Ending, true) => {
+                self.resume = Resume::Reading;
+                return;
+            }
+            (Resume::Reading, true) => self.resume = Resume::No,
+            (Resume::Ending | Resume::Reading, false) => return,
         }
-        self.resume_turn = None;
         let now = self.now(cx.now);
         // Committing inline (no sync thread), what a commit's outcome
         // appended is committed in turn, a few rounds at most.
@@ -288,7 +308,7 @@ impl Handler<Clients> for QmgrServer {
     }
 
     fn requests_done(&mut self, cx: &mut Cx<'_>, out: &mut Replies<'_, Clients>) {
-        self.commit_pending(cx);
+        self.commit_pending(cx, false);
         self.owed.pay(out);
     }
 
@@ -322,7 +342,7 @@ impl Handler<Clients> for QmgrServer {
             c.share.install(&mut self.qm);
         }
         self.act(cx);
-        self.commit_pending(cx);
+        self.commit_pending(cx, false);
         true
     }
 
@@ -345,7 +365,7 @@ impl Handler<Clients> for QmgrServer {
             c.timeout(cx, &mut self.qm, now);
         }
         self.act(cx);
-        self.commit_pending(cx);
+        self.commit_pending(cx, false);
     }
 
     fn ready(
@@ -363,7 +383,7 @@ impl Handler<Clients> for QmgrServer {
                 self.act(cx);
             }
             if !self.qm.store().committing() && self.arrivals_paused.replace(false) {
-                self.resume_turn = Some(cx.now);
+                self.resume = Resume::Ending;
             }
             if let Some(w) = ahead {
                 msg_warn!("{w}");
@@ -379,7 +399,7 @@ impl Handler<Clients> for QmgrServer {
             c.ready(cx, &mut self.qm, now, readable);
             self.act(cx);
         }
-        self.commit_pending(cx);
+        self.commit_pending(cx, false);
         self.owed.pay(out);
     }
 
@@ -399,7 +419,7 @@ impl Handler<Clients> for QmgrServer {
             }
         }
         self.collect_garbage(cx);
-        self.commit_pending(cx);
+        self.commit_pending(cx, true);
         self.owed.pay(out);
     }
 
@@ -407,8 +427,8 @@ impl Handler<Clients> for QmgrServer {
         // Answers made where none could be written (start, reload) are due at once.
         Soonest::default()
             .at(self.owed.deadline(self.turn.instant()))
-            // The turn after a resume is due at once (see `resume_turn`).
-            .at(self.resume_turn)
+            // The turn after a commit's end is due at once (see `Resume`).
+            .at((self.resume != Resume::No).then(|| self.turn.instant()))
             .at(self.qm.poll_timeout().map(|t| self.turn.instant_of(t.0)))
             .at(Some(self.turn.instant_of(self.gc.next().0)))
             .at(self.http.as_ref().and_then(|h| h.next_deadline()))
