@@ -389,13 +389,26 @@ pub fn xtext_encode(s: &str) -> String {
     out
 }
 
-/// Decodes the address of a `utf-8` ORCPT (RFC 6533): UTF-8 as it is,
-/// `\x{HEX}` for a code point, and, as older senders (Sluice's among
-/// them) wrote it, RFC 3461's `+XX` for a byte; any other `+` is itself
-/// (as Postfix reads it, though RFC 6533 wants `\x{2B}`). `None` when an
-/// escape is malformed or the result is not UTF-8.
+/// Decodes the address of a `utf-8` ORCPT (RFC 6533): UTF-8 as it is and
+/// `\x{HEX}` for a code point, a `+` being itself (as Postfix reads it,
+/// though RFC 6533 wants `\x{2B}`); or, when the value is the xtext older
+/// senders (Sluice's among them) wrote, ASCII with every `+` starting a
+/// `+XX` of upper-case hex and no `\x{`, as xtext. `None` when an escape
+/// is malformed or the result is not UTF-8.
 pub fn uxtext_decode(s: &str) -> Option<String> {
-    let mut out = Vec::with_capacity(s.len());
+    let b = s.as_bytes();
+    let legacy = s.is_ascii()
+        && !s.contains("\\x{")
+        && s.contains('+')
+        && b.iter().enumerate().all(|(i, &c)| {
+            c != b'+'
+                || b.get(i + 1..i + 3)
+                    .is_some_and(|h| h.iter().all(|x| matches!(x, b'0'..=b'9' | b'A'..=b'F')))
+        });
+    if legacy {
+        return xtext_decode(s);
+    }
+    let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(c) = rest.chars().next() {
         if let Some(tail) = rest.strip_prefix("\\x{") {
@@ -403,23 +416,14 @@ pub fn uxtext_decode(s: &str) -> Option<String> {
             if hex.is_empty() || hex.len() > 6 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return None;
             }
-            let ch = char::from_u32(u32::from_str_radix(hex, 16).ok()?)?;
-            out.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes());
+            out.push(char::from_u32(u32::from_str_radix(hex, 16).ok()?)?);
             rest = after;
-        } else if let Some(b) = rest
-            .strip_prefix('+')
-            .and_then(|t| t.get(..2))
-            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
-            .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(b);
-            rest = &rest[3..];
         } else {
-            out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+            out.push(c);
             rest = &rest[c.len_utf8()..];
         }
     }
-    String::from_utf8(out).ok()
+    Some(out)
 }
 
 /// Encodes the address of a `utf-8` ORCPT as RFC 6533's utf-8-addr-xtext,
@@ -893,7 +897,16 @@ mod tests {
             assert_eq!(orcpt(v).as_deref(), Some("üser@b.com"), "{v}");
         }
         assert_eq!(orcpt("utf-8;a\\x{2B}b@c.com").as_deref(), Some("a+b@c.com"));
-        assert_eq!(orcpt("utf-8;ä+x@c.com").as_deref(), Some("ä+x@c.com"));
+        // A + is itself unless the whole value is older senders' xtext.
+        for v in [
+            "ä+x@c.com",
+            "ä+de@c.com",
+            "bob+cafe@x.example",
+            "ä+41@c.com",
+        ] {
+            assert_eq!(orcpt(&format!("utf-8;{v}")).as_deref(), Some(v), "{v}");
+        }
+        assert_eq!(orcpt("utf-8;a+41@c.com").as_deref(), Some("aA@c.com"));
         for v in [
             "utf-8;\\x{}@b.com",
             "utf-8;\\x{D800}@b.com",
@@ -902,6 +915,7 @@ mod tests {
             "utf-8;\\x{85}@b.com",
             "utf-8;a\\x{D}\\x{A}Bcc:x@b.com",
             "utf-8;+C3@b.com",
+            "utf-8;+E9+0A@b.com",
         ] {
             refused_as_bad_syntax(&format!("RCPT TO:<a@b.com> ORCPT={v}"));
         }
