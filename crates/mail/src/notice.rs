@@ -195,7 +195,7 @@ pub fn parts_of(
             .get(f.index as usize)
             .map(|r| r.address.as_str())
             .unwrap_or("");
-        line(&format!("<{addr}>: {}", one_line(&f.reason)));
+        line(&format!("<{}>: {}", printable(addr), one_line(&f.reason)));
     }
     line("");
     line(&format!("--{boundary}"));
@@ -204,7 +204,10 @@ pub fn parts_of(
     line("");
     line(&format!("Reporting-MTA: dns; {hostname}"));
     line(&format!("X-Sluice-Queue-ID: {queue_id}"));
-    line(&format!("X-Sluice-Sender: rfc822; {}", env.sender));
+    line(&format!(
+        "X-Sluice-Sender: rfc822; {}",
+        printable(&env.sender)
+    ));
     if let Some(envid) = &env.envid {
         line(&format!("Original-Envelope-Id: {}", xtext_safe(envid)));
     }
@@ -213,7 +216,7 @@ pub fn parts_of(
         let r = env.recipients.get(f.index as usize);
         let addr = r.map(|r| r.address.as_str()).unwrap_or("");
         line("");
-        line(&format!("Final-Recipient: rfc822; {addr}"));
+        line(&format!("Final-Recipient: rfc822; {}", printable(addr)));
         if let Some(o) = r.and_then(crate::Recipient::orcpt) {
             line(&format!(
                 "Original-Recipient: {}; {}",
@@ -296,6 +299,16 @@ fn one_line(s: &str) -> String {
             c if c.is_ascii() => c,
             _ => '?',
         })
+        .collect()
+}
+
+/// An envelope address as a report's field shows it: smtpd's syntax
+/// keeps control characters out, but a local submission's envelope is
+/// not read by smtpd; one would add fields to the report (Postfix's
+/// bounce writes `?` for it, as here).
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
         .collect()
 }
 
@@ -449,6 +462,33 @@ mod tests {
                 "{l:?}"
             );
         }
+    }
+
+    /// An envelope address holding CR LF (a local submission's, which
+    /// smtpd never read) adds no field to the report.
+    #[test]
+    fn a_hostile_envelope_address_adds_no_field() {
+        let mut e = env();
+        e.sender = "alice@example.com\r\nX-Injected: sender".into();
+        e.recipients[0].address = "bob\r\nAction: delivered\r\nX-Injected: rcpt@r.example".into();
+        let failed = Failed {
+            index: 0,
+            status: crate::StatusCode::known(5, 1, 1),
+            reason: "no such user".into(),
+        };
+        let r = String::from_utf8(report(&e, "QID1", &[&failed], b"Subject: hi\r\n\r\n", cx()))
+            .unwrap();
+        assert!(
+            !r.split("\r\n")
+                .any(|l| l.starts_with("X-Injected") || l == "Action: delivered"),
+            "{r}"
+        );
+        assert!(
+            r.contains(
+                "Final-Recipient: rfc822; bob??Action: delivered??X-Injected: rcpt@r.example"
+            ),
+            "{r}"
+        );
     }
 
     /// An ORCPT holding CR LF (in an old journal, from before smtpd refused
