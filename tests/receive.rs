@@ -602,3 +602,55 @@ fn mail_from_is_refused_when_the_queue_file_system_is_short_of_space() {
         c.expect("QUIT", "221");
     }
 }
+
+/// A local client that writes to cleanup's submission socket itself
+/// (not through sendmail, whose address syntax would refuse it) cannot
+/// bring a CR LF in an envelope address: it would forge log lines and add
+/// header fields to the message's notices. Refused with 501 5.1.3.
+#[test]
+fn cleanup_refuses_an_envelope_address_with_a_control_character() {
+    use ipc::cleanup::{Cleanup, Origin, Request, Response};
+    let (mut inst, _port) = instance("", "");
+    let sock = inst.root().join("spool/public/submit");
+    let begin = |sender: &str, rcpt: &str| {
+        let mut c = ipc::Client::<Cleanup>::connect(&sock, std::time::Duration::from_secs(5))
+            .expect("connect cleanup");
+        let envelope = mail::Envelope {
+            sender: sender.into(),
+            recipients: vec![mail::Recipient::new(rcpt.to_string())],
+            ..mail::Envelope::default()
+        };
+        c.call(&Request::Begin {
+            envelope: Box::new(envelope),
+            origin: Origin::Local {
+                user: "root".into(),
+                full_name: None,
+            },
+            hold: false,
+            quiet: false,
+        })
+        .expect("cleanup's answer")
+    };
+    for (sender, rcpt) in [
+        (
+            "alice@example.com\r\nBcc: x@evil.example",
+            "bob@example.org",
+        ),
+        ("alice@example.com", "bob@example.org\nX-Injected: yes"),
+    ] {
+        match begin(sender, rcpt) {
+            Response::Failed { reply } => {
+                assert_eq!(
+                    (reply.code, reply.status.to_string()),
+                    (501, "5.1.3".into())
+                )
+            }
+            other => panic!("{sender:?} {rcpt:?}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        begin("alice@example.com", "bob@example.org"),
+        Response::Started { .. }
+    ));
+    inst.wait_log(5, "an envelope address with a control character: refused");
+}

@@ -264,6 +264,25 @@ impl CleanupServer {
                     },
                     o => o,
                 };
+                // smtpd's syntax keeps control characters out of an
+                // envelope; a local client writing here directly is not
+                // read by smtpd, and a CR LF would reach the log and the
+                // header fields of its notices.
+                let controlled = |a: &str| a.chars().any(char::is_control);
+                if controlled(&envelope.sender)
+                    || envelope.recipients.iter().any(|r| controlled(&r.address))
+                {
+                    msg_warn!(
+                        "uid {} (pid {}): an envelope address with a control character: refused",
+                        peer.uid,
+                        peer.pid
+                    );
+                    return Some(failed(Refusal::new(
+                        501,
+                        StatusCode::known(5, 1, 3),
+                        "Bad address syntax",
+                    )));
+                }
                 let id = self.ids.next(now_micros());
                 if matches!(origin, Origin::Local { .. }) {
                     msg_info!("{id}: uid={} from=<{}>", peer.uid, envelope.sender);

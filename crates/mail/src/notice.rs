@@ -136,7 +136,7 @@ pub fn parts_of(
     line(&format!(
         "From: MAILER-DAEMON@{hostname} (Mail Delivery System)"
     ));
-    line(&format!("To: {to}"));
+    line(&format!("To: {}", printable(to)));
     line(match kind {
         Kind::Failure => "Subject: Undelivered Mail Returned to Sender",
         Kind::Delay => "Subject: Delayed Mail (still being retried)",
@@ -465,7 +465,7 @@ mod tests {
     }
 
     /// An envelope address holding CR LF (a local submission's, which
-    /// smtpd never read) adds no field to the report.
+    /// smtpd never read) adds no field to the report, nor to its header.
     #[test]
     fn a_hostile_envelope_address_adds_no_field() {
         let mut e = env();
@@ -476,11 +476,17 @@ mod tests {
             status: crate::StatusCode::known(5, 1, 1),
             reason: "no such user".into(),
         };
-        let r = String::from_utf8(report(&e, "QID1", &[&failed], b"Subject: hi\r\n\r\n", cx()))
-            .unwrap();
+        // The notice goes to the sender: its To: field too.
+        let cx = Context {
+            to: "alice@example.com\r\nBcc: x@evil.example",
+            ..cx()
+        };
+        let r =
+            String::from_utf8(report(&e, "QID1", &[&failed], b"Subject: hi\r\n\r\n", cx)).unwrap();
         assert!(
-            !r.split("\r\n")
-                .any(|l| l.starts_with("X-Injected") || l == "Action: delivered"),
+            !r.split("\r\n").any(|l| l.starts_with("X-Injected")
+                || l.starts_with("Bcc:")
+                || l == "Action: delivered"),
             "{r}"
         );
         assert!(
