@@ -392,9 +392,10 @@ pub fn xtext_encode(s: &str) -> String {
 /// Decodes the address of a `utf-8` ORCPT (RFC 6533): UTF-8 as it is and
 /// `\x{HEX}` for a code point, a `+` being itself (as Postfix reads it,
 /// though RFC 6533 wants `\x{2B}`); or, when the value is the xtext older
-/// senders (Sluice's among them) wrote, ASCII with every `+` starting a
-/// `+XX` of upper-case hex and no `\x{`, as xtext. `None` when an escape
-/// is malformed or the result is not UTF-8.
+/// senders (Sluice's among them) wrote for a UTF-8 address, as xtext:
+/// ASCII, no `\x{`, every `+` starting an upper-case `+XX` of a byte
+/// xtext must escape (8-bit, `+`, `=`), decoding to UTF-8. `None` when an
+/// escape is malformed.
 pub fn uxtext_decode(s: &str) -> Option<String> {
     let b = s.as_bytes();
     let legacy = s.is_ascii()
@@ -403,10 +404,13 @@ pub fn uxtext_decode(s: &str) -> Option<String> {
         && b.iter().enumerate().all(|(i, &c)| {
             c != b'+'
                 || b.get(i + 1..i + 3)
-                    .is_some_and(|h| h.iter().all(|x| matches!(x, b'0'..=b'9' | b'A'..=b'F')))
+                    .filter(|h| h.iter().all(|x| matches!(x, b'0'..=b'9' | b'A'..=b'F')))
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .is_some_and(|v| v >= 0x80 || v == b'+' || v == b'=')
         });
-    if legacy {
-        return xtext_decode(s);
+    if let Some(d) = legacy.then(|| xtext_decode(s)).flatten() {
+        return Some(d);
     }
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
@@ -903,10 +907,15 @@ mod tests {
             "ä+de@c.com",
             "bob+cafe@x.example",
             "ä+41@c.com",
+            "a+41@c.com",
+            "ann+DEV@x.example",
+            "bob+1234@x.example",
+            "jobs+2024@x.example",
+            "x+C3@y.example",
         ] {
             assert_eq!(orcpt(&format!("utf-8;{v}")).as_deref(), Some(v), "{v}");
         }
-        assert_eq!(orcpt("utf-8;a+41@c.com").as_deref(), Some("aA@c.com"));
+        assert_eq!(orcpt("utf-8;a+2Bb@c.com").as_deref(), Some("a+b@c.com"));
         for v in [
             "utf-8;\\x{}@b.com",
             "utf-8;\\x{D800}@b.com",
@@ -914,8 +923,7 @@ mod tests {
             "utf-8;\\x{FC@b.com",
             "utf-8;\\x{85}@b.com",
             "utf-8;a\\x{D}\\x{A}Bcc:x@b.com",
-            "utf-8;+C3@b.com",
-            "utf-8;+E9+0A@b.com",
+            "utf-8;a+C2+85b@c.com",
         ] {
             refused_as_bad_syntax(&format!("RCPT TO:<a@b.com> ORCPT={v}"));
         }
