@@ -610,7 +610,7 @@ fn mail_from_is_refused_when_the_queue_file_system_is_short_of_space() {
 #[test]
 fn cleanup_refuses_an_envelope_address_with_a_control_character() {
     use ipc::cleanup::{Cleanup, Origin, Request, Response};
-    let (mut inst, _port) = instance("", "");
+    let (inst, _port) = instance("", "");
     let sock = inst.root().join("spool/public/submit");
     let begin = |sender: &str, rcpt: &str| {
         let mut c = ipc::Client::<Cleanup>::connect(&sock, std::time::Duration::from_secs(5))
