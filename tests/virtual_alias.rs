@@ -253,8 +253,15 @@ fn the_envelope_sender_goes_through_sender_canonical_maps() {
     assert_eq!(code, 0, "{out}");
     let id = queued_id(&out);
     inst.wait_log(20, &format!("{id}: from=<joseph@example.com>"));
+    // The sink writes its dump as the message comes: read it once the
+    // sink has answered the end of the data (it was read half written).
+    let sent = inst.wait_log(20, &format!("{id}: to=<single@remote.example>"));
+    assert!(sent.contains("status=sent"), "{sent}");
     let text = wait_for(20, "the message at the sink", || {
-        dumps(&sink).into_iter().next().map(|(_, t)| t)
+        dumps(&sink)
+            .into_iter()
+            .map(|(_, t)| t)
+            .find(|t| t.contains("X-Rcpt-Args:"))
     });
     assert!(
         text.contains("X-Mail-Args: <joseph@example.com>")
