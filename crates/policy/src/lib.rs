@@ -537,7 +537,8 @@ impl Policy {
                     lookup,
                     map,
                     &client_keys(q.client_addr, q.client_name),
-                    &q.client_addr.to_string(),
+                    // Postfix names the client `<name[address]>`.
+                    &format!("<{}[{}]>", q.client_name, unmap(q.client_addr)),
                     "Client host rejected",
                 ),
                 Restriction::CheckSenderAccess(map) => match q.sender {

@@ -130,6 +130,29 @@ fn access_actions_from_static_tables() {
     }
 }
 
+/// A client refused by `check_client_access` is named as Postfix names
+/// it, `<name[address]>`, an IPv4-mapped address as IPv4.
+#[test]
+fn a_refused_client_is_named_by_name_and_address() {
+    let p = policy("smtpd_client_restrictions = check_client_access static:{REJECT}\n");
+    for (client, named) in [
+        ("192.0.2.7", "<unknown[192.0.2.7]>"),
+        ("2001:db8::1", "<unknown[2001:db8::1]>"),
+        ("::ffff:192.0.2.7", "<unknown[192.0.2.7]>"),
+    ] {
+        match check(&p, client, Some("s@example.com"), "u@mx.example.org") {
+            Verdict::Refuse { reply, .. } => assert!(
+                reply
+                    .text
+                    .starts_with(&format!("{named}: Client host rejected")),
+                "{client}: {}",
+                reply.text
+            ),
+            v => panic!("{client}: {v:?}"),
+        }
+    }
+}
+
 #[test]
 fn first_decision_in_a_list_wins_and_lists_run_in_order() {
     let p = policy("smtpd_client_restrictions = permit_mynetworks, reject\n");
