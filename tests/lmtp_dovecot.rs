@@ -172,7 +172,7 @@ fn lmtp_delivers_to_dovecot_maildirs_with_a_reply_per_recipient() {
     let gone = send(port, &["carol@gone.test"], "zeroth");
     let line = inst.wait_log(30, &format!("{gone}: to=<carol@gone.test>"));
     assert!(
-        line.contains("status=deferred") && line.contains("localhost[/nonexistent/lmtp]"),
+        line.contains("status=deferred") && line.contains("mx.test.example[/nonexistent/lmtp]"),
         "{line}"
     );
 
@@ -188,12 +188,12 @@ fn lmtp_delivers_to_dovecot_maildirs_with_a_reply_per_recipient() {
         ],
         "first",
     );
-    let relay = format!("relay=localhost[{}]", dv.socket().display());
+    let relay = format!("relay=mx.test.example[{}]", dv.socket().display());
     for (rcpt, want) in [
         ("alice", "status=sent (250 2.0.0"),
         ("bob", "status=sent (250 2.0.0"),
-        ("full", "status=bounced (host localhost["),
-        ("nosuchuser", "status=bounced (host localhost["),
+        ("full", "status=bounced (host mx.test.example["),
+        ("nosuchuser", "status=bounced (host mx.test.example["),
     ] {
         let line = inst.wait_log(30, &format!("{id}: to=<{rcpt}@mailbox.test>"));
         assert!(line.contains(want) && line.contains(&relay), "{line}");

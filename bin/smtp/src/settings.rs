@@ -57,6 +57,9 @@ pub struct Settings {
     pub roots: Option<Arc<rustls::RootCertStore>>,
     /// The names a certificate must match at this level.
     pub cert_match: Vec<CertMatch>,
+    /// `myhostname`: what an LMTP server on a Unix socket is called in
+    /// the logs and notices (`myhostname[path]`, as Postfix's lmtp).
+    pub myhostname: String,
     /// `smtp_bind_address`.
     pub bind: Option<std::net::IpAddr>,
     /// `smtp_connect_timeout`.
@@ -231,6 +234,7 @@ impl Settings {
             tls_level,
             roots,
             cert_match,
+            myhostname: cfg.str("myhostname"),
             bind,
             connect_timeout: t.time(n("smtp_connect_timeout")),
             helo_timeout: t.time(n("smtp_helo_timeout")),

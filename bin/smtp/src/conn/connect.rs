@@ -93,9 +93,9 @@ impl SmtpConn {
             .strip_prefix("unix:")
             .filter(|_| self.settings.lmtp)
         {
-            // The host is named after the next hop; the logs say what
-            // Postfix's do for a socket.
-            return format!("localhost[{p}]");
+            // Postfix's lmtp names a socket's server after this host:
+            // myhostname[path].
+            return format!("{}[{p}]", self.settings.myhostname);
         }
         let i = self.next_addr.saturating_sub(1);
         self.addrs
