@@ -543,10 +543,12 @@ impl Journal {
         };
         // One read takes the frame's header and, for a small message's
         // record (most of them), the whole frame: a second read only for
-        // what lies beyond.
-        let mut frame = vec![0u8; READ_AHEAD];
+        // what lies beyond. The first read goes to the stack: a heap buffer
+        // of this size per activation cost qmgr an allocation that also
+        // made malloc consolidate its free lists.
+        let mut first = [0u8; READ_AHEAD];
         let got = loop {
-            match file.read_some_at(&mut frame, off as u64) {
+            match file.read_some_at(&mut first, off as u64) {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 r => break r.map_err(|_| Error::NoRecord(lsn))?,
             }
@@ -554,8 +556,8 @@ impl Journal {
         if got < FRAME_HEADER {
             return Err(Error::NoRecord(lsn));
         }
-        let len = u32::from_le_bytes([frame[0], frame[1], frame[2], frame[3]]);
-        if frame[..FRAME_HEADER].iter().all(|&b| b == 0) {
+        let len = u32::from_le_bytes([first[0], first[1], first[2], first[3]]);
+        if first[..FRAME_HEADER].iter().all(|&b| b == 0) {
             // The zeros of a segment written ahead: past its records.
             return Err(Error::NoRecord(lsn));
         }
@@ -563,12 +565,13 @@ impl Journal {
             return Err(corrupt(&path, Corruption::Bounds));
         }
         let whole = FRAME_HEADER + len as usize;
-        frame.resize(whole.max(got), 0);
-        if whole > got {
-            file.read_exact_some_at(&mut frame[got..], off as u64 + got as u64)
-                .map_err(|_| Error::NoRecord(lsn))?;
+        if whole <= got {
+            return decode_at(&first[..whole], self.cfg.max_record, &path, lsn);
         }
-        frame.truncate(whole);
+        let mut frame = vec![0u8; whole];
+        frame[..got].copy_from_slice(&first[..got]);
+        file.read_exact_some_at(&mut frame[got..], off as u64 + got as u64)
+            .map_err(|_| Error::NoRecord(lsn))?;
         decode_at(&frame, self.cfg.max_record, &path, lsn)
     }
 
