@@ -312,6 +312,8 @@ impl Handler<Clients> for QmgrServer {
         self.owed.pay(out);
     }
 
+    const PAUSES: bool = true;
+
     fn reading(&self, kind: Kind) -> bool {
         // Arrivals read while a commit runs would only wait for the next
         // one: left in the socket, they cost no wakeup of their own, and

@@ -154,6 +154,10 @@ pub trait Handler<S: Service> {
     fn reading(&self, _kind: S::Kind) -> bool {
         true
     }
+    /// Whether `reading` can ever say no: a handler that never pauses
+    /// (every daemon but qmgr) spares its loop a walk over all its clients
+    /// after each event (cleanup has one per pooled smtpd link).
+    const PAUSES: bool = false;
     /// Called once before the first event, to register the handler's own
     /// event sources.
     fn start(&mut self, _cx: &mut Cx<'_>) {}
@@ -247,6 +251,16 @@ impl<S: Service, H: Handler<S>> IpcServer<S, H> {
     /// Pauses or resumes reading each client as the handler's `reading`
     /// now says; a client whose registration fails is dropped.
     fn pause_readers(&mut self, cx: &mut Cx<'_>) {
+        if !H::PAUSES {
+            debug_assert!(
+                self.clients
+                    .values()
+                    .all(|c| c.kind.is_none_or(|k| self.handler.reading(k))),
+                "{}: a handler whose `reading` says no must set PAUSES",
+                S::LOG_NAME
+            );
+            return;
+        }
         let mut failed = Vec::new();
         for (token, c) in &mut self.clients {
             let Some(kind) = c.kind else {
