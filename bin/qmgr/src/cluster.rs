@@ -85,7 +85,7 @@ impl ClusterConn {
     fn pump(&mut self, cx: &mut Cx<'_>, qm: &mut QueueManager<DiskStore>, now: Time) {
         for a in self.share.pump(self.wired.ms(cx.now), qm, now) {
             match a {
-                ShareAction::Log(level, l) => crate::server::log(level, &l),
+                ShareAction::Log(level, l) => crate::lines::log(level, &l),
                 ShareAction::SaveCount(n) => {
                     // A failure costs only the count after a restart.
                     if let Err(e) = self.wired.save_count(&clustershare::count_text(n)) {

@@ -30,11 +30,13 @@
 //! (`links.rs`, over `ipc::Peer`), the sync thread's waker, the metrics
 //! listener (`daemon::metrics_http`, bound here while privileged), and the
 //! cluster share's actions carried out when `cluster_server` is set
-//! (`cluster.rs`).
+//! (`cluster.rs`), and the queue manager's worded lines logged at their
+//! level (`lines.rs`).
 #![forbid(unsafe_code)]
 
 mod clients;
 mod cluster;
+mod lines;
 mod links;
 mod server;
 

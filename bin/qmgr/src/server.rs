@@ -16,15 +16,16 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use daemon::ipcserver::{ClientId, Handler, Replies};
 use daemon::later::{Owed, Soonest, Turn, Wake};
-use daemon::{msg_info, msg_warn, Context, Cx};
+use daemon::{msg_warn, Context, Cx};
 use mio::Token;
 use queue::statefile;
 use queue_manager::clustershare;
 use queue_manager::startup::{self, Housekeeping};
-use queue_manager::{Action, DiskStore, Event as QmEvent, Level, QueueManager, Store, Time};
+use queue_manager::{Action, DiskStore, Event as QmEvent, QueueManager, Store, Time};
 use sys::creds::PeerCred;
 
 use crate::clients::Clients;
+use crate::lines::{log, log_all};
 use crate::links::Links;
 use queue_manager::clients::{Kind, Request, Response};
 
@@ -89,19 +90,6 @@ fn wall() -> Time {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0),
     )
-}
-
-/// Logs a line the queue manager worded.
-pub fn log(level: Level, text: &str) {
-    match level {
-        Level::Info => msg_info!("{text}"),
-        Level::Warn => msg_warn!("{text}"),
-    }
-}
-
-/// Logs lines the queue manager worded.
-fn log_all(lines: impl IntoIterator<Item = (Level, String)>) {
-    lines.into_iter().for_each(|(level, l)| log(level, &l));
 }
 
 impl QmgrServer {
