@@ -41,7 +41,7 @@ pub enum Error {
     /// A serialization failure (postcard) while encoding.
     Encode(postcard::Error),
     /// The journal position does not hold a record.
-    NoRecord(crate::Lsn),
+    NoRecord(crate::lsn::Lsn),
     /// The background sync thread is gone.
     SyncerGone,
     /// Other processes took every pool slot this one created, repeatedly.

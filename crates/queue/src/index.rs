@@ -8,7 +8,7 @@
 //! a message always follow its head record, so deleting a prefix of the
 //! journal never loses state of a live message). Nothing here panics.
 
-use crate::record::Lsn;
+use crate::lsn::Lsn;
 use mail::QueueId;
 use std::collections::BTreeMap;
 

@@ -31,7 +31,8 @@
 use crate::ahead::{Ahead, ReadySegment, SegmentJob, FIRST_SIZE};
 use crate::disk::{Disk, DiskFile, OsDisk};
 use crate::error::{corrupt, Corruption, Error, IoContext, Result};
-use crate::record::{check_frame, encode_frame, DataSpan, Lsn, Record, FRAME_HEADER};
+use crate::lsn::Lsn;
+use crate::record::{check_frame, encode_frame, DataSpan, Record, FRAME_HEADER};
 use crate::segment::{list_segments, segment_header, segment_path, SEG_HEADER};
 use crate::stats;
 use std::collections::BTreeSet;

@@ -59,6 +59,7 @@ pub mod disk;
 mod error;
 mod index;
 mod journal;
+mod lsn;
 mod msgfile;
 mod pool;
 mod record;
@@ -75,14 +76,15 @@ pub use ahead::{ReadySegment, SegmentJob};
 pub use error::{Corruption, Error, Result};
 pub use index::{DeferredIndex, SegmentRefs};
 pub use journal::{open_span, Journal, JournalConfig, SyncTicket};
+pub use lsn::Lsn;
 pub use msgfile::{
     probe, try_lock, DataReader, FileLock, FileState, FileWriter, MessageFile, FORMAT_VERSION,
     HEADER_LEN,
 };
 pub use pool::{Claim, Pool, PoolConfig};
 pub use record::{
-    byte_string, decode_frame, encode_frame, DataRef, DataSpan, FrameError, Lsn, MessageHead,
-    Record, Storage,
+    byte_string, decode_frame, encode_frame, DataRef, DataSpan, FrameError, MessageHead, Record,
+    Storage,
 };
 pub use recover::{collect_garbage, recover, recover_on, Recovered, RecoveryReport};
 pub use replay::{

@@ -1,9 +1,7 @@
-//! Journal records, their framing, and journal positions.
+//! Journal records and their framing.
 //!
 //! A record on disk is `[len u32 LE][crc32 u32 LE][postcard payload]`, the
-//! crc covering the payload. `Lsn` is a journal position: segment number in
-//! the high 32 bits, byte offset within the segment in the low 32, so
-//! positions order like the journal. Recipients are named by their index in
+//! crc covering the payload. Records are found by their [`Lsn`]. Recipients are named by their index in
 //! the original `Envelope::recipients`, which never changes. Decoding never
 //! panics: a short, oversized or corrupt frame is a `FrameError`.
 //!
@@ -16,45 +14,12 @@
 //! read back re-encodes to its bytes on disk (what [`Record::data_span`]
 //! counts on).
 
+use crate::lsn::Lsn;
 use mail::{Envelope, QueueId, StatusCode};
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 /// Bytes of frame header before each payload.
 pub const FRAME_HEADER: usize = 8;
-
-/// A journal position: (segment, offset), ordered.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
-pub struct Lsn(pub u64);
-
-impl Lsn {
-    /// The position `offset` bytes into segment `seg`.
-    pub fn new(seg: u32, offset: u32) -> Self {
-        Self(((seg as u64) << 32) | offset as u64)
-    }
-
-    /// The segment number.
-    pub fn segment(self) -> u32 {
-        (self.0 >> 32) as u32
-    }
-
-    /// The byte offset within the segment.
-    pub fn offset(self) -> u32 {
-        self.0 as u32
-    }
-}
-
-impl fmt::Display for Lsn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.segment(), self.offset())
-    }
-}
-
-impl fmt::Debug for Lsn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Lsn({self})")
-    }
-}
 
 /// Where a message's data lives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

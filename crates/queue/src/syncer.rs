@@ -20,7 +20,7 @@
 use crate::ahead::{ReadySegment, SegmentJob};
 use crate::error::{Error, Result};
 use crate::journal::{Journal, SyncTicket};
-use crate::record::Lsn;
+use crate::lsn::Lsn;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};

@@ -14,7 +14,8 @@
 
 use crate::error::Result;
 use crate::journal::Journal;
-use crate::record::{Lsn, Record};
+use crate::lsn::Lsn;
+use crate::record::Record;
 use crate::replay::Replay;
 use crate::syncer::Syncer;
 
