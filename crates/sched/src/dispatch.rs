@@ -23,7 +23,7 @@ use crate::event::{Status, StatusCode};
 use crate::ids::{ConnId, DestId, EntryId, HostId, MsgId, TransportId};
 use crate::limiter::{LimitKey, Scope, Verdict};
 use crate::sched::Scheduler;
-use crate::shape::Refusal;
+use crate::shapestate::Refusal;
 use crate::time::Time;
 
 /// Where a shaping refusal parks the destination.

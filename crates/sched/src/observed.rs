@@ -9,13 +9,10 @@
 //! once the replies counted pass [`MEMORY`] every count is halved, so the
 //! mix is that of roughly the last few thousand results, not of the
 //! destination's whole life. Only figures the shell asks for are computed,
-//! a page of destinations at a time (`sluice sim`'s snapshot); nothing
-//! here decides anything, except the window a destination starts at when
-//! a replay gives it one (`SchedConfig::windows`). Panics: never.
+//! a page of destinations at a time (`sluice sim`'s snapshot, in `stats`);
+//! nothing here decides anything. Panics: never.
 
-use crate::stats::DestStats;
 use crate::time::Time;
-use crate::Scheduler;
 
 /// Transaction times kept per destination (a ring).
 pub const SAMPLES: usize = 64;
@@ -158,149 +155,9 @@ impl Observed {
     }
 }
 
-/// One destination of a page: its figures, its recent behaviour (if it
-/// had any) and the ages in ms of its transactions under way.
-pub type Page = (DestStats, Option<Behaviour>, Vec<u32>);
-
-impl Scheduler {
-    /// The window a new destination starts at: Postfix's smaller of the
-    /// initial window and the limit, or the one `SchedConfig::windows`
-    /// gives it (a replay's), within the limit.
-    pub(crate) fn initial_window(&self, t: crate::TransportId, nexthop: &str) -> u32 {
-        let cfg = &self.transports[t.0 as usize].cfg;
-        let start = self
-            .cfg
-            .windows
-            .get(&(cfg.name.clone(), nexthop.to_string()))
-            .copied()
-            .unwrap_or(cfg.initial_destination_concurrency);
-        start.clamp(1, cfg.destination_concurrency_limit.max(1))
-    }
-
-    /// Destinations with their figures, what their deliveries showed
-    /// recently and how long each of their transactions under way at
-    /// `now` had run, [`SAMPLES`] at most (`sluice sim`), in (transport, nexthop) order: at
-    /// most `max` after `after`, and whether more follow. One page costs a
-    /// pass over the destinations' names and the connections; only the
-    /// page's figures are copied.
-    pub fn behaviours(
-        &self,
-        now: Time,
-        after: Option<(&str, &str)>,
-        max: usize,
-    ) -> (Vec<Page>, bool) {
-        fn key<'a>(s: &'a Scheduler, d: &'a crate::destination::Destination) -> (&'a str, &'a str) {
-            (s.transport_name(d.transport), &d.nexthop)
-        }
-        let mut ids: Vec<_> = self
-            .dests
-            .iter()
-            .filter(|(_, d)| after.is_none_or(|a| key(self, d) > a))
-            .map(|(i, d)| (key(self, d), i))
-            .collect();
-        let max = max.max(1);
-        let more = ids.len() > max;
-        if more {
-            ids.select_nth_unstable(max - 1);
-            ids.truncate(max);
-        }
-        ids.sort_unstable();
-        let mut running: std::collections::HashMap<crate::DestId, Vec<u32>> =
-            ids.iter().map(|(_, i)| (*i, Vec::new())).collect();
-        for (_, c) in self.conns.iter() {
-            // At most as many as transaction samples: a page stays bounded.
-            if let (Some(_), Some(v)) = (c.in_flight, running.get_mut(&c.dest)) {
-                if v.len() >= SAMPLES {
-                    continue;
-                }
-                v.push(u32::try_from(now.since(c.txn_since).as_millis()).unwrap_or(u32::MAX));
-            }
-        }
-        let page = ids
-            .into_iter()
-            .filter_map(|(_, i)| {
-                let b = self.dests[i].observed.as_ref().map(|o| o.behaviour());
-                let r = running.remove(&i).unwrap_or_default();
-                Some((self.dest_stats(i)?, b, r))
-            })
-            .collect();
-        (page, more)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Event, NewMessage, QueueId, RecipientGroup, SchedConfig, TransportConfig};
-
-    #[test]
-    fn a_replay_starts_a_destination_at_the_window_it_gives_within_the_limit() {
-        let mut t = TransportConfig::new("smtp");
-        t.destination_concurrency_limit = 8;
-        let mut cfg = SchedConfig {
-            transports: vec![t],
-            ..SchedConfig::default()
-        };
-        for (n, w) in [("a.example", 7), ("b.example", 30)] {
-            cfg.windows.insert(("smtp".into(), n.into()), w);
-        }
-        let mut s = Scheduler::new(cfg).unwrap();
-        let now = Time(0);
-        s.handle(
-            now,
-            Event::MessageAdded(NewMessage {
-                queue_id: QueueId(1),
-                sender: "s@x.example".into(),
-                tenant: None,
-                job: None,
-                size: 100,
-                arrival: now,
-                attempts: 0,
-                recipients: 3,
-            }),
-        )
-        .unwrap();
-        let groups = ["a.example", "b.example", "c.example"]
-            .iter()
-            .enumerate()
-            .map(|(i, n)| RecipientGroup {
-                domain: n.to_string(),
-                transport: "smtp".into(),
-                nexthop: n.to_string(),
-                hosts: vec![vec![n.to_string()]],
-                recipients: vec![i as u32],
-            })
-            .collect();
-        s.handle(
-            now,
-            Event::RecipientsRead {
-                queue_id: QueueId(1),
-                groups,
-                remaining: 0,
-            },
-        )
-        .unwrap();
-        let (page, more) = s.behaviours(now, None, 10);
-        assert!(!more);
-        let windows: Vec<(String, u32)> = page
-            .into_iter()
-            .map(|(d, _, _)| (d.nexthop, d.window))
-            .collect();
-        assert_eq!(
-            windows,
-            [
-                ("a.example".to_string(), 7),
-                ("b.example".to_string(), 8),
-                ("c.example".to_string(), 5)
-            ],
-            "its own, the limit's, the transport's initial"
-        );
-        let (page, more) = s.behaviours(now, Some(("smtp", "a.example")), 1);
-        assert!(
-            more && page[0].0.nexthop == "b.example",
-            "pages after a key"
-        );
-    }
 
     #[test]
     fn rings_keep_the_latest_samples_in_order_and_counts_forget() {

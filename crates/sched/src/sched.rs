@@ -23,7 +23,7 @@ use crate::limiter::{Limiter, LocalLimiter};
 use crate::message::{Interner, Message};
 use crate::policy::{Policy, ThreeClass};
 use crate::rng::Rng;
-use crate::shape::{ShapeSide, Shaping};
+use crate::shapestate::{ShapeSide, Shaping};
 use crate::slab::Slab;
 use crate::time::Time;
 use crate::transport::Transport;
@@ -135,7 +135,7 @@ pub struct Scheduler {
     /// Job ids, sender and entry domains for shaping.
     pub(crate) side: ShapeSide,
     /// nqmgr's job lists, one per transport, with a preemptive policy.
-    pub(crate) jobs: Vec<crate::preempt::JobList>,
+    pub(crate) jobs: Vec<crate::joblist::JobList>,
 }
 
 /// A limiter that can be printed (so the scheduler derives Debug).
@@ -143,6 +143,20 @@ pub trait LimiterDebug: Limiter + std::fmt::Debug {}
 impl<T: Limiter + std::fmt::Debug> LimiterDebug for T {}
 
 impl Scheduler {
+    /// The window a new destination starts at: Postfix's smaller of the
+    /// initial window and the limit, or the one `SchedConfig::windows`
+    /// gives it (a replay's), within the limit.
+    pub(crate) fn initial_window(&self, t: crate::TransportId, nexthop: &str) -> u32 {
+        let cfg = &self.transports[t.0 as usize].cfg;
+        let start = self
+            .cfg
+            .windows
+            .get(&(cfg.name.clone(), nexthop.to_string()))
+            .copied()
+            .unwrap_or(cfg.initial_destination_concurrency);
+        start.clamp(1, cfg.destination_concurrency_limit.max(1))
+    }
+
     /// A scheduler with the three-class policy and the local limiter.
     pub fn new(cfg: SchedConfig) -> Result<Self, SchedError> {
         Self::with_policy(cfg, Box::new(ThreeClass))
@@ -173,7 +187,7 @@ impl Scheduler {
             .iter()
             .any(|r| r.scope == crate::limiter::Scope::Connect);
         let jobs = policy.preemption().map_or(Vec::new(), |p| {
-            vec![crate::preempt::JobList::new(p); n_transports]
+            vec![crate::joblist::JobList::new(p); n_transports]
         });
         Ok(Scheduler {
             cfg,
@@ -1088,7 +1102,7 @@ impl Scheduler {
             } else {
                 self.transports.push(Transport::new(tc.clone()));
                 if let Some(p) = self.policy.preemption() {
-                    self.jobs.push(crate::preempt::JobList::new(p));
+                    self.jobs.push(crate::joblist::JobList::new(p));
                 }
                 self.dest_index.push(BTreeMap::new());
             }

@@ -11,138 +11,14 @@
 //! whose keys are suspended or full. Panics: never.
 
 use crate::destination::Park;
-use crate::ids::{ConnId, DestId, EntryId, HostId, KeyId, MsgId, TransportId};
+use crate::ids::{ConnId, DestId, EntryId, HostId, KeyId, TransportId};
 use crate::sched::{Scheduler, Timer};
+use crate::shapestate::{host_parts, Refusal, Side};
 use crate::time::Time;
-use shaping::{BindId, Binding, Block, Field, FieldSet, Policy, Shaper};
-use std::collections::{BTreeMap, HashMap};
+use shaping::{BindId, Binding, Block, Field, Shaper};
+
 use std::net::IpAddr;
 use std::sync::Arc;
-
-/// The scheduler's shaping state.
-#[derive(Debug)]
-pub(crate) struct Shaping {
-    pub(crate) shaper: Shaper,
-    used: FieldSet,
-    /// Destinations parked on `Park::Shaping`.
-    waiters: Vec<DestId>,
-    /// The next address of each source pool.
-    cursor: HashMap<String, usize>,
-    /// The grouping of destinations whose entries carry no domain of their own.
-    groupings: HashMap<DestId, Option<Box<str>>>,
-    /// When the change timer is armed for.
-    timer: Option<Time>,
-    /// Sides interned: (values, pool) → id.
-    sides: HashMap<(Binding, Option<Box<str>>), u32>,
-    next_side: u32,
-    /// Sides by (destination, tenant, job, sender domain, own domain) key ids.
-    cache: HashMap<(DestId, u32, u32, u32, u32), Arc<Side>>,
-}
-
-/// Message-side values kept only while shaping is on or a message has them.
-#[derive(Debug, Default)]
-pub(crate) struct ShapeSide {
-    /// Job id of messages that have one (interned in the scheduler's keys).
-    pub(crate) jobs: BTreeMap<MsgId, KeyId>,
-    /// Sender domain of messages, interned (only while a policy is loaded).
-    pub(crate) sender_domains: BTreeMap<MsgId, KeyId>,
-    /// Domain of entries whose domain is not their destination's nexthop
-    /// (behind a relayhost), interned.
-    pub(crate) domains: BTreeMap<EntryId, KeyId>,
-}
-
-impl Shaping {
-    pub(crate) fn new(policy: Arc<Policy>) -> Shaping {
-        let used = policy.fields_used();
-        Shaping {
-            shaper: Shaper::new(policy),
-            used,
-            waiters: Vec::new(),
-            cursor: HashMap::new(),
-            groupings: HashMap::new(),
-            timer: None,
-            sides: HashMap::new(),
-            next_side: 1,
-            cache: HashMap::new(),
-        }
-    }
-
-    pub(crate) fn reload(&mut self, policy: Arc<Policy>) {
-        self.shaper.reload(policy);
-        self.refresh_used();
-        self.groupings.clear();
-        // Connections keep their side ids; new entries get fresh ones.
-        self.cache.clear();
-    }
-}
-
-/// A refusal to open or send, as the dispatcher acts on it.
-pub(crate) enum Refusal {
-    /// Park until then.
-    Until(Time),
-    /// Park until a shaped connection closes or the limits change.
-    Wait,
-}
-
-impl From<Block> for Refusal {
-    fn from(b: Block) -> Refusal {
-        match b {
-            Block::Until(t) => Refusal::Until(Time(t)),
-            Block::Full(_) | Block::Suspended => Refusal::Wait,
-        }
-    }
-}
-
-/// A host's name and address as the scheduler names hosts: `mx.example`
-/// (an MX name), `mx.example[192.0.2.1]` (one of its addresses, when a
-/// policy counts by `remoteip`) or `[192.0.2.1]:25` (a literal); the
-/// address is empty when the name does not say it.
-pub fn host_parts(host: &str) -> (&str, &str) {
-    let ip = |s: &str| s.parse::<IpAddr>().is_ok();
-    match host.split_once('[') {
-        Some((name, rest)) => {
-            let addr = rest.split(']').next().unwrap_or("");
-            let addr = if ip(addr) { addr } else { "" };
-            (if name.is_empty() { host } else { name }, addr)
-        }
-        None => (host, ""),
-    }
-}
-
-/// The message side of an entry as shaping sees it: the values of the
-/// fields some policy uses, and the source pool its mail leaves from.
-/// Entries with the same side may share a connection.
-#[derive(Debug)]
-pub(crate) struct Side {
-    /// Its interned id (what a connection keeps).
-    pub(crate) id: u32,
-    /// The values, of used fields only.
-    pub(crate) binding: Binding,
-    /// The `sources:` pool, if one applies.
-    pub(crate) pool: Option<Box<str>>,
-    /// The tenant, job, sender domain and own domain it was made for: the
-    /// cache is keyed by their interned ids, which are reused once freed.
-    names: [Box<str>; 4],
-}
-
-impl Shaping {
-    /// The fields an entry's side carries: those the policy uses and those
-    /// the holds in force name (an operator may suspend by a field no
-    /// policy counts by). A change empties the sides' cache.
-    pub(crate) fn refresh_used(&mut self) {
-        let mut used = self.shaper.policy().fields_used();
-        for h in self.shaper.active_holds(0) {
-            for (f, _) in &h.when {
-                used.insert(*f);
-            }
-        }
-        if used != self.used {
-            self.used = used;
-            self.cache.clear();
-            self.groupings.clear();
-        }
-    }
-}
 
 impl Scheduler {
     /// The side of entry `e` (only fields some policy uses, so that fields
