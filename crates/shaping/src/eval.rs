@@ -2,8 +2,9 @@
 //! message, and the effective properties of each policy for a binding.
 
 use crate::field::{Binding, Field, FieldSet};
-use crate::model::{Policy, Source};
-use crate::props::Props;
+use crate::index::PolicyIndex;
+use crate::model::{KeyPolicy, Policy, Source};
+use crate::props::{prop_bit, Props};
 
 impl Policy {
     /// Fields some policy counts by or some condition, reply rule or
@@ -71,6 +72,77 @@ impl Policy {
         }
         out
     }
+}
+
+/// Which clause, if any, last set each property ([`prop_bit`] order).
+const PROPS: [u8; 5] = [
+    prop_bit::CONCURRENCY,
+    prop_bit::RATE,
+    prop_bit::CONNECT_INTERVAL,
+    prop_bit::TRANSACTIONS,
+    prop_bit::IDLE_TIMEOUT,
+];
+
+fn sets(p: &Props) -> [bool; 5] {
+    [
+        p.concurrency.is_some(),
+        p.rate.is_some(),
+        p.connect_interval.is_some(),
+        p.transactions.is_some(),
+        p.idle_timeout.is_some(),
+    ]
+}
+
+impl Policy {
+    /// Builds the condition index now (parsing does it; a policy built or
+    /// changed by hand may call it, else its first [`Policy::props`] does).
+    pub fn compile(&mut self) {
+        self.index = PolicyIndex::build(self.policies.iter().map(tests));
+    }
+
+    /// The effective properties of policy `i` for `b`: its default with
+    /// every matching condition laid over it in file order, found through
+    /// the index.
+    pub fn props(&self, i: usize, b: &Binding) -> Props {
+        let p = &self.policies[i];
+        let build = || PolicyIndex::build(self.policies.iter().map(tests));
+        let Some(found) = self.index.candidates(i, p.conditions.len(), b, build) else {
+            return self.props_by_scan(i, b);
+        };
+        let mut last: [Option<u32>; 5] = [None; 5];
+        for c in found {
+            let cond = &p.conditions[c as usize];
+            if !matches(&cond.when, b) {
+                continue;
+            }
+            for (slot, set) in last.iter_mut().zip(sets(&cond.then)) {
+                if set && slot.is_none_or(|s| s < c) {
+                    *slot = Some(c);
+                }
+            }
+        }
+        let mut out = p.default;
+        for (n, c) in last.iter().enumerate() {
+            let Some(c) = c else { continue };
+            let then = &p.conditions[*c as usize].then;
+            let bit = PROPS[n];
+            out.local = (out.local & !bit) | (then.local & bit);
+            match n {
+                0 => out.concurrency = then.concurrency,
+                1 => out.rate = then.rate,
+                2 => out.connect_interval = then.connect_interval,
+                3 => out.transactions = then.transactions,
+                _ => out.idle_timeout = then.idle_timeout,
+            }
+        }
+        out
+    }
+}
+
+/// The tests of a policy's conditions, in file order: what its index is
+/// built from.
+fn tests(p: &KeyPolicy) -> impl Iterator<Item = &[(Field, String)]> {
+    p.conditions.iter().map(|c| c.when.as_slice())
 }
 
 /// Whether every (field, value) holds in `b`.

@@ -12,10 +12,11 @@
 //! sorting: the later clause wins property by property, so each property
 //! takes its value from the highest-numbered matching clause that sets it,
 //! which is what laying every match over the default in file order gives
-//! ([`Policy::props_by_scan`], the reference the tests compare with).
+//! ([`crate::Policy::props_by_scan`], the reference the tests compare with).
 //!
-//! The index is built by [`Policy::parse`], by [`Policy::compile`], or on
-//! the first [`Policy::props`] of a policy built by hand. A policy whose
+//! The index is built by [`crate::Policy::parse`], by
+//! [`crate::Policy::compile`], or on the first [`crate::Policy::props`]
+//! (evaluation, `eval`, reads it) of a policy built by hand. A policy whose
 //! conditions are changed afterwards must be compiled again; one whose
 //! number of conditions changed falls back to the scan until then.
 
@@ -24,12 +25,9 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
-use crate::eval::matches;
 use crate::field::{Binding, Field, FieldSet};
-use crate::model::{KeyPolicy, Policy};
-use crate::props::{prop_bit, Props};
 
-/// The compiled condition index of a [`Policy`]; derived from its
+/// The compiled condition index of a [`crate::Policy`]; derived from its
 /// `policies`, so two policies compare equal whatever their indexes.
 #[derive(Clone, Default)]
 pub struct PolicyIndex(OnceLock<Vec<KeyIndex>>);
@@ -100,12 +98,14 @@ fn hash<'a>(values: impl Iterator<Item = &'a str>) -> u64 {
 }
 
 impl KeyIndex {
-    fn build(p: &KeyPolicy) -> KeyIndex {
+    fn build<'a>(conditions: impl IntoIterator<Item = &'a [(Field, String)]>) -> KeyIndex {
         let mut groups: Vec<Group> = Vec::new();
         let mut by_set: HashMap<FieldSet, usize> = HashMap::new();
-        for (i, c) in p.conditions.iter().enumerate() {
+        let mut count = 0;
+        for (i, when) in conditions.into_iter().enumerate() {
+            count += 1;
             let mut set = FieldSet::default();
-            c.when.iter().for_each(|(f, _)| set.insert(*f));
+            when.iter().for_each(|(f, _)| set.insert(*f));
             let g = *by_set.entry(set).or_insert_with(|| {
                 groups.push(Group {
                     fields: Field::ALL
@@ -121,110 +121,63 @@ impl KeyIndex {
             // the second differs the clause never matches, which the full
             // test of every clause found decides.
             let h = hash(group.fields.iter().map(|f| {
-                c.when
-                    .iter()
+                when.iter()
                     .find(|(x, _)| x == f)
                     .map_or("", |(_, v)| v.as_str())
             }));
             group.clauses.entry(h).or_default().push(i as u32);
         }
         KeyIndex {
-            conditions: p.conditions.len(),
+            conditions: count,
             groups,
         }
     }
 }
 
 impl PolicyIndex {
-    /// Builds the index of these policies.
-    pub fn build(policies: &[KeyPolicy]) -> PolicyIndex {
+    /// Builds the index of policies, each given by its conditions' tests
+    /// in file order.
+    pub fn build<'a, P, C>(policies: P) -> PolicyIndex
+    where
+        P: IntoIterator<Item = C>,
+        C: IntoIterator<Item = &'a [(Field, String)]>,
+    {
         PolicyIndex(OnceLock::from(
-            policies.iter().map(KeyIndex::build).collect::<Vec<_>>(),
+            policies
+                .into_iter()
+                .map(KeyIndex::build)
+                .collect::<Vec<_>>(),
         ))
     }
 
-    fn get(&self, policies: &[KeyPolicy]) -> &[KeyIndex] {
-        self.0
-            .get_or_init(|| policies.iter().map(KeyIndex::build).collect())
-    }
-}
-
-/// Which clause, if any, last set each property ([`prop_bit`] order).
-const PROPS: [u8; 5] = [
-    prop_bit::CONCURRENCY,
-    prop_bit::RATE,
-    prop_bit::CONNECT_INTERVAL,
-    prop_bit::TRANSACTIONS,
-    prop_bit::IDLE_TIMEOUT,
-];
-
-fn sets(p: &Props) -> [bool; 5] {
-    [
-        p.concurrency.is_some(),
-        p.rate.is_some(),
-        p.connect_interval.is_some(),
-        p.transactions.is_some(),
-        p.idle_timeout.is_some(),
-    ]
-}
-
-impl Policy {
-    /// Builds the condition index now (parsing does it; a policy built or
-    /// changed by hand may call it, else its first [`Policy::props`] does).
-    pub fn compile(&mut self) {
-        self.index = PolicyIndex::build(&self.policies);
-    }
-
-    /// The effective properties of policy `i` for `b`: its default with
-    /// every matching condition laid over it in file order, found through
-    /// the index.
-    pub fn props(&self, i: usize, b: &Binding) -> Props {
-        let p = &self.policies[i];
-        let index = self.index.get(&self.policies);
-        let Some(k) = index.get(i).filter(|k| k.conditions == p.conditions.len()) else {
-            return self.props_by_scan(i, b);
-        };
-        let mut last: [Option<u32>; 5] = [None; 5];
-        for g in &k.groups {
+    /// The clauses of policy `i` written with the values `b` has for the
+    /// fields they test, group by group: each must still be tested (a hash
+    /// collision finds one that does not match). `None` when the index
+    /// (built by `build` now if it was not) was made from other than
+    /// `conditions` clauses: the caller scans them instead.
+    pub fn candidates<'s>(
+        &'s self,
+        i: usize,
+        conditions: usize,
+        b: &'s Binding,
+        build: impl FnOnce() -> PolicyIndex,
+    ) -> Option<impl Iterator<Item = u32> + 's> {
+        let index = self
+            .0
+            .get_or_init(|| build().0.into_inner().unwrap_or_default());
+        let k = index.get(i).filter(|k| k.conditions == conditions)?;
+        Some(k.groups.iter().flat_map(move |g| {
             let h = hash(g.fields.iter().map(|&f| b.get(f)));
-            let Some(found) = g.clauses.get(&h) else {
-                continue;
-            };
-            for &c in found {
-                let cond = &p.conditions[c as usize];
-                if !matches(&cond.when, b) {
-                    continue;
-                }
-                for (slot, set) in last.iter_mut().zip(sets(&cond.then)) {
-                    if set && slot.is_none_or(|s| s < c) {
-                        *slot = Some(c);
-                    }
-                }
-            }
-        }
-        let mut out = p.default;
-        for (n, c) in last.iter().enumerate() {
-            let Some(c) = c else { continue };
-            let then = &p.conditions[*c as usize].then;
-            let bit = PROPS[n];
-            out.local = (out.local & !bit) | (then.local & bit);
-            match n {
-                0 => out.concurrency = then.concurrency,
-                1 => out.rate = then.rate,
-                2 => out.connect_interval = then.connect_interval,
-                3 => out.transactions = then.transactions,
-                _ => out.idle_timeout = then.idle_timeout,
-            }
-        }
-        out
+            g.clauses.get(&h).into_iter().flatten().copied()
+        }))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Condition;
-    use crate::props::Rate;
+    use crate::model::{Condition, KeyPolicy, Policy};
+    use crate::props::{Props, Rate};
     use proptest::prelude::*;
     use std::time::Duration;
 
