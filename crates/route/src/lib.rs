@@ -26,12 +26,12 @@
 pub mod address;
 mod resolve;
 mod settings;
+mod transport;
 
 pub use address::{Addr, AddressError, MAX_ADDRESS};
-pub use resolve::{
-    check_transport, error_status, split_transport, Class, ResolveError, Route, Router,
-};
+pub use resolve::{Class, ResolveError, Route, Router};
 pub use settings::{DomainList, Settings, SettingsError};
+pub use transport::{check_transport, error_status, split_transport};
 
 #[cfg(test)]
 mod tests;

@@ -216,11 +216,11 @@ impl Settings {
             DomainList::load(&cfg.list(param), sub)
                 .map_err(|error| SettingsError::Table { param, error })
         };
-        let transport_maps = checked("transport_maps", &crate::check_transport)?;
+        let transport_maps = checked("transport_maps", &crate::transport::check_transport)?;
         let mut maps = |param: &'static str| checked(param, &|_| Ok(()));
         let transport = |param: &'static str| {
             let v = cfg.str(param);
-            crate::check_transport(&v).map_err(|error| SettingsError::Transport {
+            crate::transport::check_transport(&v).map_err(|error| SettingsError::Transport {
                 param,
                 at: cfg
                     .origin(param)
