@@ -150,7 +150,8 @@ pub trait Handler<S: Service> {
     /// with no use for them yet (qmgr while a commit runs: arrivals wait
     /// for the next one anyway) says no, and sleeps through their arrival
     /// instead of waking for each; they wait in the socket, and are read
-    /// in the first turn it says yes again. Asked after every event.
+    /// in the first turn it says yes again. Asked after every event when
+    /// [`Handler::PAUSES`] is set; never otherwise.
     fn reading(&self, _kind: S::Kind) -> bool {
         true
     }

@@ -36,3 +36,15 @@ impl fmt::Debug for Lsn {
         write!(f, "Lsn({self})")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lsn_parts() {
+        let l = Lsn::new(7, 4096);
+        assert_eq!((l.segment(), l.offset()), (7, 4096));
+        assert!(Lsn::new(7, u32::MAX) < Lsn::new(8, 0));
+    }
+}

@@ -1,9 +1,10 @@
 //! Journal records and their framing.
 //!
 //! A record on disk is `[len u32 LE][crc32 u32 LE][postcard payload]`, the
-//! crc covering the payload. Records are found by their [`Lsn`]. Recipients are named by their index in
-//! the original `Envelope::recipients`, which never changes. Decoding never
-//! panics: a short, oversized or corrupt frame is a `FrameError`.
+//! crc covering the payload. Records are found by their [`Lsn`].
+//! Recipients are named by their index in the original
+//! `Envelope::recipients`, which never changes. Decoding never panics: a
+//! short, oversized or corrupt frame is a `FrameError`.
 //!
 //! postcard names an enum variant by its index, so the on-disk enum is
 //! [`wire`]'s, not [`Record`]'s derive: `Arrived` and `Rewritten` at their
@@ -692,12 +693,5 @@ mod tests {
                 "tenant {tenant:?}"
             );
         }
-    }
-
-    #[test]
-    fn lsn_parts() {
-        let l = Lsn::new(7, 4096);
-        assert_eq!((l.segment(), l.offset()), (7, 4096));
-        assert!(Lsn::new(7, u32::MAX) < Lsn::new(8, 0));
     }
 }

@@ -36,11 +36,16 @@ pub(crate) struct Job {
 /// The jobs of one transport.
 #[derive(Clone, Debug)]
 pub(crate) struct JobList {
+    /// The transport's delivery slot parameters.
     pub(crate) params: SlotParams,
+    /// Every job of the transport, on the list or not.
     pub(crate) jobs: BTreeMap<MsgId, Job>,
     /// The scheduler's job list.
     pub(crate) list: Vec<MsgId>,
+    /// The job whose entries are selected next.
     pub(crate) current: Option<MsgId>,
+    /// Bumped when a blocker unblocks: jobs and destinations marked with
+    /// an older tag are blockers no more.
     pub(crate) blocker_tag: u64,
     /// Destinations marked as blocking a job, with the tag they were marked with.
     pub(crate) dest_tags: BTreeMap<DestId, u64>,
@@ -49,6 +54,7 @@ pub(crate) struct JobList {
 }
 
 impl JobList {
+    /// An empty list with the transport's slot parameters.
     pub(crate) fn new(params: SlotParams) -> Self {
         JobList {
             params,
@@ -62,6 +68,7 @@ impl JobList {
         }
     }
 
+    /// Where job `m` is on the list.
     pub(crate) fn pos(&self, m: MsgId) -> Option<usize> {
         self.list.iter().position(|&x| x == m)
     }

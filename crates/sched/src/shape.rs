@@ -11,9 +11,10 @@
 //! whose keys are suspended or full. Panics: never.
 
 use crate::destination::Park;
+use crate::hostparts::host_parts;
 use crate::ids::{ConnId, DestId, EntryId, HostId, KeyId, TransportId};
 use crate::sched::{Scheduler, Timer};
-use crate::shapestate::{host_parts, Refusal, Side};
+use crate::shapestate::{Refusal, Side};
 use crate::time::Time;
 use shaping::{BindId, Binding, Block, Field, Shaper};
 

@@ -783,7 +783,7 @@ fn behind_a_relayhost_the_recipient_domain_finds_the_grouping() {
 
 #[test]
 fn host_names_give_the_mx_name_and_the_address() {
-    use crate::shapestate::host_parts;
+    use crate::hostparts::host_parts;
     assert_eq!(host_parts("mx.example"), ("mx.example", ""));
     assert_eq!(
         host_parts("mx.example[192.0.2.1]"),

@@ -1,19 +1,20 @@
 //! The scheduler's traffic-shaping state: the [`Shaper`] that counts, the
 //! message sides interned, the source pools' cursors, and how a shaper's
-//! refusal and a host's name read to the dispatcher. What the scheduler
-//! does with them is `shape`.
+//! refusal reads to the dispatcher. What the scheduler does with them is
+//! `shape`.
 
 use crate::ids::{DestId, EntryId, KeyId, MsgId};
 use crate::time::Time;
 use shaping::{Binding, Block, FieldSet, Policy, Shaper};
 use std::collections::{BTreeMap, HashMap};
-use std::net::IpAddr;
 use std::sync::Arc;
 
 /// The scheduler's shaping state.
 #[derive(Debug)]
 pub(crate) struct Shaping {
+    /// The policy's live counts, holds and suspensions.
     pub(crate) shaper: Shaper,
+    /// The fields an entry's side carries (`refresh_used`).
     pub(crate) used: FieldSet,
     /// Destinations parked on `Park::Shaping`.
     pub(crate) waiters: Vec<DestId>,
@@ -25,6 +26,7 @@ pub(crate) struct Shaping {
     pub(crate) timer: Option<Time>,
     /// Sides interned: (values, pool) → id.
     pub(crate) sides: HashMap<(Binding, Option<Box<str>>), u32>,
+    /// The id the next side interned gets.
     pub(crate) next_side: u32,
     /// Sides by (destination, tenant, job, sender domain, own domain) key ids.
     pub(crate) cache: HashMap<(DestId, u32, u32, u32, u32), Arc<Side>>,
@@ -43,6 +45,7 @@ pub(crate) struct ShapeSide {
 }
 
 impl Shaping {
+    /// Shaping under `policy`, nothing counted yet.
     pub(crate) fn new(policy: Arc<Policy>) -> Shaping {
         let used = policy.fields_used();
         Shaping {
@@ -58,6 +61,7 @@ impl Shaping {
         }
     }
 
+    /// A new policy: the shaper takes it; cached sides and groupings go.
     pub(crate) fn reload(&mut self, policy: Arc<Policy>) {
         self.shaper.reload(policy);
         self.refresh_used();
@@ -81,22 +85,6 @@ impl From<Block> for Refusal {
             Block::Until(t) => Refusal::Until(Time(t)),
             Block::Full(_) | Block::Suspended => Refusal::Wait,
         }
-    }
-}
-
-/// A host's name and address as the scheduler names hosts: `mx.example`
-/// (an MX name), `mx.example[192.0.2.1]` (one of its addresses, when a
-/// policy counts by `remoteip`) or `[192.0.2.1]:25` (a literal); the
-/// address is empty when the name does not say it.
-pub fn host_parts(host: &str) -> (&str, &str) {
-    let ip = |s: &str| s.parse::<IpAddr>().is_ok();
-    match host.split_once('[') {
-        Some((name, rest)) => {
-            let addr = rest.split(']').next().unwrap_or("");
-            let addr = if ip(addr) { addr } else { "" };
-            (if name.is_empty() { host } else { name }, addr)
-        }
-        None => (host, ""),
     }
 }
 

@@ -102,7 +102,11 @@ impl Policy {
 
     /// The effective properties of policy `i` for `b`: its default with
     /// every matching condition laid over it in file order, found through
-    /// the index.
+    /// the index. Clauses found in several groups are merged without
+    /// sorting: each property takes its value from the highest-numbered
+    /// matching clause that sets it, which is what laying every match over
+    /// the default in file order gives ([`Policy::props_by_scan`], the
+    /// reference the tests compare with).
     pub fn props(&self, i: usize, b: &Binding) -> Props {
         let p = &self.policies[i];
         let build = || PolicyIndex::build(self.policies.iter().map(tests));
@@ -155,6 +159,7 @@ mod tests {
     use super::*;
     use crate::model::{Condition, Grouping, KeyPolicy, Pattern};
     use crate::props::Rate;
+    use proptest::prelude::*;
     use std::time::Duration;
 
     #[test]
@@ -196,5 +201,139 @@ mod tests {
         assert_eq!(pol.props(0, &b).concurrency, Some(2));
         b.set(Field::Grouping, "");
         assert_eq!(pol.props(0, &b).concurrency, Some(20));
+    }
+
+    const VALUES: [&str; 4] = ["a", "B", "b", ""];
+
+    fn arb_props() -> impl Strategy<Value = Props> {
+        (
+            proptest::option::of(1u32..4),
+            proptest::option::of(1u32..4),
+            proptest::option::of(0u64..3),
+            proptest::option::of(1u32..4),
+            proptest::option::of(0u64..3),
+            any::<u8>(),
+        )
+            .prop_map(|(c, r, ci, t, it, local)| Props {
+                concurrency: c,
+                rate: r.map(|tokens| Rate {
+                    tokens,
+                    per: Duration::from_secs(1),
+                }),
+                connect_interval: ci.map(Duration::from_secs),
+                transactions: t,
+                idle_timeout: it.map(Duration::from_secs),
+                local: local & 31,
+            })
+    }
+
+    /// Conditions over three fields, some testing a field twice.
+    fn arb_condition() -> impl Strategy<Value = Condition> {
+        (
+            proptest::collection::vec((0usize..3, 0usize..4), 0..4),
+            arb_props(),
+        )
+            .prop_map(|(when, then)| Condition {
+                when: when
+                    .into_iter()
+                    .map(|(f, v)| (Field::ALL[f], VALUES[v].to_string()))
+                    .collect(),
+                then,
+            })
+    }
+
+    fn arb_binding() -> impl Strategy<Value = Binding> {
+        proptest::collection::vec(0usize..4, 3).prop_map(|vals| {
+            let mut b = Binding::default();
+            for (f, v) in vals.into_iter().enumerate() {
+                b.set(Field::ALL[f], VALUES[v]);
+            }
+            b
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn the_index_agrees_with_the_scan(
+            default in arb_props(),
+            conditions in proptest::collection::vec(arb_condition(), 0..12),
+            bindings in proptest::collection::vec(arb_binding(), 1..8),
+        ) {
+            let mut pol = Policy {
+                policies: vec![KeyPolicy {
+                    fields: vec![Field::LocalIp, Field::Grouping, Field::TenantId],
+                    default,
+                    conditions,
+                }],
+                ..Policy::default()
+            };
+            // Lazily built on first use, then built explicitly.
+            for b in &bindings {
+                prop_assert_eq!(pol.props(0, b), pol.props_by_scan(0, b), "{}", b);
+            }
+            pol.compile();
+            for b in &bindings {
+                prop_assert_eq!(pol.props(0, b), pol.props_by_scan(0, b), "{}", b);
+            }
+        }
+    }
+
+    #[test]
+    fn a_thousand_conditions_and_a_changed_policy() {
+        let mut conditions = Vec::new();
+        for i in 0..1000u32 {
+            let mut when = vec![(Field::Grouping, format!("g{}", i % 100))];
+            if i % 2 == 0 {
+                when.push((Field::LocalIp, format!("127.0.0.{}", i % 7)));
+            }
+            conditions.push(Condition {
+                when,
+                then: Props {
+                    concurrency: Some(i + 1),
+                    transactions: (i % 3 == 0).then_some(i + 1),
+                    ..Props::default()
+                },
+            });
+        }
+        let mut pol = Policy {
+            policies: vec![KeyPolicy {
+                fields: vec![Field::LocalIp, Field::Grouping],
+                default: Props {
+                    concurrency: Some(20),
+                    ..Props::default()
+                },
+                conditions,
+            }],
+            ..Policy::default()
+        };
+        let mut b = Binding::default();
+        for g in 0..120 {
+            for ip in 0..8 {
+                b.set(Field::Grouping, &format!("G{g}"));
+                b.set(Field::LocalIp, &format!("127.0.0.{ip}"));
+                assert_eq!(pol.props(0, &b), pol.props_by_scan(0, &b), "{b}");
+            }
+        }
+        b.set(Field::Grouping, "g42");
+        b.set(Field::LocalIp, "127.0.0.3");
+        // Clauses 42, 142, … 942 test this grouping, all of them with an
+        // address 127.0.0.(i % 7): only 542 has 127.0.0.3.
+        let want = pol.props_by_scan(0, &b);
+        assert_eq!(pol.props(0, &b), want);
+        assert_eq!(want.concurrency, Some(543));
+        // A clause added by hand is seen at once (by the scan), then by
+        // the index once compiled.
+        pol.policies[0].conditions.push(Condition {
+            when: vec![(Field::Grouping, "G42".into())],
+            then: Props {
+                concurrency: Some(7),
+                ..Props::default()
+            },
+        });
+        assert_eq!(pol.props(0, &b).concurrency, Some(7));
+        pol.compile();
+        assert_eq!(pol.props(0, &b).concurrency, Some(7));
+        assert_eq!(pol.props(0, &b), pol.props_by_scan(0, &b));
     }
 }
