@@ -648,7 +648,8 @@ impl Dump {
 /// message; it closes the dump before it answers the final dot, and Sluice
 /// logs `QUEUEID: to=<RCPT>, ... status=sent` only after that answer. A
 /// dump counts when that line is in the log for its queue id, one of its
-/// recipients and the sink's port; dumps still being written are left out.
+/// recipients and the sink's port; dumps still being written are left out,
+/// and so are those without a Sluice Received: line to name their queue id.
 pub fn sent_dumps(sink: &Sink, inst: &Instance) -> Vec<Dump> {
     let port = format!("]:{},", sink.port);
     let log = inst.log();
@@ -761,4 +762,46 @@ pub fn relay_instance(sink_port: u16, extra: &str) -> (Instance, u16) {
 /// test that needs root never passes by skipping.
 pub fn require_root(why: &str) {
     assert!(sys::is_root(), "this test needs root: {why}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dump;
+
+    /// Dumps as smtp-sink writes them (LF line ends), whole or begun.
+    #[test]
+    fn a_dump_is_named_by_its_topmost_sluice_received_line() {
+        let sink = "X-Client-Addr: 127.0.0.1\nX-Client-Proto: ESMTP\nX-Helo-Args: mx.test.example\n\
+                    X-Mail-Args: <a@example.com>\nX-Rcpt-Args: <x@remote.example> ORCPT=rfc822;y@v.example\n\
+                    X-Rcpt-Args: <z@remote.example>\nReceived: from mx.test.example ([127.0.0.1])\n\
+                    \tby sink.test (smtp-sink) with ESMTP id 6f637299;\n\tFri, 27 Nov 2026 02:00:00 +0000 (UTC)\n";
+        let cases: &[(&str, Option<&str>)] = &[
+            (
+                "Received: from c (c [127.0.0.1])\n\tby mx (Sluice) with ESMTP id 1K1AAA0;\n\tdate\n\
+                 Received: by a (Sluice, from userid 0)\n\tid 1K1BBB0; date\n\nbody\n\n",
+                Some("1K1AAA0"),
+            ),
+            (
+                "Received: by mx (Sluice, from userid 65534)\n\tid 1K1CCC0\n\tfor <x@remote.example>; date\n\nbody\n\n",
+                Some("1K1CCC0"),
+            ),
+            ("", None),
+            ("Received: by bench (spool-bench) with ESMTP id 1K1DDD0;\n", None),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        for (n, (message, want)) in cases.iter().enumerate() {
+            let path = dir.path().join(n.to_string());
+            std::fs::write(&path, format!("{sink}{message}")).unwrap();
+            let got = Dump::read(path);
+            assert_eq!(
+                got.as_ref().map(|d| d.queue_id.as_str()),
+                *want,
+                "{message}"
+            );
+            if let Some(d) = got {
+                assert_eq!(d.rcpts, ["x@remote.example", "z@remote.example"]);
+            }
+        }
+        assert!(Dump::read(dir.path().join("none")).is_none());
+    }
 }
