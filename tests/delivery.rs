@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use sluice_suite::{free_port, relay_instance, smtp_sink, swaks, wait_for, Instance, Sink};
+use sluice_suite::{
+    free_port, relay_instance, sink_dump, smtp_sink, swaks, wait_for, Dump, Instance, Sink,
+};
 
 fn sink_on(port: u16, extra: &[&str]) -> Sink {
     smtp_sink(&format!("127.0.0.1:{port}"), extra)
@@ -14,20 +16,15 @@ fn count(sink_dir: &Path) -> usize {
     std::fs::read_dir(sink_dir).map(|d| d.count()).unwrap_or(0)
 }
 
-/// The first message smtp-sink dumped in `dir`, and what Python's email
-/// package makes of it as a delivery status notification.
-fn notice_at(inst: &Instance, dir: &Path, what: &str) -> (std::path::PathBuf, String) {
-    let file = wait_for(15, what, || {
-        std::fs::read_dir(dir)
-            .ok()?
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .next()
-    });
-    let parsed = inst.python("parse_dsn.py", &[file.to_str().unwrap()]);
+/// The notice `notice` to alice@example.com as dumped at `sink`, whole,
+/// and what Python's email package makes of it as a delivery status
+/// notification.
+fn notice_at(inst: &Instance, sink: &Sink, notice: &str) -> (Dump, String) {
+    let dump = sink_dump(sink, inst, notice, "alice@example.com");
+    let parsed = inst.python("parse_dsn.py", &[dump.path.to_str().unwrap()]);
     let p = String::from_utf8_lossy(&parsed.stdout).into_owned()
         + &String::from_utf8_lossy(&parsed.stderr);
-    (file, p)
+    (dump, p)
 }
 
 fn send(port: u16, to: &str) -> String {
@@ -185,8 +182,7 @@ s.quit()
     inst.wait_log(15, &format!("{id}: to=<nobody@remote.example>"));
     let line = inst.wait_log(15, &format!("{id}: sender non-delivery notification: "));
     let notice_id = line.rsplit(' ').next().unwrap().to_string();
-    inst.wait_log(15, &format!("{notice_id}: to=<alice@example.com>"));
-    let (file, p) = notice_at(&inst, good.dir.path(), "the notice at the good sink");
+    let (notice, p) = notice_at(&inst, &good, &notice_id);
     for needle in [
         "content-type: multipart/report",
         "report-type: delivery-status",
@@ -204,14 +200,13 @@ s.quit()
     ] {
         assert!(p.contains(needle), "missing {needle:?} in:\n{p}");
     }
-    let dumped = std::fs::read_to_string(&file).unwrap();
     assert!(
-        !dumped.contains("secret body"),
+        !notice.text.contains("secret body"),
         "RET=HDRS: no body in the notice"
     );
     assert!(
-        dumped.contains("MAIL FROM:<>")
-            || dumped.contains("X-Mail-Args: FROM:<>")
+        notice.text.contains("MAIL FROM:<>")
+            || notice.text.contains("X-Mail-Args: FROM:<>")
             || inst.log().contains(&format!("{notice_id}: from=<>")),
         "notices have the null sender"
     );
@@ -580,8 +575,7 @@ fn a_delayed_message_warns_its_sender_once() {
     let id = send(port, "later@remote.example");
     let line = inst.wait_log(30, &format!("{id}: sender delay notification: "));
     let notice = line.rsplit(' ').next().unwrap().to_string();
-    inst.wait_log(15, &format!("{notice}: to=<alice@example.com>"));
-    let (_, p) = notice_at(&inst, good.dir.path(), "the warning at the sink");
+    let (_, p) = notice_at(&inst, &good, &notice);
     for needle in [
         "report-type: delivery-status",
         "to: alice@example.com",
@@ -657,9 +651,8 @@ s.quit()
     let id = text.split("queued as ").nth(1).unwrap().trim().to_string();
     let line = inst.wait_log(20, &format!("{id}: sender delivery status notification: "));
     let notice = line.rsplit(' ').next().unwrap().to_string();
-    inst.wait_log(15, &format!("{notice}: to=<alice@example.com>"));
     inst.wait_log(15, &format!("{id}: removed"));
-    let (_, p) = notice_at(&inst, good.dir.path(), "the report at the sink");
+    let (_, p) = notice_at(&inst, &good, &notice);
     for needle in [
         "subject: Successful Mail Delivery Report",
         "original-envelope-id: OK42",
@@ -680,10 +673,7 @@ s.quit()
     );
     assert_eq!(count(good.dir.path()), 1, "one report only");
     // The DSN-capable server got the request itself.
-    let dumped: String = std::fs::read_dir(dsn.dir.path())
-        .unwrap()
-        .filter_map(|e| std::fs::read_to_string(e.unwrap().path()).ok())
-        .collect();
+    let dumped = sink_dump(&dsn, &inst, &id, "b@dsn.example").text;
     assert!(dumped.contains("NOTIFY=SUCCESS,FAILURE"), "{dumped}");
 }
 

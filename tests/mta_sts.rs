@@ -29,8 +29,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use sluice_suite::{
-    dumped, free_port, receive_master_cf, require_root, smtp_sink, wait_for, Instance, Kill,
-    RECEIVE_MAIN_CF,
+    dumped, free_port, receive_master_cf, require_root, sent_dumps, sink_dump, smtp_sink, wait_for,
+    Instance, Kill, RECEIVE_MAIN_CF,
 };
 
 fn openssl(args: &[&str], dir: &Path) {
@@ -330,16 +330,20 @@ fn policies_are_enforced_tested_and_reported() {
     let again = inst.wait_log(30, "to=<f@good.test>");
     assert!(again.contains("status=sent"), "{again}");
 
-    // The reports: one per domain, each with its counts.
+    // The reports: one per domain, each with its counts, read once each
+    // is at the sink whole (a dump exists, empty, from MAIL FROM on).
     for d in ["good", "bad", "try", "nopolicy", "plain"] {
-        inst.wait_log(90, &format!("tlsrpt: {d}.test: report "));
+        let line = inst.wait_log(90, &format!("tlsrpt: {d}.test: report "));
+        let qid = line
+            .rsplit("queued as ")
+            .next()
+            .unwrap_or_else(|| panic!("no queue id in {line}"))
+            .trim();
+        sink_dump(&sink, &inst, qid, "tlsrpt@reports.test");
     }
-    wait_for(60, "five reports at the sink", || {
-        (dumped(&sink) >= 5).then_some(())
-    });
-    let files: Vec<String> = std::fs::read_dir(sink.dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().path().display().to_string())
+    let files: Vec<String> = sent_dumps(&sink, &inst)
+        .iter()
+        .map(|d| d.path.display().to_string())
         .collect();
     let mut args: Vec<&str> = Vec::new();
     args.extend(files.iter().map(String::as_str));

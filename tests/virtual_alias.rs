@@ -6,9 +6,7 @@
 //! a missing router refuse the message with 451 at the end of DATA;
 //! `receive_override_options = no_address_mappings` queues it unexpanded.
 
-use std::path::PathBuf;
-
-use sluice_suite::{free_port, smtp_sink, swaks, wait_for, Instance, Sink};
+use sluice_suite::{free_port, sink_dump, smtp_sink, swaks, wait_for, Instance, Sink};
 
 const ALIASES: &str = "virtual_alias_domains = virt.example\n\
     virtual_alias_maps = inline:{ \
@@ -64,25 +62,16 @@ fn queued_id(out: &str) -> String {
         .to_string()
 }
 
-/// The sink's dump files and their contents.
-fn dumps(sink: &Sink) -> Vec<(PathBuf, String)> {
+/// The recipients the sink was given (smtp-sink -d writes X-Rcpt-Args:),
+/// from every dump it has begun: a recipient is in a dump once its first
+/// block is written, whole or not.
+fn sink_rcpts(sink: &Sink) -> Vec<String> {
     let Ok(d) = std::fs::read_dir(sink.dir.path()) else {
         return vec![];
     };
-    d.filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .map(|p| {
-            let text = std::fs::read_to_string(&p).unwrap_or_default();
-            (p, text)
-        })
-        .collect()
-}
-
-/// The recipients the sink was given (smtp-sink -d writes X-Rcpt-Args:).
-fn sink_rcpts(sink: &Sink) -> Vec<String> {
-    let mut v: Vec<String> = dumps(sink)
-        .iter()
-        .flat_map(|(_, t)| {
+    let mut v: Vec<String> = d
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .flat_map(|t| {
             t.lines()
                 .take_while(|l| l.starts_with("X-"))
                 .filter_map(|l| l.strip_prefix("X-Rcpt-Args: "))
@@ -135,11 +124,7 @@ fn one_message_to_an_alias_reaches_every_address_it_expands_to() {
         inst.log()
     );
     // The bounce for c names the alias as the original recipient.
-    inst.wait_log(15, &format!("{notice}: to=<alice@example.com>"));
-    let (file, _) = dumps(&sink)
-        .into_iter()
-        .find(|(_, t)| t.contains("X-Rcpt-Args: <alice@example.com>"))
-        .expect("the notice at the sink");
+    let file = sink_dump(&sink, &inst, &notice, "alice@example.com").path;
     let parsed = inst.python("parse_dsn.py", &[file.to_str().unwrap()]);
     let p = String::from_utf8_lossy(&parsed.stdout);
     for needle in [
@@ -253,16 +238,7 @@ fn the_envelope_sender_goes_through_sender_canonical_maps() {
     assert_eq!(code, 0, "{out}");
     let id = queued_id(&out);
     inst.wait_log(20, &format!("{id}: from=<joseph@example.com>"));
-    // The sink writes its dump as the message comes: read it once the
-    // sink has answered the end of the data (it was read half written).
-    let sent = inst.wait_log(20, &format!("{id}: to=<single@remote.example>"));
-    assert!(sent.contains("status=sent"), "{sent}");
-    let text = wait_for(20, "the message at the sink", || {
-        dumps(&sink)
-            .into_iter()
-            .map(|(_, t)| t)
-            .find(|t| t.contains("X-Rcpt-Args:"))
-    });
+    let text = sink_dump(&sink, &inst, &id, "single@remote.example").text;
     assert!(
         text.contains("X-Mail-Args: <joseph@example.com>")
             && text.contains("X-Rcpt-Args: <single@remote.example>"),

@@ -590,11 +590,114 @@ pub fn smtp_sink(addr: &str, extra: &[&str]) -> Sink {
     }
 }
 
-/// The number of messages a sink has dumped.
+/// The number of messages a sink has dumped, or begun to: smtp-sink
+/// creates the file at MAIL FROM. To read one, see [`sink_dump`].
 pub fn dumped(sink: &Sink) -> usize {
     std::fs::read_dir(sink.dir.path())
         .map(|d| d.count())
         .unwrap_or(0)
+}
+
+/// A message smtp-sink dumped, whole.
+#[derive(Debug, Clone)]
+pub struct Dump {
+    /// Its file.
+    pub path: PathBuf,
+    /// Its text: smtp-sink's `X-` lines and Received:, then the message, with LF line ends.
+    pub text: String,
+    /// The queue id of the topmost Sluice Received: line (the instance that sent it).
+    pub queue_id: String,
+    /// Its transaction's recipients (`X-Rcpt-Args:`), without the brackets.
+    pub rcpts: Vec<String>,
+}
+
+impl Dump {
+    /// Reads a dump; `None` when it has not got as far as its Sluice Received: line.
+    fn read(path: PathBuf) -> Option<Dump> {
+        let text = String::from_utf8_lossy(&std::fs::read(&path).ok()?).into_owned();
+        let rcpts = text
+            .lines()
+            .take_while(|l| l.starts_with("X-"))
+            .filter_map(|l| l.strip_prefix("X-Rcpt-Args: <"))
+            .filter_map(|a| a.split_once('>').map(|(a, _)| a.to_string()))
+            .collect();
+        // "by HOST (Sluice) with ESMTP id QID" from smtpd, or
+        // "by HOST (Sluice, from userid N)\n\tid QID" for local mail and
+        // notices; smtp-sink's own Received: comes first and is skipped.
+        let mut words = text.split("(Sluice").nth(1)?.split_whitespace();
+        words.find(|w| *w == "id")?;
+        let queue_id = words
+            .next()?
+            .trim_end_matches(';')
+            .chars()
+            .take_while(char::is_ascii_alphanumeric)
+            .collect();
+        Some(Dump {
+            path,
+            text,
+            queue_id,
+            rcpts,
+        })
+    }
+}
+
+/// The messages at `sink` that `inst` has logged as sent there, each whole.
+///
+/// smtp-sink creates a dump at MAIL FROM and writes it through a buffer as
+/// DATA comes, so a dump that exists may be empty or hold part of the
+/// message; it closes the dump before it answers the final dot, and Sluice
+/// logs `QUEUEID: to=<RCPT>, ... status=sent` only after that answer. A
+/// dump counts when that line is in the log for its queue id, one of its
+/// recipients and the sink's port; dumps still being written are left out,
+/// and so are those without a Sluice Received: line to name their queue id.
+pub fn sent_dumps(sink: &Sink, inst: &Instance) -> Vec<Dump> {
+    let port = format!("]:{},", sink.port);
+    let log = inst.log();
+    let sent: std::collections::HashSet<(&str, &str)> = log
+        .lines()
+        .filter(|l| l.contains("status=sent") && l.contains(&port))
+        .filter_map(|l| {
+            let (head, rest) = l.split_once(": to=<")?;
+            Some((head.rsplit(' ').next()?, rest.split_once('>')?.0))
+        })
+        .collect();
+    let Ok(dir) = std::fs::read_dir(sink.dir.path()) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| Dump::read(e.ok()?.path()))
+        .filter(|d| {
+            d.rcpts
+                .iter()
+                .any(|r| sent.contains(&(d.queue_id.as_str(), r.as_str())))
+        })
+        .collect()
+}
+
+/// Waits up to 30 s until `inst` has logged message `id` as sent to `rcpt`
+/// at `sink`, and returns its dump there, whole (see [`sent_dumps`]).
+/// Fails naming the message, with what the log says of it.
+pub fn sink_dump(sink: &Sink, inst: &Instance, id: &str, rcpt: &str) -> Dump {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(d) = sent_dumps(sink, inst)
+            .into_iter()
+            .find(|d| d.queue_id == id && d.rcpts.iter().any(|r| r == rcpt))
+        {
+            return d;
+        }
+        if Instant::now() >= deadline {
+            let log = inst.log();
+            let said: Vec<&str> = log.lines().filter(|l| l.contains(id)).collect();
+            panic!(
+                "timed out after 30s waiting for {id} to <{rcpt}> sent to the sink on port {} \
+                 and dumped whole there ({} files there); the log has of {id}:\n{}",
+                sink.port,
+                dumped(sink),
+                said.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
 }
 
 /// dnsmasq answering on a free 127.0.0.1 port (UDP and TCP) with `records`
@@ -659,4 +762,46 @@ pub fn relay_instance(sink_port: u16, extra: &str) -> (Instance, u16) {
 /// test that needs root never passes by skipping.
 pub fn require_root(why: &str) {
     assert!(sys::is_root(), "this test needs root: {why}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dump;
+
+    /// Dumps as smtp-sink writes them (LF line ends), whole or begun.
+    #[test]
+    fn a_dump_is_named_by_its_topmost_sluice_received_line() {
+        let sink = "X-Client-Addr: 127.0.0.1\nX-Client-Proto: ESMTP\nX-Helo-Args: mx.test.example\n\
+                    X-Mail-Args: <a@example.com>\nX-Rcpt-Args: <x@remote.example> ORCPT=rfc822;y@v.example\n\
+                    X-Rcpt-Args: <z@remote.example>\nReceived: from mx.test.example ([127.0.0.1])\n\
+                    \tby sink.test (smtp-sink) with ESMTP id 6f637299;\n\tFri, 27 Nov 2026 02:00:00 +0000 (UTC)\n";
+        let cases: &[(&str, Option<&str>)] = &[
+            (
+                "Received: from c (c [127.0.0.1])\n\tby mx (Sluice) with ESMTP id 1K1AAA0;\n\tdate\n\
+                 Received: by a (Sluice, from userid 0)\n\tid 1K1BBB0; date\n\nbody\n\n",
+                Some("1K1AAA0"),
+            ),
+            (
+                "Received: by mx (Sluice, from userid 65534)\n\tid 1K1CCC0\n\tfor <x@remote.example>; date\n\nbody\n\n",
+                Some("1K1CCC0"),
+            ),
+            ("", None),
+            ("Received: by bench (spool-bench) with ESMTP id 1K1DDD0;\n", None),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        for (n, (message, want)) in cases.iter().enumerate() {
+            let path = dir.path().join(n.to_string());
+            std::fs::write(&path, format!("{sink}{message}")).unwrap();
+            let got = Dump::read(path);
+            assert_eq!(
+                got.as_ref().map(|d| d.queue_id.as_str()),
+                *want,
+                "{message}"
+            );
+            if let Some(d) = got {
+                assert_eq!(d.rcpts, ["x@remote.example", "z@remote.example"]);
+            }
+        }
+        assert!(Dump::read(dir.path().join("none")).is_none());
+    }
 }
