@@ -654,3 +654,41 @@ fn cleanup_refuses_an_envelope_address_with_a_control_character() {
     ));
     inst.wait_log(5, "an envelope address with a control character: refused");
 }
+
+/// A message that has made `hopcount_limit` hops (Received: headers, the
+/// one Sluice adds included) is refused at the end of DATA as a mail loop,
+/// as Postfix's cleanup and smtpd do; one hop fewer is accepted.
+#[test]
+fn a_message_with_too_many_received_headers_is_refused_as_a_loop() {
+    let (inst, port) = instance("hopcount_limit = 10\n", "");
+    let dir = tempfile::tempdir().unwrap();
+    let send = |hops: usize| {
+        let mut data = String::new();
+        for n in 0..hops {
+            data.push_str(&format!(
+                "Received: from hop{n}.example (hop{n}.example [192.0.2.{n}])\r\n\tby relay{n}.example; Thu, 26 Nov 2026 10:00:00 +0000\r\n"
+            ));
+        }
+        data.push_str("From: a@example.com\r\nSubject: loop?\r\n\r\nbody\r\n.\r\n");
+        let path = dir.path().join(format!("msg{hops}"));
+        std::fs::write(&path, data).unwrap();
+        swaks(&[
+            "--server",
+            &server(port),
+            "--from",
+            "a@example.com",
+            "--to",
+            "bob@mx.test.example",
+            "--data",
+            path.to_str().unwrap(),
+        ])
+    };
+    let (code, out) = send(9);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("<** 554 5.4.0 Error: too many hops"), "{out}");
+    assert!(inst.queue_json().is_empty(), "nothing queued");
+    inst.wait_log(5, "message rejected: hopcount exceeded");
+    let (code, out) = send(8);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(inst.queue_json().len(), 1);
+}

@@ -27,6 +27,8 @@ pub struct Seen {
     pub date: bool,
     /// A From: header was present.
     pub from: bool,
+    /// Received: headers counted: the hops the message made before us.
+    pub received: usize,
 }
 
 /// Collects the header section.
@@ -281,6 +283,7 @@ pub fn inspect(headers: &[u8]) -> Seen {
             "message-id" => seen.message_id = Some(value.trim().to_string()),
             "date" => seen.date = true,
             "from" => seen.from = true,
+            "received" => seen.received += 1,
             _ => {}
         }
     }

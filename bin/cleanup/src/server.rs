@@ -149,6 +149,8 @@ pub struct CleanupServer {
     origin_domain: String,
     always_add: bool,
     size_limit: u64,
+    /// `hopcount_limit` (see `HeaderCtx`).
+    hop_limit: usize,
     id_headers: headers::IdHeaders,
     tenant_from_sasl: bool,
     me: u32,
@@ -209,6 +211,7 @@ impl CleanupServer {
             origin_domain: ctx.config.str("myorigin"),
             always_add: ctx.config.bool("always_add_missing_headers"),
             size_limit: ctx.config.size("message_size_limit"),
+            hop_limit: hop_limit(&ctx.config),
             id_headers: headers::IdHeaders::from_config(&ctx.config),
             tenant_from_sasl: ctx.config.bool("tenant_from_sasl"),
             me: sys::current_ids().0,
@@ -391,14 +394,14 @@ impl CleanupServer {
                         write(&self.spool, m, &bytes, self.size_limit)
                     }
                     Fed::Complete { headers, rest } => {
-                        let head = header_block(
-                            m,
-                            &headers,
-                            &self.hostname,
-                            &self.origin_domain,
-                            self.always_add,
-                            &self.id_headers,
-                        );
+                        let ctx = HeaderCtx {
+                            hostname: &self.hostname,
+                            origin_domain: &self.origin_domain,
+                            always_add: self.always_add,
+                            id_headers: &self.id_headers,
+                            hop_limit: self.hop_limit,
+                        };
+                        let head = header_block(m, &headers, &ctx);
                         start_signing(self.dkim.as_ref(), &self.spool, m, &head);
                         if let Some(s) = m.sign.as_mut() {
                             // The body starts after the empty line.
@@ -467,14 +470,16 @@ impl CleanupServer {
         let always_add = self.always_add;
         let size_limit = self.size_limit;
         let id_headers = self.id_headers.clone();
+        let hop_limit = self.hop_limit;
         {
+            let ctx = HeaderCtx {
+                hostname: &hostname,
+                origin_domain: &origin_domain,
+                always_add,
+                id_headers: &id_headers,
+                hop_limit,
+            };
             if m.held.is_some() {
-                let ctx = HeaderCtx {
-                    hostname: &hostname,
-                    origin_domain: &origin_domain,
-                    always_add,
-                    id_headers: &id_headers,
-                };
                 write_held(
                     &self.spool,
                     self.dkim.as_ref(),
@@ -485,14 +490,7 @@ impl CleanupServer {
             } else if let Some(headers) = m.headers.finish() {
                 // Content that ended inside the headers: a header
                 // section with no body, which RFC 5322 allows.
-                let out = header_block(
-                    &mut m,
-                    &headers,
-                    &hostname,
-                    &origin_domain,
-                    always_add,
-                    &id_headers,
-                );
+                let out = header_block(&mut m, &headers, &ctx);
                 start_signing(self.dkim.as_ref(), &self.spool, &mut m, &out);
                 write(&self.spool, &mut m, &out, size_limit);
             }
@@ -782,6 +780,11 @@ impl CleanupServer {
 /// configured: mail then costs no router round trip), and not when
 /// `receive_override_options` has `no_address_mappings` (the cleanup in
 /// front of an after-queue content filter).
+/// `hopcount_limit`, as a count; 0 or a negative value: no limit.
+fn hop_limit(config: &config::Config) -> usize {
+    usize::try_from(config.int("hopcount_limit")).unwrap_or(0)
+}
+
 fn address_mappings(config: &config::Config) -> bool {
     let maps = [
         "sender_canonical_maps",
@@ -873,6 +876,7 @@ impl Handler<Cleanup> for CleanupServer {
         self.origin_domain = config.str("myorigin");
         self.always_add = config.bool("always_add_missing_headers");
         self.size_limit = config.size("message_size_limit");
+        self.hop_limit = hop_limit(config);
         self.id_headers = headers::IdHeaders::from_config(config);
         self.tenant_from_sasl = config.bool("tenant_from_sasl");
         self.address_mappings = address_mappings(config);

@@ -20,6 +20,9 @@ pub(super) struct HeaderCtx<'a> {
     pub(super) origin_domain: &'a str,
     pub(super) always_add: bool,
     pub(super) id_headers: &'a headers::IdHeaders,
+    /// `hopcount_limit`: Received: headers (ours included) that make a
+    /// message a loop; 0: no limit.
+    pub(super) hop_limit: usize,
 }
 
 /// Writes a held message (see `milter.rs`): its headers as the milters
@@ -41,14 +44,7 @@ pub(super) fn write_held(
         .or_else(|| m.headers.finish())
         .unwrap_or_default();
     let section = milter::edit_headers(&section, &held.edits);
-    let head = header_block(
-        m,
-        &section,
-        ctx.hostname,
-        ctx.origin_domain,
-        ctx.always_add,
-        ctx.id_headers,
-    );
+    let head = header_block(m, &section, ctx);
     start_signing(dkim, spool, m, &head);
     write(spool, m, &head, size_limit);
     let body = match held.replacement() {
@@ -168,14 +164,14 @@ pub(super) fn finish_signing(m: &mut Msg, sign: ::dkim::Signing) {
 }
 
 /// Received: plus the client's headers plus what is missing.
-pub(super) fn header_block(
-    m: &mut Msg,
-    headers: &[u8],
-    hostname: &str,
-    origin_domain: &str,
-    always_add: bool,
-    id_headers: &headers::IdHeaders,
-) -> Vec<u8> {
+pub(super) fn header_block(m: &mut Msg, headers: &[u8], ctx: &HeaderCtx<'_>) -> Vec<u8> {
+    let HeaderCtx {
+        hostname,
+        origin_domain,
+        always_add,
+        id_headers,
+        hop_limit,
+    } = *ctx;
     let (headers, ids) = headers::take_ids(headers, id_headers);
     let headers = &*headers;
     for (what, v) in [("tenant", &ids.tenant), ("job", &ids.job)] {
@@ -189,6 +185,16 @@ pub(super) fn header_block(
     }
     m.ids = ids;
     let seen = headers::inspect(headers);
+    // Postfix's cleanup counts the Received: header its smtpd added too:
+    // with the one written below, the limit is reached at hop_limit.
+    if hop_limit > 0 && seen.received + 1 >= hop_limit && m.error.is_none() {
+        msg_warn!("{}: message rejected: hopcount exceeded", m.id);
+        m.error = Some(Refusal::new(
+            554,
+            StatusCode::known(5, 4, 0),
+            "Error: too many hops",
+        ));
+    }
     let date = sys::time::rfc5322_date(m.arrival);
     let mut out = Vec::with_capacity(headers.len() + 512);
     let env = &m.envelope;
