@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use sluice_suite::{
-    free_port, relay_instance, sink_dump, smtp_sink, swaks, wait_for, Dump, Instance, Sink,
+    free_port, relay_instance, sink_dump, smtp_sink, swaks, wait_for, Dump, Instance, Kill, Sink,
 };
 
 fn sink_on(port: u16, extra: &[&str]) -> Sink {
@@ -210,6 +210,110 @@ s.quit()
             || inst.log().contains(&format!("{notice_id}: from=<>")),
         "notices have the null sender"
     );
+}
+
+/// A sink that offers SMTPUTF8 (tests/scripts/bdat_sink.py; Postfix 3.7's
+/// smtp-sink does not), keeping each transaction's commands and content in
+/// `N.cmd` and `N.msg` under its directory.
+fn smtputf8_sink() -> (Kill, u16, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/bdat_sink.py");
+    let child = std::process::Command::new("python3")
+        .arg(script)
+        .arg(port.to_string())
+        .arg(dir.path())
+        .spawn()
+        .expect("python3");
+    // Its own greeting, not another process's on the same port.
+    wait_for(10, "the SMTPUTF8 sink", || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        let mut banner = [0u8; 64];
+        let n = std::io::Read::read(&mut s, &mut banner).ok()?;
+        String::from_utf8_lossy(&banner[..n])
+            .contains("bdat-sink")
+            .then_some(())
+    });
+    (Kill(child), port, dir)
+}
+
+/// RFC 6533: mail received with SMTPUTF8 for a UTF-8 recipient, which
+/// bounces (its next hop, smtp-sink, offers no SMTPUTF8: 5.6.7), earns its
+/// UTF-8 sender a global report (message/global-delivery-status with
+/// `Final-Recipient: utf-8; ...`, the original as message/global), which
+/// needs SMTPUTF8 itself: it is queued with it and relayed with it. Before,
+/// the report was a plain one with raw UTF-8 in it, and its recipient,
+/// a UTF-8 address without SMTPUTF8, was refused, so no notice went out.
+#[test]
+fn an_smtputf8_bounce_is_a_global_report_relayed_with_smtputf8() {
+    let (_relay, relay_port, relay_dir) = smtputf8_sink();
+    let bad = sink_on(free_port(), &[]);
+    let extra = format!(
+        "transport_maps = inline:{{ remote.example = smtp:[127.0.0.1]:{} }}\n",
+        bad.port
+    );
+    let (inst, port) = relay_instance(relay_port, &extra);
+    let script = r#"
+import smtplib, sys
+s = smtplib.SMTP("127.0.0.1", int(sys.argv[1]))
+s.ehlo("client.test.example")
+s.mail("\u00e5lice@example.com", ["SMTPUTF8"])
+s.rcpt("d\u00e4ve@remote.example", ["ORCPT=utf-8;d\\x{E4}ve@orig.example"])
+code, msg = s.data("Subject: gr\u00fc\u00dfe\r\nFrom: \u00e5lice@example.com\r\n\r\nsecret body\r\n".encode())
+print(code, msg.decode())
+s.quit()
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &port.to_string()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("250"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = text.split("queued as ").nth(1).unwrap().trim().to_string();
+    let line = inst.wait_log(15, &format!("{id}: to=<d\u{e4}ve@remote.example>"));
+    assert!(
+        line.contains("status=bounced") && line.contains("5.6.7"),
+        "{line}"
+    );
+    let line = inst.wait_log(15, &format!("{id}: sender non-delivery notification: "));
+    let notice_id = line.rsplit(' ').next().unwrap().to_string();
+    let line = inst.wait_log(15, &format!("{notice_id}: to=<\u{e5}lice@example.com>"));
+    assert!(line.contains("status=sent"), "{line}");
+    let cmd = std::fs::read_to_string(relay_dir.path().join("1.cmd")).unwrap();
+    let mail = cmd.lines().next().unwrap_or("");
+    assert!(
+        mail.starts_with("MAIL FROM:<>") && mail.split(' ').any(|p| p == "SMTPUTF8"),
+        "the notice is relayed with SMTPUTF8: {cmd}"
+    );
+    assert!(cmd.contains("RCPT TO:<\u{e5}lice@example.com>"), "{cmd}");
+    let file = relay_dir.path().join("1.msg");
+    let parsed = inst.python("parse_dsn.py", &[file.to_str().unwrap()]);
+    let p = String::from_utf8_lossy(&parsed.stdout).into_owned()
+        + &String::from_utf8_lossy(&parsed.stderr);
+    for needle in [
+        "content-type: multipart/report",
+        "to: \u{e5}lice@example.com",
+        "part: text/plain",
+        "part: message/global-delivery-status",
+        "reporting-mta: dns; mx.test.example",
+        "x-sluice-sender: utf-8; \u{e5}lice@example.com",
+        "final-recipient: utf-8; d\u{e4}ve@remote.example",
+        "original-recipient: utf-8; d\u{e4}ve@orig.example",
+        "action: failed",
+        "status: 5.6.7",
+        "part: message/global",
+        "returned-subject: gr\u{fc}\u{df}e",
+        "returned-body: 'secret body\\r\\n'",
+    ] {
+        assert!(
+            p.lines().any(|l| l == needle),
+            "missing {needle:?} in:\n{p}"
+        );
+    }
 }
 
 /// ORCPT is xtext, which can carry CR LF: a value that decodes to a control

@@ -8,6 +8,8 @@ DATA content with the dot-stuffing undone) and DIR/N.cmd the commands.
 Behaviour is scripted by the recipient: a local part starting with
 "reject-bdat" makes every BDAT chunk of the transaction fail with 554 (the
 chunk is still read, as RFC 3030 wants), "reject-rcpt" is refused at RCPT.
+It offers SMTPUTF8 too, which smtp-sink does not: tests/delivery.rs relays
+the notice about SMTPUTF8 mail to it.
 
 usage: bdat_sink.py PORT DIR
 """

@@ -429,6 +429,7 @@ impl Delivery<'_> {
             ret: self.txn.ret,
             envid: self.txn.envid.clone(),
             arrival: mail::Timestamp::from_micros(self.txn.arrival_us),
+            smtputf8: self.txn.smtputf8,
             ..mail::Envelope::default()
         };
         let failed = mail::notice::Failed {
@@ -465,9 +466,17 @@ impl Delivery<'_> {
         };
         let tail = parts.tail(ended);
         let report = [Piece::Bytes(&parts.head), original, Piece::Bytes(&tail)];
+        // A global report (SMTPUTF8 mail) needs SMTPUTF8 to be relayed,
+        // as qmgr's notices do.
         let notice = mail::Envelope {
             sender: String::new(),
             recipients: vec![mail::Recipient::new(owner.as_str())],
+            smtputf8: self.txn.smtputf8,
+            body_type: if self.txn.smtputf8 {
+                mail::BodyType::EightBitMime
+            } else {
+                mail::BodyType::default()
+            },
             ..mail::Envelope::default()
         };
         match crate::resubmit::submit(&self.settings.cleanup, notice, true, &report) {

@@ -11,6 +11,16 @@
 //! qmgr (notices to the sender) and local (notices to an `owner-` alias). Everything is produced in wire format (CRLF; the
 //! original is already dot-stuffed, and no generated line starts with a
 //! dot).
+//!
+//! A message received with SMTPUTF8 gets RFC 6533's global report, as
+//! Postfix decides (on the envelope's flag alone): the report part is
+//! `message/global-delivery-status`, whose fields may hold UTF-8, an
+//! address beyond ASCII is typed `utf-8` there (`rfc822` stays for an
+//! ASCII one), the original returns as `message/global` or
+//! `message/global-headers` (RFC 6532), and the human part is UTF-8. Its
+//! sender then has to read it with SMTPUTF8: the caller queues the notice
+//! with the flag set. In a plain report, which is ASCII, an address beyond
+//! ASCII is `utf-8` in RFC 6533's `\x{HEX}` form.
 
 use crate::Envelope;
 
@@ -128,6 +138,7 @@ pub fn parts_of(
         retry_until,
     } = cx;
     let boundary = format!("{queue_id}.{}/{hostname}", env.arrival.secs);
+    let global = env.smtputf8;
     let mut out = String::new();
     let mut line = |s: &str| {
         out.push_str(s);
@@ -154,7 +165,12 @@ pub fn parts_of(
     line("");
     line(&format!("--{boundary}"));
     line("Content-Description: Notification");
-    line("Content-Type: text/plain; charset=us-ascii");
+    // The recipients' addresses below may be UTF-8.
+    line(if global {
+        "Content-Type: text/plain; charset=utf-8"
+    } else {
+        "Content-Type: text/plain; charset=us-ascii"
+    });
     line("");
     line(&format!("This is the mail system at host {hostname}."));
     line("");
@@ -200,13 +216,17 @@ pub fn parts_of(
     line("");
     line(&format!("--{boundary}"));
     line("Content-Description: Delivery report");
-    line("Content-Type: message/delivery-status");
+    line(if global {
+        "Content-Type: message/global-delivery-status"
+    } else {
+        "Content-Type: message/delivery-status"
+    });
     line("");
     line(&format!("Reporting-MTA: dns; {hostname}"));
     line(&format!("X-Sluice-Queue-ID: {queue_id}"));
     line(&format!(
-        "X-Sluice-Sender: rfc822; {}",
-        printable(&env.sender)
+        "X-Sluice-Sender: {}",
+        typed("rfc822", &env.sender, global)
     ));
     if let Some(envid) = &env.envid {
         line(&format!("Original-Envelope-Id: {}", xtext_safe(envid)));
@@ -216,12 +236,14 @@ pub fn parts_of(
         let r = env.recipients.get(f.index as usize);
         let addr = r.map(|r| r.address.as_str()).unwrap_or("");
         line("");
-        line(&format!("Final-Recipient: rfc822; {}", printable(addr)));
+        line(&format!(
+            "Final-Recipient: {}",
+            typed("rfc822", addr, global)
+        ));
         if let Some(o) = r.and_then(crate::Recipient::orcpt) {
             line(&format!(
-                "Original-Recipient: {}; {}",
-                o.addr_type(),
-                o.addr()
+                "Original-Recipient: {}",
+                typed(o.addr_type(), o.addr(), global)
             ));
         }
         line(match kind {
@@ -258,16 +280,17 @@ pub fn parts_of(
     line("");
     line(&format!("--{boundary}"));
     let headers_only = env.ret == Some(crate::Ret::Hdrs) || kind != Kind::Failure;
-    if kind != Kind::Failure {
-        line("Content-Description: Message Headers");
-        line("Content-Type: text/rfc822-headers");
-    } else if headers_only {
-        line("Content-Description: Undelivered Message Headers");
-        line("Content-Type: text/rfc822-headers");
-    } else {
-        line("Content-Description: Undelivered Message");
-        line("Content-Type: message/rfc822");
-    }
+    line(match (kind, headers_only) {
+        (Kind::Failure, true) => "Content-Description: Undelivered Message Headers",
+        (Kind::Failure, false) => "Content-Description: Undelivered Message",
+        _ => "Content-Description: Message Headers",
+    });
+    line(match (global, headers_only) {
+        (false, true) => "Content-Type: text/rfc822-headers",
+        (false, false) => "Content-Type: message/rfc822",
+        (true, true) => "Content-Type: message/global-headers",
+        (true, false) => "Content-Type: message/global",
+    });
     line("Content-Transfer-Encoding: 8bit");
     line("");
     Parts {
@@ -310,6 +333,20 @@ fn printable(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()
+}
+
+/// An address field's value, `type; address`, as [`printable`] shows the
+/// address. An address beyond ASCII is a `utf-8` one (RFC 6533), whatever
+/// type named it: as it is in a global report, in the `\x{HEX}` form in a
+/// plain one, which must stay ASCII (a `utf-8` address there is in that
+/// form even when it is ASCII, its `+`, `=` and `\` escaped).
+fn typed(addr_type: &str, addr: &str, global: bool) -> String {
+    let utf8 = !addr.is_ascii() || addr_type.eq_ignore_ascii_case("utf-8");
+    match (utf8, global) {
+        (false, _) => format!("{addr_type}; {}", printable(addr)),
+        (true, true) => format!("utf-8; {}", printable(addr)),
+        (true, false) => format!("utf-8; {}", crate::orcpt::uxtext_encode(addr)),
+    }
 }
 
 fn xtext_safe(s: &str) -> String {
@@ -687,6 +724,189 @@ mod tests {
                 "{r}"
             );
         }
+    }
+
+    /// An SMTPUTF8 message's envelope: a sender, a recipient and an ORCPT
+    /// beyond ASCII, and an ASCII recipient beside them.
+    fn utf8_env() -> Envelope {
+        Envelope {
+            sender: "\u{e5}lice@example.com".into(),
+            recipients: vec![
+                Recipient {
+                    address: "d\u{e4}ve@b\u{fc}cher.example".into(),
+                    notify: N::Default,
+                    orcpt: Some("utf-8;d\u{e4}ve+x@orig.example".into()),
+                },
+                Recipient {
+                    address: "bob@remote.example".into(),
+                    notify: N::Default,
+                    orcpt: Some("rfc822;bob@orig.example".into()),
+                },
+            ],
+            ret: Some(crate::Ret::Full),
+            smtputf8: true,
+            ..Envelope::default()
+        }
+    }
+
+    /// A failure of both recipients of `e`, as text.
+    fn failure_of(e: &Envelope, msg: &[u8]) -> String {
+        let failed: Vec<Failed> = (0..2)
+            .map(|index| Failed {
+                index,
+                status: crate::StatusCode::known(5, 1, 1),
+                reason: "host mx.remote.example[192.0.2.1]:25 said: 550 5.1.1 no such user (in reply to RCPT TO command)".into(),
+            })
+            .collect();
+        let w: Vec<&Failed> = failed.iter().collect();
+        String::from_utf8(report(e, "Q", &w, msg, cx())).unwrap()
+    }
+
+    /// Mail received with SMTPUTF8 gets RFC 6533's global report, as
+    /// Postfix's: UTF-8 addresses typed `utf-8` as they are, ASCII ones
+    /// `rfc822`, the original as message/global (whole) or
+    /// message/global-headers.
+    #[test]
+    fn smtputf8_mail_gets_a_global_report() {
+        let msg = "Subject: gr\u{fc}\u{df}e\r\nFrom: \u{e5}lice@example.com\r\n\r\nbody line\r\n";
+        let r = failure_of(&utf8_env(), msg.as_bytes());
+        let lines: Vec<&str> = r.split("\r\n").collect();
+        for want in [
+            "Content-Type: multipart/report; report-type=delivery-status;",
+            "Content-Type: text/plain; charset=utf-8",
+            "<d\u{e4}ve@b\u{fc}cher.example>: host mx.remote.example[192.0.2.1]:25 said: 550 5.1.1 no such user (in reply to RCPT TO command)",
+            "Content-Type: message/global-delivery-status",
+            "X-Sluice-Sender: utf-8; \u{e5}lice@example.com",
+            "Final-Recipient: utf-8; d\u{e4}ve@b\u{fc}cher.example",
+            "Original-Recipient: utf-8; d\u{e4}ve+x@orig.example",
+            "Final-Recipient: rfc822; bob@remote.example",
+            "Original-Recipient: rfc822; bob@orig.example",
+            "Content-Description: Undelivered Message",
+            "Content-Type: message/global",
+            "Subject: gr\u{fc}\u{df}e",
+            "body line",
+        ] {
+            assert!(lines.contains(&want), "missing {want:?} in\n{r}");
+        }
+        for old in [
+            "Content-Type: message/delivery-status",
+            "Content-Type: message/rfc822",
+            "Content-Type: text/plain; charset=us-ascii",
+        ] {
+            assert!(!lines.contains(&old), "{old:?} in\n{r}");
+        }
+        let mut e = utf8_env();
+        e.ret = Some(crate::Ret::Hdrs);
+        let r = failure_of(&e, msg.as_bytes());
+        assert!(
+            r.contains("\r\nContent-Type: message/global-headers\r\n"),
+            "{r}"
+        );
+        assert!(
+            !r.contains("body line") && !r.contains("text/rfc822-headers"),
+            "{r}"
+        );
+        // Delay warnings and success reports return the headers only.
+        let item = Failed {
+            index: 0,
+            status: crate::StatusCode::known(4, 4, 1),
+            reason: "connect to mx.remote.example[192.0.2.1]:25: Connection refused".into(),
+        };
+        for kind in [Kind::Delay, Kind::Success { relayed: true }] {
+            let r = report_of(kind, &utf8_env(), "Q", &[&item], msg.as_bytes(), cx());
+            let r = String::from_utf8(r).unwrap();
+            assert!(
+                r.contains("\r\nContent-Type: message/global-delivery-status\r\n")
+                    && r.contains("\r\nFinal-Recipient: utf-8; d\u{e4}ve@b\u{fc}cher.example\r\n")
+                    && r.contains("\r\nContent-Type: message/global-headers\r\n"),
+                "{kind:?}: {r}"
+            );
+        }
+    }
+
+    /// Plain mail's report is the RFC 3464 one whatever its addresses
+    /// (Postfix decides on the SMTPUTF8 flag alone): the global report of
+    /// the same ASCII envelope differs in the three content types only.
+    #[test]
+    fn plain_mail_keeps_the_plain_report() {
+        let mut e = env();
+        e.ret = Some(crate::Ret::Full);
+        let msg = b"Subject: hi\r\n\r\nbody line\r\n";
+        let plain = failure_of(&e, msg);
+        e.smtputf8 = true;
+        let global = failure_of(&e, msg);
+        let differ: Vec<(&str, &str)> = plain
+            .split("\r\n")
+            .zip(global.split("\r\n"))
+            .filter(|(p, g)| p != g)
+            .collect();
+        assert_eq!(
+            differ,
+            [
+                (
+                    "Content-Type: text/plain; charset=us-ascii",
+                    "Content-Type: text/plain; charset=utf-8"
+                ),
+                (
+                    "Content-Type: message/delivery-status",
+                    "Content-Type: message/global-delivery-status"
+                ),
+                (
+                    "Content-Type: message/rfc822",
+                    "Content-Type: message/global"
+                ),
+            ]
+        );
+        assert_eq!(plain.split("\r\n").count(), global.split("\r\n").count());
+    }
+
+    /// A plain report is ASCII: an address beyond ASCII in it (a local
+    /// submission's, or a `utf-8` ORCPT given without SMTPUTF8) is a
+    /// `utf-8` one in RFC 6533's `\x{HEX}` form.
+    #[test]
+    fn a_plain_report_gives_utf8_addresses_escaped() {
+        let mut e = utf8_env();
+        e.smtputf8 = false;
+        let r = failure_of(&e, b"Subject: hi\r\n\r\n");
+        for want in [
+            "Content-Type: message/delivery-status",
+            "X-Sluice-Sender: utf-8; \\x{E5}lice@example.com",
+            "Final-Recipient: utf-8; d\\x{E4}ve@b\\x{FC}cher.example",
+            "Original-Recipient: utf-8; d\\x{E4}ve\\x{2B}x@orig.example",
+            "Final-Recipient: rfc822; bob@remote.example",
+        ] {
+            assert!(
+                r.split("\r\n").any(|l| l == want),
+                "missing {want:?} in\n{r}"
+            );
+        }
+        let ds = r
+            .split("Content-Type: message/delivery-status")
+            .nth(1)
+            .and_then(|p| p.split("\r\n--").next())
+            .unwrap();
+        assert!(ds.is_ascii(), "{ds}");
+    }
+
+    /// In a global report UTF-8 is allowed, control characters still are
+    /// not: an address holding CR LF or a C1 control adds no field.
+    #[test]
+    fn a_hostile_utf8_address_adds_no_field_to_a_global_report() {
+        let mut e = utf8_env();
+        e.recipients[0].address =
+            "d\u{e4}ve\r\nAction: delivered\u{85}X-Injected: y@b.example".into();
+        e.sender = "\u{e5}lice\r\nX-Injected: sender@example.com".into();
+        let r = failure_of(&e, b"Subject: hi\r\n\r\n");
+        assert!(
+            r.contains("\r\nFinal-Recipient: utf-8; d\u{e4}ve??Action: delivered?X-Injected: y@b.example\r\n"),
+            "{r}"
+        );
+        assert!(
+            !r.split("\r\n")
+                .any(|l| l.starts_with("X-Injected") || l == "Action: delivered"),
+            "{r}"
+        );
+        assert!(!r.contains('\u{85}'), "{r}");
     }
 
     /// The parts a caller streams the original between give the report's

@@ -77,6 +77,22 @@ pub fn stored_addr(stored: &str) -> Option<&str> {
     split(stored).map(|(_, a)| a)
 }
 
+/// Encodes the address of a `utf-8` ORCPT as RFC 6533's utf-8-addr-xtext,
+/// good with or without SMTPUTF8: printable ASCII but `+`, `=` and `\` as
+/// it is, every other character `\x{HEX}`. The ORCPT parameter and a
+/// `message/delivery-status` (which is ASCII) give a UTF-8 address so.
+pub fn uxtext_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_ascii_graphic() && !matches!(c, '+' | '=' | '\\') {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\x{{{:X}}}", c as u32));
+        }
+    }
+    out
+}
+
 /// Splits and checks the stored form.
 fn split(stored: &str) -> Option<(&str, &str)> {
     let (t, a) = stored.split_once(';')?;

@@ -8,7 +8,9 @@
 //! Final-Recipient, Original-Recipient from ORCPT, Action, Status,
 //! Remote-MTA, Diagnostic-Code), and the original message
 //! (`message/rfc822`) or only its headers (`text/rfc822-headers`) as RET
-//! asks. Recipients whose NOTIFY excludes FAILURE are left out.
+//! asks. Recipients whose NOTIFY excludes FAILURE are left out. Mail
+//! received with SMTPUTF8 gets RFC 6533's global report instead, which the
+//! notice's envelope flags SMTPUTF8 too (see [`mail::notice`]).
 //!
 //! Loops are impossible by construction: a notice has the null sender, so
 //! its own failure goes to `2bounce_notice_recipient` with the sender

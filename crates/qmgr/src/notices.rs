@@ -378,9 +378,19 @@ impl<S: Store> QueueManager<S> {
         };
         let bytes =
             mail::notice::report_of(kind, env, &head.id.to_string(), &wanted, &original, cx);
+        // A report about SMTPUTF8 mail holds UTF-8 (RFC 6533), and its
+        // recipient may be a UTF-8 address: it needs SMTPUTF8 of the next
+        // hop, and 8BITMIME beside it, as Postfix queues its notice with
+        // the original's SMTPUTF8 flag.
         let envelope = mail::Envelope {
             sender: from,
             recipients: vec![mail::Recipient::new(to)],
+            smtputf8: env.smtputf8,
+            body_type: if env.smtputf8 {
+                mail::BodyType::EightBitMime
+            } else {
+                mail::BodyType::default()
+            },
             ..mail::Envelope::default()
         };
         let mut reqs = vec![cleanup::Request::Begin {
@@ -452,6 +462,49 @@ mod tests {
         assert!(w.logged(&format!("{id}: sender non-delivery notification: N1")));
         assert!(notified(&w, id));
         assert!(!w.live(id));
+    }
+
+    /// A notice about SMTPUTF8 mail is RFC 6533's global report and is
+    /// queued with SMTPUTF8 (and 8BITMIME), so that the smtp client asks
+    /// the next hop for it; one about plain mail stays plain.
+    #[test]
+    fn a_notice_about_smtputf8_mail_is_queued_with_smtputf8() {
+        let mut w = World::new(settings());
+        w.arrive_smtputf8("\u{e5}lice@a.example", &["d\u{e4}ve@b.example"]);
+        w.arrive("bob@a.example", &["r@b.example"]);
+        w.route_all(&[]);
+        w.deliver_all(|_| 550);
+        let mut seen = Vec::new();
+        while let Some((_, reqs)) = w.cleanup.pop_front() {
+            let cleanup::Request::Begin { envelope, .. } = &reqs[0] else {
+                panic!("Begin first");
+            };
+            seen.push((
+                envelope.recipients[0].address.clone(),
+                envelope.smtputf8,
+                envelope.body_type,
+                text(&reqs),
+            ));
+        }
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        let [(bob, false, mail::BodyType::SevenBit, plain), (alice, true, mail::BodyType::EightBitMime, global)] =
+            &seen[..]
+        else {
+            panic!("{seen:?}");
+        };
+        assert_eq!(
+            (bob.as_str(), alice.as_str()),
+            ("bob@a.example", "\u{e5}lice@a.example")
+        );
+        assert!(
+            plain.contains("Content-Type: message/delivery-status\r\n"),
+            "{plain}"
+        );
+        assert!(
+            global.contains("Content-Type: message/global-delivery-status\r\n")
+                && global.contains("Final-Recipient: utf-8; d\u{e4}ve@b.example\r\n"),
+            "{global}"
+        );
     }
 
     #[test]

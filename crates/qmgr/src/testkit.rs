@@ -167,17 +167,37 @@ impl World {
         tenant: Option<&str>,
         job: Option<&str>,
     ) -> QueueId {
+        self.stage_with(sender, rcpts, hold, |e| {
+            e.tenant = tenant.map(str::to_string);
+            e.job = job.map(str::to_string);
+        })
+    }
+
+    /// A message received with SMTPUTF8, as [`World::arrive`].
+    pub(crate) fn arrive_smtputf8(&mut self, sender: &str, rcpts: &[&str]) -> QueueId {
+        let id = self.stage_with(sender, rcpts, false, |e| e.smtputf8 = true);
+        self.handle(Event::Committed { id, hold: false });
+        id
+    }
+
+    /// Journals a message whose envelope `edit` changed.
+    fn stage_with(
+        &mut self,
+        sender: &str,
+        rcpts: &[&str],
+        hold: bool,
+        edit: impl FnOnce(&mut Envelope),
+    ) -> QueueId {
         self.seq += 1;
         let id = QueueId::from_parts(self.now.0 * 1000, 1, self.seq).expect("valid");
-        let envelope = Envelope {
+        let mut envelope = Envelope {
             sender: sender.into(),
             recipients: rcpts.iter().map(|r| Recipient::new(*r)).collect(),
             arrival: Timestamp::from_micros(self.now.0 * 1000),
             size: 100,
-            tenant: tenant.map(str::to_string),
-            job: job.map(str::to_string),
             ..Envelope::default()
         };
+        edit(&mut envelope);
         let head = MessageHead {
             id,
             envelope,

@@ -430,20 +430,9 @@ pub fn uxtext_decode(s: &str) -> Option<String> {
     Some(out)
 }
 
-/// Encodes the address of a `utf-8` ORCPT as RFC 6533's utf-8-addr-xtext,
-/// good with or without SMTPUTF8: printable ASCII but `+`, `=` and `\` as
-/// it is, every other character `\x{HEX}`.
-pub fn uxtext_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c.is_ascii_graphic() && !matches!(c, '+' | '=' | '\\') {
-            out.push(c);
-        } else {
-            out.push_str(&format!("\\x{{{:X}}}", c as u32));
-        }
-    }
-    out
-}
+/// Encodes the address of a `utf-8` ORCPT as RFC 6533's utf-8-addr-xtext
+/// (kept in `mail`, whose delivery status notifications write it too).
+pub use mail::orcpt::uxtext_encode;
 
 /// Splits `KEY[=VALUE]` parameters; keys are upper-cased.
 fn split_params(s: &str) -> impl Iterator<Item = (String, Option<&str>)> {
