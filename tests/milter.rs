@@ -351,3 +351,52 @@ fn a_late_milter_follows_milter_default_action() {
     );
     assert_eq!(code, 0, "{out}");
 }
+
+/// A looping message (hopcount_limit) is refused with a milter in the
+/// path too (smtpd runs smtpd_milters, so the milter has seen the
+/// message's end when cleanup counts its hops: it is refused all the
+/// same), and the next message is accepted.
+#[test]
+fn a_looping_message_is_refused_with_a_milter_in_the_path() {
+    let milter = TestMilter::start();
+    let sink = ScriptedSink::start();
+    let (_inst, port) = milter_instance(
+        &sink,
+        &format!("unix:{}", milter.socket().display()),
+        "hopcount_limit = 5\n",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut data = String::new();
+    for n in 0..4 {
+        data.push_str(&format!(
+            "Received: from h{n}.example by r{n}.example; Thu, 26 Nov 2026 10:00:00 +0000\r\n"
+        ));
+    }
+    data.push_str("Subject: loopy\r\n\r\nbody\r\n.\r\n");
+    let path = dir.path().join("msg");
+    std::fs::write(&path, data).unwrap();
+    let (code, out) = swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--from",
+        "a@remote.example",
+        "--to",
+        "b@remote.example",
+        "--data",
+        path.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("<** 554 5.4.0 Error: too many hops"), "{out}");
+    let (code, out) = send(port, "a@remote.example", &["b@remote.example"], "fine", &[]);
+    assert_eq!(code, 0, "{out}");
+    let log = wait_for(10, "the milter's end of the second message", || {
+        let log = milter.log();
+        log.contains("eom fine").then_some(log)
+    });
+    assert!(log.contains("header Subject: loopy"), "{log}");
+    let got = wait_for(20, "the second message at the sink", || {
+        let m = sink.messages();
+        (!m.is_empty()).then_some(m)
+    });
+    assert_eq!(got.len(), 1, "only the second is relayed");
+}

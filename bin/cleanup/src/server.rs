@@ -51,7 +51,8 @@ mod links;
 mod write;
 use filter::{Filter, Outcome};
 use write::{
-    finish_signing, header_block, hold_content, start_signing, write, write_held, HeaderCtx,
+    check_hops, finish_signing, header_block, hold_content, start_signing, write, write_held,
+    HeaderCtx,
 };
 
 /// Where a message's address mapping stands.
@@ -422,12 +423,21 @@ impl CleanupServer {
                         "Error: no message in progress",
                     )));
                 };
+                if m.error.is_none() && m.filter.is_some() {
+                    let held = m.held.get_or_insert_with(milter::Held::default);
+                    if held.headers.is_none() {
+                        held.headers = m.headers.finish();
+                    }
+                    // Hops are counted as the message came, before the
+                    // end of message of the milters cleanup runs
+                    // (non_smtpd_milters), as Postfix's cleanup: a loop is
+                    // refused without asking them.
+                    let headers = held.headers.clone().unwrap_or_default();
+                    check_hops(&mut m, &headers, self.hop_limit);
+                }
                 if m.error.is_none() {
                     if let Some(f) = m.filter.as_mut() {
                         let held = m.held.get_or_insert_with(milter::Held::default);
-                        if held.headers.is_none() {
-                            held.headers = m.headers.finish();
-                        }
                         let mut wire = held.headers.clone().unwrap_or_default();
                         wire.extend_from_slice(&held.body);
                         f.end(cx.registry, cx.now, wire);

@@ -466,13 +466,13 @@ impl Delivery<'_> {
         };
         let tail = parts.tail(ended);
         let report = [Piece::Bytes(&parts.head), original, Piece::Bytes(&tail)];
-        // A global report (SMTPUTF8 mail) needs SMTPUTF8 to be relayed,
-        // as qmgr's notices do.
+        // As qmgr's notices: 8BITMIME for a global report or an 8-bit
+        // original returned in it, SMTPUTF8 only for a UTF-8 owner.
         let notice = mail::Envelope {
             sender: String::new(),
+            smtputf8: !owner.is_ascii(),
             recipients: vec![mail::Recipient::new(owner.as_str())],
-            smtputf8: self.txn.smtputf8,
-            body_type: if self.txn.smtputf8 {
+            body_type: if self.txn.smtputf8 || self.txn.body != mail::BodyType::SevenBit {
                 mail::BodyType::EightBitMime
             } else {
                 mail::BodyType::default()

@@ -166,11 +166,13 @@ pub fn parts_of(
     line(&format!("--{boundary}"));
     line("Content-Description: Notification");
     // The recipients' addresses below may be UTF-8.
-    line(if global {
-        "Content-Type: text/plain; charset=utf-8"
+    if global {
+        line("Content-Type: text/plain; charset=utf-8");
+        // UTF-8 is 8-bit data and must say so (Postfix does).
+        line("Content-Transfer-Encoding: 8bit");
     } else {
-        "Content-Type: text/plain; charset=us-ascii"
-    });
+        line("Content-Type: text/plain; charset=us-ascii");
+    }
     line("");
     line(&format!("This is the mail system at host {hostname}."));
     line("");
@@ -216,11 +218,12 @@ pub fn parts_of(
     line("");
     line(&format!("--{boundary}"));
     line("Content-Description: Delivery report");
-    line(if global {
-        "Content-Type: message/global-delivery-status"
+    if global {
+        line("Content-Type: message/global-delivery-status");
+        line("Content-Transfer-Encoding: 8bit");
     } else {
-        "Content-Type: message/delivery-status"
-    });
+        line("Content-Type: message/delivery-status");
+    }
     line("");
     line(&format!("Reporting-MTA: dns; {hostname}"));
     line(&format!("X-Sluice-Queue-ID: {queue_id}"));
@@ -826,7 +829,8 @@ mod tests {
 
     /// Plain mail's report is the RFC 3464 one whatever its addresses
     /// (Postfix decides on the SMTPUTF8 flag alone): the global report of
-    /// the same ASCII envelope differs in the three content types only.
+    /// the same ASCII envelope differs in the three content types only,
+    /// and the 8-bit transfer encoding its UTF-8 parts declare.
     #[test]
     fn plain_mail_keeps_the_plain_report() {
         let mut e = env();
@@ -835,9 +839,21 @@ mod tests {
         let plain = failure_of(&e, msg);
         e.smtputf8 = true;
         let global = failure_of(&e, msg);
+        // The global report's two UTF-8 parts declare their 8-bit data:
+        // one line more after each of their Content-Type lines.
+        let mut global_lines: Vec<&str> = Vec::new();
+        let mut lines = global.split("\r\n");
+        while let Some(l) = lines.next() {
+            global_lines.push(l);
+            if l == "Content-Type: text/plain; charset=utf-8"
+                || l == "Content-Type: message/global-delivery-status"
+            {
+                assert_eq!(lines.next(), Some("Content-Transfer-Encoding: 8bit"));
+            }
+        }
         let differ: Vec<(&str, &str)> = plain
             .split("\r\n")
-            .zip(global.split("\r\n"))
+            .zip(global_lines)
             .filter(|(p, g)| p != g)
             .collect();
         assert_eq!(
@@ -857,7 +873,10 @@ mod tests {
                 ),
             ]
         );
-        assert_eq!(plain.split("\r\n").count(), global.split("\r\n").count());
+        assert_eq!(
+            plain.split("\r\n").count() + 2,
+            global.split("\r\n").count()
+        );
     }
 
     /// A plain report is ASCII: an address beyond ASCII in it (a local

@@ -87,7 +87,8 @@ pub fn uxtext_encode(s: &str) -> String {
         if c.is_ascii_graphic() && !matches!(c, '+' | '=' | '\\') {
             out.push(c);
         } else {
-            out.push_str(&format!("\\x{{{:X}}}", c as u32));
+            // HEXPOINT: at least two digits (RFC 6533).
+            out.push_str(&format!("\\x{{{:02X}}}", c as u32));
         }
     }
     out

@@ -378,18 +378,20 @@ impl<S: Store> QueueManager<S> {
         };
         let bytes =
             mail::notice::report_of(kind, env, &head.id.to_string(), &wanted, &original, cx);
-        // A report about SMTPUTF8 mail holds UTF-8 (RFC 6533), and its
-        // recipient may be a UTF-8 address: it needs SMTPUTF8 of the next
-        // hop, and 8BITMIME beside it, as Postfix queues its notice with
-        // the original's SMTPUTF8 flag.
+        // A report about SMTPUTF8 mail holds UTF-8 (RFC 6533) in its body,
+        // as a returned 8-bit original does: 8BITMIME is enough for those.
+        // SMTPUTF8 of the next hop is needed only when the notice's own
+        // envelope or header is UTF-8, its recipient here (Postfix's
+        // DELIVERY_REQUIRES_SMTPUTF8): an ASCII sender of SMTPUTF8 mail
+        // still gets its notice through a next hop without SMTPUTF8.
         let envelope = mail::Envelope {
             sender: from,
+            smtputf8: !to.is_ascii(),
             recipients: vec![mail::Recipient::new(to)],
-            smtputf8: env.smtputf8,
-            body_type: if env.smtputf8 {
-                mail::BodyType::EightBitMime
-            } else {
+            body_type: if bytes.is_ascii() {
                 mail::BodyType::default()
+            } else {
+                mail::BodyType::EightBitMime
             },
             ..mail::Envelope::default()
         };
@@ -464,13 +466,16 @@ mod tests {
         assert!(!w.live(id));
     }
 
-    /// A notice about SMTPUTF8 mail is RFC 6533's global report and is
-    /// queued with SMTPUTF8 (and 8BITMIME), so that the smtp client asks
-    /// the next hop for it; one about plain mail stays plain.
+    /// A notice about SMTPUTF8 mail is RFC 6533's global report, queued
+    /// with 8BITMIME, and with SMTPUTF8 (so that the smtp client asks the
+    /// next hop for it) only when its recipient is a UTF-8 address: an
+    /// ASCII sender's notice can go through a next hop without SMTPUTF8.
+    /// One about plain mail stays plain.
     #[test]
     fn a_notice_about_smtputf8_mail_is_queued_with_smtputf8() {
         let mut w = World::new(settings());
         w.arrive_smtputf8("\u{e5}lice@a.example", &["d\u{e4}ve@b.example"]);
+        w.arrive_smtputf8("carol@a.example", &["d\u{e4}ve@c.example"]);
         w.arrive("bob@a.example", &["r@b.example"]);
         w.route_all(&[]);
         w.deliver_all(|_| 550);
@@ -487,14 +492,18 @@ mod tests {
             ));
         }
         seen.sort_by(|a, b| a.0.cmp(&b.0));
-        let [(bob, false, mail::BodyType::SevenBit, plain), (alice, true, mail::BodyType::EightBitMime, global)] =
+        let [(bob, false, mail::BodyType::SevenBit, plain), (carol, false, mail::BodyType::EightBitMime, ascii_global), (alice, true, mail::BodyType::EightBitMime, global)] =
             &seen[..]
         else {
             panic!("{seen:?}");
         };
         assert_eq!(
-            (bob.as_str(), alice.as_str()),
-            ("bob@a.example", "\u{e5}lice@a.example")
+            (bob.as_str(), carol.as_str(), alice.as_str()),
+            ("bob@a.example", "carol@a.example", "\u{e5}lice@a.example")
+        );
+        assert!(
+            ascii_global.contains("Content-Type: message/global-delivery-status\r\n"),
+            "{ascii_global}"
         );
         assert!(
             plain.contains("Content-Type: message/delivery-status\r\n"),

@@ -163,6 +163,25 @@ pub(super) fn finish_signing(m: &mut Msg, sign: ::dkim::Signing) {
     }
 }
 
+/// Refuses a message whose header section holds `hopcount_limit`
+/// Received: headers with the one cleanup adds (a mail loop).
+pub(super) fn check_hops(m: &mut Msg, headers: &[u8], hop_limit: usize) {
+    check_hop_count(m, headers::inspect(headers).received, hop_limit);
+}
+
+/// Postfix's cleanup counts the Received: header its smtpd added too:
+/// with the one cleanup writes, the limit is reached at `hop_limit`.
+fn check_hop_count(m: &mut Msg, received: usize, hop_limit: usize) {
+    if hop_limit > 0 && received + 1 >= hop_limit && m.error.is_none() {
+        msg_warn!("{}: message rejected: hopcount exceeded", m.id);
+        m.error = Some(Refusal::new(
+            554,
+            StatusCode::known(5, 4, 0),
+            "Error: too many hops",
+        ));
+    }
+}
+
 /// Received: plus the client's headers plus what is missing.
 pub(super) fn header_block(m: &mut Msg, headers: &[u8], ctx: &HeaderCtx<'_>) -> Vec<u8> {
     let HeaderCtx {
@@ -185,16 +204,7 @@ pub(super) fn header_block(m: &mut Msg, headers: &[u8], ctx: &HeaderCtx<'_>) -> 
     }
     m.ids = ids;
     let seen = headers::inspect(headers);
-    // Postfix's cleanup counts the Received: header its smtpd added too:
-    // with the one written below, the limit is reached at hop_limit.
-    if hop_limit > 0 && seen.received + 1 >= hop_limit && m.error.is_none() {
-        msg_warn!("{}: message rejected: hopcount exceeded", m.id);
-        m.error = Some(Refusal::new(
-            554,
-            StatusCode::known(5, 4, 0),
-            "Error: too many hops",
-        ));
-    }
+    check_hop_count(m, seen.received, hop_limit);
     let date = sys::time::rfc5322_date(m.arrival);
     let mut out = Vec::with_capacity(headers.len() + 512);
     let env = &m.envelope;
