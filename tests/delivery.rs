@@ -937,3 +937,57 @@ fn retries_back_off_by_age_and_expired_mail_bounces() {
         .unwrap();
     assert!(bounced.contains("expired"), "{bounced}");
 }
+
+/// bounce_size_limit: a bounced message larger than the limit comes back
+/// as its headers only (text/rfc822-headers), as Postfix's, though its
+/// sender asked for it whole (RET=FULL); a notice never carries a large
+/// original back to its sender.
+#[test]
+fn a_bounce_returns_a_large_original_as_headers_only() {
+    let good = sink_on(free_port(), &[]);
+    let bad = sink_on(free_port(), &["-f", "rcpt"]);
+    let extra = format!(
+        "transport_maps = inline:{{ remote.example = smtp:[127.0.0.1]:{} }}\nbounce_size_limit = 1000\n",
+        bad.port
+    );
+    let (inst, port) = relay_instance(good.port, &extra);
+    let dir = tempfile::tempdir().unwrap();
+    let body = "x".repeat(76) + "\r\n";
+    let data = format!(
+        "Subject: big\r\nFrom: alice@example.com\r\n\r\n{}.\r\n",
+        body.repeat(2000)
+    );
+    let path = dir.path().join("big");
+    std::fs::write(&path, data).unwrap();
+    let (code, out) = swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--from",
+        "alice@example.com",
+        "--to",
+        "nobody@remote.example",
+        "--data",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let id = out
+        .lines()
+        .find_map(|l| l.split("queued as ").nth(1))
+        .unwrap()
+        .trim()
+        .to_string();
+    let line = inst.wait_log(15, &format!("{id}: sender non-delivery notification: "));
+    let notice_id = line.rsplit(' ').next().unwrap().to_string();
+    let (notice, p) = notice_at(&inst, &good, &notice_id);
+    assert!(p.contains("part: text/rfc822-headers"), "{p}");
+    assert!(
+        notice.text.lines().any(|l| l.trim_end() == "Subject: big"),
+        "{}",
+        notice.text
+    );
+    assert!(
+        !notice.text.contains(&"x".repeat(76)),
+        "no body in the notice"
+    );
+    assert!(notice.text.len() < 10_000, "{} bytes", notice.text.len());
+}

@@ -69,6 +69,9 @@ pub struct Settings {
     pub local_domains: Vec<String>,
     /// `myhostname`.
     pub myhostname: String,
+    /// `bounce_size_limit`: an owner's notice returns a larger original
+    /// as headers only (0: whole).
+    pub bounce_size_limit: u64,
     /// `command_time_limit`.
     pub command_timeout: Duration,
     /// `forward_path`, unexpanded.
@@ -110,6 +113,7 @@ impl Settings {
                 .map(|d| d.to_lowercase())
                 .collect(),
             myhostname: cfg.str("myhostname"),
+            bounce_size_limit: cfg.size("bounce_size_limit"),
             command_timeout: t.time("command_time_limit"),
             forward_path: cfg.str("forward_path"),
             default_privs: cfg.str("default_privs"),
@@ -423,10 +427,17 @@ impl Delivery<'_> {
         let cx_date = sys::time::rfc5322_date(SystemTime::now());
         let arrival = SystemTime::UNIX_EPOCH + Duration::from_micros(self.txn.arrival_us);
         let arrived = sys::time::rfc5322_date(arrival);
+        // An original over bounce_size_limit comes back as headers only,
+        // as qmgr's notices.
+        let limit = self.settings.bounce_size_limit;
         let env = mail::Envelope {
             sender: owner.clone(),
             recipients: vec![mail::Recipient::new(addr)],
-            ret: self.txn.ret,
+            ret: if limit > 0 && self.wire.len() > limit {
+                Some(mail::Ret::Hdrs)
+            } else {
+                self.txn.ret
+            },
             envid: self.txn.envid.clone(),
             arrival: mail::Timestamp::from_micros(self.txn.arrival_us),
             smtputf8: self.txn.smtputf8,
@@ -1035,6 +1046,7 @@ mod tests {
             delimiter: "+".into(),
             local_domains: vec!["mx.test.example".into()],
             myhostname: "mx.test.example".into(),
+            bounce_size_limit: 50_000,
             command_timeout: Duration::from_secs(10),
             forward_path: String::new(),
             default_privs: "nobody".into(),

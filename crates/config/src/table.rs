@@ -249,7 +249,7 @@ static PARAMS: &[ParamSpec] = &[
     p("delay_notice_recipient", S, "postmaster", "Recipient of postmaster copies of delay warnings."),
     p("error_notice_recipient", S, "postmaster", "Recipient of reports about mail system problems."),
     p("notify_classes", L, "resource, software", "Problem classes reported to the postmaster."),
-    p("bounce_size_limit", Z, "50000", "Most of the original message returned in a bounce."),
+    p("bounce_size_limit", Z, "50000", "An original message larger than this is returned in its notice (a bounce, an alias owner's notice) as its headers only (text/rfc822-headers), as Postfix does, even with RET=FULL; 0: returned whole whatever its size."),
     p("double_bounce_sender", S, "double-bounce", "Sender of bounces whose own bounces are discarded."),
     // Address resolution.
     p("relayhost", S, "", "Next hop for remote mail when no transport_maps entry applies."),

@@ -85,6 +85,10 @@ fn notice_word(kind: NoticeKind) -> &'static str {
     }
 }
 
+/// How much of an original over bounce_size_limit is read for its header
+/// section (Postfix's header_size_limit is 100 KiB).
+const HEADERS_READ: u64 = 1 << 20;
+
 impl<S: Store> QueueManager<S> {
     /// Sends queued notices to cleanup.
     pub(crate) fn send_notices(&mut self) {
@@ -351,7 +355,15 @@ impl<S: Store> QueueManager<S> {
                 return None;
             }
         };
-        let original = match self.store.read_data(head.id, &head.data, None) {
+        // An original over bounce_size_limit comes back as its headers
+        // only (Postfix's bounce_original), and is never read whole: one
+        // byte past the limit says it is over, and its header section is
+        // read up to HEADERS_READ.
+        let limit = s.bounce_size_limit;
+        let read = (limit > 0).then(|| {
+            usize::try_from(limit.max(HEADERS_READ).saturating_add(1)).unwrap_or(usize::MAX)
+        });
+        let mut original = match self.store.read_data(head.id, &head.data, read) {
             Ok(v) => v,
             Err(e) => {
                 self.warn(format!(
@@ -360,6 +372,24 @@ impl<S: Store> QueueManager<S> {
                 ));
                 Vec::new()
             }
+        };
+        let mut over = mail::Envelope::default();
+        let env = if limit > 0 && original.len() as u64 > limit {
+            let mut h = mail::notice::header_section(&original).len();
+            if h == original.len() {
+                // No end of the headers in what was read: up to its last
+                // whole line.
+                h = original
+                    .windows(2)
+                    .rposition(|w| w == b"\r\n")
+                    .map_or(0, |i| i + 2);
+            }
+            original.truncate(h);
+            over.clone_from(env);
+            over.ret = Some(mail::Ret::Hdrs);
+            &over
+        } else {
+            env
         };
         let s = &self.settings;
         let arrival =
@@ -439,6 +469,34 @@ mod tests {
         w.records(id)
             .iter()
             .any(|r| matches!(r, Record::Notified { .. }))
+    }
+
+    /// bounce_size_limit: an original over it comes back as its headers
+    /// only (text/rfc822-headers, as Postfix's bounce_original); one within
+    /// it whole.
+    #[test]
+    fn an_original_over_bounce_size_limit_comes_back_as_headers_only() {
+        for (limit, whole) in [(10, false), (23, true), (0, true)] {
+            let mut w = World::new(Settings {
+                bounce_size_limit: limit,
+                ..settings()
+            });
+            w.arrive("alice@a.example", &["r@b.example"]);
+            w.route_all(&[]);
+            w.deliver_all(|_| 550);
+            let (_, reqs) = w.cleanup.pop_front().expect("a notice");
+            let t = text(&reqs);
+            assert!(t.contains("Subject: test\r\n"), "{limit}: {t}");
+            assert_eq!(
+                (
+                    t.contains("Content-Type: message/rfc822\r\n"),
+                    t.contains("Content-Type: text/rfc822-headers\r\n"),
+                    t.contains("\r\nbody\r\n"),
+                ),
+                (whole, !whole, whole),
+                "limit {limit}: {t}"
+            );
+        }
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub struct Settings {
     pub origin: String,
     /// `2bounce_notice_recipient`, qualified.
     pub postmaster: String,
+    /// `bounce_size_limit`: a larger original is returned in its notice
+    /// as headers only (0: whole whatever its size).
+    pub bounce_size_limit: u64,
     /// Waiting messages are admitted in turn by sender (false: in arrival
     /// order, the baseline the simulator compares with).
     pub admission_by_sender: bool,
@@ -49,6 +52,7 @@ impl Default for Settings {
             hostname: "localhost".into(),
             origin: "localhost".into(),
             postmaster: "postmaster@localhost".into(),
+            bounce_size_limit: 50_000,
             admission_by_sender: true,
             verify: VerifySettings::default(),
         }
@@ -75,6 +79,7 @@ impl Settings {
             hostname: config.str("myhostname"),
             origin,
             postmaster,
+            bounce_size_limit: config.size("bounce_size_limit"),
             admission_by_sender: true,
             verify: VerifySettings::from_config(config),
         }
