@@ -110,6 +110,17 @@ fn operators_can_see_and_steer_every_message() {
             .code(),
         Some(2)
     );
+    // postsuper's habits: a name that is not a queue id is refused, not
+    // taken for one that matches nothing; `ALL` is every message.
+    let bad = inst.sluice(&["queue", "delete", "NOSUCH"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("NOSUCH: not a queue id"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    assert!(ok(&inst, &["queue", "delete", "ALL"]).contains("delete: 2 message(s)"));
+    assert!(queued(&inst).is_empty());
 }
 
 #[test]

@@ -309,28 +309,42 @@ struct Select {
     /// Every message (held mail included); takes no ids or filters.
     #[arg(long)]
     all: bool,
-    /// Queue ids.
+    /// Queue ids (`ALL` alone, as postsuper's, is --all).
     ids: Vec<String>,
 }
 
 impl Select {
     fn selector(&self) -> Result<ipc::queuectl::Selector, String> {
         use ipc::queuectl::Selector;
+        // A postmaster's `postsuper -d ALL`; any other name must be a queue
+        // id, not silently match nothing.
+        let all_named = self.ids.len() == 1 && self.ids[0] == "ALL";
+        let ids = if all_named {
+            Vec::new()
+        } else {
+            self.ids.clone()
+        };
+        for id in &ids {
+            if id.parse::<mail::QueueId>().is_err() {
+                return Err(format!("{id}: not a queue id"));
+            }
+        }
+        let all = self.all || all_named;
         let sel = Selector {
-            ids: self.ids.clone(),
+            ids,
             sender: self.sender.clone(),
             domain: self.domain.clone(),
             tenant: self.tenant.clone(),
             job: self.job.clone(),
             deferred: self.deferred,
             held: self.held,
-            all: self.all,
+            all,
         };
         let filtered = Selector {
             all: false,
             ..sel.clone()
         };
-        if self.all && filtered.is_given() {
+        if all && filtered.is_given() {
             return Err("--all takes no queue ids or filters: name one or the other".into());
         }
         if !sel.is_given() {
