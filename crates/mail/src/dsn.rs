@@ -332,11 +332,14 @@ pub struct Status {
 }
 
 impl Status {
-    /// A status from its parts.
+    /// A status from its parts. An operating system error's text is
+    /// written as Postfix writes it (`Connection refused`), without the
+    /// ` (os error 111)` Rust's `io::Error` adds: reasons reach logs,
+    /// notices and their readers.
     pub fn new(code: StatusCode, text: impl Into<String>) -> Self {
         Self {
             code,
-            text: text.into(),
+            text: without_os_error_numbers(text.into()),
         }
     }
 
@@ -372,6 +375,29 @@ impl Status {
         }
         Ok(Self::new(word.parse()?, text.trim_start()))
     }
+}
+
+/// `text` less every ` (os error N)` in it.
+fn without_os_error_numbers(text: String) -> String {
+    const MARK: &str = " (os error ";
+    if !text.contains(MARK) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(i) = rest.find(MARK) {
+        let after = &rest[i + MARK.len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && after[digits..].starts_with(')') {
+            out.push_str(&rest[..i]);
+            rest = &after[digits + 1..];
+        } else {
+            out.push_str(&rest[..i + MARK.len()]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 impl fmt::Display for Status {
@@ -536,6 +562,29 @@ impl fmt::Display for Refusal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn os_error_numbers_are_left_out_of_a_reason() {
+        let refused = std::io::Error::from_raw_os_error(111);
+        let s = Status::new(
+            StatusCode::known(4, 4, 1),
+            format!("connect to mx.example[192.0.2.1]:25: {refused}"),
+        );
+        assert_eq!(
+            s.text,
+            "connect to mx.example[192.0.2.1]:25: Connection refused"
+        );
+        for (text, want) in [
+            ("a (os error 13) and b (os error 2)", "a and b"),
+            (
+                "kept (os error x) (os error ) (os error 5",
+                "kept (os error x) (os error ) (os error 5",
+            ),
+            ("plain", "plain"),
+        ] {
+            assert_eq!(Status::new(StatusCode::known(5, 0, 0), text).text, want);
+        }
+    }
 
     /// A decoded status code is in RFC 3463's ranges: the encoding of a
     /// good one is unchanged and reads back; a class-9 one (from a faulty
