@@ -244,11 +244,11 @@ static PARAMS: &[ParamSpec] = &[
     t("connection_reuse_time_limit", SEC, "300s", "Age after which a connection gets no new transactions."),
     t("host_retry_time", SEC, "60s", "How long a host that could not be reached is skipped while other MX hosts are tried (0: never skipped)."),
     // Bounces and notices.
-    p("2bounce_notice_recipient", S, "postmaster", "Recipient of undeliverable bounces."),
+    p("2bounce_notice_recipient", S, "postmaster", "Recipient of undeliverable bounces, when notify_classes has bounce or 2bounce."),
     p("bounce_notice_recipient", S, "postmaster", "Recipient of postmaster copies of bounces."),
     p("delay_notice_recipient", S, "postmaster", "Recipient of postmaster copies of delay warnings."),
     p("error_notice_recipient", S, "postmaster", "Recipient of reports about mail system problems."),
-    p("notify_classes", L, "resource, software", "Problem classes reported to the postmaster."),
+    p("notify_classes", L, "resource, software", "Problem classes reported to the postmaster. Sluice acts on bounce and 2bounce alike: a notice that cannot be delivered is sent to 2bounce_notice_recipient (without either, Postfix's default, it is dropped); bounce's postmaster copy of every bounce and the other classes (resource, software, delay, policy, protocol) are not implemented."),
     p("bounce_size_limit", Z, "50000", "An original message larger than this is returned in its notice (a bounce, an alias owner's notice) as its headers only (text/rfc822-headers), as Postfix does, even with RET=FULL; 0: returned whole whatever its size."),
     p("double_bounce_sender", S, "double-bounce", "Sender of bounces whose own bounces are discarded."),
     // Address resolution.

@@ -37,6 +37,9 @@ struct Notice {
     /// A failure or success notice settles the recipients it reports
     /// (`Notified`); a delay warning is journaled as `Warned`.
     kind: NoticeKind,
+    /// It goes to the postmaster (a notice about a notice), not to the
+    /// sender: so named in the log, as Postfix does.
+    postmaster: bool,
 }
 
 /// Notices queued, sent and owed.
@@ -113,8 +116,9 @@ impl<S: Store> QueueManager<S> {
         match resp {
             cleanup::Response::Queued { queue_id } => {
                 let line = format!(
-                    "{}: sender {} notification: {queue_id}",
+                    "{}: {} {} notification: {queue_id}",
                     n.orig,
+                    if n.postmaster { "postmaster" } else { "sender" },
                     notice_word(n.kind)
                 );
                 self.info(line);
@@ -208,6 +212,7 @@ impl<S: Store> QueueManager<S> {
                     rcpts,
                     reqs,
                     kind: NoticeKind::Delay,
+                    postmaster: false,
                 });
             }
             // Nobody wants one: do not look again.
@@ -267,6 +272,7 @@ impl<S: Store> QueueManager<S> {
                 continue;
             }
             let rcpts: Vec<u32> = items.iter().map(|f| f.index).collect();
+            let postmaster = head.envelope.sender.is_empty();
             match self.notice(head.clone(), items, kind) {
                 Some(reqs) => {
                     self.notices.owed.insert(id);
@@ -275,6 +281,7 @@ impl<S: Store> QueueManager<S> {
                         rcpts,
                         reqs,
                         kind,
+                        postmaster,
                     });
                     return;
                 }
@@ -346,6 +353,10 @@ impl<S: Store> QueueManager<S> {
         let (to, from) = match bounce::who(&env.sender, &s.postmaster, &s.origin) {
             bounce::Notify::Sender(x) => (x, String::new()),
             _ if kind != NoticeKind::Failure => return None,
+            // Postfix tells the postmaster of a failed notice only when
+            // notify_classes asks for it (bounce or 2bounce; not by
+            // default): else the notice is dropped, as there.
+            bounce::Notify::Postmaster { .. } if !s.notify_postmaster_of_bounces => return None,
             bounce::Notify::Postmaster { to, from } => (to, from),
             bounce::Notify::Nobody => {
                 self.warn(format!(
@@ -665,6 +676,44 @@ mod tests {
             .iter()
             .any(|r| matches!(r, Record::Warned { .. })));
         assert!(w.logged(&format!("{id}: sender delay notification: W1")));
+    }
+
+    /// A notice that fails (its message has the null sender) goes to the
+    /// postmaster only when notify_classes asks for it (2bounce or bounce),
+    /// logged as a postmaster notification; by default it is dropped, as
+    /// Postfix's bounce daemon does.
+    #[test]
+    fn a_failed_notice_reaches_the_postmaster_only_when_notify_classes_asks() {
+        for tell in [false, true] {
+            let mut w = World::new(Settings {
+                notify_postmaster_of_bounces: tell,
+                ..settings()
+            });
+            let id = w.arrive("", &["alice@b.example"]);
+            w.route_all(&[]);
+            w.deliver_all(|_| 550);
+            match w.cleanup.pop_front() {
+                None => {
+                    assert!(!tell);
+                    assert!(!w.live(id), "dropped: nothing owed");
+                }
+                Some((notice, reqs)) => {
+                    assert!(tell);
+                    let cleanup::Request::Begin { envelope, .. } = &reqs[0] else {
+                        panic!("Begin first");
+                    };
+                    assert_eq!(envelope.sender, "double-bounce@test");
+                    assert_eq!(envelope.recipients[0].address, "postmaster@test");
+                    w.handle(Event::CleanupAnswer {
+                        notice,
+                        response: cleanup::Response::Queued {
+                            queue_id: "P1".into(),
+                        },
+                    });
+                    assert!(w.logged(&format!("{id}: postmaster non-delivery notification: P1")));
+                }
+            }
+        }
     }
 
     #[test]

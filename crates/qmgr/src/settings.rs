@@ -30,6 +30,9 @@ pub struct Settings {
     pub origin: String,
     /// `2bounce_notice_recipient`, qualified.
     pub postmaster: String,
+    /// `notify_classes` has `bounce` or `2bounce`: a notice that fails is
+    /// reported to `postmaster` (else dropped, Postfix's default).
+    pub notify_postmaster_of_bounces: bool,
     /// `bounce_size_limit`: a larger original is returned in its notice
     /// as headers only (0: whole whatever its size).
     pub bounce_size_limit: u64,
@@ -52,6 +55,7 @@ impl Default for Settings {
             hostname: "localhost".into(),
             origin: "localhost".into(),
             postmaster: "postmaster@localhost".into(),
+            notify_postmaster_of_bounces: false,
             bounce_size_limit: 50_000,
             admission_by_sender: true,
             verify: VerifySettings::default(),
@@ -79,6 +83,10 @@ impl Settings {
             hostname: config.str("myhostname"),
             origin,
             postmaster,
+            notify_postmaster_of_bounces: config
+                .list("notify_classes")
+                .iter()
+                .any(|c| c.eq_ignore_ascii_case("bounce") || c.eq_ignore_ascii_case("2bounce")),
             bounce_size_limit: config.size("bounce_size_limit"),
             admission_by_sender: true,
             verify: VerifySettings::from_config(config),
