@@ -692,3 +692,79 @@ fn a_message_with_too_many_received_headers_is_refused_as_a_loop() {
     assert_eq!(code, 0, "{out}");
     assert_eq!(inst.queue_json().len(), 1);
 }
+
+/// `sluice config ...; sluice reload`, then waits until the smtpd that
+/// served before has handed new clients on (its "leaving when idle").
+fn reload_smtpd(inst: &Instance, edits: &[&str], seen: usize) {
+    let mut args = vec!["config"];
+    args.extend(edits);
+    assert!(inst.sluice(&args).status.success());
+    assert!(inst.sluice(&["reload"]).status.success());
+    wait_for(10, "smtpd to retire", || {
+        (inst
+            .log()
+            .matches("reload: TLS settings or certificate files changed")
+            .count()
+            > seen)
+            .then_some(())
+    });
+}
+
+#[test]
+fn a_reload_turns_tls_on_and_off_for_new_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = make_cert(dir.path());
+    use std::os::unix::fs::PermissionsExt;
+    for p in [dir.path().to_path_buf(), cert.clone(), key.clone()] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let (inst, port) = instance("", "");
+    let srv = server(port);
+    let send = |tls: bool, to: &str| {
+        let mut args = vec!["--server", &srv, "--from", "a@example.com", "--to", to];
+        if tls {
+            args.push("--tls");
+        }
+        swaks(&args)
+    };
+    let (code, out) = send(false, "before@mx.test.example");
+    assert_eq!(code, 0, "{out}");
+
+    let (cert_p, key_p) = (
+        format!("smtpd_tls_cert_file={}", cert.display()),
+        format!("smtpd_tls_key_file={}", key.display()),
+    );
+    reload_smtpd(
+        &inst,
+        &[&cert_p, &key_p, "smtpd_tls_security_level=encrypt"],
+        0,
+    );
+    // Before the fix: no STARTTLS in EHLO and this message was queued.
+    let (code, out) = send(false, "plain@mx.test.example");
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("530 5.7.0 Must issue a STARTTLS command first"),
+        "{out}"
+    );
+    let (code, out) = send(true, "encrypted@mx.test.example");
+    assert_eq!(code, 0, "{out}");
+    inst.wait_log(5, "TLS connection established from unknown[127.0.0.1]");
+
+    // And back: plaintext is taken again, STARTTLS no longer offered.
+    reload_smtpd(&inst, &["smtpd_tls_security_level=none"], 1);
+    let (code, out) = send(false, "plain-again@mx.test.example");
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = send(true, "tls-again@mx.test.example");
+    assert_ne!(code, 0, "{out}");
+    assert!(!out.contains("250-STARTTLS"), "{out}");
+    let q = inst.queue_json();
+    for (rcpt, queued) in [
+        ("before@", true),
+        ("plain@", false),
+        ("encrypted@", true),
+        ("plain-again@", true),
+        ("tls-again@", false),
+    ] {
+        assert_eq!(q.iter().any(|l| l.contains(rcpt)), queued, "{rcpt}: {q:?}");
+    }
+}

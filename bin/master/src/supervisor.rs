@@ -60,9 +60,6 @@ pub struct Loaded {
     pub config: Config,
     /// master.cf.
     pub services: Vec<ServiceDef>,
-    /// main.cf's text and that of the policy file it names, to tell whether
-    /// a reload changed them (daemons hear of either by SIGHUP).
-    pub main_text: String,
 }
 
 /// Loads main.cf and master.cf, logging main.cf's warnings.
@@ -73,19 +70,9 @@ pub fn load(config_dir: &std::path::Path) -> Result<Loaded, String> {
     for w in &loaded.warnings {
         msg_warn!("{w}");
     }
-    let mut main_text = std::fs::read_to_string(config_dir.join("main.cf")).unwrap_or_default();
-    // qmgr reads the policy file at a reload: a change to it alone is a
-    // change of configuration too.
-    let policy = loaded.config.str("policy_file");
-    if !policy.trim().is_empty() {
-        main_text.push('\0');
-        main_text
-            .push_str(&std::fs::read_to_string(config_dir.join(policy.trim())).unwrap_or_default());
-    }
     Ok(Loaded {
         config: loaded.config,
         services,
-        main_text,
     })
 }
 
@@ -636,7 +623,6 @@ impl Supervisor {
             env!("CARGO_PKG_VERSION"),
             self.config_dir.display()
         );
-        let main_changed = new.main_text != self.loaded.main_text;
         let old_config = std::mem::replace(&mut self.loaded, new);
         let mut keep = Vec::new();
         let ids: Vec<usize> = self.services.keys().copied().collect();
@@ -654,10 +640,12 @@ impl Supervisor {
             let same_def = new_def.as_ref().is_some_and(|d| same_service(d, &s.def));
             let same_bind = new_bind.as_ref() == Some(&s.bind);
             if same_def && same_bind {
-                if main_changed {
-                    for pid in s.procs.keys() {
-                        let _ = sys::process::signal(*pid, SIGHUP);
-                    }
+                // Every process hears of a reload, main.cf changed or not:
+                // a table, certificate or policy file may have, and only
+                // the daemon knows what it read (Postfix's reload, too,
+                // reaches every process).
+                for pid in s.procs.keys() {
+                    let _ = sys::process::signal(*pid, SIGHUP);
                 }
                 keep.push(s.def.name.clone());
                 continue;

@@ -361,6 +361,7 @@ fn check_maps(cfg: &Config, param: &str, at: &str, r: &mut Report) {
         "transport_maps" => &route::check_transport,
         _ => &|_| Ok(()),
     };
+    let aliases = cfg.maps("alias_maps");
     for m in cfg.maps(param) {
         match tables::Table::open_checked(&m, check) {
             Ok(t) => {
@@ -368,14 +369,19 @@ fn check_maps(cfg: &Config, param: &str, at: &str, r: &mut Report) {
                     r.warn(format!("{at}: parameter \"{param}\": {w}"));
                 }
             }
+            // local_recipient_maps names $alias_maps: the alias_maps line
+            // is the one to fix, and its own check reports it there.
+            Err(_) if param == "local_recipient_maps" && aliases.contains(&m) => {}
             // As local(8), a missing alias file only means no aliases; the
-            // router, which reads the same file as a recipient table, exits.
+            // router looks recipients up in it and defers them meanwhile.
             Err(e)
-                if param == "alias_maps"
+                if matches!(param, "alias_maps" | "local_recipient_maps")
                     && matches!(e.problem, tables::TableProblem::Io(_))
                     && !tables::source_exists(&m) =>
             {
-                r.warn(format!("{at}: parameter \"{param}\": {e}"))
+                r.warn(format!(
+                    "{at}: parameter \"{param}\": {e} (local recipients are deferred until it exists)"
+                ))
             }
             Err(e) => r.error(format!("{at}: parameter \"{param}\": {e}")),
         }

@@ -51,6 +51,8 @@ pub struct SmtpServer {
     counted: std::collections::BTreeSet<Token>,
     service: String,
     chrooted: bool,
+    /// What `shared.tls` was built from, for a reload to compare.
+    tls_source: settings::TlsSource,
 }
 
 impl SmtpServer {
@@ -85,6 +87,7 @@ impl SmtpServer {
             counted: std::collections::BTreeSet::new(),
             service: ctx.args.service.clone(),
             chrooted,
+            tls_source: settings::TlsSource::of(&ctx.config),
         })
     }
 
@@ -493,6 +496,13 @@ impl Server for SmtpServer {
     }
 
     fn reload(&mut self, cx: &mut Cx<'_>, config: &config::Config) -> bool {
+        if !self.tls_source.still(&settings::TlsSource::of(config)) {
+            // Applying the rest in place would leave new sessions with the
+            // old TLS: no STARTTLS, plaintext accepted under encrypt.
+            // Sessions open now finish with what they started with.
+            msg_info!("reload: TLS settings or certificate files changed: new sessions go to a fresh process");
+            return false;
+        }
         match settings::build(config, self.shared.tls.is_some(), self.chrooted) {
             // Sessions in progress keep their protocol settings; new ones get these.
             Ok(s) => {

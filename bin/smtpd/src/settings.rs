@@ -96,6 +96,63 @@ pub fn load_tls(cfg: &Config) -> Result<Option<Arc<rustls::ServerConfig>>, Strin
         .map_err(|e| e.to_string())
 }
 
+/// What the TLS context built before privileges were dropped came from.
+///
+/// The key is readable only with privileges, so a running process cannot
+/// rebuild the context: a reload that changes any of this retires the
+/// process and master starts a fresh one that reads the new files, as
+/// Postfix's `postfix reload` does for every daemon.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TlsSource(Option<TlsFiles>);
+
+/// The parameters and the files' identity behind an enabled TLS context.
+#[derive(Debug, PartialEq, Eq)]
+struct TlsFiles {
+    wrapper: bool,
+    cert: String,
+    key: String,
+    /// (device, inode, size, mtime in ns) of each file; None when this
+    /// process cannot see it (chrooted), so a renewal cannot be ruled out.
+    stamps: [Option<(u64, u64, u64, i128)>; 2],
+}
+
+impl TlsSource {
+    /// Reads the TLS parameters of `cfg` and stats the files they name.
+    pub fn of(cfg: &Config) -> TlsSource {
+        let wrapper = cfg.bool("smtpd_tls_wrappermode");
+        if cfg.choice("smtpd_tls_security_level") == "none" && !wrapper {
+            return TlsSource(None);
+        }
+        let stamp = |path: &str| {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(path).ok()?;
+            let mtime = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
+            Some((m.dev(), m.ino(), m.size(), mtime))
+        };
+        let (cert, key) = (
+            cfg.str("smtpd_tls_cert_file"),
+            cfg.str("smtpd_tls_key_file"),
+        );
+        let stamps = [stamp(&cert), stamp(&key)];
+        TlsSource(Some(TlsFiles {
+            wrapper,
+            cert,
+            key,
+            stamps,
+        }))
+    }
+
+    /// Whether a context built from `self` is still the one `now` asks
+    /// for: same parameters, and files known not to have changed.
+    pub fn still(&self, now: &TlsSource) -> bool {
+        match (&self.0, &now.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a == b && a.stamps.iter().all(Option::is_some),
+            _ => false,
+        }
+    }
+}
+
 /// Builds the settings; `chrooted` says whether paths are inside the queue directory.
 pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, String> {
     let hostname = cfg.str("myhostname");

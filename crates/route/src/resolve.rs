@@ -79,6 +79,15 @@ pub enum ResolveError {
         /// What the table gave.
         result: String,
     },
+    /// A table that might list the address could not be read (a missing
+    /// alias_maps file in local_recipient_maps): temporary, as Postfix's
+    /// "table lookup problem".
+    TableUnavailable {
+        /// The parameter naming the table.
+        param: &'static str,
+        /// The table and why it could not be read.
+        error: tables::TableError,
+    },
 }
 
 impl ResolveError {
@@ -107,6 +116,9 @@ impl std::fmt::Display for ResolveError {
                     "table result for {key} is not an address: \"{}\"",
                     result.escape_debug()
                 )
+            }
+            ResolveError::TableUnavailable { param, error } => {
+                write!(f, "{param} lookup error: {error}")
             }
         }
     }
@@ -153,14 +165,14 @@ impl Router {
     /// virtual aliases expand it). `smtputf8`: the client may send UTF-8.
     pub fn resolve(&self, text: &str, smtputf8: bool) -> Result<Vec<Route>, ResolveError> {
         let (_, finals) = self.mapped(text, smtputf8)?;
-        Ok(finals.iter().map(|a| self.route(a)).collect())
+        finals.iter().map(|a| self.route(a)).collect()
     }
 
     /// Resolves a recipient that cleanup has mapped already: trivial-rewrite's
     /// resolve only (no canonical or virtual alias mapping).
     pub fn resolve_queued(&self, text: &str, smtputf8: bool) -> Result<Route, ResolveError> {
         let a = self.canonicalize(text, smtputf8)?;
-        Ok(self.route(&a))
+        self.route(&a)
     }
 
     /// What cleanup does to an envelope recipient before the message is
@@ -452,14 +464,14 @@ impl Router {
     }
 
     /// Classes an address and picks its transport and next hop.
-    fn route(&self, a: &Addr) -> Route {
+    fn route(&self, a: &Addr) -> Result<Route, ResolveError> {
         let s = &self.s;
         let class = self.class_of(&a.domain);
         let channel = match class {
             Class::Local => &s.local_transport,
             // Aliases were expanded already: no match means no such user.
             Class::Virtual => {
-                return Route {
+                return Ok(Route {
                     address: a.to_string(),
                     transport: "error".into(),
                     nexthop: "5.1.1 User unknown in virtual alias table".into(),
@@ -470,7 +482,7 @@ impl Router {
                     class,
                     unknown: true,
                     by_table: false,
-                }
+                })
             }
             Class::Relay => &s.relay_transport,
             Class::Default => &s.default_transport,
@@ -492,7 +504,7 @@ impl Router {
             by_table = true;
             let (t, n) = split_transport(&v);
             if t == "error" {
-                return Route {
+                return Ok(Route {
                     address: a.to_string(),
                     transport: t.into(),
                     nexthop: n.into(),
@@ -500,7 +512,7 @@ impl Router {
                     class,
                     unknown: false,
                     by_table,
-                };
+                });
             }
             if !t.is_empty() {
                 transport = t.to_string();
@@ -515,12 +527,22 @@ impl Router {
                 nexthop = n.to_string();
             }
         }
-        let unknown = class == Class::Local
-            && s.local_recipient_maps
-                .as_ref()
-                .is_some_and(|m| self.lookup(m, a).is_none());
+        let unknown = match s.local_recipient_maps.as_ref() {
+            Some(m) if class == Class::Local => match (self.lookup(m, a), m.unavailable()) {
+                (Some(_), _) => false,
+                (None, []) => true,
+                // The user may be in the table that could not be read.
+                (None, [e, ..]) => {
+                    return Err(ResolveError::TableUnavailable {
+                        param: "local_recipient_maps",
+                        error: e.clone(),
+                    })
+                }
+            },
+            _ => false,
+        };
         let error = (transport == "error").then(|| error_status_at_lookup(&nexthop));
-        Route {
+        Ok(Route {
             address: a.to_string(),
             transport,
             nexthop,
@@ -528,7 +550,7 @@ impl Router {
             class,
             unknown,
             by_table,
-        }
+        })
     }
 
     /// transport(5) order: `user+ext@domain`, `user@domain`, `domain`,

@@ -235,7 +235,28 @@ impl Settings {
         let recipient_canonical_maps = maps("recipient_canonical_maps")?;
         let sender_canonical_maps = maps("sender_canonical_maps")?;
         let virtual_alias_maps = maps("virtual_alias_maps")?;
-        let local = maps("local_recipient_maps")?;
+        // A missing alias file (local_recipient_maps names $alias_maps)
+        // must not stop routing for every domain: as Postfix's surrogate
+        // tables, it only makes local recipient lookups fail temporarily.
+        let local = Tables::open_tolerant(&cfg.maps("local_recipient_maps"), &|_| Ok(())).map_err(
+            |error| SettingsError::Table {
+                param: "local_recipient_maps",
+                error,
+            },
+        )?;
+        for e in local.unavailable() {
+            warnings.push(format!(
+                "local_recipient_maps: {e}: local recipients are deferred until it can be read and sluice reload"
+            ));
+        }
+        for table in local.tables() {
+            warnings.extend(
+                table
+                    .warnings()
+                    .iter()
+                    .map(|w| format!("local_recipient_maps: {w}")),
+            );
+        }
         let local_recipient_maps = (!local.is_empty()).then_some(local);
         let s = Settings {
             myhostname: cfg.str("myhostname").to_lowercase(),

@@ -864,3 +864,45 @@ fn a_queued_recipient_is_resolved_without_mapping_again() {
     let t = r.resolve_queued("team@virt.test", false).unwrap();
     assert!(t.unknown && t.transport == "error", "{t:?}");
 }
+
+#[test]
+fn a_missing_alias_file_defers_local_recipients_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("users"), "known x\n").unwrap();
+    let main = format!(
+        "myhostname = mx.example.net\nmydestination = $myhostname\nrelayhost = [192.0.2.1]\n\
+         alias_maps = hash:{0}/aliases\nlocal_recipient_maps = hash:{0}/users $alias_maps\n",
+        d.display()
+    );
+    std::fs::write(d.join("main.cf"), main).unwrap();
+    let cfg = config::Config::load(d, &[]).unwrap().config;
+    // Before: the router exited, and took remote mail with it.
+    let (s, warnings) = Settings::load(&cfg).unwrap();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("aliases") && warnings[0].contains("deferred"),
+        "{warnings:?}"
+    );
+    let r = Router::new(s);
+    assert_eq!(
+        r.resolve("far@remote.test", false).unwrap()[0].nexthop,
+        "[192.0.2.1]"
+    );
+    // Listed in a table that could be read: known, whatever the other holds.
+    assert!(!r.resolve("known@mx.example.net", false).unwrap()[0].unknown);
+    for e in [
+        r.resolve("postmaster@mx.example.net", false).unwrap_err(),
+        r.resolve_queued("postmaster@mx.example.net", false)
+            .unwrap_err(),
+    ] {
+        assert!(e.is_temporary());
+        assert!(
+            e.to_string().contains("local_recipient_maps") && e.to_string().contains("aliases"),
+            "{e}"
+        );
+    }
+    std::fs::write(d.join("aliases"), "postmaster: root\n").unwrap();
+    let r = Router::new(Settings::load(&cfg).unwrap().0);
+    assert!(!r.resolve("postmaster@mx.example.net", false).unwrap()[0].unknown);
+    assert!(r.resolve("nobody@mx.example.net", false).unwrap()[0].unknown);
+}

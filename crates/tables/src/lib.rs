@@ -287,6 +287,8 @@ impl Table {
 #[derive(Debug, Default)]
 pub struct Tables {
     tables: Vec<Table>,
+    /// Tables whose file could not be read (see [`Tables::open_tolerant`]).
+    unavailable: Vec<TableError>,
 }
 
 impl Tables {
@@ -308,12 +310,33 @@ impl Tables {
                 .iter()
                 .map(|r| Table::open_checked(r, check))
                 .collect::<Result<_, _>>()?,
+            unavailable: vec![],
         })
+    }
+
+    /// Opens every table in the list as Postfix's surrogate tables do: one
+    /// whose file cannot be read is left out and listed in
+    /// [`Tables::unavailable`], so that a lookup which misses the others
+    /// fails temporarily instead of the whole
+    /// program failing. Any other error (a bad line) stops it.
+    pub fn open_tolerant(refs: &[MapRef], check: Check<'_>) -> Result<Tables, TableError> {
+        let mut t = Tables::none();
+        for r in refs {
+            match Table::open_checked(r, check) {
+                Ok(table) => t.tables.push(table),
+                Err(e) if matches!(e.problem, TableProblem::Io(_)) => t.unavailable.push(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(t)
     }
 
     /// Wraps already compiled tables.
     pub fn from_tables(tables: Vec<Table>) -> Tables {
-        Tables { tables }
+        Tables {
+            tables,
+            unavailable: vec![],
+        }
     }
 
     /// The first table's answer for `key`.
@@ -321,9 +344,14 @@ impl Tables {
         self.tables.iter().find_map(|t| t.lookup(key))
     }
 
-    /// Whether the list is empty.
+    /// The tables that could not be read, with why.
+    pub fn unavailable(&self) -> &[TableError] {
+        &self.unavailable
+    }
+
+    /// Whether the list names no table (readable or not).
     pub fn is_empty(&self) -> bool {
-        self.tables.is_empty()
+        self.tables.is_empty() && self.unavailable.is_empty()
     }
 
     /// The tables, in search order.

@@ -210,3 +210,24 @@ fn checked_tables_refuse_a_bad_value_with_its_line() {
     // Unchecked, the same tables open.
     assert!(Table::open(&inline).is_ok());
 }
+
+#[test]
+fn a_table_that_cannot_be_read_fails_lookups_that_miss_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good");
+    std::fs::write(&good, "a 1\n").unwrap();
+    let refs = [
+        parse_ref(&format!("hash:{}", dir.path().join("missing").display())).unwrap(),
+        parse_ref(&format!("hash:{}", good.display())).unwrap(),
+    ];
+    assert!(Tables::open(&refs).is_err());
+    let t = Tables::open_tolerant(&refs, &any_value).unwrap();
+    assert_eq!(t.unavailable().len(), 1);
+    assert!(!t.is_empty());
+    assert_eq!(t.lookup("a"), Some("1".to_string()));
+    let e = &t.unavailable()[0];
+    assert!(e.file.ends_with("missing"), "{e}");
+    // A bad line is still an error: only unreadable files are tolerated.
+    std::fs::write(&good, "no-value\n").unwrap();
+    assert!(Tables::open_tolerant(&refs, &any_value).is_err());
+}
