@@ -58,6 +58,9 @@ const POKE_HOLD: Duration = Duration::from_secs(1);
 pub struct Loaded {
     /// main.cf.
     pub config: Config,
+    /// What loading found to warn about (unknown and unimplemented
+    /// parameters), for [`Loaded::log_warnings`] once the log is open.
+    pub warnings: Vec<config::Diagnostic>,
     /// master.cf.
     pub services: Vec<ServiceDef>,
     /// main.cf's text and that of the policy file it names, to tell whether
@@ -65,14 +68,21 @@ pub struct Loaded {
     pub main_text: String,
 }
 
-/// Loads main.cf and master.cf, logging main.cf's warnings.
+impl Loaded {
+    /// Logs the configuration's warnings: at start once the log is open
+    /// (before, they went nowhere a postmaster looks), and at each reload.
+    pub fn log_warnings(&self) {
+        for w in &self.warnings {
+            msg_warn!("{w}");
+        }
+    }
+}
+
+/// Loads main.cf and master.cf, keeping main.cf's warnings to log.
 pub fn load(config_dir: &std::path::Path) -> Result<Loaded, String> {
     let services =
         config::load_master_cf(&config_dir.join("master.cf")).map_err(|e| e.to_string())?;
     let loaded = Config::load_with_master(config_dir, &services).map_err(|e| e.to_string())?;
-    for w in &loaded.warnings {
-        msg_warn!("{w}");
-    }
     let mut main_text = std::fs::read_to_string(config_dir.join("main.cf")).unwrap_or_default();
     // qmgr reads the policy file at a reload: a change to it alone is a
     // change of configuration too.
@@ -84,6 +94,7 @@ pub fn load(config_dir: &std::path::Path) -> Result<Loaded, String> {
     }
     Ok(Loaded {
         config: loaded.config,
+        warnings: loaded.warnings,
         services,
         main_text,
     })
@@ -636,6 +647,7 @@ impl Supervisor {
             env!("CARGO_PKG_VERSION"),
             self.config_dir.display()
         );
+        new.log_warnings();
         let main_changed = new.main_text != self.loaded.main_text;
         let old_config = std::mem::replace(&mut self.loaded, new);
         let mut keep = Vec::new();
