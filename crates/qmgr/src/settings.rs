@@ -35,6 +35,8 @@ pub struct Settings {
     pub admission_by_sender: bool,
     /// Address verification: the cache and the probes' limits.
     pub verify: VerifySettings,
+    /// `soft_bounce`: a permanent failure defers the recipient instead.
+    pub soft_bounce: bool,
 }
 
 impl Default for Settings {
@@ -51,6 +53,7 @@ impl Default for Settings {
             postmaster: "postmaster@localhost".into(),
             admission_by_sender: true,
             verify: VerifySettings::default(),
+            soft_bounce: false,
         }
     }
 }
@@ -77,6 +80,7 @@ impl Settings {
             postmaster,
             admission_by_sender: true,
             verify: VerifySettings::from_config(config),
+            soft_bounce: config.bool("soft_bounce"),
         }
     }
 }
