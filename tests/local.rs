@@ -251,6 +251,30 @@ fn mailbox_size_limit_bounces() {
     assert_eq!(std::fs::read(spool.join(&me)).unwrap().len(), 290);
 }
 
+#[test]
+fn soft_bounce_keeps_failed_local_mail_queued() {
+    // soft_bounce = yes once let an alias loop and an unknown user bounce
+    // (5.4.6, 5.1.1): Postfix defers them with 4.x.x, so nothing is lost.
+    let (inst, port, _, _) = instance("loop1: loop2\nloop2: loop1\n", "soft_bounce = yes\n");
+    let h = "mx.test.example";
+    for (name, want) in [
+        ("loop1", "dsn=4.4.6, status=deferred (alias expansion loop"),
+        (
+            "ghost",
+            "dsn=4.1.1, status=deferred (unknown user: \"ghost\")",
+        ),
+    ] {
+        let id = send(port, &format!("{name}@{h}"), None);
+        let line = inst.wait_log(20, &format!("{id}: to=<{name}@{h}>, relay=local"));
+        assert!(line.contains(want), "{name}: {line}");
+        assert!(
+            inst.queued_ids().contains(&id),
+            "{name}: the message stays queued"
+        );
+    }
+    assert!(!inst.log().contains("status=bounced"), "{}", inst.log());
+}
+
 /// A system user made for a test (kept between runs), with a fresh home
 /// directory of mode 0700.
 fn test_user(name: &str, home: &Path) -> sys::privilege::Identity {

@@ -55,6 +55,7 @@ fn main() {
         eprintln!("master: fatal: {e}");
         std::process::exit(1)
     }
+    loaded.log_warnings();
 
     let owner = if sys::is_root() {
         let name = cfg.str("mail_owner");

@@ -58,20 +58,31 @@ const POKE_HOLD: Duration = Duration::from_secs(1);
 pub struct Loaded {
     /// main.cf.
     pub config: Config,
+    /// What loading found to warn about (unknown and unimplemented
+    /// parameters), for [`Loaded::log_warnings`] once the log is open.
+    pub warnings: Vec<config::Diagnostic>,
     /// master.cf.
     pub services: Vec<ServiceDef>,
 }
 
-/// Loads main.cf and master.cf, logging main.cf's warnings.
+impl Loaded {
+    /// Logs the configuration's warnings: at start once the log is open
+    /// (before, they went nowhere a postmaster looks), and at each reload.
+    pub fn log_warnings(&self) {
+        for w in &self.warnings {
+            msg_warn!("{w}");
+        }
+    }
+}
+
+/// Loads main.cf and master.cf, keeping main.cf's warnings to log.
 pub fn load(config_dir: &std::path::Path) -> Result<Loaded, String> {
     let services =
         config::load_master_cf(&config_dir.join("master.cf")).map_err(|e| e.to_string())?;
     let loaded = Config::load_with_master(config_dir, &services).map_err(|e| e.to_string())?;
-    for w in &loaded.warnings {
-        msg_warn!("{w}");
-    }
     Ok(Loaded {
         config: loaded.config,
+        warnings: loaded.warnings,
         services,
     })
 }
@@ -623,6 +634,7 @@ impl Supervisor {
             env!("CARGO_PKG_VERSION"),
             self.config_dir.display()
         );
+        new.log_warnings();
         let old_config = std::mem::replace(&mut self.loaded, new);
         let mut keep = Vec::new();
         let ids: Vec<usize> = self.services.keys().copied().collect();

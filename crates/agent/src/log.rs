@@ -55,12 +55,16 @@ impl Timing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Logger {
     resolution: u32,
+    /// `soft_bounce`: a permanent failure is logged as qmgr will treat it,
+    /// deferred with 4.x.x.
+    soft_bounce: bool,
 }
 
 impl Default for Logger {
     fn default() -> Self {
         Logger {
             resolution: mail::logline::DEFAULT_RESOLUTION,
+            soft_bounce: false,
         }
     }
 }
@@ -71,6 +75,7 @@ impl Logger {
     pub fn from_config(cfg: &config::Config) -> Logger {
         Logger {
             resolution: cfg.int("delay_logging_resolution_limit").clamp(0, 6) as u32,
+            soft_bounce: cfg.bool("soft_bounce"),
         }
     }
 
@@ -87,6 +92,7 @@ impl Logger {
         let rcpt = txn.recipients.iter().find(|r| r.index == index);
         let to = rcpt.map_or("", |r| r.address.as_str());
         let orig_to = mail::orig_to(to, rcpt.and_then(|r| r.orcpt.as_deref()));
+        let status = &self.as_logged(status);
         msg_info!(
             "{}",
             self.line(txn, to, orig_to, relay, conn_use, delays, status)
@@ -104,7 +110,17 @@ impl Logger {
         delays: Delays,
         status: &Status,
     ) {
+        let status = &self.as_logged(status);
         msg_info!("{}", self.line(txn, to, orig_to, relay, 0, delays, status));
+    }
+
+    /// `status` as qmgr will act on it.
+    fn as_logged(&self, status: &Status) -> Status {
+        if self.soft_bounce {
+            status.softened()
+        } else {
+            status.clone()
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

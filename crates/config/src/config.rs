@@ -107,7 +107,26 @@ impl Config {
             .flat_map(|s| s.overrides.iter())
             .flat_map(|(_, v)| expand::references(v))
             .collect();
-        Config::load_inner(config_dir, &names, &refs)
+        let mut loaded = Config::load_inner(config_dir, &names, &refs)?;
+        let master_cf = config_dir.join("master.cf");
+        // Once per parameter: main.cf's warning covers the -o ones too.
+        let mut warned: BTreeSet<String> = loaded
+            .config
+            .settings
+            .iter()
+            .filter(|(name, s)| is_unimplemented(name, &s.value))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for s in services {
+            for (name, value) in &s.overrides {
+                if is_unimplemented(name, value) && warned.insert(name.clone()) {
+                    loaded
+                        .warnings
+                        .push(not_implemented(&master_cf, s.line, name));
+                }
+            }
+        }
+        Ok(loaded)
     }
 
     fn load_inner(
@@ -168,6 +187,7 @@ impl Config {
             return Err(e);
         }
         warnings.extend(self.unknown_warnings(service_names, extra_refs));
+        warnings.extend(self.unimplemented_warnings());
         if let Some(e) = self.check(false).into_iter().next() {
             return Err(e);
         }
@@ -263,6 +283,20 @@ impl Config {
             }
         }
         (errors, warnings)
+    }
+
+    /// Warnings for main.cf settings, other than to their default, of
+    /// parameters Sluice does not implement: a postmaster who set
+    /// `header_checks` must not believe mail is checked.
+    fn unimplemented_warnings(&self) -> Vec<Diagnostic> {
+        let mut out: Vec<Diagnostic> = self
+            .settings
+            .iter()
+            .filter(|(name, s)| is_unimplemented(name, &s.value))
+            .map(|(name, s)| not_implemented(&s.file, s.line, name))
+            .collect();
+        out.sort_by_key(|d| d.line);
+        out
     }
 
     /// Warnings for set names that are neither in the table, nor overrides for
@@ -768,5 +802,35 @@ impl TransportView<'_> {
             .ok()
             .and_then(|v| value::parse_feedback(&v).ok())
             .unwrap_or(Feedback::InverseConcurrency)
+    }
+}
+
+/// The end of the warning for a parameter Sluice does not implement.
+const NOT_IMPLEMENTED: &str = "is not implemented by Sluice and has no effect";
+
+/// Whether setting `name` to `value` asks for something Sluice does not do:
+/// the parameter (or the one it overrides per transport) is marked so in the
+/// table, and the value is not its default.
+fn is_unimplemented(name: &str, value: &str) -> bool {
+    let Some(spec) =
+        table::spec(name).or_else(|| table::split_transport_param(name).map(|(_, s)| s))
+    else {
+        return false;
+    };
+    let words = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    match spec.default {
+        _ if spec.implemented => false,
+        DefaultValue::Text(d) => words(d) != words(value),
+        _ => true,
+    }
+}
+
+/// The warning for `name`, set at `file`, `line`.
+fn not_implemented(file: &Path, line: usize, name: &str) -> Diagnostic {
+    Diagnostic {
+        file: file.to_path_buf(),
+        line,
+        param: String::new(),
+        message: format!("parameter {name} {NOT_IMPLEMENTED}"),
     }
 }

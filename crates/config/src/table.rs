@@ -46,6 +46,10 @@ pub struct ParamSpec {
     /// Whether `$name` is expanded at lookup; false for values that the
     /// program expands later with its own variables (e.g. `forward_path`).
     pub expand: bool,
+    /// False for a parameter accepted only so that a Postfix main.cf loads:
+    /// no program reads it, its doc says what happens instead, and setting
+    /// it draws a warning.
+    pub implemented: bool,
 }
 
 impl ParamSpec {
@@ -83,6 +87,7 @@ const fn p(
         doc,
         per_transport: false,
         expand: true,
+        implemented: true,
     }
 }
 
@@ -107,6 +112,19 @@ const fn raw(name: &'static str, default: &'static str, doc: &'static str) -> Pa
     }
 }
 
+/// Parameter that Sluice accepts but does not implement.
+const fn no(spec: ParamSpec) -> ParamSpec {
+    ParamSpec {
+        implemented: false,
+        ..spec
+    }
+}
+
+/// The phrase every unimplemented parameter's doc carries.
+#[cfg(test)]
+const NOT_IMPLEMENTED_DOC: &str =
+    "Accepted so that a Postfix main.cf loads; Sluice does not implement it: ";
+
 use ParamType as T;
 const S: ParamType = T::String;
 const I: ParamType = T::Int;
@@ -125,15 +143,15 @@ static PARAMS: &[ParamSpec] = &[
     p("config_directory", S, "/etc/sluice", "Directory with main.cf and master.cf; set from the -c option, not from main.cf."),
     p("queue_directory", S, "/var/spool/sluice", "Root of the queue: message files, journal, service sockets, pid files."),
     p("daemon_directory", S, "/usr/lib/sluice", "Directory where master finds the service programs."),
-    p("command_directory", S, "/usr/sbin", "Directory of the administrative commands (sluice, sendmail)."),
+    no(p("command_directory", S, "/usr/sbin", "Directory of the administrative commands (sluice, sendmail). Accepted so that a Postfix main.cf loads; Sluice does not implement it: the administrative commands are found through PATH.")),
     p("data_directory", S, "/var/lib/sluice", "Directory for caches and other data that survive a reboot."),
-    p("process_id_directory", S, "pid", "Directory for pid and lock files, relative to queue_directory."),
+    no(p("process_id_directory", S, "pid", "Directory for pid and lock files, relative to queue_directory. Accepted so that a Postfix main.cf loads; Sluice does not implement it: pid and lock files go to the fixed pid/ directory under queue_directory.")),
     p("mail_owner", S, "sluice", "Unprivileged user that owns the queue and runs the unpriv services."),
-    p("setgid_group", S, "sluicedrop", "Group used by local submission to reach the public sockets."),
+    no(p("setgid_group", S, "sluicedrop", "Group used by local submission to reach the public sockets. Accepted so that a Postfix main.cf loads; Sluice does not implement it: sendmail reaches the queue through its own setgid program, whatever the group is called.")),
     p("allow_mail_to_root", B, "no", "Let local, running as root, write root's own mailbox; otherwise mail for root that no alias or .forward takes bounces with 5.7.1."),
     p("default_privs", S, "nobody", "User whose rights local gives commands and files that would otherwise run as root (root-owned aliases, root's .forward)."),
     p("mail_name", S, "Sluice", "Name of the mail system, used in the SMTP greeting and in bounces."),
-    ParamSpec { default: DefaultValue::Version, ..p("mail_version", S, "", "Version of the mail system (informational).") },
+    no(ParamSpec { default: DefaultValue::Version, ..p("mail_version", S, "", "Version of the mail system (informational). Accepted so that a Postfix main.cf loads; Sluice does not implement it: it only changes what sluice config prints.") }),
     ParamSpec { default: DefaultValue::Hostname, ..p("myhostname", S, "", "Fully qualified host name of this system.") },
     ParamSpec { default: DefaultValue::Domain, ..p("mydomain", S, "", "Internet domain of this system.") },
     p("myorigin", S, "$myhostname", "Domain appended to unqualified sender addresses of local mail."),
@@ -144,35 +162,35 @@ static PARAMS: &[ParamSpec] = &[
     // Logging.
     p("maillog_file", S, "", "Log to this file instead of syslog when set."),
     p("syslog_name", S, "sluice", "Prefix of the syslog ident (sluice/<service>)."),
-    p("syslog_facility", S, "mail", "Syslog facility."),
+    no(p("syslog_facility", S, "mail", "Syslog facility. Accepted so that a Postfix main.cf loads; Sluice does not implement it: logging always uses the mail facility.")),
     p("delay_logging_resolution_limit", I, "2", "Digits after the decimal point in delay= and delays= log fields."),
-    p("debug_peer_list", N, "", "Clients and servers whose sessions are logged in detail."),
-    p("debug_peer_level", I, "2", "Extra verbosity for sessions with debug_peer_list peers."),
+    no(p("debug_peer_list", N, "", "Clients and servers whose sessions are logged in detail. Accepted so that a Postfix main.cf loads; Sluice does not implement it: no session is logged in more detail.")),
+    no(p("debug_peer_level", I, "2", "Extra verbosity for sessions with debug_peer_list peers. Accepted so that a Postfix main.cf loads; Sluice does not implement it: no session is logged in more detail.")),
     // Master and the daemon skeleton.
     p("max_use", I, "100", "Requests a daemon process serves before it exits."),
     p("max_idle", SEC, "100s", "Time an idle daemon process waits for a request before it exits."),
     p("default_process_limit", I, "100", "Process limit of a master.cf service whose maxproc is -."),
     p("service_throttle_time", SEC, "60s", "Time master waits before restarting a service whose process failed at once."),
-    p("ipc_timeout", SEC, "3600s", "Time limit for an internal request or reply."),
+    no(p("ipc_timeout", SEC, "3600s", "Time limit for an internal request or reply. Accepted so that a Postfix main.cf loads; Sluice does not implement it: each internal client applies its own timeouts (smtpd_cleanup_timeout, cleanup_qmgr_timeout and the like).")),
     p("ipc_idle", SEC, "5s", "Time an idle client keeps an internal connection open."),
-    p("daemon_timeout", SEC, "18000s", "Time limit for a daemon process to handle one request."),
+    no(p("daemon_timeout", SEC, "18000s", "Time limit for a daemon process to handle one request. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a daemon process is not limited in time per request.")),
     p("master_stop_timeout", SEC, "10s", "Time master waits after SIGTERM to its children before SIGKILL."),
-    p("cleanup_service_name", S, "cleanup", "Name of the cleanup service."),
-    p("queue_service_name", S, "qmgr", "Name of the queue manager service."),
-    p("router_service_name", S, "router", "Name of the address resolution service."),
+    no(p("cleanup_service_name", S, "cleanup", "Name of the cleanup service. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the cleanup service is always named cleanup.")),
+    no(p("queue_service_name", S, "qmgr", "Name of the queue manager service. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the queue manager service is always named qmgr.")),
+    no(p("router_service_name", S, "router", "Name of the address resolution service. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the address resolution service is always named router.")),
     // Queue storage.
     p("journal_segment_size", Z, "64m", "Size at which qmgr starts a new journal segment; segments written ahead (zeros synced before records go in, see qmgr(8)) start at 1 MiB and double up to it."),
     p("queue_minfree", Z, "0", "Free space the queue file system must keep for smtpd to accept MAIL FROM (452 4.3.1 below it); whatever its value, MAIL FROM is also refused while free space is under 1.5 times message_size_limit, or under a SIZE= estimate plus queue_minfree, as Postfix does."),
     p("cleanup_router_timeout", SEC, "10s", "Time cleanup waits at end of data for the router's canonical and virtual alias mapping before the message gets 451 4.3.0."),
     p("cleanup_qmgr_timeout", SEC, "10s", "Time cleanup waits for qmgr to journal a message before the client gets 451 4.3.0."),
     p("message_size_limit", Z, "10240000", "Largest message accepted, in bytes (0: no limit)."),
-    p("header_size_limit", Z, "102400", "Largest message header accepted, in bytes."),
+    no(p("header_size_limit", Z, "102400", "Largest message header accepted, in bytes. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a header is limited only by message_size_limit.")),
     p("hopcount_limit", I, "50", "Received: headers (the one Sluice adds included) at which a message is refused as a mail loop: smtpd answers the end of DATA with 554 5.4.0 Error: too many hops, a local submission fails with the same; 0: no limit."),
     p("line_length_limit", I, "2048", "Longest line kept in one piece by SMTP receivers; longer ones are split."),
     p("always_add_missing_headers", B, "no", "Add missing From:, To:, Date:, Message-ID: headers to remote mail too."),
-    p("header_checks", M, "", "Tables of header patterns and actions applied by cleanup."),
-    p("body_checks", M, "", "Tables of body line patterns and actions applied by cleanup."),
-    p("enable_original_recipient", B, "yes", "Keep the original recipient address for DSN and logging."),
+    no(p("header_checks", M, "", "Tables of header patterns and actions applied by cleanup. Accepted so that a Postfix main.cf loads; Sluice does not implement it: no header is checked: REJECT, DISCARD and other actions do not happen; use smtpd_milters.")),
+    no(p("body_checks", M, "", "Tables of body line patterns and actions applied by cleanup. Accepted so that a Postfix main.cf loads; Sluice does not implement it: no body line is checked: REJECT, DISCARD and other actions do not happen; use smtpd_milters.")),
+    no(p("enable_original_recipient", B, "yes", "Keep the original recipient address for DSN and logging. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the original recipient is always kept.")),
     // Where traffic shaping's tenant and job ids come from.
     p("tenant_id_header", T::HeaderName, "", "Header whose value cleanup takes as the message's tenant id (e.g. X-Tenant-ID); the first such header counts; an empty, over-64-byte or control-character value is ignored; an smtpd access TENANT action wins over it; empty: off."),
     p("job_id_header", T::HeaderName, "", "Header whose value cleanup takes as the message's job id (e.g. X-Job-ID), under the same rules as tenant_id_header; an access JOB action wins over it; empty: off."),
@@ -189,9 +207,9 @@ static PARAMS: &[ParamSpec] = &[
     p("qmgr_message_active_limit", I, "20000", "Most messages in delivery at once; the others wait and are admitted in turn by sender."),
     p("qmgr_message_recipient_limit", I, "20000", "Most recipients in qmgr's memory."),
     p("qmgr_message_recipient_minimum", I, "10", "Fewest recipient slots a message gets when memory is short."),
-    p("default_recipient_refill_limit", I, "100", "Recipients read into memory at a time for a message with many."),
-    p("default_recipient_refill_delay", SEC, "5s", "Delay after which more recipients are read even if not all slots are free."),
-    p("qmgr_clog_warn_time", SEC, "300s", "Minimal interval between warnings that the active queue is congested."),
+    no(p("default_recipient_refill_limit", I, "100", "Recipients read into memory at a time for a message with many. Accepted so that a Postfix main.cf loads; Sluice does not implement it: qmgr reads a message's recipients as the scheduler's memory limits allow.")),
+    no(p("default_recipient_refill_delay", SEC, "5s", "Delay after which more recipients are read even if not all slots are free. Accepted so that a Postfix main.cf loads; Sluice does not implement it: qmgr reads a message's recipients as the scheduler's memory limits allow.")),
+    no(p("qmgr_clog_warn_time", SEC, "300s", "Minimal interval between warnings that the active queue is congested. Accepted so that a Postfix main.cf loads; Sluice does not implement it: no congestion warning is logged.")),
     p("metrics_listen", T::Listen, "", "Address (address:port) where qmgr serves Prometheus metrics at GET /metrics; empty: off."),
     // clusterd: cluster-wide shaping across instances.
     p("cluster_listen", T::Listen, "", "Address (address:port) where clusterd, the cluster's coordinator, takes its instances' connections (mutual TLS); empty: clusterd does not run."),
@@ -212,7 +230,7 @@ static PARAMS: &[ParamSpec] = &[
     p("bounce_queue_lifetime", DAY, "5d", "Time after which an undeliverable bounce is dropped."),
     p("delay_warning_time", HOUR, "0h", "Time after arrival when a still-deferred message earns its sender one delay warning (0: never)."),
     p("defer_transports", L, "", "Transports whose mail is queued and delivered only when flushed."),
-    p("soft_bounce", B, "no", "Turn permanent delivery failures into temporary ones (for testing)."),
+    p("soft_bounce", B, "no", "Turn permanent failures into temporary ones (for testing), as Postfix does: smtpd answers 4xx and 4.x.x where its restrictions (access maps, unknown users, relay control) would answer 5xx and 5.x.x (SMTP protocol errors keep their 5xx), and qmgr defers with 4.x.x a recipient that would bounce (unknown user, alias loop, 5xx from a server). Mail that outlives maximal_queue_lifetime still bounces."),
     t("initial_destination_concurrency", I, "5", "Starting concurrency of a destination."),
     t("default_destination_concurrency_limit", I, "20", "Most parallel deliveries to one destination."),
     t("default_destination_recipient_limit", I, "50", "Most recipients per delivery request."),
@@ -220,15 +238,15 @@ static PARAMS: &[ParamSpec] = &[
     t("default_destination_concurrency_negative_feedback", F, "1/concurrency", "Concurrency decrease after a connection or handshake failure."),
     t("default_destination_concurrency_failed_cohort_limit", I, "1", "Failed pseudo-cohorts after which a destination at concurrency 1 is declared dead."),
     t("default_destination_dead_while_delivering", B, "no", "Declare a destination dead after the failed pseudo-cohorts even while one of its connections is open and delivers (Postfix's rule); with no, its concurrency window drops to those connections instead (a server that takes a few sessions and answers 421 to the rest)."),
-    t("default_destination_rate_delay", SEC, "0s", "Pause between deliveries to one destination (0: none)."),
-    t("default_transport_rate_delay", SEC, "0s", "Pause between deliveries through one transport (0: none)."),
+    no(t("default_destination_rate_delay", SEC, "0s", "Pause between deliveries to one destination (0: none). Accepted so that a Postfix main.cf loads; Sluice does not implement it: deliveries to a destination are not spaced out; use a rate in the policy_file.")),
+    no(t("default_transport_rate_delay", SEC, "0s", "Pause between deliveries through one transport (0: none). Accepted so that a Postfix main.cf loads; Sluice does not implement it: deliveries through a transport are not spaced out; use a rate in the policy_file.")),
     t("transport_retry_time", SEC, "60s", "After a delivery agent's own side failed to set up a connection (no egress proxy answered, the source address could not be bound), how long the destination opens no new connection; its queued mail is deferred until then. 0 turns this off."),
     t("default_recipient_limit", I, "20000", "Most recipients of one transport in qmgr's memory."),
-    t("default_extra_recipient_limit", I, "1000", "Extra recipient slots a transport may borrow."),
-    t("default_delivery_slot_cost", I, "5", "nqmgr preemption: delivery slots a message must earn before it may be preempted. Accepted so that a Postfix main.cf loads, and not used: Sluice's scheduler serves three sender classes and never preempts (nqmgr's preemption is a comparison policy in scripts/sim, with Postfix's defaults)."),
-    t("default_delivery_slot_loan", I, "3", "nqmgr preemption: slots lent ahead of time. Accepted so that a Postfix main.cf loads, and not used: Sluice's scheduler serves three sender classes and never preempts (nqmgr's preemption is a comparison policy in scripts/sim, with Postfix's defaults)."),
-    t("default_delivery_slot_discount", I, "50", "nqmgr preemption: percentage of slots taken back on loan. Accepted so that a Postfix main.cf loads, and not used: Sluice's scheduler serves three sender classes and never preempts (nqmgr's preemption is a comparison policy in scripts/sim, with Postfix's defaults)."),
-    t("default_minimum_delivery_slots", I, "3", "nqmgr preemption: fewest slots before a message may preempt. Accepted so that a Postfix main.cf loads, and not used: Sluice's scheduler serves three sender classes and never preempts (nqmgr's preemption is a comparison policy in scripts/sim, with Postfix's defaults)."),
+    no(t("default_extra_recipient_limit", I, "1000", "Extra recipient slots a transport may borrow. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a transport has no extra recipient slots beyond default_recipient_limit.")),
+    no(t("default_delivery_slot_cost", I, "5", "nqmgr preemption: delivery slots a message must earn before it may be preempted. Accepted so that a Postfix main.cf loads; Sluice does not implement it: Sluice's scheduler serves three sender classes and never preempts (nqmgr's preemption is a comparison policy in scripts/sim, with Postfix's defaults).")),
+    no(t("default_delivery_slot_loan", I, "3", "nqmgr preemption: slots lent ahead of time. Accepted so that a Postfix main.cf loads; Sluice does not implement it: Sluice's scheduler serves three sender classes and never preempts (nqmgr's preemption is a comparison policy in scripts/sim, with Postfix's defaults).")),
+    no(t("default_delivery_slot_discount", I, "50", "nqmgr preemption: percentage of slots taken back on loan. Accepted so that a Postfix main.cf loads; Sluice does not implement it: Sluice's scheduler serves three sender classes and never preempts (nqmgr's preemption is a comparison policy in scripts/sim, with Postfix's defaults).")),
+    no(t("default_minimum_delivery_slots", I, "3", "nqmgr preemption: fewest slots before a message may preempt. Accepted so that a Postfix main.cf loads; Sluice does not implement it: Sluice's scheduler serves three sender classes and never preempts (nqmgr's preemption is a comparison policy in scripts/sim, with Postfix's defaults).")),
     p("destination_concurrency_feedback_debug", B, "no", "Log every concurrency window change."),
     p("local_destination_concurrency_limit", I, "2", "Most parallel deliveries to one local recipient."),
     p("local_destination_recipient_limit", I, "1", "Recipients per local delivery request."),
@@ -245,9 +263,9 @@ static PARAMS: &[ParamSpec] = &[
     t("host_retry_time", SEC, "60s", "How long a host that could not be reached is skipped while other MX hosts are tried (0: never skipped)."),
     // Bounces and notices.
     p("2bounce_notice_recipient", S, "postmaster", "Recipient of undeliverable bounces, when notify_classes has bounce or 2bounce."),
-    p("bounce_notice_recipient", S, "postmaster", "Recipient of postmaster copies of bounces."),
-    p("delay_notice_recipient", S, "postmaster", "Recipient of postmaster copies of delay warnings."),
-    p("error_notice_recipient", S, "postmaster", "Recipient of reports about mail system problems."),
+    no(p("bounce_notice_recipient", S, "postmaster", "Recipient of postmaster copies of bounces. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the postmaster gets no copy of bounces.")),
+    no(p("delay_notice_recipient", S, "postmaster", "Recipient of postmaster copies of delay warnings. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the postmaster gets no copy of delay warnings.")),
+    no(p("error_notice_recipient", S, "postmaster", "Recipient of reports about mail system problems. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the postmaster gets no reports about mail system problems.")),
     p("notify_classes", L, "resource, software", "Problem classes reported to the postmaster. Sluice acts on bounce and 2bounce alike: a notice that cannot be delivered is sent to 2bounce_notice_recipient (without either, Postfix's default, it is dropped); bounce's postmaster copy of every bounce and the other classes (resource, software, delay, policy, protocol) are not implemented."),
     p("bounce_size_limit", Z, "50000", "An original message larger than this is returned in its notice (a bounce, an alias owner's notice) as its headers only (text/rfc822-headers), as Postfix does, even with RET=FULL; 0: returned whole whatever its size."),
     p("double_bounce_sender", S, "double-bounce", "Sender of bounces whose own bounces are discarded."),
@@ -256,7 +274,7 @@ static PARAMS: &[ParamSpec] = &[
     p("relay_domains", L, "", "Domains this system relays mail to (besides mydestination)."),
     p("relay_transport", S, "relay", "Transport for relay_domains."),
     p("local_transport", S, "local:$myhostname", "Transport for mydestination."),
-    p("virtual_transport", S, "virtual", "Transport for virtual mailbox domains."),
+    no(p("virtual_transport", S, "virtual", "Transport for virtual mailbox domains. Accepted so that a Postfix main.cf loads; Sluice does not implement it: no virtual mailbox domains exist; list virtual alias domains in virtual_alias_domains.")),
     p("default_transport", S, "smtp", "Transport for all other remote mail."),
     p("transport_maps", M, "", "Tables mapping recipients and domains to transport:nexthop."),
     p("virtual_alias_maps", M, "", "Tables of address aliases for any domain."),
@@ -272,10 +290,10 @@ static PARAMS: &[ParamSpec] = &[
     p("swap_bangpath", B, "yes", "Rewrite site!user into user@site."),
     p("allow_percent_hack", B, "yes", "Rewrite user%domain into user@domain."),
     p("append_at_myorigin", B, "yes", "Append @$myorigin to unqualified local addresses."),
-    p("append_dot_mydomain", B, "no", "Append .$mydomain to host names without a dot."),
-    p("resolve_dequoted_address", B, "yes", "Resolve user@domain from the unquoted form of a quoted local part."),
-    p("resolve_null_domain", B, "no", "Resolve user@ (empty domain) as if it were local."),
-    p("resolve_numeric_domain", B, "no", "Resolve user@ipaddress as local when the address is ours."),
+    no(p("append_dot_mydomain", B, "no", "Append .$mydomain to host names without a dot. Accepted so that a Postfix main.cf loads; Sluice does not implement it: host names without a dot are left as they are.")),
+    no(p("resolve_dequoted_address", B, "yes", "Resolve user@domain from the unquoted form of a quoted local part. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a quoted local part is resolved as it is written.")),
+    no(p("resolve_null_domain", B, "no", "Resolve user@ (empty domain) as if it were local. Accepted so that a Postfix main.cf loads; Sluice does not implement it: user@ with an empty domain is refused as a bad address.")),
+    no(p("resolve_numeric_domain", B, "no", "Resolve user@ipaddress as local when the address is ours. Accepted so that a Postfix main.cf loads; Sluice does not implement it: user@[ipaddress] is resolved as a remote address.")),
     p("empty_address_recipient", S, "MAILER-DAEMON", "Recipient of mail addressed to the null address."),
     p("local_recipient_maps", M, "unix:passwd.byname $alias_maps", "Tables of valid local recipients (empty: accept any)."),
     // DNS.
@@ -291,12 +309,12 @@ static PARAMS: &[ParamSpec] = &[
     p("smtpd_sender_restrictions", L, "", "Access restrictions applied to MAIL FROM."),
     p("smtpd_relay_restrictions", L, "permit_mynetworks, reject_unauth_destination", "Relay control applied to RCPT TO before smtpd_recipient_restrictions."),
     p("smtpd_recipient_restrictions", L, "", "Access restrictions applied to RCPT TO."),
-    p("smtpd_data_restrictions", L, "", "Access restrictions applied to DATA."),
-    p("smtpd_restriction_classes", L, "", "Names of user-defined parameters that hold restriction lists."),
-    p("smtpd_helo_required", B, "no", "Require HELO or EHLO before MAIL."),
-    p("smtpd_delay_reject", B, "yes", "Apply client, HELO and sender restrictions at RCPT TO."),
+    no(p("smtpd_data_restrictions", L, "", "Access restrictions applied to DATA. Accepted so that a Postfix main.cf loads; Sluice does not implement it: DATA is not checked against any restriction: a REJECT here lets the mail through.")),
+    no(p("smtpd_restriction_classes", L, "", "Names of user-defined parameters that hold restriction lists. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a class name in a restriction list is refused as an unknown restriction.")),
+    p("smtpd_helo_required", B, "no", "Require HELO or EHLO before MAIL: MAIL without it gets 503 5.5.1 Error: send HELO/EHLO first."),
+    no(p("smtpd_delay_reject", B, "yes", "Apply client, HELO and sender restrictions at RCPT TO. Accepted so that a Postfix main.cf loads; Sluice does not implement it: client, HELO and sender restrictions are always applied at RCPT TO, as with yes.")),
     p("smtpd_reject_unlisted_recipient", B, "yes", "Reject local recipients that local_recipient_maps does not list."),
-    p("smtpd_reject_unlisted_sender", B, "no", "Reject local senders that local_recipient_maps does not list."),
+    no(p("smtpd_reject_unlisted_sender", B, "no", "Reject local senders that local_recipient_maps does not list. Accepted so that a Postfix main.cf loads; Sluice does not implement it: local senders are not checked against local_recipient_maps.")),
     p("disable_vrfy_command", B, "no", "Answer VRFY with 502 instead of 252."),
     p("smtpd_forbid_bare_newline", T::Enum(&["reject", "normalize", "no"]), "reject", "What to do with a bare LF or CR in SMTP commands and message data."),
     p("smtpd_anvil_timeout", SEC, "2s", "Time a new client waits for anvil's connection count and rate before its greeting; after it the client is greeted with no limit applied (as when anvil is down)."),
@@ -306,13 +324,13 @@ static PARAMS: &[ParamSpec] = &[
     p("smtpd_per_record_deadline", B, "yes", "Apply smtpd_timeout to each whole record (a line, or line_length_limit bytes of one) rather than to each read, so a client that trickles a byte at a time is ended."),
     p("smtpd_recipient_limit", I, "1000", "Most recipients accepted per message."),
     p("smtpd_hard_error_limit", I, "20", "Errors after which the SMTP server disconnects."),
-    p("smtpd_soft_error_limit", I, "10", "Errors after which the SMTP server slows down."),
-    p("smtpd_error_sleep_time", SEC, "1s", "Delay before each error reply once smtpd_soft_error_limit is reached."),
+    no(p("smtpd_soft_error_limit", I, "10", "Errors after which the SMTP server slows down. Accepted so that a Postfix main.cf loads; Sluice does not implement it: smtpd does not slow down after errors; smtpd_hard_error_limit still ends the session.")),
+    no(p("smtpd_error_sleep_time", SEC, "1s", "Delay before each error reply once smtpd_soft_error_limit is reached. Accepted so that a Postfix main.cf loads; Sluice does not implement it: smtpd does not slow down after errors; smtpd_hard_error_limit still ends the session.")),
     p("smtpd_junk_command_limit", I, "100", "NOOP, RSET, VRFY and similar commands allowed per session."),
     p("smtpd_client_connection_count_limit", I, "50", "Most simultaneous connections from one client (0: no limit)."),
     p("smtpd_client_connection_rate_limit", I, "0", "Most connections from one client per anvil_rate_time_unit (0: no limit)."),
-    p("smtpd_client_message_rate_limit", I, "0", "Most messages from one client per anvil_rate_time_unit (0: no limit)."),
-    p("smtpd_client_recipient_rate_limit", I, "0", "Most recipients from one client per anvil_rate_time_unit (0: no limit)."),
+    no(p("smtpd_client_message_rate_limit", I, "0", "Most messages from one client per anvil_rate_time_unit (0: no limit). Accepted so that a Postfix main.cf loads; Sluice does not implement it: messages per client are not counted or limited.")),
+    no(p("smtpd_client_recipient_rate_limit", I, "0", "Most recipients from one client per anvil_rate_time_unit (0: no limit). Accepted so that a Postfix main.cf loads; Sluice does not implement it: recipients per client are not counted or limited.")),
     p("smtpd_client_event_limit_exceptions", N, "$mynetworks", "Clients exempt from connection count and rate limits."),
     p("anvil_rate_time_unit", SEC, "60s", "Time unit of the client rate limits."),
     p("anvil_status_update_time", SEC, "600s", "How often the peak client rates are logged."),
@@ -320,10 +338,10 @@ static PARAMS: &[ParamSpec] = &[
     p("smtpd_tls_cert_file", S, "", "PEM file with the server certificate chain."),
     p("smtpd_tls_key_file", S, "$smtpd_tls_cert_file", "PEM file with the server private key."),
     p("smtpd_tls_wrappermode", B, "no", "Start TLS at connect time (port 465 style) instead of with STARTTLS."),
-    p("smtpd_tls_loglevel", I, "0", "TLS logging detail of the SMTP server."),
-    p("smtpd_tls_received_header", B, "no", "Record the TLS protocol and cipher in the Received: header."),
+    no(p("smtpd_tls_loglevel", I, "0", "TLS logging detail of the SMTP server. Accepted so that a Postfix main.cf loads; Sluice does not implement it: smtpd logs TLS sessions at its one fixed level.")),
+    no(p("smtpd_tls_received_header", B, "no", "Record the TLS protocol and cipher in the Received: header. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the Received: header never records the TLS protocol and cipher.")),
     p("smtpd_sasl_auth_enable", B, "no", "Offer SASL AUTH (RFC 4954) in the SMTP server, checked by the SASL server of smtpd_sasl_type."),
-    p("smtpd_sasl_type", T::Enum(&["dovecot"]), "dovecot", "The SASL server smtpd asks: dovecot (Dovecot's authentication protocol)."),
+    no(p("smtpd_sasl_type", T::Enum(&["dovecot"]), "dovecot", "The SASL server smtpd asks: dovecot (Dovecot's authentication protocol). Accepted so that a Postfix main.cf loads; Sluice does not implement it: smtpd always speaks Dovecot's protocol (the only value accepted).")),
     p("smtpd_sasl_path", S, "private/auth", "Dovecot's auth socket for smtpd: relative to queue_directory, or absolute."),
     p("smtpd_sasl_security_options", T::EnumList(&["noanonymous", "noplaintext", "nodictionary", "noactive"]), "noanonymous", "Mechanisms not to offer, by the flags of Dovecot's MECH lines."),
     p("smtpd_tls_auth_only", B, "yes", "Offer and accept AUTH only under TLS (AUTH before STARTTLS gets 530 5.7.0)."),
@@ -348,8 +366,8 @@ static PARAMS: &[ParamSpec] = &[
     p("smtpd_upstream_proxy_protocol", T::Enum(&["", "haproxy"]), "", "The proxy in front of the SMTP server: empty for none, haproxy for a PROXY protocol header (v1 or v2) before the greeting, whose client address smtpd then uses."),
     p("smtpd_upstream_proxy_timeout", SEC, "5s", "Time to wait for the PROXY protocol header before dropping the connection."),
     p("smtpd_client_auth_rate_limit", I, "0", "Most failed AUTH commands from one client per anvil_rate_time_unit (0: no limit); over it AUTH gets 450 4.7.1."),
-    p("access_map_reject_code", I, "554", "SMTP reply code for REJECT access actions."),
-    p("access_map_defer_code", I, "450", "SMTP reply code for DEFER access actions."),
+    no(p("access_map_reject_code", I, "554", "SMTP reply code for REJECT access actions. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a REJECT access action always answers 554.")),
+    no(p("access_map_defer_code", I, "450", "SMTP reply code for DEFER access actions. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a DEFER access action always answers 450.")),
     p("relay_domains_reject_code", I, "554", "SMTP reply code for reject_unauth_destination."),
     p("unknown_local_recipient_reject_code", I, "550", "SMTP reply code for unknown local recipients."),
     // Address verification (reject_unverified_recipient, reject_unverified_sender).
@@ -376,25 +394,25 @@ static PARAMS: &[ParamSpec] = &[
     p("address_verify_rate_limit", I, "0", "Most probes one transport starts per second (0: no limit beyond address_verify_concurrency_limit)."),
     // SMTP client.
     p("smtp_bind_address", S, "", "IPv4 source address of outgoing SMTP connections."),
-    p("smtp_bind_address6", S, "", "IPv6 source address of outgoing SMTP connections."),
+    no(p("smtp_bind_address6", S, "", "IPv6 source address of outgoing SMTP connections. Accepted so that a Postfix main.cf loads; Sluice does not implement it: IPv6 connections take the address the kernel picks; smtp_source_pool may name IPv6 addresses.")),
     p("smtp_source_pool", S, "", "Id of the policy file's sources: pool whose addresses outgoing SMTP connections take in turn when no pool selects itself by tenant, sender domain or grouping (empty: smtp_bind_address)."),
     t("default_proxy", T::AddrList, "", "HAProxy instances (address:port, each bound with accept-proxy) that the SMTP client reaches destinations through, tried in turn: a PROXY protocol v2 header names the destination and the source address (the policy's localip or smtp_bind_address, an address on the proxy), and a proxy that is down is skipped for 60s without counting against any destination; empty: connect directly. Per transport as smtp_proxy, relay_proxy; lmtp does not use it."),
     p("smtp_helo_name", S, "$myhostname", "Name the SMTP client sends in EHLO/HELO."),
     p("smtp_host_lookup", L, "dns", "How the SMTP client finds server addresses."),
     p("smtp_address_preference", T::Enum(&["ipv4", "ipv6", "any"]), "any", "Address family tried first when a host has both."),
-    p("smtp_mx_address_limit", I, "5", "Most server addresses tried per delivery (0: no limit)."),
-    p("smtp_mx_session_limit", I, "2", "Most SMTP sessions tried per delivery (0: no limit)."),
+    no(p("smtp_mx_address_limit", I, "5", "Most server addresses tried per delivery (0: no limit). Accepted so that a Postfix main.cf loads; Sluice does not implement it: every address of every MX host is tried.")),
+    no(p("smtp_mx_session_limit", I, "2", "Most SMTP sessions tried per delivery (0: no limit). Accepted so that a Postfix main.cf loads; Sluice does not implement it: sessions are tried until a server answers or the addresses run out.")),
     p("smtp_connect_timeout", SEC, "30s", "Time limit for a TCP connection to complete."),
     p("smtp_helo_timeout", SEC, "300s", "Time limit for the greeting and the EHLO/HELO reply."),
-    p("smtp_starttls_timeout", SEC, "300s", "Time limit for the STARTTLS reply and handshake."),
-    p("smtp_mail_timeout", SEC, "300s", "Time limit for the MAIL FROM reply."),
+    no(p("smtp_starttls_timeout", SEC, "300s", "Time limit for the STARTTLS reply and handshake. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the STARTTLS reply and handshake are limited by the timeouts of the greeting and of commands (smtp_helo_timeout, smtp_rcpt_timeout).")),
+    no(p("smtp_mail_timeout", SEC, "300s", "Time limit for the MAIL FROM reply. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the MAIL FROM reply is limited by smtp_rcpt_timeout.")),
     p("smtp_rcpt_timeout", SEC, "300s", "Time limit for each RCPT TO reply."),
-    p("smtp_data_init_timeout", SEC, "120s", "Time limit for the DATA reply."),
+    no(p("smtp_data_init_timeout", SEC, "120s", "Time limit for the DATA reply. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the DATA reply is limited by smtp_rcpt_timeout.")),
     p("smtp_data_xfer_timeout", SEC, "180s", "Time limit for each write of message content."),
     p("smtp_data_done_timeout", SEC, "600s", "Time limit for the reply to the end of data."),
-    p("smtp_rset_timeout", SEC, "20s", "Time limit for the RSET reply."),
-    p("smtp_quit_timeout", SEC, "300s", "Time limit for the QUIT reply."),
-    p("smtp_skip_5xx_greeting", B, "yes", "Try the next server when one greets with 5xx."),
+    no(p("smtp_rset_timeout", SEC, "20s", "Time limit for the RSET reply. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the RSET reply is limited by smtp_rcpt_timeout.")),
+    no(p("smtp_quit_timeout", SEC, "300s", "Time limit for the QUIT reply. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the QUIT reply is limited by smtp_rcpt_timeout.")),
+    no(p("smtp_skip_5xx_greeting", B, "yes", "Try the next server when one greets with 5xx. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a server greeting with 5xx ends the attempt with that host and the next one is tried, as with yes.")),
     p("smtp_discard_ehlo_keywords", L, "", "EHLO keywords the SMTP client ignores in server replies (e.g. chunking, pipelining, starttls)."),
     // lmtp(8) reads these in place of the smtp_ parameters, as Postfix's does.
     p("lmtp_lhlo_name", S, "$myhostname", "Name the LMTP client sends in LHLO (smtp_helo_name for lmtp)."),
@@ -405,12 +423,12 @@ static PARAMS: &[ParamSpec] = &[
     p("lmtp_data_xfer_timeout", SEC, "180s", "Time limit for each write of message content over LMTP."),
     p("lmtp_data_done_timeout", SEC, "600s", "Time limit for the per-recipient replies after the end of data over LMTP."),
     p("lmtp_discard_lhlo_keywords", L, "", "LHLO keywords the LMTP client ignores in server replies (e.g. pipelining)."),
-    p("smtp_line_length_limit", I, "998", "Longest line sent; longer ones are folded."),
+    no(p("smtp_line_length_limit", I, "998", "Longest line sent; longer ones are folded. Accepted so that a Postfix main.cf loads; Sluice does not implement it: long lines are sent as they are, not folded.")),
     p("smtp_tls_security_level", T::Enum(&["none", "may", "encrypt", "verify", "secure", "dane", "dane-only"]), "none", "STARTTLS policy of the SMTP client; dane and dane-only take it from DNSSEC-validated TLSA records (RFC 7672) and need smtp_dns_support_level = dnssec."),
     p("smtp_tls_CAfile", S, "", "PEM file of trusted roots for verify and secure (empty: /etc/ssl/certs/ca-certificates.crt)."),
     p("smtp_tls_verify_cert_match", T::EnumList(&["hostname", "nexthop", "dot-nexthop"]), "hostname", "Names the server certificate must match at the verify level."),
     p("smtp_tls_secure_cert_match", T::EnumList(&["hostname", "nexthop", "dot-nexthop"]), "nexthop, dot-nexthop", "Names the server certificate must match at the secure level."),
-    p("smtp_tls_loglevel", I, "0", "TLS logging detail of the SMTP client."),
+    no(p("smtp_tls_loglevel", I, "0", "TLS logging detail of the SMTP client. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the SMTP client logs TLS sessions at its one fixed level.")),
     p("smtp_mta_sts", B, "no", "Honour the MTA-STS policies (RFC 8461) of recipient domains: router fetches and caches them, enforce mode keeps mail to matching MX hosts over verified TLS, testing mode only logs and reports."),
     p("smtp_mta_sts_fetch_timeout", SEC, "10s", "Time limit for fetching one MTA-STS policy over HTTPS (connection, TLS and the response)."),
     p("smtp_tls_report_interval", SEC, "1d", "Period of the TLS reports (RFC 8460) sent for domains with an MTA-STS policy to the rua of their _smtp._tls record; 0 sends none."),
@@ -418,23 +436,23 @@ static PARAMS: &[ParamSpec] = &[
     p("smtp_tls_report_contact", S, "postmaster@$myhostname", "Sender address and contact-info of the TLS reports."),
     // Local delivery.
     p("alias_maps", M, "hash:/etc/aliases", "Alias tables used by local delivery."),
-    p("alias_database", M, "hash:/etc/aliases", "Alias tables that sluice newaliases compiles."),
+    no(p("alias_database", M, "hash:/etc/aliases", "Alias tables that sluice newaliases compiles. Accepted so that a Postfix main.cf loads; Sluice does not implement it: sluice newaliases checks the alias_maps sources.")),
     p("home_mailbox", S, "", "Mailbox file relative to the home directory; a trailing / means Maildir (empty: mail_spool_directory)."),
     p("mail_spool_directory", S, "/var/mail", "Directory of mbox mailboxes."),
     p("mailbox_size_limit", Z, "51200000", "Largest mailbox or mailbox file local delivery appends to (0: no limit)."),
-    p("mailbox_delivery_lock", L, "fcntl, dotlock", "Locks taken on an mbox before appending."),
+    no(p("mailbox_delivery_lock", L, "fcntl, dotlock", "Locks taken on an mbox before appending. Accepted so that a Postfix main.cf loads; Sluice does not implement it: local always locks an mbox with fcntl and a dot-lock file, as with the default.")),
     raw("mailbox_command", "", "Command that delivers to the mailbox instead of local (expanded at delivery time)."),
     raw("forward_path", "$home/.forward${recipient_delimiter}${extension}, $home/.forward", "Files searched for forwarding (expanded at delivery time)."),
-    raw("luser_relay", "", "Destination of mail for unknown local users (expanded at delivery time)."),
-    raw("command_execution_directory", "", "Working directory of pipe deliveries (expanded at delivery time)."),
+    no(raw("luser_relay", "", "Destination of mail for unknown local users (expanded at delivery time). Accepted so that a Postfix main.cf loads; Sluice does not implement it: mail for unknown local users bounces (or is refused at RCPT by local_recipient_maps).")),
+    no(raw("command_execution_directory", "", "Working directory of pipe deliveries (expanded at delivery time). Accepted so that a Postfix main.cf loads; Sluice does not implement it: pipe deliveries run in local's own working directory.")),
     p("allow_mail_to_commands", L, "alias, forward", "Where | command destinations are allowed: alias, forward, include."),
     p("allow_mail_to_files", L, "alias, forward", "Where /file destinations are allowed: alias, forward, include."),
     p("command_time_limit", SEC, "1000s", "Time limit for a pipe delivery."),
-    p("local_command_shell", S, "", "Shell for pipe deliveries (empty: /bin/sh with a simple-command shortcut)."),
-    p("export_environment", L, "TZ LANG", "Environment variables passed to pipe deliveries."),
-    p("prepend_delivered_header", L, "command, file, forward", "Deliveries that get a Delivered-To: header."),
-    p("require_home_directory", B, "no", "Defer delivery when the recipient's home directory is missing."),
-    p("strict_mailbox_ownership", B, "yes", "Defer delivery to an mbox not owned by its recipient."),
+    no(p("local_command_shell", S, "", "Shell for pipe deliveries (empty: /bin/sh with a simple-command shortcut). Accepted so that a Postfix main.cf loads; Sluice does not implement it: pipe deliveries run under /bin/sh.")),
+    no(p("export_environment", L, "TZ LANG", "Environment variables passed to pipe deliveries. Accepted so that a Postfix main.cf loads; Sluice does not implement it: pipe deliveries get local's fixed environment.")),
+    no(p("prepend_delivered_header", L, "command, file, forward", "Deliveries that get a Delivered-To: header. Accepted so that a Postfix main.cf loads; Sluice does not implement it: local adds Delivered-To: by its own fixed rule, whatever the value.")),
+    no(p("require_home_directory", B, "no", "Defer delivery when the recipient's home directory is missing. Accepted so that a Postfix main.cf loads; Sluice does not implement it: local never defers delivery for a missing home directory, as with no.")),
+    no(p("strict_mailbox_ownership", B, "yes", "Defer delivery to an mbox not owned by its recipient. Accepted so that a Postfix main.cf loads; Sluice does not implement it: local always defers delivery to an mbox that is not a regular file with one link owned by its recipient, as with yes.")),
     p("owner_request_special", B, "yes", "Send the errors of alias name to alias owner-name when it exists; never split owner-name or name-request at a - delimiter."),
     p("expand_owner_alias", B, "no", "Use the value of alias owner-name (when one address) as the sender of name's deliveries, not owner-name@$myorigin."),
 ];
@@ -485,6 +503,12 @@ mod tests {
         for s in params() {
             assert!(seen.insert(s.name), "duplicate {}", s.name);
             assert!(!s.doc.is_empty() && !s.doc.contains('\n'), "{}", s.name);
+            assert_eq!(
+                s.doc.contains(NOT_IMPLEMENTED_DOC),
+                !s.implemented,
+                "{}: the doc of an unimplemented parameter, and only its, says so",
+                s.name
+            );
             if let DefaultValue::Text(d) = s.default {
                 if s.expand && !d.contains('$') {
                     assert_eq!(s.ty.check(d), Ok(()), "default of {}", s.name);

@@ -251,6 +251,46 @@ fn unknown_parameters_warn_with_file_and_line() {
 }
 
 #[test]
+fn unimplemented_parameters_warn_unless_left_at_their_default() {
+    let l = parse_with(
+        "header_checks = regexp:/etc/x\nhopcount_limit = 50\n\
+         relay_destination_rate_delay = 1s\nmyorigin = x\nbody_checks =\n",
+        &["relay"],
+    )
+    .unwrap();
+    let w: Vec<String> = l.warnings.iter().map(|d| d.to_string()).collect();
+    assert_eq!(
+        w,
+        [
+            "/etc/sluice/main.cf, line 1: parameter header_checks is not implemented by Sluice and has no effect",
+            "/etc/sluice/main.cf, line 3: parameter relay_destination_rate_delay is not implemented by Sluice and has no effect",
+        ]
+    );
+    // master.cf -o settings warn with master.cf's line, once per parameter.
+    let dir = std::env::temp_dir().join(format!("sluice-cfg-unimpl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("main.cf"), "header_checks = regexp:/etc/x\n").unwrap();
+    std::fs::write(
+        dir.join("master.cf"),
+        "smtp inet n - n - - smtpd\n  -o header_checks=regexp:/y\n  -o smtpd_data_restrictions=reject\n",
+    )
+    .unwrap();
+    let services = config::load_master_cf(&dir.join("master.cf")).unwrap();
+    let l = Config::load_with_master(&dir, &services).unwrap();
+    let w: Vec<String> = l.warnings.iter().map(|d| d.to_string()).collect();
+    let main = dir.join("main.cf").display().to_string();
+    let master = dir.join("master.cf").display().to_string();
+    assert_eq!(
+        w,
+        [
+            format!("{main}, line 1: parameter header_checks is not implemented by Sluice and has no effect"),
+            format!("{master}, line 1: parameter smtpd_data_restrictions is not implemented by Sluice and has no effect"),
+        ]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn bad_values_are_refused_with_file_line_and_parameter() {
     let text = "# comment\n".repeat(11) + "message_size_limit = 10M0\n";
     let err = parse(&text).unwrap_err();
@@ -682,7 +722,11 @@ fn master_cf_references_and_restriction_classes_are_known() {
     .unwrap();
     let l = Config::load_with_master(&dir, &services).unwrap();
     let params: Vec<&str> = l.warnings.iter().map(|d| d.param.as_str()).collect();
-    assert_eq!(params, ["unused"]);
+    // The empty one: restriction classes are accepted, not implemented.
+    assert_eq!(params, ["unused", ""]);
+    assert!(l.warnings[1]
+        .message
+        .starts_with("parameter smtpd_restriction_classes is not implemented"));
     assert_eq!(
         l.config
             .transport("submission")
@@ -696,7 +740,8 @@ fn master_cf_references_and_restriction_classes_are_known() {
         [
             "mua_client_restrictions",
             "submission_destination_recipient_limit",
-            "unused"
+            "unused",
+            ""
         ]
     );
     std::fs::remove_dir_all(&dir).unwrap();

@@ -358,6 +358,16 @@ impl Status {
         self.code.class == 4
     }
 
+    /// This status with a permanent failure made transient, 5.x.x to
+    /// 4.x.x with the same text (Postfix's `soft_bounce`); others as is.
+    pub fn softened(&self) -> Status {
+        let mut s = self.clone();
+        if s.is_permanent() {
+            s.code.class = 4;
+        }
+        s
+    }
+
     /// A status from a reason written as text, `5.1.1 text`, as a
     /// transport table's `error:` next hop is written (Postfix's error(8)
     /// reads it so); `default` when the text does not start with a code.

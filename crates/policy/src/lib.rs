@@ -160,6 +160,8 @@ pub struct Policy {
     unknown_code: u16,
     /// unverified_{recipient,sender}_{reject,defer}_code.
     unverified: Unverified,
+    /// `soft_bounce`: a 5xx refusal is answered as 4xx.
+    soft_bounce: bool,
 }
 
 /// The replies of reject_unverified_*: codes, what a temporary failure
@@ -247,6 +249,7 @@ impl Policy {
                 .int("unknown_local_recipient_reject_code")
                 .clamp(400, 599) as u16,
             unverified,
+            soft_bounce: cfg.bool("soft_bounce"),
         })
     }
 
@@ -304,8 +307,25 @@ impl Policy {
         }
     }
 
-    /// Evaluates every list for one recipient.
+    /// Evaluates every list for one recipient; with `soft_bounce` a
+    /// permanent refusal becomes a temporary one, as in Postfix's
+    /// smtpd_check (4xx and 4.x.x), so that a test setup loses no mail.
     pub fn check(&self, q: &Query<'_>, lookup: &dyn Lookup) -> Verdict {
+        match self.check_lists(q, lookup) {
+            Verdict::Refuse {
+                mut reply,
+                by,
+                warning,
+            } if self.soft_bounce && reply.code >= 500 => {
+                reply.code -= 100;
+                reply.status = StatusCode::known(4, reply.status.subject(), reply.status.detail());
+                Verdict::Refuse { reply, by, warning }
+            }
+            v => v,
+        }
+    }
+
+    fn check_lists(&self, q: &Query<'_>, lookup: &dyn Lookup) -> Verdict {
         let mut marks = Marks::default();
         for (list_name, items) in &self.lists {
             match self.eval_list(list_name, items, q, lookup, &mut marks) {

@@ -706,3 +706,23 @@ fn check_with(p: &Policy, client: &str, rcpt: &str, v: &Verifier) -> Verdict {
         v,
     )
 }
+
+#[test]
+fn soft_bounce_turns_permanent_refusals_temporary() {
+    let outside = "192.0.2.10";
+    let codes = |main_cf: &str| {
+        let p = policy(main_cf);
+        ["victim@elsewhere.example", "x@mx.example.org"].map(|rcpt| {
+            match check(&p, outside, Some("s@example.com"), rcpt) {
+                Verdict::Refuse { reply, .. } => {
+                    format!("{} {}", reply.code, reply.status)
+                }
+                v => format!("{v:?}"),
+            }
+        })
+    };
+    let rules = "smtpd_recipient_restrictions = defer\n";
+    assert_eq!(codes(rules), ["554 5.7.1", "450 4.7.1"]);
+    let soft = codes(&format!("{rules}soft_bounce = yes\n"));
+    assert_eq!(soft, ["454 4.7.1", "450 4.7.1"]);
+}

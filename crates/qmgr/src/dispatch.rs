@@ -264,8 +264,14 @@ impl<S: Store> QueueManager<S> {
         self.append(rec);
     }
 
-    /// Journals and logs recipients bounced before any delivery attempt.
+    /// Journals and logs recipients bounced before any delivery attempt;
+    /// with `soft_bounce` they are deferred instead, as Postfix's bounce
+    /// daemon does, so that a configuration under test loses no mail.
     pub(crate) fn bounce_now(&mut self, qid: u64, rcpts: &[u32], status: &Status) {
+        if self.settings.soft_bounce {
+            let next = self.now + self.settings.run_delay;
+            return self.defer_now(qid, rcpts, &status.softened(), next);
+        }
         let Some(a) = self.deliver.msgs.get(&qid) else {
             return;
         };
@@ -526,6 +532,8 @@ impl<S: Store> QueueManager<S> {
                     }
                     let st = if r.status.is_success() {
                         RcptStatus::Delivered
+                    } else if r.status.is_permanent() && self.settings.soft_bounce {
+                        RcptStatus::Deferred(r.status.softened())
                     } else if r.status.is_permanent() {
                         RcptStatus::Bounced(r.status)
                     } else {

@@ -41,6 +41,8 @@ pub struct Settings {
     pub admission_by_sender: bool,
     /// Address verification: the cache and the probes' limits.
     pub verify: VerifySettings,
+    /// `soft_bounce`: a permanent failure defers the recipient instead.
+    pub soft_bounce: bool,
 }
 
 impl Default for Settings {
@@ -59,6 +61,7 @@ impl Default for Settings {
             bounce_size_limit: 50_000,
             admission_by_sender: true,
             verify: VerifySettings::default(),
+            soft_bounce: false,
         }
     }
 }
@@ -90,6 +93,7 @@ impl Settings {
             bounce_size_limit: config.size("bounce_size_limit"),
             admission_by_sender: true,
             verify: VerifySettings::from_config(config),
+            soft_bounce: config.bool("soft_bounce"),
         }
     }
 }
