@@ -892,3 +892,38 @@ box.close()
     assert_eq!(parts.len(), 2, "{subjects}");
     assert_eq!(parts[0], "written under lock", "{subjects}");
 }
+
+/// soft_bounce with an owner- alias: a target that fails for good is
+/// deferred, as Postfix's bounce_one under soft_bounce, and its owner gets
+/// no notice (before: the owner was notified while the log said deferred).
+#[test]
+fn soft_bounce_defers_an_owned_target_without_a_notice() {
+    let me = instance_user();
+    let h = "mx.test.example";
+    let aliases = format!("list: \"|echo no thanks; exit 67\"\nowner-list: {me}\n");
+    let (inst, port, _spool, _scratch) = instance(&aliases, "soft_bounce = yes\n");
+    let (code, out) = swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--from",
+        &format!("sender@{h}"),
+        "--to",
+        &format!("list@{h}"),
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let id = out
+        .lines()
+        .find_map(|l| l.split("queued as ").nth(1))
+        .unwrap()
+        .trim()
+        .to_string();
+    let line = inst.wait_log(20, &format!("{id}: to=<list@{h}>, relay=local"));
+    assert!(line.contains("dsn=4.3.0, status=deferred"), "{line}");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(
+        !inst.log().contains("non-delivery notification"),
+        "{}",
+        inst.log()
+    );
+    assert!(inst.queue_json().iter().any(|l| l.contains(&id)));
+}

@@ -22,7 +22,7 @@ fn instance(main_extra: &str) -> (Instance, u16) {
 #[test]
 fn unimplemented_parameters_are_reported_by_check_and_in_the_log() {
     let (inst, _port) =
-        instance("header_checks = regexp:/etc/sluice/header_checks\nhopcount_limit = 50\n");
+        instance("header_checks = regexp:/etc/sluice/header_checks\nheader_size_limit = 102400\n");
     let main_cf = inst.etc().join("main.cf");
     let line = std::fs::read_to_string(&main_cf)
         .unwrap()
@@ -38,7 +38,7 @@ fn unimplemented_parameters_are_reported_by_check_and_in_the_log() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("sluice: warning: {want}\n")), "{err}");
     // Its default value asks for nothing Sluice lacks.
-    assert!(!err.contains("hopcount_limit"), "{err}");
+    assert!(!err.contains("header_size_limit"), "{err}");
     inst.wait_log(10, &want);
     // A reload reads main.cf again and says so again, for what it now sets.
     let mut text = std::fs::read_to_string(&main_cf).unwrap();

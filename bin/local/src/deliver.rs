@@ -72,6 +72,9 @@ pub struct Settings {
     /// `bounce_size_limit`: an owner's notice returns a larger original
     /// as headers only (0: whole).
     pub bounce_size_limit: u64,
+    /// `soft_bounce`: an owned target's permanent failure is deferred, not
+    /// reported to the owner.
+    pub soft_bounce: bool,
     /// `command_time_limit`.
     pub command_timeout: Duration,
     /// `forward_path`, unexpanded.
@@ -114,6 +117,7 @@ impl Settings {
                 .collect(),
             myhostname: cfg.str("myhostname"),
             bounce_size_limit: cfg.size("bounce_size_limit"),
+            soft_bounce: cfg.bool("soft_bounce"),
             command_timeout: t.time("command_time_limit"),
             forward_path: cfg.str("forward_path"),
             default_privs: cfg.str("default_privs"),
@@ -423,6 +427,11 @@ impl Delivery<'_> {
             Err(f) if f.is_permanent() => f,
             other => return other,
         };
+        if self.settings.soft_bounce {
+            // Postfix's bounce_one defers under soft_bounce: no notice,
+            // the target is tried again.
+            return Err(Failure::defer(f.status.softened(), f.text));
+        }
         let owner = &self.txn.sender;
         let cx_date = sys::time::rfc5322_date(SystemTime::now());
         let arrival = SystemTime::UNIX_EPOCH + Duration::from_micros(self.txn.arrival_us);
@@ -1047,6 +1056,7 @@ mod tests {
             local_domains: vec!["mx.test.example".into()],
             myhostname: "mx.test.example".into(),
             bounce_size_limit: 50_000,
+            soft_bounce: false,
             command_timeout: Duration::from_secs(10),
             forward_path: String::new(),
             default_privs: "nobody".into(),

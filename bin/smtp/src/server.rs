@@ -18,7 +18,7 @@ use mio::Token;
 
 use crate::conn::{Outcome, ProxyEvent, SmtpConn};
 use crate::proxy::Proxies;
-use crate::settings::{tls_level, Settings, TlsLevel};
+use crate::settings::{tls_level, Settings};
 
 /// All of this process's connections.
 pub struct SmtpAgent {
@@ -213,19 +213,20 @@ impl Agent for SmtpAgent {
     fn reload(&mut self, _cx: &mut Cx<'_>, config: &config::Config) -> bool {
         // Open connections keep the settings they started with. The trust
         // anchors were read before privileges were dropped: a new CA file,
-        // or TLS where there were none, needs a fresh process to read them
-        // (Postfix's reload restarts every daemon).
+        // or verification where there was none, needs a restart.
         let roots = self.settings.roots.clone();
-        let level = tls_level(config, &self.service);
-        let want_roots =
-            level != TlsLevel::None || config.transport(&self.service).bool("smtp_mta_sts");
+        let want_roots = tls_level(config, &self.service).authenticates();
         let ca_file = config.transport(&self.service).str("smtp_tls_CAfile");
-        if ca_file != self.ca_file || (want_roots && roots.is_none()) {
-            msg_info!("reload: TLS trust anchors changed: new deliveries go to a fresh process");
-            return false;
+        if ca_file != self.ca_file {
+            msg_warn!(
+                "reload: smtp_tls_CAfile changed: the trust anchors read at start stay until smtp restarts (sluice stop; sluice start)"
+            );
         }
-        match Settings::from(config, self.chrooted, &self.service, roots, self.lmtp) {
+        match Settings::from(config, self.chrooted, &self.service, roots.clone(), self.lmtp) {
             Ok(s) if self.lmtp => self.settings = Arc::new(s.speaking(true)),
+            Ok(_) if want_roots && roots.is_none() => msg_warn!(
+                "reload: certificate verification needs trust anchors read at start; restart smtp (sluice stop; sluice start)"
+            ),
             Ok(s) => {
                 self.proxies.replace(s.proxies.clone());
                 self.settings = Arc::new(s);

@@ -196,6 +196,7 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         sasl: cfg.bool("smtpd_sasl_auth_enable"),
         tls_auth_only: cfg.bool("smtpd_tls_auth_only"),
         helo_required: cfg.bool("smtpd_helo_required"),
+        soft_bounce: cfg.bool("soft_bounce"),
         // Milters hear commands smtpd does not know, as with Postfix.
         ask_unknown: !cfg.str("smtpd_milters").trim().is_empty(),
         ..ServerConfig::default()

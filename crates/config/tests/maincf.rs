@@ -253,7 +253,7 @@ fn unknown_parameters_warn_with_file_and_line() {
 #[test]
 fn unimplemented_parameters_warn_unless_left_at_their_default() {
     let l = parse_with(
-        "header_checks = regexp:/etc/x\nhopcount_limit = 50\n\
+        "header_checks = regexp:/etc/x\nheader_size_limit = 102400\n\
          relay_destination_rate_delay = 1s\nmyorigin = x\nbody_checks =\n",
         &["relay"],
     )

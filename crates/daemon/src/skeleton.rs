@@ -495,14 +495,19 @@ fn event_loop<S: Server>(
                         return 0;
                     }
                 }
+                // A process that decided in this batch to leave (a reload it
+                // cannot take in place, e.g. new TLS settings) accepts no
+                // more: the clients wait in the backlog for a fresh one.
                 Token(t) if (FIRST_LISTENER..FIRST_LISTENER + listeners.len()).contains(&t) => {
-                    uses += accept_all(
-                        &mut listeners[t - FIRST_LISTENER],
-                        &mut server,
-                        &mut cx,
-                        max_use,
-                        uses,
-                    );
+                    if !retiring {
+                        uses += accept_all(
+                            &mut listeners[t - FIRST_LISTENER],
+                            &mut server,
+                            &mut cx,
+                            max_use,
+                            uses,
+                        );
+                    }
                 }
                 t => {
                     cx.closed = ev.is_read_closed() || ev.is_error();

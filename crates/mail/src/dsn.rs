@@ -265,6 +265,14 @@ impl StatusCode {
         })
     }
 
+    /// 5.x.x made 4.x.x (Postfix's `soft_bounce`); others as they are.
+    pub fn softened(self) -> StatusCode {
+        StatusCode {
+            class: if self.class == 5 { 4 } else { self.class },
+            ..self
+        }
+    }
+
     /// The class digit: 2 success, 4 transient, 5 permanent.
     pub fn class(&self) -> u8 {
         self.class
@@ -361,11 +369,10 @@ impl Status {
     /// This status with a permanent failure made transient, 5.x.x to
     /// 4.x.x with the same text (Postfix's `soft_bounce`); others as is.
     pub fn softened(&self) -> Status {
-        let mut s = self.clone();
-        if s.is_permanent() {
-            s.code.class = 4;
+        Status {
+            code: self.code.softened(),
+            text: self.text.clone(),
         }
-        s
     }
 
     /// A status from a reason written as text, `5.1.1 text`, as a

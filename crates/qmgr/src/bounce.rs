@@ -14,7 +14,7 @@
 //!
 //! Loops are impossible by construction: a notice has the null sender, so
 //! its own failure goes to `2bounce_notice_recipient` with the sender
-//! `double-bounce@$myorigin`, and a failure of that is only logged.
+//! `$double_bounce_sender@$myorigin`, and a failure of that is only logged.
 //! Everything is produced in wire format (CRLF; the original is already
 //! dot-stuffed, and no generated line starts with a dot).
 
@@ -33,16 +33,17 @@ pub enum Notify {
     Postmaster {
         /// `2bounce_notice_recipient`.
         to: String,
-        /// `double-bounce@$myorigin`.
+        /// `double_bounce_sender`, qualified with `$myorigin`.
         from: String,
     },
     /// A double-bounce failed: nobody is told (only the log).
     Nobody,
 }
 
-/// Decides who is told about a failure of a message from `sender`.
-pub fn who(sender: &str, postmaster: &str, myorigin: &str) -> Notify {
-    let double = format!("double-bounce@{myorigin}");
+/// Decides who is told about a failure of a message from `sender`;
+/// `double` is `double_bounce_sender` qualified with `myorigin`.
+pub fn who(sender: &str, postmaster: &str, double: &str) -> Notify {
+    let double = double.to_string();
     if sender.eq_ignore_ascii_case(&double) {
         Notify::Nobody
     } else if sender.is_empty() {
@@ -101,18 +102,22 @@ mod tests {
     #[test]
     fn loops_cannot_happen() {
         assert_eq!(
-            who("a@b", "postmaster", "x.example"),
+            who("a@b", "postmaster", "double-bounce@x.example"),
             Notify::Sender("a@b".into())
         );
         assert_eq!(
-            who("", "postmaster", "x.example"),
+            who("", "postmaster", "double-bounce@x.example"),
             Notify::Postmaster {
                 to: "postmaster".into(),
                 from: "double-bounce@x.example".into()
             }
         );
         assert_eq!(
-            who("double-bounce@x.example", "postmaster", "x.example"),
+            who(
+                "double-bounce@x.example",
+                "postmaster",
+                "double-bounce@x.example"
+            ),
             Notify::Nobody
         );
     }

@@ -350,7 +350,7 @@ impl<S: Store> QueueManager<S> {
             return None;
         }
         let s = &self.settings;
-        let (to, from) = match bounce::who(&env.sender, &s.postmaster, &s.origin) {
+        let (to, from) = match bounce::who(&env.sender, &s.postmaster, &s.double_bounce) {
             bounce::Notify::Sender(x) => (x, String::new()),
             _ if kind != NoticeKind::Failure => return None,
             // Postfix tells the postmaster of a failed notice only when

@@ -30,6 +30,9 @@ pub struct Settings {
     pub origin: String,
     /// `2bounce_notice_recipient`, qualified.
     pub postmaster: String,
+    /// `double_bounce_sender`, qualified: the sender of notices to the
+    /// postmaster, whose own failures are only logged.
+    pub double_bounce: String,
     /// `notify_classes` has `bounce` or `2bounce`: a notice that fails is
     /// reported to `postmaster` (else dropped, Postfix's default).
     pub notify_postmaster_of_bounces: bool,
@@ -57,6 +60,7 @@ impl Default for Settings {
             hostname: "localhost".into(),
             origin: "localhost".into(),
             postmaster: "postmaster@localhost".into(),
+            double_bounce: "double-bounce@localhost".into(),
             notify_postmaster_of_bounces: false,
             bounce_size_limit: 50_000,
             admission_by_sender: true,
@@ -76,6 +80,12 @@ impl Settings {
         } else {
             format!("{pm}@{origin}")
         };
+        let db = config.str("double_bounce_sender");
+        let double_bounce = if db.contains('@') {
+            db
+        } else {
+            format!("{db}@{origin}")
+        };
         Settings {
             transports: sched.transports.iter().map(|t| t.name.clone()).collect(),
             defer_transports: config.list("defer_transports").into_iter().collect(),
@@ -86,6 +96,7 @@ impl Settings {
             hostname: config.str("myhostname"),
             origin,
             postmaster,
+            double_bounce,
             notify_postmaster_of_bounces: config
                 .list("notify_classes")
                 .iter()

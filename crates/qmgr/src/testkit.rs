@@ -54,6 +54,7 @@ pub(crate) fn settings() -> Settings {
         hostname: "mx.test".into(),
         origin: "test".into(),
         postmaster: "postmaster@test".into(),
+        double_bounce: "double-bounce@test".into(),
         ..Settings::default()
     }
 }

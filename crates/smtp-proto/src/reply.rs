@@ -86,6 +86,17 @@ impl Reply {
         self.class() >= 4
     }
 
+    /// A 5xx reply made 4xx, 5.x.x made 4.x.x, with the same text: what
+    /// Postfix's smtpd sends under `soft_bounce` (smtpd_chat.c). Others as
+    /// they are.
+    pub fn softened(mut self) -> Self {
+        if self.class() == 5 {
+            self.code -= 100;
+            self.enhanced = self.enhanced.map(StatusCode::softened);
+        }
+        self
+    }
+
     /// The text lines joined by a space (for logs: `status=... (text)`).
     pub fn text(&self) -> String {
         self.lines.join(" ")

@@ -112,6 +112,8 @@ pub struct ServerConfig {
     pub bare_newline: BareNewline,
     /// Refuse MAIL before HELO/EHLO (Postfix `smtpd_helo_required`, default no).
     pub helo_required: bool,
+    /// Every 5xx reply is sent as 4xx (Postfix `soft_bounce`).
+    pub soft_bounce: bool,
     /// Offer and accept AUTH (`smtpd_sasl_auth_enable`).
     pub sasl: bool,
     /// AUTH only under TLS (`smtpd_tls_auth_only`).
@@ -144,6 +146,7 @@ impl Default for ServerConfig {
             vrfy: VrfyMode::Ambiguous252,
             bare_newline: BareNewline::Reject,
             helo_required: false,
+            soft_bounce: false,
             sasl: false,
             tls_auth_only: true,
             ask_unknown: false,
@@ -522,7 +525,10 @@ impl Session {
         }
     }
 
-    fn send(&mut self, reply: Reply) {
+    fn send(&mut self, mut reply: Reply) {
+        if self.config.soft_bounce {
+            reply = reply.softened();
+        }
         reply.write_to(&mut self.output, self.config.enhanced_status_codes);
     }
 

@@ -253,6 +253,19 @@ fn helo_required() {
     assert_eq!(sh.replies(), [220, 503, 250, 250]);
 }
 
+/// soft_bounce: every 5xx reply goes out as 4xx, 5.x.x as 4.x.x (Postfix's
+/// smtpd_chat), whoever made it: here the protocol's own 503 5.5.1.
+#[test]
+fn soft_bounce_sends_every_5xx_as_4xx() {
+    let cfg = ServerConfig {
+        helo_required: true,
+        soft_bounce: true,
+        ..ServerConfig::default()
+    };
+    let sh = dialog(cfg, b"MAIL FROM:<a@b.com>\r\nHELO x\r\n");
+    assert_eq!(sh.replies(), [220, 403, 250]);
+}
+
 #[test]
 fn unknown_commands_are_asked_about_only_when_configured() {
     let input = b"EHLO x\r\nXYZZY defer me\r\nXYZZY\r\nMAIL FROM:<a@b.com>\r\n";
