@@ -242,7 +242,7 @@ static PARAMS: &[ParamSpec] = &[
     t("connection_cache_time_limit", SEC, "2s", "Time an idle connection is kept open for reuse."),
     t("connection_reuse_count_limit", I, "0", "Transactions after which a connection is closed (0: no limit)."),
     t("connection_reuse_time_limit", SEC, "300s", "Age after which a connection gets no new transactions."),
-    t("host_retry_time", SEC, "60s", "How long a host that could not be reached is skipped while other MX hosts are tried (0: never skipped)."),
+    t("host_retry_time", SEC, "60s", "How long a host (an address and a port) that could not be reached is skipped while other MX hosts are tried (0: never skipped)."),
     // Bounces and notices.
     p("2bounce_notice_recipient", S, "postmaster", "Recipient of undeliverable bounces."),
     p("bounce_notice_recipient", S, "postmaster", "Recipient of postmaster copies of bounces."),
