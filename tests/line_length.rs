@@ -50,7 +50,7 @@ fn long_lines_are_broken_at_the_limit_over_smtp_and_lmtp() {
     let file = inst.root().join("long.eml");
     std::fs::write(&file, format!("Subject: {subject}\n\n{body}")).unwrap();
 
-    for rcpt in ["a@up.example", "b@lmtp.example"] {
+    for rcpt in ["b@lmtp.example", "a@up.example"] {
         smtplib_send(port, "alice@example.com", rcpt, &file);
         let which = if rcpt.ends_with("lmtp.example") {
             &lmtp
