@@ -558,8 +558,6 @@ impl Scheduler {
         }
     }
 
-    /// Host for a new connection: unused (random) → closed (oldest) → retry
-    /// (random) → fewest connections, level by level; Err(earliest retry) if none.
     /// Why mail for `d` waits while every host of it is in retry: as
     /// Postfix says it, "delivery temporarily suspended: " and the error of
     /// the latest failed connection (or, on news from another instance, the
@@ -598,6 +596,8 @@ impl Scheduler {
         }
     }
 
+    /// Host for a new connection: unused (random) → closed (oldest) → retry
+    /// (random) → fewest connections, level by level; Err(earliest retry) if none.
     fn choose_host(&mut self, now: Time, d: DestId) -> Result<HostId, Option<Time>> {
         let mut earliest: Option<Time> = None;
         let levels: Vec<Vec<HostId>> = self.dests[d]
