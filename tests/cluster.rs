@@ -291,7 +291,7 @@ fn a_host_one_instance_could_not_reach_is_skipped_by_the_others() {
     to_down(1);
     let line = c.insts[1].0.wait_log(30, "to=<someone@down.test>");
     assert!(
-        line.contains("status=deferred") && line.contains("destdb retry"),
+        line.contains("status=deferred") && line.contains("delivery temporarily suspended"),
         "{line}"
     );
     assert!(

@@ -940,7 +940,7 @@ fn retries_back_off_by_age_and_expired_mail_bounces() {
 
 /// bounce_size_limit: a bounced message larger than the limit comes back
 /// as its headers only (text/rfc822-headers), as Postfix's, though its
-/// sender asked for it whole (RET=FULL); a notice never carries a large
+/// sender left RET to its default (the whole message); a notice never carries a large
 /// original back to its sender.
 #[test]
 fn a_bounce_returns_a_large_original_as_headers_only() {

@@ -712,6 +712,14 @@ impl SmtpConn {
         };
         if finished {
             session.end_content();
+            if session.lines_broken() > 0 {
+                // Once per message, as Postfix's smtp client says it.
+                msg_info!(
+                    "{}: breaking line > {} bytes with <CR><LF>SPACE",
+                    active.txn.queue_id,
+                    self.settings.client.line_length_limit
+                );
+            }
             active.sending = false;
             self.stage = "data";
             self.deadline = Some(now + self.settings.done_timeout);

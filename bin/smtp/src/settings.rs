@@ -86,7 +86,7 @@ pub struct Settings {
 
 /// The parameters lmtp(8) reads in place of smtp(8)'s, as Postfix's
 /// lmtp does.
-const LMTP_NAMES: [(&str, &str); 8] = [
+const LMTP_NAMES: [(&str, &str); 9] = [
     ("smtp_helo_name", "lmtp_lhlo_name"),
     ("smtp_bind_address", "lmtp_bind_address"),
     ("smtp_connect_timeout", "lmtp_connect_timeout"),
@@ -95,6 +95,7 @@ const LMTP_NAMES: [(&str, &str); 8] = [
     ("smtp_data_xfer_timeout", "lmtp_data_xfer_timeout"),
     ("smtp_data_done_timeout", "lmtp_data_done_timeout"),
     ("smtp_discard_ehlo_keywords", "lmtp_discard_lhlo_keywords"),
+    ("smtp_line_length_limit", "lmtp_line_length_limit"),
 ];
 
 /// The name of parameter `smtp_name` for smtp(8), or for lmtp(8) when `lmtp`.
@@ -225,6 +226,7 @@ impl Settings {
                 helo_name: cfg.str(n("smtp_helo_name")),
                 tls,
                 discard_ehlo_keywords: t.list(n("smtp_discard_ehlo_keywords")),
+                line_length_limit: usize::try_from(t.int(n("smtp_line_length_limit"))).unwrap_or(0),
                 ..ClientConfig::default()
             },
             // Certificates are checked after the handshake (as Postfix
@@ -291,7 +293,8 @@ mod tests {
                     smtp_connect_timeout = 11s\nlmtp_connect_timeout = 7s\n\
                     lmtp_lhlo_timeout = 9s\nlmtp_rcpt_timeout = 8s\n\
                     lmtp_data_xfer_timeout = 6s\nlmtp_data_done_timeout = 5s\n\
-                    lmtp_bind_address = 127.0.0.2\nlmtp_discard_lhlo_keywords = pipelining\n";
+                    lmtp_bind_address = 127.0.0.2\nlmtp_discard_lhlo_keywords = pipelining\n\
+                    lmtp_line_length_limit = 300\n";
         let l = settings(main, true);
         assert_eq!(l.client.helo_name, "lhlo.example");
         assert_eq!(l.connect_timeout, Duration::from_secs(7));
@@ -301,7 +304,9 @@ mod tests {
         assert_eq!(l.done_timeout, Duration::from_secs(5));
         assert_eq!(l.bind, Some("127.0.0.2".parse().unwrap()));
         assert_eq!(l.client.discard_ehlo_keywords, ["pipelining"]);
+        assert_eq!(l.client.line_length_limit, 300);
         let s = settings(main, false);
+        assert_eq!(s.client.line_length_limit, 998, "Postfix's default");
         assert_eq!(s.client.helo_name, "helo.example");
         assert_eq!(s.connect_timeout, Duration::from_secs(11));
         assert_eq!(s.bind, None);

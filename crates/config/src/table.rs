@@ -260,7 +260,7 @@ static PARAMS: &[ParamSpec] = &[
     t("connection_cache_time_limit", SEC, "2s", "Time an idle connection is kept open for reuse."),
     t("connection_reuse_count_limit", I, "0", "Transactions after which a connection is closed (0: no limit)."),
     t("connection_reuse_time_limit", SEC, "300s", "Age after which a connection gets no new transactions."),
-    t("host_retry_time", SEC, "60s", "How long a host that could not be reached is skipped while other MX hosts are tried (0: never skipped)."),
+    t("host_retry_time", SEC, "60s", "How long a host (an address and a port) that could not be reached is skipped while other MX hosts are tried (0: never skipped)."),
     // Bounces and notices.
     p("2bounce_notice_recipient", S, "postmaster", "Recipient of undeliverable bounces, when notify_classes has bounce or 2bounce."),
     no(p("bounce_notice_recipient", S, "postmaster", "Recipient of postmaster copies of bounces. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the postmaster gets no copy of bounces.")),
@@ -423,7 +423,8 @@ static PARAMS: &[ParamSpec] = &[
     p("lmtp_data_xfer_timeout", SEC, "180s", "Time limit for each write of message content over LMTP."),
     p("lmtp_data_done_timeout", SEC, "600s", "Time limit for the per-recipient replies after the end of data over LMTP."),
     p("lmtp_discard_lhlo_keywords", L, "", "LHLO keywords the LMTP client ignores in server replies (e.g. pipelining)."),
-    no(p("smtp_line_length_limit", I, "998", "Longest line sent; longer ones are folded. Accepted so that a Postfix main.cf loads; Sluice does not implement it: long lines are sent as they are, not folded.")),
+    p("smtp_line_length_limit", I, "998", "Longest content line the SMTP client sends; a longer one is broken with CR LF SPACE after this many bytes and at most one less in each continuation, as Postfix does (0: no limit)."),
+    p("lmtp_line_length_limit", I, "998", "Longest content line the LMTP client sends (smtp_line_length_limit for lmtp)."),
     p("smtp_tls_security_level", T::Enum(&["none", "may", "encrypt", "verify", "secure", "dane", "dane-only"]), "none", "STARTTLS policy of the SMTP client; dane and dane-only take it from DNSSEC-validated TLSA records (RFC 7672) and need smtp_dns_support_level = dnssec."),
     p("smtp_tls_CAfile", S, "", "PEM file of trusted roots for verify and secure (empty: /etc/ssl/certs/ca-certificates.crt)."),
     p("smtp_tls_verify_cert_match", T::EnumList(&["hostname", "nexthop", "dot-nexthop"]), "hostname", "Names the server certificate must match at the verify level."),

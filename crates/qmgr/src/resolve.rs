@@ -343,7 +343,9 @@ impl<S: Store> QueueManager<S> {
 /// The scheduler's view of a host list: names by preference level, and
 /// the addresses of each. With `by_address`, each address of a host is a
 /// host of its own, named `name[address]`, so that a connection's remote
-/// address is known when it is scheduled (shaping's `remoteip`).
+/// address is known when it is scheduled (shaping's `remoteip`). A port
+/// other than 25 is part of the name ([`sched::host_key`]): a host is an
+/// address and a port, so a dead port does not put a live one in retry.
 fn hosts_of(list: &router::HostList, now: Time, by_address: bool) -> Hosts {
     let mut levels: Vec<(u16, Vec<String>)> = Vec::new();
     let mut addrs = HashMap::new();
@@ -359,7 +361,7 @@ fn hosts_of(list: &router::HostList, now: Time, by_address: bool) -> Hosts {
                 .iter()
                 .map(|ip| {
                     (
-                        format!("{}[{ip}]", h.name),
+                        sched::host_key(&format!("{}[{ip}]", h.name), port),
                         vec![SocketAddr::new(*ip, port)],
                     )
                 })
@@ -370,7 +372,7 @@ fn hosts_of(list: &router::HostList, now: Time, by_address: bool) -> Hosts {
                 .iter()
                 .map(|ip| SocketAddr::new(*ip, port))
                 .collect();
-            vec![(h.name.clone(), all)]
+            vec![(sched::host_key(&h.name, port), all)]
         };
         for (name, a) in named {
             if h.dane != ipc::delivery::Dane::Insecure {
@@ -632,7 +634,7 @@ mod tests {
         let plain = super::hosts_of(&list, crate::Time(0), false);
         assert_eq!(
             plain.levels,
-            [vec!["mx1.example.test"], vec!["mx2.example.test"]]
+            [vec!["mx1.example.test"], vec!["mx2.example.test:2525"]]
         );
         assert_eq!(plain.addrs["mx1.example.test"].len(), 2);
         let each = super::hosts_of(&list, crate::Time(0), true);
@@ -640,11 +642,11 @@ mod tests {
             each.levels,
             [
                 vec!["mx1.example.test[192.0.2.1]", "mx1.example.test[192.0.2.2]"],
-                vec!["mx2.example.test[2001:db8::2]"]
+                vec!["mx2.example.test[2001:db8::2]:2525"]
             ]
         );
         let one: SocketAddr = "[2001:db8::2]:2525".parse().unwrap();
-        assert_eq!(each.addrs["mx2.example.test[2001:db8::2]"], [one]);
+        assert_eq!(each.addrs["mx2.example.test[2001:db8::2]:2525"], [one]);
         assert_eq!(
             sched::host_parts("mx1.example.test[192.0.2.2]"),
             ("mx1.example.test", "192.0.2.2")

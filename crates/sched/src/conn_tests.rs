@@ -261,3 +261,70 @@ fn limits_changed_wakes_rate_limited_destinations() {
     let d = s.dest_id(TransportId(0), "d.example").unwrap();
     assert_eq!(s.queued(d), [0, 0, 0], "both entries placed");
 }
+
+#[test]
+fn a_dead_port_does_not_put_a_live_port_of_the_same_address_in_retry() {
+    // transport_maps sends down.example to [127.0.0.1]:9 (nothing listens);
+    // the relayhost is [127.0.0.1]:23501. Hosts are named as the queue
+    // manager names them: address and port.
+    let mut c = cfg();
+    c.transports[0].host_retry_time = Duration::from_secs(60);
+    let mut s = Scheduler::new(c).unwrap();
+    let (dead, live) = (
+        crate::host_key("127.0.0.1", 9),
+        crate::host_key("127.0.0.1", 23501),
+    );
+    let read = |s: &mut Scheduler, q: u64, nexthop: &str, host: &str| {
+        add(s, Time(0), q, "s@x", 1);
+        actions(s);
+        s.handle(
+            Time(0),
+            Event::RecipientsRead {
+                queue_id: QueueId(q),
+                groups: vec![group(nexthop, &[&[host]], vec![0])],
+                remaining: 0,
+            },
+        )
+        .unwrap();
+        actions(s)
+    };
+    let a = read(&mut s, 1, "[127.0.0.1]:9", &dead);
+    let refused = Status::new(
+        StatusCode::NO_ANSWER,
+        "connect to 127.0.0.1[127.0.0.1]:9: Connection refused",
+    );
+    let Some(Action::Open { conn, .. }) = a.iter().find(|x| matches!(x, Action::Open { .. }))
+    else {
+        panic!("no open: {a:?}")
+    };
+    s.handle(
+        Time(0),
+        Event::ConnectionFailed {
+            conn: *conn,
+            failure: ConnFailure::Unreachable,
+            status: refused.clone(),
+            remote: None,
+        },
+    )
+    .unwrap();
+    actions(&mut s);
+    // Mail for the live port goes out at once.
+    let a = read(&mut s, 2, "[127.0.0.1]:23501", &live);
+    assert_eq!(opens(&a).len(), 1, "{a:?}");
+    assert!(
+        !a.iter().any(|x| matches!(x, Action::Defer { .. })),
+        "{a:?}"
+    );
+    // More mail for the dead port waits, saying why in the words of the
+    // failed connection.
+    let a = read(&mut s, 3, "[127.0.0.1]:9", &dead);
+    let Some(Action::Defer { status, .. }) = a.iter().find(|x| matches!(x, Action::Defer { .. }))
+    else {
+        panic!("no defer: {a:?}")
+    };
+    assert_eq!(
+        status.text,
+        "delivery temporarily suspended: connect to 127.0.0.1[127.0.0.1]:9: Connection refused"
+    );
+    assert_eq!(status.code, StatusCode::NO_ANSWER);
+}

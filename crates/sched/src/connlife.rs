@@ -113,7 +113,7 @@ impl Scheduler {
         let first = self.take_first(c);
         if failure == ConnFailure::Unreachable {
             let retry = self.transports[t].cfg.host_retry_time;
-            if let Some(until) = self.hosts.failed(h, now, retry) {
+            if let Some(until) = self.hosts.failed(h, now, retry, status) {
                 self.actions
                     .push_back(Action::Notice(Notice::HostRetry { host: h, until }));
             }

@@ -1,5 +1,8 @@
 //! destdb: the per-host table of retry times and recent connections (fanf).
 //!
+//! A host is an address and a port (see [`crate::host_key`]): next hops on
+//! two ports of one address are independent, as in Postfix, so a dead port
+//! does not hold back mail for a live one.
 //! Hosts are classified for a new connection as active (has connections),
 //! idle (has an idle connection; decided by the caller, who knows the
 //! connections), closed (we had connections; `last_closed` says when),
@@ -8,6 +11,7 @@
 //! than `destdb_record_lifetime`, so a long-closed host becomes unused again,
 //! and drops hosts no destination refers to. Panics: never.
 
+use crate::event::Status;
 use crate::ids::HostId;
 use crate::slab::Slab;
 use crate::time::Time;
@@ -26,6 +30,9 @@ pub struct HostRec {
     pub last_closed: Option<Time>,
     /// Skipped for new connections until then.
     pub retry_at: Option<Time>,
+    /// Why the connection that put it in retry failed (none for news from
+    /// another instance): mail deferred while it is skipped says this.
+    pub last_error: Option<Status>,
     /// Destinations listing it.
     pub refs: u32,
 }
@@ -67,6 +74,7 @@ impl DestDb {
             conns: 0,
             last_closed: None,
             retry_at: None,
+            last_error: None,
             refs: 1,
         });
         self.by_name.insert(name, h);
@@ -108,13 +116,15 @@ impl DestDb {
         r.last_closed = Some(now);
     }
 
-    /// The host could not be reached: skip it for `d` (no-op for zero).
-    pub fn failed(&mut self, h: HostId, now: Time, d: Duration) -> Option<Time> {
+    /// The host could not be reached (`why`): skip it for `d` (no-op for zero).
+    pub fn failed(&mut self, h: HostId, now: Time, d: Duration, why: &Status) -> Option<Time> {
         if d.is_zero() {
             return None;
         }
         let t = now + d;
-        self.hosts[h].retry_at = Some(t);
+        let r = &mut self.hosts[h];
+        r.retry_at = Some(t);
+        r.last_error = Some(why.clone());
         Some(t)
     }
 
@@ -134,12 +144,14 @@ impl DestDb {
         let ids: Vec<HostId> = self.hosts.iter().map(|(h, _)| h).collect();
         for h in ids {
             self.hosts[h].retry_at = None;
+            self.hosts[h].last_error = None;
         }
     }
 
     /// The host worked: clear its retry record.
     pub fn worked(&mut self, h: HostId) {
         self.hosts[h].retry_at = None;
+        self.hosts[h].last_error = None;
     }
 
     /// Host name.
@@ -158,6 +170,7 @@ impl DestDb {
             }
             if r.retry_at.is_some_and(|t| t + lifetime <= now) {
                 r.retry_at = None;
+                r.last_error = None;
             }
             if r.refs == 0 && r.conns == 0 && r.last_closed.is_none() && r.retry_at.is_none() {
                 drop.push(h);
@@ -194,15 +207,16 @@ mod tests {
         assert_eq!(db.classify(h, Time(0)), HostClass::Active(1));
         db.closed(h, Time(5));
         assert_eq!(db.classify(h, Time(6)), HostClass::Closed(Time(5)));
+        let why = Status::new(crate::event::StatusCode::NO_ANSWER, "refused");
         assert_eq!(
-            db.failed(h, Time(10), Duration::from_millis(100)),
+            db.failed(h, Time(10), Duration::from_millis(100), &why),
             Some(Time(110))
         );
         assert_eq!(db.classify(h, Time(50)), HostClass::Skip);
         assert_eq!(db.classify(h, Time(110)), HostClass::Retry);
         db.worked(h);
         assert_eq!(db.classify(h, Time(111)), HostClass::Closed(Time(5)));
-        assert_eq!(db.failed(h, Time(0), Duration::ZERO), None);
+        assert_eq!(db.failed(h, Time(0), Duration::ZERO, &why), None);
     }
 
     #[test]

@@ -290,10 +290,7 @@ impl Scheduler {
         }
         if let Plan::DeferNoHost(until) = plan {
             self.dests[d].queue(class).pop_front();
-            let why = Status::new(
-                StatusCode::NO_ANSWER,
-                "no usable host (all in destdb retry)",
-            );
+            let why = self.suspended_reason(d);
             self.defer_entry(now, e, &why, until, true);
             return Ok(());
         }
@@ -558,6 +555,44 @@ impl Scheduler {
             Plan::Block(Park::Window)
         } else {
             Plan::Block(Park::Transport)
+        }
+    }
+
+    /// Why mail for `d` waits while every host of it is in retry: as
+    /// Postfix says it, "delivery temporarily suspended: " and the error of
+    /// the latest failed connection (or, on news from another instance, the
+    /// host that failed there).
+    fn suspended_reason(&self, d: DestId) -> Status {
+        let latest = self.dests[d]
+            .hosts
+            .levels()
+            .flatten()
+            .map(|&h| &self.hosts.hosts[h])
+            .filter(|r| r.retry_at.is_some())
+            .max_by_key(|r| (r.last_error.is_some(), r.retry_at));
+        match latest {
+            Some(r) => match &r.last_error {
+                Some(why) => Status::new(
+                    // Deferred mail keeps a temporary code whatever the peer said.
+                    if why.code.class() == 4 {
+                        why.code
+                    } else {
+                        StatusCode::NO_ANSWER
+                    },
+                    format!("delivery temporarily suspended: {}", why.text),
+                ),
+                None => Status::new(
+                    StatusCode::NO_ANSWER,
+                    format!(
+                        "delivery temporarily suspended: host {} did not answer recently",
+                        crate::host_parts(&r.name).0
+                    ),
+                ),
+            },
+            None => Status::new(
+                StatusCode::NO_ANSWER,
+                "delivery temporarily suspended: no host answered recently",
+            ),
         }
     }
 

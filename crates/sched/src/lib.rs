@@ -29,7 +29,7 @@ pub mod entry;
 pub mod event;
 pub mod feedback;
 mod hostparts;
-pub use hostparts::host_parts;
+pub use hostparts::{host_key, host_parts};
 pub mod ids;
 mod invariants;
 mod joblist;

@@ -24,7 +24,10 @@
 //! after `smtpd_hard_error_limit` of them). A message without a final CRLF gets
 //! one either way, so DATA and BDAT deliver the same bytes. A failed chunk
 //! ends the transaction with its reply; chunks already in the pipeline are
-//! answered and ignored, and the next transaction starts with RSET.
+//! answered and ignored, and the next transaction starts with RSET. Lines
+//! longer than [`ClientConfig::line_length_limit`] are broken with CR LF
+//! SPACE on their way out, as Postfix's smtp client does ([`crate::fold`]):
+//! in place with DATA, before the chunk is sized with BDAT.
 //! ESMTP parameters the server did not announce are dropped (SIZE, BODY,
 //! DSN's RET/ENVID/NOTIFY/ORCPT), as are the EHLO keywords named in
 //! `discard_ehlo_keywords`; a message that needs SMTPUTF8 from a server
@@ -45,6 +48,7 @@ use std::collections::VecDeque;
 use crate::address::{Mailbox, Path};
 use crate::client::{write_command, Capabilities};
 use crate::command::{Body, Command, MailParams, RcptParams};
+use crate::fold::Folder;
 use crate::reply::{Reply, ReplyError, ReplyParser, StatusCode};
 
 /// STARTTLS use (Postfix `smtp_tls_security_level`).
@@ -75,6 +79,9 @@ pub struct ClientConfig {
     pub discard_ehlo_keywords: Vec<String>,
     /// Speak LMTP (RFC 2033) rather than SMTP.
     pub lmtp: bool,
+    /// Longest content line sent; longer ones are broken with CR LF SPACE
+    /// as Postfix's `smtp_line_length_limit` (0: none, the library's default).
+    pub line_length_limit: usize,
 }
 
 impl Default for ClientConfig {
@@ -86,6 +93,7 @@ impl Default for ClientConfig {
             max_reply_lines: 100,
             discard_ehlo_keywords: Vec::new(),
             lmtp: false,
+            line_length_limit: 0,
         }
     }
 }
@@ -209,6 +217,8 @@ struct Tx {
     mid_line: bool,
     /// BDAT chunks written whose reply has not come.
     chunks_out: usize,
+    /// Where the content is for breaking long lines.
+    fold: Folder,
     /// Indexes of the recipients accepted, in RCPT order (LMTP's replies
     /// after the content come in this order).
     accepted_idx: Vec<usize>,
@@ -695,6 +705,7 @@ impl ClientSession {
         let bdat = caps.chunking && !self.config.lmtp && !probe;
         self.tx = Some(Tx {
             bdat,
+            fold: Folder::new(self.config.line_length_limit),
             ..Tx::default()
         });
         if self.needs_rset {
@@ -767,6 +778,11 @@ impl ClientSession {
                     1 => [tx.last_two[1], self.output[end - 1]],
                     _ => [self.output[end - 2], self.output[end - 1]],
                 };
+                // Lines within the limit (nearly all) stay where they were read.
+                if !tx.fold.passes(&self.output[at..], true) {
+                    let read = self.output.split_off(at);
+                    tx.fold.fold(&read, true, &mut self.output);
+                }
             }
         }
         got
@@ -786,11 +802,19 @@ impl ClientSession {
         }
         tx.last_two = two;
         if !tx.bdat {
-            self.output.extend_from_slice(chunk);
+            tx.fold.fold(chunk, true, &mut self.output);
             return;
         }
-        let mut plain = Vec::with_capacity(chunk.len());
-        tx.mid_line = unstuff(chunk, tx.mid_line, &mut plain);
+        let mut unstuffed = Vec::with_capacity(chunk.len());
+        tx.mid_line = unstuff(chunk, tx.mid_line, &mut unstuffed);
+        // Broken before it is held: a chunk's BDAT size counts the breaks.
+        let plain = if tx.fold.is_off() {
+            unstuffed
+        } else {
+            let mut folded = Vec::with_capacity(unstuffed.len() + unstuffed.len() / 64);
+            tx.fold.fold(&unstuffed, false, &mut folded);
+            folded
+        };
         if plain.is_empty() {
             return;
         }
@@ -820,6 +844,11 @@ impl ClientSession {
         }
     }
 
+    /// How many CR LF SPACE breaks the current message's long lines got.
+    pub fn lines_broken(&self) -> u64 {
+        self.tx.as_ref().map_or(0, |t| t.fold.broken())
+    }
+
     /// Ends the content with `.CRLF` (adding a CRLF first if the content lacked one).
     pub fn end_content(&mut self) {
         if !self.wants_content() {
@@ -829,12 +858,16 @@ impl ClientSession {
         let empty = self.tx.as_ref().is_some_and(|t| t.last_two == [0, 0]);
         if let Some(tx) = self.tx.as_mut().filter(|t| t.bdat) {
             let mut last = std::mem::take(&mut tx.held);
+            tx.fold.finish(&mut last);
             if !ends_crlf && !empty {
                 last.extend_from_slice(b"\r\n");
             }
             self.send_chunk(last, true);
             self.phase = Phase::Talking;
             return;
+        }
+        if let Some(tx) = &mut self.tx {
+            tx.fold.finish(&mut self.output);
         }
         if !ends_crlf && !empty {
             self.output.extend_from_slice(b"\r\n");

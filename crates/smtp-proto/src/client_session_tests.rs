@@ -749,3 +749,49 @@ fn a_probe_stops_after_rcpt_with_rset_and_a_message_may_follow() {
         assert_eq!(wrote.matches("RSET").count(), 1, "{wrote}");
     }
 }
+
+#[test]
+fn long_lines_are_broken_as_postfix_does_with_data_and_with_bdat() {
+    let long: String = (0..3000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let exact = "e".repeat(500);
+    let dotted = format!(".{}", "d".repeat(599));
+    let header = format!("Subject: {}", "h".repeat(700));
+    let queued = format!("{header}\r\n\r\n{long}\r\n{exact}\r\n{dotted}\r\nend\r\n");
+    // The spool's form: dot-stuffed.
+    let spool = queued.replace("\r\n.", "\r\n..");
+    for chunking in [false, true] {
+        let scfg = ServerConfig {
+            chunking,
+            ..ServerConfig::default()
+        };
+        let ccfg = ClientConfig {
+            line_length_limit: 500,
+            ..ClientConfig::default()
+        };
+        let mut p = Pair::new(scfg, ccfg);
+        p.content = spool.as_bytes().to_vec();
+        p.run();
+        assert_eq!(p.c.uses_bdat(), chunking);
+        assert!(p.c.send_message(&env("a@x.com", &["b@y.com"])));
+        p.run();
+        // BDAT sizes that left out the breaks would desynchronise the server.
+        assert_eq!(p.done_codes(), [250], "chunking {chunking}");
+        let got = String::from_utf8(p.received[0].clone()).unwrap();
+        for l in got.split("\r\n") {
+            let n = l.len() - usize::from(l.starts_with('.'));
+            assert!(n <= 500, "chunking {chunking}: a line of {n}");
+        }
+        // header 709: 1 break; 3000 = 500 + 5 * 499 + 5: 6; 500: none; 600: 1.
+        assert_eq!(got.matches("\r\n ").count(), 8, "chunking {chunking}");
+        assert_eq!(got.replace("\r\n ", ""), spool, "chunking {chunking}");
+        assert!(got.contains(&format!("\r\n{exact}\r\n")));
+        assert!(got.starts_with(&format!("Subject: {}\r\n h", "h".repeat(491))));
+        let d = |n| "d".repeat(n);
+        assert!(
+            got.contains(&format!("\r\n..{}\r\n {}\r\n", d(499), d(100))),
+            "a stuffing dot is not counted: chunking {chunking}"
+        );
+    }
+}

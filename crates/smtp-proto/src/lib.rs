@@ -87,6 +87,7 @@ pub mod client;
 pub mod client_session;
 pub mod command;
 pub mod dsn;
+pub mod fold;
 pub mod proxy;
 pub mod receiver;
 pub mod reply;
