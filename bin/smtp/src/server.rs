@@ -215,18 +215,24 @@ impl Agent for SmtpAgent {
         // anchors were read before privileges were dropped: a new CA file,
         // or verification where there was none, needs a restart.
         let roots = self.settings.roots.clone();
-        let want_roots = tls_level(config, &self.service).authenticates();
+        let want_roots = tls_level(config, &self.service).authenticates()
+            || config.transport(&self.service).bool("smtp_mta_sts");
         let ca_file = config.transport(&self.service).str("smtp_tls_CAfile");
         if ca_file != self.ca_file {
             msg_warn!(
                 "reload: smtp_tls_CAfile changed: the trust anchors read at start stay until smtp restarts (sluice stop; sluice start)"
             );
         }
-        match Settings::from(config, self.chrooted, &self.service, roots.clone(), self.lmtp) {
+        if want_roots && roots.is_none() {
+            // Applied all the same: without anchors a certificate cannot
+            // verify, so mail that needs verification is deferred, never
+            // sent in clear or to an unverified server.
+            msg_warn!(
+                "reload: certificate verification needs trust anchors read at start: deliveries that need it are deferred until smtp restarts (sluice stop; sluice start)"
+            );
+        }
+        match Settings::from(config, self.chrooted, &self.service, roots, self.lmtp) {
             Ok(s) if self.lmtp => self.settings = Arc::new(s.speaking(true)),
-            Ok(_) if want_roots && roots.is_none() => msg_warn!(
-                "reload: certificate verification needs trust anchors read at start; restart smtp (sluice stop; sluice start)"
-            ),
             Ok(s) => {
                 self.proxies.replace(s.proxies.clone());
                 self.settings = Arc::new(s);

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 pub use wire::{encode, Decoder, FrameError};
 
 /// The protocol version, in both hellos.
-pub const VERSION: u16 = 3;
+pub const VERSION: u16 = 4;
 
 /// A key's number on one connection, in one direction.
 pub type KeyId = u32;
@@ -89,7 +89,8 @@ pub enum DestNews {
         /// For how long, in seconds.
         secs: u32,
     },
-    /// A host (an address) was put in retry for `secs`.
+    /// A host was put in retry for `secs`: its name as destdb keeps it,
+    /// with the port when that is not 25 (`127.0.0.1:9`; version 4 on).
     HostRetry {
         /// The host.
         host: String,

@@ -14,7 +14,7 @@
 //!
 //! Loops are impossible by construction: a notice has the null sender, so
 //! its own failure goes to `2bounce_notice_recipient` with the sender
-//! `$double_bounce_sender@$myorigin`, and a failure of that is only logged.
+//! `$double_bounce_sender@$myhostname`, and a failure of that is only logged.
 //! Everything is produced in wire format (CRLF; the original is already
 //! dot-stuffed, and no generated line starts with a dot).
 
@@ -33,7 +33,7 @@ pub enum Notify {
     Postmaster {
         /// `2bounce_notice_recipient`.
         to: String,
-        /// `double_bounce_sender`, qualified with `$myorigin`.
+        /// `double_bounce_sender`, qualified with `$myhostname`.
         from: String,
     },
     /// A double-bounce failed: nobody is told (only the log).
@@ -41,7 +41,7 @@ pub enum Notify {
 }
 
 /// Decides who is told about a failure of a message from `sender`;
-/// `double` is `double_bounce_sender` qualified with `myorigin`.
+/// `double` is `double_bounce_sender` qualified with `myhostname`.
 pub fn who(sender: &str, postmaster: &str, double: &str) -> Notify {
     let double = double.to_string();
     if sender.eq_ignore_ascii_case(&double) {

@@ -369,18 +369,23 @@ pub fn metrics_page<S: Store>(qm: &QueueManager<S>, share: Option<&Share>, now: 
 }
 
 /// Whether a host of qmgr's destination database is this machine's own:
-/// an LMTP socket (`unix:PATH`), `localhost`, or a loopback literal
-/// (`[127.0.0.1]`, `[::1]`, also as `name[address]`).
+/// an LMTP socket (`unix:PATH`), `localhost`, or a loopback address (as a
+/// name, `127.0.0.1`, or in brackets, `name[::1]`), on any port
+/// (`localhost:10025`, a content filter's: destdb names a host with its
+/// port when that is not 25).
 pub fn local_host(host: &str) -> bool {
     let lower = host.to_ascii_lowercase();
-    if lower.starts_with("unix:") || lower == "localhost" || lower.starts_with("localhost[") {
+    if lower.starts_with("unix:") {
         return true;
     }
-    let literal = lower
-        .rsplit_once('[')
-        .and_then(|(_, rest)| rest.split(']').next())
-        .and_then(|a| a.parse::<std::net::IpAddr>().ok());
-    literal.is_some_and(|ip| ip.is_loopback() || ip.is_unspecified())
+    let (name, addr) = sched::host_parts(&lower);
+    let loopback = |a: &str| {
+        a.trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+    };
+    name == "localhost" || loopback(name) || loopback(addr)
 }
 
 #[cfg(test)]
@@ -525,6 +530,10 @@ mod tests {
             "[127.0.0.1]",
             "relay[::1]",
             "LocalHost[127.0.0.2]",
+            "localhost:10025",
+            "127.0.0.1:9",
+            "127.0.0.1",
+            "::1[::1]:10025",
         ] {
             assert!(local_host(h), "{h}");
         }
@@ -533,6 +542,8 @@ mod tests {
             "[192.0.2.1]",
             "mx.example[2001:db8::1]",
             "localhost.example.com",
+            "192.0.2.1:2525",
+            "mx.example:2525",
         ] {
             assert!(!local_host(h), "{h}");
         }

@@ -30,7 +30,7 @@ pub struct Settings {
     pub origin: String,
     /// `2bounce_notice_recipient`, qualified.
     pub postmaster: String,
-    /// `double_bounce_sender`, qualified: the sender of notices to the
+    /// `double_bounce_sender@$myhostname`: the sender of notices to the
     /// postmaster, whose own failures are only logged.
     pub double_bounce: String,
     /// `notify_classes` has `bounce` or `2bounce`: a notice that fails is
@@ -80,11 +80,12 @@ impl Settings {
         } else {
             format!("{pm}@{origin}")
         };
+        // Postfix's mail_addr_double_bounce: qualified with myhostname.
         let db = config.str("double_bounce_sender");
         let double_bounce = if db.contains('@') {
             db
         } else {
-            format!("{db}@{origin}")
+            format!("{db}@{}", config.str("myhostname"))
         };
         Settings {
             transports: sched.transports.iter().map(|t| t.name.clone()).collect(),
