@@ -42,10 +42,14 @@ fn mix(extra: &str) -> Mix {
          deadend unix - - n - - smtp\n"
     );
     // One connection at a time to the dead destination, so that two
-    // refused connections pass the failed cohort limit.
+    // refused connections pass the failed cohort limit; its one host is
+    // never skipped as in retry (which would defer the next messages
+    // without a connection, and so without a failed cohort), as it was
+    // while destdb named hosts by address alone and the good sink's
+    // deliveries on the same address cleared the dead port's record.
     let main = format!(
         "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{}\nsmtpd_reject_unlisted_recipient = no\n\
-         deadend_initial_destination_concurrency = 1\n\
+         deadend_initial_destination_concurrency = 1\ndeadend_host_retry_time = 0s\n\
          transport_maps = inline:{{ bounce.example = smtp:[127.0.0.1]:{}, dead.example = deadend:[127.0.0.1]:{dead_port}, slow.example = smtp:[127.0.0.1]:{} }}\n{extra}",
         good.port, bad.port, slow.port
     );
