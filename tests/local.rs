@@ -254,14 +254,18 @@ fn mailbox_size_limit_bounces() {
 #[test]
 fn soft_bounce_keeps_failed_local_mail_queued() {
     // soft_bounce = yes once let an alias loop and an unknown user bounce
-    // (5.4.6, 5.1.1): Postfix defers them with 4.x.x, so nothing is lost.
+    // (5.4.6, 5.1.1): Postfix defers them with 4.x.x, so nothing is lost,
+    // and logs them as status=SOFTBOUNCE (bounce.c), not as deferrals.
     let (inst, port, _, _) = instance("loop1: loop2\nloop2: loop1\n", "soft_bounce = yes\n");
     let h = "mx.test.example";
     for (name, want) in [
-        ("loop1", "dsn=4.4.6, status=deferred (alias expansion loop"),
+        (
+            "loop1",
+            "dsn=4.4.6, status=SOFTBOUNCE (alias expansion loop",
+        ),
         (
             "ghost",
-            "dsn=4.1.1, status=deferred (unknown user: \"ghost\")",
+            "dsn=4.1.1, status=SOFTBOUNCE (unknown user: \"ghost\")",
         ),
     ] {
         let id = send(port, &format!("{name}@{h}"), None);
@@ -764,7 +768,7 @@ fn a_deferred_target_is_retried_alone() {
     let (inst, port, spool, scratch) = instance(&aliases, "");
     let id = send(port, &format!("split@{h}"), None);
     let line = inst.wait_log(20, &format!("{id}: to=<split@{h}>, relay=local"));
-    assert!(line.contains("dsn=4.3.0, status=deferred"), "{line}");
+    assert!(line.contains("dsn=4.3.0, status=SOFTBOUNCE"), "{line}");
     let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, orig_to=<split@{h}>"));
     assert!(
         line.contains("status=sent (delivered to mailbox)"),
@@ -918,7 +922,7 @@ fn soft_bounce_defers_an_owned_target_without_a_notice() {
         .trim()
         .to_string();
     let line = inst.wait_log(20, &format!("{id}: to=<list@{h}>, relay=local"));
-    assert!(line.contains("dsn=4.3.0, status=deferred"), "{line}");
+    assert!(line.contains("dsn=4.3.0, status=SOFTBOUNCE"), "{line}");
     std::thread::sleep(std::time::Duration::from_secs(2));
     assert!(
         !inst.log().contains("non-delivery notification"),

@@ -56,7 +56,7 @@ impl Timing {
 pub struct Logger {
     resolution: u32,
     /// `soft_bounce`: a permanent failure is logged as qmgr will treat it,
-    /// deferred with 4.x.x.
+    /// kept with 4.x.x, and `status=SOFTBOUNCE` as Postfix's bounce(3).
     soft_bounce: bool,
 }
 
@@ -92,11 +92,10 @@ impl Logger {
         let rcpt = txn.recipients.iter().find(|r| r.index == index);
         let to = rcpt.map_or("", |r| r.address.as_str());
         let orig_to = mail::orig_to(to, rcpt.and_then(|r| r.orcpt.as_deref()));
-        let status = &self.as_logged(status);
-        msg_info!(
-            "{}",
-            self.line(txn, to, orig_to, relay, conn_use, delays, status)
-        );
+        let (status, soft) = self.as_logged(status);
+        let mut line = self.line(txn, to, orig_to, relay, conn_use, delays, &status);
+        line.disposition = soft.unwrap_or(line.disposition);
+        msg_info!("{line}");
     }
 
     /// Logs a delivery to `to` made for one of `txn`'s recipients (an
@@ -110,16 +109,19 @@ impl Logger {
         delays: Delays,
         status: &Status,
     ) {
-        let status = &self.as_logged(status);
-        msg_info!("{}", self.line(txn, to, orig_to, relay, 0, delays, status));
+        let (status, soft) = self.as_logged(status);
+        let mut line = self.line(txn, to, orig_to, relay, 0, delays, &status);
+        line.disposition = soft.unwrap_or(line.disposition);
+        msg_info!("{line}");
     }
 
-    /// `status` as qmgr will act on it.
-    fn as_logged(&self, status: &Status) -> Status {
-        if self.soft_bounce {
-            status.softened()
+    /// `status` as qmgr will act on it, and the word that says a
+    /// permanent failure was kept by `soft_bounce`.
+    fn as_logged(&self, status: &Status) -> (Status, Option<Disposition>) {
+        if self.soft_bounce && status.is_permanent() {
+            (status.softened(), Some(Disposition::SoftBounce))
         } else {
-            status.clone()
+            (status.clone(), None)
         }
     }
 

@@ -230,7 +230,7 @@ static PARAMS: &[ParamSpec] = &[
     p("bounce_queue_lifetime", DAY, "5d", "Time after which an undeliverable bounce is dropped."),
     p("delay_warning_time", HOUR, "0h", "Time after arrival when a still-deferred message earns its sender one delay warning (0: never)."),
     p("defer_transports", L, "", "Transports whose mail is queued and delivered only when flushed."),
-    p("soft_bounce", B, "no", "Turn permanent failures into temporary ones (for testing), as Postfix does: smtpd answers every 5xx reply as 4xx and 5.x.x as 4.x.x (its restrictions' refusals, a message too large, too many hops, a milter's or a protocol refusal alike, as Postfix's smtpd_chat does), and qmgr defers with 4.x.x a recipient that would bounce (unknown user, alias loop, 5xx from a server). Mail that outlives maximal_queue_lifetime still bounces."),
+    p("soft_bounce", B, "no", "Turn permanent failures into temporary ones (for testing), as Postfix does: smtpd answers every 5xx reply as 4xx and 5.x.x as 4.x.x (its restrictions' refusals, a message too large, too many hops, a milter's or a protocol refusal alike, as Postfix's smtpd_chat does), and qmgr defers with 4.x.x a recipient that would bounce (unknown user, alias loop, 5xx from a server), logged as status=SOFTBOUNCE. Mail that outlives maximal_queue_lifetime is still returned to the sender, as Postfix's defer flush returns it."),
     t("initial_destination_concurrency", I, "5", "Starting concurrency of a destination."),
     t("default_destination_concurrency_limit", I, "20", "Most parallel deliveries to one destination."),
     t("default_destination_recipient_limit", I, "50", "Most recipients per delivery request."),

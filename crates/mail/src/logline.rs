@@ -70,6 +70,9 @@ pub enum Disposition {
     Deliverable,
     /// An address verification probe was refused for good.
     Undeliverable,
+    /// A permanent failure kept queued because of `soft_bounce`
+    /// (Postfix's word, so that a log reader tells it from a deferral).
+    SoftBounce,
 }
 
 impl Disposition {
@@ -100,6 +103,7 @@ impl Disposition {
             Disposition::Bounced => "bounced",
             Disposition::Deliverable => "deliverable",
             Disposition::Undeliverable => "undeliverable",
+            Disposition::SoftBounce => "SOFTBOUNCE",
         }
     }
 }

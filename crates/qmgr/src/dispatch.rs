@@ -25,8 +25,9 @@ use sched::{
 use crate::agentconn::{AgentConns, Wire};
 use mail::{Status, StatusCode};
 
-use crate::logline::log_rcpt;
+use crate::logline::{log_rcpt, log_rcpt_as};
 use crate::{Action, QueueManager, Store, ROUTE_RETRY};
+use mail::logline::Disposition;
 
 /// What an agent request waits for.
 pub(crate) enum AgentWait {
@@ -239,6 +240,19 @@ impl<S: Store> QueueManager<S> {
 
     /// Journals and logs recipients deferred before any delivery attempt.
     pub(crate) fn defer_now(&mut self, qid: u64, rcpts: &[u32], status: &Status, next: Time) {
+        self.defer_logged(qid, rcpts, status, next, Disposition::of(status));
+    }
+
+    /// [`Self::defer_now`], logged with `word` (`SOFTBOUNCE` for a
+    /// bounce kept by `soft_bounce`).
+    fn defer_logged(
+        &mut self,
+        qid: u64,
+        rcpts: &[u32],
+        status: &Status,
+        next: Time,
+        word: Disposition,
+    ) {
         let Some(a) = self.deliver.msgs.get_mut(&qid) else {
             return;
         };
@@ -246,7 +260,7 @@ impl<S: Store> QueueManager<S> {
         let a = &*a;
         let mut lines = Vec::new();
         for &i in rcpts {
-            lines.push(log_rcpt(self.now, &a.id, &a.envelope, i, status));
+            lines.push(log_rcpt_as(self.now, &a.id, &a.envelope, i, status, word));
             if let Some(r) = a.routes.get(&i) {
                 self.figures.deferred(a.id, &r.transport, &r.nexthop);
             }
@@ -270,7 +284,8 @@ impl<S: Store> QueueManager<S> {
     pub(crate) fn bounce_now(&mut self, qid: u64, rcpts: &[u32], status: &Status) {
         if self.settings.soft_bounce {
             let next = self.now + self.settings.run_delay;
-            return self.defer_now(qid, rcpts, &status.softened(), next);
+            let word = Disposition::SoftBounce;
+            return self.defer_logged(qid, rcpts, &status.softened(), next, word);
         }
         let Some(a) = self.deliver.msgs.get(&qid) else {
             return;

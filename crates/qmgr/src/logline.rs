@@ -24,6 +24,18 @@ pub(crate) fn log_rcpt(
     i: u32,
     status: &Status,
 ) -> String {
+    log_rcpt_as(now, id, envelope, i, status, Disposition::of(status))
+}
+
+/// [`log_rcpt`] with the `status=` word given (`SOFTBOUNCE`).
+pub(crate) fn log_rcpt_as(
+    now: Time,
+    id: &QueueId,
+    envelope: &Envelope,
+    i: u32,
+    status: &Status,
+    disposition: Disposition,
+) -> String {
     let rcpt = envelope.recipients.get(i as usize);
     let to = rcpt.map(|r| r.address.as_str()).unwrap_or("");
     let age_us = (now.0 * 1000).saturating_sub(envelope.arrival.as_micros());
@@ -37,7 +49,7 @@ pub(crate) fn log_rcpt(
         delays: Delays::of_age(Duration::from_micros(age_us), zero, zero, zero),
         resolution: mail::logline::DEFAULT_RESOLUTION,
         status,
-        disposition: Disposition::of(status),
+        disposition,
     };
     line.to_string()
 }
@@ -67,5 +79,36 @@ mod tests {
         assert!(w.records(id).iter().any(|r| matches!(r,
             Record::Deferred { status, reason, .. }
                 if status.to_string() == "4.3.0" && reason == "address resolver unavailable")));
+    }
+
+    #[test]
+    fn soft_bounce_logs_a_kept_bounce_as_softbounce() {
+        // A recipient that fails for good before any delivery (the error
+        // transport) is kept under soft_bounce; the log says SOFTBOUNCE,
+        // as Postfix's bounce.c, so a reader tells it from a deferral.
+        let mut s = settings();
+        s.soft_bounce = true;
+        let mut w = World::new(s);
+        let id = w.arrive("a@a.example", &["r@b.example"]);
+        w.route_all(&[("r@b.example", "error", "5.1.1 no such user")]);
+        let line = w
+            .log
+            .iter()
+            .map(|(_, l)| l.as_str())
+            .find(|l| l.contains("to=<r@b.example>"))
+            .expect("a line");
+        assert!(
+            line.ends_with("dsn=4.1.1, status=SOFTBOUNCE (no such user)"),
+            "{line}"
+        );
+        assert!(w.live(id), "the message stays queued");
+        assert!(w
+            .records(id)
+            .iter()
+            .any(|r| matches!(r, Record::Deferred { .. })));
+        assert!(!w
+            .records(id)
+            .iter()
+            .any(|r| matches!(r, Record::Bounced { .. })));
     }
 }
