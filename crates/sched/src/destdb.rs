@@ -129,12 +129,17 @@ impl DestDb {
     }
 
     /// Skips the host called `name` until `until`, if it is known here
-    /// (news from another instance); whether it is.
-    pub fn retry_until(&mut self, name: &str, until: Time) -> bool {
+    /// (news from another instance, at `now`); whether it is.
+    pub fn retry_until(&mut self, name: &str, until: Time, now: Time) -> bool {
         let Some(&h) = self.by_name.get(name) else {
             return false;
         };
         let r = &mut self.hosts[h];
+        // An error seen here in a retry that has ended no longer says why
+        // the host is skipped: the deferral then names the news instead.
+        if r.retry_at.is_none_or(|t| t <= now) {
+            r.last_error = None;
+        }
         r.retry_at = Some(r.retry_at.map_or(until, |t| t.max(until)));
         true
     }
@@ -242,5 +247,21 @@ mod tests {
         db.release(a);
         assert_eq!(db.gc(Time(200), Duration::from_millis(100)), 1);
         assert!(db.is_empty());
+    }
+
+    #[test]
+    fn news_after_an_ended_retry_forgets_the_old_local_error() {
+        let mut db = DestDb::default();
+        let h = db.acquire("mx1.example");
+        let why = Status::new(crate::event::StatusCode::NO_ANSWER, "refused");
+        db.failed(h, Time(10), Duration::from_millis(100), &why);
+        // News while the local retry runs: the local error still explains it.
+        assert!(db.retry_until("mx1.example", Time(500), Time(50)));
+        assert_eq!(db.hosts[h].last_error.as_ref(), Some(&why));
+        // News after that retry ended: the old error is not quoted again.
+        assert!(db.retry_until("mx1.example", Time(2000), Time(900)));
+        assert_eq!(db.hosts[h].last_error, None);
+        assert_eq!(db.classify(h, Time(1000)), HostClass::Skip);
+        assert!(!db.retry_until("unknown.example", Time(2000), Time(900)));
     }
 }

@@ -288,7 +288,7 @@ impl Scheduler {
                 if until > now {
                     self.host_news.retain(|_, t| *t > now);
                     self.host_news.insert(host.as_str().into(), until);
-                    self.hosts.retry_until(&host, until);
+                    self.hosts.retry_until(&host, until, now);
                 }
             }
             Event::SlotReleased { bind } => {
@@ -605,7 +605,7 @@ impl Scheduler {
             // A host another instance could not reach is skipped here too.
             for n in hosts.iter().flatten() {
                 if let Some(&until) = self.host_news.get(n.as_str()).filter(|&&u| u > now) {
-                    self.hosts.retry_until(n, until);
+                    self.hosts.retry_until(n, until, now);
                 }
             }
             self.dests[d].hosts = HostLevels::new(new);
