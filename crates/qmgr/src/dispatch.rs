@@ -12,6 +12,7 @@
 //! delivery attempt; the agents log the results of their own transactions.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
 
 use ipc::delivery;
 use mail::Envelope;
@@ -278,12 +279,28 @@ impl<S: Store> QueueManager<S> {
         self.append(rec);
     }
 
+    /// When a message deferred now is due again, as Postfix's qmgr backs
+    /// off: its age, within minimal_backoff_time .. maximal_backoff_time.
+    fn backoff(&self, qid: u64) -> Time {
+        let cfg = self.deliver.sched.config();
+        let arrival_us = self
+            .deliver
+            .msgs
+            .get(&qid)
+            .map_or(0, |a| a.envelope.arrival.as_micros());
+        let age = Duration::from_micros((self.now.0 * 1000).saturating_sub(arrival_us));
+        let d = age
+            .min(cfg.maximal_backoff_time)
+            .max(cfg.minimal_backoff_time);
+        self.now + d
+    }
+
     /// Journals and logs recipients bounced before any delivery attempt;
     /// with `soft_bounce` they are deferred instead, as Postfix's bounce
     /// daemon does, so that a configuration under test loses no mail.
     pub(crate) fn bounce_now(&mut self, qid: u64, rcpts: &[u32], status: &Status) {
         if self.settings.soft_bounce {
-            let next = self.now + self.settings.run_delay;
+            let next = self.backoff(qid);
             let word = Disposition::SoftBounce;
             return self.defer_logged(qid, rcpts, &status.softened(), next, word);
         }
