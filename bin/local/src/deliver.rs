@@ -468,6 +468,7 @@ impl Delivery<'_> {
                 date: &cx_date,
                 arrival: &arrived,
                 retry_until: None,
+                postmaster: false,
             },
         );
         // The original goes in as it is read, never whole.

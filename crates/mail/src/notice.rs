@@ -63,6 +63,9 @@ pub struct Context<'a> {
     pub arrival: &'a str,
     /// For delay warnings: when retries stop (arrival + `maximal_queue_lifetime`), RFC 5322.
     pub retry_until: Option<&'a str>,
+    /// The notice goes to the postmaster (a copy, or a failed notice):
+    /// Postfix's `Postmaster-Subject:` then.
+    pub postmaster: bool,
 }
 
 /// The failure notice, in wire format. `original` is the message as stored (wire format).
@@ -136,6 +139,7 @@ pub fn parts_of(
         date,
         arrival,
         retry_until,
+        postmaster,
     } = cx;
     let boundary = format!("{queue_id}.{}/{hostname}", env.arrival.secs);
     let global = env.smtputf8;
@@ -148,10 +152,12 @@ pub fn parts_of(
         "From: MAILER-DAEMON@{hostname} (Mail Delivery System)"
     ));
     line(&format!("To: {}", printable(to)));
-    line(match kind {
-        Kind::Failure => "Subject: Undelivered Mail Returned to Sender",
-        Kind::Delay => "Subject: Delayed Mail (still being retried)",
-        Kind::Success { .. } => "Subject: Successful Mail Delivery Report",
+    line(match (kind, postmaster) {
+        (Kind::Failure, false) => "Subject: Undelivered Mail Returned to Sender",
+        (Kind::Failure, true) => "Subject: Postmaster Copy: Undelivered Mail",
+        (Kind::Delay, false) => "Subject: Delayed Mail (still being retried)",
+        (Kind::Delay, true) => "Subject: Postmaster Warning: Delayed Mail",
+        (Kind::Success { .. }, _) => "Subject: Successful Mail Delivery Report",
     });
     line(&format!("Date: {date}"));
     line("Auto-Submitted: auto-replied");
@@ -415,6 +421,7 @@ mod tests {
             date: "now",
             arrival: "then",
             retry_until: None,
+            postmaster: false,
         }
     }
 

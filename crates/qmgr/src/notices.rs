@@ -37,9 +37,29 @@ struct Notice {
     /// A failure or success notice settles the recipients it reports
     /// (`Notified`); a delay warning is journaled as `Warned`.
     kind: NoticeKind,
-    /// It goes to the postmaster (a notice about a notice), not to the
-    /// sender: so named in the log, as Postfix does.
+    /// It goes to the postmaster (a notice about a notice, or a copy), not
+    /// to the sender: so named in the log, as Postfix does.
     postmaster: bool,
+    /// A postmaster copy (`notify_classes` bounce or delay): it settles
+    /// nothing, and one that fails is only logged, as Postfix's.
+    copy: bool,
+    /// The postmaster copy to send once this notice is queued.
+    then: Option<Vec<cleanup::Request>>,
+}
+
+impl Notice {
+    /// A postmaster copy about `orig`.
+    fn copy(orig: QueueId, kind: NoticeKind, reqs: Vec<cleanup::Request>) -> Notice {
+        Notice {
+            orig,
+            rcpts: Vec::new(),
+            reqs,
+            kind,
+            postmaster: true,
+            copy: true,
+            then: None,
+        }
+    }
 }
 
 /// Notices queued, sent and owed.
@@ -122,6 +142,7 @@ impl<S: Store> QueueManager<S> {
                     notice_word(n.kind)
                 );
                 self.info(line);
+                self.queue_copy(&n);
                 self.notice_done(n);
             }
             cleanup::Response::Failed { reply } if reply.is_permanent() => {
@@ -204,6 +225,7 @@ impl<S: Store> QueueManager<S> {
             })
             .collect();
         let rcpts: Vec<u32> = items.iter().map(|f| f.index).collect();
+        let copy = self.postmaster_copy(head, &items, NoticeKind::Delay);
         match self.notice(head.clone(), items, NoticeKind::Delay) {
             Some(reqs) => {
                 self.notices.warnings.insert(id);
@@ -213,10 +235,19 @@ impl<S: Store> QueueManager<S> {
                     reqs,
                     kind: NoticeKind::Delay,
                     postmaster: false,
+                    copy: false,
+                    then: copy,
                 });
             }
-            // Nobody wants one: do not look again.
-            None => self.append(Record::Warned { id }),
+            // Nobody wants one: do not look again (the postmaster's copy
+            // goes all the same, as Postfix's ignores NOTIFY).
+            None => {
+                if let Some(reqs) = copy {
+                    let n = Notice::copy(id, NoticeKind::Delay, reqs);
+                    self.notices.queue.push_back(n);
+                }
+                self.append(Record::Warned { id });
+            }
         }
     }
 
@@ -273,6 +304,10 @@ impl<S: Store> QueueManager<S> {
             }
             let rcpts: Vec<u32> = items.iter().map(|f| f.index).collect();
             let postmaster = head.envelope.sender.is_empty();
+            let copy = match kind {
+                NoticeKind::Failure => self.postmaster_copy(&head, &items, kind),
+                _ => None,
+            };
             match self.notice(head.clone(), items, kind) {
                 Some(reqs) => {
                     self.notices.owed.insert(id);
@@ -282,18 +317,39 @@ impl<S: Store> QueueManager<S> {
                         reqs,
                         kind,
                         postmaster,
+                        copy: false,
+                        then: copy,
                     });
                     return;
                 }
-                // Nobody wants one: settled.
-                None => self.append(Record::Notified { id, rcpts }),
+                // Nobody wants one: settled (the postmaster's copy goes
+                // all the same, as Postfix's ignores NOTIFY).
+                None => {
+                    if let Some(reqs) = copy {
+                        self.notices.queue.push_back(Notice::copy(id, kind, reqs));
+                    }
+                    self.append(Record::Notified { id, rcpts });
+                }
             }
+        }
+    }
+
+    /// Queues the postmaster copy that waited for `n` (Postfix sends it
+    /// once the sender's notice is posted).
+    fn queue_copy(&mut self, n: &Notice) {
+        if let Some(reqs) = n.then.clone() {
+            self.notices
+                .queue
+                .push_back(Notice::copy(n.orig, n.kind, reqs));
         }
     }
 
     /// A notice is queued (or refused for good): journal that, and remove
     /// the message if it was only waiting for this.
     fn notice_done(&mut self, n: Notice) {
+        if n.copy {
+            return;
+        }
         if n.kind == NoticeKind::Delay {
             self.notices.warnings.remove(&n.orig);
             if self.state.messages.contains_key(&n.orig) {
@@ -320,6 +376,9 @@ impl<S: Store> QueueManager<S> {
     /// A notice did not make it: the message is tried again later, which
     /// builds the notice again from the journal.
     fn notice_retry(&mut self, n: Notice) {
+        if n.copy {
+            return;
+        }
         if n.kind == NoticeKind::Delay {
             // The next deferral of the message warns again.
             self.notices.warnings.remove(&n.orig);
@@ -350,14 +409,15 @@ impl<S: Store> QueueManager<S> {
             return None;
         }
         let s = &self.settings;
-        let (to, from) = match bounce::who(&env.sender, &s.postmaster, &s.double_bounce) {
-            bounce::Notify::Sender(x) => (x, String::new()),
+        let (to, from, postmaster) = match bounce::who(&env.sender, &s.postmaster, &s.double_bounce)
+        {
+            bounce::Notify::Sender(x) => (x, String::new(), false),
             _ if kind != NoticeKind::Failure => return None,
             // Postfix tells the postmaster of a failed notice only when
             // notify_classes asks for it (bounce or 2bounce; not by
             // default): else the notice is dropped, as there.
             bounce::Notify::Postmaster { .. } if !s.notify_postmaster_of_bounces => return None,
-            bounce::Notify::Postmaster { to, from } => (to, from),
+            bounce::Notify::Postmaster { to, from } => (to, from, true),
             bounce::Notify::Nobody => {
                 self.warn(format!(
                     "{}: undeliverable double-bounce discarded",
@@ -366,14 +426,81 @@ impl<S: Store> QueueManager<S> {
                 return None;
             }
         };
+        let to = Recipient {
+            to,
+            from,
+            postmaster,
+        };
+        Some(self.build(&head, &wanted, kind, to, false))
+    }
+
+    /// The postmaster's copy of a non-delivery notice or a delay warning
+    /// about `items`, when notify_classes asks for it (bounce, delay):
+    /// headers only, every recipient whatever its NOTIFY, from the
+    /// double-bounce sender (its failure is only logged), as Postfix's
+    /// bounce_notify_service and bounce_warn_service. None for mail from
+    /// the null sender (its notice already goes to the postmaster) or when
+    /// the sender is that recipient.
+    fn postmaster_copy(
+        &mut self,
+        head: &MessageHead,
+        items: &[bounce::Failed],
+        kind: NoticeKind,
+    ) -> Option<Vec<cleanup::Request>> {
+        let s = &self.settings;
+        let to = match kind {
+            NoticeKind::Failure => s.bounce_copy_to.clone()?,
+            NoticeKind::Delay => s.delay_copy_to.clone()?,
+            NoticeKind::Success { .. } => return None,
+        };
+        let sender = &head.envelope.sender;
+        if sender.is_empty()
+            || sender.eq_ignore_ascii_case(&s.double_bounce)
+            || sender.eq_ignore_ascii_case(&to)
+            || items.is_empty()
+        {
+            return None;
+        }
+        let from = s.double_bounce.clone();
+        let all: Vec<&bounce::Failed> = items.iter().collect();
+        let to = Recipient {
+            to,
+            from,
+            postmaster: true,
+        };
+        Some(self.build(head, &all, kind, to, true))
+    }
+
+    /// The cleanup requests of a notice about `wanted` to `to`; the
+    /// original as its headers only when `headers_only` (or when over
+    /// bounce_size_limit).
+    fn build(
+        &mut self,
+        head: &MessageHead,
+        wanted: &[&bounce::Failed],
+        kind: NoticeKind,
+        to: Recipient,
+        headers_only: bool,
+    ) -> Vec<cleanup::Request> {
+        let Recipient {
+            to,
+            from,
+            postmaster,
+        } = to;
+        let env = &head.envelope;
+        let s = &self.settings;
         // An original over bounce_size_limit comes back as its headers
         // only (Postfix's bounce_original), and is never read whole: one
         // byte past the limit says it is over, and its header section is
         // read up to HEADERS_READ.
         let limit = s.bounce_size_limit;
-        let read = (limit > 0).then(|| {
-            usize::try_from(limit.max(HEADERS_READ).saturating_add(1)).unwrap_or(usize::MAX)
-        });
+        let read = if headers_only {
+            Some(HEADERS_READ as usize)
+        } else {
+            (limit > 0).then(|| {
+                usize::try_from(limit.max(HEADERS_READ).saturating_add(1)).unwrap_or(usize::MAX)
+            })
+        };
         let mut original = match self.store.read_data(head.id, &head.data, read) {
             Ok(v) => v,
             Err(e) => {
@@ -385,7 +512,7 @@ impl<S: Store> QueueManager<S> {
             }
         };
         let mut over = mail::Envelope::default();
-        let env = if limit > 0 && original.len() as u64 > limit {
+        let env = if headers_only || (limit > 0 && original.len() as u64 > limit) {
             let mut h = mail::notice::header_section(&original).len();
             if h == original.len() {
                 // No end of the headers in what was read: up to its last
@@ -416,9 +543,9 @@ impl<S: Store> QueueManager<S> {
             date: &date,
             arrival: &arrived,
             retry_until: (kind == NoticeKind::Delay).then_some(until.as_str()),
+            postmaster,
         };
-        let bytes =
-            mail::notice::report_of(kind, env, &head.id.to_string(), &wanted, &original, cx);
+        let bytes = mail::notice::report_of(kind, env, &head.id.to_string(), wanted, &original, cx);
         // A report about SMTPUTF8 mail holds UTF-8 (RFC 6533) in its body,
         // as a returned 8-bit original does: 8BITMIME is enough for those.
         // SMTPUTF8 of the next hop is needed only when the notice's own
@@ -451,8 +578,18 @@ impl<S: Store> QueueManager<S> {
             });
         }
         reqs.push(cleanup::Request::End);
-        Some(reqs)
+        reqs
     }
+}
+
+/// Who a notice goes to, and from which sender.
+struct Recipient {
+    /// The notice's one recipient.
+    to: String,
+    /// Its envelope sender (empty: the null sender).
+    from: String,
+    /// `to` is the postmaster: Postfix's postmaster subject.
+    postmaster: bool,
 }
 
 #[cfg(test)]
@@ -725,5 +862,133 @@ mod tests {
         assert!(w.cleanup.is_empty());
         assert!(w.logged(&format!("{id}: undeliverable double-bounce discarded")));
         assert!(!w.live(id));
+    }
+
+    /// The sender and envelope recipient of a notice's requests.
+    fn envelope_of(reqs: &[cleanup::Request]) -> (String, String) {
+        let cleanup::Request::Begin { envelope, .. } = &reqs[0] else {
+            panic!("Begin first");
+        };
+        (
+            envelope.sender.clone(),
+            envelope.recipients[0].address.clone(),
+        )
+    }
+
+    /// Answers the next notice cleanup got with Queued as `qid`; its requests.
+    fn queue_next(w: &mut World, qid: &str) -> Vec<cleanup::Request> {
+        let (notice, reqs) = w.cleanup.pop_front().expect("a notice");
+        w.handle(Event::CleanupAnswer {
+            notice,
+            response: cleanup::Response::Queued {
+                queue_id: qid.into(),
+            },
+        });
+        reqs
+    }
+
+    /// notify_classes = bounce: once the sender's notice is queued, the
+    /// postmaster (bounce_notice_recipient) gets a copy with the original's
+    /// headers only, from the double-bounce sender, as Postfix's
+    /// bounce_notify_service; without the class, nothing.
+    #[test]
+    fn notify_classes_bounce_sends_the_postmaster_a_copy_of_each_bounce() {
+        for copy in [false, true] {
+            let mut w = World::new(Settings {
+                bounce_copy_to: copy.then(|| "postmaster@test".to_string()),
+                ..settings()
+            });
+            let id = w.arrive("alice@a.example", &["r@b.example"]);
+            w.route_all(&[]);
+            w.deliver_all(|_| 550);
+            let sender = queue_next(&mut w, "N1");
+            assert_eq!(envelope_of(&sender).1, "alice@a.example");
+            assert!(text(&sender).contains("Subject: Undelivered Mail Returned to Sender"));
+            assert!(
+                text(&sender).contains("\r\nbody\r\n"),
+                "the sender gets it whole"
+            );
+            if !copy {
+                assert!(w.cleanup.is_empty(), "no copy by default");
+                assert!(!w.live(id));
+                continue;
+            }
+            let pm = queue_next(&mut w, "P1");
+            assert_eq!(
+                envelope_of(&pm),
+                (
+                    "double-bounce@test".to_string(),
+                    "postmaster@test".to_string()
+                )
+            );
+            let t = text(&pm);
+            for needle in [
+                "To: postmaster@test",
+                "Subject: Postmaster Copy: Undelivered Mail",
+                "Content-Type: text/rfc822-headers",
+                "Subject: test",
+                "<r@b.example>: 550 reply",
+            ] {
+                assert!(t.contains(needle), "{needle}: {t}");
+            }
+            assert!(!t.contains("\r\nbody\r\n"), "headers only: {t}");
+            assert!(w.logged(&format!("{id}: sender non-delivery notification: N1")));
+            assert!(w.logged(&format!("{id}: postmaster non-delivery notification: P1")));
+            assert!(!w.live(id));
+            assert!(w.cleanup.is_empty(), "one copy");
+        }
+    }
+
+    /// A copy cleanup refuses or defers is only logged: the message is
+    /// settled by its sender's notice, never tried again for the copy.
+    #[test]
+    fn a_failed_postmaster_copy_settles_nothing() {
+        let mut w = World::new(Settings {
+            bounce_copy_to: Some("postmaster@test".into()),
+            ..settings()
+        });
+        let id = w.arrive("alice@a.example", &["r@b.example"]);
+        w.route_all(&[]);
+        w.deliver_all(|_| 550);
+        queue_next(&mut w, "N1");
+        let (notice, _) = w.cleanup.pop_front().expect("the copy");
+        w.handle(Event::CleanupAnswer {
+            notice,
+            response: cleanup::Response::Failed {
+                reply: mail::Refusal::new(451, mail::StatusCode::SYSTEM_TEMP, "try later"),
+            },
+        });
+        assert!(!w.live(id), "settled by the sender's notice");
+        w.wait(Duration::from_secs(3600));
+        w.queue_notices();
+        assert!(w.cleanup.is_empty(), "the copy is not sent again");
+    }
+
+    /// notify_classes = delay: the delay warning's copy goes to
+    /// delay_notice_recipient, even when the sender asked for no warning
+    /// (Postfix's copy ignores NOTIFY).
+    #[test]
+    fn notify_classes_delay_sends_the_postmaster_a_copy_of_each_warning() {
+        let mut w = World::new(Settings {
+            delay_warning: Duration::from_secs(600),
+            delay_copy_to: Some("ops@test".into()),
+            ..settings()
+        });
+        let id = w.arrive("alice@a.example", &["r@b.example"]);
+        w.settle(|_| 450);
+        w.wait(Duration::from_secs(900));
+        w.route_all(&[]);
+        w.deliver_all(|_| 450);
+        let warning = queue_next(&mut w, "W1");
+        assert_eq!(envelope_of(&warning).1, "alice@a.example");
+        let pm = queue_next(&mut w, "W2");
+        assert_eq!(
+            envelope_of(&pm),
+            ("double-bounce@test".to_string(), "ops@test".to_string())
+        );
+        assert!(text(&pm).contains("Subject: Postmaster Warning: Delayed Mail"));
+        assert!(text(&pm).contains("Action: delayed"));
+        assert!(w.logged(&format!("{id}: postmaster delay notification: W2")));
+        assert!(w.live(id), "still being retried");
     }
 }

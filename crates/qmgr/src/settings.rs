@@ -36,6 +36,12 @@ pub struct Settings {
     /// `notify_classes` has `bounce` or `2bounce`: a notice that fails is
     /// reported to `postmaster` (else dropped, Postfix's default).
     pub notify_postmaster_of_bounces: bool,
+    /// `bounce_notice_recipient` when `notify_classes` has `bounce`: it
+    /// gets a copy (headers only) of every non-delivery notice.
+    pub bounce_copy_to: Option<String>,
+    /// `delay_notice_recipient` when `notify_classes` has `delay`: it gets
+    /// a copy (headers only) of every delay warning.
+    pub delay_copy_to: Option<String>,
     /// `bounce_size_limit`: a larger original is returned in its notice
     /// as headers only (0: whole whatever its size).
     pub bounce_size_limit: u64,
@@ -62,6 +68,8 @@ impl Default for Settings {
             postmaster: "postmaster@localhost".into(),
             double_bounce: "double-bounce@localhost".into(),
             notify_postmaster_of_bounces: false,
+            bounce_copy_to: None,
+            delay_copy_to: None,
             bounce_size_limit: 50_000,
             admission_by_sender: true,
             verify: VerifySettings::default(),
@@ -74,12 +82,21 @@ impl Settings {
     /// The parameters of `config`, for the transports `sched` has.
     pub fn from_config(config: &config::Config, sched: &sched::SchedConfig) -> Self {
         let origin = config.str("myorigin");
-        let pm = config.str("2bounce_notice_recipient");
-        let postmaster = if pm.contains('@') {
-            pm
-        } else {
-            format!("{pm}@{origin}")
+        // A bare name is qualified with myorigin, as Postfix's cleanup
+        // qualifies the notice's recipient.
+        let qualified = |name: &str| {
+            let v = config.str(name);
+            if v.contains('@') {
+                v
+            } else {
+                format!("{v}@{origin}")
+            }
         };
+        let postmaster = qualified("2bounce_notice_recipient");
+        let classes = config.list("notify_classes");
+        let class = |c: &str| classes.iter().any(|x| x.eq_ignore_ascii_case(c));
+        let bounce_copy_to = class("bounce").then(|| qualified("bounce_notice_recipient"));
+        let delay_copy_to = class("delay").then(|| qualified("delay_notice_recipient"));
         // Postfix's mail_addr_double_bounce: qualified with myhostname.
         let db = config.str("double_bounce_sender");
         let double_bounce = if db.contains('@') {
@@ -98,10 +115,9 @@ impl Settings {
             origin,
             postmaster,
             double_bounce,
-            notify_postmaster_of_bounces: config
-                .list("notify_classes")
-                .iter()
-                .any(|c| c.eq_ignore_ascii_case("bounce") || c.eq_ignore_ascii_case("2bounce")),
+            notify_postmaster_of_bounces: class("bounce") || class("2bounce"),
+            bounce_copy_to,
+            delay_copy_to,
             bounce_size_limit: config.size("bounce_size_limit"),
             admission_by_sender: true,
             verify: VerifySettings::from_config(config),
@@ -174,6 +190,19 @@ mod tests {
         );
         assert_eq!(s.postmaster, "pm@example.net");
         assert_eq!(s.verify.sender, "", "the null sender");
+    }
+
+    #[test]
+    fn postmaster_copies_follow_notify_classes() {
+        let s = settings_of("myorigin = example.org\n");
+        assert_eq!((s.bounce_copy_to, s.delay_copy_to), (None, None));
+        assert!(!s.notify_postmaster_of_bounces);
+        let s = settings_of(
+            "myorigin = example.org\nnotify_classes = bounce, delay\ndelay_notice_recipient = ops@example.net\n",
+        );
+        assert_eq!(s.bounce_copy_to.as_deref(), Some("postmaster@example.org"));
+        assert_eq!(s.delay_copy_to.as_deref(), Some("ops@example.net"));
+        assert!(s.notify_postmaster_of_bounces);
     }
 
     #[test]
