@@ -180,6 +180,16 @@ fn header_and_body_checks_act_on_mail() {
     );
     let left: Vec<String> = inst.queued_ids().into_iter().collect();
     assert_eq!(left, [held], "only the held message stays queued");
+
+    // A reload reads the tables again, as `postfix reload` makes a new
+    // cleanup read them.
+    let table = inst.etc().join("header_checks");
+    std::fs::write(&table, "/^Subject: new rule/ REJECT 4.7.1 later please\n").unwrap();
+    assert!(inst.sluice(&["reload"]).status.success());
+    wait_for(10, "the new rule in force", || {
+        let (code, out) = send(port, &["Subject: new rule"], "x\n");
+        (code != 0 && out.contains("451 4.7.1 later please")).then_some(())
+    });
     inst.stop();
 }
 
