@@ -21,17 +21,18 @@ fn instance(main_extra: &str) -> (Instance, u16) {
 
 #[test]
 fn unimplemented_parameters_are_reported_by_check_and_in_the_log() {
-    let (inst, _port) =
-        instance("header_checks = regexp:/etc/sluice/header_checks\nheader_size_limit = 102400\n");
+    let (inst, _port) = instance(
+        "mime_header_checks = regexp:/etc/sluice/header_checks\nheader_size_limit = 102400\n",
+    );
     let main_cf = inst.etc().join("main.cf");
     let line = std::fs::read_to_string(&main_cf)
         .unwrap()
         .lines()
-        .position(|l| l.starts_with("header_checks"))
+        .position(|l| l.starts_with("mime_header_checks"))
         .unwrap()
         + 1;
     let want = format!(
-        "{}, line {line}: parameter header_checks is not implemented by Sluice and has no effect",
+        "{}, line {line}: parameter mime_header_checks is not implemented by Sluice and has no effect",
         main_cf.display(),
     );
     let out = inst.sluice(&["check"]);

@@ -13,11 +13,18 @@
 //! reload that finds DKIM configured retires the process so that the next
 //! one reads them again.
 //!
+//! Applies `header_checks` and `body_checks` (see `checks.rs`): a table
+//! that cannot be read or a bad pattern or action stops it at start, with
+//! the parameter, file and line; a reload that meets one retires the
+//! process, whose successor stops the same way (mail then waits, 4xx,
+//! instead of passing unchecked).
+//!
 //! Logs `QUEUEID: message-id=<…>` as Postfix's cleanup does,
 //! `QUEUEID: uid=N from=<…>` for local submissions, and
 //! `QUEUEID: DKIM-Signature field added (s=…, d=…)` as opendkim does.
 #![forbid(unsafe_code)]
 
+mod checks;
 mod dkim;
 mod headers;
 mod milter;
@@ -32,7 +39,16 @@ fn main() {
     };
     daemon::run(
         opts,
-        |ctx| dkim::Dkim::from_config(&ctx.config),
-        |ctx, dkim| server::CleanupServer::new(ctx, dkim).map(daemon::ipcserver::IpcServer::new),
+        // Tables are read before privileges are dropped, as Postfix's
+        // cleanup opens them before its chroot.
+        |ctx| {
+            Ok((
+                dkim::Dkim::from_config(&ctx.config)?,
+                checks::Checks::from_config(&ctx.config)?,
+            ))
+        },
+        |ctx, (dkim, checks)| {
+            server::CleanupServer::new(ctx, dkim, checks).map(daemon::ipcserver::IpcServer::new)
+        },
     )
 }

@@ -27,6 +27,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use daemon::ipcserver::{ClientId, Handler, Replies};
@@ -41,6 +42,7 @@ use mio::Token;
 use queue::{Draft, FileMode, MessageHead, Spool, SpoolConfig};
 use sys::creds::PeerCred;
 
+use crate::checks::{BodyScan, Checks, Verdict};
 use crate::dkim::Dkim;
 use crate::headers::{self, Fed, HeaderBuffer};
 use crate::milter;
@@ -51,8 +53,8 @@ mod links;
 mod write;
 use filter::{Filter, Outcome};
 use write::{
-    check_hops, finish_signing, header_block, hold_content, start_signing, write, write_held,
-    HeaderCtx,
+    check_hops, finish_signing, header_block, hold_content, scan_body, scan_body_end,
+    start_signing, write, write_held, HeaderCtx,
 };
 
 /// Where a message's address mapping stands.
@@ -94,6 +96,14 @@ struct Msg {
     added: Option<(String, Vec<mail::Recipient>)>,
     /// The milters' envelope changes were mapped already.
     remapped: bool,
+    /// header_checks and body_checks, as they were when the message began.
+    checks: Option<Arc<Checks>>,
+    /// What they decided so far.
+    verdict: Verdict,
+    /// The body lines on their way through body_checks.
+    body_scan: BodyScan,
+    /// `error` is header_checks' or body_checks' REJECT, logged already.
+    check_rejected: bool,
 }
 
 impl Msg {
@@ -165,6 +175,8 @@ pub struct CleanupServer {
     /// Which client's filter a milter socket belongs to.
     filter_owner: BTreeMap<Token, ClientId>,
     queue_root: PathBuf,
+    /// `header_checks` and `body_checks`; None when neither is set.
+    checks: Option<Arc<Checks>>,
 }
 
 fn now_micros() -> u64 {
@@ -176,7 +188,7 @@ fn now_micros() -> u64 {
 
 impl CleanupServer {
     /// Opens the spool under the queue directory.
-    pub fn new(ctx: &Context, dkim: Option<Dkim>) -> Result<Self, String> {
+    pub fn new(ctx: &Context, dkim: Option<Dkim>, checks: Option<Checks>) -> Result<Self, String> {
         let chrooted = ctx.args.chroot && sys::is_root();
         let root = if chrooted {
             PathBuf::from("/")
@@ -221,6 +233,7 @@ impl CleanupServer {
             public: is_public(ctx),
             filter_owner: BTreeMap::new(),
             queue_root: root.clone(),
+            checks: checks.map(Arc::new),
         })
     }
 
@@ -359,6 +372,10 @@ impl CleanupServer {
                     filter_end: None,
                     added: None,
                     remapped: false,
+                    checks: self.checks.clone(),
+                    verdict: Verdict::default(),
+                    body_scan: BodyScan::default(),
+                    check_rejected: false,
                 });
                 self.log_filter(token);
                 if let Some(ask) = ask {
@@ -389,6 +406,7 @@ impl CleanupServer {
                 match m.headers.feed(&bytes) {
                     Fed::Holding => {}
                     Fed::Through => {
+                        let bytes = scan_body(m, &bytes);
                         if let Some(s) = m.sign.as_mut() {
                             s.body(&bytes);
                         }
@@ -403,6 +421,7 @@ impl CleanupServer {
                             hop_limit: self.hop_limit,
                         };
                         let head = header_block(m, &headers, &ctx);
+                        let rest = scan_body(m, &rest);
                         start_signing(self.dkim.as_ref(), &self.spool, m, &head);
                         if let Some(s) = m.sign.as_mut() {
                             // The body starts after the empty line.
@@ -423,6 +442,7 @@ impl CleanupServer {
                         "Error: no message in progress",
                     )));
                 };
+                scan_body_end(&self.spool, &mut m, self.size_limit);
                 if m.error.is_none() && m.filter.is_some() {
                     let held = m.held.get_or_insert_with(milter::Held::default);
                     if held.headers.is_none() {
@@ -597,9 +617,20 @@ impl CleanupServer {
         }
         if let Some(reply) = m.error.take() {
             m.discard(&self.spool);
-            msg_info!("{}: reject: {reply}", m.id);
+            if !m.check_rejected {
+                msg_info!("{}: reject: {reply}", m.id);
+            }
             return Some(failed(reply));
         }
+        if m.verdict.discard {
+            // header_checks' or body_checks' DISCARD: logged when it
+            // matched; the client hears 250 as for any message.
+            m.discard(&self.spool);
+            return Some(Response::Queued {
+                queue_id: m.id.to_string(),
+            });
+        }
+        m.hold |= m.verdict.hold;
         if !self.qmgr.is_greeted() {
             let registry = cx.registry;
             if let Err(PeerError::Connect(e) | PeerError::Send(e)) =
@@ -879,6 +910,16 @@ impl Handler<Cleanup> for CleanupServer {
         // Keys may be readable by root alone: a fresh process reads them.
         if self.dkim.is_some() || Dkim::configured(config) {
             return false;
+        }
+        match Checks::from_config(config) {
+            Ok(c) => self.checks = c.map(Arc::new),
+            // Perhaps a file only root may read: a fresh process opens it
+            // before dropping privileges, or stops on the error; either
+            // way no mail passes unchecked under the old tables.
+            Err(e) => {
+                msg_warn!("{e}; retiring this process");
+                return false;
+            }
         }
         // Messages being received keep what they were accepted under; the
         // next ones get the new values.

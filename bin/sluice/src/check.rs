@@ -359,6 +359,9 @@ fn check_maps(cfg: &Config, param: &str, at: &str, r: &mut Report) {
     // transport_maps' values are checked as the router checks them.
     let check: tables::Check<'_> = match param {
         "transport_maps" => &route::check_transport,
+        // Their actions, as cleanup reads them at start.
+        "header_checks" => &tables::actions::check_header_action,
+        "body_checks" => &tables::actions::check_body_action,
         _ => &|_| Ok(()),
     };
     let aliases = cfg.maps("alias_maps");

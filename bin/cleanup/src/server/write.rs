@@ -2,6 +2,7 @@
 //! makes (Received:, the missing headers), content held for milters and
 //! written at End with their changes, and the DKIM signature's place.
 
+use std::borrow::Cow;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use daemon::{msg_info, msg_warn};
@@ -10,6 +11,7 @@ use mail::{Refusal, StatusCode};
 use queue::Spool;
 
 use super::{write_error, Msg};
+use crate::checks;
 use crate::dkim::Dkim;
 use crate::headers::{self, Fed};
 use crate::milter;
@@ -80,10 +82,110 @@ pub(super) fn hold_content(m: &mut Msg, bytes: &[u8], size_limit: u64) {
     }
     match m.headers.feed(bytes) {
         Fed::Holding => {}
-        Fed::Through => h.body.extend_from_slice(bytes),
+        Fed::Through => {
+            let bytes = scan(m, bytes);
+            if let Some(h) = m.held.as_mut() {
+                h.body.extend_from_slice(&bytes);
+            }
+        }
         Fed::Complete { headers, rest } => {
-            h.headers = Some(headers);
-            h.body.extend_from_slice(&rest);
+            let rest = scan(m, &rest).into_owned();
+            if let Some(h) = m.held.as_mut() {
+                h.headers = Some(headers);
+                h.body.extend_from_slice(&rest);
+            }
+        }
+    }
+    settle_checks(m);
+}
+
+/// Body content through body_checks, when set; the bytes as they are else.
+fn scan<'a>(m: &mut Msg, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+    match &m.checks {
+        Some(c) if c.checks_body() => m.body_scan.feed(c, bytes, &mut m.verdict),
+        _ => bytes.into(),
+    }
+}
+
+/// Body content through body_checks, with what they decided logged.
+pub(super) fn scan_body<'a>(m: &mut Msg, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+    let out = scan(m, bytes);
+    settle_checks(m);
+    out
+}
+
+/// At the end of the content: the last line body_checks held back for
+/// its line end, checked and written (or held, for milters).
+pub(super) fn scan_body_end(spool: &Spool, m: &mut Msg, size_limit: u64) {
+    let tail = match &m.checks {
+        Some(c) if c.checks_body() => m.body_scan.finish(c, &mut m.verdict),
+        _ => return,
+    };
+    settle_checks(m);
+    if tail.is_empty() {
+        return;
+    }
+    if let Some(h) = m.held.as_mut() {
+        h.body.extend_from_slice(&tail);
+        return;
+    }
+    if let Some(s) = m.sign.as_mut() {
+        s.body(&tail);
+    }
+    write(spool, m, &tail, size_limit);
+}
+
+/// Logs what header_checks and body_checks matched, as Postfix's cleanup
+/// does, and makes a REJECT the message's error.
+fn settle_checks(m: &mut Msg) {
+    if m.verdict.hits.is_empty() {
+        return;
+    }
+    let env = &m.envelope;
+    let origin = match &m.origin {
+        Origin::Smtp { .. } => format!(
+            "{}[{}]",
+            env.client_name.as_deref().unwrap_or("unknown"),
+            env.client_addr.as_deref().unwrap_or("unknown")
+        ),
+        Origin::Local { .. } => "local".to_string(),
+    };
+    let mut tail = format!("from=<{}>", env.sender);
+    if let Some(r) = env.recipients.first() {
+        tail.push_str(&format!(" to=<{}>", r.address));
+    }
+    if let Origin::Smtp { protocol, .. } = &m.origin {
+        tail.push_str(&format!(" proto={protocol}"));
+    }
+    if let Some(helo) = &env.helo {
+        tail.push_str(&format!(" helo=<{helo}>"));
+    }
+    for hit in m.verdict.hits.drain(..) {
+        let text = if hit.text.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", hit.text)
+        };
+        // The line is the client's: no control character reaches the log.
+        let line: String = hit
+            .line
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
+        let entry = format!(
+            "{}: {}: {} {line} from {origin}; {tail}{text}",
+            m.id, hit.action, hit.class
+        );
+        if hit.warning {
+            msg_warn!("{entry}");
+        } else {
+            msg_info!("{entry}");
+        }
+    }
+    if m.error.is_none() {
+        if let Some(r) = &m.verdict.reject {
+            m.error = Some(r.clone());
+            m.check_rejected = true;
         }
     }
 }
@@ -191,6 +293,17 @@ pub(super) fn header_block(m: &mut Msg, headers: &[u8], ctx: &HeaderCtx<'_>) -> 
         id_headers,
         hop_limit,
     } = *ctx;
+    // header_checks first: a header it deletes is not there for what
+    // follows (a Message-ID: it drops is added again, as in Postfix).
+    let checked;
+    let headers = match m.checks.clone() {
+        Some(c) => {
+            checked = checks::check_headers(&c, headers, &mut m.verdict);
+            settle_checks(m);
+            &*checked
+        }
+        None => headers,
+    };
     let (headers, ids) = headers::take_ids(headers, id_headers);
     let headers = &*headers;
     for (what, v) in [("tenant", &ids.tenant), ("job", &ids.job)] {

@@ -1,0 +1,536 @@
+//! header_checks and body_checks (header_checks(5)), sans-IO.
+//!
+//! As Postfix's cleanup: `header_checks` sees each logical header of the
+//! message as the client sent it, unfolded (CRLF removed, the folding
+//! whitespace kept); `body_checks` sees each body line without its CRLF
+//! and dot-stuffing, up to `body_checks_size_limit` bytes of body. The
+//! first table (and the first pattern in it) that matches decides; its
+//! action is one of `tables::actions`. A line may be deleted (IGNORE),
+//! replaced (REPLACE) or preceded by another (PREPEND); the message may be
+//! refused (REJECT: 550 5.7.1, or the 4.x.x/5.x.x code the text starts
+//! with), discarded (DISCARD) or held (HOLD). Each action makes a [`Hit`]
+//! for the shell to log as Postfix does (`QUEUEID: reject: header
+//! Subject: ... from client[addr]; from=<...> to=<...>: text`).
+//!
+//! Limits: there is no MIME parsing, so the headers of MIME parts and of
+//! attached messages are body lines here (Postfix gives them to
+//! mime_header_checks and nested_header_checks, which Sluice does not
+//! implement); the Received: header cleanup adds is not checked (Postfix
+//! checks the one its smtpd adds); a body line longer than
+//! [`MAX_BODY_LINE`] is checked in pieces of that size, as Postfix checks
+//! the pieces of a line past line_length_limit. FILTER, REDIRECT, BCC,
+//! PASS and STRIP are logged as unsupported and do nothing.
+
+use std::borrow::Cow;
+
+use mail::{Refusal, StatusCode};
+use tables::actions::{self, Action};
+use tables::Tables;
+
+/// Body bytes checked as one line at most.
+pub const MAX_BODY_LINE: usize = 2048;
+
+/// The content check tables; `None` from [`Checks::from_config`] when no
+/// table is set, so that mail then costs nothing per line.
+#[derive(Debug, Default)]
+pub struct Checks {
+    header: Option<Tables>,
+    body: Option<Tables>,
+    body_limit: u64,
+}
+
+impl Checks {
+    /// Opens `header_checks` and `body_checks`; an error names the
+    /// parameter, the file and the line.
+    pub fn from_config(cfg: &config::Config) -> Result<Option<Checks>, String> {
+        let open = |param: &str, check: tables::Check<'_>| {
+            let refs = cfg.maps(param);
+            if refs.is_empty() {
+                return Ok(None);
+            }
+            Tables::open_checked(&refs, check)
+                .map(Some)
+                .map_err(|e| format!("parameter \"{param}\": {e}"))
+        };
+        let header = open("header_checks", &actions::check_header_action)?;
+        let body = open("body_checks", &actions::check_body_action)?;
+        if header.is_none() && body.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Checks {
+            header,
+            body,
+            body_limit: cfg.size("body_checks_size_limit"),
+        }))
+    }
+
+    /// Tables compiled already (tests).
+    #[cfg(test)]
+    pub fn from_tables(header: Option<Tables>, body: Option<Tables>, body_limit: u64) -> Checks {
+        Checks {
+            header,
+            body,
+            body_limit,
+        }
+    }
+
+    /// Whether body lines are checked.
+    pub fn checks_body(&self) -> bool {
+        self.body.is_some()
+    }
+}
+
+/// A line that matched, for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit {
+    /// Postfix's word for what was done: reject, discard, hold, warning,
+    /// info, replace, prepend, ignore; or the unsupported action's word.
+    pub action: String,
+    /// `header` or `body`.
+    pub class: &'static str,
+    /// The line, cut to 200 characters as Postfix does.
+    pub line: String,
+    /// The action's text.
+    pub text: String,
+    /// Logged as a warning (an unsupported or unknown action).
+    pub warning: bool,
+}
+
+/// What the checks of a message decided so far.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// The message is refused with this.
+    pub reject: Option<Refusal>,
+    /// The message is accepted and delivered nowhere.
+    pub discard: bool,
+    /// The message is queued on hold.
+    pub hold: bool,
+    /// What to log, in order (drained by the shell).
+    pub hits: Vec<Hit>,
+}
+
+/// What becomes of one checked line.
+#[derive(Debug, PartialEq, Eq)]
+enum Fate {
+    Keep,
+    Drop,
+    Replace(String),
+    /// This line first, then the checked one, kept.
+    Prepend(String),
+}
+
+impl Verdict {
+    /// Carries out a table's result for `line`.
+    fn act(&mut self, class: &'static str, line: &str, value: &str) -> Fate {
+        let mut hit = |action: &str, text: &str, warning: bool| {
+            self.hits.push(Hit {
+                action: action.to_string(),
+                class,
+                line: line.chars().take(200).collect(),
+                text: text.to_string(),
+                warning,
+            })
+        };
+        let action = match actions::parse_action(value) {
+            Ok(a) => a,
+            // Only a `$n` result can get here: the rest is checked when
+            // the table is read. Postfix warns and goes on.
+            Err(why) => {
+                hit("unknown action", &format!("{why} in \"{value}\""), true);
+                return Fate::Keep;
+            }
+        };
+        let header_text = |t: &str| class == "body" || actions::is_header(t);
+        match action {
+            Action::Reject(text) => {
+                let refusal = reject_reply(&text);
+                hit(
+                    "reject",
+                    &format!("{} {}", refusal.status, refusal.text),
+                    false,
+                );
+                self.reject.get_or_insert(refusal);
+                Fate::Keep
+            }
+            Action::Discard(text) => {
+                hit("discard", &text, false);
+                self.discard = true;
+                Fate::Keep
+            }
+            Action::Hold(text) => {
+                if !self.hold && !self.discard {
+                    hit("hold", &text, false);
+                    self.hold = true;
+                }
+                Fate::Keep
+            }
+            Action::Warn(text) => {
+                hit("warning", &text, false);
+                Fate::Keep
+            }
+            Action::Info(text) => {
+                hit("info", &text, false);
+                Fate::Keep
+            }
+            Action::Ignore => Fate::Drop,
+            Action::Dunno => Fate::Keep,
+            Action::Prepend(t) | Action::Replace(t) if !header_text(&t) => {
+                hit(
+                    "unknown action",
+                    &format!("bad header text \"{t}\": need \"headername: headervalue\""),
+                    true,
+                );
+                Fate::Keep
+            }
+            Action::Prepend(t) => {
+                hit("prepend", &t, false);
+                Fate::Prepend(t)
+            }
+            Action::Replace(t) => {
+                hit("replace", &t, false);
+                Fate::Replace(t)
+            }
+            Action::Unsupported(word, text) => {
+                hit(
+                    "unsupported action",
+                    format!("{word} {text}").trim_end(),
+                    true,
+                );
+                Fate::Keep
+            }
+        }
+    }
+}
+
+/// REJECT's reply: 550 5.7.1 and the text, or the 4.x.x/5.x.x code the
+/// text starts with (4: 451, the message is deferred).
+pub fn reject_reply(text: &str) -> Refusal {
+    let (first, rest) = match text.split_once([' ', '\t']) {
+        Some((f, r)) => (f, r.trim_start()),
+        None => (text, ""),
+    };
+    let (status, text) = match first.parse::<StatusCode>() {
+        Ok(s) if matches!(s.class(), 4 | 5) => (s, rest),
+        _ => (StatusCode::NOT_AUTHORIZED, text),
+    };
+    let text = if text.is_empty() {
+        "message content rejected"
+    } else {
+        text
+    };
+    let code = if status.class() == 4 { 451 } else { 550 };
+    Refusal::new(code, status, text)
+}
+
+/// Runs header_checks over a complete header section (CRLF lines); gives
+/// the section as the actions left it.
+pub fn check_headers<'a>(checks: &Checks, section: &'a [u8], v: &mut Verdict) -> Cow<'a, [u8]> {
+    let Some(tables) = &checks.header else {
+        return section.into();
+    };
+    let mut out = Vec::with_capacity(section.len() + 64);
+    let mut changed = false;
+    let mut start = 0;
+    while start < section.len() {
+        // A logical header: its first line and the lines folded into it.
+        let mut end = start;
+        loop {
+            end += section[end..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(section.len() - end, |i| i + 1);
+            if end >= section.len() || !matches!(section[end], b' ' | b'\t') {
+                break;
+            }
+        }
+        let raw = &section[start..end];
+        start = end;
+        let fate = if v.reject.is_some() {
+            Fate::Keep
+        } else {
+            let text = String::from_utf8_lossy(raw)
+                .replace("\r\n", "")
+                .replace('\n', "");
+            match tables.lookup(&text) {
+                Some(value) => v.act("header", &text, &value),
+                None => Fate::Keep,
+            }
+        };
+        match fate {
+            Fate::Keep => out.extend_from_slice(raw),
+            Fate::Drop => changed = true,
+            Fate::Replace(t) => {
+                changed = true;
+                push_line(&mut out, &t, false);
+            }
+            Fate::Prepend(t) => {
+                changed = true;
+                push_line(&mut out, &t, false);
+                out.extend_from_slice(raw);
+            }
+        }
+    }
+    if changed {
+        out.into()
+    } else {
+        section.into()
+    }
+}
+
+/// A table's text as a CRLF line, dot-stuffed in the body.
+fn push_line(out: &mut Vec<u8>, text: &str, body: bool) {
+    if body && text.starts_with('.') {
+        out.push(b'.');
+    }
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Runs body_checks over the body as it streams: complete lines go out
+/// as the actions left them, the last partial line is held back until
+/// its end comes.
+#[derive(Debug, Default)]
+pub struct BodyScan {
+    partial: Vec<u8>,
+    /// Body bytes checked so far.
+    seen: u64,
+    /// The empty line that ends the headers went by.
+    started: bool,
+    /// Past body_checks_size_limit: the rest goes through unchecked.
+    done: bool,
+}
+
+impl BodyScan {
+    /// Feeds content from the empty line after the headers on; gives what
+    /// to write now.
+    pub fn feed<'a>(&mut self, checks: &Checks, bytes: &'a [u8], v: &mut Verdict) -> Cow<'a, [u8]> {
+        let Some(tables) = &checks.body else {
+            return bytes.into();
+        };
+        if self.done && self.partial.is_empty() {
+            return bytes.into();
+        }
+        let mut buf = std::mem::take(&mut self.partial);
+        buf.extend_from_slice(bytes);
+        let mut out = Vec::with_capacity(buf.len() + 64);
+        let mut start = 0;
+        while start < buf.len() {
+            let rest = &buf[start..];
+            let (line, len, whole) = match rest.iter().position(|&b| b == b'\n') {
+                Some(i) if i < MAX_BODY_LINE + 2 => (&rest[..i + 1], i + 1, true),
+                _ if rest.len() > MAX_BODY_LINE => (&rest[..MAX_BODY_LINE], MAX_BODY_LINE, false),
+                _ => break,
+            };
+            start += len;
+            self.line(tables, checks.body_limit, line, whole, v, &mut out);
+        }
+        self.partial = buf[start..].to_vec();
+        out.into()
+    }
+
+    /// The content ended: the last line, if it had no CRLF.
+    pub fn finish(&mut self, checks: &Checks, v: &mut Verdict) -> Vec<u8> {
+        let rest = std::mem::take(&mut self.partial);
+        let mut out = Vec::new();
+        if let (Some(tables), false) = (&checks.body, rest.is_empty()) {
+            self.line(tables, checks.body_limit, &rest, false, v, &mut out);
+        }
+        out
+    }
+
+    /// One line (`whole`: with its line end) or piece of a long one.
+    fn line(
+        &mut self,
+        tables: &Tables,
+        limit: u64,
+        raw: &[u8],
+        whole: bool,
+        v: &mut Verdict,
+        out: &mut Vec<u8>,
+    ) {
+        if !self.started {
+            self.started = true;
+            // The empty line that separates the headers from the body; a
+            // message without one starts its body with this line, which
+            // is checked as any other.
+            if whole && matches!(raw, b"\r\n" | b"\n") {
+                out.extend_from_slice(raw);
+                return;
+            }
+        }
+        if self.done || v.reject.is_some() {
+            out.extend_from_slice(raw);
+            return;
+        }
+        let bare = raw.strip_suffix(b"\n").unwrap_or(raw);
+        let bare = bare.strip_suffix(b"\r").unwrap_or(bare);
+        self.seen += bare.len() as u64;
+        if limit > 0 && self.seen > limit {
+            self.done = true;
+            out.extend_from_slice(raw);
+            return;
+        }
+        let unstuffed = bare.strip_prefix(b".").filter(|_| whole).unwrap_or(bare);
+        let text = String::from_utf8_lossy(unstuffed);
+        let fate = match tables.lookup(&text) {
+            Some(value) => v.act("body", &text, &value),
+            None => Fate::Keep,
+        };
+        match fate {
+            Fate::Keep => out.extend_from_slice(raw),
+            Fate::Drop => {}
+            Fate::Replace(t) => push_line(out, &t, true),
+            Fate::Prepend(t) => {
+                push_line(out, &t, true);
+                out.extend_from_slice(raw);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tables(text: &str) -> Tables {
+        Tables::from_tables(vec![
+            tables::Table::from_regexp("regexp:t", "t", text).unwrap()
+        ])
+    }
+
+    fn headers(rules: &str) -> Checks {
+        Checks::from_tables(Some(tables(rules)), None, 51200)
+    }
+
+    fn body(rules: &str, limit: u64) -> Checks {
+        Checks::from_tables(None, Some(tables(rules)), limit)
+    }
+
+    #[test]
+    fn reject_replies() {
+        let r = reject_reply("");
+        assert_eq!(r.to_string(), "550 5.7.1 message content rejected");
+        assert_eq!(reject_reply("no spam").to_string(), "550 5.7.1 no spam");
+        assert_eq!(reject_reply("4.7.0 later").to_string(), "451 4.7.0 later");
+        assert_eq!(
+            reject_reply("5.7.9").to_string(),
+            "550 5.7.9 message content rejected"
+        );
+        assert_eq!(reject_reply("2.0.0 ok").to_string(), "550 5.7.1 2.0.0 ok");
+    }
+
+    #[test]
+    fn header_actions_on_unfolded_headers() {
+        let c = headers(
+            "/^Subject:.*viagra/ REJECT no pills\n/^X-Drop:/ IGNORE\n\
+             /^X-Old: (.*)/ REPLACE X-New: $1\n/^To:/ PREPEND X-Before: to\n\
+             /^X-Warn:/ WARN careful\n/^X-Bcc:/ BCC a@b\n/^X-Bad:/ $0\n",
+        );
+        let section =
+            b"To: a@b\r\nX-Drop: 1\r\n\tfolded\r\nX-Old: v\r\nX-Warn: w\r\nX-Bcc: x\r\nX-Bad: y\r\n";
+        let mut v = Verdict::default();
+        let out = check_headers(&c, section, &mut v);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            "X-Before: to\r\nTo: a@b\r\nX-New: v\r\nX-Warn: w\r\nX-Bcc: x\r\nX-Bad: y\r\n"
+        );
+        assert!(v.reject.is_none());
+        let words: Vec<(&str, bool)> = v
+            .hits
+            .iter()
+            .map(|h| (h.action.as_str(), h.warning))
+            .collect();
+        assert_eq!(
+            words,
+            [
+                ("prepend", false),
+                ("replace", false),
+                ("warning", false),
+                ("unsupported action", true),
+                ("unknown action", true)
+            ]
+        );
+        // Folded headers are matched unfolded.
+        let mut v = Verdict::default();
+        let out = check_headers(&c, b"Subject: cheap\r\n viagra\r\nFrom: x\r\n", &mut v);
+        assert_eq!(&*out, b"Subject: cheap\r\n viagra\r\nFrom: x\r\n");
+        assert_eq!(v.reject.unwrap().to_string(), "550 5.7.1 no pills");
+        assert_eq!(v.hits[0].line, "Subject: cheap viagra");
+        assert_eq!(v.hits[0].text, "5.7.1 no pills");
+    }
+
+    #[test]
+    fn discard_and_hold() {
+        let c = headers("/^X-D:/ DISCARD gone\n/^X-H:/ HOLD look\n");
+        let mut v = Verdict::default();
+        check_headers(&c, b"X-H: 1\r\nX-H: 2\r\n", &mut v);
+        assert!(v.hold && !v.discard);
+        assert_eq!(v.hits.len(), 1, "the first HOLD only is logged");
+        let mut v = Verdict::default();
+        check_headers(&c, b"X-D: 1\r\nX-H: 2\r\n", &mut v);
+        assert!(v.discard && !v.hold, "held no more once discarded");
+    }
+
+    #[test]
+    fn body_lines_across_chunks_unstuffed_and_edited() {
+        let c = body(
+            "/^bad word$/ REJECT\n/^drop me/ IGNORE\n/^\\.dot$/ REPLACE .new\n/^mark$/ PREPEND before\n",
+            0,
+        );
+        let content = b"\r\nfirst\r\ndrop me\r\n..dot\r\nmark\r\nlast";
+        for cut in 0..content.len() {
+            let mut v = Verdict::default();
+            let mut s = BodyScan::default();
+            let mut out = s.feed(&c, &content[..cut], &mut v).into_owned();
+            out.extend_from_slice(&s.feed(&c, &content[cut..], &mut v));
+            out.extend_from_slice(&s.finish(&c, &mut v));
+            assert_eq!(
+                String::from_utf8_lossy(&out),
+                "\r\nfirst\r\n..new\r\nbefore\r\nmark\r\nlast",
+                "cut {cut}"
+            );
+            assert!(v.reject.is_none());
+        }
+        let mut v = Verdict::default();
+        let mut s = BodyScan::default();
+        s.feed(&c, b"\r\nok\r\nbad word\r\n", &mut v);
+        assert_eq!(
+            v.reject.unwrap().to_string(),
+            "550 5.7.1 message content rejected"
+        );
+        // A message without headers: its first line is body, and checked.
+        let mut v = Verdict::default();
+        let mut s = BodyScan::default();
+        s.feed(&c, b"bad word\r\nok\r\n", &mut v);
+        assert!(v.reject.is_some(), "the first line of a headerless body");
+    }
+
+    #[test]
+    fn long_lines_are_checked_in_pieces_and_the_size_limit_stops_checks() {
+        let c = body("/^x+$/ REJECT\n", 0);
+        let mut v = Verdict::default();
+        let mut s = BodyScan::default();
+        let long = format!("\r\n{}", "x".repeat(MAX_BODY_LINE * 3));
+        let out = s.feed(&c, long.as_bytes(), &mut v);
+        assert!(out.len() >= MAX_BODY_LINE * 2, "pieces go out as they come");
+        assert!(v.reject.is_some());
+        let c = body("/^late$/ REJECT\n", 10);
+        let mut v = Verdict::default();
+        let mut s = BodyScan::default();
+        let out = s.feed(&c, b"\r\n0123456789\r\nlate\r\n", &mut v);
+        assert_eq!(&*out, b"\r\n0123456789\r\nlate\r\n");
+        assert!(v.reject.is_none(), "past body_checks_size_limit");
+    }
+
+    #[test]
+    fn hostile_bytes_do_not_panic() {
+        let c = Checks::from_tables(Some(tables("/./ WARN\n")), Some(tables("/./ WARN\n")), 0);
+        let mut v = Verdict::default();
+        for junk in [&b"\xff\xfe:\r\n"[..], b"\0\0\0", b"\n\n\r\r", b"\r", b""] {
+            check_headers(&c, junk, &mut v);
+            let mut s = BodyScan::default();
+            s.feed(&c, junk, &mut v);
+            s.finish(&c, &mut v);
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! header_checks and body_checks in cleanup, end to end: swaks sends
+//! through a relaying instance to Postfix's smtp-sink. REJECT refuses the
+//! message at the end of DATA with 5.7.1 and queues nothing; IGNORE,
+//! REPLACE and PREPEND show in the delivered message; DISCARD is 250 and
+//! delivered nowhere; HOLD puts the message in the hold queue; an
+//! unsupported action is a warning. A bad pattern or an unknown action is
+//! named with its file and line by `sluice check` and by cleanup, which
+//! then takes no mail rather than passing it unchecked.
+
+use std::path::Path;
+
+use sluice_suite::{free_port, sink_dump, smtp_sink, swaks, wait_for, Instance, RECEIVE_MAIN_CF};
+
+const HEADER_CHECKS: &str = "\
+/^Subject:.*forbidden/ REJECT no forbidden subjects here
+/^X-Secret:/ IGNORE
+/^X-Old: (.*)/ REPLACE X-New: replaced $1
+/^X-Mark:/ PREPEND X-Prepended: yes
+/^Subject:.*discard me/ DISCARD spam
+/^Subject:.*hold me/ HOLD held for review
+/^X-Bcc:/ BCC someone@example.com
+";
+
+const BODY_CHECKS: &str = "\
+/^bad body line$/ REJECT 5.7.1 body refused
+/^drop this line$/ IGNORE
+";
+
+/// A relaying instance (smtpd on a free port) whose main.cf also gets
+/// `extra`, with the tables written under its etc/ before it starts.
+fn instance(sink_port: u16, tables: &[(&str, &str)], extra: &str) -> (Instance, u16) {
+    let port = free_port();
+    let cf = format!(
+        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
+    );
+    let inst = Instance::new(&cf, "");
+    let etc = inst.etc();
+    for (name, text) in tables {
+        std::fs::write(etc.join(name), text).unwrap();
+    }
+    let main = std::fs::read_to_string(etc.join("main.cf")).unwrap();
+    let main = format!(
+        "{main}{RECEIVE_MAIN_CF}relayhost = [127.0.0.1]:{sink_port}\n{}",
+        extra.replace("$ETC", &etc.display().to_string())
+    );
+    std::fs::write(etc.join("main.cf"), main).unwrap();
+    if let Some((uid, gid)) = inst.run_as {
+        for (name, _) in tables {
+            std::os::unix::fs::chown(etc.join(name), Some(uid), Some(gid)).unwrap();
+        }
+    }
+    (inst, port)
+}
+
+fn send(port: u16, headers: &[&str], body: &str) -> (i32, String) {
+    let mut args = vec![
+        "--server".to_string(),
+        format!("127.0.0.1:{port}"),
+        "--from".into(),
+        "alice@remote.example".into(),
+        "--to".into(),
+        "bob@dest.example".into(),
+        "--body".into(),
+        body.into(),
+    ];
+    for h in headers {
+        args.push("--header".into());
+        args.push(h.to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    swaks(&args)
+}
+
+fn queued_as(out: &str) -> String {
+    out.lines()
+        .find_map(|l| l.split("queued as ").nth(1))
+        .unwrap_or_else(|| panic!("no queue id in {out}"))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn header_and_body_checks_act_on_mail() {
+    let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
+    let (mut inst, port) = instance(
+        sink.port,
+        &[
+            ("header_checks", HEADER_CHECKS),
+            ("body_checks", BODY_CHECKS),
+        ],
+        "header_checks = regexp:$ETC/header_checks\nbody_checks = regexp:$ETC/body_checks\n",
+    );
+    inst.start();
+    inst.wait_port(port);
+
+    // REJECT on a header: 5.7.1 with the table's text, logged as Postfix
+    // logs it, nothing queued.
+    let (code, out) = send(port, &["Subject: something forbidden"], "hello\n");
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("550 5.7.1 no forbidden subjects here"),
+        "{out}"
+    );
+    let log = inst.wait_log(10, "reject: header Subject: something forbidden from ");
+    let line = log
+        .lines()
+        .find(|l| l.contains("reject: header Subject: something forbidden"))
+        .unwrap();
+    assert!(
+        line.contains("[127.0.0.1]; from=<alice@remote.example> to=<bob@dest.example> proto=ESMTP")
+            && line.ends_with(": 5.7.1 no forbidden subjects here"),
+        "{line}"
+    );
+
+    // REJECT on a body line, dot-stuffing undone before the match.
+    let (code, out) = send(port, &["Subject: fine"], "ok\nbad body line\nmore\n");
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("550 5.7.1 body refused"), "{out}");
+    inst.wait_log(10, "reject: body bad body line from ");
+    assert!(inst.queued_ids().is_empty(), "{:?}", inst.queue_json());
+
+    // DISCARD: 250 to the client, logged, never queued nor delivered.
+    let (code, out) = send(port, &["Subject: please discard me"], "x\n");
+    assert_eq!(code, 0, "{out}");
+    let discarded = queued_as(&out);
+    inst.wait_log(
+        10,
+        &format!("{discarded}: discard: header Subject: please discard me from "),
+    );
+
+    // HOLD: queued on hold, as `sluice queue hold` leaves it.
+    let (code, out) = send(port, &["Subject: hold me"], "x\n");
+    assert_eq!(code, 0, "{out}");
+    let held = queued_as(&out);
+    inst.wait_log(10, &format!("{held}: hold: header Subject: hold me from "));
+    wait_for(10, "the held message in the hold queue", || {
+        inst.queue_json()
+            .iter()
+            .any(|l| l.contains(&held) && l.contains("\"queue_name\":\"hold\""))
+            .then_some(())
+    });
+
+    // IGNORE, REPLACE and PREPEND show in the delivered message; the
+    // unsupported BCC is a warning and changes nothing; an IGNOREd body
+    // line is gone, a dot-stuffed one arrives as it was sent.
+    let (code, out) = send(
+        port,
+        &[
+            "Subject: edited",
+            "X-Secret: do not pass",
+            "X-Old: v1",
+            "X-Mark: m",
+            "X-Bcc: b",
+        ],
+        "keep this\ndrop this line\n.dotted\nend\n",
+    );
+    assert_eq!(code, 0, "{out}");
+    let id = queued_as(&out);
+    let dump = sink_dump(&sink, &inst, &id, "bob@dest.example");
+    let text = &dump.text;
+    assert!(!text.contains("X-Secret"), "{text}");
+    assert!(
+        text.contains("X-New: replaced v1\n") && !text.contains("X-Old"),
+        "{text}"
+    );
+    assert!(text.contains("X-Prepended: yes\nX-Mark: m\n"), "{text}");
+    assert!(text.contains("X-Bcc: b\n"), "{text}");
+    assert!(text.contains("keep this\n.dotted\nend\n"), "{text}");
+    assert!(!text.contains("drop this line"), "{text}");
+    let log = inst.log();
+    assert!(
+        log.contains(&format!("{id}: unsupported action: header X-Bcc: b from "))
+            && log.contains(": BCC someone@example.com"),
+        "{log}"
+    );
+    assert!(
+        !log.contains(&format!("{discarded}: to=<")),
+        "a discarded message was delivered:\n{log}"
+    );
+    let left: Vec<String> = inst.queued_ids().into_iter().collect();
+    assert_eq!(left, [held], "only the held message stays queued");
+
+    // A reload reads the tables again, as `postfix reload` makes a new
+    // cleanup read them.
+    let table = inst.etc().join("header_checks");
+    std::fs::write(&table, "/^Subject: new rule/ REJECT 4.7.1 later please\n").unwrap();
+    assert!(inst.sluice(&["reload"]).status.success());
+    wait_for(10, "the new rule in force", || {
+        let (code, out) = send(port, &["Subject: new rule"], "x\n");
+        (code != 0 && out.contains("451 4.7.1 later please")).then_some(())
+    });
+    inst.stop();
+}
+
+#[test]
+fn bad_tables_are_named_by_sluice_check_and_stop_cleanup() {
+    let bad_pattern = "/^Subject: ok/ WARN fine\n/^Subject: (unclosed/ REJECT\n";
+    let bad_action = "/^x/ DUNNO\n\n/^y/ FROBNICATE now\n";
+    let (mut inst, port) = instance(
+        free_port(),
+        &[("header_checks", bad_pattern), ("body_checks", bad_action)],
+        "header_checks = regexp:$ETC/header_checks\nbody_checks = pcre:$ETC/body_checks\n",
+    );
+    let etc = inst.etc();
+    let out = inst.sluice(&["check"]);
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    let named = |param: &str, file: &Path, line: usize| {
+        said.lines().any(|l| {
+            l.contains(&format!("parameter \"{param}\""))
+                && l.contains(&format!("{}, line {line}", file.display()))
+        })
+    };
+    assert!(
+        named("header_checks", &etc.join("header_checks"), 2),
+        "{said}"
+    );
+    assert!(named("body_checks", &etc.join("body_checks"), 3), "{said}");
+    assert!(said.contains("FROBNICATE"), "{said}");
+
+    // cleanup stops at start with the same words; the mail is never
+    // accepted unchecked (smtpd waits for a cleanup that keeps failing).
+    inst.start();
+    inst.wait_port(port);
+    let (code, out) = swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--from",
+        "alice@remote.example",
+        "--to",
+        "bob@dest.example",
+        "--timeout",
+        "5",
+    ]);
+    assert_ne!(code, 0, "{out}");
+    assert!(!out.contains("queued as"), "{out}");
+    let log = inst.wait_log(10, "parameter \"header_checks\"");
+    assert!(
+        log.contains(&format!("{}, line 2", etc.join("header_checks").display())),
+        "{log}"
+    );
+    assert!(inst.queued_ids().is_empty());
+    inst.stop();
+}
