@@ -362,3 +362,49 @@ fn a_refused_chunk_becomes_a_bounce_notice() {
     );
     inst.stop();
 }
+
+/// CHUNKING without 8BITMIME (the sink's 8BITMIME and SMTPUTF8 discarded):
+/// the 8-bit part goes quoted-printable, and the chunk sizes count the
+/// converted bytes (the sink reads exactly what each BDAT says).
+#[test]
+fn bdat_without_8bitmime_sends_converted_chunks() {
+    let sink = bdat_sink();
+    let mut inst = Instance::new(
+        "smtp unix - - n - - smtp\n",
+        "smtp_helo_name = client.test.example\nsmtp_discard_ehlo_keywords = 8bitmime, smtputf8\n",
+    );
+    inst.start();
+    let mut c = connect(&inst, "smtp");
+    open(&mut c, sink.port);
+    let head = b"Subject: Q8\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset=latin1\r\n";
+    let mut plain = [&head[..], b"Content-Transfer-Encoding: 8bit\r\n\r\n"].concat();
+    let mut want = [
+        &head[..],
+        b"Content-Transfer-Encoding: quoted-printable\r\n\r\n",
+    ]
+    .concat();
+    // 150 KB of 8-bit lines, some with a leading dot: several spool reads.
+    for i in 0..6000 {
+        let dots = ".".repeat(i % 3);
+        plain.extend_from_slice(format!("{dots}line {i} caf").as_bytes());
+        plain.extend_from_slice(b"\xe9 = x\r\n");
+        want.extend_from_slice(format!("{dots}line {i} caf=E9 =3D x\r\n").as_bytes());
+    }
+    let res = send(&mut c, txn("Q8", &["a@sink.test"], stuff(&plain)));
+    assert!(res[0].status.is_success(), "{res:?}");
+    let got = sink.wait(1);
+    let (cmds, content) = &got[0];
+    assert!(
+        content == &want,
+        "got:\n{}",
+        String::from_utf8_lossy(content)
+    );
+    assert!(cmds.starts_with("MAIL FROM:<s@test.example>\n"), "{cmds}");
+    let sizes: usize = cmds
+        .lines()
+        .filter_map(|l| l.strip_prefix("BDAT "))
+        .map(|l| l.split(' ').next().unwrap().parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(sizes, want.len(), "{cmds}");
+    assert!(cmds.matches("BDAT ").count() >= 2, "{cmds}");
+}

@@ -38,7 +38,7 @@ use daemon::{msg_info, Cx};
 use ipc::delivery::{Handoff, OpenFailure, RcptResult, Response, Transaction};
 use mail::{RemoteReply, Status, StatusCode};
 use mio::{Registry, Token};
-use smtp_proto::client_session::{ClientAction, ClientSession};
+use smtp_proto::client_session::{ClientAction, ClientSession, Unsent};
 use smtp_proto::Reply;
 
 use rustls::pki_types::UnixTime;
@@ -82,6 +82,8 @@ struct Active {
     /// Reply per position in `txn.recipients`.
     rcpt: Vec<Option<Reply>>,
     mail: Option<Reply>,
+    /// Why the session gave the message up itself (no server said so).
+    unsent: Option<Unsent>,
     /// The content and how far it has been sent.
     source: Option<(Content, u64)>,
     sending: bool,
@@ -782,6 +784,11 @@ impl SmtpConn {
                     a.mail = Some(r);
                 }
             }
+            ClientAction::Unsent(why) => {
+                if let Some(a) = self.active.as_mut() {
+                    a.unsent = Some(why);
+                }
+            }
             ClientAction::Recipient { index, reply } => {
                 self.stage = "rcpt";
                 if let Some(slot) = self.active.as_mut().and_then(|a| a.rcpt.get_mut(index)) {
@@ -938,6 +945,7 @@ impl SmtpConn {
             rcpt: vec![None; n],
             delivered: vec![None; n],
             mail: None,
+            unsent: None,
             source: Some((source, 0)),
             sending: false,
             bdat,
@@ -965,7 +973,18 @@ impl SmtpConn {
                 _ if a.bdat => (final_reply.clone(), "BDAT"),
                 _ => (final_reply.clone(), "end of DATA"),
             };
-            let res = self.said(r.index, &reply, stage);
+            let res = match a.unsent {
+                // Ours, not the server's: no "host said".
+                Some(why) => {
+                    let (code, text) = why.status(&self.relay);
+                    RcptResult {
+                        index: r.index,
+                        status: Status::new(code, text),
+                        remote: None,
+                    }
+                }
+                None => self.said(r.index, &reply, stage),
+            };
             let st = &res.status;
             let log = &self.settings.logger;
             log.recipient(&a.txn, r.index, &self.relay, self.uses, delays, st);

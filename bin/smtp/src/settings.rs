@@ -227,6 +227,7 @@ impl Settings {
                 tls,
                 discard_ehlo_keywords: t.list(n("smtp_discard_ehlo_keywords")),
                 line_length_limit: usize::try_from(t.int(n("smtp_line_length_limit"))).unwrap_or(0),
+                mime_output_conversion: !t.bool("disable_mime_output_conversion"),
                 ..ClientConfig::default()
             },
             // Certificates are checked after the handshake (as Postfix
@@ -312,6 +313,12 @@ mod tests {
         assert_eq!(s.bind, None);
         assert!(s.client.discard_ehlo_keywords.is_empty());
         assert!(s.proxies.is_empty());
+        assert!(s.client.mime_output_conversion, "Postfix's default");
+        assert!(
+            !settings("disable_mime_output_conversion = yes\n", false)
+                .client
+                .mime_output_conversion
+        );
         let proxied = "default_proxy = 127.0.0.1:3025\nsmtp_proxy = 127.0.0.1:3026 [::1]:3027\n";
         let s = settings(proxied, false);
         let want: Vec<std::net::SocketAddr> = vec![

@@ -416,6 +416,7 @@ static PARAMS: &[ParamSpec] = &[
     no(p("smtp_rset_timeout", SEC, "20s", "Time limit for the RSET reply. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the RSET reply is limited by smtp_rcpt_timeout.")),
     no(p("smtp_quit_timeout", SEC, "300s", "Time limit for the QUIT reply. Accepted so that a Postfix main.cf loads; Sluice does not implement it: the QUIT reply is limited by smtp_rcpt_timeout.")),
     no(p("smtp_skip_5xx_greeting", B, "yes", "Try the next server when one greets with 5xx. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a server greeting with 5xx ends the attempt with that host and the next one is tried, as with yes.")),
+    p("disable_mime_output_conversion", B, "no", "Send 8-bit content as it is to a server that does not announce 8BITMIME; by default the SMTP and LMTP clients convert each MIME part declared 8bit or binary to quoted-printable (multipart and message/rfc822 parts walked into), as Postfix does; a DKIM signature over a converted body no longer verifies."),
     p("smtp_discard_ehlo_keywords", L, "", "EHLO keywords the SMTP client ignores in server replies (e.g. chunking, pipelining, starttls)."),
     // lmtp(8) reads these in place of the smtp_ parameters, as Postfix's does.
     p("lmtp_lhlo_name", S, "$myhostname", "Name the LMTP client sends in LHLO (smtp_helo_name for lmtp)."),

@@ -31,7 +31,15 @@
 //! ESMTP parameters the server did not announce are dropped (SIZE, BODY,
 //! DSN's RET/ENVID/NOTIFY/ORCPT), as are the EHLO keywords named in
 //! `discard_ehlo_keywords`; a message that needs SMTPUTF8 from a server
-//! without it fails locally with 553 5.6.7, as Postfix does.
+//! without it is given up here with 5.6.7 ([`Unsent`]), as Postfix does.
+//! A server without 8BITMIME gets 8-bit MIME parts as quoted-printable
+//! ([`crate::mime8`], Postfix's `disable_mime_output_conversion = no`):
+//! converted after the dot-stuffing is undone and before it is redone
+//! (DATA) or the chunk is sized (BDAT), with SIZE left out for a message
+//! that said BODY=8BITMIME, since its size changes; content that cannot be
+//! converted is given up ([`Unsent::Mime`]) and the connection dropped
+//! without ending the transaction, as Postfix does. A server that offers
+//! SMTPUTF8 counts as offering 8BITMIME (Postfix's fix of 20140706).
 //! Limits: replies are read with a bounded [`ReplyParser`]. After STARTTLS's 220
 //! the session uses no input until [`ClientSession::tls_established`]; the shell
 //! must drop plaintext that arrived after the 220 (a server-side injection).
@@ -49,6 +57,7 @@ use crate::address::{Mailbox, Path};
 use crate::client::{write_command, Capabilities};
 use crate::command::{Body, Command, MailParams, RcptParams};
 use crate::fold::Folder;
+use crate::mime8::{stuff, Downgrader, MimeError};
 use crate::reply::{Reply, ReplyError, ReplyParser, StatusCode};
 
 /// STARTTLS use (Postfix `smtp_tls_security_level`).
@@ -82,6 +91,9 @@ pub struct ClientConfig {
     /// Longest content line sent; longer ones are broken with CR LF SPACE
     /// as Postfix's `smtp_line_length_limit` (0: none, the library's default).
     pub line_length_limit: usize,
+    /// Convert 8-bit MIME parts to quoted-printable for a server without
+    /// 8BITMIME (Postfix's `disable_mime_output_conversion = no`).
+    pub mime_output_conversion: bool,
 }
 
 impl Default for ClientConfig {
@@ -94,6 +106,7 @@ impl Default for ClientConfig {
             discard_ehlo_keywords: Vec::new(),
             lmtp: false,
             line_length_limit: 0,
+            mime_output_conversion: true,
         }
     }
 }
@@ -127,6 +140,33 @@ pub enum ClientError {
     Unexpected(Reply),
 }
 
+/// Why the session gave a message up itself, no server having refused it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unsent {
+    /// The message needs SMTPUTF8 and the server did not offer it.
+    Smtputf8Required,
+    /// The content could not be converted to 7 bits for a server without
+    /// 8BITMIME; the connection is dropped after it.
+    Mime(MimeError),
+}
+
+impl Unsent {
+    /// The status for every recipient; `relay` names the server for the text.
+    pub fn status(self, relay: &str) -> (StatusCode, String) {
+        match self {
+            Unsent::Smtputf8Required => (
+                StatusCode::UTF8_REQUIRED,
+                format!("SMTPUTF8 is required, but was not offered by host {relay}"),
+            ),
+            Unsent::Mime(e) => {
+                let (code, text) = e.status();
+                (code, text.to_string())
+            }
+        }
+    }
+}
+
 /// What the session reports to the delivery agent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientAction {
@@ -137,6 +177,9 @@ pub enum ClientAction {
     StartTls,
     /// MAIL was refused: the reply applies to every recipient of the message.
     SenderRefused(Reply),
+    /// The session gave the message up itself: this, not the reply in the
+    /// [`ClientAction::MessageDone`] that follows, is every recipient's outcome.
+    Unsent(Unsent),
     /// The reply to one RCPT (index into the envelope's recipients).
     Recipient {
         /// Index of the recipient.
@@ -219,11 +262,27 @@ struct Tx {
     chunks_out: usize,
     /// Where the content is for breaking long lines.
     fold: Folder,
+    /// The 8-bit to quoted-printable conversion, for a server without 8BITMIME.
+    mime: Option<Downgrader>,
+    /// The converted content so far ends inside a line (for redoing
+    /// dot-stuffing with DATA).
+    stuff_mid: bool,
     /// Indexes of the recipients accepted, in RCPT order (LMTP's replies
     /// after the content come in this order).
     accepted_idx: Vec<usize>,
     /// LMTP: how many of those have had their reply after the content.
     delivered: usize,
+}
+
+impl Tx {
+    /// Notes the last two bytes of the content sent.
+    fn track(&mut self, sent: &[u8]) {
+        match sent {
+            [] => {}
+            [b] => self.last_two = [self.last_two[1], *b],
+            [.., a, b] => self.last_two = [*a, *b],
+        }
+    }
 }
 
 /// One SMTP client connection.
@@ -677,7 +736,8 @@ impl ClientSession {
                 StatusCode::UTF8_REQUIRED,
                 "SMTPUTF8 is required, but was not offered by the host",
             );
-            self.actions.push_back(Action::SenderRefused(reply.clone()));
+            self.actions
+                .push_back(Action::Unsent(Unsent::Smtputf8Required));
             self.tx = Some(Tx {
                 mail_failed: true,
                 mail_reply: Some(reply),
@@ -688,11 +748,14 @@ impl ClientSession {
             return true;
         }
         let mut params = env.params.clone();
-        if caps.size.is_none() {
+        let eight_bit = caps.eight_bit_mime || caps.smtputf8;
+        let downgrade = self.config.mime_output_conversion && !eight_bit && !probe;
+        // Converted content is larger than the SIZE the envelope knows.
+        if caps.size.is_none() || (downgrade && params.body.is_some()) {
             params.size = None;
         }
         match params.body {
-            Some(Body::EightBitMime) if !caps.eight_bit_mime => params.body = None,
+            Some(Body::EightBitMime) if !eight_bit => params.body = None,
             Some(Body::BinaryMime) => params.body = None,
             _ => {}
         }
@@ -706,6 +769,7 @@ impl ClientSession {
         self.tx = Some(Tx {
             bdat,
             fold: Folder::new(self.config.line_length_limit),
+            mime: downgrade.then(Downgrader::new),
             ..Tx::default()
         });
         if self.needs_rset {
@@ -759,7 +823,11 @@ impl ClientSession {
         max: usize,
         fill: impl FnOnce(&mut [u8]) -> Result<usize, E>,
     ) -> Result<usize, E> {
-        let direct = self.wants_content() && self.tx.as_ref().is_some_and(|t| !t.bdat);
+        let direct = self.wants_content()
+            && self
+                .tx
+                .as_ref()
+                .is_some_and(|t| !t.bdat && t.mime.is_none());
         if !direct {
             let mut buf = vec![0u8; max];
             let n = fill(&mut buf)?;
@@ -796,17 +864,30 @@ impl ClientSession {
             return;
         }
         let Some(tx) = &mut self.tx else { return };
-        let mut two = [tx.last_two[1], chunk[chunk.len() - 1]];
-        if chunk.len() >= 2 {
-            two[0] = chunk[chunk.len() - 2];
+        if tx.mime.is_none() {
+            tx.track(chunk);
         }
-        tx.last_two = two;
-        if !tx.bdat {
+        if !tx.bdat && tx.mime.is_none() {
             tx.fold.fold(chunk, true, &mut self.output);
             return;
         }
         let mut unstuffed = Vec::with_capacity(chunk.len());
         tx.mid_line = unstuff(chunk, tx.mid_line, &mut unstuffed);
+        if let Some(mime) = tx.mime.as_mut() {
+            let mut converted = Vec::with_capacity(unstuffed.len() + unstuffed.len() / 8);
+            let done = mime.push(&unstuffed, &mut converted);
+            tx.track(&converted);
+            if let Err(e) = done {
+                return self.give_up(e);
+            }
+            unstuffed = converted;
+            if !tx.bdat {
+                let mut wire = Vec::with_capacity(unstuffed.len() + 8);
+                tx.stuff_mid = stuff(&unstuffed, tx.stuff_mid, &mut wire);
+                tx.fold.fold(&wire, true, &mut self.output);
+                return;
+            }
+        }
         // Broken before it is held: a chunk's BDAT size counts the breaks.
         let plain = if tx.fold.is_off() {
             unstuffed
@@ -822,6 +903,20 @@ impl ClientSession {
         if !ready.is_empty() {
             self.send_chunk(ready, false);
         }
+    }
+
+    /// Content that cannot be converted: the message is given up and the
+    /// connection dropped in the middle of the transaction, the only way
+    /// to cancel it (as Postfix's smtp client does).
+    fn give_up(&mut self, e: MimeError) {
+        let (code, text) = e.status();
+        self.actions.push_back(Action::Unsent(Unsent::Mime(e)));
+        self.finish_tx(Some(Reply::enhanced(554, code, text)));
+        self.output.clear();
+        self.expect.clear();
+        self.pending.clear();
+        self.phase = Phase::Closed;
+        self.actions.push_back(Action::Close);
     }
 
     fn send_chunk(&mut self, bytes: Vec<u8>, last: bool) {
@@ -853,6 +948,23 @@ impl ClientSession {
     pub fn end_content(&mut self) {
         if !self.wants_content() {
             return;
+        }
+        if let Some(tx) = self.tx.as_mut() {
+            if let Some(mime) = tx.mime.as_mut() {
+                let mut rest = Vec::new();
+                let done = mime.finish(&mut rest);
+                tx.track(&rest);
+                if let Err(e) = done {
+                    return self.give_up(e);
+                }
+                if tx.bdat {
+                    tx.fold.fold(&rest, false, &mut tx.held);
+                } else {
+                    let mut wire = Vec::with_capacity(rest.len() + 8);
+                    tx.stuff_mid = stuff(&rest, tx.stuff_mid, &mut wire);
+                    tx.fold.fold(&wire, true, &mut self.output);
+                }
+            }
         }
         let ends_crlf = self.tx.as_ref().is_some_and(|t| t.last_two == *b"\r\n");
         let empty = self.tx.as_ref().is_some_and(|t| t.last_two == [0, 0]);

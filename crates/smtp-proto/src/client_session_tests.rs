@@ -422,9 +422,16 @@ fn scripted_failures() {
     c.send_message(&e);
     assert_eq!(c.take_output(), b"");
     let a = actions(&mut c);
+    assert_eq!(a[0], ClientAction::Unsent(Unsent::Smtputf8Required));
     assert!(
         matches!(&a[1], ClientAction::MessageDone(r) if r.code == 553),
         "{a:?}"
+    );
+    let (code, text) = Unsent::Smtputf8Required.status("mx[192.0.2.1]:25");
+    assert_eq!(code, StatusCode::UTF8_REQUIRED);
+    assert_eq!(
+        text,
+        "SMTPUTF8 is required, but was not offered by host mx[192.0.2.1]:25"
     );
     // A reply nobody asked for.
     script(&mut c, &["250 surprise\n"]);
@@ -557,7 +564,12 @@ fn discarded_chunking_means_data() {
 /// (`\r`, `\n` and `\xNN` escapes), `end` ends it. The transcript shows the
 /// client's bytes (`C:`), the replies (`S:`) and the actions (`A:`).
 fn run_client_golden(text: &str) -> String {
-    let mut c = ClientSession::new(ClientConfig::default(), false);
+    // The dialogs' servers lack 8BITMIME; their content is not MIME.
+    let config = ClientConfig {
+        mime_output_conversion: false,
+        ..ClientConfig::default()
+    };
+    let mut c = ClientSession::new(config, false);
     let mut out = String::new();
     let unescape = |t: &str| -> Vec<u8> {
         let mut v = Vec::new();
@@ -794,4 +806,108 @@ fn long_lines_are_broken_as_postfix_does_with_data_and_with_bdat() {
             "a stuffing dot is not counted: chunking {chunking}"
         );
     }
+}
+
+/// The spool's wire form of an 8-bit message: one line starts with a dot.
+const EIGHT_BIT_WIRE: &[u8] = b"Subject: s\r\nMIME-Version: 1.0\r\n\
+Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n\
+caf\xc3\xa9\r\n..dot caf\xc3\xa9\r\n";
+
+/// The same with DATA to a server without 8BITMIME: converted, dot-stuffed again.
+const EIGHT_BIT_CONVERTED: &[u8] = b"Subject: s\r\nMIME-Version: 1.0\r\n\
+Content-Type: text/plain; charset=utf-8\r\n\
+Content-Transfer-Encoding: quoted-printable\r\n\r\n\
+caf=C3=A9\r\n..dot caf=C3=A9\r\n";
+
+/// The content a session writes for `wire`, given in pieces of `step`, to a
+/// server that says `ehlo`; also the MAIL command.
+fn content_sent(ccfg: ClientConfig, ehlo: &str, wire: &[u8], step: usize) -> (String, Vec<u8>) {
+    let mut c = ClientSession::new(ccfg, false);
+    script(&mut c, &["220 x\n", ehlo]);
+    actions(&mut c);
+    c.send_message(&env("a@x.com", &["b@y.com"]));
+    let mail = String::from_utf8(c.take_output()).unwrap();
+    let bdat = c.uses_bdat();
+    if bdat {
+        script(&mut c, &["250 a\n250 b\n"]);
+    } else {
+        script(&mut c, &["250 a\n250 b\n354 go\n"]);
+    }
+    assert!(actions(&mut c).contains(&ClientAction::SendContent));
+    for piece in wire.chunks(step) {
+        c.send_content(piece);
+    }
+    c.end_content();
+    (mail, c.take_output())
+}
+
+#[test]
+fn eight_bit_content_is_converted_for_a_server_without_8bitmime() {
+    let pipe = "250-x\n250-SIZE 1000\n250 PIPELINING\n";
+    for step in [1, 5, EIGHT_BIT_WIRE.len()] {
+        let (mail, out) = content_sent(ClientConfig::default(), pipe, EIGHT_BIT_WIRE, step);
+        // No BODY=, and no SIZE: the converted message is larger.
+        assert_eq!(mail.lines().next(), Some("MAIL FROM:<a@x.com>"));
+        assert_eq!(out, [EIGHT_BIT_CONVERTED, b".\r\n"].concat(), "step {step}");
+    }
+    // Sent as it is to a server with 8BITMIME, or with SMTPUTF8 (as
+    // Postfix), or with the conversion off.
+    for (ehlo, on) in [
+        ("250-x\n250-8BITMIME\n250 PIPELINING\n", true),
+        ("250-x\n250-SMTPUTF8\n250 PIPELINING\n", true),
+        (pipe, false),
+    ] {
+        let ccfg = ClientConfig {
+            mime_output_conversion: on,
+            ..ClientConfig::default()
+        };
+        let (_, out) = content_sent(ccfg, ehlo, EIGHT_BIT_WIRE, 7);
+        assert_eq!(out, [EIGHT_BIT_WIRE, b".\r\n"].concat(), "{ehlo}");
+    }
+}
+
+#[test]
+fn bdat_chunks_are_sized_after_conversion() {
+    let ehlo = "250-x\n250-CHUNKING\n250 PIPELINING\n";
+    let (_, out) = content_sent(
+        ClientConfig::default(),
+        ehlo,
+        EIGHT_BIT_WIRE,
+        EIGHT_BIT_WIRE.len(),
+    );
+    let mut plain = Vec::new();
+    unstuff(EIGHT_BIT_CONVERTED, false, &mut plain);
+    let want = [format!("BDAT {} LAST\r\n", plain.len()).as_bytes(), &plain].concat();
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&want)
+    );
+}
+
+#[test]
+fn content_that_cannot_be_converted_drops_the_connection() {
+    let mut wire = Vec::new();
+    for i in 0..=crate::mime8::NESTING_LIMIT + 1 {
+        wire.extend_from_slice(
+            format!("Content-Type: multipart/mixed; boundary=b{i}\r\n\r\n--b{i}\r\n").as_bytes(),
+        );
+    }
+    let mut c = ClientSession::new(ClientConfig::default(), false);
+    script(&mut c, &["220 x\n", "250-x\n250 PIPELINING\n"]);
+    actions(&mut c);
+    c.send_message(&env("a@x.com", &["b@y.com"]));
+    c.take_output();
+    script(&mut c, &["250 a\n250 b\n354 go\n"]);
+    actions(&mut c);
+    c.send_content(&wire);
+    c.end_content();
+    assert_eq!(c.take_output(), b"", "no end of data, no QUIT");
+    let a = actions(&mut c);
+    assert_eq!(a[0], ClientAction::Unsent(Unsent::Mime(MimeError::Nesting)));
+    assert!(
+        matches!(&a[1], ClientAction::MessageDone(r) if r.code == 554),
+        "{a:?}"
+    );
+    assert_eq!(a[2], ClientAction::Close);
+    assert!(c.is_closed());
 }

@@ -88,6 +88,7 @@ pub mod client_session;
 pub mod command;
 pub mod dsn;
 pub mod fold;
+pub mod mime8;
 pub mod proxy;
 pub mod receiver;
 pub mod reply;
