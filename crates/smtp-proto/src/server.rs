@@ -307,45 +307,6 @@ struct Transaction {
     data_seen: bool,
 }
 
-/// Per-verb counts for the `disconnect from ...` log line.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CommandStats {
-    /// (accepted, total) per row of [`COMMANDS`].
-    pub per_verb: [(u32, u32); 14],
-    /// Unrecognized or unparsable command lines.
-    pub unknown: u32,
-}
-
-impl CommandStats {
-    /// Postfix's form: `ehlo=1 mail=1 rcpt=0/1 data=1 quit=1 commands=4/5`.
-    pub fn summary(&self) -> String {
-        let mut parts = Vec::new();
-        let (mut ok, mut all) = (0, self.unknown);
-        for (info, &(good, total)) in COMMANDS.iter().zip(self.per_verb.iter()) {
-            if total == 0 {
-                continue;
-            }
-            ok += good;
-            all += total;
-            let name = info.name.to_ascii_lowercase();
-            if good == total {
-                parts.push(format!("{name}={total}"));
-            } else {
-                parts.push(format!("{name}={good}/{total}"));
-            }
-        }
-        if self.unknown > 0 {
-            parts.push(format!("unknown=0/{}", self.unknown));
-        }
-        if ok == all {
-            parts.push(format!("commands={all}"));
-        } else {
-            parts.push(format!("commands={ok}/{all}"));
-        }
-        parts.join(" ")
-    }
-}
-
 /// One SMTP server session.
 #[derive(Debug)]
 pub struct Session {
@@ -941,10 +902,7 @@ impl Session {
                 self.respond(reply, verb);
             }
             Command::Expn(_) => self.respond(not_implemented(), verb),
-            Command::Help => {
-                let text = "Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP VRFY QUIT STARTTLS";
-                self.respond(r(214, StatusCode::OK, text), verb);
-            }
+            Command::Help => self.respond(self.help_reply(), verb),
             Command::Quit => {
                 self.count(verb, true);
                 self.send(r(221, StatusCode::OK, "Bye"));
@@ -974,47 +932,6 @@ impl Session {
             }
             Command::Auth(arg) => self.auth_command(&arg),
         }
-    }
-
-    fn ehlo_reply(&self) -> Reply {
-        let c = &self.config;
-        let mut lines = vec![c.hostname.clone()];
-        if c.pipelining {
-            lines.push("PIPELINING".into());
-        }
-        lines.push(if c.max_message_size > 0 {
-            format!("SIZE {}", c.max_message_size)
-        } else {
-            "SIZE".into()
-        });
-        if c.vrfy == VrfyMode::Ambiguous252 {
-            lines.push("VRFY".into());
-        }
-        if c.tls != TlsPolicy::None && !self.tls_active {
-            lines.push("STARTTLS".into());
-        }
-        if let Some(mechs) = self.auth_offer() {
-            lines.push(format!("AUTH {mechs}"));
-        }
-        if c.enhanced_status_codes {
-            lines.push("ENHANCEDSTATUSCODES".into());
-        }
-        if c.eight_bit_mime {
-            lines.push("8BITMIME".into());
-        }
-        if c.dsn {
-            lines.push("DSN".into());
-        }
-        if c.smtputf8 {
-            lines.push("SMTPUTF8".into());
-        }
-        if c.chunking {
-            lines.push("CHUNKING".into());
-            if c.binarymime {
-                lines.push("BINARYMIME".into());
-            }
-        }
-        Reply::multiline(250, None, lines)
     }
 
     /// Checks MAIL parameters against the enabled extensions and limits.
@@ -1193,6 +1110,13 @@ fn not_implemented() -> Reply {
 
 #[path = "server_auth.rs"]
 mod auth;
+
+#[path = "server_offer.rs"]
+mod offer;
+
+#[path = "server_stats.rs"]
+mod stats;
+pub use stats::CommandStats;
 
 #[cfg(test)]
 #[path = "server_tests.rs"]

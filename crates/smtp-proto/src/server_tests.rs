@@ -443,6 +443,39 @@ fn line_limits_and_bare_lf_commands() {
 }
 
 #[test]
+fn help_lists_only_what_is_offered() {
+    let help = |cfg: ServerConfig, tls: bool| {
+        let mut s = Session::new(Arc::new(cfg), tls);
+        s.take_output();
+        s.feed(b"HELP\r\n");
+        String::from_utf8(s.take_output()).unwrap()
+    };
+    let plain = help(ServerConfig::default(), false);
+    assert!(plain.starts_with("214 2.0.0 Commands:"), "{plain}");
+    assert!(
+        !plain.contains("STARTTLS") && !plain.contains("AUTH"),
+        "{plain}"
+    );
+    let may = ServerConfig {
+        tls: TlsPolicy::May,
+        ..ServerConfig::default()
+    };
+    assert!(help(may.clone(), false).contains(" STARTTLS"));
+    assert!(!help(may, true).contains("STARTTLS"), "not once in TLS");
+    let sasl = ServerConfig {
+        sasl: true,
+        tls_auth_only: false,
+        ..ServerConfig::default()
+    };
+    let mut s = Session::new(Arc::new(sasl), false);
+    s.set_auth_mechanisms(&["PLAIN".to_string()]);
+    s.take_output();
+    s.feed(b"HELP\r\n");
+    let out = String::from_utf8(s.take_output()).unwrap();
+    assert!(out.contains(" AUTH"), "{out}");
+}
+
+#[test]
 fn data_refusals() {
     let cfg = ServerConfig {
         max_message_size: 10,

@@ -1,0 +1,67 @@
+//! smtpd's replies to details of the protocol, with real clients (swaks,
+//! Python's smtplib) where they can say it: the codes of access tables'
+//! REJECT and DEFER (access_map_reject_code, access_map_defer_code), VRFY
+//! of an unknown local user, command lines ending in a bare LF, and HELP
+//! naming only what is offered.
+
+use std::process::Command;
+
+use sluice_suite::smtp_client::SmtpClient;
+use sluice_suite::{free_port, make_cert, receive_master_cf, swaks, Instance, RECEIVE_MAIN_CF};
+
+fn instance(master_extra: &str, main: &str) -> (Instance, u16) {
+    let port = free_port();
+    let mut inst = Instance::new(&(receive_master_cf(port, "") + master_extra), main);
+    inst.start();
+    inst.wait_port(port);
+    (inst, port)
+}
+
+/// Runs a Python smtplib session: `body` uses `s`, connected and greeted.
+fn smtplib(port: u16, body: &str) -> String {
+    let script = format!(
+        "import smtplib, ssl\ns = smtplib.SMTP('127.0.0.1', {port}, timeout=30)\n\
+         s.ehlo('client.test.example')\n{body}\ns.quit()\n"
+    );
+    let out = Command::new("python3")
+        .args(["-c", &script])
+        .output()
+        .expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn help_names_starttls_and_auth_only_when_offered() {
+    let (_plain, port) = instance("", RECEIVE_MAIN_CF);
+    let out = smtplib(port, "print(s.help().decode())");
+    assert!(out.starts_with("2.0.0 Commands: EHLO"), "{out}");
+    assert!(!out.contains("STARTTLS") && !out.contains("AUTH"), "{out}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = make_cert(dir.path());
+    use std::os::unix::fs::PermissionsExt;
+    for p in [dir.path().to_path_buf(), cert.clone(), key.clone()] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let main = format!(
+        "{RECEIVE_MAIN_CF}smtpd_tls_security_level = may\nsmtpd_tls_cert_file = {}\nsmtpd_tls_key_file = {}\n",
+        cert.display(),
+        key.display()
+    );
+    let (_tls, port) = instance("", &main);
+    let out = smtplib(
+        port,
+        "print(s.help().decode())\ns.starttls(context=ssl._create_unverified_context())\n\
+         s.ehlo('client.test.example')\nprint(s.help().decode())",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[0].ends_with(" STARTTLS"), "offered before TLS: {out}");
+    assert!(!lines[1].contains("STARTTLS"), "not once in TLS: {out}");
+}
