@@ -37,6 +37,34 @@ fn smtplib(port: u16, body: &str) -> String {
 }
 
 #[test]
+fn commands_ending_in_a_bare_lf_are_accepted() {
+    // The default smtpd_forbid_bare_newline (reject) is about content.
+    let (inst, port) = instance("", RECEIVE_MAIN_CF);
+    let (mut c, _) = SmtpClient::connect(port);
+    for (cmd, code) in [
+        ("EHLO client.test.example\n", "250"),
+        ("MAIL FROM:<a@example.com>\n", "250"),
+        ("RCPT TO:<u@mx.test.example>\n", "250"),
+        ("DATA\r\n", "354"),
+        ("Subject: lf\r\n\r\nbody\r\n.\r\n", "250"),
+        ("QUIT\n", "221"),
+    ] {
+        c.send(cmd);
+        let r = c.reply();
+        assert!(r.starts_with(code), "{cmd:?}: {r}");
+    }
+    assert_eq!(inst.queue_json().len(), 1);
+    // Bare LF in content is still refused.
+    let out = inst.python("smuggle.py", &["127.0.0.1", &port.to_string(), "lf"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("550 5.5.2") && !text.contains("queued as"),
+        "{text}"
+    );
+    assert_eq!(inst.queue_json().len(), 1);
+}
+
+#[test]
 fn help_names_starttls_and_auth_only_when_offered() {
     let (_plain, port) = instance("", RECEIVE_MAIN_CF);
     let out = smtplib(port, "print(s.help().decode())");

@@ -316,7 +316,7 @@ static PARAMS: &[ParamSpec] = &[
     p("smtpd_reject_unlisted_recipient", B, "yes", "Reject local recipients that local_recipient_maps does not list."),
     no(p("smtpd_reject_unlisted_sender", B, "no", "Reject local senders that local_recipient_maps does not list. Accepted so that a Postfix main.cf loads; Sluice does not implement it: local senders are not checked against local_recipient_maps.")),
     p("disable_vrfy_command", B, "no", "Answer VRFY with 502 instead of 252."),
-    p("smtpd_forbid_bare_newline", T::Enum(&["reject", "normalize", "no"]), "reject", "What to do with a bare LF or CR in SMTP commands and message data."),
+    p("smtpd_forbid_bare_newline", T::Enum(&["reject", "normalize", "no"]), "reject", "What to do with a bare LF or CR in message data; a command line ending in a bare LF is accepted in every mode, as Postfix's default does."),
     p("smtpd_anvil_timeout", SEC, "2s", "Time a new client waits for anvil's connection count and rate before its greeting; after it the client is greeted with no limit applied (as when anvil is down)."),
     p("smtpd_router_timeout", SEC, "10s", "Time smtpd waits for the router's answer about a recipient (reject_unlisted_recipient) before that RCPT gets 451 4.3.0."),
     p("smtpd_cleanup_timeout", SEC, "60s", "Time smtpd waits for cleanup to start a message or to answer the end of data before the client gets 451 4.3.0; keep it above cleanup_router_timeout plus cleanup_qmgr_timeout."),

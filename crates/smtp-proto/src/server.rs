@@ -13,7 +13,7 @@
 //! What it enforces: command order (503 5.5.1; MAIL before HELO only with
 //! `helo_required`, as Postfix), TLS-required mode (530 5.7.0),
 //! ESMTP parameters against the configured extensions (555 5.5.4), command line
-//! length (500 5.5.2), bare LF in commands per [`BareNewline`], recipients per
+//! length (500 5.5.2), recipients per
 //! message (452 4.5.3), message size (552 5.3.4 for SIZE= and for the content),
 //! junk commands, a total command limit and the hard error limit (421 4.7.0 and
 //! close), RFC 5321 §3.1's 554-greeting mode (only QUIT, everything else 503).
@@ -174,7 +174,7 @@ pub enum AbortReason {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
-    /// A command line ended with a bare LF (refused under `BareNewline::Reject`).
+    /// A command line ended with a bare LF (accepted).
     BareNewlineInCommand,
     /// A command line longer than `max_command_line`.
     CommandTooLong,
@@ -733,13 +733,12 @@ impl Session {
             return;
         }
         if !crlf {
+            // Accepted in every mode, as Postfix's default (normalize) does:
+            // netcat and many scripts end commands so. A command line holds
+            // no content, so nothing can be smuggled through it; DATA after
+            // one starts its content as if after a bare LF (`decide`).
             self.actions
                 .push_back(Action::Event(Event::BareNewlineInCommand));
-            if self.config.bare_newline == BareNewline::Reject {
-                let reply = r(500, StatusCode::SYNTAX_ERROR, "Error: bare <LF> received");
-                self.respond(reply, None);
-                return;
-            }
         }
         let opts = ParseOptions {
             utf8_transaction: self.tx.as_ref().is_some_and(|t| t.params.smtputf8),
