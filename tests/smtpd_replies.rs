@@ -37,6 +37,61 @@ fn smtplib(port: u16, body: &str) -> String {
 }
 
 #[test]
+fn access_table_reject_and_defer_use_the_configured_codes() {
+    let main = format!(
+        "{RECEIVE_MAIN_CF}access_map_reject_code = 550\naccess_map_defer_code = 451\n\
+         smtpd_recipient_restrictions = check_recipient_access inline:{{blocked@mx.test.example=REJECT}}, \
+         check_recipient_access inline:{{later@mx.test.example=DEFER}}\n"
+    );
+    let (inst, port) = instance("", &main);
+    let server = format!("127.0.0.1:{port}");
+    let send = |to: &str| {
+        swaks(&[
+            "--server",
+            &server,
+            "--from",
+            "a@example.com",
+            "--to",
+            to,
+            "--quit-after",
+            "RCPT",
+        ])
+    };
+    let (_, out) = send("blocked@mx.test.example");
+    assert!(
+        out.contains(
+            "550 5.7.1 <blocked@mx.test.example>: Recipient address rejected: Access denied"
+        ),
+        "{out}"
+    );
+    let (_, out) = send("later@mx.test.example");
+    assert!(
+        out.contains(
+            "451 4.7.1 <later@mx.test.example>: Recipient address rejected: Access denied"
+        ),
+        "{out}"
+    );
+    inst.wait_log(
+        5,
+        "NOQUEUE: reject: RCPT from unknown[127.0.0.1]: 550 5.7.1 <blocked@mx.test.example>",
+    );
+    // A code outside 400-599 is named by `sluice check`, not used.
+    let mut bad = std::fs::OpenOptions::new()
+        .append(true)
+        .open(inst.etc().join("main.cf"))
+        .unwrap();
+    std::io::Write::write_all(&mut bad, b"access_map_reject_code = 250\n").unwrap();
+    let out = inst.sluice(&["check"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("\"access_map_reject_code\": 250 is not an SMTP reply code from 400 to 599"),
+        "{text}"
+    );
+}
+
+#[test]
 fn commands_ending_in_a_bare_lf_are_accepted() {
     // The default smtpd_forbid_bare_newline (reject) is about content.
     let (inst, port) = instance("", RECEIVE_MAIN_CF);

@@ -366,8 +366,8 @@ static PARAMS: &[ParamSpec] = &[
     p("smtpd_upstream_proxy_protocol", T::Enum(&["", "haproxy"]), "", "The proxy in front of the SMTP server: empty for none, haproxy for a PROXY protocol header (v1 or v2) before the greeting, whose client address smtpd then uses."),
     p("smtpd_upstream_proxy_timeout", SEC, "5s", "Time to wait for the PROXY protocol header before dropping the connection."),
     p("smtpd_client_auth_rate_limit", I, "0", "Most failed AUTH commands from one client per anvil_rate_time_unit (0: no limit); over it AUTH gets 450 4.7.1."),
-    no(p("access_map_reject_code", I, "554", "SMTP reply code for REJECT access actions. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a REJECT access action always answers 554.")),
-    no(p("access_map_defer_code", I, "450", "SMTP reply code for DEFER access actions. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a DEFER access action always answers 450.")),
+    p("access_map_reject_code", I, "554", "SMTP reply code (400-599) for an access table's REJECT action."),
+    p("access_map_defer_code", I, "450", "SMTP reply code (400-599) for an access table's DEFER (and DEFER_IF_PERMIT, DEFER_IF_REJECT) action."),
     p("relay_domains_reject_code", I, "554", "SMTP reply code for reject_unauth_destination."),
     p("unknown_local_recipient_reject_code", I, "550", "SMTP reply code for unknown local recipients."),
     // Address verification (reject_unverified_recipient, reject_unverified_sender).
