@@ -92,6 +92,41 @@ fn access_table_reject_and_defer_use_the_configured_codes() {
 }
 
 #[test]
+fn vrfy_of_an_unknown_local_user_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let aliases = dir.path().join("aliases");
+    std::fs::write(&aliases, "postmaster: root\nsales: root\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let main = format!(
+        "myhostname = mx.test.example\nmydomain = test.example\nalias_maps = hash:{a}\nlocal_recipient_maps = $alias_maps\n",
+        a = aliases.display()
+    );
+    let (inst, port) = instance("router unix - - n - 1 router\n", &main);
+    let out = smtplib(
+        port,
+        "print(s.verify('ghost@mx.test.example'))\nprint(s.verify('ghost'))\n\
+         print(s.verify('sales@mx.test.example'))\nprint(s.verify('someone@elsewhere.example'))",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert_eq!(
+        lines[0],
+        "(550, b'5.1.1 <ghost@mx.test.example>: Recipient address rejected: User unknown in local recipient table')"
+    );
+    assert!(
+        lines[1].starts_with("(550, b'5.1.1 <ghost@mx.test.example>:"),
+        "unqualified: in $myorigin: {out}"
+    );
+    assert_eq!(lines[2], "(252, b'2.0.0 sales@mx.test.example')");
+    assert_eq!(lines[3], "(252, b'2.0.0 someone@elsewhere.example')");
+    inst.wait_log(
+        5,
+        "NOQUEUE: reject: VRFY from unknown[127.0.0.1]: 550 5.1.1 <ghost@mx.test.example>",
+    );
+}
+
+#[test]
 fn commands_ending_in_a_bare_lf_are_accepted() {
     // The default smtpd_forbid_bare_newline (reject) is about content.
     let (inst, port) = instance("", RECEIVE_MAIN_CF);

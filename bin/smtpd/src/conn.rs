@@ -126,6 +126,8 @@ pub struct Conn {
     pending_rcpt: Option<(smtp_proto::Mailbox, smtp_proto::command::RcptParams)>,
     /// The question for the router, until the server has sent it.
     router_question: Option<(String, bool)>,
+    /// A VRFY waiting for the router's answer: the address, the argument.
+    pending_vrfy: Option<(smtp_proto::Mailbox, String)>,
     /// The router's answer for the RCPT waiting for verification.
     pending_unlisted: Option<crate::router::Answer>,
     /// The address to ask qmgr's verification about, until the server has sent it.
@@ -220,6 +222,7 @@ impl Conn {
             timeout: s.timeout,
             cleanup_timeout: s.cleanup_timeout,
             pending_rcpt: None,
+            pending_vrfy: None,
             router_question: None,
             pending_unlisted: None,
             verify_question: None,
@@ -404,7 +407,9 @@ impl Conn {
         shared: &Shared,
         answer: crate::router::Answer,
     ) {
-        if let Some((to, params)) = self.pending_rcpt.take() {
+        if let Some((to, arg)) = self.pending_vrfy.take() {
+            self.vrfy_answer(shared, &to, &arg, answer);
+        } else if let Some((to, params)) = self.pending_rcpt.take() {
             self.check_recipient(cx, pool, shared, to, params, Some(&answer));
         }
     }
@@ -792,6 +797,7 @@ impl Conn {
                 self.sasl_requests.push(SaslRequest::Cancel);
             }
             Action::CheckUnknown { line } => self.unknown_command(cx, pool, &line),
+            Action::CheckVrfy { arg } => self.check_vrfy(shared, arg),
             Action::Close => {
                 self.last_verb = "QUIT";
                 self.closing = true;
@@ -884,4 +890,70 @@ impl Conn {
             }
         }
     }
+}
+
+impl Conn {
+    /// VRFY: an address the recipient lookup may know is asked about
+    /// (asynchronously, as for RCPT); any other gets 252.
+    fn check_vrfy(&mut self, shared: &Shared, arg: String) {
+        self.last_verb = "VRFY";
+        match vrfy_mailbox(&arg, &shared.settings.myorigin) {
+            Some(to) if shared.settings.policy.asks_router(&to) => {
+                self.router_question = Some((to.to_string(), to.is_utf8()));
+                self.pending_vrfy = Some((to, arg));
+            }
+            _ => {
+                let _ = self.session.decide(Session::vrfy_ambiguous(&arg));
+            }
+        }
+    }
+
+    /// The router's answer for a VRFY: 550 5.1.1 for an unknown user
+    /// (Postfix with disable_vrfy_command = no), 252 otherwise.
+    fn vrfy_answer(
+        &mut self,
+        shared: &Shared,
+        to: &smtp_proto::Mailbox,
+        arg: &str,
+        answer: crate::router::Answer,
+    ) {
+        let lookups = crate::settings::Lookups {
+            tables: &shared.settings.tables,
+            unlisted: Some(&answer),
+            verified: &[],
+        };
+        let reply = match shared.settings.policy.vrfy(to, &lookups) {
+            Some(refusal) => {
+                msg_info!(
+                    "NOQUEUE: reject: VRFY from {}: {refusal}; to=<{to}> proto={} helo=<{}>",
+                    self.client_label(),
+                    if self.session.is_esmtp() {
+                        "ESMTP"
+                    } else {
+                        "SMTP"
+                    },
+                    self.session.helo_name().unwrap_or("")
+                );
+                refusal.into()
+            }
+            None => Session::vrfy_ambiguous(arg),
+        };
+        let _ = self.session.decide(reply);
+    }
+}
+
+/// The address a VRFY argument names (`user`, `user@domain`, `<…>`, or
+/// `Name <…>`, RFC 5321 §3.5.3); an unqualified one is in `origin`, as
+/// Postfix qualifies it with $myorigin.
+fn vrfy_mailbox(arg: &str, origin: &str) -> Option<smtp_proto::Mailbox> {
+    let addr = match arg.rfind('<') {
+        Some(i) => arg[i + 1..].trim_end().strip_suffix('>')?,
+        None => arg.trim(),
+    };
+    let addr = if addr.contains('@') {
+        addr.to_string()
+    } else {
+        format!("{addr}@{origin}")
+    };
+    smtp_proto::address::parse_mailbox(&addr, true).ok()
 }

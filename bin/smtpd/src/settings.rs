@@ -58,6 +58,8 @@ pub struct Settings {
     pub milters: Option<Arc<milter::net::Settings>>,
     /// `smtpd_sasl_authenticated_header`.
     pub sasl_header: bool,
+    /// `myorigin`: the domain of an unqualified VRFY argument.
+    pub myorigin: String,
 }
 
 /// Where and how AUTH is checked.
@@ -199,6 +201,7 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         soft_bounce: cfg.bool("soft_bounce"),
         // Milters hear commands smtpd does not know, as with Postfix.
         ask_unknown: !cfg.str("smtpd_milters").trim().is_empty(),
+        ask_vrfy: true,
         ..ServerConfig::default()
     };
     let policy = policy::Policy::from_config(cfg).map_err(|e| e.to_string())?;
@@ -256,6 +259,7 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
             .then(|| cfg.time("smtpd_upstream_proxy_timeout")),
         milters,
         sasl_header: cfg.bool("smtpd_sasl_authenticated_header"),
+        myorigin: cfg.str("myorigin"),
     })
 }
 

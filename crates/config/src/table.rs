@@ -315,7 +315,7 @@ static PARAMS: &[ParamSpec] = &[
     no(p("smtpd_delay_reject", B, "yes", "Apply client, HELO and sender restrictions at RCPT TO. Accepted so that a Postfix main.cf loads; Sluice does not implement it: client, HELO and sender restrictions are always applied at RCPT TO, as with yes.")),
     p("smtpd_reject_unlisted_recipient", B, "yes", "Reject local recipients that local_recipient_maps does not list."),
     no(p("smtpd_reject_unlisted_sender", B, "no", "Reject local senders that local_recipient_maps does not list. Accepted so that a Postfix main.cf loads; Sluice does not implement it: local senders are not checked against local_recipient_maps.")),
-    p("disable_vrfy_command", B, "no", "Answer VRFY with 502 instead of 252."),
+    p("disable_vrfy_command", B, "no", "Answer VRFY with 502 instead of 252 (or, for a local user reject_unlisted_recipient would refuse, 550 5.1.1)."),
     p("smtpd_forbid_bare_newline", T::Enum(&["reject", "normalize", "no"]), "reject", "What to do with a bare LF or CR in message data; a command line ending in a bare LF is accepted in every mode, as Postfix's default does."),
     p("smtpd_anvil_timeout", SEC, "2s", "Time a new client waits for anvil's connection count and rate before its greeting; after it the client is greeted with no limit applied (as when anvil is down)."),
     p("smtpd_router_timeout", SEC, "10s", "Time smtpd waits for the router's answer about a recipient (reject_unlisted_recipient) before that RCPT gets 451 4.3.0."),

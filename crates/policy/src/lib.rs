@@ -359,7 +359,7 @@ impl Policy {
         // recipient is refused when the router knows no such user.
         if self.reject_unlisted {
             let by = "smtpd_reject_unlisted_recipient".to_string();
-            match self.unlisted_step(q, lookup) {
+            match self.unlisted_step(q.recipient, lookup) {
                 Step::Refuse(reply) => {
                     return Verdict::Refuse {
                         reply,
@@ -405,6 +405,21 @@ impl Policy {
     /// only then.
     pub fn asks_router(&self, rcpt: &Mailbox) -> bool {
         self.needs_router() && self.has_recipient_list(rcpt)
+    }
+
+    /// VRFY's refusal: the unknown-user reply when the recipient lookup
+    /// (with reject_unlisted_recipient in force) does not know `rcpt`;
+    /// `None` (answer 252) otherwise, a failed lookup included. Postfix
+    /// runs its recipient checks for VRFY; of these, only this one tells a
+    /// prober anything it could not learn from RCPT.
+    pub fn vrfy(&self, rcpt: &Mailbox, lookup: &dyn Lookup) -> Option<Refusal> {
+        if !self.asks_router(rcpt) {
+            return None;
+        }
+        match self.unlisted_step(rcpt, lookup) {
+            Step::Refuse(r) => Some(r),
+            _ => None,
+        }
     }
 
     /// reject_unverified_recipient (`sender` false) or _sender: what
@@ -477,28 +492,27 @@ impl Policy {
         })
     }
 
-    fn unlisted_step(&self, q: &Query<'_>, lookup: &dyn Lookup) -> Step {
-        if !self.has_recipient_list(q.recipient) {
+    fn unlisted_step(&self, rcpt: &Mailbox, lookup: &dyn Lookup) -> Step {
+        if !self.has_recipient_list(rcpt) {
             return Step::Dunno;
         }
-        match lookup.unlisted(q.recipient) {
+        match lookup.unlisted(rcpt) {
             Ok(false) => Step::Dunno,
             Ok(true) => Step::Refuse(Refusal::of_class(
                 self.unknown_code,
                 1,
                 1,
                 format!(
-                    "<{}>: Recipient address rejected: User unknown in local recipient table",
-                    q.recipient
+                    "<{rcpt}>: Recipient address rejected: User unknown in local recipient table"
                 ),
             )),
             Err(why) => Step::Failed(
                 Refusal::new(
                     451,
                     StatusCode::SYSTEM_TEMP,
-                    format!("<{}>: Temporary lookup failure", q.recipient),
+                    format!("<{rcpt}>: Temporary lookup failure"),
                 ),
-                why.map(|why| format!("router lookup error for <{}>: {why}", q.recipient)),
+                why.map(|why| format!("router lookup error for <{rcpt}>: {why}")),
             ),
         }
     }
@@ -551,7 +565,7 @@ impl Policy {
                     }
                 }
                 Restriction::RejectNonFqdnRecipient => non_fqdn(q.recipient, "Recipient", 504),
-                Restriction::RejectUnlistedRecipient => self.unlisted_step(q, lookup),
+                Restriction::RejectUnlistedRecipient => self.unlisted_step(q.recipient, lookup),
                 Restriction::RejectUnverifiedRecipient | Restriction::RejectUnverifiedSender => {
                     let who = match r {
                         Restriction::RejectUnverifiedSender => q.sender.map(|s| (s, true)),

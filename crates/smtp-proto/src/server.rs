@@ -121,6 +121,9 @@ pub struct ServerConfig {
     /// Ask before answering a command not recognized
     /// ([`Action::CheckUnknown`]: milters hear it, as with Postfix).
     pub ask_unknown: bool,
+    /// Ask before answering VRFY ([`Action::CheckVrfy`]), so that an
+    /// unknown local user gets 550 5.1.1 rather than 252 (as Postfix).
+    pub ask_vrfy: bool,
 }
 
 impl Default for ServerConfig {
@@ -150,6 +153,7 @@ impl Default for ServerConfig {
             sasl: false,
             tls_auth_only: true,
             ask_unknown: false,
+            ask_vrfy: false,
         }
     }
 }
@@ -217,6 +221,13 @@ pub enum Action {
         /// The line as the client sent it, without CRLF.
         line: String,
     },
+    /// Question (with [`ServerConfig::ask_vrfy`]): VRFY of this argument;
+    /// answer with the reply to send: [`Session::vrfy_ambiguous`], or the
+    /// refusal the recipient lookup gives an unknown user.
+    CheckVrfy {
+        /// The argument as the client wrote it.
+        arg: String,
+    },
     /// Question: the content is complete; answer with the final reply (250 only
     /// once the message is durable).
     MessageEnd(DataSummary),
@@ -269,6 +280,7 @@ enum Pending {
     MessageEnd,
     Auth,
     Unknown,
+    Vrfy,
 }
 
 /// Protocol states.
@@ -382,6 +394,12 @@ impl Session {
             auth_mechanisms: Vec::new(),
             authenticated: false,
         }
+    }
+
+    /// VRFY's answer when nothing says the address is unknown:
+    /// `252 2.0.0 <arg>`, neither confirmed nor denied (RFC 5321 §3.5.3).
+    pub fn vrfy_ambiguous(arg: &str) -> Reply {
+        r(252, StatusCode::OK, arg)
     }
 
     /// The HELO/EHLO name, once given.
@@ -621,6 +639,7 @@ impl Session {
             }
             Pending::Auth => self.auth_decided(reply, verb),
             Pending::Unknown => self.respond(reply, None),
+            Pending::Vrfy => self.respond(reply, verb),
         }
         Ok(())
     }
@@ -891,9 +910,14 @@ impl Session {
                 self.respond(Reply::ok(), verb);
             }
             Command::Noop => self.respond(Reply::ok(), verb),
+            Command::Vrfy(arg)
+                if self.config.ask_vrfy && self.config.vrfy == VrfyMode::Ambiguous252 =>
+            {
+                self.ask(Action::CheckVrfy { arg }, Pending::Vrfy, Verb::Vrfy)
+            }
             Command::Vrfy(arg) => {
                 let reply = match self.config.vrfy {
-                    VrfyMode::Ambiguous252 => r(252, StatusCode::OK, &arg),
+                    VrfyMode::Ambiguous252 => Self::vrfy_ambiguous(&arg),
                     VrfyMode::Disabled502 => {
                         r(502, StatusCode::INVALID_COMMAND, "VRFY command is disabled")
                     }
