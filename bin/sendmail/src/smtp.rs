@@ -124,6 +124,13 @@ pub fn run(cfg: &Config) -> i32 {
                 Action::CheckVrfy { arg } => {
                     let _ = session.decide(Session::vrfy_ambiguous(&arg));
                 }
+                // One session per process: sleeping blocks no one else.
+                Action::Sleep(d) => {
+                    let _ = stdout.write_all(&session.take_output());
+                    let _ = stdout.flush();
+                    std::thread::sleep(d);
+                    session.wake();
+                }
                 Action::Close => {
                     let _ = stdout.write_all(&session.take_output());
                     let _ = stdout.flush();

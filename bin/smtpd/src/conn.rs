@@ -120,6 +120,8 @@ pub struct Conn {
     unsent: Option<Unsent>,
     txn: Txn,
     deadline: Instant,
+    /// The end of an error sleep (smtpd_error_sleep_time) in progress.
+    sleep_until: Option<Instant>,
     timeout: std::time::Duration,
     cleanup_timeout: std::time::Duration,
     /// A RCPT waiting for the router's answer before the policy runs.
@@ -219,6 +221,7 @@ impl Conn {
             unsent: None,
             txn: Txn::default(),
             deadline: now + s.timeout,
+            sleep_until: None,
             timeout: s.timeout,
             cleanup_timeout: s.cleanup_timeout,
             pending_rcpt: None,
@@ -368,6 +371,7 @@ impl Conn {
             Some((_, _, d)) => d.min(self.deadline),
             None => self.deadline,
         };
+        let d = self.sleep_until.map_or(d, |s| s.min(d));
         self.milter_deadline().map_or(d, |m| m.min(d))
     }
 
@@ -502,6 +506,13 @@ impl Conn {
     /// The client was silent for smtpd_timeout, or cleanup did not answer
     /// within smtpd_cleanup_timeout.
     pub fn timed_out(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
+        if self.sleep_until.is_some_and(|t| t <= cx.now) {
+            // The held reply goes when the server drives the session next;
+            // another deadline that passed too fires on the next turn.
+            self.sleep_until = None;
+            self.session.wake();
+            return;
+        }
         if self.milters_expired(cx, pool) {
             return;
         }
@@ -798,6 +809,7 @@ impl Conn {
             }
             Action::CheckUnknown { line } => self.unknown_command(cx, pool, &line),
             Action::CheckVrfy { arg } => self.check_vrfy(shared, arg),
+            Action::Sleep(d) => self.sleep_until = Some(cx.now + d),
             Action::Close => {
                 self.last_verb = "QUIT";
                 self.closing = true;

@@ -185,6 +185,10 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         hard_error_limit: cfg
             .int("smtpd_hard_error_limit")
             .clamp(1, i64::from(u32::MAX)) as u32,
+        soft_error_limit: cfg
+            .int("smtpd_soft_error_limit")
+            .clamp(0, i64::from(u32::MAX)) as u32,
+        error_sleep: cfg.time("smtpd_error_sleep_time"),
         junk_command_limit: cfg
             .int("smtpd_junk_command_limit")
             .clamp(1, i64::from(u32::MAX)) as u32,

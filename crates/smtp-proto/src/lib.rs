@@ -66,6 +66,8 @@
 //!                 .unwrap(),
 //!             // Only with `ask_vrfy`: the recipient lookup may know better.
 //!             Action::CheckVrfy { arg } => s.decide(Session::vrfy_ambiguous(&arg)).unwrap(),
+//!             // Past the soft error limit: arm a timer, serve others, then:
+//!             Action::Sleep(_) => s.wake(),
 //!             Action::AuthCancelled
 //!             | Action::TransactionAborted(_)
 //!             | Action::Event(_)

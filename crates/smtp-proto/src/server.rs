@@ -36,6 +36,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::address::{Mailbox, Path};
 use crate::command::{
@@ -86,6 +87,10 @@ pub struct ServerConfig {
     pub max_data_line: Option<usize>,
     /// Errors before `421` and disconnect (`smtpd_hard_error_limit`).
     pub hard_error_limit: u32,
+    /// Errors after which each reply waits `error_sleep` (`smtpd_soft_error_limit`).
+    pub soft_error_limit: u32,
+    /// The wait before each reply past the soft limit (`smtpd_error_sleep_time`).
+    pub error_sleep: Duration,
     /// Junk commands (NOOP, RSET, VRFY, …) before each counts as an error (`smtpd_junk_command_limit`).
     pub junk_command_limit: u32,
     /// Commands per session before `421`, 0 for no limit.
@@ -136,6 +141,8 @@ impl Default for ServerConfig {
             max_message_size: 10_240_000,
             max_data_line: None,
             hard_error_limit: 20,
+            soft_error_limit: 10,
+            error_sleep: Duration::from_secs(1),
             junk_command_limit: 100,
             max_commands: 0,
             pipelining: true,
@@ -252,6 +259,11 @@ pub enum Action {
     /// The client cancelled the exchange (`*`) or sent an unusable
     /// response: the session answered it; forget the exchange.
     AuthCancelled,
+    /// Write what [`Session::take_output`] gives now, then wait this long
+    /// (the client made `soft_error_limit` errors) and call
+    /// [`Session::wake`]; until then no input is used and the next reply
+    /// is held back. Other sessions go on meanwhile: it is a timer, not a sleep.
+    Sleep(Duration),
     /// Flush the output, then close the connection.
     Close,
     /// Something to log.
@@ -345,6 +357,8 @@ pub struct Session {
     auth_mechanisms: Vec<String>,
     /// AUTH succeeded in this session.
     authenticated: bool,
+    /// While an error sleep runs: output from this offset on is held.
+    held_from: Option<usize>,
 }
 
 fn r(code: u16, e: StatusCode, text: &str) -> Reply {
@@ -393,6 +407,7 @@ impl Session {
             stats: CommandStats::default(),
             auth_mechanisms: Vec::new(),
             authenticated: false,
+            held_from: None,
         }
     }
 
@@ -449,12 +464,24 @@ impl Session {
 
     /// True when the output must be written now, before reading more input.
     pub fn should_flush(&self) -> bool {
-        self.flush && !self.output.is_empty()
+        self.flush && self.has_output()
     }
 
-    /// True when there are reply bytes to write.
+    /// True when there are reply bytes to write now (held ones excluded).
     pub fn has_output(&self) -> bool {
-        !self.output.is_empty()
+        self.held_from.unwrap_or(self.output.len()) > 0
+    }
+
+    /// True between [`Action::Sleep`] and [`Session::wake`].
+    pub fn is_sleeping(&self) -> bool {
+        self.held_from.is_some()
+    }
+
+    /// The error sleep is over: the held reply may go, input is used again.
+    pub fn wake(&mut self) {
+        if self.held_from.take().is_some() {
+            self.flush = true;
+        }
     }
 
     /// Reply bytes waiting; a shell stops feeding input while this is large
@@ -469,10 +496,15 @@ impl Session {
         matches!(self.state, State::ExpectTls)
     }
 
-    /// Takes the reply bytes to write.
+    /// Takes the reply bytes to write (not those an error sleep holds).
     pub fn take_output(&mut self) -> Vec<u8> {
-        self.flush = false;
-        std::mem::take(&mut self.output)
+        match self.held_from.as_mut() {
+            Some(at) => self.output.drain(..std::mem::take(at)).collect(),
+            None => {
+                self.flush = false;
+                std::mem::take(&mut self.output)
+            }
+        }
     }
 
     /// The next action, if any.
@@ -512,7 +544,17 @@ impl Session {
     }
 
     /// Sends a reply to a command, counting errors toward the hard limit.
+    /// Past the soft limit it waits first, whatever the reply (Postfix's
+    /// smtpd_chat_reply "sleep-on-anything").
     fn respond(&mut self, reply: Reply, verb: Option<Verb>) {
+        if self.errors >= self.config.soft_error_limit
+            && !self.config.error_sleep.is_zero()
+            && self.held_from.is_none()
+        {
+            self.held_from = Some(self.output.len());
+            self.actions
+                .push_back(Action::Sleep(self.config.error_sleep));
+        }
         let ok = !reply.is_error();
         if !ok && reply.code != 421 {
             self.errors += 1;
@@ -533,6 +575,8 @@ impl Session {
     }
 
     fn shut(&mut self) {
+        // The goodbye is not delayed: the session ends here.
+        self.held_from = None;
         self.abort_tx(AbortReason::Closed);
         self.state = State::Closed;
         self.flush = true;
@@ -635,6 +679,12 @@ impl Session {
             }
             Pending::MessageEnd => {
                 self.tx = None;
+                if ok {
+                    // A delivered message forgives earlier errors (Postfix's
+                    // smtpd.c: error_count and junk_cmds go back to 0).
+                    self.errors = 0;
+                    self.junk = 0;
+                }
                 self.respond(reply, verb);
             }
             Pending::Auth => self.auth_decided(reply, verb),
@@ -648,6 +698,9 @@ impl Session {
     pub fn feed(&mut self, input: &[u8]) -> usize {
         let mut used = 0;
         loop {
+            if self.is_sleeping() {
+                return used;
+            }
             let rest = &input[used..];
             let state = std::mem::replace(&mut self.state, State::Closed);
             let (n, progressed) = match state {

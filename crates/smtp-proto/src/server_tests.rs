@@ -111,6 +111,8 @@ impl Shell {
                     self.messages.push(m);
                 }
                 Action::TransactionAborted(_) => self.current.clear(),
+                // The simulated clock jumps to the end of the sleep.
+                Action::Sleep(_) => self.s.wake(),
                 Action::StartTls => {
                     // The shell drops every buffered plaintext byte.
                     self.buf.clear();
@@ -441,6 +443,56 @@ fn line_limits_and_bare_lf_commands() {
     assert_eq!(sh.replies(), [220, 250, 221]);
     let sh = dialog(ServerConfig::default(), b"NOOP\0\r\nNO\rOP\r\n");
     assert_eq!(sh.replies(), [220, 500, 500]);
+}
+
+/// Past smtpd_soft_error_limit every reply waits for the shell's timer:
+/// the session asks for a sleep, holds the reply back and reads no more
+/// input until woken; a delivered message forgives the errors (Postfix).
+#[test]
+fn soft_error_limit_holds_replies_until_woken() {
+    let sleep = std::time::Duration::from_secs(3);
+    let cfg = ServerConfig {
+        soft_error_limit: 2,
+        error_sleep: sleep,
+        ..ServerConfig::default()
+    };
+    let mut s = Session::new(Arc::new(cfg), false);
+    s.take_output();
+    let input = b"FOO\r\nFOO\r\nFOO\r\nHELO x\r\n";
+    let used = s.feed(input);
+    assert_eq!(used, 15, "nothing after the held reply is read");
+    assert_eq!(s.poll_action(), Some(Action::Sleep(sleep)));
+    assert_eq!(s.poll_action(), None);
+    assert!(s.is_sleeping());
+    let now = String::from_utf8(s.take_output()).unwrap();
+    assert_eq!(now.matches("502 5.5.2").count(), 2, "{now}");
+    assert!(!s.has_output() && !s.should_flush());
+    assert_eq!(s.feed(&input[used..]), 0);
+    s.wake();
+    assert!(s.should_flush());
+    assert!(String::from_utf8(s.take_output())
+        .unwrap()
+        .starts_with("502 5.5.2"));
+    // Still past the limit: the next reply, a good one, waits too.
+    assert_eq!(s.feed(&input[used..]), 8);
+    assert_eq!(s.poll_action(), Some(Action::Sleep(sleep)));
+    s.wake();
+    assert!(String::from_utf8(s.take_output())
+        .unwrap()
+        .starts_with("250 "));
+    // A delivered message forgives them: no more sleeping.
+    let mut sh = Shell::with_session(s);
+    sh.send(
+        b"MAIL FROM:<a@x.com>\r\nRCPT TO:<b@x.com>\r\nDATA\r\nx\r\n.\r\nNOOP\r\n",
+        &[1000],
+    );
+    let sleeps = sh.actions.iter().filter(|a| a.starts_with("Sleep")).count();
+    assert_eq!(
+        sleeps, 2,
+        "MAIL and RCPT waited, then none: {:?}",
+        sh.actions
+    );
+    assert_eq!(sh.s.error_count(), 0);
 }
 
 #[test]
