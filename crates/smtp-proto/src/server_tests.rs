@@ -495,6 +495,40 @@ fn soft_error_limit_holds_replies_until_woken() {
     assert_eq!(sh.s.error_count(), 0);
 }
 
+/// With ask_vrfy the shell answers VRFY (a recipient lookup); without it,
+/// or with VRFY disabled, the session answers itself.
+#[test]
+fn vrfy_is_asked_only_with_ask_vrfy() {
+    let cfg = ServerConfig {
+        ask_vrfy: true,
+        ..ServerConfig::default()
+    };
+    let mut s = Session::new(Arc::new(cfg), false);
+    s.take_output();
+    assert_eq!(
+        s.feed(b"VRFY ghost\r\nNOOP\r\n"),
+        12,
+        "NOOP waits for the answer"
+    );
+    let arg = "ghost".to_string();
+    assert_eq!(s.poll_action(), Some(Action::CheckVrfy { arg }));
+    let unknown = Reply::enhanced(550, StatusCode::USER_UNKNOWN, "<ghost@x>: User unknown");
+    s.decide(unknown).unwrap();
+    assert!(String::from_utf8(s.take_output())
+        .unwrap()
+        .starts_with("550 5.1.1 <ghost@x>"));
+    assert_eq!(s.error_count(), 1);
+    let sh = dialog(ServerConfig::default(), b"VRFY ghost\r\n");
+    assert!(!sh.actions.iter().any(|a| a.starts_with("CheckVrfy")));
+    assert_eq!(sh.replies(), [220, 252]);
+    let off = ServerConfig {
+        ask_vrfy: true,
+        vrfy: VrfyMode::Disabled502,
+        ..ServerConfig::default()
+    };
+    assert_eq!(dialog(off, b"VRFY ghost\r\n").replies(), [220, 502]);
+}
+
 #[test]
 fn help_lists_only_what_is_offered() {
     let help = |cfg: ServerConfig, tls: bool| {
