@@ -365,7 +365,8 @@ impl Conn {
         self.session.stats().summary()
     }
 
-    /// When this session times out, or gives up waiting for cleanup.
+    /// When this session times out, gives up waiting for cleanup, or ends
+    /// its error sleep (smtpd_error_sleep_time).
     pub fn deadline(&self) -> Instant {
         let d = match self.link.as_ref().and_then(|l| l.waiting) {
             Some((_, _, d)) => d.min(self.deadline),
@@ -503,8 +504,8 @@ impl Conn {
         self.deadline = now + self.timeout;
     }
 
-    /// The client was silent for smtpd_timeout, or cleanup did not answer
-    /// within smtpd_cleanup_timeout.
+    /// The client was silent for smtpd_timeout, cleanup did not answer
+    /// within smtpd_cleanup_timeout, or the session's error sleep is over.
     pub fn timed_out(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
         if self.sleep_until.is_some_and(|t| t <= cx.now) {
             // The held reply goes when the server drives the session next;
