@@ -120,6 +120,17 @@ pub fn run(cfg: &Config) -> i32 {
                     let _ = session.decide(smtp_proto::command::CommandError::Unrecognized.reply());
                 }
                 Action::StartTls | Action::Event(_) | Action::AuthCancelled => {}
+                // Not asked here (ask_vrfy is off); were it asked, 252.
+                Action::CheckVrfy { arg } => {
+                    let _ = session.decide(Session::vrfy_ambiguous(&arg));
+                }
+                // One session per process: sleeping blocks no one else.
+                Action::Sleep(d) => {
+                    let _ = stdout.write_all(&session.take_output());
+                    let _ = stdout.flush();
+                    std::thread::sleep(d);
+                    session.wake();
+                }
                 Action::Close => {
                     let _ = stdout.write_all(&session.take_output());
                     let _ = stdout.flush();

@@ -213,7 +213,10 @@ fn check_restrictions_and_tables(
     if let Err(e) = queue_manager::verify_map_path(Path::new(""), &cfg.str("address_verify_map")) {
         r.error(format!("{}: {e}", origin(dir, cfg, "address_verify_map")));
     }
-    for code in policy::UNVERIFIED_CODES {
+    for code in policy::UNVERIFIED_CODES
+        .into_iter()
+        .chain(policy::ACCESS_CODES)
+    {
         if let Err(e) = policy::reply_code(cfg, code) {
             r.error(format!(
                 "{}: parameter \"{code}\": {}",

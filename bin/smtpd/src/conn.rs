@@ -120,12 +120,16 @@ pub struct Conn {
     unsent: Option<Unsent>,
     txn: Txn,
     deadline: Instant,
+    /// The end of an error sleep (smtpd_error_sleep_time) in progress.
+    sleep_until: Option<Instant>,
     timeout: std::time::Duration,
     cleanup_timeout: std::time::Duration,
     /// A RCPT waiting for the router's answer before the policy runs.
     pending_rcpt: Option<(smtp_proto::Mailbox, smtp_proto::command::RcptParams)>,
     /// The question for the router, until the server has sent it.
     router_question: Option<(String, bool)>,
+    /// A VRFY waiting for the router's answer: the address, the argument.
+    pending_vrfy: Option<(smtp_proto::Mailbox, String)>,
     /// The router's answer for the RCPT waiting for verification.
     pending_unlisted: Option<crate::router::Answer>,
     /// The address to ask qmgr's verification about, until the server has sent it.
@@ -217,9 +221,11 @@ impl Conn {
             unsent: None,
             txn: Txn::default(),
             deadline: now + s.timeout,
+            sleep_until: None,
             timeout: s.timeout,
             cleanup_timeout: s.cleanup_timeout,
             pending_rcpt: None,
+            pending_vrfy: None,
             router_question: None,
             pending_unlisted: None,
             verify_question: None,
@@ -359,12 +365,14 @@ impl Conn {
         self.session.stats().summary()
     }
 
-    /// When this session times out, or gives up waiting for cleanup.
+    /// When this session times out, gives up waiting for cleanup, or ends
+    /// its error sleep (smtpd_error_sleep_time).
     pub fn deadline(&self) -> Instant {
         let d = match self.link.as_ref().and_then(|l| l.waiting) {
             Some((_, _, d)) => d.min(self.deadline),
             None => self.deadline,
         };
+        let d = self.sleep_until.map_or(d, |s| s.min(d));
         self.milter_deadline().map_or(d, |m| m.min(d))
     }
 
@@ -404,7 +412,9 @@ impl Conn {
         shared: &Shared,
         answer: crate::router::Answer,
     ) {
-        if let Some((to, params)) = self.pending_rcpt.take() {
+        if let Some((to, arg)) = self.pending_vrfy.take() {
+            self.vrfy_answer(shared, &to, &arg, answer);
+        } else if let Some((to, params)) = self.pending_rcpt.take() {
             self.check_recipient(cx, pool, shared, to, params, Some(&answer));
         }
     }
@@ -494,9 +504,16 @@ impl Conn {
         self.deadline = now + self.timeout;
     }
 
-    /// The client was silent for smtpd_timeout, or cleanup did not answer
-    /// within smtpd_cleanup_timeout.
+    /// The client was silent for smtpd_timeout, cleanup did not answer
+    /// within smtpd_cleanup_timeout, or the session's error sleep is over.
     pub fn timed_out(&mut self, cx: &mut Cx<'_>, pool: &mut Pool) {
+        if self.sleep_until.is_some_and(|t| t <= cx.now) {
+            // The held reply goes when the server drives the session next;
+            // another deadline that passed too fires on the next turn.
+            self.sleep_until = None;
+            self.session.wake();
+            return;
+        }
         if self.milters_expired(cx, pool) {
             return;
         }
@@ -792,6 +809,8 @@ impl Conn {
                 self.sasl_requests.push(SaslRequest::Cancel);
             }
             Action::CheckUnknown { line } => self.unknown_command(cx, pool, &line),
+            Action::CheckVrfy { arg } => self.check_vrfy(shared, arg),
+            Action::Sleep(d) => self.sleep_until = Some(cx.now + d),
             Action::Close => {
                 self.last_verb = "QUIT";
                 self.closing = true;
@@ -884,4 +903,70 @@ impl Conn {
             }
         }
     }
+}
+
+impl Conn {
+    /// VRFY: an address the recipient lookup may know is asked about
+    /// (asynchronously, as for RCPT); any other gets 252.
+    fn check_vrfy(&mut self, shared: &Shared, arg: String) {
+        self.last_verb = "VRFY";
+        match vrfy_mailbox(&arg, &shared.settings.myorigin) {
+            Some(to) if shared.settings.policy.asks_router(&to) => {
+                self.router_question = Some((to.to_string(), to.is_utf8()));
+                self.pending_vrfy = Some((to, arg));
+            }
+            _ => {
+                let _ = self.session.decide(Session::vrfy_ambiguous(&arg));
+            }
+        }
+    }
+
+    /// The router's answer for a VRFY: 550 5.1.1 for an unknown user
+    /// (Postfix with disable_vrfy_command = no), 252 otherwise.
+    fn vrfy_answer(
+        &mut self,
+        shared: &Shared,
+        to: &smtp_proto::Mailbox,
+        arg: &str,
+        answer: crate::router::Answer,
+    ) {
+        let lookups = crate::settings::Lookups {
+            tables: &shared.settings.tables,
+            unlisted: Some(&answer),
+            verified: &[],
+        };
+        let reply = match shared.settings.policy.vrfy(to, &lookups) {
+            Some(refusal) => {
+                msg_info!(
+                    "NOQUEUE: reject: VRFY from {}: {refusal}; to=<{to}> proto={} helo=<{}>",
+                    self.client_label(),
+                    if self.session.is_esmtp() {
+                        "ESMTP"
+                    } else {
+                        "SMTP"
+                    },
+                    self.session.helo_name().unwrap_or("")
+                );
+                refusal.into()
+            }
+            None => Session::vrfy_ambiguous(arg),
+        };
+        let _ = self.session.decide(reply);
+    }
+}
+
+/// The address a VRFY argument names (`user`, `user@domain`, `<…>`, or
+/// `Name <…>`, RFC 5321 §3.5.3); an unqualified one is in `origin`, as
+/// Postfix qualifies it with $myorigin.
+fn vrfy_mailbox(arg: &str, origin: &str) -> Option<smtp_proto::Mailbox> {
+    let addr = match arg.rfind('<') {
+        Some(i) => arg[i + 1..].trim_end().strip_suffix('>')?,
+        None => arg.trim(),
+    };
+    let addr = if addr.contains('@') {
+        addr.to_string()
+    } else {
+        format!("{addr}@{origin}")
+    };
+    smtp_proto::address::parse_mailbox(&addr, true).ok()
 }

@@ -58,6 +58,8 @@ pub struct Settings {
     pub milters: Option<Arc<milter::net::Settings>>,
     /// `smtpd_sasl_authenticated_header`.
     pub sasl_header: bool,
+    /// `myorigin`: the domain of an unqualified VRFY argument.
+    pub myorigin: String,
 }
 
 /// Where and how AUTH is checked.
@@ -183,6 +185,10 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         hard_error_limit: cfg
             .int("smtpd_hard_error_limit")
             .clamp(1, i64::from(u32::MAX)) as u32,
+        soft_error_limit: cfg
+            .int("smtpd_soft_error_limit")
+            .clamp(0, i64::from(u32::MAX)) as u32,
+        error_sleep: cfg.time("smtpd_error_sleep_time"),
         junk_command_limit: cfg
             .int("smtpd_junk_command_limit")
             .clamp(1, i64::from(u32::MAX)) as u32,
@@ -199,6 +205,7 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
         soft_bounce: cfg.bool("soft_bounce"),
         // Milters hear commands smtpd does not know, as with Postfix.
         ask_unknown: !cfg.str("smtpd_milters").trim().is_empty(),
+        ask_vrfy: true,
         ..ServerConfig::default()
     };
     let policy = policy::Policy::from_config(cfg).map_err(|e| e.to_string())?;
@@ -256,6 +263,7 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
             .then(|| cfg.time("smtpd_upstream_proxy_timeout")),
         milters,
         sasl_header: cfg.bool("smtpd_sasl_authenticated_header"),
+        myorigin: cfg.str("myorigin"),
     })
 }
 

@@ -156,6 +156,9 @@ pub struct Policy {
     relay_domains: Vec<String>,
     lists: Vec<(&'static str, Vec<Restriction>)>,
     relay_reject_code: u16,
+    /// `access_map_reject_code` and `access_map_defer_code`: the codes of
+    /// an access table's REJECT and DEFER.
+    access_codes: AccessCodes,
     reject_unlisted: bool,
     unknown_code: u16,
     /// unverified_{recipient,sender}_{reject,defer}_code.
@@ -179,6 +182,13 @@ struct Unverified {
     sender_reason: String,
 }
 
+/// The reply codes of an access table's REJECT and DEFER actions.
+#[derive(Debug, Clone, Copy)]
+struct AccessCodes {
+    reject: u16,
+    defer: u16,
+}
+
 /// The restriction list parameters, in evaluation order.
 pub const LISTS: [&str; 5] = [
     "smtpd_client_restrictions",
@@ -196,6 +206,9 @@ pub const UNVERIFIED_CODES: [&str; 4] = [
     "unverified_sender_reject_code",
     "unverified_sender_defer_code",
 ];
+
+/// The reply code parameters of an access table's REJECT and DEFER.
+pub const ACCESS_CODES: [&str; 2] = ["access_map_reject_code", "access_map_defer_code"];
 
 /// A reply code parameter's value, refused unless from 400 to 599.
 pub fn reply_code(cfg: &Config, name: &str) -> Result<u16, RestrictionError> {
@@ -244,6 +257,10 @@ impl Policy {
                 .collect(),
             lists,
             relay_reject_code: cfg.int("relay_domains_reject_code").clamp(400, 599) as u16,
+            access_codes: AccessCodes {
+                reject: reply_code(cfg, ACCESS_CODES[0])?,
+                defer: reply_code(cfg, ACCESS_CODES[1])?,
+            },
             reject_unlisted: cfg.bool("smtpd_reject_unlisted_recipient"),
             unknown_code: cfg
                 .int("unknown_local_recipient_reject_code")
@@ -342,7 +359,7 @@ impl Policy {
         // recipient is refused when the router knows no such user.
         if self.reject_unlisted {
             let by = "smtpd_reject_unlisted_recipient".to_string();
-            match self.unlisted_step(q, lookup) {
+            match self.unlisted_step(q.recipient, lookup) {
                 Step::Refuse(reply) => {
                     return Verdict::Refuse {
                         reply,
@@ -388,6 +405,21 @@ impl Policy {
     /// only then.
     pub fn asks_router(&self, rcpt: &Mailbox) -> bool {
         self.needs_router() && self.has_recipient_list(rcpt)
+    }
+
+    /// VRFY's refusal: the unknown-user reply when the recipient lookup
+    /// (with reject_unlisted_recipient in force) does not know `rcpt`;
+    /// `None` (answer 252) otherwise, a failed lookup included. Postfix
+    /// runs its recipient checks for VRFY; of these, only this one tells a
+    /// prober anything it could not learn from RCPT.
+    pub fn vrfy(&self, rcpt: &Mailbox, lookup: &dyn Lookup) -> Option<Refusal> {
+        if !self.asks_router(rcpt) {
+            return None;
+        }
+        match self.unlisted_step(rcpt, lookup) {
+            Step::Refuse(r) => Some(r),
+            _ => None,
+        }
     }
 
     /// reject_unverified_recipient (`sender` false) or _sender: what
@@ -460,28 +492,27 @@ impl Policy {
         })
     }
 
-    fn unlisted_step(&self, q: &Query<'_>, lookup: &dyn Lookup) -> Step {
-        if !self.has_recipient_list(q.recipient) {
+    fn unlisted_step(&self, rcpt: &Mailbox, lookup: &dyn Lookup) -> Step {
+        if !self.has_recipient_list(rcpt) {
             return Step::Dunno;
         }
-        match lookup.unlisted(q.recipient) {
+        match lookup.unlisted(rcpt) {
             Ok(false) => Step::Dunno,
             Ok(true) => Step::Refuse(Refusal::of_class(
                 self.unknown_code,
                 1,
                 1,
                 format!(
-                    "<{}>: Recipient address rejected: User unknown in local recipient table",
-                    q.recipient
+                    "<{rcpt}>: Recipient address rejected: User unknown in local recipient table"
                 ),
             )),
             Err(why) => Step::Failed(
                 Refusal::new(
                     451,
                     StatusCode::SYSTEM_TEMP,
-                    format!("<{}>: Temporary lookup failure", q.recipient),
+                    format!("<{rcpt}>: Temporary lookup failure"),
                 ),
-                why.map(|why| format!("router lookup error for <{}>: {why}", q.recipient)),
+                why.map(|why| format!("router lookup error for <{rcpt}>: {why}")),
             ),
         }
     }
@@ -534,7 +565,7 @@ impl Policy {
                     }
                 }
                 Restriction::RejectNonFqdnRecipient => non_fqdn(q.recipient, "Recipient", 504),
-                Restriction::RejectUnlistedRecipient => self.unlisted_step(q, lookup),
+                Restriction::RejectUnlistedRecipient => self.unlisted_step(q.recipient, lookup),
                 Restriction::RejectUnverifiedRecipient | Restriction::RejectUnverifiedSender => {
                     let who = match r {
                         Restriction::RejectUnverifiedSender => q.sender.map(|s| (s, true)),
@@ -555,6 +586,7 @@ impl Policy {
                 },
                 Restriction::CheckClientAccess(map) => access_step(
                     lookup,
+                    self.access_codes,
                     map,
                     &client_keys(q.client_addr, q.client_name),
                     // Postfix names the client `<name[address]>`.
@@ -564,6 +596,7 @@ impl Policy {
                 Restriction::CheckSenderAccess(map) => match q.sender {
                     Some(s) => access_step(
                         lookup,
+                        self.access_codes,
                         map,
                         &address_keys(s),
                         &format!("<{s}>"),
@@ -573,6 +606,7 @@ impl Policy {
                     // string's stand-in, `smtpd_null_access_lookup_key`.
                     None => access_step(
                         lookup,
+                        self.access_codes,
                         map,
                         &["<>".to_string()],
                         "<>",
@@ -581,6 +615,7 @@ impl Policy {
                 },
                 Restriction::CheckRecipientAccess(map) => access_step(
                     lookup,
+                    self.access_codes,
                     map,
                     &address_keys(q.recipient),
                     &format!("<{rcpt}>"),
@@ -739,6 +774,7 @@ fn address_keys(m: &Mailbox) -> Vec<String> {
 
 fn access_step(
     lookup: &dyn Lookup,
+    codes: AccessCodes,
     map: &MapRef,
     keys: &[String],
     what: &str,
@@ -766,22 +802,26 @@ fn access_step(
             AccessAction::Discard => Step::Discard,
             AccessAction::Tenant(t) => Step::Tenant(t),
             AccessAction::Job(j) => Step::Job(j),
-            AccessAction::Reject(text) => Step::refuse(
-                554,
-                StatusCode::NOT_AUTHORIZED,
+            // X.7.1 of the code's class, as Postfix's smtpd_check.c
+            // whatever access_map_{reject,defer}_code say.
+            AccessAction::Reject(text) => Step::Refuse(Refusal::of_class(
+                codes.reject,
+                7,
+                1,
                 format!(
                     "{what}: {default_text}: {}",
                     text.unwrap_or_else(|| "Access denied".into())
                 ),
-            ),
-            AccessAction::Defer(text) => Step::refuse(
-                450,
-                TEMP_DENIED,
+            )),
+            AccessAction::Defer(text) => Step::Refuse(Refusal::of_class(
+                codes.defer,
+                7,
+                1,
                 format!(
                     "{what}: {default_text}: {}",
                     text.unwrap_or_else(|| "Access denied".into())
                 ),
-            ),
+            )),
             AccessAction::Code(r) => {
                 let text = format!("{what}: {default_text}: {}", r.text);
                 Step::Refuse(Refusal { text, ..r })

@@ -726,3 +726,71 @@ fn soft_bounce_turns_permanent_refusals_temporary() {
     let soft = codes(&format!("{rules}soft_bounce = yes\n"));
     assert_eq!(soft, ["454 4.7.1", "450 4.7.1"]);
 }
+
+/// access_map_reject_code and access_map_defer_code set the codes of
+/// REJECT and DEFER, with X.7.1 of the code's class (Postfix's
+/// smtpd_check.c); an explicit `5NN text` keeps its own; a code outside
+/// 400-599 is refused naming its parameter.
+#[test]
+fn access_map_codes_set_reject_and_defer() {
+    let base = "access_map_reject_code = 550\naccess_map_defer_code = 451\n";
+    for (action, code, enh) in [
+        ("REJECT", 550, "5.7.1"),
+        ("DEFER", 451, "4.7.1"),
+        ("DEFER_IF_PERMIT", 451, "4.7.1"),
+        ("554 5.7.9 own code", 554, "5.7.9"),
+    ] {
+        let p = policy(&format!(
+            "{base}smtpd_recipient_restrictions = check_sender_access static:{{{action}}}\n"
+        ));
+        match check(&p, "127.0.0.1", Some("s@example.com"), "u@mx.example.org") {
+            Verdict::Refuse { reply, .. } => {
+                assert_eq!(
+                    (reply.code, reply.status.to_string()),
+                    (code, enh.into()),
+                    "{action}"
+                );
+            }
+            v => panic!("{action}: {v:?}"),
+        }
+    }
+    // A 4xx reject code makes a temporary refusal, 4.7.1.
+    let p = policy(
+        "access_map_reject_code = 450\nsmtpd_recipient_restrictions = check_sender_access static:REJECT\n",
+    );
+    match check(&p, "127.0.0.1", Some("s@example.com"), "u@mx.example.org") {
+        Verdict::Refuse { reply, .. } => assert_eq!(reply.to_string().get(..9), Some("450 4.7.1")),
+        v => panic!("{v:?}"),
+    }
+    for name in ACCESS_CODES {
+        let cfg = Config::parse(&format!("{name} = 250\n"), Path::new("main.cf"), &[])
+            .unwrap()
+            .config;
+        let e = Policy::from_config(&cfg).unwrap_err();
+        assert_eq!(e.param, name);
+        assert!(e.message.contains("400 to 599"), "{}", e.message);
+    }
+}
+
+/// VRFY is refused only for a user the recipient lookup says is unknown;
+/// a known, remote or unanswered address is left to 252.
+#[test]
+fn vrfy_refuses_only_unknown_local_users() {
+    let p = policy("");
+    let known = Unlisted(&["root@mx.example.org"], false);
+    let refusal = p
+        .vrfy(&mbox("ghost@mx.example.org"), &known)
+        .expect("a refusal");
+    assert_eq!(
+        refusal.to_string(),
+        "550 5.1.1 <ghost@mx.example.org>: Recipient address rejected: User unknown in local recipient table"
+    );
+    assert_eq!(p.vrfy(&mbox("root@mx.example.org"), &known), None);
+    assert_eq!(
+        p.vrfy(&mbox("ghost@mx.example.org"), &Unlisted(&[], true)),
+        None
+    );
+    assert_eq!(p.vrfy(&mbox("x@elsewhere.example.com"), &NoRouter), None);
+    let off = policy("smtpd_reject_unlisted_recipient = no\n");
+    assert_eq!(off.vrfy(&mbox("ghost@mx.example.org"), &NoRouter), None);
+}

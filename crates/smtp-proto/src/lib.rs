@@ -64,6 +64,10 @@
 //!             Action::Authenticate { .. } | Action::AuthResponse(_) => s
 //!                 .decide(Reply::enhanced(535, StatusCode::known(5, 7, 8), "failed"))
 //!                 .unwrap(),
+//!             // Only with `ask_vrfy`: the recipient lookup may know better.
+//!             Action::CheckVrfy { arg } => s.decide(Session::vrfy_ambiguous(&arg)).unwrap(),
+//!             // Past the soft error limit: arm a timer, serve others, then:
+//!             Action::Sleep(_) => s.wake(),
 //!             Action::AuthCancelled
 //!             | Action::TransactionAborted(_)
 //!             | Action::Event(_)

@@ -13,7 +13,7 @@
 //! What it enforces: command order (503 5.5.1; MAIL before HELO only with
 //! `helo_required`, as Postfix), TLS-required mode (530 5.7.0),
 //! ESMTP parameters against the configured extensions (555 5.5.4), command line
-//! length (500 5.5.2), bare LF in commands per [`BareNewline`], recipients per
+//! length (500 5.5.2), recipients per
 //! message (452 4.5.3), message size (552 5.3.4 for SIZE= and for the content),
 //! junk commands, a total command limit and the hard error limit (421 4.7.0 and
 //! close), RFC 5321 §3.1's 554-greeting mode (only QUIT, everything else 503).
@@ -36,6 +36,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::address::{Mailbox, Path};
 use crate::command::{
@@ -86,6 +87,10 @@ pub struct ServerConfig {
     pub max_data_line: Option<usize>,
     /// Errors before `421` and disconnect (`smtpd_hard_error_limit`).
     pub hard_error_limit: u32,
+    /// Errors after which each reply waits `error_sleep` (`smtpd_soft_error_limit`).
+    pub soft_error_limit: u32,
+    /// The wait before each reply past the soft limit (`smtpd_error_sleep_time`).
+    pub error_sleep: Duration,
     /// Junk commands (NOOP, RSET, VRFY, …) before each counts as an error (`smtpd_junk_command_limit`).
     pub junk_command_limit: u32,
     /// Commands per session before `421`, 0 for no limit.
@@ -121,6 +126,9 @@ pub struct ServerConfig {
     /// Ask before answering a command not recognized
     /// ([`Action::CheckUnknown`]: milters hear it, as with Postfix).
     pub ask_unknown: bool,
+    /// Ask before answering VRFY ([`Action::CheckVrfy`]), so that an
+    /// unknown local user gets 550 5.1.1 rather than 252 (as Postfix).
+    pub ask_vrfy: bool,
 }
 
 impl Default for ServerConfig {
@@ -133,6 +141,8 @@ impl Default for ServerConfig {
             max_message_size: 10_240_000,
             max_data_line: None,
             hard_error_limit: 20,
+            soft_error_limit: 10,
+            error_sleep: Duration::from_secs(1),
             junk_command_limit: 100,
             max_commands: 0,
             pipelining: true,
@@ -150,6 +160,7 @@ impl Default for ServerConfig {
             sasl: false,
             tls_auth_only: true,
             ask_unknown: false,
+            ask_vrfy: false,
         }
     }
 }
@@ -174,7 +185,7 @@ pub enum AbortReason {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
-    /// A command line ended with a bare LF (refused under `BareNewline::Reject`).
+    /// A command line ended with a bare LF (accepted).
     BareNewlineInCommand,
     /// A command line longer than `max_command_line`.
     CommandTooLong,
@@ -217,6 +228,13 @@ pub enum Action {
         /// The line as the client sent it, without CRLF.
         line: String,
     },
+    /// Question (with [`ServerConfig::ask_vrfy`]): VRFY of this argument;
+    /// answer with the reply to send: [`Session::vrfy_ambiguous`], or the
+    /// refusal the recipient lookup gives an unknown user.
+    CheckVrfy {
+        /// The argument as the client wrote it.
+        arg: String,
+    },
     /// Question: the content is complete; answer with the final reply (250 only
     /// once the message is durable).
     MessageEnd(DataSummary),
@@ -241,6 +259,11 @@ pub enum Action {
     /// The client cancelled the exchange (`*`) or sent an unusable
     /// response: the session answered it; forget the exchange.
     AuthCancelled,
+    /// Write what [`Session::take_output`] gives now, then wait this long
+    /// (the client made `soft_error_limit` errors) and call
+    /// [`Session::wake`]; until then no input is used and the next reply
+    /// is held back. Other sessions go on meanwhile: it is a timer, not a sleep.
+    Sleep(Duration),
     /// Flush the output, then close the connection.
     Close,
     /// Something to log.
@@ -269,6 +292,7 @@ enum Pending {
     MessageEnd,
     Auth,
     Unknown,
+    Vrfy,
 }
 
 /// Protocol states.
@@ -307,45 +331,6 @@ struct Transaction {
     data_seen: bool,
 }
 
-/// Per-verb counts for the `disconnect from ...` log line.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CommandStats {
-    /// (accepted, total) per row of [`COMMANDS`].
-    pub per_verb: [(u32, u32); 14],
-    /// Unrecognized or unparsable command lines.
-    pub unknown: u32,
-}
-
-impl CommandStats {
-    /// Postfix's form: `ehlo=1 mail=1 rcpt=0/1 data=1 quit=1 commands=4/5`.
-    pub fn summary(&self) -> String {
-        let mut parts = Vec::new();
-        let (mut ok, mut all) = (0, self.unknown);
-        for (info, &(good, total)) in COMMANDS.iter().zip(self.per_verb.iter()) {
-            if total == 0 {
-                continue;
-            }
-            ok += good;
-            all += total;
-            let name = info.name.to_ascii_lowercase();
-            if good == total {
-                parts.push(format!("{name}={total}"));
-            } else {
-                parts.push(format!("{name}={good}/{total}"));
-            }
-        }
-        if self.unknown > 0 {
-            parts.push(format!("unknown=0/{}", self.unknown));
-        }
-        if ok == all {
-            parts.push(format!("commands={all}"));
-        } else {
-            parts.push(format!("commands={ok}/{all}"));
-        }
-        parts.join(" ")
-    }
-}
-
 /// One SMTP server session.
 #[derive(Debug)]
 pub struct Session {
@@ -372,6 +357,8 @@ pub struct Session {
     auth_mechanisms: Vec<String>,
     /// AUTH succeeded in this session.
     authenticated: bool,
+    /// While an error sleep runs: output from this offset on is held.
+    held_from: Option<usize>,
 }
 
 fn r(code: u16, e: StatusCode, text: &str) -> Reply {
@@ -420,7 +407,14 @@ impl Session {
             stats: CommandStats::default(),
             auth_mechanisms: Vec::new(),
             authenticated: false,
+            held_from: None,
         }
+    }
+
+    /// VRFY's answer when nothing says the address is unknown:
+    /// `252 2.0.0 <arg>`, neither confirmed nor denied (RFC 5321 §3.5.3).
+    pub fn vrfy_ambiguous(arg: &str) -> Reply {
+        r(252, StatusCode::OK, arg)
     }
 
     /// The HELO/EHLO name, once given.
@@ -470,12 +464,24 @@ impl Session {
 
     /// True when the output must be written now, before reading more input.
     pub fn should_flush(&self) -> bool {
-        self.flush && !self.output.is_empty()
+        self.flush && self.has_output()
     }
 
-    /// True when there are reply bytes to write.
+    /// True when there are reply bytes to write now (held ones excluded).
     pub fn has_output(&self) -> bool {
-        !self.output.is_empty()
+        self.held_from.unwrap_or(self.output.len()) > 0
+    }
+
+    /// True between [`Action::Sleep`] and [`Session::wake`].
+    pub fn is_sleeping(&self) -> bool {
+        self.held_from.is_some()
+    }
+
+    /// The error sleep is over: the held reply may go, input is used again.
+    pub fn wake(&mut self) {
+        if self.held_from.take().is_some() {
+            self.flush = true;
+        }
     }
 
     /// Reply bytes waiting; a shell stops feeding input while this is large
@@ -490,10 +496,15 @@ impl Session {
         matches!(self.state, State::ExpectTls)
     }
 
-    /// Takes the reply bytes to write.
+    /// Takes the reply bytes to write (not those an error sleep holds).
     pub fn take_output(&mut self) -> Vec<u8> {
-        self.flush = false;
-        std::mem::take(&mut self.output)
+        match self.held_from.as_mut() {
+            Some(at) => self.output.drain(..std::mem::take(at)).collect(),
+            None => {
+                self.flush = false;
+                std::mem::take(&mut self.output)
+            }
+        }
     }
 
     /// The next action, if any.
@@ -533,7 +544,17 @@ impl Session {
     }
 
     /// Sends a reply to a command, counting errors toward the hard limit.
+    /// Past the soft limit it waits first, whatever the reply (Postfix's
+    /// smtpd_chat_reply "sleep-on-anything").
     fn respond(&mut self, reply: Reply, verb: Option<Verb>) {
+        if self.errors >= self.config.soft_error_limit
+            && !self.config.error_sleep.is_zero()
+            && self.held_from.is_none()
+        {
+            self.held_from = Some(self.output.len());
+            self.actions
+                .push_back(Action::Sleep(self.config.error_sleep));
+        }
         let ok = !reply.is_error();
         if !ok && reply.code != 421 {
             self.errors += 1;
@@ -554,6 +575,8 @@ impl Session {
     }
 
     fn shut(&mut self) {
+        // The goodbye is not delayed: the session ends here.
+        self.held_from = None;
         self.abort_tx(AbortReason::Closed);
         self.state = State::Closed;
         self.flush = true;
@@ -656,10 +679,17 @@ impl Session {
             }
             Pending::MessageEnd => {
                 self.tx = None;
+                if ok {
+                    // A delivered message forgives earlier errors (Postfix's
+                    // smtpd.c: error_count and junk_cmds go back to 0).
+                    self.errors = 0;
+                    self.junk = 0;
+                }
                 self.respond(reply, verb);
             }
             Pending::Auth => self.auth_decided(reply, verb),
             Pending::Unknown => self.respond(reply, None),
+            Pending::Vrfy => self.respond(reply, verb),
         }
         Ok(())
     }
@@ -668,6 +698,9 @@ impl Session {
     pub fn feed(&mut self, input: &[u8]) -> usize {
         let mut used = 0;
         loop {
+            if self.is_sleeping() {
+                return used;
+            }
             let rest = &input[used..];
             let state = std::mem::replace(&mut self.state, State::Closed);
             let (n, progressed) = match state {
@@ -772,13 +805,12 @@ impl Session {
             return;
         }
         if !crlf {
+            // Accepted in every mode, as Postfix's default (normalize) does:
+            // netcat and many scripts end commands so. A command line holds
+            // no content, so nothing can be smuggled through it; DATA after
+            // one starts its content as if after a bare LF (`decide`).
             self.actions
                 .push_back(Action::Event(Event::BareNewlineInCommand));
-            if self.config.bare_newline == BareNewline::Reject {
-                let reply = r(500, StatusCode::SYNTAX_ERROR, "Error: bare <LF> received");
-                self.respond(reply, None);
-                return;
-            }
         }
         let opts = ParseOptions {
             utf8_transaction: self.tx.as_ref().is_some_and(|t| t.params.smtputf8),
@@ -931,9 +963,14 @@ impl Session {
                 self.respond(Reply::ok(), verb);
             }
             Command::Noop => self.respond(Reply::ok(), verb),
+            Command::Vrfy(arg)
+                if self.config.ask_vrfy && self.config.vrfy == VrfyMode::Ambiguous252 =>
+            {
+                self.ask(Action::CheckVrfy { arg }, Pending::Vrfy, Verb::Vrfy)
+            }
             Command::Vrfy(arg) => {
                 let reply = match self.config.vrfy {
-                    VrfyMode::Ambiguous252 => r(252, StatusCode::OK, &arg),
+                    VrfyMode::Ambiguous252 => Self::vrfy_ambiguous(&arg),
                     VrfyMode::Disabled502 => {
                         r(502, StatusCode::INVALID_COMMAND, "VRFY command is disabled")
                     }
@@ -941,10 +978,7 @@ impl Session {
                 self.respond(reply, verb);
             }
             Command::Expn(_) => self.respond(not_implemented(), verb),
-            Command::Help => {
-                let text = "Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP VRFY QUIT STARTTLS";
-                self.respond(r(214, StatusCode::OK, text), verb);
-            }
+            Command::Help => self.respond(self.help_reply(), verb),
             Command::Quit => {
                 self.count(verb, true);
                 self.send(r(221, StatusCode::OK, "Bye"));
@@ -974,47 +1008,6 @@ impl Session {
             }
             Command::Auth(arg) => self.auth_command(&arg),
         }
-    }
-
-    fn ehlo_reply(&self) -> Reply {
-        let c = &self.config;
-        let mut lines = vec![c.hostname.clone()];
-        if c.pipelining {
-            lines.push("PIPELINING".into());
-        }
-        lines.push(if c.max_message_size > 0 {
-            format!("SIZE {}", c.max_message_size)
-        } else {
-            "SIZE".into()
-        });
-        if c.vrfy == VrfyMode::Ambiguous252 {
-            lines.push("VRFY".into());
-        }
-        if c.tls != TlsPolicy::None && !self.tls_active {
-            lines.push("STARTTLS".into());
-        }
-        if let Some(mechs) = self.auth_offer() {
-            lines.push(format!("AUTH {mechs}"));
-        }
-        if c.enhanced_status_codes {
-            lines.push("ENHANCEDSTATUSCODES".into());
-        }
-        if c.eight_bit_mime {
-            lines.push("8BITMIME".into());
-        }
-        if c.dsn {
-            lines.push("DSN".into());
-        }
-        if c.smtputf8 {
-            lines.push("SMTPUTF8".into());
-        }
-        if c.chunking {
-            lines.push("CHUNKING".into());
-            if c.binarymime {
-                lines.push("BINARYMIME".into());
-            }
-        }
-        Reply::multiline(250, None, lines)
     }
 
     /// Checks MAIL parameters against the enabled extensions and limits.
@@ -1193,6 +1186,13 @@ fn not_implemented() -> Reply {
 
 #[path = "server_auth.rs"]
 mod auth;
+
+#[path = "server_offer.rs"]
+mod offer;
+
+#[path = "server_stats.rs"]
+mod stats;
+pub use stats::CommandStats;
 
 #[cfg(test)]
 #[path = "server_tests.rs"]

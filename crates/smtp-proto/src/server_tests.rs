@@ -111,6 +111,8 @@ impl Shell {
                     self.messages.push(m);
                 }
                 Action::TransactionAborted(_) => self.current.clear(),
+                // The simulated clock jumps to the end of the sleep.
+                Action::Sleep(_) => self.s.wake(),
                 Action::StartTls => {
                     // The shell drops every buffered plaintext byte.
                     self.buf.clear();
@@ -430,7 +432,8 @@ fn line_limits_and_bare_lf_commands() {
     long.extend_from_slice(b"\r\nNOOP\r\nNOOP\nQUIT\r\n");
     let mut sh = Shell::new(cfg);
     sh.send(&long, &[65536]);
-    assert_eq!(sh.replies(), [220, 500, 250, 500, 221]);
+    // A bare LF ends a command even under Reject (Postfix's default).
+    assert_eq!(sh.replies(), [220, 500, 250, 250, 221]);
     assert!(sh.s.line.capacity() < 1024, "line buffer stayed bounded");
     let cfg = ServerConfig {
         bare_newline: BareNewline::Normalize,
@@ -440,6 +443,123 @@ fn line_limits_and_bare_lf_commands() {
     assert_eq!(sh.replies(), [220, 250, 221]);
     let sh = dialog(ServerConfig::default(), b"NOOP\0\r\nNO\rOP\r\n");
     assert_eq!(sh.replies(), [220, 500, 500]);
+}
+
+/// Past smtpd_soft_error_limit every reply waits for the shell's timer:
+/// the session asks for a sleep, holds the reply back and reads no more
+/// input until woken; a delivered message forgives the errors (Postfix).
+#[test]
+fn soft_error_limit_holds_replies_until_woken() {
+    let sleep = std::time::Duration::from_secs(3);
+    let cfg = ServerConfig {
+        soft_error_limit: 2,
+        error_sleep: sleep,
+        ..ServerConfig::default()
+    };
+    let mut s = Session::new(Arc::new(cfg), false);
+    s.take_output();
+    let input = b"FOO\r\nFOO\r\nFOO\r\nHELO x\r\n";
+    let used = s.feed(input);
+    assert_eq!(used, 15, "nothing after the held reply is read");
+    assert_eq!(s.poll_action(), Some(Action::Sleep(sleep)));
+    assert_eq!(s.poll_action(), None);
+    assert!(s.is_sleeping());
+    let now = String::from_utf8(s.take_output()).unwrap();
+    assert_eq!(now.matches("502 5.5.2").count(), 2, "{now}");
+    assert!(!s.has_output() && !s.should_flush());
+    assert_eq!(s.feed(&input[used..]), 0);
+    s.wake();
+    assert!(s.should_flush());
+    assert!(String::from_utf8(s.take_output())
+        .unwrap()
+        .starts_with("502 5.5.2"));
+    // Still past the limit: the next reply, a good one, waits too.
+    assert_eq!(s.feed(&input[used..]), 8);
+    assert_eq!(s.poll_action(), Some(Action::Sleep(sleep)));
+    s.wake();
+    assert!(String::from_utf8(s.take_output())
+        .unwrap()
+        .starts_with("250 "));
+    // A delivered message forgives them: no more sleeping.
+    let mut sh = Shell::with_session(s);
+    sh.send(
+        b"MAIL FROM:<a@x.com>\r\nRCPT TO:<b@x.com>\r\nDATA\r\nx\r\n.\r\nNOOP\r\n",
+        &[1000],
+    );
+    let sleeps = sh.actions.iter().filter(|a| a.starts_with("Sleep")).count();
+    assert_eq!(
+        sleeps, 2,
+        "MAIL and RCPT waited, then none: {:?}",
+        sh.actions
+    );
+    assert_eq!(sh.s.error_count(), 0);
+}
+
+/// With ask_vrfy the shell answers VRFY (a recipient lookup); without it,
+/// or with VRFY disabled, the session answers itself.
+#[test]
+fn vrfy_is_asked_only_with_ask_vrfy() {
+    let cfg = ServerConfig {
+        ask_vrfy: true,
+        ..ServerConfig::default()
+    };
+    let mut s = Session::new(Arc::new(cfg), false);
+    s.take_output();
+    assert_eq!(
+        s.feed(b"VRFY ghost\r\nNOOP\r\n"),
+        12,
+        "NOOP waits for the answer"
+    );
+    let arg = "ghost".to_string();
+    assert_eq!(s.poll_action(), Some(Action::CheckVrfy { arg }));
+    let unknown = Reply::enhanced(550, StatusCode::USER_UNKNOWN, "<ghost@x>: User unknown");
+    s.decide(unknown).unwrap();
+    assert!(String::from_utf8(s.take_output())
+        .unwrap()
+        .starts_with("550 5.1.1 <ghost@x>"));
+    assert_eq!(s.error_count(), 1);
+    let sh = dialog(ServerConfig::default(), b"VRFY ghost\r\n");
+    assert!(!sh.actions.iter().any(|a| a.starts_with("CheckVrfy")));
+    assert_eq!(sh.replies(), [220, 252]);
+    let off = ServerConfig {
+        ask_vrfy: true,
+        vrfy: VrfyMode::Disabled502,
+        ..ServerConfig::default()
+    };
+    assert_eq!(dialog(off, b"VRFY ghost\r\n").replies(), [220, 502]);
+}
+
+#[test]
+fn help_lists_only_what_is_offered() {
+    let help = |cfg: ServerConfig, tls: bool| {
+        let mut s = Session::new(Arc::new(cfg), tls);
+        s.take_output();
+        s.feed(b"HELP\r\n");
+        String::from_utf8(s.take_output()).unwrap()
+    };
+    let plain = help(ServerConfig::default(), false);
+    assert!(plain.starts_with("214 2.0.0 Commands:"), "{plain}");
+    assert!(
+        !plain.contains("STARTTLS") && !plain.contains("AUTH"),
+        "{plain}"
+    );
+    let may = ServerConfig {
+        tls: TlsPolicy::May,
+        ..ServerConfig::default()
+    };
+    assert!(help(may.clone(), false).contains(" STARTTLS"));
+    assert!(!help(may, true).contains("STARTTLS"), "not once in TLS");
+    let sasl = ServerConfig {
+        sasl: true,
+        tls_auth_only: false,
+        ..ServerConfig::default()
+    };
+    let mut s = Session::new(Arc::new(sasl), false);
+    s.set_auth_mechanisms(&["PLAIN".to_string()]);
+    s.take_output();
+    s.feed(b"HELP\r\n");
+    let out = String::from_utf8(s.take_output()).unwrap();
+    assert!(out.contains(" AUTH"), "{out}");
 }
 
 #[test]
@@ -514,7 +634,11 @@ fn smuggling_dialog() {
 fn data_after_bare_lf_command() {
     // `DATA LF . CRLF` is LF.CRLF: not an end of data, even when bare LF
     // commands are tolerated.
-    for bare in [BareNewline::Normalize, BareNewline::Allow] {
+    for bare in [
+        BareNewline::Reject,
+        BareNewline::Normalize,
+        BareNewline::Allow,
+    ] {
         let cfg = ServerConfig {
             bare_newline: bare,
             ..ServerConfig::default()
