@@ -359,6 +359,8 @@ pub struct Session {
     authenticated: bool,
     /// While an error sleep runs: output from this offset on is held.
     held_from: Option<usize>,
+    /// A command ended in a bare LF already (reported once per session).
+    bare_lf_seen: bool,
 }
 
 fn r(code: u16, e: StatusCode, text: &str) -> Reply {
@@ -408,6 +410,7 @@ impl Session {
             auth_mechanisms: Vec::new(),
             authenticated: false,
             held_from: None,
+            bare_lf_seen: false,
         }
     }
 
@@ -804,11 +807,13 @@ impl Session {
             );
             return;
         }
-        if !crlf {
+        if !crlf && !self.bare_lf_seen {
             // Accepted in every mode, as Postfix's default (normalize) does:
             // netcat and many scripts end commands so. A command line holds
             // no content, so nothing can be smuggled through it; DATA after
             // one starts its content as if after a bare LF (`decide`).
+            // Reported once per session, not once per command.
+            self.bare_lf_seen = true;
             self.actions
                 .push_back(Action::Event(Event::BareNewlineInCommand));
         }

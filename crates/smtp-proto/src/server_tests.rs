@@ -441,6 +441,14 @@ fn line_limits_and_bare_lf_commands() {
     };
     let sh = dialog(cfg, b"NOOP\nQUIT\n");
     assert_eq!(sh.replies(), [220, 250, 221]);
+    // Reported once per session, however many commands end so.
+    let sh = dialog(ServerConfig::default(), b"NOOP\nNOOP\nNOOP\nQUIT\n");
+    let noted = sh
+        .actions
+        .iter()
+        .filter(|a| a.contains("BareNewlineInCommand"))
+        .count();
+    assert_eq!(noted, 1, "{:?}", sh.actions);
     let sh = dialog(ServerConfig::default(), b"NOOP\0\r\nNO\rOP\r\n");
     assert_eq!(sh.replies(), [220, 500, 500]);
 }
