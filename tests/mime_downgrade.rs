@@ -251,3 +251,37 @@ fn smtputf8_refusal_is_not_put_in_the_servers_mouth() {
     assert!(!line.contains("said"), "{line}");
     let _: &Instance = &inst;
 }
+
+/// Mail that asked for SMTPUTF8 but holds no UTF-8 (ASCII addresses and
+/// header) goes to a server without SMTPUTF8 as plain mail, as Postfix's
+/// smtp client sends it (only SMTPUTF8_FLAG_SENDER, _RECIPIENT or _HEADER
+/// make it required); with a UTF-8 Subject it is refused as before. Before,
+/// every message that said SMTPUTF8 bounced there.
+#[test]
+fn smtputf8_mail_without_utf8_goes_to_a_server_without_smtputf8() {
+    let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
+    let (inst, port) = relay_instance(sink.port, "smtp_discard_ehlo_keywords = smtputf8\n");
+    let plain = inst.root().join("plain.eml");
+    std::fs::write(
+        &plain,
+        "From: jo@example.com\nSubject: x\n\nbody caf\u{e9}\n",
+    )
+    .unwrap();
+    let id = send(port, "jo@example.com", "b@remote.example", &plain, true);
+    let dump = sink_dump(&sink, &inst, &id, "b@remote.example");
+    assert!(dump.text.contains("body caf\u{e9}"), "{}", dump.text);
+    let utf8 = inst.root().join("utf8.eml");
+    std::fs::write(
+        &utf8,
+        "From: jo@example.com\nSubject: gr\u{fc}\u{df}e\n\nbody\n",
+    )
+    .unwrap();
+    let id = send(port, "jo@example.com", "b@remote.example", &utf8, true);
+    let line = wait_for(30, "the bounce of the UTF-8 header", || {
+        inst.log()
+            .lines()
+            .find(|l| l.contains(&format!("{id}: to=<")) && l.contains("status=bounced"))
+            .map(str::to_string)
+    });
+    assert!(line.contains("dsn=5.6.7"), "{line}");
+}

@@ -898,7 +898,7 @@ impl SmtpConn {
                 return self.start_next(now);
             }
         };
-        let env = match envelope(&p.txn) {
+        let mut env = match envelope(&p.txn) {
             Ok(e) => e,
             Err(text) => {
                 let results = p.txn.results(&Status::new(StatusCode::BAD_ADDRESS, text));
@@ -919,6 +919,11 @@ impl SmtpConn {
                 return self.start_next(now);
             }
         };
+        if p.txn.smtputf8 && !env.utf8_required {
+            // A header it cannot read counts as UTF-8: refused (and said
+            // why) rather than sent to a server that may not take it.
+            env.utf8_required = source.header_is_8bit().unwrap_or(true);
+        }
         let n = p.txn.recipients.len();
         let setup = if self.uses == 0 {
             self.setup

@@ -124,10 +124,15 @@ pub fn envelope(txn: &Transaction) -> Result<Envelope, String> {
         txn.ret,
         txn.envid.as_deref(),
     );
+    // Postfix's SMTPUTF8_FLAG_SENDER and _RECIPIENT; the header section is
+    // the caller's to look at (it has the content).
+    let utf8_required =
+        !txn.sender.is_ascii() || txn.recipients.iter().any(|r| !r.address.is_ascii());
     Ok(Envelope {
         from,
         params,
         recipients,
+        utf8_required,
     })
 }
 

@@ -128,6 +128,10 @@ fn segment_for(dir: &Path, span: &DataSpan) -> Result<Arc<File>, queue::Error> {
     Ok(file)
 }
 
+/// How much of a message is read for [`Content::header_is_8bit`]
+/// (Postfix's header_size_limit).
+pub const HEADER_SCAN: usize = 102_400;
+
 /// The message data of one transaction.
 #[derive(Debug)]
 pub struct Content {
@@ -209,6 +213,26 @@ impl Content {
         }
     }
 
+    /// Whether the header section (up to its empty line, at most
+    /// [`HEADER_SCAN`] bytes) holds bytes beyond ASCII: UTF-8 headers that
+    /// need SMTPUTF8 of the next hop (Postfix's SMTPUTF8_FLAG_HEADER).
+    pub fn header_is_8bit(&self) -> io::Result<bool> {
+        let mut buf = vec![0u8; HEADER_SCAN.min(self.len() as usize)];
+        let mut got = 0;
+        while got < buf.len() {
+            match self.read_at(&mut buf[got..], got as u64)? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        let head = &buf[..got];
+        let end = head
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map_or(head.len(), |i| i + 2);
+        Ok(!head[..end].is_ascii())
+    }
+
     /// Hands the content to `each` a chunk at a time (inline data at once).
     pub fn chunks<E>(
         &self,
@@ -244,6 +268,15 @@ mod tests {
         })
         .unwrap();
         out
+    }
+
+    #[test]
+    fn only_the_header_section_decides_whether_headers_are_8bit() {
+        let c = |b: &[u8]| Content::inline(b.to_vec()).header_is_8bit().unwrap();
+        assert!(!c(b"Subject: hi\r\n\r\ncaf\xc3\xa9\r\n"), "8-bit body only");
+        assert!(c(b"Subject: caf\xc3\xa9\r\n\r\nbody\r\n"));
+        assert!(c(b"Subject: hi\r\nFrom: j\xc3\xb6@x\r\n"), "no body at all");
+        assert!(!c(b""));
     }
 
     /// The agent reads what qmgr journaled, from the segment files the

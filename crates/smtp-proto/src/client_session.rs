@@ -120,6 +120,11 @@ pub struct Envelope {
     pub params: MailParams,
     /// Recipients with their parameters.
     pub recipients: Vec<(Mailbox, RcptParams)>,
+    /// The message needs SMTPUTF8 of the server: an address or its header
+    /// section holds UTF-8 (Postfix's SMTPUTF8_FLAG_SENDER, _RECIPIENT,
+    /// _HEADER). Mail that only asked for SMTPUTF8 goes to a server
+    /// without it as plain mail, as Postfix sends it.
+    pub utf8_required: bool,
 }
 
 /// Why the connection is unusable.
@@ -730,7 +735,7 @@ impl ClientSession {
             return false;
         }
         let caps = self.caps.clone().unwrap_or_default();
-        if env.params.smtputf8 && !caps.smtputf8 {
+        if env.params.smtputf8 && !caps.smtputf8 && env.utf8_required {
             let reply = Reply::enhanced(
                 553,
                 StatusCode::UTF8_REQUIRED,
@@ -748,6 +753,8 @@ impl ClientSession {
             return true;
         }
         let mut params = env.params.clone();
+        // Asked for, not needed (all ASCII), not offered: sent without.
+        params.smtputf8 &= caps.smtputf8;
         let eight_bit = caps.eight_bit_mime || caps.smtputf8;
         let downgrade = self.config.mime_output_conversion && !eight_bit && !probe;
         // Converted content is larger than the SIZE the envelope knows.

@@ -32,6 +32,7 @@ fn env(from: &str, to: &[&str]) -> Envelope {
                 (mbox(t), p)
             })
             .collect(),
+        utf8_required: false,
     }
 }
 
@@ -413,12 +414,25 @@ fn scripted_failures() {
     let a = actions(&mut c);
     assert!(matches!(a.last(), Some(ClientAction::Ready)), "{a:?}");
 
+    // SMTPUTF8 asked for but not needed (all ASCII), not offered: the
+    // message goes as plain mail, as Postfix sends it.
+    let mut c = ClientSession::new(ClientConfig::default(), false);
+    script(&mut c, &["220 x\n", "250 x\n"]);
+    actions(&mut c);
+    let mut e = env("a@x.com", &["b@y.com"]);
+    e.params.smtputf8 = true;
+    c.send_message(&e);
+    let mail = String::from_utf8(c.take_output()).unwrap();
+    assert!(mail.starts_with("MAIL FROM:<a@x.com>"), "{mail}");
+    assert!(!mail.contains("SMTPUTF8"), "{mail}");
+
     // SMTPUTF8 needed, not offered: fails locally.
     let mut c = ClientSession::new(ClientConfig::default(), false);
     script(&mut c, &["220 x\n", "250 x\n"]);
     actions(&mut c);
     let mut e = env("a@x.com", &["b@y.com"]);
     e.params.smtputf8 = true;
+    e.utf8_required = true;
     c.send_message(&e);
     assert_eq!(c.take_output(), b"");
     let a = actions(&mut c);

@@ -41,6 +41,7 @@ fn envelope(utf8: bool) -> Envelope {
             to("c@example.net"),
             to("d@example.net"),
         ],
+        utf8_required: utf8,
     }
 }
 
