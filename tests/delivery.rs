@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use sluice_suite::{
-    free_port, relay_instance, sink_dump, smtp_sink, swaks, wait_for, Dump, Instance, Kill, Sink,
+    free_port, queued_id, relay_instance, sink_dump, smtp_sink, swaks, wait_for, Dump, Instance,
+    Kill, Sink,
 };
 
 fn sink_on(port: u16, extra: &[&str]) -> Sink {
@@ -37,11 +38,7 @@ fn send(port: u16, to: &str) -> String {
         to,
     ]);
     assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string()
+    queued_id(&out)
 }
 
 #[test]
@@ -811,12 +808,7 @@ fn a_notice_owed_survives_retries_of_the_rest_of_the_message() {
         "x@gone.example,y@later.example",
     ]);
     assert_eq!(code, 0, "{out}");
-    let id = out
-        .lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string();
+    let id = queued_id(&out);
     std::fs::write(&cf, &without).unwrap();
     assert!(inst.sluice(&["reload"]).status.success());
     wait_for(10, "cleanup out of service", || {
@@ -970,12 +962,7 @@ fn a_bounce_returns_a_large_original_as_headers_only() {
         path.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{out}");
-    let id = out
-        .lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string();
+    let id = queued_id(&out);
     let line = inst.wait_log(15, &format!("{id}: sender non-delivery notification: "));
     let notice_id = line.rsplit(' ').next().unwrap().to_string();
     let (notice, p) = notice_at(&inst, &good, &notice_id);

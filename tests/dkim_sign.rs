@@ -21,7 +21,9 @@ use std::process::{Command, Stdio};
 
 use sluice_suite::dovecot::Dovecot;
 use sluice_suite::postfix::{Postfix, PostfixOptions};
-use sluice_suite::{dnsmasq, free_port, receive_master_cf, swaks, Instance, RECEIVE_MAIN_CF};
+use sluice_suite::{
+    dnsmasq, free_port, queued_id, receive_master_cf, swaks, Instance, RECEIVE_MAIN_CF,
+};
 
 const PYTHON: &str = "/usr/bin/python3";
 
@@ -365,13 +367,7 @@ fn authenticated_and_local_mail_is_signed_and_a_strangers_is_not() {
     inst.start();
     inst.wait_port(port);
     let server = format!("127.0.0.1:{port}");
-    let queued = |out: &str| {
-        out.lines()
-            .find_map(|l| l.split("queued as ").nth(1))
-            .unwrap_or_else(|| panic!("not queued: {out}"))
-            .trim()
-            .to_string()
-    };
+    let queued = |out: &str| queued_id(out);
 
     // Outside mynetworks, not authenticated: accepted (relaying is open
     // here) and not signed.

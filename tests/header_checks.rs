@@ -9,7 +9,9 @@
 
 use std::path::Path;
 
-use sluice_suite::{free_port, sink_dump, smtp_sink, swaks, wait_for, Instance, RECEIVE_MAIN_CF};
+use sluice_suite::{
+    free_port, queued_id, sink_dump, smtp_sink, swaks, wait_for, Instance, RECEIVE_MAIN_CF,
+};
 
 const HEADER_CHECKS: &str = "\
 /^Subject:.*forbidden/ REJECT no forbidden subjects here
@@ -72,14 +74,6 @@ fn send(port: u16, headers: &[&str], body: &str) -> (i32, String) {
     swaks(&args)
 }
 
-fn queued_as(out: &str) -> String {
-    out.lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap_or_else(|| panic!("no queue id in {out}"))
-        .trim()
-        .to_string()
-}
-
 #[test]
 fn header_and_body_checks_act_on_mail() {
     let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
@@ -123,7 +117,7 @@ fn header_and_body_checks_act_on_mail() {
     // DISCARD: 250 to the client, logged, never queued nor delivered.
     let (code, out) = send(port, &["Subject: please discard me"], "x\n");
     assert_eq!(code, 0, "{out}");
-    let discarded = queued_as(&out);
+    let discarded = queued_id(&out);
     inst.wait_log(
         10,
         &format!("{discarded}: discard: header Subject: please discard me from "),
@@ -132,7 +126,7 @@ fn header_and_body_checks_act_on_mail() {
     // HOLD: queued on hold, as `sluice queue hold` leaves it.
     let (code, out) = send(port, &["Subject: hold me"], "x\n");
     assert_eq!(code, 0, "{out}");
-    let held = queued_as(&out);
+    let held = queued_id(&out);
     inst.wait_log(10, &format!("{held}: hold: header Subject: hold me from "));
     wait_for(10, "the held message in the hold queue", || {
         inst.queue_json()
@@ -156,7 +150,7 @@ fn header_and_body_checks_act_on_mail() {
         "keep this\ndrop this line\n.dotted\nend\n",
     );
     assert_eq!(code, 0, "{out}");
-    let id = queued_as(&out);
+    let id = queued_id(&out);
     let dump = sink_dump(&sink, &inst, &id, "bob@dest.example");
     let text = &dump.text;
     assert!(!text.contains("X-Secret"), "{text}");

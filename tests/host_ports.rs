@@ -3,7 +3,7 @@
 //! a live port on the same address, in retry (Postfix keeps them apart).
 //! The mail for the dead port waits saying what the failed connect said.
 
-use sluice_suite::{free_port, relay_instance, sink_dump, smtp_sink, swaks};
+use sluice_suite::{free_port, queued_id, relay_instance, sink_dump, smtp_sink, swaks};
 
 /// Sends one message with swaks; returns its queue id.
 fn send(port: u16, to: &str) -> String {
@@ -18,11 +18,7 @@ fn send(port: u16, to: &str) -> String {
     ];
     let (code, out) = swaks(&args);
     assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string()
+    queued_id(&out)
 }
 
 #[test]

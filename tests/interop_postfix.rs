@@ -12,7 +12,7 @@
 use std::process::Command;
 
 use sluice_suite::postfix::{Postfix, PostfixOptions};
-use sluice_suite::{free_port, relay_instance, swaks, wait_for, Instance};
+use sluice_suite::{free_port, queued_id, relay_instance, swaks, wait_for, Instance};
 
 #[test]
 fn mail_relayed_to_a_real_postfix_arrives_there() {
@@ -32,12 +32,7 @@ fn mail_relayed_to_a_real_postfix_arrives_there() {
         "Subject: interop",
     ]);
     assert_eq!(code, 0, "{out}");
-    let id = out
-        .lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string();
+    let id = queued_id(&out);
     let sent = inst.wait_log(20, &format!("{id}: to=<bob@dest.test.example>"));
     assert!(
         sent.contains("status=sent") && sent.contains(&format!("[127.0.0.1]:{}", pf.port)),

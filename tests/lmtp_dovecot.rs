@@ -15,7 +15,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command};
 
-use sluice_suite::{free_port, swaks, wait_for, Instance};
+use sluice_suite::{free_port, queued_id, swaks, wait_for, Instance};
 
 const DOVECOT: &str = "/usr/sbin/dovecot";
 const LMTP: &str = "/usr/lib/dovecot/lmtp";
@@ -140,11 +140,7 @@ fn send(port: u16, to: &[&str], subject: &str) -> String {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let (code, out) = swaks(&refs);
     assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string()
+    queued_id(&out)
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sluice_suite::{free_port, instance_user, smtp_sink, swaks, wait_for, Instance};
+use sluice_suite::{free_port, instance_user, queued_id, smtp_sink, swaks, wait_for, Instance};
 
 fn open_dir(p: &Path) -> PathBuf {
     std::fs::create_dir_all(p).unwrap();
@@ -68,11 +68,7 @@ fn send_from(port: u16, from: &str, to: &str, data: Option<&Path>) -> String {
     }
     let (code, out) = swaks(&args);
     assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string()
+    queued_id(&out)
 }
 
 const BODY: &str = "From the start\n>From quoted\n.leading dot\n..two dots\n\nlast line\n";
@@ -915,12 +911,7 @@ fn soft_bounce_defers_an_owned_target_without_a_notice() {
         &format!("list@{h}"),
     ]);
     assert_eq!(code, 0, "{out}");
-    let id = out
-        .lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string();
+    let id = queued_id(&out);
     let line = inst.wait_log(20, &format!("{id}: to=<list@{h}>, relay=local"));
     assert!(line.contains("dsn=4.3.0, status=SOFTBOUNCE"), "{line}");
     std::thread::sleep(std::time::Duration::from_secs(2));

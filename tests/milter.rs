@@ -9,7 +9,7 @@
 
 use sluice_suite::test_milter::TestMilter;
 use sluice_suite::testkit::ScriptedSink;
-use sluice_suite::{relay_instance, swaks, wait_for, Instance};
+use sluice_suite::{queued_id, relay_instance, swaks, wait_for, Instance};
 
 fn send(port: u16, from: &str, to: &[&str], subject: &str, extra: &[&str]) -> (i32, String) {
     let mut args = vec![
@@ -27,14 +27,6 @@ fn send(port: u16, from: &str, to: &[&str], subject: &str, extra: &[&str]) -> (i
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     swaks(&args)
-}
-
-fn queued_as(out: &str) -> String {
-    out.lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap_or_else(|| panic!("no queue id in {out}"))
-        .trim()
-        .to_string()
 }
 
 fn milter_instance(sink: &ScriptedSink, milters: &str, extra: &str) -> (Instance, u16) {
@@ -126,7 +118,7 @@ fn every_action_of_a_python_milter() {
         &["--add-header", "X-Remove: this goes"],
     );
     assert_eq!(code, 0, "{out}");
-    let id = queued_as(&out);
+    let id = queued_id(&out);
     let msg = wait_for(20, "the rewritten message at the sink", || {
         sink.messages().into_iter().find(|m| {
             m.data.contains("please rewrite") || m.data.contains("changed by the test milter")
@@ -179,7 +171,7 @@ fn every_action_of_a_python_milter() {
         &[],
     );
     assert_eq!(code, 0, "{out}");
-    let id = queued_as(&out);
+    let id = queued_id(&out);
     inst.wait_log(10, &format!("{id}: milter-hold: held by the test milter"));
     let held = wait_for(10, "the quarantined message on hold", || {
         inst.queue_json()
@@ -311,7 +303,7 @@ fn a_milter_that_is_down_follows_milter_default_action() {
         &[],
     );
     assert_eq!(code, 0, "{out}");
-    let id = queued_as(&out);
+    let id = queued_id(&out);
     wait_for(10, "the message on hold", || {
         inst.queue_json()
             .into_iter()

@@ -3,7 +3,7 @@
 //! to the secondary after the primary refuses, and the message is delivered
 //! there. Needs root, to listen on port 25 of a loopback address.
 
-use sluice_suite::{dnsmasq, free_port, smtp_sink, swaks, wait_for, Instance};
+use sluice_suite::{dnsmasq, free_port, queued_id, smtp_sink, swaks, wait_for, Instance};
 
 #[test]
 fn dead_primary_mx_falls_back_to_the_secondary() {
@@ -39,12 +39,7 @@ fn dead_primary_mx_falls_back_to_the_secondary() {
         "user@dest.test",
     ]);
     assert_eq!(code, 0, "{out}");
-    let id = out
-        .lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string();
+    let id = queued_id(&out);
     let sent = inst.wait_log(
         30,
         &format!("{id}: to=<user@dest.test>, relay=mx2.dest.test[127.0.0.3]:25"),

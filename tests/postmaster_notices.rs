@@ -3,7 +3,9 @@
 //! refuses one destination's recipients, and the notices are read from the
 //! sink's dumps with Python's `email` (tests/scripts/parse_dsn.py).
 
-use sluice_suite::{free_port, relay_instance, sink_dump, smtp_sink, swaks, Instance, Sink};
+use sluice_suite::{
+    free_port, queued_id, relay_instance, sink_dump, smtp_sink, swaks, Instance, Sink,
+};
 
 /// Sends one message from alice@example.com to `to`; its queue id.
 fn send(port: u16, to: &str) -> String {
@@ -20,11 +22,7 @@ fn send(port: u16, to: &str) -> String {
         "secret body",
     ]);
     assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string()
+    queued_id(&out)
 }
 
 /// The notice `id` the sink got for `rcpt`, parsed.

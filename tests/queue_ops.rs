@@ -2,7 +2,9 @@
 //! hold, release, delete, requeue, flush — every change journaled, so it
 //! survives a restart.
 
-use sluice_suite::{free_port, receive_master_cf, swaks, wait_for, Instance, RECEIVE_MAIN_CF};
+use sluice_suite::{
+    free_port, queued_id, receive_master_cf, swaks, wait_for, Instance, RECEIVE_MAIN_CF,
+};
 
 fn queued(inst: &Instance) -> Vec<String> {
     inst.queue_json()
@@ -18,11 +20,7 @@ fn send(port: u16, from: &str, to: &str) -> String {
         to,
     ]);
     assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string()
+    queued_id(&out)
 }
 
 fn ok(inst: &Instance, args: &[&str]) -> String {

@@ -3,7 +3,7 @@
 //! sendmail(1) submitting locally.
 
 use sluice_suite::{
-    free_port, make_cert, receive_master_cf, swaks, wait_for, Instance, RECEIVE_MAIN_CF,
+    free_port, make_cert, queued_id, receive_master_cf, swaks, wait_for, Instance, RECEIVE_MAIN_CF,
 };
 
 fn instance(main_extra: &str, smtpd_args: &str) -> (Instance, u16) {
@@ -37,12 +37,7 @@ fn swaks_message_is_queued_and_listed() {
         "Hi Bob",
     ]);
     assert_eq!(code, 0, "{out}");
-    let qid = out
-        .lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .expect("queued as")
-        .trim()
-        .to_string();
+    let qid = queued_id(&out);
     let q = inst.queue_json();
     assert_eq!(q.len(), 1, "{q:?}");
     assert!(

@@ -16,7 +16,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use sluice_suite::dovecot::Dovecot;
-use sluice_suite::{free_port, make_cert, receive_master_cf, swaks, Instance, RECEIVE_MAIN_CF};
+use sluice_suite::{
+    free_port, make_cert, queued_id, receive_master_cf, swaks, Instance, RECEIVE_MAIN_CF,
+};
 
 /// `\0alice\0secret`, and a wrong password for alice.
 const ALICE_PLAIN: &str = "AGFsaWNlAHNlY3JldA==";
@@ -475,12 +477,7 @@ fn the_authenticated_header_names_the_login_only_when_asked() {
             "far@remote.example",
         ]);
         assert_eq!(code, 0, "{t}");
-        let id = t
-            .lines()
-            .find_map(|l| l.split("queued as ").nth(1))
-            .unwrap()
-            .trim()
-            .to_string();
+        let id = queued_id(&t);
         let out = s.inst.sluice(&["queue", "show", &id]);
         let text = String::from_utf8_lossy(&out.stdout);
         let received = text

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use sluice_suite::testkit::{Greeting, ScriptedSink, Unanswering};
-use sluice_suite::{relay_instance, swaks, wait_for, Instance};
+use sluice_suite::{queued_id, relay_instance, swaks, wait_for, Instance};
 
 /// Sends one message with swaks; returns its queue id.
 fn send(port: u16, to: &str, extra: &[&str]) -> String {
@@ -26,11 +26,7 @@ fn send(port: u16, to: &str, extra: &[&str]) -> String {
     args.extend_from_slice(extra);
     let (code, out) = swaks(&args);
     assert_eq!(code, 0, "{out}");
-    out.lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap()
-        .trim()
-        .to_string()
+    queued_id(&out)
 }
 
 fn wait_empty(inst: &Instance, secs: u64) {

@@ -6,7 +6,7 @@
 //! a missing router refuse the message with 451 at the end of DATA;
 //! `receive_override_options = no_address_mappings` queues it unexpanded.
 
-use sluice_suite::{free_port, sink_dump, smtp_sink, swaks, wait_for, Instance, Sink};
+use sluice_suite::{free_port, queued_id, sink_dump, smtp_sink, swaks, wait_for, Instance, Sink};
 
 const ALIASES: &str = "virtual_alias_domains = virt.example\n\
     virtual_alias_maps = inline:{ \
@@ -52,14 +52,6 @@ fn swaks_to(port: u16, to: &str) -> (i32, String) {
         "--to",
         to,
     ])
-}
-
-fn queued_id(out: &str) -> String {
-    out.lines()
-        .find_map(|l| l.split("queued as ").nth(1))
-        .unwrap_or_else(|| panic!("not queued:\n{out}"))
-        .trim()
-        .to_string()
 }
 
 /// The recipients the sink was given (smtp-sink -d writes X-Rcpt-Args:),

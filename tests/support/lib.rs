@@ -509,6 +509,17 @@ pub fn swaks(args: &[&str]) -> (i32, String) {
     )
 }
 
+/// The queue id a client's transcript (swaks, smtplib) shows after
+/// "queued as "; fails the test, with the transcript, when there is none.
+pub fn queued_id(transcript: &str) -> String {
+    transcript
+        .lines()
+        .find_map(|l| l.split("queued as ").nth(1))
+        .unwrap_or_else(|| panic!("no queue id in:\n{transcript}"))
+        .trim()
+        .to_string()
+}
+
 /// Makes a self-signed certificate and key (PEM) in `dir` with openssl(1).
 pub fn make_cert(dir: &Path) -> (PathBuf, PathBuf) {
     let cert = dir.join("cert.pem");
