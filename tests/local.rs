@@ -764,7 +764,7 @@ fn a_deferred_target_is_retried_alone() {
     let (inst, port, spool, scratch) = instance(&aliases, "");
     let id = send(port, &format!("split@{h}"), None);
     let line = inst.wait_log(20, &format!("{id}: to=<split@{h}>, relay=local"));
-    assert!(line.contains("dsn=4.3.0, status=SOFTBOUNCE"), "{line}");
+    assert!(line.contains("dsn=4.3.0, status=deferred"), "{line}");
     let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, orig_to=<split@{h}>"));
     assert!(
         line.contains("status=sent (delivered to mailbox)"),
