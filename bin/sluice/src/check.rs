@@ -354,6 +354,18 @@ fn check_restriction_list(cfg: &Config, list: &str, at: &str, r: &mut Report) {
     }
 }
 
+/// The tables the router (and local(8), for alias_maps) open tolerantly:
+/// one that cannot be read defers mail instead of stopping the program.
+const ROUTER_MAPS: &[&str] = &[
+    "alias_maps",
+    "local_recipient_maps",
+    "virtual_alias_maps",
+    "canonical_maps",
+    "sender_canonical_maps",
+    "recipient_canonical_maps",
+    "transport_maps",
+];
+
 /// Every table of a `type:table` list parameter.
 fn check_maps(cfg: &Config, param: &str, at: &str, r: &mut Report) {
     // transport_maps' values are checked as the router checks them.
@@ -372,15 +384,19 @@ fn check_maps(cfg: &Config, param: &str, at: &str, r: &mut Report) {
             // local_recipient_maps names $alias_maps: the alias_maps line
             // is the one to fix, and its own check reports it there.
             Err(_) if param == "local_recipient_maps" && aliases.contains(&m) => {}
-            // As local(8), a missing alias file only means no aliases; the
-            // router looks recipients up in it and defers them meanwhile.
+            // The router opens these as Postfix's surrogate tables: a file
+            // it cannot read defers the mail whose lookup needs it, and
+            // other mail flows; local(8) defers mail for local users.
             Err(e)
-                if matches!(param, "alias_maps" | "local_recipient_maps")
-                    && matches!(e.problem, tables::TableProblem::Io(_))
-                    && !tables::source_exists(&m) =>
+                if ROUTER_MAPS.contains(&param)
+                    && matches!(e.problem, tables::TableProblem::Io(_)) =>
             {
+                let who = match param {
+                    "alias_maps" | "local_recipient_maps" => "local recipients are",
+                    _ => "mail that needs it is",
+                };
                 r.warn(format!(
-                    "{at}: parameter \"{param}\": {e} (local recipients are deferred until it exists)"
+                    "{at}: parameter \"{param}\": {e} ({who} deferred until it can be read and sluice reload)"
                 ))
             }
             Err(e) => r.error(format!("{at}: parameter \"{param}\": {e}")),
