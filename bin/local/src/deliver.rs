@@ -270,7 +270,18 @@ impl Delivery<'_> {
         } else {
             split_extension(local, &s.delimiter)
         };
-        let lookup = |k: &str| self.alias(k);
+        // A lookup that reaches an alias table that could not be read
+        // defers the recipient once the expansion is done (Postfix's
+        // local/alias.c: 4.3.0 "alias database unavailable"), before any
+        // target is delivered.
+        let unavailable = std::cell::Cell::new(None);
+        let lookup = |k: &str| match self.aliases.find_in(k) {
+            Ok(hit) => hit.map(|(i, v)| (v, self.alias_uids.get(i).copied().unwrap_or(0))),
+            Err(e) => {
+                unavailable.set(Some(e.clone()));
+                None
+            }
+        };
         let name = if lookup(local).is_some() { local } else { base };
         let is_local = |d: &str| s.local_domains.iter().any(|x| x == d);
         let include = |p: &str| self.read_include(p);
@@ -279,7 +290,21 @@ impl Delivery<'_> {
             local_domain: &is_local,
             include: &include,
         };
-        let targets = match alias::expand(name, &src) {
+        let unreadable = || {
+            let e = unavailable.take()?;
+            msg_warn!(
+                "{}: alias_maps: {e}: lookup of '{name}' failed",
+                self.txn.queue_id
+            );
+            let f = Failure::defer(StatusCode::known(4, 3, 0), "alias database unavailable");
+            self.log(&addr, None, Err(&f));
+            Some(f)
+        };
+        let expanded = alias::expand(name, &src);
+        if let Some(f) = unreadable() {
+            return Err(f);
+        }
+        let targets = match expanded {
             Ok(t) => t,
             Err(f) => {
                 self.log(&addr, None, Err(&f));
@@ -291,6 +316,9 @@ impl Delivery<'_> {
                 .map(|(v, _)| owner_sender(name, &v, s.expand_owner_alias, &s.myorigin)),
             _ => None,
         };
+        if let Some(f) = unreadable() {
+            return Err(f);
+        }
         if let Some(owner) = owner {
             let txn = Transaction {
                 queue_id: self.txn.queue_id.clone(),

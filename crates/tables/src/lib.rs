@@ -356,13 +356,19 @@ impl Tables {
     /// maps_find stops at a dictionary error: a table listed after it
     /// might otherwise answer for a key the unread one would have.
     pub fn find(&self, key: &str) -> Result<Option<String>, &TableError> {
+        Ok(self.find_in(key)?.map(|(_, v)| v))
+    }
+
+    /// [`Tables::find`], with the position in [`Tables::tables`] of the
+    /// table that answered.
+    pub fn find_in(&self, key: &str) -> Result<Option<(usize, String)>, &TableError> {
         let mut broken = self.unavailable_at.iter().zip(&self.unavailable).peekable();
         for (i, t) in self.tables.iter().enumerate() {
             if let Some((_, e)) = broken.peek().filter(|(at, _)| **at <= i) {
                 return Err(e);
             }
             if let Some(v) = t.lookup(key) {
-                return Ok(Some(v));
+                return Ok(Some((i, v)));
             }
         }
         match broken.next() {
