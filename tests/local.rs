@@ -966,3 +966,53 @@ fn an_unreadable_alias_file_defers_local_mail() {
         .unwrap()
         .contains("X-Mailer: swaks"));
 }
+
+/// luser_relay: mail for an unknown local user goes to the expanded
+/// address instead of bouncing (Postfix's local/unknown.c): a bare name to
+/// that local user's mailbox, through the aliases, and an address with
+/// `${user}` and `${extension?{...}:{...}}` forwarded to another host. Before: both
+/// bounced with 5.1.1 unknown user.
+#[test]
+fn luser_relay_takes_mail_for_unknown_users() {
+    let me = instance_user();
+    let h = "mx.test.example";
+    let (inst, port, spool, _) = instance(&format!("catchall: {me}\n"), "luser_relay = catchall\n");
+    let id = send(port, &format!("ghost@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, orig_to=<ghost@{h}>"));
+    assert!(
+        line.contains("status=sent (delivered to mailbox)"),
+        "{line}"
+    );
+    assert!(std::fs::read_to_string(spool.join(&me))
+        .unwrap()
+        .contains("X-Mailer: swaks"));
+    drop(inst);
+
+    let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
+    let (inst, port, _, _) = instance_with(
+        "",
+        &format!(
+            "relayhost = [127.0.0.1]:{}\nluser_relay = ${{user}}${{extension?{{.$extension}}:{{.none}}}}@remote.example\n",
+            sink.port
+        ),
+        "smtp unix - - n - - smtp\nrelay unix - - n - - smtp\n",
+    );
+    for (rcpt, want) in [
+        ("ghost+tag", "ghost.tag@remote.example"),
+        ("wraith", "wraith.none@remote.example"),
+    ] {
+        let id = send(port, &format!("{rcpt}@{h}"), None);
+        let line = inst.wait_log(20, &format!("{id}: to=<{rcpt}@{h}>, relay=local"));
+        assert!(line.contains("status=sent (forwarded as "), "{line}");
+        let out = inst.wait_log(20, &format!("to=<{want}>"));
+        assert!(out.contains("status=sent (250 "), "{out}");
+    }
+    // A user that exists is not relayed.
+    let id = send(port, &format!("{me}@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, relay=local"));
+    assert!(
+        line.contains("status=sent (delivered to mailbox)"),
+        "{line}"
+    );
+    assert!(!inst.log().contains("status=bounced"), "{}", inst.log());
+}

@@ -79,6 +79,8 @@ pub struct Settings {
     pub command_timeout: Duration,
     /// `forward_path`, unexpanded.
     pub forward_path: String,
+    /// `luser_relay`, unexpanded.
+    pub luser_relay: String,
     /// `default_privs`: who runs alias commands and writes alias files.
     pub default_privs: String,
     /// `owner_request_special`.
@@ -120,6 +122,7 @@ impl Settings {
             soft_bounce: cfg.bool("soft_bounce"),
             command_timeout: t.time("command_time_limit"),
             forward_path: cfg.str("forward_path"),
+            luser_relay: cfg.str("luser_relay"),
             default_privs: cfg.str("default_privs"),
             owner_request_special: cfg.bool("owner_request_special"),
             expand_owner_alias: cfg.bool("expand_owner_alias"),
@@ -304,7 +307,7 @@ impl Delivery<'_> {
         if let Some(f) = unreadable() {
             return Err(f);
         }
-        let targets = match expanded {
+        let targets = match expanded.and_then(|t| self.luser_relay(t, &addr, name, ext, &src)) {
             Ok(t) => t,
             Err(f) => {
                 self.log(&addr, None, Err(&f));
@@ -1087,6 +1090,7 @@ mod tests {
             soft_bounce: false,
             command_timeout: Duration::from_secs(10),
             forward_path: String::new(),
+            luser_relay: String::new(),
             default_privs: "nobody".into(),
             owner_request_special: true,
             expand_owner_alias: false,
