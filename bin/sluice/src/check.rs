@@ -39,13 +39,12 @@ impl Report {
 /// Runs every check; returns the exit code.
 pub fn check(dir: &Path) -> i32 {
     let mut r = Report::default();
-    let services = match config::load_master_cf(&dir.join("master.cf")) {
-        Ok(s) => s,
-        Err(e) => {
-            r.error(e);
-            Vec::new()
-        }
-    };
+    // Every mistake in master.cf, and the entries that are right checked
+    // further.
+    let (services, master_errors) = config::check_master_cf(&dir.join("master.cf"));
+    for e in master_errors {
+        r.error(e);
+    }
     let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
     // Every problem in main.cf, not only the first one a load stops at.
     let (errors, _) = Config::check_file(&dir.join("main.cf"), &names);
@@ -63,7 +62,15 @@ pub fn check(dir: &Path) -> i32 {
             if errors.is_empty() {
                 r.error(e);
             }
-            None
+            // The rest checked all the same, on the values that are right
+            // (the bad ones at their defaults), so that one bad value does
+            // not hide the problems the later checks find.
+            Config::load_for_check(dir, &services).ok().map(|l| {
+                for w in &l.warnings {
+                    r.warn(w);
+                }
+                l.config
+            })
         }
     };
     check_config_files(dir, &mut r);
@@ -154,9 +161,8 @@ fn check_services(cfg: &Config, services: &[ServiceDef], r: &mut Report) {
         let cmd = daemon_dir.join(&s.command);
         if !is_executable(&cmd) {
             r.error(format!(
-                "master.cf, line {}: service {}: command {} is missing or not executable",
-                s.line,
-                s.name,
+                "{}: command {} is missing or not executable",
+                service_at(cfg, s),
                 cmd.display()
             ));
         }
@@ -165,8 +171,10 @@ fn check_services(cfg: &Config, services: &[ServiceDef], r: &mut Report) {
                 Ok(addrs) => {
                     for a in addrs {
                         if let Some(other) = seen.insert(a, s.name.clone()) {
-                            r.error(format!("master.cf, line {}: service {} listens on {a}, as service {other} does",
-                                s.line, s.name));
+                            r.error(format!(
+                                "{} listens on {a}, as service {other} does",
+                                service_at(cfg, s)
+                            ));
                         }
                     }
                 }
@@ -176,13 +184,17 @@ fn check_services(cfg: &Config, services: &[ServiceDef], r: &mut Report) {
         for (k, v) in &s.overrides {
             let mut c = cfg.clone();
             if let Err(e) = c.set_override(k, v) {
-                r.error(format!(
-                    "master.cf, line {}: service {}: -o {k}={v}: {e}",
-                    s.line, s.name
-                ));
+                r.error(format!("{}: -o {k}={v}: {e}", service_at(cfg, s)));
             }
         }
     }
+}
+
+/// A master.cf entry, as the start of a message: the file's full path,
+/// the line and the service.
+fn service_at(cfg: &Config, s: &ServiceDef) -> String {
+    let master = Path::new(&cfg.str("config_directory")).join("master.cf");
+    format!("{}, line {}: service {}", master.display(), s.line, s.name)
 }
 
 /// Where `param`'s value comes from, as the start of a message.
@@ -256,10 +268,7 @@ fn check_restrictions_and_tables(
             .all(|(k, v)| c.set_override(k, v).is_ok())
         {
             if let Err(e) = smtp_trust_anchors(&c, &s.name) {
-                r.error(format!(
-                    "master.cf, line {}: service {}: {e}",
-                    s.line, s.name
-                ));
+                r.error(format!("{}: {e}", service_at(cfg, s)));
             }
         }
     }
@@ -276,14 +285,10 @@ fn check_restrictions_and_tables(
             continue;
         }
         if s.command == "smtpd" {
-            check_tls(
-                &c,
-                &format!("master.cf, line {}: service {}", s.line, s.name),
-                r,
-            );
+            check_tls(&c, &service_at(cfg, s), r);
         }
         for (k, _) in &s.overrides {
-            let at = format!("master.cf, line {}: service {}: -o {k}", s.line, s.name);
+            let at = format!("{}: -o {k}", service_at(cfg, s));
             if policy::LISTS.contains(&k.as_str()) {
                 check_restriction_list(&c, k, &at, r);
             } else if map_params.contains(&k.as_str()) {
@@ -507,10 +512,7 @@ fn check_policy(dir: &Path, cfg: &Config, services: &[ServiceDef], r: &mut Repor
     for s in services {
         for (k, v) in &s.overrides {
             if k == "smtp_source_pool" {
-                pools.push((
-                    format!("master.cf, line {}: service {}", s.line, s.name),
-                    v.clone(),
-                ));
+                pools.push((service_at(cfg, s), v.clone()));
             }
         }
     }
