@@ -169,6 +169,24 @@ fn check_reports_every_mistake_of_main_cf_and_master_cf_in_one_run() {
     assert!(!err.contains("error: master.cf"), "{err}");
 }
 
+/// A luser_relay name local(8) does not expand (a typo for $user) is a
+/// warning naming the line: it would expand to nothing, as in Postfix.
+#[test]
+fn check_warns_about_an_unknown_luser_relay_name() {
+    let inst = Instance::new(
+        "anvil unix - - n - 1 anvil\n",
+        "luser_relay = ${usr}${extension?+$extension}@relay.example\n",
+    );
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("luser_relay")).collect();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("line 7") && warnings[0].contains("\"$usr\""),
+        "{err}"
+    );
+}
+
 #[test]
 fn check_refuses_bad_address_verification_parameters_with_their_lines() {
     let inst = Instance::new(

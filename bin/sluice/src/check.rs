@@ -237,6 +237,17 @@ fn check_restrictions_and_tables(
     for param in &map_params {
         check_maps(cfg, param, &origin(dir, cfg, param), r);
     }
+    // luser_relay is expanded by local(8) per recipient: a name it does
+    // not know expands to nothing there (as in Postfix), so say so here.
+    for name in config::references(&cfg.str("luser_relay")) {
+        if !LUSER_RELAY_NAMES.contains(&name.as_str()) {
+            r.warn(format!(
+                "{}: parameter \"luser_relay\": unknown name \"${name}\" expands to nothing (local(8) knows {})",
+                origin(dir, cfg, "luser_relay"),
+                LUSER_RELAY_NAMES.join(", ")
+            ));
+        }
+    }
     // An error transport's status, as the router reads it at start.
     for param in ["local_transport", "relay_transport", "default_transport"] {
         if let Err(e) = route::check_transport(&cfg.str(param)) {
@@ -369,6 +380,18 @@ const ROUTER_MAPS: &[&str] = &[
     "sender_canonical_maps",
     "recipient_canonical_maps",
     "transport_maps",
+];
+
+/// The names local(8) expands in luser_relay (bin/local/src/luser.rs).
+const LUSER_RELAY_NAMES: &[&str] = &[
+    "user",
+    "extension",
+    "domain",
+    "local",
+    "recipient",
+    "recipient_delimiter",
+    "home",
+    "shell",
 ];
 
 /// Every table of a `type:table` list parameter.

@@ -44,6 +44,7 @@ pub use error::{
     AddressProblem, ConfigError, Diagnostic, ExpandProblem, MasterProblem, SyntaxProblem,
     ValueProblem,
 };
+pub use expand::{expand_vars, references};
 pub use inet::inet_addresses;
 pub use maincf::is_valid_name;
 pub use manpage::man_page;
