@@ -922,3 +922,92 @@ fn soft_bounce_defers_an_owned_target_without_a_notice() {
     );
     assert!(inst.queue_json().iter().any(|l| l.contains(&id)));
 }
+
+/// An alias file that cannot be read defers local mail (4.3.0 "alias
+/// database unavailable", as Postfix's local(8)) instead of delivering a
+/// passwd user without the aliases that might send it elsewhere; once the
+/// file is back, the next try delivers. Before: delivered to the user's
+/// mailbox as if no alias existed.
+#[test]
+fn an_unreadable_alias_file_defers_local_mail() {
+    let me = instance_user();
+    let (inst, port, spool, _) = instance(&format!("team: {me}\n"), "");
+    let h = "mx.test.example";
+    let aliases = inst.root().join("aliases");
+    std::fs::remove_file(&aliases).unwrap();
+    let id = send(port, &format!("{me}@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, relay=local"));
+    assert!(
+        line.contains("dsn=4.3.0, status=deferred (alias database unavailable)"),
+        "{line}"
+    );
+    assert!(inst.queued_ids().contains(&id), "the message stays queued");
+    assert!(!spool.join(&me).exists(), "nothing delivered meanwhile");
+    let log = inst.log();
+    assert!(
+        log.contains("warning: ") && log.contains("alias_maps: table hash:"),
+        "{log}"
+    );
+
+    std::fs::write(&aliases, format!("team: {me}\n")).unwrap();
+    assert!(inst.sluice(&["queue", "flush"]).status.success());
+    wait_for(20, "the retry delivered", || {
+        inst.log()
+            .lines()
+            .any(|l| l.contains(&id) && l.contains("status=sent (delivered to mailbox)"))
+            .then_some(())
+    });
+    assert!(std::fs::read_to_string(spool.join(&me))
+        .unwrap()
+        .contains("X-Mailer: swaks"));
+}
+
+/// luser_relay: mail for an unknown local user goes to the expanded
+/// address instead of bouncing (Postfix's local/unknown.c): a bare name to
+/// that local user's mailbox, through the aliases, and an address with
+/// `${user}` and `${extension?{...}:{...}}` forwarded to another host. Before: both
+/// bounced with 5.1.1 unknown user.
+#[test]
+fn luser_relay_takes_mail_for_unknown_users() {
+    let me = instance_user();
+    let h = "mx.test.example";
+    let (inst, port, spool, _) = instance(&format!("catchall: {me}\n"), "luser_relay = catchall\n");
+    let id = send(port, &format!("ghost@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, orig_to=<ghost@{h}>"));
+    assert!(
+        line.contains("status=sent (delivered to mailbox)"),
+        "{line}"
+    );
+    assert!(std::fs::read_to_string(spool.join(&me))
+        .unwrap()
+        .contains("X-Mailer: swaks"));
+    drop(inst);
+
+    let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
+    let (inst, port, _, _) = instance_with(
+        "",
+        &format!(
+            "relayhost = [127.0.0.1]:{}\nluser_relay = ${{user}}${{extension?{{.$extension}}:{{.none}}}}@remote.example\n",
+            sink.port
+        ),
+        "smtp unix - - n - - smtp\nrelay unix - - n - - smtp\n",
+    );
+    for (rcpt, want) in [
+        ("ghost+tag", "ghost.tag@remote.example"),
+        ("wraith", "wraith.none@remote.example"),
+    ] {
+        let id = send(port, &format!("{rcpt}@{h}"), None);
+        let line = inst.wait_log(20, &format!("{id}: to=<{rcpt}@{h}>, relay=local"));
+        assert!(line.contains("status=sent (forwarded as "), "{line}");
+        let out = inst.wait_log(20, &format!("to=<{want}>"));
+        assert!(out.contains("status=sent (250 "), "{out}");
+    }
+    // A user that exists is not relayed.
+    let id = send(port, &format!("{me}@{h}"), None);
+    let line = inst.wait_log(20, &format!("{id}: to=<{me}@{h}>, relay=local"));
+    assert!(
+        line.contains("status=sent (delivered to mailbox)"),
+        "{line}"
+    );
+    assert!(!inst.log().contains("status=bounced"), "{}", inst.log());
+}

@@ -462,3 +462,146 @@ fn a_missing_alias_file_defers_local_mail_and_lets_remote_mail_flow() {
         .unwrap()
         .contains("X-Mailer: swaks"));
 }
+
+/// An instance relaying to smtp-sink, with `extra` in main.cf.
+fn relay_to_sink(sink_port: u16, extra: &str) -> (Instance, u16) {
+    let port = sluice_suite::free_port();
+    let cf = format!(
+        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+         qmgr unix - - n 300 1 qmgr\n{ROUTER}smtp unix - - n - - smtp\nrelay unix - - n - - smtp\n"
+    );
+    let inst = Instance::new(&cf, "");
+    append_main(
+        &inst,
+        &format!("myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{sink_port}\n{extra}"),
+    );
+    (inst, port)
+}
+
+/// A missing virtual_alias_maps file: Postfix consults the table for every
+/// recipient, so every RCPT gets 451 4.3.0 (deferred, never bounced) while
+/// the router keeps running; once the file exists and sluice reload has
+/// run, mail flows. Before: "fatal: virtual_alias_maps: ..." at each start,
+/// master throttled the router and every RCPT waited 10 s.
+#[test]
+fn a_missing_virtual_alias_file_defers_mail_until_it_exists() {
+    use sluice_suite::{free_port, smtp_sink, swaks};
+    let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
+    let (inst, port) = relay_to_sink(sink.port, "");
+    let virt = inst.root().join("virtual");
+    append_main(
+        &inst,
+        &format!("virtual_alias_maps = hash:{}\n", virt.display()),
+    );
+    let out = inst.sluice(&["check"]);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("main.cf, line ")
+            && text.contains("parameter \"virtual_alias_maps\"")
+            && text.contains("deferred"),
+        "{text}"
+    );
+    let mut inst = inst;
+    inst.start();
+    inst.wait_port(port);
+    let server = format!("127.0.0.1:{port}");
+    let send = |to: &str| swaks(&["--server", &server, "--from", "a@example.com", "--to", to]);
+    let started = Instant::now();
+    for _ in 0..2 {
+        let (code, out) = send("far@remote.example");
+        assert_ne!(code, 0, "{out}");
+        assert!(out.contains("451 4.3.0"), "{out}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "no wait for a router that is down: {:?}",
+        started.elapsed()
+    );
+    let routers = inst.pids("router");
+    assert_eq!(routers.len(), 1);
+    let log = inst.log();
+    assert!(!log.contains("fatal"), "{log}");
+    assert!(
+        log.contains("main.cf, line ")
+            && log.contains("virtual_alias_maps: table hash:")
+            && log.contains("deferred until it can be read"),
+        "{log}"
+    );
+
+    std::fs::write(&virt, "alias@remote.example far@remote.example\n").unwrap();
+    assert!(inst.sluice(&["reload"]).status.success());
+    wait_for(10, "router reloaded", || {
+        inst.log().contains("tables reloaded").then_some(())
+    });
+    assert_eq!(inst.pids("router"), routers, "the same router, reloaded");
+    let (code, out) = send("alias@remote.example");
+    assert_eq!(code, 0, "{out}");
+    let line = inst.wait_log(
+        20,
+        "to=<far@remote.example>, orig_to=<alias@remote.example>",
+    );
+    assert!(line.contains("status=sent"), "{line}");
+}
+
+/// A transport_maps file that disappears under queued mail: the mail is
+/// deferred ("transport_maps lookup error"), not bounced, and delivered
+/// once the file is back and sluice reload has run. Before: the reload
+/// kept the old tables, but the next start of the router was fatal.
+#[test]
+fn a_missing_transport_file_defers_queued_mail_until_it_exists() {
+    use sluice_suite::{free_port, smtp_sink, swaks};
+    let sink_port = free_port();
+    let (mut inst, port) = relay_to_sink(
+        sink_port,
+        "minimal_backoff_time = 1s\nmaximal_backoff_time = 1s\nqueue_run_delay = 1s\n",
+    );
+    let transport = inst.root().join("transport");
+    std::fs::write(&transport, "").unwrap();
+    append_main(
+        &inst,
+        &format!("transport_maps = hash:{}\n", transport.display()),
+    );
+    inst.start();
+    inst.wait_port(port);
+    let server = format!("127.0.0.1:{port}");
+    // Queued while the sink is down.
+    let (code, out) = swaks(&[
+        "--server",
+        &server,
+        "--from",
+        "a@example.com",
+        "--to",
+        "far@remote.example",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    inst.wait_log(20, "to=<far@remote.example>, relay=none");
+    std::fs::remove_file(&transport).unwrap();
+    // A new router, as after a restart: it must start and defer.
+    let routers = inst.pids("router");
+    assert_eq!(routers.len(), 1);
+    let _ = std::process::Command::new("kill")
+        .arg(routers[0].to_string())
+        .status();
+    let sink = smtp_sink(&format!("127.0.0.1:{sink_port}"), &[]);
+    let line = inst.wait_log(30, "transport_maps lookup error");
+    assert!(line.contains("status=deferred"), "{line}");
+    let log = inst.log();
+    assert!(
+        !log.contains("fatal") && !log.contains("status=bounced"),
+        "{log}"
+    );
+    assert_eq!(sluice_suite::dumped(&sink), 0);
+
+    std::fs::write(&transport, "").unwrap();
+    assert!(inst.sluice(&["reload"]).status.success());
+    wait_for(10, "router reloaded", || {
+        inst.log().contains("tables reloaded").then_some(())
+    });
+    // The lookup failure waits ROUTE_RETRY (Postfix's 5 minutes) as any
+    // deferral: sluice queue flush sends it now.
+    assert!(inst.sluice(&["queue", "flush"]).status.success());
+    let line = inst.wait_log(30, "to=<far@remote.example>, relay=127.0.0.1");
+    assert!(line.contains("status=sent"), "{line}");
+}

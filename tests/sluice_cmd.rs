@@ -121,6 +121,72 @@ fn check_reports_every_problem_with_file_line_and_parameter() {
     assert!(!err.contains("message_size_limit"), "{err}");
 }
 
+/// One run of sluice check reports every mistake of main.cf and master.cf,
+/// each with the file's full path, its line and the parameter or service:
+/// two bad values and a bad restriction list in main.cf, two bad master.cf
+/// lines, a missing daemon and a bad -o on the lines that are right.
+/// Before: a master.cf that did not parse stopped at its first bad line
+/// and hid every service check; a bad main.cf value hid the restriction,
+/// table and service checks; master.cf's messages said only "master.cf".
+#[test]
+fn check_reports_every_mistake_of_main_cf_and_master_cf_in_one_run() {
+    let inst = Instance::new(
+        "anvil unix - - n - 1 anvil\n\
+         bad unix - - x - 1 anvil\n\
+         short unix -\n\
+         ghost unix - - n - 1 no-such-daemon\n\
+         cleanup unix - - n - 0 cleanup -o message_size_limit=zz\n",
+        "message_size_limit = 10M0\nsmtpd_recipient_limit = abc\n\
+         smtpd_helo_restrictions = reject_nosuch\n",
+    );
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let main_cf = inst.etc().join("main.cf").display().to_string();
+    let master_cf = inst.etc().join("master.cf").display().to_string();
+    for (file, want) in [
+        (&main_cf, ["line 7", "\"message_size_limit\"", "10M0"]),
+        (&main_cf, ["line 8", "\"smtpd_recipient_limit\"", "abc"]),
+        (
+            &main_cf,
+            ["line 9", "\"smtpd_helo_restrictions\"", "reject_nosuch"],
+        ),
+        (&master_cf, ["line 2", "chroot", "\"x\""]),
+        (&master_cf, ["line 3", "3 fields", "at least 8"]),
+        (&master_cf, ["line 4", "service ghost", "no-such-daemon"]),
+        (
+            &master_cf,
+            ["line 5", "service cleanup", "message_size_limit=zz"],
+        ),
+    ] {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(&format!("error: {file}, "))
+                    && want.iter().all(|w| l.contains(w))),
+            "{want:?} in {file}: {err}"
+        );
+    }
+    assert!(!err.contains("error: master.cf"), "{err}");
+}
+
+/// A luser_relay name local(8) does not expand (a typo for $user) is a
+/// warning naming the line: it would expand to nothing, as in Postfix.
+#[test]
+fn check_warns_about_an_unknown_luser_relay_name() {
+    let inst = Instance::new(
+        "anvil unix - - n - 1 anvil\n",
+        "luser_relay = ${usr}${extension?+$extension}@relay.example\n",
+    );
+    let out = inst.sluice(&["check"]);
+    let (_, err) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("luser_relay")).collect();
+    assert!(
+        warnings.len() == 1 && warnings[0].contains("line 7") && warnings[0].contains("\"$usr\""),
+        "{err}"
+    );
+}
+
 #[test]
 fn check_refuses_bad_address_verification_parameters_with_their_lines() {
     let inst = Instance::new(

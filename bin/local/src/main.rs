@@ -13,6 +13,7 @@
 mod alias;
 mod content;
 mod deliver;
+mod luser;
 mod mailbox;
 mod message;
 mod pipe;

@@ -97,26 +97,28 @@ impl LocalAgent {
             .collect()
     }
 
-    /// Opens alias_maps; a table whose file does not exist is skipped.
-    /// With each table, the uid owning its file (0 for root's and for
-    /// tables that are not files): whose rights its commands and files get.
+    /// Opens alias_maps; a table whose file cannot be read is kept aside
+    /// (see [`tables::Tables::unavailable`]): a lookup that reaches it
+    /// defers the recipient, as Postfix's "alias database unavailable".
+    /// With each readable table, the uid owning its file (0 for root's and
+    /// for tables that are not files): whose rights its commands and files
+    /// get.
     fn aliases(&self) -> Result<(tables::Tables, Vec<u32>), String> {
         use std::os::unix::fs::MetadataExt;
-        let refs: Vec<_> = self
-            .settings
-            .alias_maps
-            .iter()
-            .filter(|r| tables::source_exists(r))
-            .cloned()
-            .collect();
+        let refs = &self.settings.alias_maps;
+        let tables = tables::Tables::open_tolerant(refs, &|_| Ok(()))
+            .map_err(|e| format!("alias_maps: {e}"))?;
         let uids = refs
             .iter()
+            .filter(|r| {
+                let spec = r.to_string();
+                !tables.unavailable().iter().any(|e| e.table == spec)
+            })
             .map(|r| match std::fs::metadata(&r.name) {
                 Ok(m) if r.name.starts_with('/') => m.uid(),
                 _ => 0,
             })
             .collect();
-        let tables = tables::Tables::open(&refs).map_err(|e| format!("alias_maps: {e}"))?;
         Ok((tables, uids))
     }
 }

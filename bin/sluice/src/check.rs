@@ -39,13 +39,12 @@ impl Report {
 /// Runs every check; returns the exit code.
 pub fn check(dir: &Path) -> i32 {
     let mut r = Report::default();
-    let services = match config::load_master_cf(&dir.join("master.cf")) {
-        Ok(s) => s,
-        Err(e) => {
-            r.error(e);
-            Vec::new()
-        }
-    };
+    // Every mistake in master.cf, and the entries that are right checked
+    // further.
+    let (services, master_errors) = config::check_master_cf(&dir.join("master.cf"));
+    for e in master_errors {
+        r.error(e);
+    }
     let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
     // Every problem in main.cf, not only the first one a load stops at.
     let (errors, _) = Config::check_file(&dir.join("main.cf"), &names);
@@ -63,7 +62,15 @@ pub fn check(dir: &Path) -> i32 {
             if errors.is_empty() {
                 r.error(e);
             }
-            None
+            // The rest checked all the same, on the values that are right
+            // (the bad ones at their defaults), so that one bad value does
+            // not hide the problems the later checks find.
+            Config::load_for_check(dir, &services).ok().map(|l| {
+                for w in &l.warnings {
+                    r.warn(w);
+                }
+                l.config
+            })
         }
     };
     check_config_files(dir, &mut r);
@@ -154,9 +161,8 @@ fn check_services(cfg: &Config, services: &[ServiceDef], r: &mut Report) {
         let cmd = daemon_dir.join(&s.command);
         if !is_executable(&cmd) {
             r.error(format!(
-                "master.cf, line {}: service {}: command {} is missing or not executable",
-                s.line,
-                s.name,
+                "{}: command {} is missing or not executable",
+                service_at(cfg, s),
                 cmd.display()
             ));
         }
@@ -165,8 +171,10 @@ fn check_services(cfg: &Config, services: &[ServiceDef], r: &mut Report) {
                 Ok(addrs) => {
                     for a in addrs {
                         if let Some(other) = seen.insert(a, s.name.clone()) {
-                            r.error(format!("master.cf, line {}: service {} listens on {a}, as service {other} does",
-                                s.line, s.name));
+                            r.error(format!(
+                                "{} listens on {a}, as service {other} does",
+                                service_at(cfg, s)
+                            ));
                         }
                     }
                 }
@@ -176,13 +184,17 @@ fn check_services(cfg: &Config, services: &[ServiceDef], r: &mut Report) {
         for (k, v) in &s.overrides {
             let mut c = cfg.clone();
             if let Err(e) = c.set_override(k, v) {
-                r.error(format!(
-                    "master.cf, line {}: service {}: -o {k}={v}: {e}",
-                    s.line, s.name
-                ));
+                r.error(format!("{}: -o {k}={v}: {e}", service_at(cfg, s)));
             }
         }
     }
+}
+
+/// A master.cf entry, as the start of a message: the file's full path,
+/// the line and the service.
+fn service_at(cfg: &Config, s: &ServiceDef) -> String {
+    let master = Path::new(&cfg.str("config_directory")).join("master.cf");
+    format!("{}, line {}: service {}", master.display(), s.line, s.name)
 }
 
 /// Where `param`'s value comes from, as the start of a message.
@@ -228,6 +240,17 @@ fn check_restrictions_and_tables(
     for param in &map_params {
         check_maps(cfg, param, &origin(dir, cfg, param), r);
     }
+    // luser_relay is expanded by local(8) per recipient: a name it does
+    // not know expands to nothing there (as in Postfix), so say so here.
+    for name in config::references(&cfg.str("luser_relay")) {
+        if !LUSER_RELAY_NAMES.contains(&name.as_str()) {
+            r.warn(format!(
+                "{}: parameter \"luser_relay\": unknown name \"${name}\" expands to nothing (local(8) knows {})",
+                origin(dir, cfg, "luser_relay"),
+                LUSER_RELAY_NAMES.join(", ")
+            ));
+        }
+    }
     // An error transport's status, as the router reads it at start.
     for param in ["local_transport", "relay_transport", "default_transport"] {
         if let Err(e) = route::check_transport(&cfg.str(param)) {
@@ -259,10 +282,7 @@ fn check_restrictions_and_tables(
             .all(|(k, v)| c.set_override(k, v).is_ok())
         {
             if let Err(e) = smtp_trust_anchors(&c, &s.name) {
-                r.error(format!(
-                    "master.cf, line {}: service {}: {e}",
-                    s.line, s.name
-                ));
+                r.error(format!("{}: {e}", service_at(cfg, s)));
             }
         }
     }
@@ -279,14 +299,10 @@ fn check_restrictions_and_tables(
             continue;
         }
         if s.command == "smtpd" {
-            check_tls(
-                &c,
-                &format!("master.cf, line {}: service {}", s.line, s.name),
-                r,
-            );
+            check_tls(&c, &service_at(cfg, s), r);
         }
         for (k, _) in &s.overrides {
-            let at = format!("master.cf, line {}: service {}: -o {k}", s.line, s.name);
+            let at = format!("{}: -o {k}", service_at(cfg, s));
             if policy::LISTS.contains(&k.as_str()) {
                 check_restriction_list(&c, k, &at, r);
             } else if map_params.contains(&k.as_str()) {
@@ -357,6 +373,30 @@ fn check_restriction_list(cfg: &Config, list: &str, at: &str, r: &mut Report) {
     }
 }
 
+/// The tables the router (and local(8), for alias_maps) open tolerantly:
+/// one that cannot be read defers mail instead of stopping the program.
+const ROUTER_MAPS: &[&str] = &[
+    "alias_maps",
+    "local_recipient_maps",
+    "virtual_alias_maps",
+    "canonical_maps",
+    "sender_canonical_maps",
+    "recipient_canonical_maps",
+    "transport_maps",
+];
+
+/// The names local(8) expands in luser_relay (bin/local/src/luser.rs).
+const LUSER_RELAY_NAMES: &[&str] = &[
+    "user",
+    "extension",
+    "domain",
+    "local",
+    "recipient",
+    "recipient_delimiter",
+    "home",
+    "shell",
+];
+
 /// Every table of a `type:table` list parameter.
 fn check_maps(cfg: &Config, param: &str, at: &str, r: &mut Report) {
     // transport_maps' values are checked as the router checks them.
@@ -378,15 +418,19 @@ fn check_maps(cfg: &Config, param: &str, at: &str, r: &mut Report) {
             // local_recipient_maps names $alias_maps: the alias_maps line
             // is the one to fix, and its own check reports it there.
             Err(_) if param == "local_recipient_maps" && aliases.contains(&m) => {}
-            // As local(8), a missing alias file only means no aliases; the
-            // router looks recipients up in it and defers them meanwhile.
+            // The router opens these as Postfix's surrogate tables: a file
+            // it cannot read defers the mail whose lookup needs it, and
+            // other mail flows; local(8) defers mail for local users.
             Err(e)
-                if matches!(param, "alias_maps" | "local_recipient_maps")
-                    && matches!(e.problem, tables::TableProblem::Io(_))
-                    && !tables::source_exists(&m) =>
+                if ROUTER_MAPS.contains(&param)
+                    && matches!(e.problem, tables::TableProblem::Io(_)) =>
             {
+                let who = match param {
+                    "alias_maps" | "local_recipient_maps" => "local recipients are",
+                    _ => "mail that needs it is",
+                };
                 r.warn(format!(
-                    "{at}: parameter \"{param}\": {e} (local recipients are deferred until it exists)"
+                    "{at}: parameter \"{param}\": {e} ({who} deferred until it can be read and sluice reload)"
                 ))
             }
             Err(e) => r.error(format!("{at}: parameter \"{param}\": {e}")),
@@ -497,10 +541,7 @@ fn check_policy(dir: &Path, cfg: &Config, services: &[ServiceDef], r: &mut Repor
     for s in services {
         for (k, v) in &s.overrides {
             if k == "smtp_source_pool" {
-                pools.push((
-                    format!("master.cf, line {}: service {}", s.line, s.name),
-                    v.clone(),
-                ));
+                pools.push((service_at(cfg, s), v.clone()));
             }
         }
     }

@@ -91,7 +91,7 @@ impl Config {
     /// `service_names` are the master.cf services, which make
     /// `<service>_<param>` overrides known names.
     pub fn load(config_dir: &Path, service_names: &[String]) -> Result<Loaded, ConfigError> {
-        Config::load_inner(config_dir, service_names, &[])
+        Config::load_inner(config_dir, service_names, &[], false)
     }
 
     /// Like `load`, taking the service names from master.cf entries and
@@ -101,13 +101,34 @@ impl Config {
         config_dir: &Path,
         services: &[ServiceDef],
     ) -> Result<Loaded, ConfigError> {
+        Config::load_with_master_inner(config_dir, services, false)
+    }
+
+    /// For `sluice check`, after [`Config::check_file`] has reported every
+    /// problem of main.cf: [`Config::load_with_master`] with the lines in
+    /// error left out and the settings whose values are bad dropped (their
+    /// defaults in their place), so that the checks which need a loaded
+    /// configuration (restriction lists, tables, services) still run and
+    /// one mistake does not hide the others. Only an unreadable file fails.
+    pub fn load_for_check(
+        config_dir: &Path,
+        services: &[ServiceDef],
+    ) -> Result<Loaded, ConfigError> {
+        Config::load_with_master_inner(config_dir, services, true)
+    }
+
+    fn load_with_master_inner(
+        config_dir: &Path,
+        services: &[ServiceDef],
+        lenient: bool,
+    ) -> Result<Loaded, ConfigError> {
         let names: Vec<String> = services.iter().map(|s| s.name.clone()).collect();
         let refs: Vec<String> = services
             .iter()
             .flat_map(|s| s.overrides.iter())
             .flat_map(|(_, v)| expand::references(v))
             .collect();
-        let mut loaded = Config::load_inner(config_dir, &names, &refs)?;
+        let mut loaded = Config::load_inner(config_dir, &names, &refs, lenient)?;
         let master_cf = config_dir.join("master.cf");
         // Once per parameter: main.cf's warning covers the -o ones too.
         let mut warned: BTreeSet<String> = loaded
@@ -133,10 +154,11 @@ impl Config {
         config_dir: &Path,
         service_names: &[String],
         extra_refs: &[String],
+        lenient: bool,
     ) -> Result<Loaded, ConfigError> {
         let path = config_dir.join("main.cf");
         let bytes = std::fs::read(&path).map_err(|e| ConfigError::io(&path, e))?;
-        if let Some(line) = maincf::first_bad_utf8_line(&bytes) {
+        if let Some(line) = maincf::first_bad_utf8_line(&bytes).filter(|_| !lenient) {
             return Err(ConfigError::Syntax {
                 file: path,
                 line,
@@ -144,7 +166,8 @@ impl Config {
             });
         }
         let text = String::from_utf8_lossy(&bytes);
-        let mut loaded = Config::defaults().parse_inner(&text, &path, service_names, extra_refs)?;
+        let mut loaded =
+            Config::defaults().parse_inner(&text, &path, service_names, extra_refs, lenient)?;
         loaded.config.overrides.insert(
             "config_directory".to_string(),
             Setting {
@@ -172,7 +195,7 @@ impl Config {
         origin: &Path,
         service_names: &[String],
     ) -> Result<Loaded, ConfigError> {
-        self.parse_inner(text, origin, service_names, &[])
+        self.parse_inner(text, origin, service_names, &[], false)
     }
 
     fn parse_inner(
@@ -181,14 +204,17 @@ impl Config {
         origin: &Path,
         service_names: &[String],
         extra_refs: &[String],
+        lenient: bool,
     ) -> Result<Loaded, ConfigError> {
-        let (errors, mut warnings) = self.read_text(text, origin, false);
-        if let Some(e) = errors.into_iter().next() {
+        let (errors, mut warnings) = self.read_text(text, origin, lenient);
+        if let Some(e) = errors.into_iter().next().filter(|_| !lenient) {
             return Err(e);
         }
         warnings.extend(self.unknown_warnings(service_names, extra_refs));
         warnings.extend(self.unimplemented_warnings());
-        if let Some(e) = self.check(false).into_iter().next() {
+        if lenient {
+            self.drop_bad_values();
+        } else if let Some(e) = self.check(false).into_iter().next() {
             return Err(e);
         }
         Ok(Loaded {
@@ -342,6 +368,24 @@ impl Config {
 
     /// Expands and type-checks every value that a getter may later return;
     /// stops at the first error unless `all`.
+    /// Drops the settings whose values are bad until the rest check out
+    /// (a value can be bad only through another it refers to: a few
+    /// rounds at most).
+    fn drop_bad_values(&mut self) {
+        for _ in 0..8 {
+            let mut dropped = false;
+            for e in self.check(true) {
+                if let ConfigError::BadValue { param, .. } | ConfigError::Expand { param, .. } = e {
+                    dropped |= self.settings.remove(&param).is_some();
+                    dropped |= self.overrides.remove(&param).is_some();
+                }
+            }
+            if !dropped {
+                return;
+            }
+        }
+    }
+
     fn check(&self, all: bool) -> Vec<ConfigError> {
         let mut errors = Vec::new();
         let mut set: Vec<(&String, &Setting)> =

@@ -235,10 +235,22 @@ impl<'a> Expander<'a> {
     }
 }
 
+/// Expands `text` as a program expands a value per message or user
+/// (Postfix's local_expand for `luser_relay`): the forms of this module,
+/// each name looked up in `vars` only and its value used as it is; a name
+/// `vars` does not know expands to nothing, as in Postfix.
+pub fn expand_vars<'a>(
+    text: &str,
+    vars: &'a dyn Fn(&str) -> Option<&'a str>,
+) -> Result<String, ExpandProblem> {
+    let lookup = |n: &str| vars(n).map(Source::Literal);
+    Expander::new(&lookup).text(text)
+}
+
 /// Names that `text` refers to with `$name`, `${name...}` or `$(name...)`,
 /// including those inside conditional text. Never fails: malformed
 /// references are simply not reported.
-pub(crate) fn references(text: &str) -> Vec<String> {
+pub fn references(text: &str) -> Vec<String> {
     let mut names = Vec::new();
     let mut rest = text;
     while let Some(pos) = rest.find('$') {

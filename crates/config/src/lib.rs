@@ -44,10 +44,13 @@ pub use error::{
     AddressProblem, ConfigError, Diagnostic, ExpandProblem, MasterProblem, SyntaxProblem,
     ValueProblem,
 };
+pub use expand::{expand_vars, references};
 pub use inet::inet_addresses;
 pub use maincf::is_valid_name;
 pub use manpage::man_page;
-pub use mastercf::{load_master_cf, parse_master_cf, ServiceDef, ServiceKind};
+pub use mastercf::{
+    check_master_cf, load_master_cf, parse_master_cf, parse_master_cf_all, ServiceDef, ServiceKind,
+};
 pub use render::{render, render_one, RenderMode};
 pub use services::{parse_services, port_by_name};
 pub use table::{spec, split_transport_param, DefaultValue, ParamSpec};

@@ -273,45 +273,83 @@ fn entry(fields: Vec<String>, line: usize) -> Result<ServiceDef, MasterProblem> 
 
 /// Parses master.cf text; `origin` names the file in errors.
 pub fn parse_master_cf(text: &str, origin: &Path) -> Result<Vec<ServiceDef>, ConfigError> {
+    let (defs, errors) = parse_master_cf_all(text, origin);
+    match errors.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(defs),
+    }
+}
+
+/// Parses master.cf text past its mistakes, for `sluice check`: the
+/// entries that are right and an error for each line that is not, so that
+/// one mistake does not hide the next.
+pub fn parse_master_cf_all(text: &str, origin: &Path) -> (Vec<ServiceDef>, Vec<ConfigError>) {
     let err = |line, problem| ConfigError::Master {
         file: origin.to_path_buf(),
         line,
         problem,
     };
     let mut out: Vec<ServiceDef> = Vec::new();
+    let mut errors = Vec::new();
     for item in maincf::scan(text) {
         let logical = match item {
             // An orphan continuation has no entry to belong to; Postfix
             // refuses such a master.cf too.
             Scanned::Orphan(line) => {
-                return Err(err(line, MasterProblem::TooFewFields(0)));
+                errors.push(err(line, MasterProblem::TooFewFields(0)));
+                continue;
             }
             Scanned::Line(l) => l,
         };
         if logical.text.contains('\0') {
-            return Err(ConfigError::Syntax {
+            errors.push(ConfigError::Syntax {
                 file: origin.to_path_buf(),
                 line: logical.line,
                 problem: SyntaxProblem::Nul,
             });
+            continue;
         }
-        let f = fields(&logical.text).map_err(|p| err(logical.line, p))?;
-        let def = entry(f, logical.line).map_err(|p| err(logical.line, p))?;
+        let def = match fields(&logical.text).and_then(|f| entry(f, logical.line)) {
+            Ok(def) => def,
+            Err(p) => {
+                errors.push(err(logical.line, p));
+                continue;
+            }
+        };
         if let Some(first) = out
             .iter()
             .find(|d| d.name == def.name && d.kind == def.kind)
         {
-            return Err(err(
+            errors.push(err(
                 def.line,
                 MasterProblem::Duplicate {
                     name: def.name,
                     first_line: first.line,
                 },
             ));
+            continue;
         }
         out.push(def);
     }
-    Ok(out)
+    (out, errors)
+}
+
+/// [`parse_master_cf_all`] on the file at `path`; an unreadable file, or
+/// one that is not UTF-8, is one error.
+pub fn check_master_cf(path: &Path) -> (Vec<ServiceDef>, Vec<ConfigError>) {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => return (Vec::new(), vec![ConfigError::io(path, e)]),
+    };
+    if let Some(line) = maincf::first_bad_utf8_line(&bytes) {
+        let e = ConfigError::Syntax {
+            file: path.to_path_buf(),
+            line,
+            problem: SyntaxProblem::NotUtf8,
+        };
+        return (Vec::new(), vec![e]);
+    }
+    parse_master_cf_all(&String::from_utf8_lossy(&bytes), path)
 }
 
 /// Reads and parses the master.cf at `path`.
@@ -487,5 +525,26 @@ mod tests {
         assert!(parse("a unix - - n - - a\0\n").is_err());
         assert_eq!(parse("").unwrap(), vec![]);
         assert_eq!(parse("# nothing\n\n").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn every_bad_line_is_reported_and_the_right_ones_kept() {
+        let text = "a unix - - x - 1 a\nb unix -\nc unix - - n - 1 c\nc unix - - n - 1 c\nd unix - - n - 1 d\n";
+        let (defs, errors) = parse_master_cf_all(text, Path::new("/etc/sluice/master.cf"));
+        let names: Vec<&str> = defs.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["c", "d"]);
+        let lines: Vec<usize> = errors
+            .iter()
+            .map(|e| match e {
+                ConfigError::Master { line, file, .. } => {
+                    assert_eq!(file, Path::new("/etc/sluice/master.cf"));
+                    *line
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(lines, [1, 2, 4]);
+        // parse_master_cf still stops at the first.
+        assert_eq!(problem(text).0, 1);
     }
 }

@@ -448,7 +448,7 @@ static PARAMS: &[ParamSpec] = &[
     no(p("mailbox_delivery_lock", L, "fcntl, dotlock", "Locks taken on an mbox before appending. Accepted so that a Postfix main.cf loads; Sluice does not implement it: local always locks an mbox with fcntl and a dot-lock file, as with the default.")),
     raw("mailbox_command", "", "Command that delivers to the mailbox instead of local (expanded at delivery time)."),
     raw("forward_path", "$home/.forward${recipient_delimiter}${extension}, $home/.forward", "Files searched for forwarding (expanded at delivery time)."),
-    no(raw("luser_relay", "", "Destination of mail for unknown local users (expanded at delivery time). Accepted so that a Postfix main.cf loads; Sluice does not implement it: mail for unknown local users bounces (or is refused at RCPT by local_recipient_maps).")),
+    raw("luser_relay", "", "Destination of mail for unknown local users instead of a bounce, when local_recipient_maps did not refuse them at RCPT ($user, $extension, $domain, $local, $recipient, $recipient_delimiter and ${name?value}/${name:value} expanded at delivery time; @$myorigin added to a bare name)."),
     no(raw("command_execution_directory", "", "Working directory of pipe deliveries (expanded at delivery time). Accepted so that a Postfix main.cf loads; Sluice does not implement it: pipe deliveries run in local's own working directory.")),
     p("allow_mail_to_commands", L, "alias, forward", "Where | command destinations are allowed: alias, forward, include."),
     p("allow_mail_to_files", L, "alias, forward", "Where /file destinations are allowed: alias, forward, include."),

@@ -775,3 +775,20 @@ fn check_reports_every_problem() {
     let (errors, _) = Config::check_file(Path::new("/nonexistent/sluice/main.cf"), &[]);
     assert!(matches!(errors[..], [ConfigError::Io { .. }]));
 }
+
+#[test]
+fn load_for_check_keeps_the_good_values_and_defaults_the_bad() {
+    let dir = std::env::temp_dir().join(format!("sluice-cfg-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("main.cf"),
+        "message_size_limit = 10M0\nmyhostname = mx.example.org\nsmtpd_recipient_limit = abc\n",
+    )
+    .unwrap();
+    assert!(Config::load_with_master(&dir, &[]).is_err());
+    let c = Config::load_for_check(&dir, &[]).unwrap().config;
+    assert_eq!(c.str("myhostname"), "mx.example.org");
+    assert!(c.is_default("message_size_limit") && c.is_default("smtpd_recipient_limit"));
+    assert_eq!(c.int("smtpd_recipient_limit"), 1000);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -80,6 +80,7 @@ pub enum ResolveError {
         result: String,
     },
     /// A table that might list the address could not be read (a missing
+    /// file of virtual_alias_maps, transport_maps, a canonical map, or the
     /// alias_maps file in local_recipient_maps): temporary, as Postfix's
     /// "table lookup problem".
     TableUnavailable {
@@ -206,7 +207,10 @@ impl Router {
         if given.domain.is_empty() && self.s.append_at_myorigin {
             given.domain = self.s.myorigin.clone();
         }
-        let maps = [&self.s.sender_canonical_maps, &self.s.canonical_maps];
+        let maps = [
+            ("sender_canonical_maps", &self.s.sender_canonical_maps),
+            ("canonical_maps", &self.s.canonical_maps),
+        ];
         let out = self.canonical_with(&maps, given.clone(), smtputf8)?;
         Ok((out != given).then(|| out.to_string()))
     }
@@ -230,19 +234,38 @@ impl Router {
     /// trivial-rewrite about the RCPT TO address itself.
     pub fn classify(&self, text: &str, smtputf8: bool) -> Result<Class, ResolveError> {
         let a = self.canonicalize(text, smtputf8)?;
-        Ok(self.class_of(&a.domain))
+        self.class_of(&a.domain)
     }
 
-    fn class_of(&self, domain: &str) -> Class {
-        if self.is_local(domain) {
-            Class::Local
-        } else if self.s.virtual_alias_domains.contains(domain) {
-            Class::Virtual
-        } else if self.s.relay_domains.contains(domain) {
-            Class::Relay
-        } else {
-            Class::Default
+    /// mydestination, virtual_alias_domains, relay_domains, in that order;
+    /// a list with a table that could not be read fails the address it
+    /// might have listed (Postfix's trivial-rewrite: "lookup failure").
+    fn class_of(&self, domain: &str) -> Result<Class, ResolveError> {
+        if domain.is_empty() {
+            return Ok(Class::Local);
         }
+        let s = &self.s;
+        for (param, list, class) in [
+            ("mydestination", &s.mydestination, Class::Local),
+            (
+                "virtual_alias_domains",
+                &s.virtual_alias_domains,
+                Class::Virtual,
+            ),
+            ("relay_domains", &s.relay_domains, Class::Relay),
+        ] {
+            match list.find(domain) {
+                Ok(true) => return Ok(class),
+                Ok(false) => {}
+                Err(error) => {
+                    return Err(ResolveError::TableUnavailable {
+                        param,
+                        error: error.clone(),
+                    })
+                }
+            }
+        }
+        Ok(Class::Default)
     }
 
     /// Parsing plus the rewrites Postfix's trivial-rewrite does before
@@ -303,22 +326,25 @@ impl Router {
 
     /// recipient_canonical_maps then canonical_maps: one lookup each.
     fn canonical(&self, a: Addr, smtputf8: bool) -> Result<Addr, ResolveError> {
-        let maps = [&self.s.recipient_canonical_maps, &self.s.canonical_maps];
+        let maps = [
+            ("recipient_canonical_maps", &self.s.recipient_canonical_maps),
+            ("canonical_maps", &self.s.canonical_maps),
+        ];
         self.canonical_with(&maps, a, smtputf8)
     }
 
     /// One lookup in each of `list`, in order, each on the previous result.
     fn canonical_with(
         &self,
-        list: &[&tables::Tables],
+        list: &[(&'static str, &tables::Tables)],
         mut a: Addr,
         smtputf8: bool,
     ) -> Result<Addr, ResolveError> {
-        for maps in list {
+        for (param, maps) in list {
             if maps.is_empty() {
                 continue;
             }
-            if let Some(hit) = self.lookup(maps, &a) {
+            if let Some(hit) = self.lookup(param, maps, &a)? {
                 let mut out =
                     self.apply(&a, &hit, &hit.value, self.s.propagate_canonical, smtputf8)?;
                 if out.domain.is_empty() {
@@ -345,7 +371,7 @@ impl Router {
         if chain.len() >= self.s.recursion_limit {
             return Err(ResolveError::RecursionLimit(chain[0].to_string()));
         }
-        let Some(hit) = self.lookup(&self.s.virtual_alias_maps, &a) else {
+        let Some(hit) = self.lookup("virtual_alias_maps", &self.s.virtual_alias_maps, &a)? else {
             out.push(a);
             return Ok(());
         };
@@ -394,9 +420,37 @@ impl Router {
         }
     }
 
+    /// Whether a table that could be read lists `a` (under any of the keys
+    /// of [`Router::lookup`]).
+    fn lookup_readable(&self, maps: &tables::Tables, a: &Addr) -> bool {
+        matches!(self.lookup_with(a, |key| Ok(maps.lookup(key))), Ok(Some(_)))
+    }
+
     /// Postfix's mail_addr_find order: `user+ext@domain`, `user@domain`,
-    /// then for local domains `user+ext` and `user`, then `@domain`.
-    fn lookup(&self, maps: &tables::Tables, a: &Addr) -> Option<Hit> {
+    /// then for local domains `user+ext` and `user`, then `@domain`. A
+    /// table of `param` that could not be read fails the lookup that
+    /// reaches it (temporary), as Postfix's mail_addr_find.
+    fn lookup(
+        &self,
+        param: &'static str,
+        maps: &tables::Tables,
+        a: &Addr,
+    ) -> Result<Option<Hit>, ResolveError> {
+        self.lookup_with(a, |key| {
+            maps.find(key)
+                .map_err(|error| ResolveError::TableUnavailable {
+                    param,
+                    error: error.clone(),
+                })
+        })
+    }
+
+    /// [`Router::lookup`]'s keys, in order, through `find`.
+    fn lookup_with(
+        &self,
+        a: &Addr,
+        find: impl Fn(&str) -> Result<Option<String>, ResolveError>,
+    ) -> Result<Option<Hit>, ResolveError> {
         let (user, ext) = self.split_ext(&a.local);
         let hit = |value: String, stripped: bool, catch_all: bool| Hit {
             value,
@@ -407,26 +461,25 @@ impl Router {
             },
             catch_all,
         };
-        if let Some(v) = maps.lookup(&a.internal()) {
-            return Some(hit(v, false, false));
+        if let Some(v) = find(&a.internal())? {
+            return Ok(Some(hit(v, false, false)));
         }
         if ext.is_some() {
-            if let Some(v) = maps.lookup(&format!("{user}@{}", a.domain)) {
-                return Some(hit(v, true, false));
+            if let Some(v) = find(&format!("{user}@{}", a.domain))? {
+                return Ok(Some(hit(v, true, false)));
             }
         }
         if self.is_local(&a.domain) {
-            if let Some(v) = maps.lookup(&a.local) {
-                return Some(hit(v, false, false));
+            if let Some(v) = find(&a.local)? {
+                return Ok(Some(hit(v, false, false)));
             }
             if ext.is_some() {
-                if let Some(v) = maps.lookup(user) {
-                    return Some(hit(v, true, false));
+                if let Some(v) = find(user)? {
+                    return Ok(Some(hit(v, true, false)));
                 }
             }
         }
-        maps.lookup(&format!("@{}", a.domain))
-            .map(|v| hit(v, false, true))
+        Ok(find(&format!("@{}", a.domain))?.map(|v| hit(v, false, true)))
     }
 
     /// Turns one table result into an address: `@domain` keeps the local
@@ -466,7 +519,7 @@ impl Router {
     /// Classes an address and picks its transport and next hop.
     fn route(&self, a: &Addr) -> Result<Route, ResolveError> {
         let s = &self.s;
-        let class = self.class_of(&a.domain);
+        let class = self.class_of(&a.domain)?;
         let channel = match class {
             Class::Local => &s.local_transport,
             // Aliases were expanded already: no match means no such user.
@@ -500,7 +553,7 @@ impl Router {
             nh.to_string()
         };
         let mut by_table = false;
-        if let Some(v) = self.transport_lookup(a) {
+        if let Some(v) = self.transport_lookup(a)? {
             by_table = true;
             let (t, n) = split_transport(&v);
             if t == "error" {
@@ -527,12 +580,15 @@ impl Router {
                 nexthop = n.to_string();
             }
         }
+        // A table that could not be read might list the user: temporary.
+        // Whether the user exists does not depend on the order of the
+        // tables: listed in one that could be read is enough.
         let unknown = match s.local_recipient_maps.as_ref() {
-            Some(m) if class == Class::Local => match (self.lookup(m, a), m.unavailable()) {
-                (Some(_), _) => false,
-                (None, []) => true,
-                // The user may be in the table that could not be read.
-                (None, [e, ..]) => {
+            Some(m) if class == Class::Local => match (self.lookup_readable(m, a), m.unavailable())
+            {
+                (true, _) => false,
+                (false, []) => true,
+                (false, [e, ..]) => {
                     return Err(ResolveError::TableUnavailable {
                         param: "local_recipient_maps",
                         error: e.clone(),
@@ -554,32 +610,40 @@ impl Router {
     }
 
     /// transport(5) order: `user+ext@domain`, `user@domain`, `domain`,
-    /// `.parent` for each parent domain, then `*`.
-    fn transport_lookup(&self, a: &Addr) -> Option<String> {
+    /// `.parent` for each parent domain, then `*`. A table that could not
+    /// be read fails the lookup (trivial-rewrite defers the recipient).
+    fn transport_lookup(&self, a: &Addr) -> Result<Option<String>, ResolveError> {
         let maps = &self.s.transport_maps;
         if maps.is_empty() {
-            return None;
+            return Ok(None);
         }
+        let find = |key: &str| {
+            maps.find(key)
+                .map_err(|error| ResolveError::TableUnavailable {
+                    param: "transport_maps",
+                    error: error.clone(),
+                })
+        };
         let (user, ext) = self.split_ext(&a.local);
-        if let Some(v) = maps.lookup(&a.internal()) {
-            return Some(v);
+        if let Some(v) = find(&a.internal())? {
+            return Ok(Some(v));
         }
         if ext.is_some() {
-            if let Some(v) = maps.lookup(&format!("{user}@{}", a.domain)) {
-                return Some(v);
+            if let Some(v) = find(&format!("{user}@{}", a.domain))? {
+                return Ok(Some(v));
             }
         }
-        if let Some(v) = maps.lookup(&a.domain) {
-            return Some(v);
+        if let Some(v) = find(&a.domain)? {
+            return Ok(Some(v));
         }
         let mut rest = a.domain.as_str();
         while let Some(i) = rest.find('.') {
-            if let Some(v) = maps.lookup(&rest[i..]) {
-                return Some(v);
+            if let Some(v) = find(&rest[i..])? {
+                return Ok(Some(v));
             }
             rest = &rest[i + 1..];
         }
-        maps.lookup("*")
+        find("*")
     }
 }
 

@@ -28,7 +28,9 @@ impl DomainList {
         }
     }
 
-    /// Parses main.cf list items, opening any tables and files they name.
+    /// Parses main.cf list items, opening any tables and files they name;
+    /// a table whose file cannot be read is left out (see
+    /// [`DomainList::find`] and [`DomainList::unavailable`]).
     pub fn load(items: &[String], subdomains: bool) -> Result<DomainList, TableError> {
         let mut names = Vec::new();
         let mut refs = Vec::new();
@@ -54,7 +56,7 @@ impl DomainList {
         }
         Ok(DomainList {
             names,
-            tables: Tables::open(&refs)?,
+            tables: Tables::open_tolerant(&refs, &|_| Ok(()))?,
             subdomains,
         })
     }
@@ -79,6 +81,21 @@ impl DomainList {
             rest = parent;
         }
         false
+    }
+
+    /// Whether `domain` is in the list, or the error of a table that could
+    /// not be read when no readable part of the list names it (it might).
+    pub fn find(&self, domain: &str) -> Result<bool, &TableError> {
+        match (self.contains(domain), self.tables.unavailable()) {
+            (true, _) => Ok(true),
+            (false, []) => Ok(false),
+            (false, [e, ..]) => Err(e),
+        }
+    }
+
+    /// The tables of the list that could not be read.
+    pub fn unavailable(&self) -> &[TableError] {
+        self.tables.unavailable()
     }
 
     fn matches_exact(&self, key: &str) -> bool {
@@ -203,18 +220,35 @@ impl Settings {
     /// Reads the parameters and opens every table they name.
     pub fn load(cfg: &Config) -> Result<(Settings, Vec<String>), SettingsError> {
         let mut warnings = Vec::new();
+        let at = |param: &str| {
+            cfg.origin(param)
+                .map(|(file, line)| format!("{}, line {line}: ", file.display()))
+                .unwrap_or_default()
+        };
+        // A table file that is missing or unreadable must not stop routing
+        // for every domain: as Postfix's surrogate tables, it is a warning,
+        // and the lookups that reach it fail temporarily (the mail waits)
+        // until it can be read and the router reloads. A bad line is still
+        // fatal: that file is there and wrong.
         let mut checked = |param: &'static str, check: tables::Check<'_>| {
             let refs: Vec<MapRef> = cfg.maps(param);
-            let t = Tables::open_checked(&refs, check)
+            let t = Tables::open_tolerant(&refs, check)
                 .map_err(|error| SettingsError::Table { param, error })?;
+            let at = at(param);
+            for e in t.unavailable() {
+                let who = match param {
+                    "local_recipient_maps" => "local recipients are",
+                    "sender_canonical_maps" => "mail from the senders it maps is",
+                    _ => "mail whose lookup reaches it is",
+                };
+                warnings.push(format!(
+                    "{at}{param}: {e}: {who} deferred until it can be read and sluice reload"
+                ));
+            }
             for table in t.tables() {
                 warnings.extend(table.warnings().iter().map(|w| format!("{param}: {w}")));
             }
             Ok(t)
-        };
-        let list = |param: &'static str, sub: bool| {
-            DomainList::load(&cfg.list(param), sub)
-                .map_err(|error| SettingsError::Table { param, error })
         };
         let transport_maps = checked("transport_maps", &crate::transport::check_transport)?;
         let mut maps = |param: &'static str| checked(param, &|_| Ok(()));
@@ -222,10 +256,7 @@ impl Settings {
             let v = cfg.str(param);
             crate::transport::check_transport(&v).map_err(|error| SettingsError::Transport {
                 param,
-                at: cfg
-                    .origin(param)
-                    .map(|(file, line)| format!("{}, line {line}: ", file.display()))
-                    .unwrap_or_default(),
+                at: at(param),
                 error,
             })?;
             Ok(v)
@@ -235,28 +266,26 @@ impl Settings {
         let recipient_canonical_maps = maps("recipient_canonical_maps")?;
         let sender_canonical_maps = maps("sender_canonical_maps")?;
         let virtual_alias_maps = maps("virtual_alias_maps")?;
-        // A missing alias file (local_recipient_maps names $alias_maps)
-        // must not stop routing for every domain: as Postfix's surrogate
-        // tables, it only makes local recipient lookups fail temporarily.
-        let local = Tables::open_tolerant(&cfg.maps("local_recipient_maps"), &|_| Ok(())).map_err(
-            |error| SettingsError::Table {
-                param: "local_recipient_maps",
-                error,
-            },
-        )?;
-        for e in local.unavailable() {
-            warnings.push(format!(
-                "local_recipient_maps: {e}: local recipients are deferred until it can be read and sluice reload"
-            ));
-        }
-        for table in local.tables() {
-            warnings.extend(
-                table
-                    .warnings()
+        let local = maps("local_recipient_maps")?;
+        let mut list = |param: &'static str, sub: bool| {
+            let l = DomainList::load(&cfg.list(param), sub)
+                .map_err(|error| SettingsError::Table { param, error })?;
+            // virtual_alias_domains names $virtual_alias_maps by default:
+            // that table was warned about already.
+            let told = |e: &TableError| {
+                virtual_alias_maps
+                    .unavailable()
                     .iter()
-                    .map(|w| format!("local_recipient_maps: {w}")),
-            );
-        }
+                    .any(|v| v.table == e.table)
+            };
+            for e in l.unavailable().iter().filter(|e| !told(e)) {
+                warnings.push(format!(
+                    "{}{param}: {e}: mail whose domain is not listed elsewhere is deferred until it can be read and sluice reload",
+                    at(param)
+                ));
+            }
+            Ok(l)
+        };
         let local_recipient_maps = (!local.is_empty()).then_some(local);
         let s = Settings {
             myhostname: cfg.str("myhostname").to_lowercase(),

@@ -906,3 +906,60 @@ fn a_missing_alias_file_defers_local_recipients_only() {
     assert!(!r.resolve("postmaster@mx.example.net", false).unwrap()[0].unknown);
     assert!(r.resolve("nobody@mx.example.net", false).unwrap()[0].unknown);
 }
+
+#[test]
+fn a_missing_map_file_defers_the_lookups_that_reach_it_and_a_reload_heals_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (param, file) in [
+        ("virtual_alias_maps", "virtual"),
+        ("transport_maps", "transport"),
+        ("canonical_maps", "canonical"),
+        ("recipient_canonical_maps", "rcanonical"),
+        ("sender_canonical_maps", "scanonical"),
+    ] {
+        let main = format!(
+            "myhostname = mx.example.net\nmydestination = $myhostname\nrelayhost = [192.0.2.1]\n\
+             local_recipient_maps =\n{param} = hash:{}/{file}\n",
+            d.display()
+        );
+        std::fs::write(d.join("main.cf"), main).unwrap();
+        let _ = std::fs::remove_file(d.join(file));
+        let cfg = config::Config::load(d, &[]).unwrap().config;
+        // Before: Settings::load failed and the router exited at start.
+        let (s, warnings) = Settings::load(&cfg).unwrap();
+        assert!(
+            warnings.len() == 1
+                && warnings[0].contains(&format!("main.cf, line 5: {param}: "))
+                && warnings[0].contains(file)
+                && warnings[0].contains("deferred"),
+            "{param}: {warnings:?}"
+        );
+        let r = Router::new(s);
+        if param == "sender_canonical_maps" {
+            let e = r.rewrite_sender("a@remote.test", false).unwrap_err();
+            assert!(e.is_temporary() && e.to_string().contains(param), "{e}");
+            assert!(r.resolve("far@remote.test", false).is_ok());
+        } else {
+            let e = r.resolve("far@remote.test", false).unwrap_err();
+            assert!(e.is_temporary(), "{e}");
+            assert!(
+                e.to_string().contains(&format!("{param} lookup error")),
+                "{e}"
+            );
+            // canonical_maps serves senders too.
+            let sender = r.rewrite_sender("a@remote.test", false);
+            assert_eq!(sender.is_ok(), param != "canonical_maps", "{sender:?}");
+        }
+        if param == "transport_maps" {
+            // Queued mail is routed again: it waits too.
+            assert!(r.resolve_queued("far@remote.test", false).is_err());
+        }
+        std::fs::write(d.join(file), "other@remote.test x@remote.test\n").unwrap();
+        let r = Router::new(Settings::load(&cfg).unwrap().0);
+        assert_eq!(
+            r.resolve("far@remote.test", false).unwrap()[0].nexthop,
+            "[192.0.2.1]"
+        );
+    }
+}

@@ -290,6 +290,9 @@ pub struct Tables {
     tables: Vec<Table>,
     /// Tables whose file could not be read (see [`Tables::open_tolerant`]).
     unavailable: Vec<TableError>,
+    /// For each of `unavailable`, how many readable tables come before it
+    /// in the list: a lookup that reaches it fails.
+    unavailable_at: Vec<usize>,
 }
 
 impl Tables {
@@ -311,7 +314,7 @@ impl Tables {
                 .iter()
                 .map(|r| Table::open_checked(r, check))
                 .collect::<Result<_, _>>()?,
-            unavailable: vec![],
+            ..Tables::default()
         })
     }
 
@@ -325,7 +328,10 @@ impl Tables {
         for r in refs {
             match Table::open_checked(r, check) {
                 Ok(table) => t.tables.push(table),
-                Err(e) if matches!(e.problem, TableProblem::Io(_)) => t.unavailable.push(e),
+                Err(e) if matches!(e.problem, TableProblem::Io(_)) => {
+                    t.unavailable_at.push(t.tables.len());
+                    t.unavailable.push(e)
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -336,13 +342,40 @@ impl Tables {
     pub fn from_tables(tables: Vec<Table>) -> Tables {
         Tables {
             tables,
-            unavailable: vec![],
+            ..Tables::default()
         }
     }
 
-    /// The first table's answer for `key`.
+    /// The first table's answer for `key`, skipping tables that could not
+    /// be read (see [`Tables::find`] for the answer that reports them).
     pub fn lookup(&self, key: &str) -> Option<String> {
         self.tables.iter().find_map(|t| t.lookup(key))
+    }
+
+    /// The first table's answer for `key`, in list order; a table that
+    /// could not be read fails the lookup that reaches it, as Postfix's
+    /// maps_find stops at a dictionary error: a table listed after it
+    /// might otherwise answer for a key the unread one would have.
+    pub fn find(&self, key: &str) -> Result<Option<String>, &TableError> {
+        Ok(self.find_in(key)?.map(|(_, v)| v))
+    }
+
+    /// [`Tables::find`], with the position in [`Tables::tables`] of the
+    /// table that answered.
+    pub fn find_in(&self, key: &str) -> Result<Option<(usize, String)>, &TableError> {
+        let mut broken = self.unavailable_at.iter().zip(&self.unavailable).peekable();
+        for (i, t) in self.tables.iter().enumerate() {
+            if let Some((_, e)) = broken.peek().filter(|(at, _)| **at <= i) {
+                return Err(e);
+            }
+            if let Some(v) = t.lookup(key) {
+                return Ok(Some((i, v)));
+            }
+        }
+        match broken.next() {
+            Some((_, e)) => Err(e),
+            None => Ok(None),
+        }
     }
 
     /// The tables that could not be read, with why.

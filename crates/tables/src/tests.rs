@@ -231,3 +231,27 @@ fn a_table_that_cannot_be_read_fails_lookups_that_miss_the_others() {
     std::fs::write(&good, "no-value\n").unwrap();
     assert!(Tables::open_tolerant(&refs, &any_value).is_err());
 }
+
+#[test]
+fn a_lookup_that_reaches_an_unreadable_table_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = dir.path().join("before");
+    let after = dir.path().join("after");
+    std::fs::write(&before, "a 1\n").unwrap();
+    std::fs::write(&after, "b 2\n").unwrap();
+    let refs = [
+        parse_ref(&format!("hash:{}", before.display())).unwrap(),
+        parse_ref(&format!("hash:{}", dir.path().join("missing").display())).unwrap(),
+        parse_ref(&format!("hash:{}", after.display())).unwrap(),
+    ];
+    let t = Tables::open_tolerant(&refs, &any_value).unwrap();
+    // Answered before the unread table: as if it were there.
+    assert_eq!(t.find("a"), Ok(Some("1".to_string())));
+    // Behind it, or nowhere: the unread table might have said otherwise.
+    for key in ["b", "c"] {
+        let e = t.find(key).unwrap_err();
+        assert!(e.file.ends_with("missing"), "{e}");
+    }
+    let all = Tables::open(&refs[..1]).unwrap();
+    assert_eq!(all.find("c"), Ok(None));
+}
