@@ -592,7 +592,14 @@ impl<S: Store> QueueManager<S> {
             )),
         }
         self.probes.cache.reconfigure(settings.verify.clone());
+        // Every field named, so that a new setting is either applied here
+        // or said to need a restart (soft_bounce and notify_classes once
+        // stayed as they were until a restart: mail bounced under a
+        // soft_bounce the postmaster had turned on).
         let Settings {
+            transports: _,          // the scheduler's transports: a restart
+            active_limit: _,        // set above, once the scheduler agreed
+            admission_by_sender: _, // the simulator's switch, not main.cf's
             defer_transports,
             run_delay,
             delay_warning,
@@ -600,7 +607,13 @@ impl<S: Store> QueueManager<S> {
             hostname,
             origin,
             postmaster,
-            ..
+            double_bounce,
+            notify_postmaster_of_bounces,
+            bounce_copy_to,
+            delay_copy_to,
+            bounce_size_limit,
+            verify,
+            soft_bounce,
         } = settings;
         let s = &mut self.settings;
         s.defer_transports = defer_transports;
@@ -610,6 +623,13 @@ impl<S: Store> QueueManager<S> {
         s.hostname = hostname;
         s.origin = origin;
         s.postmaster = postmaster;
+        s.double_bounce = double_bounce;
+        s.notify_postmaster_of_bounces = notify_postmaster_of_bounces;
+        s.bounce_copy_to = bounce_copy_to;
+        s.delay_copy_to = delay_copy_to;
+        s.bounce_size_limit = bounce_size_limit;
+        s.verify = verify;
+        s.soft_bounce = soft_bounce;
     }
 
     /// Journals an arrival announced by cleanup; it is answered once durable.

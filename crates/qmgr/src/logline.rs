@@ -57,6 +57,7 @@ pub(crate) fn log_rcpt_as(
 #[cfg(test)]
 mod tests {
     use crate::testkit::{settings, World};
+    use crate::Settings;
     use queue::Record;
 
     #[test]
@@ -112,6 +113,36 @@ mod tests {
             w.records(id)
         );
         assert!(!w
+            .records(id)
+            .iter()
+            .any(|r| matches!(r, Record::Bounced { .. })));
+    }
+
+    #[test]
+    fn a_reload_turns_soft_bounce_on_and_off() {
+        // reconfigure once kept soft_bounce as qmgr started: a postmaster
+        // who turned it on with a reload had mail bounced all the same.
+        let mut w = World::new(settings());
+        let sched = sched::SchedConfig::default();
+        let on = Settings {
+            soft_bounce: true,
+            ..settings()
+        };
+        w.handle(crate::Event::Reconfigure {
+            settings: Box::new(on),
+            sched: Box::new(sched.clone()),
+        });
+        let id = w.arrive("a@a.example", &["r@b.example"]);
+        w.route_all(&[("r@b.example", "error", "5.1.1 no such user")]);
+        assert!(w.live(id), "kept under soft_bounce");
+        w.handle(crate::Event::Reconfigure {
+            settings: Box::new(settings()),
+            sched: Box::new(sched),
+        });
+        let id = w.arrive("a@a.example", &["s@b.example"]);
+        w.route_all(&[("s@b.example", "error", "5.1.1 no such user")]);
+        assert!(w.logged(&format!("{id}: to=<s@b.example>")));
+        assert!(w
             .records(id)
             .iter()
             .any(|r| matches!(r, Record::Bounced { .. })));
