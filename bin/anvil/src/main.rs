@@ -1,7 +1,8 @@
 //! anvil(8): connection count and rate limiting server.
 //!
 //! Answers the anvil protocol (`ipc::anvil`) for smtpd: each connection and
-//! disconnection of a client, failed AUTH commands, and lookups. Logs the peaks every
+//! disconnection of a client, failed AUTH commands, MAIL and RCPT commands,
+//! and lookups. Logs the peaks every
 //! `anvil_status_update_time`, in Postfix's words, and when it exits.
 #![forbid(unsafe_code)]
 
@@ -40,6 +41,19 @@ impl AnvilHandler {
                 stamp()
             );
         }
+        for (name, peak) in [
+            ("message", &self.table.max_mail),
+            ("recipient", &self.table.max_rcpt),
+        ] {
+            if peak.value > 0 {
+                msg_info!(
+                    "statistics: max {name} rate {}/{unit}s for ({}) at {}",
+                    peak.value,
+                    peak.who,
+                    stamp()
+                );
+            }
+        }
         if self.table.max_cache > 0 {
             msg_info!(
                 "statistics: max cache size {} at {}",
@@ -75,6 +89,16 @@ impl Handler<Anvil> for AnvilHandler {
             Request::AuthFailed { service, client } => {
                 let rate = self.table.auth_failed(&service, &client, now);
                 out.send(from, id, &Response::AuthFailures { rate });
+                return;
+            }
+            Request::Mail { service, client } => {
+                let rate = self.table.mail(&service, &client, now);
+                out.send(from, id, &Response::Rate { rate });
+                return;
+            }
+            Request::Rcpt { service, client } => {
+                let rate = self.table.rcpt(&service, &client, now);
+                out.send(from, id, &Response::Rate { rate });
                 return;
             }
             Request::AuthLookup { service, client } => {

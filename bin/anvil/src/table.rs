@@ -4,8 +4,8 @@
 //! The rate is counted in fixed windows of `anvil_rate_time_unit` that start
 //! at a client's first connection; an entry is forgotten once the client has
 //! no connection left and its window is over, so memory follows the number of
-//! active clients. Failed AUTH commands are counted the same way, in a
-//! window of their own. The maxima since the last report are kept for the
+//! active clients. Failed AUTH commands, MAIL commands and RCPT commands
+//! are counted the same way, each in a window of its own. The maxima since the last report are kept for the
 //! periodic `statistics:` log lines.
 
 use std::collections::BTreeMap;
@@ -18,6 +18,32 @@ struct Entry {
     window_start: Instant,
     auth_failures: u32,
     auth_window_start: Instant,
+    mail: Window,
+    rcpt: Window,
+}
+
+/// Events counted in a fixed window that opens at the first one.
+#[derive(Debug, Clone)]
+struct Window {
+    events: u32,
+    start: Instant,
+}
+
+impl Window {
+    /// Counts one event at `now`; returns the events in its window.
+    fn incr(&mut self, unit: Duration, now: Instant) -> u32 {
+        if now.duration_since(self.start) >= unit {
+            self.start = now;
+            self.events = 0;
+        }
+        self.events = self.events.saturating_add(1);
+        self.events
+    }
+
+    /// Whether the window still counts at `now`.
+    fn open(&self, unit: Duration, now: Instant) -> bool {
+        self.events > 0 && now.duration_since(self.start) < unit
+    }
 }
 
 /// The largest figure seen since the last report, and whose it was.
@@ -38,6 +64,10 @@ pub struct Table {
     pub max_count: Peak,
     /// Highest rate since the last report.
     pub max_rate: Peak,
+    /// Highest message (MAIL) rate since the last report.
+    pub max_mail: Peak,
+    /// Highest recipient (RCPT) rate since the last report.
+    pub max_rcpt: Peak,
     /// Most clients tracked at once since the last report.
     pub max_cache: usize,
 }
@@ -50,6 +80,8 @@ impl Table {
             entries: BTreeMap::new(),
             max_count: Peak::default(),
             max_rate: Peak::default(),
+            max_mail: Peak::default(),
+            max_rcpt: Peak::default(),
             max_cache: 0,
         }
     }
@@ -68,6 +100,14 @@ impl Table {
                 window_start: now,
                 auth_failures: 0,
                 auth_window_start: now,
+                mail: Window {
+                    events: 0,
+                    start: now,
+                },
+                rcpt: Window {
+                    events: 0,
+                    start: now,
+                },
             })
     }
 
@@ -141,6 +181,35 @@ impl Table {
         }
     }
 
+    /// Records a MAIL command (accepted or not, as Postfix's anvil counts
+    /// each one smtpd reports); returns the client's MAIL commands in the window.
+    pub fn mail(&mut self, service: &str, client: &str, now: Instant) -> u32 {
+        let unit = self.unit;
+        let rate = self.entry(service, client, now).mail.incr(unit, now);
+        if rate > self.max_mail.value {
+            self.max_mail = Peak {
+                value: rate,
+                who: format!("{service}:{client}"),
+            };
+        }
+        self.max_cache = self.max_cache.max(self.entries.len());
+        rate
+    }
+
+    /// Records a RCPT (or VRFY) command; returns the client's recipients in the window.
+    pub fn rcpt(&mut self, service: &str, client: &str, now: Instant) -> u32 {
+        let unit = self.unit;
+        let rate = self.entry(service, client, now).rcpt.incr(unit, now);
+        if rate > self.max_rcpt.value {
+            self.max_rcpt = Peak {
+                value: rate,
+                who: format!("{service}:{client}"),
+            };
+        }
+        self.max_cache = self.max_cache.max(self.entries.len());
+        rate
+    }
+
     /// Forgets clients with no connection whose windows have ended.
     pub fn expire(&mut self, now: Instant) {
         let unit = self.unit;
@@ -148,6 +217,8 @@ impl Table {
             e.count > 0
                 || now.duration_since(e.window_start) < unit
                 || (e.auth_failures > 0 && now.duration_since(e.auth_window_start) < unit)
+                || e.mail.open(unit, now)
+                || e.rcpt.open(unit, now)
         });
     }
 
@@ -161,6 +232,8 @@ impl Table {
     pub fn reset_peaks(&mut self) {
         self.max_count = Peak::default();
         self.max_rate = Peak::default();
+        self.max_mail = Peak::default();
+        self.max_rcpt = Peak::default();
         self.max_cache = self.entries.len();
     }
 }
@@ -220,6 +293,50 @@ mod tests {
         t.expire(t2);
         assert_eq!(t.len(), 0);
         assert_eq!(t.auth_failed("submission", "192.0.2.1", t2), 1);
+    }
+
+    #[test]
+    fn messages_and_recipients_are_counted_per_client_and_window() {
+        let t0 = Instant::now();
+        let mut t = Table::new(Duration::from_secs(60));
+        assert_eq!(t.mail("smtp", "192.0.2.1", t0), 1);
+        assert_eq!(t.mail("smtp", "192.0.2.1", t0), 2);
+        assert_eq!(t.mail("smtp", "192.0.2.2", t0), 1);
+        assert_eq!(t.mail("submission", "192.0.2.1", t0), 1);
+        // Recipients, connections and messages are separate figures.
+        assert_eq!(t.rcpt("smtp", "192.0.2.1", t0), 1);
+        assert_eq!(t.rcpt("smtp", "192.0.2.1", t0), 2);
+        assert_eq!(t.rcpt("smtp", "192.0.2.1", t0), 3);
+        assert_eq!(t.connect("smtp", "192.0.2.1", t0), (1, 1));
+        assert_eq!(t.mail("smtp", "192.0.2.1", t0), 3);
+        assert_eq!(
+            t.max_mail,
+            Peak {
+                value: 3,
+                who: "smtp:192.0.2.1".into()
+            }
+        );
+        assert_eq!(t.max_rcpt.value, 3);
+        t.disconnect("smtp", "192.0.2.1", t0);
+        // Kept after the client hung up, until the windows end.
+        let t1 = t0 + Duration::from_secs(30);
+        t.expire(t1);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.mail("smtp", "192.0.2.1", t1), 4);
+        // A new window starts from zero; the last ones are forgotten.
+        let t2 = t0 + Duration::from_secs(61);
+        assert_eq!(t.rcpt("smtp", "192.0.2.1", t2), 1);
+        // The open recipient window alone keeps its client.
+        let t3 = t2 + Duration::from_secs(30);
+        t.expire(t3);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.rcpt("smtp", "192.0.2.1", t3), 2);
+        let t4 = t2 + Duration::from_secs(61);
+        t.expire(t4);
+        assert_eq!(t.len(), 0);
+        t.reset_peaks();
+        assert_eq!(t.max_mail, Peak::default());
+        assert_eq!(t.max_rcpt, Peak::default());
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //! are told without waiting for the answer. For
 //! `smtpd_client_auth_rate_limit`, a session asks for its client's failed
 //! AUTH commands before relaying one more, and each failure is told; a
-//! silent anvil is no limit there too.
+//! silent anvil is no limit there too. For `smtpd_client_message_rate_limit`
+//! and `smtpd_client_recipient_rate_limit`, a session tells anvil of each
+//! MAIL (RCPT) and waits for the client's count before deciding it, as
+//! Postfix's smtpd does (`ANVIL_REQ_MAIL`, `ANVIL_REQ_RCPT`).
 
 use std::time::{Duration, Instant};
 
@@ -28,10 +31,30 @@ pub enum Answer {
     Counts(Counts),
     /// Its client's failed AUTH commands, `None` when anvil did not say.
     AuthFailures(Option<u32>),
+    /// Its client's MAIL or RCPT commands in the unit (the one asked
+    /// about included), `None` when anvil did not say.
+    Rate(Option<u32>),
 }
 
-/// The anvil link and the sessions waiting for their counts.
-pub struct AnvilLink(TaggedLink<Anvil>, std::collections::BTreeSet<Token>);
+/// What a session asked, to know what a failure answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Counts,
+    Auth,
+    Rate,
+}
+
+/// A command anvil counts for the message and recipient rate limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// MAIL FROM.
+    Mail,
+    /// RCPT TO (and VRFY, as in Postfix).
+    Rcpt,
+}
+
+/// The anvil link and what each session waiting on it asked.
+pub struct AnvilLink(TaggedLink<Anvil>, std::collections::BTreeMap<Token, Kind>);
 
 impl AnvilLink {
     /// A link to the anvil socket under `queue_root`, opened when first needed.
@@ -39,12 +62,12 @@ impl AnvilLink {
         let naming = Naming {
             what: "anvil",
             param: "smtpd_anvil_timeout",
-            note: ": client connection limits not enforced until anvil answers",
+            note: ": client limits not enforced until anvil answers",
             once_per_outage: true,
         };
         AnvilLink(
             TaggedLink::new(queue_root.join("private/anvil"), timeout, naming),
-            std::collections::BTreeSet::new(),
+            std::collections::BTreeMap::new(),
         )
     }
 
@@ -72,7 +95,33 @@ impl AnvilLink {
             service: service.to_string(),
             client,
         };
-        self.0.ask(cx, session, &req).is_ok()
+        self.ask(cx, session, &req, Kind::Counts)
+    }
+
+    fn ask(&mut self, cx: &mut Cx<'_>, session: Token, req: &Request, kind: Kind) -> bool {
+        let asked = self.0.ask(cx, session, req).is_ok();
+        if asked {
+            self.1.insert(session, kind);
+        }
+        asked
+    }
+
+    /// Tells anvil of a MAIL or RCPT of `session`'s client and asks for its
+    /// count; `false` when anvil cannot be asked (no limit then).
+    pub fn event(
+        &mut self,
+        cx: &mut Cx<'_>,
+        session: Token,
+        service: &str,
+        client: String,
+        event: Event,
+    ) -> bool {
+        let service = service.to_string();
+        let req = match event {
+            Event::Mail => Request::Mail { service, client },
+            Event::Rcpt => Request::Rcpt { service, client },
+        };
+        self.ask(cx, session, &req, Kind::Rate)
     }
 
     /// Reports a disconnection; nobody waits for the answer.
@@ -97,11 +146,7 @@ impl AnvilLink {
             service: service.to_string(),
             client,
         };
-        let asked = self.0.ask(cx, session, &req).is_ok();
-        if asked {
-            self.1.insert(session);
-        }
-        asked
+        self.ask(cx, session, &req, Kind::Auth)
     }
 
     /// Reports a failed AUTH; nobody waits for the answer.
@@ -129,12 +174,16 @@ impl AnvilLink {
         replies
             .into_iter()
             .map(|(t, r)| {
-                let auth = self.1.remove(&t);
-                let answer = match r {
-                    Ok(Response::Counts { count, rate }) => Answer::Counts(Some((count, rate))),
-                    Ok(Response::AuthFailures { rate }) => Answer::AuthFailures(Some(rate)),
-                    Err(_) if auth => Answer::AuthFailures(None),
-                    Err(_) => Answer::Counts(None),
+                let kind = self.1.remove(&t).unwrap_or(Kind::Counts);
+                let answer = match (r, kind) {
+                    (Ok(Response::Counts { count, rate }), _) => {
+                        Answer::Counts(Some((count, rate)))
+                    }
+                    (Ok(Response::AuthFailures { rate }), _) => Answer::AuthFailures(Some(rate)),
+                    (Ok(Response::Rate { rate }), _) => Answer::Rate(Some(rate)),
+                    (Err(_), Kind::Auth) => Answer::AuthFailures(None),
+                    (Err(_), Kind::Rate) => Answer::Rate(None),
+                    (Err(_), Kind::Counts) => Answer::Counts(None),
                 };
                 (t, answer)
             })

@@ -32,6 +32,7 @@ use crate::settings::Settings;
 
 mod cleanup;
 mod milters;
+pub mod rates;
 use cleanup::Unsent;
 use milters::MilterWait;
 
@@ -174,6 +175,12 @@ pub struct Conn {
     milter_wait: Option<MilterWait>,
     /// `smtpd_sasl_authenticated_header`.
     sasl_header: bool,
+    /// The message and recipient rate limits this client is held to.
+    rate_limits: rates::Limits,
+    /// A MAIL, RCPT or VRFY waiting for anvil's count.
+    rate_held: Option<rates::Held>,
+    /// What to tell anvil, until the server has sent it.
+    rate_question: Option<rates::Event>,
 }
 
 impl Conn {
@@ -251,7 +258,57 @@ impl Conn {
             milter_helo: None,
             milter_wait: None,
             sasl_header: s.sasl_header,
+            // The exceptions are only looked at when a limit is set: the
+            // default path costs nothing.
+            rate_limits: rates::Limits::new(
+                s.msg_rate_limit,
+                s.rcpt_rate_limit,
+                (s.msg_rate_limit, s.rcpt_rate_limit) != (0, 0)
+                    && s.limit_exceptions.iter().any(|c| c.contains(peer.ip())),
+            ),
+            rate_held: None,
+            rate_question: None,
         }
+    }
+
+    /// The MAIL or RCPT the session waits to have told anvil of.
+    pub fn take_rate_question(&mut self) -> Option<rates::Event> {
+        self.rate_question.take()
+    }
+
+    /// anvil's count for the command held (`None`: anvil did not say, no
+    /// limit): refused over the limit, decided as usual otherwise.
+    pub fn rate_answer(
+        &mut self,
+        cx: &mut Cx<'_>,
+        pool: &mut Pool,
+        shared: &Shared,
+        rate: Option<u32>,
+        service: &str,
+    ) {
+        let Some(held) = self.rate_held.take() else {
+            return;
+        };
+        let event = held.event();
+        let limit = self.rate_limits.of(event);
+        if let Some((reply, warning)) = rates::refusal(event, rate, limit, self.peer.ip(), service)
+        {
+            msg_warn!("{warning}");
+            let _ = self.session.decide(reply);
+            return;
+        }
+        match held {
+            rates::Held::Mail(from, params) => self.check_sender(cx, shared, pool, from, params),
+            rates::Held::Rcpt(to, params) => self.rcpt(cx, shared, pool, to, params),
+            rates::Held::Vrfy(arg) => self.check_vrfy(shared, arg),
+        }
+    }
+
+    /// Holds a command whose limit is set (not by default: then anvil is
+    /// not asked and the command is decided at once) for anvil's count.
+    fn hold_for_rate(&mut self, held: rates::Held) {
+        self.rate_question = Some(held.event());
+        self.rate_held = Some(held);
     }
 
     /// The AUTH steps the session has for the SASL link.
@@ -686,64 +743,19 @@ impl Conn {
         match a {
             Action::CheckSender { from, params } => {
                 self.last_verb = "MAIL";
-                if let Some(size) = params.size {
-                    if shared.settings.size_limit > 0 && size > shared.settings.size_limit {
-                        let _ = self.session.decide(Reply::enhanced(
-                            552,
-                            StatusCode::MESSAGE_TOO_BIG,
-                            "Message size exceeds fixed limit",
-                        ));
-                        return;
-                    }
+                if self.rate_limits.of(rates::Event::Mail) > 0 {
+                    self.hold_for_rate(rates::Held::Mail(from, params));
+                } else {
+                    self.check_sender(cx, shared, pool, from, params);
                 }
-                if let Some(reply) = shared.space.check(
-                    cx.now,
-                    shared.settings.queue_minfree,
-                    shared.settings.size_limit,
-                    params.size,
-                ) {
-                    msg_info!(
-                        "NOQUEUE: reject: MAIL from {}: {} {} {}; proto={} helo=<{}>",
-                        self.client_label(),
-                        reply.code,
-                        reply.enhanced.map(|e| e.to_string()).unwrap_or_default(),
-                        reply.text(),
-                        if self.session.is_esmtp() {
-                            "ESMTP"
-                        } else {
-                            "SMTP"
-                        },
-                        self.session.helo_name().unwrap_or("")
-                    );
-                    let _ = self.session.decide(reply);
-                    return;
-                }
-                self.txn = Txn {
-                    sender: match &from {
-                        Path::Null => String::new(),
-                        Path::Mailbox(m) => m.to_string(),
-                    },
-                    // smtp_proto::dsn: the one mapping, as the smtp agent's.
-                    ret: params.mail_ret(),
-                    envid: params.envid.clone(),
-                    body: params.body_type(),
-                    smtputf8: params.smtputf8,
-                    ..Txn::default()
-                };
-                let sender = self.txn.sender.clone();
-                let esmtp = milters::mail_args(&params);
-                self.sender_accepted(cx, pool, &sender, &esmtp);
             }
             Action::CheckRecipient { to, params } => {
                 self.last_verb = "RCPT";
-                if shared.settings.policy.asks_router(&to) {
-                    // The router answers asynchronously; the session waits
-                    // (and so do its pipelined commands, in order).
-                    self.router_question = Some((to.to_string(), self.txn.smtputf8));
-                    self.pending_rcpt = Some((to, params));
-                    return;
+                if self.rate_limits.of(rates::Event::Rcpt) > 0 {
+                    self.hold_for_rate(rates::Held::Rcpt(to, params));
+                } else {
+                    self.rcpt(cx, shared, pool, to, params);
                 }
-                self.check_recipient(cx, pool, shared, to, params, None);
             }
             Action::CheckData { bdat } => {
                 self.last_verb = if bdat { "BDAT" } else { "DATA" };
@@ -809,7 +821,14 @@ impl Conn {
                 self.sasl_requests.push(SaslRequest::Cancel);
             }
             Action::CheckUnknown { line } => self.unknown_command(cx, pool, &line),
-            Action::CheckVrfy { arg } => self.check_vrfy(shared, arg),
+            Action::CheckVrfy { arg } => {
+                self.last_verb = "VRFY";
+                if self.rate_limits.of(rates::Event::Rcpt) > 0 {
+                    self.hold_for_rate(rates::Held::Vrfy(arg));
+                } else {
+                    self.check_vrfy(shared, arg);
+                }
+            }
             Action::Sleep(d) => self.sleep_until = Some(cx.now + d),
             Action::Close => {
                 self.last_verb = "QUIT";
@@ -819,6 +838,85 @@ impl Conn {
                 msg_info!("{:?} from {}", ev, self.client_label());
             }
         }
+    }
+
+    /// MAIL FROM, once anvil has counted it (when it counts): the size
+    /// and free space checks, then the transaction starts.
+    fn check_sender(
+        &mut self,
+        cx: &mut Cx<'_>,
+        shared: &Shared,
+        pool: &mut Pool,
+        from: Path,
+        params: smtp_proto::MailParams,
+    ) {
+        if let Some(size) = params.size {
+            if shared.settings.size_limit > 0 && size > shared.settings.size_limit {
+                let _ = self.session.decide(Reply::enhanced(
+                    552,
+                    StatusCode::MESSAGE_TOO_BIG,
+                    "Message size exceeds fixed limit",
+                ));
+                return;
+            }
+        }
+        if let Some(reply) = shared.space.check(
+            cx.now,
+            shared.settings.queue_minfree,
+            shared.settings.size_limit,
+            params.size,
+        ) {
+            msg_info!(
+                "NOQUEUE: reject: MAIL from {}: {} {} {}; proto={} helo=<{}>",
+                self.client_label(),
+                reply.code,
+                reply.enhanced.map(|e| e.to_string()).unwrap_or_default(),
+                reply.text(),
+                if self.session.is_esmtp() {
+                    "ESMTP"
+                } else {
+                    "SMTP"
+                },
+                self.session.helo_name().unwrap_or("")
+            );
+            let _ = self.session.decide(reply);
+            return;
+        }
+        self.txn = Txn {
+            sender: match &from {
+                Path::Null => String::new(),
+                Path::Mailbox(m) => m.to_string(),
+            },
+            // smtp_proto::dsn: the one mapping, as the smtp agent's.
+            ret: params.mail_ret(),
+            envid: params.envid.clone(),
+            body: params.body_type(),
+            smtputf8: params.smtputf8,
+            ..Txn::default()
+        };
+        let sender = self.txn.sender.clone();
+        let esmtp = milters::mail_args(&params);
+        self.sender_accepted(cx, pool, &sender, &esmtp);
+    }
+
+    /// RCPT TO, once anvil has counted it (when it counts): the router
+    /// first when the policy needs it, then the policy.
+    fn rcpt(
+        &mut self,
+        cx: &mut Cx<'_>,
+        shared: &Shared,
+        pool: &mut Pool,
+        to: smtp_proto::Mailbox,
+        params: smtp_proto::command::RcptParams,
+    ) {
+        if shared.settings.policy.asks_router(&to) {
+            // The router answers asynchronously; the session waits
+            // (and so do its pipelined commands, in order).
+            self.router_question = Some((to.to_string(), self.txn.smtputf8));
+            self.pending_rcpt = Some((to, params));
+            return;
+        }
+        self.check_recipient(cx, pool, shared, to, params, None);
     }
 
     /// Runs the policy for one recipient, with the router's answer when
@@ -909,7 +1007,6 @@ impl Conn {
     /// VRFY: an address the recipient lookup may know is asked about
     /// (asynchronously, as for RCPT); any other gets 252.
     fn check_vrfy(&mut self, shared: &Shared, arg: String) {
-        self.last_verb = "VRFY";
         match vrfy_mailbox(&arg, &shared.settings.myorigin) {
             Some(to) if shared.settings.policy.asks_router(&to) => {
                 self.router_question = Some((to.to_string(), to.is_utf8()));

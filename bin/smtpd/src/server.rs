@@ -6,7 +6,9 @@
 //! Behind a proxy (`smtpd_upstream_proxy_protocol`), a connection waits
 //! for its PROXY header (`proxy.rs`) before even that, and the client it
 //! names is the session's from then on. An AUTH goes to the one SASL link; with `smtpd_client_auth_rate_limit`
-//! it first waits for anvil's count of the client's failures.
+//! it first waits for anvil's count of the client's failures. With
+//! `smtpd_client_message_rate_limit` (`smtpd_client_recipient_rate_limit`),
+//! a MAIL (RCPT, VRFY) waits for anvil's count of it the same way.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -211,6 +213,12 @@ impl SmtpServer {
                     }
                     self.after_io(cx, token);
                 }
+                AnvilAnswer::Rate(rate) => {
+                    if let Some(c) = self.conns.get_mut(&token) {
+                        c.rate_answer(cx, &mut self.pool, &self.shared, rate, &self.service);
+                    }
+                    self.after_io(cx, token);
+                }
             }
         }
     }
@@ -354,6 +362,13 @@ impl SmtpServer {
                     if let Some((address, smtputf8)) = c.take_router_question() {
                         if let Err(e) = self.router.ask(cx, token, address, smtputf8) {
                             c.router_answer(cx, &mut self.pool, &self.shared, Err(e));
+                            c.drive(cx, &self.shared, &mut self.pool);
+                        }
+                    } else if let Some(event) = c.take_rate_question() {
+                        let client = c.peer.ip().to_string();
+                        if !self.anvil.event(cx, token, &self.service, client, event) {
+                            // No anvil: no limit, as in Postfix.
+                            c.rate_answer(cx, &mut self.pool, &self.shared, None, &self.service);
                             c.drive(cx, &self.shared, &mut self.pool);
                         }
                     } else if let Some(address) = c.take_verify_question() {

@@ -40,6 +40,10 @@ pub struct Settings {
     pub conn_count_limit: u32,
     /// `smtpd_client_connection_rate_limit` (0 = none).
     pub conn_rate_limit: u32,
+    /// `smtpd_client_message_rate_limit` (0 = none).
+    pub msg_rate_limit: u32,
+    /// `smtpd_client_recipient_rate_limit` (0 = none).
+    pub rcpt_rate_limit: u32,
     /// `smtpd_client_event_limit_exceptions`.
     pub limit_exceptions: Vec<config::Cidr>,
     /// `message_size_limit`.
@@ -252,6 +256,12 @@ pub fn build(cfg: &Config, tls_on: bool, chrooted: bool) -> Result<Settings, Str
             .clamp(0, i64::from(u32::MAX)) as u32,
         conn_rate_limit: cfg
             .int("smtpd_client_connection_rate_limit")
+            .clamp(0, i64::from(u32::MAX)) as u32,
+        msg_rate_limit: cfg
+            .int("smtpd_client_message_rate_limit")
+            .clamp(0, i64::from(u32::MAX)) as u32,
+        rcpt_rate_limit: cfg
+            .int("smtpd_client_recipient_rate_limit")
             .clamp(0, i64::from(u32::MAX)) as u32,
         limit_exceptions: cfg.cidrs("smtpd_client_event_limit_exceptions"),
         size_limit,

@@ -6,7 +6,9 @@
 //! `smtpd_client_connection_count_limit` and
 //! `smtpd_client_connection_rate_limit`; and each failed AUTH, with the
 //! client's failures over the same unit, to enforce
-//! `smtpd_client_auth_rate_limit`.
+//! `smtpd_client_auth_rate_limit`; and each MAIL and RCPT, with the
+//! client's commands of that kind over the unit, to enforce
+//! `smtpd_client_message_rate_limit` and `smtpd_client_recipient_rate_limit`.
 
 use serde::{Deserialize, Serialize};
 
@@ -16,7 +18,7 @@ pub enum Anvil {}
 
 impl crate::Protocol for Anvil {
     const NAME: &'static str = "sluice-anvil";
-    const VERSION: u32 = 2;
+    const VERSION: u32 = 3;
     type Request = Request;
     type Response = Response;
 }
@@ -60,6 +62,22 @@ pub enum Request {
         /// The client address.
         client: String,
     },
+    /// A client sent MAIL; answered with [`Response::Rate`] (Postfix's
+    /// ANVIL_REQ_MAIL).
+    Mail {
+        /// The service name.
+        service: String,
+        /// The client address.
+        client: String,
+    },
+    /// A client sent RCPT (or VRFY); answered with [`Response::Rate`]
+    /// (Postfix's ANVIL_REQ_RCPT).
+    Rcpt {
+        /// The service name.
+        service: String,
+        /// The client address.
+        client: String,
+    },
 }
 
 /// anvil's answer.
@@ -75,6 +93,11 @@ pub enum Response {
     /// Failed AUTH commands within the current rate time unit.
     AuthFailures {
         /// The failures, the one just reported included.
+        rate: u32,
+    },
+    /// MAIL or RCPT commands within the current rate time unit.
+    Rate {
+        /// The commands, the one just reported included.
         rate: u32,
     },
 }
