@@ -164,6 +164,34 @@ pub struct Ids {
     pub job: Option<Result<String, String>>,
 }
 
+/// The header section without the headers named in `names` (Postfix's
+/// message_drop_headers: Bcc:, Resent-Bcc:, Return-Path:, Content-Length:
+/// by default), continuation lines included; borrowed when none is there.
+pub fn drop_named<'a>(headers: &'a [u8], names: &[String]) -> std::borrow::Cow<'a, [u8]> {
+    let named = |line: &[u8]| {
+        line.iter().position(|&b| b == b':').is_some_and(|i| {
+            let n = line[..i].trim_ascii();
+            names.iter().any(|d| d.as_bytes().eq_ignore_ascii_case(n))
+        })
+    };
+    let folded = |line: &[u8]| line.starts_with(b" ") || line.starts_with(b"\t");
+    let lines = || headers.split_inclusive(|&b| b == b'\n');
+    if names.is_empty() || !lines().any(|l| !folded(l) && named(l)) {
+        return headers.into();
+    }
+    let mut kept = Vec::with_capacity(headers.len());
+    let mut dropping = false;
+    for line in lines() {
+        if !folded(line) {
+            dropping = named(line);
+        }
+        if !dropping {
+            kept.extend_from_slice(line);
+        }
+    }
+    kept.into()
+}
+
 /// Finds the id headers in complete header lines; gives the header lines
 /// to keep (all of them with `keep`, else all but every id header, folded
 /// lines included) and what the first of each said.
@@ -446,5 +474,22 @@ mod tests {
         let big = vec![b'x'; MAX_HEADER_BYTES + 10];
         assert!(matches!(h.feed(&big), Fed::Complete { ref headers, .. } if headers.is_empty()));
         assert_eq!(h.feed(b"more"), Fed::Through);
+    }
+
+    #[test]
+    fn named_headers_are_dropped_with_their_continuations() {
+        let names: Vec<String> = ["bcc", "return-path"].map(String::from).to_vec();
+        let h =
+            b"To: a@x\r\nBCC: b@x,\r\n c@x\r\nSubject: s\r\nReturn-Path : <r@x>\r\nX-Bcc: kept\r\n";
+        assert_eq!(
+            &*drop_named(h, &names),
+            &b"To: a@x\r\nSubject: s\r\nX-Bcc: kept\r\n"[..]
+        );
+        let plain = b"To: a@x\r\nSubject: s\r\n";
+        assert!(matches!(
+            drop_named(plain, &names),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(&*drop_named(h, &[]), &h[..]);
     }
 }

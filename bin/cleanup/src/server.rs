@@ -163,6 +163,8 @@ pub struct CleanupServer {
     /// `hopcount_limit` (see `HeaderCtx`).
     hop_limit: usize,
     id_headers: headers::IdHeaders,
+    /// `message_drop_headers`.
+    drop_headers: Vec<String>,
     tenant_from_sasl: bool,
     me: u32,
     /// DKIM keys and settings, read before privileges were dropped.
@@ -226,6 +228,7 @@ impl CleanupServer {
             size_limit: ctx.config.size("message_size_limit"),
             hop_limit: hop_limit(&ctx.config),
             id_headers: headers::IdHeaders::from_config(&ctx.config),
+            drop_headers: ctx.config.list("message_drop_headers"),
             tenant_from_sasl: ctx.config.bool("tenant_from_sasl"),
             me: sys::current_ids().0,
             dkim,
@@ -419,6 +422,7 @@ impl CleanupServer {
                             always_add: self.always_add,
                             id_headers: &self.id_headers,
                             hop_limit: self.hop_limit,
+                            drop: &self.drop_headers,
                         };
                         let head = header_block(m, &headers, &ctx);
                         let rest = scan_body(m, &rest);
@@ -501,6 +505,7 @@ impl CleanupServer {
         let size_limit = self.size_limit;
         let id_headers = self.id_headers.clone();
         let hop_limit = self.hop_limit;
+        let drop = self.drop_headers.clone();
         {
             let ctx = HeaderCtx {
                 hostname: &hostname,
@@ -508,6 +513,7 @@ impl CleanupServer {
                 always_add,
                 id_headers: &id_headers,
                 hop_limit,
+                drop: &drop,
             };
             if m.held.is_some() {
                 write_held(
@@ -929,6 +935,7 @@ impl Handler<Cleanup> for CleanupServer {
         self.size_limit = config.size("message_size_limit");
         self.hop_limit = hop_limit(config);
         self.id_headers = headers::IdHeaders::from_config(config);
+        self.drop_headers = config.list("message_drop_headers");
         self.tenant_from_sasl = config.bool("tenant_from_sasl");
         self.address_mappings = address_mappings(config);
         match non_smtpd_milters(config, &self.queue_root) {

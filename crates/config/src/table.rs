@@ -185,6 +185,7 @@ static PARAMS: &[ParamSpec] = &[
     p("cleanup_qmgr_timeout", SEC, "10s", "Time cleanup waits for qmgr to journal a message before the client gets 451 4.3.0."),
     p("message_size_limit", Z, "10240000", "Largest message accepted, in bytes (0: no limit)."),
     no(p("header_size_limit", Z, "102400", "Largest message header accepted, in bytes. Accepted so that a Postfix main.cf loads; Sluice does not implement it: a header is limited only by message_size_limit.")),
+    p("message_drop_headers", L, "bcc, content-length, resent-bcc, return-path", "Headers cleanup removes from every message, after header_checks and before the milters, as Postfix 3.0 and later: a Bcc: a client left in goes to no recipient."),
     p("hopcount_limit", I, "50", "Received: headers (the one Sluice adds included) at which a message is refused as a mail loop: smtpd answers the end of DATA with 554 5.4.0 Error: too many hops, a local submission fails with the same; 0: no limit."),
     p("line_length_limit", I, "2048", "Longest line kept in one piece by SMTP receivers; longer ones are split."),
     p("always_add_missing_headers", B, "no", "Add missing From:, To:, Date:, Message-ID: headers to remote mail too."),

@@ -25,6 +25,8 @@ pub(super) struct HeaderCtx<'a> {
     /// `hopcount_limit`: Received: headers (ours included) that make a
     /// message a loop; 0: no limit.
     pub(super) hop_limit: usize,
+    /// `message_drop_headers`: removed from every message.
+    pub(super) drop: &'a [String],
 }
 
 /// Writes a held message (see `milter.rs`): its headers as the milters
@@ -292,6 +294,7 @@ pub(super) fn header_block(m: &mut Msg, headers: &[u8], ctx: &HeaderCtx<'_>) -> 
         always_add,
         id_headers,
         hop_limit,
+        drop,
     } = *ctx;
     // header_checks first: a header it deletes is not there for what
     // follows (a Message-ID: it drops is added again, as in Postfix).
@@ -304,7 +307,9 @@ pub(super) fn header_block(m: &mut Msg, headers: &[u8], ctx: &HeaderCtx<'_>) -> 
         }
         None => headers,
     };
-    let (headers, ids) = headers::take_ids(headers, id_headers);
+    // After header_checks and before the milters, as Postfix's cleanup.
+    let kept = headers::drop_named(headers, drop);
+    let (headers, ids) = headers::take_ids(&kept, id_headers);
     let headers = &*headers;
     for (what, v) in [("tenant", &ids.tenant), ("job", &ids.job)] {
         if let Some(Err(bad)) = v {
@@ -376,23 +381,22 @@ pub(super) fn header_block(m: &mut Msg, headers: &[u8], ctx: &HeaderCtx<'_>) -> 
             out.extend_from_slice(format!("Date: {date}\r\n").as_bytes());
         }
         if !seen.from {
+            // The envelope sender, as Postfix's cleanup writes it (sendmail
+            // -f sets it; the login name only gives the full name's owner).
+            let sender = if env.sender.contains('@') {
+                env.sender.clone()
+            } else {
+                format!("{}@{origin_domain}", env.sender)
+            };
             let from = match (&m.origin, env.sender.is_empty()) {
-                (
-                    Origin::Local {
-                        user,
-                        full_name: Some(n),
-                    },
-                    _,
-                ) => format!("{n} <{user}@{origin_domain}>"),
-                (
-                    Origin::Local {
-                        user,
-                        full_name: None,
-                    },
-                    _,
-                ) => format!("{user}@{origin_domain}"),
                 (_, true) => format!("MAILER-DAEMON@{origin_domain}"),
-                (_, false) => env.sender.clone(),
+                (
+                    Origin::Local {
+                        full_name: Some(n), ..
+                    },
+                    false,
+                ) => format!("{n} <{sender}>"),
+                (_, false) => sender,
             };
             out.extend_from_slice(format!("From: {from}\r\n").as_bytes());
         }
