@@ -42,7 +42,7 @@ use mio::Token;
 use queue::{Draft, FileMode, MessageHead, Spool, SpoolConfig};
 use sys::creds::PeerCred;
 
-use crate::checks::{BodyScan, Checks, Verdict};
+use crate::checks::{self, BodyScan, Checks, Verdict};
 use crate::dkim::Dkim;
 use crate::headers::{self, Fed, HeaderBuffer};
 use crate::milter;
@@ -53,7 +53,7 @@ mod links;
 mod write;
 use filter::{Filter, Outcome};
 use write::{
-    check_hops, finish_signing, header_block, hold_content, scan_body, scan_body_end,
+    check_hops, finish_signing, header_block, hold_content, scan_body, scan_body_end, scan_primary,
     start_signing, write, write_held, HeaderCtx,
 };
 
@@ -162,6 +162,8 @@ pub struct CleanupServer {
     size_limit: u64,
     /// `hopcount_limit` (see `HeaderCtx`).
     hop_limit: usize,
+    /// `header_size_limit`.
+    header_limit: usize,
     id_headers: headers::IdHeaders,
     tenant_from_sasl: bool,
     me: u32,
@@ -225,6 +227,7 @@ impl CleanupServer {
             always_add: ctx.config.bool("always_add_missing_headers"),
             size_limit: ctx.config.size("message_size_limit"),
             hop_limit: hop_limit(&ctx.config),
+            header_limit: checks::header_limit(&ctx.config),
             id_headers: headers::IdHeaders::from_config(&ctx.config),
             tenant_from_sasl: ctx.config.bool("tenant_from_sasl"),
             me: sys::current_ids().0,
@@ -419,8 +422,10 @@ impl CleanupServer {
                             always_add: self.always_add,
                             id_headers: &self.id_headers,
                             hop_limit: self.hop_limit,
+                            header_limit: self.header_limit,
                         };
                         let head = header_block(m, &headers, &ctx);
+                        scan_primary(m, &headers);
                         let rest = scan_body(m, &rest);
                         start_signing(self.dkim.as_ref(), &self.spool, m, &head);
                         if let Some(s) = m.sign.as_mut() {
@@ -501,6 +506,7 @@ impl CleanupServer {
         let size_limit = self.size_limit;
         let id_headers = self.id_headers.clone();
         let hop_limit = self.hop_limit;
+        let header_limit = self.header_limit;
         {
             let ctx = HeaderCtx {
                 hostname: &hostname,
@@ -508,6 +514,7 @@ impl CleanupServer {
                 always_add,
                 id_headers: &id_headers,
                 hop_limit,
+                header_limit,
             };
             if m.held.is_some() {
                 write_held(
@@ -928,6 +935,7 @@ impl Handler<Cleanup> for CleanupServer {
         self.always_add = config.bool("always_add_missing_headers");
         self.size_limit = config.size("message_size_limit");
         self.hop_limit = hop_limit(config);
+        self.header_limit = checks::header_limit(config);
         self.id_headers = headers::IdHeaders::from_config(config);
         self.tenant_from_sasl = config.bool("tenant_from_sasl");
         self.address_mappings = address_mappings(config);

@@ -25,6 +25,8 @@ pub(super) struct HeaderCtx<'a> {
     /// `hopcount_limit`: Received: headers (ours included) that make a
     /// message a loop; 0: no limit.
     pub(super) hop_limit: usize,
+    /// `header_size_limit`: longer headers are cut.
+    pub(super) header_limit: usize,
 }
 
 /// Writes a held message (see `milter.rs`): its headers as the milters
@@ -89,6 +91,7 @@ pub(super) fn hold_content(m: &mut Msg, bytes: &[u8], size_limit: u64) {
             }
         }
         Fed::Complete { headers, rest } => {
+            scan_primary(m, &headers);
             let rest = scan(m, &rest).into_owned();
             if let Some(h) = m.held.as_mut() {
                 h.headers = Some(headers);
@@ -99,10 +102,19 @@ pub(super) fn hold_content(m: &mut Msg, bytes: &[u8], size_limit: u64) {
     settle_checks(m);
 }
 
-/// Body content through body_checks, when set; the bytes as they are else.
+/// The primary headers as they came, for the MIME walk of the body when
+/// content checks are set.
+pub(super) fn scan_primary(m: &mut Msg, headers: &[u8]) {
+    if let Some(c) = &m.checks {
+        m.body_scan.primary(c, headers);
+    }
+}
+
+/// Body content through the content checks, when set; the bytes as they
+/// are else.
 fn scan<'a>(m: &mut Msg, bytes: &'a [u8]) -> Cow<'a, [u8]> {
     match &m.checks {
-        Some(c) if c.checks_body() => m.body_scan.feed(c, bytes, &mut m.verdict),
+        Some(c) => m.body_scan.feed(c, bytes, &mut m.verdict),
         _ => bytes.into(),
     }
 }
@@ -118,7 +130,7 @@ pub(super) fn scan_body<'a>(m: &mut Msg, bytes: &'a [u8]) -> Cow<'a, [u8]> {
 /// its line end, checked and written (or held, for milters).
 pub(super) fn scan_body_end(spool: &Spool, m: &mut Msg, size_limit: u64) {
     let tail = match &m.checks {
-        Some(c) if c.checks_body() => m.body_scan.finish(c, &mut m.verdict),
+        Some(c) => m.body_scan.finish(c, &mut m.verdict),
         _ => return,
     };
     settle_checks(m);
@@ -292,7 +304,9 @@ pub(super) fn header_block(m: &mut Msg, headers: &[u8], ctx: &HeaderCtx<'_>) -> 
         always_add,
         id_headers,
         hop_limit,
+        header_limit,
     } = *ctx;
+    let headers = &*checks::truncate_headers(headers, header_limit);
     // header_checks first: a header it deletes is not there for what
     // follows (a Message-ID: it drops is added again, as in Postfix).
     let checked;
