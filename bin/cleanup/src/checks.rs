@@ -10,7 +10,8 @@
 //! message/rfc822, `header_checks` for the other headers of the message
 //! itself. `body_checks` sees each body line of every part (boundaries
 //! included) without its CRLF and dot-stuffing, up to
-//! `body_checks_size_limit` bytes of body. The body is walked for its MIME
+//! `body_checks_size_limit` bytes of each body (the message's, each
+//! part's), as Postfix counts them. The body is walked for its MIME
 //! structure (`smtp_proto::mime::Walker`) only when some table is set.
 //!
 //! The first table (and the first pattern in it) that matches decides;
@@ -409,8 +410,9 @@ pub struct BodyScan {
     seen: u64,
     /// The empty line that ends the headers went by.
     started: bool,
-    /// Past body_checks_size_limit: the rest of the body goes through
-    /// unchecked (the headers of parts are still checked).
+    /// Past body_checks_size_limit: the rest of this body goes through
+    /// unchecked (the headers of parts, and the parts after, are still
+    /// checked).
     done: bool,
     /// The MIME structure, once the primary headers were seen.
     walker: Option<Walker>,
@@ -507,6 +509,12 @@ impl BodyScan {
             }
             if !step.body {
                 return;
+            }
+            if step.ends_headers {
+                // body_checks_size_limit counts per body, as Postfix's
+                // body offset starts again after each header block.
+                self.seen = 0;
+                self.done = false;
             }
         }
         // The empty line that separates the headers from the body; a
@@ -747,6 +755,16 @@ mod tests {
         check_headers(&c, b"Subject: s\r\nContent-Type: message/x\r\n", &mut v);
         let words: Vec<&str> = v.hits.iter().map(|h| h.text.as_str()).collect();
         assert_eq!(words, ["primary", "m"]);
+    }
+
+    #[test]
+    fn body_checks_size_limit_counts_per_part() {
+        let content = b"Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\r\n\
+            0123456789AB\r\nlate\r\n--b\r\n\r\nlate\r\n--b--\r\n";
+        let c = body("/^late$/ WARN seen\n", 10);
+        let (out, v) = scan(&c, content, 7);
+        assert_eq!(out, content);
+        assert_eq!(v.hits.len(), 1, "only the second part's line: {:?}", v.hits);
     }
 
     #[test]

@@ -240,6 +240,9 @@ pub struct Step {
     /// The record is body text (else it went into a header, or was
     /// dropped from one past the limit).
     pub body: bool,
+    /// The record is the empty line that ends a header block: a body
+    /// (or an attached message's headers) starts after it.
+    pub ends_headers: bool,
 }
 
 /// One open multipart.
@@ -313,6 +316,7 @@ impl Walker {
             if text.is_empty() && ends_line && !prev_cont {
                 self.end_block();
                 step.body = true;
+                step.ends_headers = true;
                 return step;
             }
             // Not a header: the block ended without its empty line.

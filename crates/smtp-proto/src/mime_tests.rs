@@ -19,7 +19,9 @@ fn walk(content: &str, limit: usize) -> Vec<String> {
         if let Some(h) = step.header {
             header(h, &mut out);
         }
-        if step.body {
+        if step.ends_headers {
+            out.push("end".to_string());
+        } else if step.body {
             out.push(format!("body: {text}"));
         }
     }
@@ -40,19 +42,19 @@ fn parts_and_attached_messages_are_told_apart() {
         [
             "Primary: Subject: top",
             "Primary: Content-Type: multipart/mixed;\r\n boundary=\"b1\"",
-            "body: ",
+            "end",
             "body: preamble",
             "body: --b1",
             "Multipart: Content-Type: text/plain",
             "Multipart: X-Part: 1",
-            "body: ",
+            "end",
             "body: hello",
             "body: --b1",
             "Multipart: Content-Type: message/rfc822",
-            "body: ",
+            "end",
             "Nested: Subject: inner",
             "Nested: From: x",
-            "body: ",
+            "end",
             "body: inner body",
             "body: --b1--",
             "body: epilogue",
@@ -83,7 +85,7 @@ fn a_long_header_is_cut_after_the_record_that_reaches_the_limit() {
         [
             "Primary!: Subject: 0123456789\r\n more 0123456789",
             "Primary: To: x",
-            "body: ",
+            "end",
         ]
     );
     // A record that starts below the limit is kept whole.
