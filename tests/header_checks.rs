@@ -238,3 +238,115 @@ fn bad_tables_are_named_by_sluice_check_and_stop_cleanup() {
     assert!(inst.queued_ids().is_empty());
     inst.stop();
 }
+
+const MIME_CHECKS: &str = "/^Content-Disposition:.*evil\\.exe/ REJECT 5.7.1 no executables\n";
+const NESTED_CHECKS: &str = "/^Subject:.*nested spam/ REJECT 5.7.1 no nested spam\n";
+
+/// Sends `message` (headers, empty line, body; LF lines) as it is.
+fn send_data(port: u16, dir: &Path, message: &str) -> (i32, String) {
+    let path = dir.join("message");
+    std::fs::write(&path, message).unwrap();
+    swaks(&[
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--from",
+        "alice@remote.example",
+        "--to",
+        "bob@dest.example",
+        "--data",
+        path.to_str().unwrap(),
+    ])
+}
+
+/// A message with a part whose headers say `part` and an attached
+/// message whose Subject is `inner`.
+fn multipart(part: &str, inner: &str) -> String {
+    format!(
+        "From: alice@remote.example\nTo: bob@dest.example\nSubject: mime\nMIME-Version: 1.0\n\
+         Content-Type: multipart/mixed; boundary=\"outer\"\n\npreamble\n--outer\n\
+         Content-Type: text/plain\n\nSubject: nested spam (body text, not a header)\n--outer\n\
+         Content-Type: application/octet-stream\n{part}\n\nAAAA\n--outer\n\
+         Content-Type: message/rfc822\n\nFrom: carol@example.org\nSubject: {inner}\n\n\
+         inner body\n--outer--\n"
+    )
+}
+
+#[test]
+fn mime_and_nested_header_checks_and_header_size_limit() {
+    let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
+    let (mut inst, port) = instance(
+        sink.port,
+        &[
+            ("header_checks", HEADER_CHECKS),
+            ("mime_checks", MIME_CHECKS),
+            ("nested_checks", NESTED_CHECKS),
+        ],
+        "header_checks = regexp:$ETC/header_checks\nmime_header_checks = regexp:$ETC/mime_checks\n\
+         nested_header_checks = regexp:$ETC/nested_checks\nheader_size_limit = 1000\n",
+    );
+    inst.start();
+    inst.wait_port(port);
+    let dir = tempfile::tempdir().unwrap();
+
+    // A part's header matches mime_header_checks: refused, logged as
+    // Postfix logs a header REJECT.
+    let part = "Content-Disposition: attachment; filename=\"evil.exe\"";
+    let (code, out) = send_data(port, dir.path(), &multipart(part, "hello"));
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("550 5.7.1 no executables"), "{out}");
+    inst.wait_log(
+        10,
+        "reject: header Content-Disposition: attachment; filename=\"evil.exe\" from ",
+    );
+
+    // The attached message's Subject matches nested_header_checks.
+    let part = "Content-Disposition: attachment; filename=\"fine.bin\"";
+    let (code, out) = send_data(port, dir.path(), &multipart(part, "nested spam inside"));
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("550 5.7.1 no nested spam"), "{out}");
+    inst.wait_log(10, "reject: header Subject: nested spam inside from ");
+    assert!(inst.queued_ids().is_empty(), "{:?}", inst.queue_json());
+
+    // header_checks sees neither: a part header or an attached message's
+    // Subject that only it would refuse passes, as in Postfix; a body
+    // line like a header is not one.
+    let part = "X-Note: something forbidden";
+    let (code, out) = send_data(
+        port,
+        dir.path(),
+        &multipart(part, "Subject: something forbidden"),
+    );
+    assert_eq!(code, 0, "{out}");
+    let id = queued_id(&out);
+    let dump = sink_dump(&sink, &inst, &id, "bob@dest.example");
+    assert!(
+        dump.text.contains("X-Note: something forbidden\n"),
+        "{}",
+        dump.text
+    );
+
+    // A header past header_size_limit is cut: its lines are kept while it
+    // is shorter than the limit, the rest dropped; the message goes on.
+    let lines: Vec<String> = (0..30)
+        .map(|i| format!(" line{i:02} {}", "x".repeat(60)))
+        .collect();
+    let message = format!(
+        "From: alice@remote.example\nSubject: long\nX-Long: start\n{}\nX-After: kept\n\nbody\n",
+        lines.join("\n")
+    );
+    let (code, out) = send_data(port, dir.path(), &message);
+    assert_eq!(code, 0, "{out}");
+    let id = queued_id(&out);
+    let dump = sink_dump(&sink, &inst, &id, "bob@dest.example");
+    let text = &dump.text;
+    // Counted unfolded as Postfix counts: "X-Long: start" is 13 bytes,
+    // each line 69 more (68 and the LF): the 15th line starts at 979.
+    assert!(text.contains(" line14 "), "{text}");
+    assert!(!text.contains(" line15 "), "{text}");
+    assert!(
+        text.contains(&format!("line14 {}\nX-After: kept\n", "x".repeat(60))),
+        "{text}"
+    );
+    assert!(text.contains("\nbody\n"), "{text}");
+    inst.stop();
+}

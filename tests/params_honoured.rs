@@ -21,25 +21,23 @@ fn instance(main_extra: &str) -> (Instance, u16) {
 
 #[test]
 fn unimplemented_parameters_are_reported_by_check_and_in_the_log() {
-    let (inst, _port) = instance(
-        "mime_header_checks = regexp:/etc/sluice/header_checks\nheader_size_limit = 102400\n",
-    );
+    let (inst, _port) = instance("debug_peer_list = 127.0.0.1\nenable_original_recipient = yes\n");
     let main_cf = inst.etc().join("main.cf");
     let line = std::fs::read_to_string(&main_cf)
         .unwrap()
         .lines()
-        .position(|l| l.starts_with("mime_header_checks"))
+        .position(|l| l.starts_with("debug_peer_list"))
         .unwrap()
         + 1;
     let want = format!(
-        "{}, line {line}: parameter mime_header_checks is not implemented by Sluice and has no effect",
+        "{}, line {line}: parameter debug_peer_list is not implemented by Sluice and has no effect",
         main_cf.display(),
     );
     let out = inst.sluice(&["check"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("sluice: warning: {want}\n")), "{err}");
     // Its default value asks for nothing Sluice lacks.
-    assert!(!err.contains("header_size_limit"), "{err}");
+    assert!(!err.contains("enable_original_recipient"), "{err}");
     inst.wait_log(10, &want);
     // A reload reads main.cf again and says so again, for what it now sets.
     let mut text = std::fs::read_to_string(&main_cf).unwrap();

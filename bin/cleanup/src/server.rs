@@ -42,7 +42,7 @@ use mio::Token;
 use queue::{Draft, FileMode, MessageHead, Spool, SpoolConfig};
 use sys::creds::PeerCred;
 
-use crate::checks::{BodyScan, Checks, Verdict};
+use crate::checks::{self, BodyScan, Checks, Verdict};
 use crate::dkim::Dkim;
 use crate::headers::{self, Fed, HeaderBuffer};
 use crate::milter;
@@ -53,7 +53,7 @@ mod links;
 mod write;
 use filter::{Filter, Outcome};
 use write::{
-    check_hops, finish_signing, header_block, hold_content, scan_body, scan_body_end,
+    check_hops, finish_signing, header_block, hold_content, scan_body, scan_body_end, scan_primary,
     start_signing, write, write_held, HeaderCtx,
 };
 
@@ -162,6 +162,8 @@ pub struct CleanupServer {
     size_limit: u64,
     /// `hopcount_limit` (see `HeaderCtx`).
     hop_limit: usize,
+    /// `header_size_limit`.
+    header_limit: usize,
     id_headers: headers::IdHeaders,
     /// `message_drop_headers`.
     drop_headers: Vec<String>,
@@ -227,6 +229,7 @@ impl CleanupServer {
             always_add: ctx.config.bool("always_add_missing_headers"),
             size_limit: ctx.config.size("message_size_limit"),
             hop_limit: hop_limit(&ctx.config),
+            header_limit: checks::header_limit(&ctx.config),
             id_headers: headers::IdHeaders::from_config(&ctx.config),
             drop_headers: ctx.config.list("message_drop_headers"),
             tenant_from_sasl: ctx.config.bool("tenant_from_sasl"),
@@ -423,8 +426,10 @@ impl CleanupServer {
                             id_headers: &self.id_headers,
                             hop_limit: self.hop_limit,
                             drop: &self.drop_headers,
+                            header_limit: self.header_limit,
                         };
                         let head = header_block(m, &headers, &ctx);
+                        scan_primary(m, &headers);
                         let rest = scan_body(m, &rest);
                         start_signing(self.dkim.as_ref(), &self.spool, m, &head);
                         if let Some(s) = m.sign.as_mut() {
@@ -506,6 +511,7 @@ impl CleanupServer {
         let id_headers = self.id_headers.clone();
         let hop_limit = self.hop_limit;
         let drop = self.drop_headers.clone();
+        let header_limit = self.header_limit;
         {
             let ctx = HeaderCtx {
                 hostname: &hostname,
@@ -514,6 +520,7 @@ impl CleanupServer {
                 id_headers: &id_headers,
                 hop_limit,
                 drop: &drop,
+                header_limit,
             };
             if m.held.is_some() {
                 write_held(
@@ -934,6 +941,7 @@ impl Handler<Cleanup> for CleanupServer {
         self.always_add = config.bool("always_add_missing_headers");
         self.size_limit = config.size("message_size_limit");
         self.hop_limit = hop_limit(config);
+        self.header_limit = checks::header_limit(config);
         self.id_headers = headers::IdHeaders::from_config(config);
         self.drop_headers = config.list("message_drop_headers");
         self.tenant_from_sasl = config.bool("tenant_from_sasl");

@@ -404,6 +404,13 @@ fn check_maps(cfg: &Config, param: &str, at: &str, r: &mut Report) {
         "transport_maps" => &route::check_transport,
         // Their actions, as cleanup reads them at start.
         "header_checks" => &tables::actions::check_header_action,
+        "mime_header_checks" | "nested_header_checks" => {
+            // Left at $header_checks: the same tables, reported there.
+            if cfg.maps(param) == cfg.maps("header_checks") {
+                return;
+            }
+            &tables::actions::check_header_action
+        }
         "body_checks" => &tables::actions::check_body_action,
         _ => &|_| Ok(()),
     };

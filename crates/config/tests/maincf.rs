@@ -253,7 +253,7 @@ fn unknown_parameters_warn_with_file_and_line() {
 #[test]
 fn unimplemented_parameters_warn_unless_left_at_their_default() {
     let l = parse_with(
-        "mime_header_checks = regexp:/etc/x\nheader_size_limit = 102400\n\
+        "debug_peer_list = 127.0.0.1\nenable_original_recipient = yes\n\
          relay_destination_rate_delay = 1s\nmyorigin = x\nbody_checks =\n",
         &["relay"],
     )
@@ -262,17 +262,17 @@ fn unimplemented_parameters_warn_unless_left_at_their_default() {
     assert_eq!(
         w,
         [
-            "/etc/sluice/main.cf, line 1: parameter mime_header_checks is not implemented by Sluice and has no effect",
+            "/etc/sluice/main.cf, line 1: parameter debug_peer_list is not implemented by Sluice and has no effect",
             "/etc/sluice/main.cf, line 3: parameter relay_destination_rate_delay is not implemented by Sluice and has no effect",
         ]
     );
     // master.cf -o settings warn with master.cf's line, once per parameter.
     let dir = std::env::temp_dir().join(format!("sluice-cfg-unimpl-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("main.cf"), "mime_header_checks = regexp:/etc/x\n").unwrap();
+    std::fs::write(dir.join("main.cf"), "debug_peer_list = 127.0.0.1\n").unwrap();
     std::fs::write(
         dir.join("master.cf"),
-        "smtp inet n - n - - smtpd\n  -o mime_header_checks=regexp:/y\n  -o smtpd_data_restrictions=reject\n",
+        "smtp inet n - n - - smtpd\n  -o debug_peer_list=127.0.0.2\n  -o smtpd_data_restrictions=reject\n",
     )
     .unwrap();
     let services = config::load_master_cf(&dir.join("master.cf")).unwrap();
@@ -283,7 +283,7 @@ fn unimplemented_parameters_warn_unless_left_at_their_default() {
     assert_eq!(
         w,
         [
-            format!("{main}, line 1: parameter mime_header_checks is not implemented by Sluice and has no effect"),
+            format!("{main}, line 1: parameter debug_peer_list is not implemented by Sluice and has no effect"),
             format!("{master}, line 1: parameter smtpd_data_restrictions is not implemented by Sluice and has no effect"),
         ]
     );

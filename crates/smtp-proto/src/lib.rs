@@ -92,6 +92,7 @@ pub mod client_session;
 pub mod command;
 pub mod dsn;
 pub mod fold;
+pub mod mime;
 pub mod mime8;
 pub mod proxy;
 pub mod receiver;

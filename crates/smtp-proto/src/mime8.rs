@@ -32,6 +32,7 @@
 //! [`MimeError::Nesting`], which Postfix's smtp client bounces with 5.6.0.
 //! Nothing here logs or panics.
 
+use crate::mime::{is_header, tokenize, Ctype, Stype, Tok};
 use crate::reply::StatusCode;
 
 /// Longest piece of a line handled at once.
@@ -39,10 +40,7 @@ pub const SEGMENT: usize = 4096;
 /// Longest header (with its continuation lines) parsed (Postfix's
 /// `header_size_limit` default).
 pub const HEADER_LIMIT: usize = 102_400;
-/// Deepest multipart nesting followed (Postfix's `mime_nesting_limit`).
-pub const NESTING_LIMIT: usize = 100;
-/// Longest boundary kept for matching (Postfix's `mime_boundary_length_limit`).
-pub const BOUNDARY_LIMIT: usize = 2048;
+pub use crate::mime::{BOUNDARY_LIMIT, NESTING_LIMIT};
 /// Quoted-printable output length after which a soft break goes in.
 const QP_BREAK: usize = 72;
 
@@ -77,23 +75,6 @@ enum State {
     Nested,
     /// Body text.
     Body,
-}
-
-/// Content-Type as far as the walk cares.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ctype {
-    Text,
-    Message,
-    Multipart,
-    Other,
-}
-
-/// The message/* subtypes that matter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stype {
-    Rfc822,
-    Global,
-    Other,
 }
 
 /// One open multipart: its boundary and its parts' default type.
@@ -365,54 +346,24 @@ impl Downgrader {
     }
 
     fn content_type(&mut self, value: &[u8]) {
-        let tokens = tokenize(value);
-        let mut groups = tokens.split(|t| *t == Tok::Special(b';'));
-        let first = groups.next().unwrap_or(&[]);
-        let word = |i: usize, w: &str| matches!(first.get(i), Some(Tok::Word(v)) if v.eq_ignore_ascii_case(w.as_bytes()));
-        let slash = first.get(1) == Some(&Tok::Special(b'/'));
-        if word(0, "text") {
-            self.ctype = Ctype::Text;
-        } else if word(0, "message") {
-            self.ctype = Ctype::Message;
-            self.stype = if slash && word(2, "rfc822") {
-                Stype::Rfc822
-            } else if slash && word(2, "global") {
-                Stype::Global
-            } else {
-                Stype::Other
-            };
-        } else if word(0, "multipart") {
-            self.ctype = Ctype::Multipart;
-            let (def_ctype, def_stype) = if slash && word(2, "digest") {
-                (Ctype::Message, Stype::Rfc822)
-            } else {
-                (Ctype::Text, Stype::Other)
-            };
-            // Every boundary parameter counts, as in Postfix: content hidden
-            // behind a second one is still found.
-            for group in groups {
-                let value = match group {
-                    [Tok::Word(n), Tok::Special(b'='), Tok::Word(v) | Tok::Quoted(v), ..]
-                        if n.eq_ignore_ascii_case(b"boundary") =>
-                    {
-                        v
-                    }
-                    _ => continue,
-                };
-                if self.stack.len() > NESTING_LIMIT {
-                    self.error = Some(MimeError::Nesting);
-                    return;
-                }
-                let mut boundary = value.clone();
-                boundary.truncate(BOUNDARY_LIMIT);
-                self.stack.push(Level {
-                    boundary,
-                    def_ctype,
-                    def_stype,
-                });
+        let ct = crate::mime::content_type(value);
+        self.ctype = ct.ctype;
+        if ct.ctype == Ctype::Message {
+            self.stype = ct.stype;
+        }
+        // Every boundary parameter counts, as in Postfix: content hidden
+        // behind a second one is still found.
+        for boundary in ct.boundaries {
+            if self.stack.len() > NESTING_LIMIT {
+                self.error = Some(MimeError::Nesting);
+                return;
             }
-        } else {
-            self.ctype = Ctype::Other;
+            let (def_ctype, def_stype) = ct.parts;
+            self.stack.push(Level {
+                boundary,
+                def_ctype,
+                def_stype,
+            });
         }
     }
 
@@ -446,92 +397,6 @@ impl Downgrader {
 fn hex(ch: u8, out: &mut Vec<u8>) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     out.extend_from_slice(&[b'=', HEX[usize::from(ch >> 4)], HEX[usize::from(ch & 15)]]);
-}
-
-/// A header line's start: a name of printable ASCII, perhaps spaces (the
-/// obsolete form), then a colon.
-fn is_header(text: &[u8]) -> bool {
-    let mut spaces = false;
-    for (i, &c) in text.iter().enumerate() {
-        match c {
-            b':' => return i > 0,
-            b' ' | b'\t' if i > 0 => spaces = true,
-            33..=126 if !spaces => {}
-            _ => return false,
-        }
-    }
-    false
-}
-
-/// A token of a structured header value (RFC 2045 `tspecials`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Tok {
-    Word(Vec<u8>),
-    Quoted(Vec<u8>),
-    Special(u8),
-}
-
-/// Tokens of a structured header value, comments and folding dropped.
-fn tokenize(value: &[u8]) -> Vec<Tok> {
-    const SPECIALS: &[u8] = b"()<>@,;:\\\"/[]?=";
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < value.len() {
-        let c = value[i];
-        match c {
-            b' ' | b'\t' | b'\r' | b'\n' => i += 1,
-            b'(' => {
-                let mut depth = 0usize;
-                while i < value.len() {
-                    match value[i] {
-                        b'\\' => i += 1,
-                        b'(' => depth += 1,
-                        b')' => depth -= 1,
-                        _ => {}
-                    }
-                    i += 1;
-                    if depth == 0 {
-                        break;
-                    }
-                }
-            }
-            b'"' => {
-                let mut q = Vec::new();
-                i += 1;
-                while i < value.len() && value[i] != b'"' {
-                    if value[i] == b'\\' && i + 1 < value.len() {
-                        i += 1;
-                    }
-                    if value[i] != b'\r' && value[i] != b'\n' {
-                        q.push(value[i]);
-                    }
-                    i += 1;
-                }
-                i += 1;
-                out.push(Tok::Quoted(q));
-            }
-            _ if SPECIALS.contains(&c) => {
-                out.push(Tok::Special(c));
-                i += 1;
-            }
-            _ => {
-                let start = i;
-                while i < value.len()
-                    && !SPECIALS.contains(&value[i])
-                    && !matches!(value[i], b' ' | b'\t' | b'\r' | b'\n')
-                    && value[i] > 31
-                {
-                    i += 1;
-                }
-                if i == start {
-                    i += 1;
-                } else {
-                    out.push(Tok::Word(value[start..i].to_vec()));
-                }
-            }
-        }
-    }
-    out
 }
 
 /// Dot-stuffs `plain` onto `out` for DATA: a dot that starts a line gets

@@ -27,6 +27,8 @@ pub(super) struct HeaderCtx<'a> {
     pub(super) hop_limit: usize,
     /// `message_drop_headers`: removed from every message.
     pub(super) drop: &'a [String],
+    /// `header_size_limit`: longer headers are cut.
+    pub(super) header_limit: usize,
 }
 
 /// Writes a held message (see `milter.rs`): its headers as the milters
@@ -91,6 +93,7 @@ pub(super) fn hold_content(m: &mut Msg, bytes: &[u8], size_limit: u64) {
             }
         }
         Fed::Complete { headers, rest } => {
+            scan_primary(m, &headers);
             let rest = scan(m, &rest).into_owned();
             if let Some(h) = m.held.as_mut() {
                 h.headers = Some(headers);
@@ -101,10 +104,19 @@ pub(super) fn hold_content(m: &mut Msg, bytes: &[u8], size_limit: u64) {
     settle_checks(m);
 }
 
-/// Body content through body_checks, when set; the bytes as they are else.
+/// The primary headers as they came, for the MIME walk of the body when
+/// content checks are set.
+pub(super) fn scan_primary(m: &mut Msg, headers: &[u8]) {
+    if let Some(c) = &m.checks {
+        m.body_scan.primary(c, headers);
+    }
+}
+
+/// Body content through the content checks, when set; the bytes as they
+/// are else.
 fn scan<'a>(m: &mut Msg, bytes: &'a [u8]) -> Cow<'a, [u8]> {
     match &m.checks {
-        Some(c) if c.checks_body() => m.body_scan.feed(c, bytes, &mut m.verdict),
+        Some(c) => m.body_scan.feed(c, bytes, &mut m.verdict),
         _ => bytes.into(),
     }
 }
@@ -120,7 +132,7 @@ pub(super) fn scan_body<'a>(m: &mut Msg, bytes: &'a [u8]) -> Cow<'a, [u8]> {
 /// its line end, checked and written (or held, for milters).
 pub(super) fn scan_body_end(spool: &Spool, m: &mut Msg, size_limit: u64) {
     let tail = match &m.checks {
-        Some(c) if c.checks_body() => m.body_scan.finish(c, &mut m.verdict),
+        Some(c) => m.body_scan.finish(c, &mut m.verdict),
         _ => return,
     };
     settle_checks(m);
@@ -295,7 +307,9 @@ pub(super) fn header_block(m: &mut Msg, headers: &[u8], ctx: &HeaderCtx<'_>) -> 
         id_headers,
         hop_limit,
         drop,
+        header_limit,
     } = *ctx;
+    let headers = &*checks::truncate_headers(headers, header_limit);
     // header_checks first: a header it deletes is not there for what
     // follows (a Message-ID: it drops is added again, as in Postfix).
     let checked;
