@@ -3,6 +3,11 @@
 
 use std::path::PathBuf;
 
+use mail::{Notify, Ret};
+
+/// Longest `-V` envelope id Postfix's sendmail takes.
+const MAX_ENVID: usize = 100;
+
 /// What to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -35,6 +40,14 @@ pub struct Args {
     pub config_dir: Option<PathBuf>,
     /// Recipients on the command line.
     pub recipients: Vec<String>,
+    /// NOTIFY for every recipient (`-N`).
+    pub notify: Option<Notify>,
+    /// RET (`-R`).
+    pub ret: Option<Ret>,
+    /// ENVID (`-V`).
+    pub envid: Option<String>,
+    /// Options ignored for a bad value, to print as warnings.
+    pub warnings: Vec<String>,
 }
 
 impl Args {
@@ -55,6 +68,10 @@ impl Args {
             full_name: None,
             config_dir: None,
             recipients: Vec::new(),
+            notify: None,
+            ret: None,
+            envid: None,
+            warnings: Vec::new(),
         };
         let mut it = args.into_iter().peekable();
         while let Some(arg) = it.next() {
@@ -88,6 +105,41 @@ impl Args {
                 s if s.starts_with("-C") => {
                     a.config_dir = Some(PathBuf::from(value(&s[2..], "-C")?))
                 }
+                // A bad DSN value is ignored with a warning, as Postfix's
+                // sendmail does: the message still goes, with defaults.
+                s if s.starts_with("-N") => {
+                    let v = value(&s[2..], "-N")?;
+                    match parse_notify(&v) {
+                        Some(n) => a.notify = Some(n),
+                        None => a
+                            .warnings
+                            .push(format!("bad -N option value: '{v}' -- ignored")),
+                    }
+                }
+                s if s.starts_with("-R") => {
+                    let v = value(&s[2..], "-R")?;
+                    match parse_ret(&v) {
+                        Some(r) => a.ret = Some(r),
+                        None => a
+                            .warnings
+                            .push(format!("bad -R option value: '{v}' -- ignored")),
+                    }
+                }
+                s if s.starts_with("-V") => {
+                    let v = value(&s[2..], "-V")?;
+                    if v.len() > MAX_ENVID {
+                        a.warnings
+                            .push("too long -V option value -- ignored".into());
+                    } else if v.is_empty() || !v.bytes().all(|b| (b' '..=b'~').contains(&b)) {
+                        // Postfix's sendmail also takes a TAB, which its
+                        // smtpd and Sluice's refuse in ENVID (printable
+                        // US-ASCII only): the relayed message would bounce.
+                        a.warnings
+                            .push("bad syntax in -V option value -- ignored".into());
+                    } else {
+                        a.envid = Some(v);
+                    }
+                }
                 // Accepted and ignored, as by Postfix: delivery mode,
                 // error mode, verbose, hop counts, old -o options.
                 s if s.starts_with("-od")
@@ -97,13 +149,7 @@ impl Args {
                     || s.starts_with("-oQ")
                     || s.starts_with("-oA")
                     || s.starts_with("-ob") => {}
-                s if s.starts_with("-O")
-                    || s.starts_with("-B")
-                    || s.starts_with("-N")
-                    || s.starts_with("-R")
-                    || s.starts_with("-V")
-                    || s.starts_with("-X") =>
-                {
+                s if s.starts_with("-O") || s.starts_with("-B") || s.starts_with("-X") => {
                     if s.len() == 2 {
                         it.next();
                     }
@@ -112,6 +158,46 @@ impl Args {
             }
         }
         Ok(a)
+    }
+}
+
+/// A `-N` value: `never`, or a list of `success`, `delay`, `failure`
+/// separated by commas or white space, in any case (Postfix's
+/// dsn_notify_mask); `None` for anything else, `never` with another word
+/// included.
+fn parse_notify(v: &str) -> Option<Notify> {
+    let (mut never, mut success, mut failure, mut delay) = (false, false, false, false);
+    let mut any = false;
+    for word in v
+        .split(|c: char| c == ',' || c.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+    {
+        any = true;
+        match word.to_ascii_lowercase().as_str() {
+            "never" => never = true,
+            "success" => success = true,
+            "failure" => failure = true,
+            "delay" => delay = true,
+            _ => return None,
+        }
+    }
+    match (any, never, success || failure || delay) {
+        (true, true, false) => Some(Notify::Never),
+        (true, false, true) => Some(Notify::On {
+            success,
+            failure,
+            delay,
+        }),
+        _ => None,
+    }
+}
+
+/// A `-R` value: `full` or `hdrs`, in any case.
+fn parse_ret(v: &str) -> Option<Ret> {
+    match v.to_ascii_lowercase().as_str() {
+        "full" => Some(Ret::Full),
+        "hdrs" => Some(Ret::Hdrs),
+        _ => None,
     }
 }
 
@@ -158,5 +244,55 @@ mod tests {
         // An option still wins over the name, as in Postfix.
         let q = Args::parse_as("mailq", ["-q".to_string()]).unwrap();
         assert_eq!(q.mode, Mode::Flush);
+    }
+
+    #[test]
+    fn dsn_options() {
+        let a = p(&["-N", "success,DELAY", "-Rhdrs", "-V", "env id 1", "r@x"]).unwrap();
+        assert_eq!(
+            a.notify,
+            Some(Notify::On {
+                success: true,
+                failure: false,
+                delay: true
+            })
+        );
+        assert_eq!(a.ret, Some(Ret::Hdrs));
+        assert_eq!(a.envid.as_deref(), Some("env id 1"));
+        assert_eq!(a.recipients, ["r@x"]);
+        assert!(a.warnings.is_empty());
+        let a = p(&["-Nnever", "-R", "FULL", "r@x"]).unwrap();
+        assert_eq!((a.notify, a.ret), (Some(Notify::Never), Some(Ret::Full)));
+        assert_eq!(
+            p(&["-N", "failure delay"]).unwrap().notify,
+            Some(Notify::On {
+                success: false,
+                failure: true,
+                delay: true
+            })
+        );
+        // Bad values are ignored with a warning, as by Postfix; the value
+        // is still taken from the next argument, not left as a recipient.
+        for bad in [
+            &["-N", "never,success", "r@x"][..],
+            &["-N", "sometimes", "r@x"],
+            &["-N", ",", "r@x"],
+            &["-R", "body", "r@x"],
+            &["-V", "a\x01b", "r@x"],
+            &["-V", "a\tb", "r@x"],
+            &["-V", "\u{e9}", "r@x"],
+        ] {
+            let a = p(bad).unwrap();
+            assert_eq!(a.recipients, ["r@x"], "{bad:?}");
+            assert_eq!((a.notify, a.ret, a.envid), (None, None, None), "{bad:?}");
+            assert_eq!(a.warnings.len(), 1, "{bad:?}");
+        }
+        let long = "x".repeat(101);
+        assert_eq!(p(&["-V", &long]).unwrap().warnings.len(), 1);
+        assert_eq!(
+            p(&["-V", &long[1..]]).unwrap().envid.as_deref(),
+            Some(&long[1..])
+        );
+        assert!(p(&["-N"]).is_err() && p(&["-R"]).is_err() && p(&["-V"]).is_err());
     }
 }

@@ -1,7 +1,8 @@
 //! sendmail(1): submit mail from the command line, as Postfix's sendmail does.
 //!
-//! `sendmail [-t] [-i|-oi] [-f sender] [-F name] [-C config_dir] [--] recipients...`
-//! reads a message on stdin and submits it to cleanup over
+//! `sendmail [-t] [-i|-oi] [-f sender] [-F name] [-N dsn] [-R ret] [-V envid]
+//! [-C config_dir] [--] recipients...` reads a message on stdin (less any
+//! leading mbox `From ` lines) and submits it to cleanup over
 //! `$queue_directory/public/submit`; cleanup learns who we are from the
 //! socket (SO_PEERCRED), not from us. `-bs` speaks SMTP on stdin/stdout,
 //! `-bp` lists the queue (mailq), `-q` makes deferred mail due now, `-bi`
@@ -52,6 +53,9 @@ fn main() {
         Ok(a) => a,
         Err(e) => std::process::exit(fatal(ex::USAGE, e)),
     };
+    for w in &args.warnings {
+        eprintln!("sendmail: warning: {w}");
+    }
     let dir = args
         .config_dir
         .clone()

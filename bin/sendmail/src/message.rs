@@ -2,9 +2,27 @@
 //! wire format (CRLF, dot-stuffed), streaming, and reading recipients from
 //! its headers for `-t`.
 
+/// The mbox "From " line prefix (after any ">") that is dropped at the start.
+const FROM_: &[u8] = b"From ";
+
+/// Where the converter is among the leading mbox "From " lines it drops,
+/// as Postfix's sendmail does (its skip_from_): a message piped from an
+/// mbox would otherwise carry the line into its header section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leading {
+    /// At the start of a line that may be one: `quotes` ">" then the first
+    /// `matched` bytes of "From " seen and held.
+    Maybe { quotes: usize, matched: usize },
+    /// Dropping a "From " line up to its LF.
+    Dropping,
+    /// Past them.
+    Done,
+}
+
 /// Streams input bytes into wire format.
 #[derive(Debug)]
 pub struct Converter {
+    leading: Leading,
     ignore_dots: bool,
     at_line_start: bool,
     /// A "." began this line; held until we know whether it is alone.
@@ -18,6 +36,10 @@ impl Converter {
     /// A converter; `ignore_dots` is `-i`.
     pub fn new(ignore_dots: bool) -> Self {
         Converter {
+            leading: Leading::Maybe {
+                quotes: 0,
+                matched: 0,
+            },
             ignore_dots,
             at_line_start: true,
             dot: false,
@@ -37,29 +59,78 @@ impl Converter {
             if self.ended {
                 return;
             }
-            if self.cr {
-                self.cr = false;
-                if b == b'\n' {
-                    self.end_line(out);
-                    continue;
+            match self.leading {
+                Leading::Done => self.byte(b, out),
+                Leading::Dropping => {
+                    if b == b'\n' {
+                        self.leading = Leading::Maybe {
+                            quotes: 0,
+                            matched: 0,
+                        };
+                    }
                 }
-                self.flush_dot(out);
-                out.push(b'\r');
-                self.at_line_start = false;
+                Leading::Maybe { quotes, matched } => {
+                    if b == b'>' && matched == 0 {
+                        self.leading = Leading::Maybe {
+                            quotes: quotes + 1,
+                            matched,
+                        };
+                    } else if b == FROM_[matched] {
+                        self.leading = if matched + 1 == FROM_.len() {
+                            Leading::Dropping
+                        } else {
+                            Leading::Maybe {
+                                quotes,
+                                matched: matched + 1,
+                            }
+                        };
+                    } else {
+                        self.release(out);
+                        self.byte(b, out);
+                    }
+                }
             }
-            match b {
-                // Held: CRLF is a line end like LF, and ".\r\n" is a lone dot.
-                b'\r' => self.cr = true,
-                b'\n' => self.end_line(out),
-                b'.' if self.at_line_start => {
-                    self.at_line_start = false;
-                    self.dot = true;
-                }
-                _ => {
-                    self.flush_dot(out);
-                    self.at_line_start = false;
-                    out.push(b);
-                }
+        }
+    }
+
+    /// Ends the look for "From " lines: bytes held are converted as read.
+    fn release(&mut self, out: &mut Vec<u8>) {
+        if let Leading::Maybe { quotes, matched } = self.leading {
+            self.leading = Leading::Done;
+            for _ in 0..quotes {
+                self.byte(b'>', out);
+            }
+            for &b in &FROM_[..matched] {
+                self.byte(b, out);
+            }
+        }
+        self.leading = Leading::Done;
+    }
+
+    /// Converts one byte past the leading "From " lines.
+    fn byte(&mut self, b: u8, out: &mut Vec<u8>) {
+        if self.cr {
+            self.cr = false;
+            if b == b'\n' {
+                self.end_line(out);
+                return;
+            }
+            self.flush_dot(out);
+            out.push(b'\r');
+            self.at_line_start = false;
+        }
+        match b {
+            // Held: CRLF is a line end like LF, and ".\r\n" is a lone dot.
+            b'\r' => self.cr = true,
+            b'\n' => self.end_line(out),
+            b'.' if self.at_line_start => {
+                self.at_line_start = false;
+                self.dot = true;
+            }
+            _ => {
+                self.flush_dot(out);
+                self.at_line_start = false;
+                out.push(b);
             }
         }
     }
@@ -88,6 +159,7 @@ impl Converter {
         if self.ended {
             return;
         }
+        self.release(out);
         self.flush_dot(out);
         if self.cr {
             self.cr = false;
@@ -215,6 +287,26 @@ mod tests {
         assert_eq!(conv(b".", false), (b"..\r\n".to_vec(), false));
         assert_eq!(conv(b"", false), (b"".to_vec(), false));
         assert_eq!(conv(b"x\n.\r\n", false), (b"x\r\n".to_vec(), true));
+    }
+
+    #[test]
+    fn leading_mbox_from_lines_are_dropped() {
+        let c = |i: &[u8]| conv(i, false).0;
+        assert_eq!(
+            c(b"From x@y Fri Nov 27 05:00:00 2026\n>From z\r\nSubject: s\n\nFrom body\n"),
+            b"Subject: s\r\n\r\nFrom body\r\n"
+        );
+        // Only leading lines, "From " exactly, as Postfix's sendmail.
+        assert_eq!(c(b"Subject: s\nFrom x\n"), b"Subject: s\r\nFrom x\r\n");
+        assert_eq!(c(b"\nFrom x\n"), b"\r\nFrom x\r\n");
+        assert_eq!(c(b"From:x\n"), b"From:x\r\n");
+        assert_eq!(c(b"from x\n"), b"from x\r\n");
+        assert_eq!(c(b">>Fro\n"), b">>Fro\r\n");
+        assert_eq!(c(b">>Fro"), b">>Fro\r\n");
+        assert_eq!(c(b"From x"), b"");
+        assert_eq!(c(b">.\n"), b">.\r\n");
+        assert_eq!(conv(b"From x\n.\nafter\n", false), (b"".to_vec(), true));
+        assert_eq!(c(b"From x\n.a\n"), b"..a\r\n");
     }
 
     #[test]

@@ -164,7 +164,15 @@ pub fn deliver(cfg: &Config, args: &Args) -> i32 {
     rcpts.dedup();
     let envelope = Envelope {
         sender,
-        recipients: rcpts.into_iter().map(Recipient::new).collect(),
+        recipients: rcpts
+            .into_iter()
+            .map(|r| Recipient {
+                notify: args.notify.unwrap_or_default(),
+                ..Recipient::new(r)
+            })
+            .collect(),
+        ret: args.ret,
+        envid: args.envid.clone(),
         ..Envelope::default()
     };
     let mut sub = match Submission::begin(cfg, envelope, args.full_name.clone()) {
