@@ -4,32 +4,9 @@
 //! from the envelope sender as Postfix's cleanup makes it.
 
 use sluice_suite::{
-    bin_dir, free_port, queued_id, relay_instance, sink_dump, smtp_sink, swaks, Instance,
+    free_port, queued_id, relay_instance, run_sendmail, sink_dump, smtp_sink,
+    submit_relay_instance, swaks, Instance,
 };
-
-/// Runs sendmail(1) of `inst` with `args`, `input` on its standard input.
-fn sendmail(inst: &Instance, args: &[&str], input: &str) -> std::process::Output {
-    use std::io::Write;
-    use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new(bin_dir().join("sendmail"));
-    cmd.args(args).env("SLUICE_CONFIG_DIR", inst.etc());
-    if let Some((uid, gid)) = inst.run_as {
-        cmd.uid(uid).gid(gid);
-    }
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
 
 /// The queue id of the latest local submission (cleanup's `uid=` line).
 fn last_local_id(inst: &Instance, nth: usize) -> String {
@@ -97,21 +74,8 @@ fn bcc_return_path_and_content_length_never_reach_the_recipient() {
 #[test]
 fn a_local_submission_gets_its_from_header_from_the_envelope_sender() {
     let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
-    // relay_instance's services, and public/submit for sendmail(1).
-    let port = free_port();
-    let cf = format!(
-        "127.0.0.1:{port} inet n - n - - smtpd\nanvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
-         qmgr unix - - n 300 1 qmgr\nrouter unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n\
-         submit unix n - n - - cleanup\n"
-    );
-    let main = format!(
-        "myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{}\nsmtpd_reject_unlisted_recipient = no\n",
-        sink.port
-    );
-    let mut inst = Instance::new(&cf, &main);
-    inst.start();
-    inst.wait_port(port);
-    let out = sendmail(
+    let inst = submit_relay_instance(sink.port, "");
+    let out = run_sendmail(
         &inst,
         &[
             "-f",
@@ -131,7 +95,7 @@ fn a_local_submission_gets_its_from_header_from_the_envelope_sender() {
         "{}",
         dump.text
     );
-    let out = sendmail(
+    let out = run_sendmail(
         &inst,
         &["-f", "<>", "kim@remote.example"],
         "Subject: null\n\nbody\n",

@@ -1,44 +1,10 @@
-//! sendmail(1) end to end, as Postfix's: a message piped from an mbox
+//! run_sendmail(1) end to end, as Postfix's: a message piped from an mbox
 //! loses its leading "From " line, and `-N`, `-R`, `-V` set the envelope's
 //! DSN options, which the bounce daemon honours.
 
-use std::process::Output;
-
-use sluice_suite::{free_port, sink_dump, smtp_sink, wait_for, Instance};
-
-/// An instance relaying to `relayhost = [127.0.0.1]:sink_port` that takes
-/// local submissions (`public/submit`); `extra` is appended to main.cf.
-fn instance(sink_port: u16, extra: &str) -> Instance {
-    let cf = "anvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
-              submit unix n - n - - cleanup\nqmgr unix - - n 300 1 qmgr\n\
-              router unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n";
-    let main =
-        format!("myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{sink_port}\n{extra}");
-    let mut inst = Instance::new(cf, &main);
-    inst.start();
-    let submit = inst.dir.path().join("spool/public/submit");
-    wait_for(20, "the submit socket", || submit.exists().then_some(()));
-    inst
-}
-
-/// Runs sendmail as the instance's user with `args`, `input` on stdin.
-fn sendmail(inst: &Instance, args: &[&str], input: &str) -> Output {
-    use std::io::Write;
-    use std::os::unix::process::CommandExt;
-    let mut cmd = std::process::Command::new(sluice_suite::bin_dir().join("sendmail"));
-    cmd.args(args).env("SLUICE_CONFIG_DIR", inst.etc());
-    if let Some((uid, gid)) = inst.run_as {
-        cmd.uid(uid).gid(gid);
-    }
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
-    child.wait_with_output().unwrap()
-}
+use sluice_suite::{
+    free_port, run_sendmail, sink_dump, smtp_sink, submit_relay_instance, Instance,
+};
 
 /// The queue id of the message the instance logged as handed to `rcpt`.
 fn id_for(inst: &Instance, rcpt: &str) -> String {
@@ -53,8 +19,8 @@ fn id_for(inst: &Instance, rcpt: &str) -> String {
 #[test]
 fn a_leading_mbox_from_line_is_dropped() {
     let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
-    let inst = instance(sink.port, "");
-    let out = sendmail(
+    let inst = submit_relay_instance(sink.port, "");
+    let out = run_sendmail(
         &inst,
         &["r@remote.example"],
         "From x@y Fri Nov 27 05:00:00 2026\n>From z@y Fri Nov 27 05:00:00 2026\n\
@@ -85,13 +51,13 @@ fn dsn_options_reach_the_bounce() {
         "transport_maps = inline:{{ remote.example = smtp:[127.0.0.1]:{} }}\n",
         bad.port
     );
-    let inst = instance(good.port, &extra);
+    let inst = submit_relay_instance(good.port, &extra);
     let body = "Subject: dsn test\nFrom: alice@example.com\n\nthe secret body\n";
     let run = |args: &[&str], rcpt: &str| {
         let mut all = vec!["-f", "alice@example.com"];
         all.extend_from_slice(args);
         all.push(rcpt);
-        let out = sendmail(&inst, &all, body);
+        let out = run_sendmail(&inst, &all, body);
         assert!(
             out.status.success(),
             "{}",

@@ -769,6 +769,40 @@ pub fn relay_instance(sink_port: u16, extra: &str) -> (Instance, u16) {
     (inst, port)
 }
 
+/// [`relay_instance`] that also takes local submissions (`public/submit`),
+/// with no SMTP service; `extra` is appended to main.cf.
+pub fn submit_relay_instance(sink_port: u16, extra: &str) -> Instance {
+    let cf = "anvil unix - - n - 1 anvil\ncleanup unix - - n - 0 cleanup\n\
+              submit unix n - n - - cleanup\nqmgr unix - - n 300 1 qmgr\n\
+              router unix - - n - 1 router\nsmtp unix - - n - - smtp\nrelay unix - - n - - smtp\n";
+    let main =
+        format!("myhostname = mx.test.example\nrelayhost = [127.0.0.1]:{sink_port}\n{extra}");
+    let mut inst = Instance::new(cf, &main);
+    inst.start();
+    let submit = inst.dir.path().join("spool/public/submit");
+    wait_for(20, "the submit socket", || submit.exists().then_some(()));
+    inst
+}
+
+/// Runs sendmail(1) as `inst`'s user with `args`, `input` on its stdin.
+pub fn run_sendmail(inst: &Instance, args: &[&str], input: &str) -> Output {
+    use std::io::Write;
+    let mut cmd = Command::new(bin_dir().join("sendmail"));
+    cmd.args(args).env("SLUICE_CONFIG_DIR", inst.etc());
+    if let Some((uid, gid)) = inst.run_as {
+        cmd.uid(uid).gid(gid);
+    }
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // sendmail may refuse before reading its input (bad arguments).
+    let _ = child.stdin.take().unwrap().write_all(input.as_bytes());
+    child.wait_with_output().unwrap()
+}
+
 /// Fails the test, saying why, when it does not run as root (CI does): a
 /// test that needs root never passes by skipping.
 pub fn require_root(why: &str) {
