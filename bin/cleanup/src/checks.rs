@@ -254,6 +254,13 @@ impl Verdict {
 /// REJECT's reply: 550 5.7.1 and the text, or the 4.x.x/5.x.x code the
 /// text starts with (4: 451, the message is deferred).
 pub fn reject_reply(text: &str) -> Refusal {
+    // A `$n` result copies client text: no control character may reach
+    // the reply (or the log line made from it).
+    let text: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let text = text.as_str();
     let (first, rest) = match text.split_once([' ', '\t']) {
         Some((f, r)) => (f, r.trim_start()),
         None => (text, ""),
@@ -416,6 +423,9 @@ pub struct BodyScan {
     done: bool,
     /// The MIME structure, once the primary headers were seen.
     walker: Option<Walker>,
+    /// The next byte fed starts a line (false inside a line longer than
+    /// [`MAX_BODY_LINE`], between its pieces).
+    mid_line: bool,
 }
 
 impl BodyScan {
@@ -485,7 +495,13 @@ impl BodyScan {
     ) {
         let bare = raw.strip_suffix(b"\n").unwrap_or(raw);
         let bare = bare.strip_suffix(b"\r").unwrap_or(bare);
-        let unstuffed = bare.strip_prefix(b".").filter(|_| whole).unwrap_or(bare);
+        // Only a piece that starts a line can carry its stuffing dot; only
+        // a whole line may be edited: a piece replaced, dropped or preceded
+        // by a line would make the next piece start a line unstuffed (a
+        // "." there would end the message at the next hop).
+        let starts = !std::mem::replace(&mut self.mid_line, !whole);
+        let editable = starts && whole;
+        let unstuffed = bare.strip_prefix(b".").filter(|_| starts).unwrap_or(bare);
         let first = !std::mem::replace(&mut self.started, true);
         if let Some(w) = self.walker.as_mut() {
             let step = w.record(unstuffed, raw, whole);
@@ -543,6 +559,20 @@ impl BodyScan {
             Some(value) => v.act("body", &text, &value),
             None => Fate::Keep,
         };
+        let fate = match fate {
+            Fate::Keep => Fate::Keep,
+            _ if !editable => {
+                v.hits.push(Hit {
+                    action: "warning".to_string(),
+                    class: "body",
+                    line: text.chars().take(200).collect(),
+                    text: format!("not edited: part of a line longer than {MAX_BODY_LINE} bytes"),
+                    warning: true,
+                });
+                Fate::Keep
+            }
+            f => f,
+        };
         match fate {
             Fate::Keep => out.extend_from_slice(raw),
             Fate::Drop => {}
@@ -584,6 +614,11 @@ mod tests {
             "550 5.7.9 message content rejected"
         );
         assert_eq!(reject_reply("2.0.0 ok").to_string(), "550 5.7.1 2.0.0 ok");
+        // A `$1` that copied a lone CR or other control byte of the client's.
+        assert_eq!(
+            reject_reply("bad\r250 ok\x07").to_string(),
+            "550 5.7.1 bad 250 ok "
+        );
     }
 
     #[test]
@@ -687,6 +722,48 @@ mod tests {
         let out = s.feed(&c, b"\r\n0123456789\r\nlate\r\n", &mut v);
         assert_eq!(&*out, b"\r\n0123456789\r\nlate\r\n");
         assert!(v.reject.is_none(), "past body_checks_size_limit");
+    }
+
+    /// An edit never splits a line longer than MAX_BODY_LINE: a piece
+    /// replaced or dropped would leave the next piece at a line's start
+    /// unstuffed, and a "." there ends the message at the next hop.
+    #[test]
+    fn pieces_of_a_long_line_are_checked_but_never_edited() {
+        let line = format!("viagra{}", "y".repeat(MAX_BODY_LINE + 100));
+        let content = format!("\r\n{line}\r\n..\r\nend\r\n");
+        for rule in [
+            "/viagra/ REPLACE [x]\n",
+            "/viagra/ IGNORE\n",
+            "/viagra/ PREPEND X: y\n",
+        ] {
+            let c = body(rule, 0);
+            for step in [1, 7, 4096] {
+                let mut v = Verdict::default();
+                let mut s = BodyScan::default();
+                let mut out = Vec::new();
+                for piece in content.as_bytes().chunks(step) {
+                    out.extend_from_slice(&s.feed(&c, piece, &mut v));
+                }
+                out.extend_from_slice(&s.finish(&c, &mut v));
+                assert_eq!(String::from_utf8_lossy(&out), content, "{rule} step {step}");
+                assert!(
+                    v.hits.iter().any(|h| h.warning),
+                    "{rule}: the edit is reported"
+                );
+            }
+        }
+        // A whole line is still edited, its dot-stuffing kept.
+        let c = body("/^viagra$/ REPLACE .x\n", 0);
+        let mut v = Verdict::default();
+        let mut s = BodyScan::default();
+        let out = s.feed(&c, b"\r\nviagra\r\n..\r\n", &mut v).into_owned();
+        assert_eq!(String::from_utf8_lossy(&out), "\r\n..x\r\n..\r\n");
+        // REJECT still sees a piece.
+        let c = body("/viagra/ REJECT\n", 0);
+        let mut v = Verdict::default();
+        let mut s = BodyScan::default();
+        s.feed(&c, content.as_bytes(), &mut v);
+        assert!(v.reject.is_some());
     }
 
     /// Runs the body scan over `content` (headers, empty line, body),
