@@ -39,8 +39,13 @@ fn errors_past_the_soft_limit_wait_without_holding_other_sessions() {
     let waiter = std::thread::spawn(move || {
         let reply = slow.reply();
         late.send(format!("slow: {reply}")).unwrap();
-        // Still past the limit: a good command's reply waits too.
-        let (reply, _) = slow.timed("NOOP");
+        // Still past the limit: a good command's reply waits too. (A lower
+        // bound only: the sleep happened; how long beyond it is not tested.)
+        let (reply, took) = slow.timed("NOOP");
+        assert!(
+            took >= Duration::from_secs(SLEEP_SECS) - Duration::from_millis(500),
+            "the reply to NOOP came after {took:?}, not after the error sleep"
+        );
         late.send(format!("slow: {reply}")).unwrap();
     });
     let (mut quick, greeting) = SmtpClient::connect(port);

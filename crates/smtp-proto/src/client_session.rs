@@ -757,8 +757,9 @@ impl ClientSession {
         params.smtputf8 &= caps.smtputf8;
         let eight_bit = caps.eight_bit_mime || caps.smtputf8;
         let downgrade = self.config.mime_output_conversion && !eight_bit && !probe;
-        // Converted content is larger than the SIZE the envelope knows.
-        if caps.size.is_none() || (downgrade && params.body.is_some()) {
+        // Converted content may be larger than the SIZE the envelope knows,
+        // whatever BODY= said: Postfix leaves SIZE out when it may convert.
+        if caps.size.is_none() || downgrade {
             params.size = None;
         }
         match params.body {

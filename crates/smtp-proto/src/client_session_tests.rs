@@ -864,6 +864,16 @@ fn eight_bit_content_is_converted_for_a_server_without_8bitmime() {
         assert_eq!(mail.lines().next(), Some("MAIL FROM:<a@x.com>"));
         assert_eq!(out, [EIGHT_BIT_CONVERTED, b".\r\n"].concat(), "step {step}");
     }
+    // Without BODY= (a client that never says 8BITMIME) the content may
+    // still be converted: no SIZE either, as Postfix.
+    let mut c = ClientSession::new(ClientConfig::default(), false);
+    script(&mut c, &["220 x\n", pipe]);
+    actions(&mut c);
+    let mut e = env("a@x.com", &["b@y.com"]);
+    e.params.body = None;
+    c.send_message(&e);
+    let mail = String::from_utf8(c.take_output()).unwrap();
+    assert_eq!(mail.lines().next(), Some("MAIL FROM:<a@x.com>"), "{mail}");
     // Sent as it is to a server with 8BITMIME, or with SMTPUTF8 (as
     // Postfix), or with the conversion off.
     for (ehlo, on) in [

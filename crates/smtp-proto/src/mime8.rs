@@ -225,6 +225,11 @@ impl Downgrader {
                 // Postfix's walk puts an empty line before it in the primary
                 // header; left out, so that content with nothing to convert
                 // comes out as it went in (a DKIM signature over it holds).
+                // A converted part has a new header written just now: the
+                // line must not read as its continuation.
+                if self.eight {
+                    out.extend_from_slice(b"\r\n");
+                }
                 self.state = State::Body;
             }
         }
@@ -315,8 +320,12 @@ impl Downgrader {
                     (b"base64", false),
                     (b"quoted-printable", false),
                 ] {
+                    // Once one says 8-bit the part is converted, whatever
+                    // a later one says: every one of them is then dropped
+                    // (a later "7bit" kept would let 8-bit bytes through,
+                    // an earlier one dropped would leave two).
                     if w.eq_ignore_ascii_case(known) {
-                        self.eight = eight;
+                        self.eight |= eight;
                     }
                 }
             }
@@ -354,7 +363,7 @@ impl Downgrader {
         // Every boundary parameter counts, as in Postfix: content hidden
         // behind a second one is still found.
         for boundary in ct.boundaries {
-            if self.stack.len() > NESTING_LIMIT {
+            if self.stack.len() >= NESTING_LIMIT {
                 self.error = Some(MimeError::Nesting);
                 return;
             }

@@ -242,17 +242,43 @@ fn headers_end_without_body_or_with_garbage() {
     // A line that is no header ends the primary header; nothing is added.
     let out = convert(b"Subject: x\r\nnot a header\r\n");
     assert_eq!(out, b"Subject: x\r\nnot a header\r\n");
+    // Converted, the new header must end the block: an empty line goes
+    // in before the line that ended it (else it reads as a header).
     let out = convert(b"Content-Transfer-Encoding: 8bit\r\n\xe9\r\n");
     assert_eq!(
         out,
-        b"Content-Transfer-Encoding: quoted-printable\r\n=E9\r\n"
+        b"Content-Transfer-Encoding: quoted-printable\r\n\r\n=E9\r\n"
     );
+}
+
+#[test]
+fn a_part_with_several_transfer_encodings_is_converted_once() {
+    // 8bit then 7bit: still converted (8-bit bytes never go out raw), and
+    // neither header kept beside the new one.
+    for head in [
+        &b"Content-Transfer-Encoding: 8bit\r\nContent-Transfer-Encoding: 7bit\r\n"[..],
+        b"Content-Transfer-Encoding: 8bit\r\nX: y\r\nContent-Transfer-Encoding: base64\r\n",
+    ] {
+        let out = convert(&[head, b"\r\ncaf\xc3\xa9\r\n"].concat());
+        seven_bit(&out);
+        let text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+        assert_eq!(
+            text.matches("content-transfer-encoding:").count(),
+            1,
+            "{text}"
+        );
+        assert!(
+            text.contains("content-transfer-encoding: quoted-printable"),
+            "{text}"
+        );
+    }
 }
 
 #[test]
 fn nesting_beyond_the_limit_fails() {
     let mut msg = Vec::new();
-    for i in 0..=NESTING_LIMIT + 1 {
+    // One level more than the limit, as cleanup's walk (mime.rs) counts.
+    for i in 0..=NESTING_LIMIT {
         msg.extend_from_slice(
             format!("Content-Type: multipart/mixed; boundary=b{i}\r\n\r\n--b{i}\r\n").as_bytes(),
         );

@@ -175,10 +175,16 @@ fn settle_checks(m: &mut Msg) {
         tail.push_str(&format!(" helo=<{helo}>"));
     }
     for hit in m.verdict.hits.drain(..) {
+        // A `$n` result in the action's text is the client's too.
         let text = if hit.text.is_empty() {
             String::new()
         } else {
-            format!(": {}", hit.text)
+            let t: String = hit
+                .text
+                .chars()
+                .map(|c| if c.is_control() { '?' } else { c })
+                .collect();
+            format!(": {t}")
         };
         // The line is the client's: no control character reaches the log.
         let line: String = hit
@@ -298,6 +304,47 @@ fn check_hop_count(m: &mut Msg, received: usize, hop_limit: usize) {
     }
 }
 
+/// A full name (`sendmail -F`, the password file's) as a From: phrase:
+/// control characters out, quoted when it holds RFC 5322 specials, RFC 2047
+/// encoded when it holds UTF-8, as Postfix's cleanup writes it; `None` when
+/// nothing is left.
+fn display_name(name: &str) -> Option<String> {
+    let clean: String = name
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let clean = clean.trim();
+    if clean.is_empty() {
+        return None;
+    }
+    if !clean.is_ascii() {
+        // Encoded words of at most 75 characters (RFC 2047 §2): 45 bytes
+        // of text each, cut between characters.
+        let mut words = Vec::new();
+        let mut chunk = String::new();
+        for c in clean.chars() {
+            if chunk.len() + c.len_utf8() > 45 {
+                words.push(std::mem::take(&mut chunk));
+            }
+            chunk.push(c);
+        }
+        words.push(chunk);
+        let encoded: Vec<String> = words
+            .iter()
+            .map(|w| format!("=?UTF-8?B?{}?=", dkim::base64::encode(w.as_bytes())))
+            .collect();
+        return Some(encoded.join(" "));
+    }
+    const SPECIALS: &[char] = &[
+        '(', ')', '<', '>', '[', ']', ':', ';', '@', '\\', ',', '.', '"',
+    ];
+    if !clean.contains(SPECIALS) {
+        return Some(clean.to_string());
+    }
+    let escaped = clean.replace('\\', "\\\\").replace('"', "\\\"");
+    Some(format!("\"{escaped}\""))
+}
+
 /// Received: plus the client's headers plus what is missing.
 pub(super) fn header_block(m: &mut Msg, headers: &[u8], ctx: &HeaderCtx<'_>) -> Vec<u8> {
     let HeaderCtx {
@@ -409,7 +456,10 @@ pub(super) fn header_block(m: &mut Msg, headers: &[u8], ctx: &HeaderCtx<'_>) -> 
                         full_name: Some(n), ..
                     },
                     false,
-                ) => format!("{n} <{sender}>"),
+                ) => match display_name(n) {
+                    Some(n) => format!("{n} <{sender}>"),
+                    None => sender,
+                },
                 (_, false) => sender,
             };
             out.extend_from_slice(format!("From: {from}\r\n").as_bytes());
@@ -429,4 +479,35 @@ pub(super) fn compact_time(t: SystemTime) -> String {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     format!("{secs}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::display_name;
+
+    #[test]
+    fn a_full_name_becomes_a_safe_phrase() {
+        assert_eq!(display_name("Bob Builder").as_deref(), Some("Bob Builder"));
+        assert_eq!(
+            display_name("Doe, John").as_deref(),
+            Some("\"Doe, John\""),
+            "a comma would make two mailboxes"
+        );
+        assert_eq!(
+            display_name("a \"q\" \\ b.").as_deref(),
+            Some("\"a \\\"q\\\" \\\\ b.\"")
+        );
+        assert_eq!(
+            display_name("Bob\r\nBcc: evil@example.net").as_deref(),
+            Some("\"Bob  Bcc: evil@example.net\""),
+            "no header line can be injected"
+        );
+        assert_eq!(display_name(" \t\r\n"), None);
+        assert_eq!(
+            display_name("J\u{f6}rg").as_deref(),
+            Some("=?UTF-8?B?SsO2cmc=?=")
+        );
+        let long = display_name(&"\u{e9}".repeat(60)).unwrap();
+        assert!(long.split(' ').all(|w| w.len() <= 75), "{long}");
+    }
 }
