@@ -184,6 +184,20 @@ fn header_and_body_checks_act_on_mail() {
         let (code, out) = send(port, &["Subject: new rule"], "x\n");
         (code != 0 && out.contains("451 4.7.1 later please")).then_some(())
     });
+    // A table broken by an edit is not reloaded (cleanup would stop on it
+    // and mail wait): sluice reload says so, the running rules stay.
+    std::fs::write(&table, "/^Subject: (unclosed/ REJECT x\n").unwrap();
+    let out = inst.sluice(&["reload"]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("parameter \"header_checks\"") && said.contains("not reloading"),
+        "{said}"
+    );
+    let (code, out) = send(port, &["Subject: new rule"], "x\n");
+    assert!(code != 0 && out.contains("451 4.7.1 later please"), "{out}");
+    let (code, out) = send(port, &["Subject: fine"], "x\n");
+    assert_eq!(code, 0, "mail still taken: {out}");
     inst.stop();
 }
 

@@ -132,8 +132,14 @@ pub fn stop(dir: &Path) -> i32 {
 
 /// `sluice reload`.
 pub fn reload(dir: &Path) -> i32 {
-    if let Err(e) = load_config(dir, false) {
-        return fail(format!("{e}; not reloading"));
+    let cfg = match load_config(dir, false) {
+        Ok((cfg, _)) => cfg,
+        Err(e) => return fail(format!("{e}; not reloading")),
+    };
+    if let Err(e) = content_checks_open(&cfg) {
+        return fail(format!(
+            "{e}; not reloading (cleanup would stop taking mail; see sluice check)"
+        ));
     }
     let p = match paths(dir) {
         Ok(p) => p,
@@ -147,6 +153,30 @@ pub fn reload(dir: &Path) -> i32 {
         Ok(()) => 0,
         Err(e) => fail(e),
     }
+}
+
+/// Opens the content check tables as cleanup does at a reload: one it
+/// cannot read (a bad pattern, an unknown action) retires cleanup, whose
+/// successor stops on it, and mail waits until the table is mended.
+fn content_checks_open(cfg: &config::Config) -> Result<(), String> {
+    for (param, check) in [
+        (
+            "header_checks",
+            &tables::actions::check_header_action as tables::Check<'_>,
+        ),
+        ("mime_header_checks", &tables::actions::check_header_action),
+        (
+            "nested_header_checks",
+            &tables::actions::check_header_action,
+        ),
+        ("body_checks", &tables::actions::check_body_action),
+    ] {
+        for m in cfg.maps(param) {
+            tables::Table::open_checked(&m, check)
+                .map_err(|e| format!("parameter \"{param}\": {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// `sluice reopen`: SIGUSR1 to master, which opens `maillog_file` again
