@@ -252,6 +252,59 @@ struct Level {
     parts: (Ctype, Stype),
 }
 
+/// The boundaries of the open multiparts, innermost last: the one walk of
+/// Postfix's mime_state that cleanup's checks ([`Walker`]) and the smtp
+/// client's downgrade (`mime8`) both follow.
+#[derive(Debug, Default)]
+pub struct Boundaries(Vec<Level>);
+
+/// What a boundary line did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BoundaryLine {
+    /// `--boundary`: a part starts, of this type unless its headers say.
+    Part(Ctype, Stype),
+    /// `--boundary--`: the multipart (and every one inside it) ended.
+    End,
+}
+
+impl Boundaries {
+    /// Opens the multiparts `ct` declares (every boundary parameter counts,
+    /// as in Postfix: content hidden behind a second one is still found);
+    /// false when that would pass [`NESTING_LIMIT`] levels.
+    pub fn open(&mut self, ct: &ContentType) -> bool {
+        for boundary in &ct.boundaries {
+            if self.0.len() >= NESTING_LIMIT {
+                return false;
+            }
+            self.0.push(Level {
+                boundary: boundary.clone(),
+                parts: ct.parts,
+            });
+        }
+        true
+    }
+
+    /// Whether a body line can be a boundary: `text` (without its line
+    /// end) starts with `--` and a multipart is open.
+    pub fn may_be(&self, text: &[u8]) -> bool {
+        !self.0.is_empty() && text.len() > 2 && text.starts_with(b"--")
+    }
+
+    /// A line that starts with `--` and what follows it (`rest`): a
+    /// boundary of an open multipart ends the parts inside it.
+    pub fn line(&mut self, rest: &[u8]) -> Option<BoundaryLine> {
+        let at = self.0.iter().rposition(|l| rest.starts_with(&l.boundary))?;
+        self.0.truncate(at + 1);
+        let level = &self.0[at];
+        if rest[level.boundary.len()..].starts_with(b"--") {
+            self.0.pop();
+            Some(BoundaryLine::End)
+        } else {
+            Some(BoundaryLine::Part(level.parts.0, level.parts.1))
+        }
+    }
+}
+
 /// The streaming MIME structure walk (see the module docs).
 #[derive(Debug)]
 pub struct Walker {
@@ -259,7 +312,7 @@ pub struct Walker {
     block: Option<Class>,
     ctype: Ctype,
     stype: Stype,
-    stack: Vec<Level>,
+    stack: Boundaries,
     header: Vec<u8>,
     /// The header's length as Postfix counts it (see `add`).
     size: usize,
@@ -279,7 +332,7 @@ impl Walker {
             block: Some(Class::Primary),
             ctype: Ctype::Text,
             stype: Stype::Other,
-            stack: Vec::new(),
+            stack: Boundaries::default(),
             header: Vec::new(),
             size: 0,
             truncated: false,
@@ -322,7 +375,7 @@ impl Walker {
             // Not a header: the block ended without its empty line.
             self.block = None;
         }
-        if !prev_cont && !self.stack.is_empty() && text.len() > 2 && text.starts_with(b"--") {
+        if !prev_cont && self.stack.may_be(text) {
             self.boundary(&text[2..]);
         }
         step.body = true;
@@ -362,15 +415,8 @@ impl Walker {
             let ct = content_type(value);
             self.ctype = ct.ctype;
             self.stype = ct.stype;
-            for boundary in ct.boundaries {
-                if self.stack.len() >= NESTING_LIMIT {
-                    self.too_deep = true;
-                    break;
-                }
-                self.stack.push(Level {
-                    boundary,
-                    parts: ct.parts,
-                });
+            if !self.stack.open(&ct) {
+                self.too_deep = true;
             }
         }
         Some(Header {
@@ -393,23 +439,16 @@ impl Walker {
     /// A line that starts with `--` and what follows it: a boundary of an
     /// open multipart ends the parts inside it.
     fn boundary(&mut self, rest: &[u8]) {
-        let Some(at) = self
-            .stack
-            .iter()
-            .rposition(|l| rest.starts_with(&l.boundary))
-        else {
-            return;
-        };
-        self.stack.truncate(at + 1);
-        let level = &self.stack[at];
-        let parts = level.parts;
-        if rest[level.boundary.len()..].starts_with(b"--") {
-            self.stack.pop();
-            self.block = None;
-            self.ctype = Ctype::Other;
-        } else {
-            self.block = Some(Class::Multipart);
-            (self.ctype, self.stype) = parts;
+        match self.stack.line(rest) {
+            None => {}
+            Some(BoundaryLine::End) => {
+                self.block = None;
+                self.ctype = Ctype::Other;
+            }
+            Some(BoundaryLine::Part(ctype, stype)) => {
+                self.block = Some(Class::Multipart);
+                (self.ctype, self.stype) = (ctype, stype);
+            }
         }
     }
 }

@@ -32,7 +32,7 @@
 //! [`MimeError::Nesting`], which Postfix's smtp client bounces with 5.6.0.
 //! Nothing here logs or panics.
 
-use crate::mime::{is_header, tokenize, Ctype, Stype, Tok};
+use crate::mime::{is_header, tokenize, Boundaries, BoundaryLine, Ctype, Stype, Tok};
 use crate::reply::StatusCode;
 
 /// Longest piece of a line handled at once.
@@ -77,14 +77,6 @@ enum State {
     Body,
 }
 
-/// One open multipart: its boundary and its parts' default type.
-#[derive(Debug)]
-struct Level {
-    boundary: Vec<u8>,
-    def_ctype: Ctype,
-    def_stype: Stype,
-}
-
 /// The streaming 8-bit to quoted-printable converter (see the module docs).
 #[derive(Debug)]
 pub struct Downgrader {
@@ -97,7 +89,7 @@ pub struct Downgrader {
     stype: Stype,
     /// The current part's content declares an 8-bit domain.
     eight: bool,
-    stack: Vec<Level>,
+    stack: Boundaries,
     /// The header being collected, as it came (terminators included).
     header: Vec<u8>,
     /// The header did not fit [`HEADER_LIMIT`]: it went out unparsed.
@@ -125,7 +117,7 @@ impl Downgrader {
             ctype: Ctype::Text,
             stype: Stype::Other,
             eight: false,
-            stack: Vec::new(),
+            stack: Boundaries::default(),
             header: Vec::new(),
             header_passing: false,
             qp: Vec::new(),
@@ -233,12 +225,7 @@ impl Downgrader {
                 self.state = State::Body;
             }
         }
-        if self.state == State::Body
-            && !prev_cont
-            && !self.stack.is_empty()
-            && text.len() > 2
-            && text.starts_with(b"--")
-        {
+        if self.state == State::Body && !prev_cont && self.stack.may_be(text) {
             self.boundary(&text[2..]);
         }
         if self.eight && self.state == State::Body {
@@ -251,22 +238,13 @@ impl Downgrader {
     /// A line that starts with `--` and what follows it: a boundary of an
     /// open multipart ends the parts inside it.
     fn boundary(&mut self, rest: &[u8]) {
-        let Some(at) = self
-            .stack
-            .iter()
-            .rposition(|l| rest.starts_with(&l.boundary))
-        else {
-            return;
-        };
-        self.stack.truncate(at + 1);
-        let level = &self.stack[at];
-        let (def_ctype, def_stype) = (level.def_ctype, level.def_stype);
-        if rest[level.boundary.len()..].starts_with(b"--") {
-            self.stack.pop();
-            self.set(State::Body, Ctype::Other);
-        } else {
-            self.set(State::Multipart, def_ctype);
-            self.stype = def_stype;
+        match self.stack.line(rest) {
+            None => {}
+            Some(BoundaryLine::End) => self.set(State::Body, Ctype::Other),
+            Some(BoundaryLine::Part(ctype, stype)) => {
+                self.set(State::Multipart, ctype);
+                self.stype = stype;
+            }
         }
     }
 
@@ -360,19 +338,8 @@ impl Downgrader {
         if ct.ctype == Ctype::Message {
             self.stype = ct.stype;
         }
-        // Every boundary parameter counts, as in Postfix: content hidden
-        // behind a second one is still found.
-        for boundary in ct.boundaries {
-            if self.stack.len() >= NESTING_LIMIT {
-                self.error = Some(MimeError::Nesting);
-                return;
-            }
-            let (def_ctype, def_stype) = ct.parts;
-            self.stack.push(Level {
-                boundary,
-                def_ctype,
-                def_stype,
-            });
+        if !self.stack.open(&ct) {
+            self.error = Some(MimeError::Nesting);
         }
     }
 

@@ -114,7 +114,7 @@ fn nesting_is_bounded() {
         w.record(line.trim_end().as_bytes(), line.as_bytes(), true);
     }
     assert!(w.too_deep());
-    assert!(w.stack.len() <= NESTING_LIMIT);
+    assert!(w.stack.0.len() <= NESTING_LIMIT);
 }
 
 #[test]
