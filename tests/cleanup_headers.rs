@@ -4,8 +4,8 @@
 //! from the envelope sender as Postfix's cleanup makes it.
 
 use sluice_suite::{
-    free_port, queued_id, relay_instance, run_sendmail, sink_dump, smtp_sink,
-    submit_relay_instance, swaks, Instance,
+    free_port, relay_instance, run_sendmail, sink_dump, smtp_sink, submit_relay_instance,
+    swaks_queued, Instance,
 };
 
 /// The queue id of the latest local submission (cleanup's `uid=` line).
@@ -25,13 +25,7 @@ fn last_local_id(inst: &Instance, nth: usize) -> String {
 fn bcc_return_path_and_content_length_never_reach_the_recipient() {
     let sink = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
     let (inst, port) = relay_instance(sink.port, "");
-    let (code, out) = swaks(&[
-        "--server",
-        &format!("127.0.0.1:{port}"),
-        "--from",
-        "alice@example.com",
-        "--to",
-        "bob@remote.example",
+    let extra = [
         "--header",
         "Bcc: hidden@remote.example",
         "--header",
@@ -40,9 +34,8 @@ fn bcc_return_path_and_content_length_never_reach_the_recipient() {
         "Content-Length: 12",
         "--header",
         "Subject: dropped headers",
-    ]);
-    assert_eq!(code, 0, "{out}");
-    let id = queued_id(&out);
+    ];
+    let id = swaks_queued(port, "alice@example.com", "bob@remote.example", &extra);
     let dump = sink_dump(&sink, &inst, &id, "bob@remote.example");
     let text = dump.text.to_ascii_lowercase();
     for gone in ["\nbcc:", "\nreturn-path: <forged", "\ncontent-length:"] {
@@ -52,18 +45,9 @@ fn bcc_return_path_and_content_length_never_reach_the_recipient() {
     // message_drop_headers empty: kept, as Postfix before 3.0.
     let sink2 = smtp_sink(&format!("127.0.0.1:{}", free_port()), &[]);
     let (inst2, port2) = relay_instance(sink2.port, "message_drop_headers =\n");
-    let (code, out) = swaks(&[
-        "--server",
-        &format!("127.0.0.1:{port2}"),
-        "--from",
-        "alice@example.com",
-        "--to",
-        "bob@remote.example",
-        "--header",
-        "Bcc: hidden@remote.example",
-    ]);
-    assert_eq!(code, 0, "{out}");
-    let dump = sink_dump(&sink2, &inst2, &queued_id(&out), "bob@remote.example");
+    let extra = ["--header", "Bcc: hidden@remote.example"];
+    let id = swaks_queued(port2, "alice@example.com", "bob@remote.example", &extra);
+    let dump = sink_dump(&sink2, &inst2, &id, "bob@remote.example");
     assert!(
         dump.text.contains("Bcc: hidden@remote.example"),
         "{}",

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use sluice_suite::{
-    free_port, queued_id, relay_instance, sink_dump, smtp_sink, swaks, wait_for, Dump, Instance,
-    Kill, Sink,
+    free_port, queued_id, relay_instance, sink_dump, smtp_sink, swaks, swaks_queued, wait_for,
+    Dump, Instance, Kill, Sink,
 };
 
 fn sink_on(port: u16, extra: &[&str]) -> Sink {
@@ -29,16 +29,7 @@ fn notice_at(inst: &Instance, sink: &Sink, notice: &str) -> (Dump, String) {
 }
 
 fn send(port: u16, to: &str) -> String {
-    let (code, out) = swaks(&[
-        "--server",
-        &format!("127.0.0.1:{port}"),
-        "--from",
-        "alice@example.com",
-        "--to",
-        to,
-    ]);
-    assert_eq!(code, 0, "{out}");
-    queued_id(&out)
+    swaks_queued(port, "alice@example.com", to, &[])
 }
 
 #[test]

@@ -3,26 +3,12 @@
 //! refuses one destination's recipients, and the notices are read from the
 //! sink's dumps with Python's `email` (tests/scripts/parse_dsn.py).
 
-use sluice_suite::{
-    free_port, queued_id, relay_instance, sink_dump, smtp_sink, swaks, Instance, Sink,
-};
+use sluice_suite::{free_port, relay_instance, sink_dump, smtp_sink, swaks_queued, Instance, Sink};
 
 /// Sends one message from alice@example.com to `to`; its queue id.
 fn send(port: u16, to: &str) -> String {
-    let (code, out) = swaks(&[
-        "--server",
-        &format!("127.0.0.1:{port}"),
-        "--from",
-        "alice@example.com",
-        "--to",
-        to,
-        "--header",
-        "Subject: copied",
-        "--body",
-        "secret body",
-    ]);
-    assert_eq!(code, 0, "{out}");
-    queued_id(&out)
+    let extra = ["--header", "Subject: copied", "--body", "secret body"];
+    swaks_queued(port, "alice@example.com", to, &extra)
 }
 
 /// The notice `id` the sink got for `rcpt`, parsed.

@@ -509,6 +509,17 @@ pub fn swaks(args: &[&str]) -> (i32, String) {
     )
 }
 
+/// Sends one message with swaks to 127.0.0.1:`port` (`extra`: more swaks
+/// arguments); fails the test unless it is queued; its queue id.
+pub fn swaks_queued(port: u16, from: &str, to: &str, extra: &[&str]) -> String {
+    let server = format!("127.0.0.1:{port}");
+    let mut args = vec!["--server", &server, "--from", from, "--to", to];
+    args.extend_from_slice(extra);
+    let (code, out) = swaks(&args);
+    assert_eq!(code, 0, "{out}");
+    queued_id(&out)
+}
+
 /// The queue id a client's transcript (swaks, smtplib) shows after
 /// "queued as "; fails the test, with the transcript, when there is none.
 pub fn queued_id(transcript: &str) -> String {
